@@ -1,0 +1,165 @@
+//! Typed errors of the IR crate. Every variant names the op or tensor at fault (or the
+//! JSON line and column) and its message ends with what to do about it.
+
+use thiserror::Error;
+
+/// Why a graph could not be loaded, validated or built.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum GraphError {
+    #[error("JSON syntax error at line {line}, column {column}: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{context}: missing required field `{field}`")]
+    MissingField { context: String, field: String },
+    #[error("{context}: field `{field}` must be {expected}")]
+    WrongType {
+        context: String,
+        field: String,
+        expected: String,
+    },
+    #[error("{context}: unknown field `{field}` (a version-1 reader accepts only the fields of the format doc)")]
+    UnknownField { context: String, field: String },
+    #[error("unknown format {0:?}: a graph file has \"format\": \"sgc-graph\"")]
+    UnknownFormat(String),
+    #[error("unsupported version {0}: this reader understands version 1")]
+    UnsupportedVersion(String),
+    #[error("tensor `{tensor}`: unknown dtype {dtype:?} (one of f64 f32 f16 bf16 i64 i32 i16 i8 u8 bool)")]
+    UnknownDtype { tensor: String, dtype: String },
+    #[error(
+        "tensor `{tensor}`: unknown kind {kind:?} (one of activation input param state const)"
+    )]
+    UnknownKind { tensor: String, kind: String },
+    #[error("op `{op}`: unknown phase {phase:?} (one of forward backward update)")]
+    UnknownPhase { op: String, phase: String },
+    #[error("tensor `{0}` is declared twice: tensor names must be unique")]
+    DuplicateTensor(String),
+    #[error("op `{0}` is declared twice: op names must be unique")]
+    DuplicateOp(String),
+    #[error("op `{op}` names tensor `{tensor}`, which is not declared in `tensors`")]
+    UndeclaredTensor { op: String, tensor: String },
+    #[error("tensor `{tensor}` is produced twice, by op `{first}` and by op `{second}`: an activation has one producer")]
+    ProducedTwice {
+        tensor: String,
+        first: String,
+        second: String,
+    },
+    #[error("tensor `{0}` is an activation that no op produces: add its producer or declare it as an input, param, state or const")]
+    NeverProduced(String),
+    #[error(
+        "op `{op}` produces tensor `{tensor}` of kind {kind}: ops may only produce activations"
+    )]
+    NonActivationProduced {
+        op: String,
+        tensor: String,
+        kind: String,
+    },
+    #[error("op `{op}` reads tensor `{tensor}` before op `{producer}` produces it: `ops` must be in a valid execution order")]
+    ReadBeforeProduced {
+        op: String,
+        tensor: String,
+        producer: String,
+    },
+    #[error("`outputs` names tensor `{0}`, which is not declared in `tensors`")]
+    UndeclaredOutput(String),
+    #[error("`loss` names tensor `{0}`, which is not declared in `tensors`")]
+    UndeclaredLoss(String),
+    #[error("tensor `{tensor}`: {what} overflows 64 bits")]
+    SizeOverflow { tensor: String, what: String },
+    #[error("tensor `{tensor}`: shape entry {value} is not an integer >= 0")]
+    BadShape { tensor: String, value: String },
+    #[error("tensor `{tensor}`: batch_dim {batch_dim} is not an axis of its {rank}-d shape")]
+    BadBatchDim {
+        tensor: String,
+        batch_dim: String,
+        rank: usize,
+    },
+    #[error("op `{op}`: {field} is {value}; a cost must be a finite number >= 0")]
+    BadCost {
+        op: String,
+        field: String,
+        value: String,
+    },
+    #[error("op `{op}`: inplace pair {pair} is invalid: {why}")]
+    BadInplace {
+        op: String,
+        pair: String,
+        why: String,
+    },
+    #[error("tensor `{tensor}`: alias_of names tensor `{alias_of}`, which is not declared")]
+    UndeclaredAlias { tensor: String, alias_of: String },
+    #[error(
+        "tensor `{0}`: alias_of forms a cycle; a view must lead back to a tensor that owns storage"
+    )]
+    AliasCycle(String),
+}
+
+impl GraphError {
+    /// Builds a [`GraphError::Json`] from a serde_json error.
+    pub fn from_json(e: &serde_json::Error) -> Self {
+        let message = e.to_string();
+        // serde_json appends " at line L column C"; keep the message without it.
+        let message = match message.rfind(" at line ") {
+            Some(i) => message[..i].to_string(),
+            None => message,
+        };
+        GraphError::Json {
+            line: e.line(),
+            column: e.column(),
+            message,
+        }
+    }
+
+    /// The op or tensor the error is about, when it names one.
+    pub fn subject(&self) -> Option<&str> {
+        use GraphError::*;
+        match self {
+            UnknownDtype { tensor, .. }
+            | UnknownKind { tensor, .. }
+            | SizeOverflow { tensor, .. }
+            | BadShape { tensor, .. }
+            | BadBatchDim { tensor, .. }
+            | UndeclaredAlias { tensor, .. }
+            | ProducedTwice { tensor, .. } => Some(tensor),
+            DuplicateTensor(t) | NeverProduced(t) | UndeclaredOutput(t) | UndeclaredLoss(t)
+            | AliasCycle(t) => Some(t),
+            UnknownPhase { op, .. }
+            | UndeclaredTensor { op, .. }
+            | NonActivationProduced { op, .. }
+            | ReadBeforeProduced { op, .. }
+            | BadCost { op, .. }
+            | BadInplace { op, .. } => Some(op),
+            DuplicateOp(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// Loading a file: the graph error plus the path, or an I/O failure.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Graph {
+        path: String,
+        #[source]
+        source: GraphError,
+    },
+}
+
+impl LoadError {
+    /// The graph error, when the file was read but is not a valid graph.
+    pub fn graph_error(&self) -> Option<&GraphError> {
+        match self {
+            LoadError::Graph { source, .. } => Some(source),
+            LoadError::Io { .. } => None,
+        }
+    }
+}

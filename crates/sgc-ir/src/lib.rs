@@ -1,0 +1,58 @@
+//! The sgc graph IR.
+//!
+//! - [`format`]: the version-1 graph file format (load, validate, save).
+//! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
+//! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
+//! - [`memory`]: the memory model (resident bytes per step, peak, lower bound), the one
+//!   implementation that the planner and every report use.
+//!
+//! ```
+//! let text = r#"{"format": "sgc-graph", "version": 1,
+//!   "tensors": [{"name": "x", "dtype": "f32", "shape": [4], "kind": "input"},
+//!               {"name": "y", "dtype": "f32", "shape": [4]}],
+//!   "ops": [{"name": "relu", "op": "relu", "inputs": ["x"], "outputs": ["y"]}],
+//!   "outputs": ["y"]}"#;
+//! let g = sgc_ir::format::from_str(text).unwrap();
+//! assert_eq!(g.memory_profile().peak, 32);
+//! ```
+
+pub mod checkmate;
+pub mod error;
+pub mod format;
+mod graph;
+mod ids;
+pub mod memory;
+pub mod train;
+mod validate;
+pub mod zoo;
+
+pub use error::{GraphError, LoadError};
+pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
+pub use ids::{DType, OpId, Phase, TensorId, TensorKind};
+pub use memory::{simulate, LowerBound, MemoryProfile, ScheduleError, StorageInstance};
+
+use std::path::Path;
+
+/// Parses JSON text that is either a version-1 graph or a Checkmate node-link graph.
+pub fn parse_any(text: &str) -> Result<Graph, GraphError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| GraphError::from_json(&e))?;
+    if value.get("format").is_none() && checkmate::is_node_link(&value) {
+        checkmate::import(&value)
+    } else {
+        Graph::from_def(format::def_from_value(&value)?)
+    }
+}
+
+/// Loads a file that is either a version-1 graph or a Checkmate node-link graph.
+pub fn load_any(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse_any(&text).map_err(|source| LoadError::Graph {
+        path: path.display().to_string(),
+        source,
+    })
+}

@@ -1,0 +1,245 @@
+//! The reader's rules (format doc, "Rules a reader enforces"), applied to a
+//! [`GraphDef`] to produce a [`Graph`]. One function per concern; each error names the
+//! op or tensor at fault. The first violation found is returned, checking tensors
+//! before ops and ops in file order, so the message is stable.
+
+use crate::error::GraphError;
+use crate::graph::{Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
+use crate::ids::{OpId, TensorId, TensorKind};
+use std::collections::HashMap;
+
+pub(crate) fn build(def: GraphDef) -> Result<Graph, GraphError> {
+    let tensor_ids = index_tensors(&def.tensors)?;
+    let mut tensors = Vec::with_capacity(def.tensors.len());
+    for t in &def.tensors {
+        tensors.push(check_tensor(t, &tensor_ids)?);
+    }
+    let root = resolve_aliases(&tensors)?;
+    let op_ids = index_ops(&def.ops)?;
+    let mut ops = Vec::with_capacity(def.ops.len());
+    for o in &def.ops {
+        ops.push(check_op(o, &tensor_ids)?);
+    }
+    let producer = find_producers(&ops, &tensors)?;
+    check_order(&ops, &tensors, &producer)?;
+    let outputs = def
+        .outputs
+        .iter()
+        .map(|n| {
+            tensor_ids
+                .get(n)
+                .copied()
+                .ok_or_else(|| GraphError::UndeclaredOutput(n.clone()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let loss = match &def.loss {
+        Some(n) => Some(
+            tensor_ids
+                .get(n)
+                .copied()
+                .ok_or_else(|| GraphError::UndeclaredLoss(n.clone()))?,
+        ),
+        None => None,
+    };
+    Ok(Graph::assemble(
+        def.name, tensors, ops, outputs, loss, def.meta, tensor_ids, op_ids, producer, root,
+    ))
+}
+
+fn index_tensors(defs: &[TensorDef]) -> Result<HashMap<String, TensorId>, GraphError> {
+    let mut ids = HashMap::with_capacity(defs.len());
+    for (i, t) in defs.iter().enumerate() {
+        if ids.insert(t.name.clone(), TensorId::new(i)).is_some() {
+            return Err(GraphError::DuplicateTensor(t.name.clone()));
+        }
+    }
+    Ok(ids)
+}
+
+fn index_ops(defs: &[OpDef]) -> Result<HashMap<String, OpId>, GraphError> {
+    let mut ids = HashMap::with_capacity(defs.len());
+    for (i, o) in defs.iter().enumerate() {
+        if ids.insert(o.name.clone(), OpId::new(i)).is_some() {
+            return Err(GraphError::DuplicateOp(o.name.clone()));
+        }
+    }
+    Ok(ids)
+}
+
+fn check_tensor(t: &TensorDef, ids: &HashMap<String, TensorId>) -> Result<Tensor, GraphError> {
+    let overflow = |what: &str| GraphError::SizeOverflow {
+        tensor: t.name.clone(),
+        what: what.to_string(),
+    };
+    let numel = t
+        .shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| overflow("the product of its shape"))?;
+    let computed = numel
+        .checked_mul(t.dtype.size())
+        .ok_or_else(|| overflow("product(shape) * size_of(dtype)"))?;
+    let batch_dim = match t.batch_dim {
+        Some(d) if d >= t.shape.len() as u64 => {
+            return Err(GraphError::BadBatchDim {
+                tensor: t.name.clone(),
+                batch_dim: d.to_string(),
+                rank: t.shape.len(),
+            })
+        }
+        Some(d) => Some(d as usize),
+        None => None,
+    };
+    let alias_of = match &t.alias_of {
+        Some(a) => Some(*ids.get(a).ok_or_else(|| GraphError::UndeclaredAlias {
+            tensor: t.name.clone(),
+            alias_of: a.clone(),
+        })?),
+        None => None,
+    };
+    Ok(Tensor {
+        name: t.name.clone(),
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        bytes_override: t.bytes,
+        kind: t.kind,
+        alias_of,
+        batch_dim,
+        size: t.bytes.unwrap_or(computed),
+    })
+}
+
+/// Follows every `alias_of` chain to the tensor that owns the storage; a chain that comes
+/// back to itself is a cycle.
+fn resolve_aliases(tensors: &[Tensor]) -> Result<Vec<TensorId>, GraphError> {
+    const UNKNOWN: u32 = u32::MAX;
+    let mut root = vec![TensorId(UNKNOWN); tensors.len()];
+    for start in 0..tensors.len() {
+        let mut path = Vec::new();
+        let mut cur = start;
+        let found = loop {
+            if root[cur].0 != UNKNOWN {
+                break root[cur];
+            }
+            if path.len() > tensors.len() {
+                return Err(GraphError::AliasCycle(tensors[start].name.clone()));
+            }
+            path.push(cur);
+            match tensors[cur].alias_of {
+                Some(next) => cur = next.index(),
+                None => break TensorId::new(cur),
+            }
+        };
+        for p in path {
+            root[p] = found;
+        }
+    }
+    Ok(root)
+}
+
+fn check_op(o: &OpDef, ids: &HashMap<String, TensorId>) -> Result<Op, GraphError> {
+    let resolve = |names: &[String]| -> Result<Vec<TensorId>, GraphError> {
+        names
+            .iter()
+            .map(|n| {
+                ids.get(n)
+                    .copied()
+                    .ok_or_else(|| GraphError::UndeclaredTensor {
+                        op: o.name.clone(),
+                        tensor: n.clone(),
+                    })
+            })
+            .collect()
+    };
+    let inputs = resolve(&o.inputs)?;
+    let outputs = resolve(&o.outputs)?;
+    for (field, v) in [("time_us", o.time_us), ("flops", o.flops)] {
+        if let Some(v) = v {
+            if !v.is_finite() || v < 0.0 {
+                return Err(GraphError::BadCost {
+                    op: o.name.clone(),
+                    field: field.to_string(),
+                    value: v.to_string(),
+                });
+            }
+        }
+    }
+    let mut inplace = Vec::with_capacity(o.inplace.len());
+    for &(out, inp) in &o.inplace {
+        let bad = |why: String| GraphError::BadInplace {
+            op: o.name.clone(),
+            pair: format!("[{out}, {inp}]"),
+            why,
+        };
+        if out >= outputs.len() as u64 {
+            return Err(bad(format!("the op has {} outputs", outputs.len())));
+        }
+        if inp >= inputs.len() as u64 {
+            return Err(bad(format!("the op has {} inputs", inputs.len())));
+        }
+        inplace.push((out as usize, inp as usize));
+    }
+    Ok(Op {
+        name: o.name.clone(),
+        op_type: o.op.clone(),
+        inputs,
+        outputs,
+        phase: o.phase,
+        time_us: o.time_us,
+        flops: o.flops,
+        attrs: o.attrs.clone(),
+        inplace,
+        recomputable: o.recomputable,
+    })
+}
+
+fn find_producers(ops: &[Op], tensors: &[Tensor]) -> Result<Vec<Option<OpId>>, GraphError> {
+    let mut producer: Vec<Option<OpId>> = vec![None; tensors.len()];
+    for (i, op) in ops.iter().enumerate() {
+        for &t in &op.outputs {
+            let tensor = &tensors[t.index()];
+            if tensor.kind != TensorKind::Activation {
+                return Err(GraphError::NonActivationProduced {
+                    op: op.name.clone(),
+                    tensor: tensor.name.clone(),
+                    kind: tensor.kind.as_str().to_string(),
+                });
+            }
+            if let Some(first) = producer[t.index()] {
+                return Err(GraphError::ProducedTwice {
+                    tensor: tensor.name.clone(),
+                    first: ops[first.index()].name.clone(),
+                    second: op.name.clone(),
+                });
+            }
+            producer[t.index()] = Some(OpId::new(i));
+        }
+    }
+    for (t, p) in tensors.iter().zip(&producer) {
+        if t.kind == TensorKind::Activation && p.is_none() {
+            return Err(GraphError::NeverProduced(t.name.clone()));
+        }
+    }
+    Ok(producer)
+}
+
+fn check_order(
+    ops: &[Op],
+    tensors: &[Tensor],
+    producer: &[Option<OpId>],
+) -> Result<(), GraphError> {
+    for (i, op) in ops.iter().enumerate() {
+        for &t in &op.inputs {
+            if let Some(p) = producer[t.index()] {
+                if p.index() >= i {
+                    return Err(GraphError::ReadBeforeProduced {
+                        op: op.name.clone(),
+                        tensor: tensors[t.index()].name.clone(),
+                        producer: ops[p.index()].name.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! The sgc planner.
+//!
+//! - [`alloc`]: static memory sharing: offsets in one arena from tensor lifetimes.

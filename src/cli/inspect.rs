@@ -1,0 +1,239 @@
+//! `sgc inspect FILE`: what a graph holds and what its unplanned step costs in memory,
+//! always next to the per-op lower bound.
+
+use super::CliResult;
+use serde::Serialize;
+use sgc::ir::{CostSource, Graph, Phase, TensorId, TensorKind};
+use sgc::units::human_bytes;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A version-1 graph file or a Checkmate node-link file.
+    file: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How many of the largest tensors to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    file: String,
+    name: Option<String>,
+    ops: usize,
+    ops_per_phase: PhaseCounts,
+    tensors: usize,
+    tensors_per_kind: KindCounts,
+    views: usize,
+    persistent_bytes: u64,
+    unplanned_peak_bytes: u64,
+    unplanned_peak_op: Option<String>,
+    lower_bound_bytes: u64,
+    lower_bound_op: Option<String>,
+    peak_over_lower_bound: f64,
+    total_cost: f64,
+    cost_sources: CostCounts,
+    largest_tensors: Vec<TensorRow>,
+}
+
+#[derive(Serialize, Default)]
+struct PhaseCounts {
+    forward: usize,
+    backward: usize,
+    update: usize,
+    unknown: usize,
+}
+
+#[derive(Serialize, Default)]
+struct KindCounts {
+    activation: usize,
+    input: usize,
+    param: usize,
+    state: usize,
+    r#const: usize,
+}
+
+#[derive(Serialize, Default)]
+struct CostCounts {
+    time_us: usize,
+    flops: usize,
+    bytes: usize,
+}
+
+#[derive(Serialize)]
+struct TensorRow {
+    name: String,
+    kind: &'static str,
+    dtype: &'static str,
+    shape: Vec<u64>,
+    bytes: u64,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let graph = sgc::ir::load_any(&args.file)?;
+    let report = build(&graph, &args.file.display().to_string(), args.top);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+fn build(g: &Graph, file: &str, top: usize) -> Report {
+    let mut phases = PhaseCounts::default();
+    let mut costs = CostCounts::default();
+    let mut total_cost = 0.0;
+    for op in g.op_ids() {
+        match g.phase(op) {
+            Some(Phase::Forward) => phases.forward += 1,
+            Some(Phase::Backward) => phases.backward += 1,
+            Some(Phase::Update) => phases.update += 1,
+            None => phases.unknown += 1,
+        }
+        let (c, source) = g.op_cost(op);
+        total_cost += c;
+        match source {
+            CostSource::TimeUs => costs.time_us += 1,
+            CostSource::Flops => costs.flops += 1,
+            CostSource::Bytes => costs.bytes += 1,
+        }
+    }
+    let mut kinds = KindCounts::default();
+    for t in g.tensors() {
+        match t.kind {
+            TensorKind::Activation => kinds.activation += 1,
+            TensorKind::Input => kinds.input += 1,
+            TensorKind::Param => kinds.param += 1,
+            TensorKind::State => kinds.state += 1,
+            TensorKind::Const => kinds.r#const += 1,
+        }
+    }
+    let profile = g.memory_profile();
+    let lb = g.lower_bound();
+    let op_name = |s: usize| g.ops()[s].name.clone();
+    Report {
+        file: file.to_string(),
+        name: g.name().map(str::to_string),
+        ops: g.num_ops(),
+        ops_per_phase: phases,
+        tensors: g.num_tensors(),
+        tensors_per_kind: kinds,
+        views: g.tensors().iter().filter(|t| t.alias_of.is_some()).count(),
+        persistent_bytes: profile.persistent_bytes,
+        unplanned_peak_bytes: profile.peak,
+        unplanned_peak_op: profile.peak_step.map(op_name),
+        lower_bound_bytes: lb.bytes,
+        lower_bound_op: lb.op.map(|o| op_name(o.index())),
+        peak_over_lower_bound: ratio(profile.peak, lb.bytes),
+        total_cost,
+        cost_sources: costs,
+        largest_tensors: largest(g, top),
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        1.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The largest tensors that own storage (views excluded), largest first, ties by name.
+fn largest(g: &Graph, top: usize) -> Vec<TensorRow> {
+    let mut ids: Vec<TensorId> = g
+        .tensor_ids()
+        .filter(|&t| g.tensor(t).alias_of.is_none())
+        .collect();
+    ids.sort_by(|&a, &b| {
+        g.tensor(b)
+            .size
+            .cmp(&g.tensor(a).size)
+            .then_with(|| g.tensor(a).name.cmp(&g.tensor(b).name))
+    });
+    ids.into_iter()
+        .take(top)
+        .map(|t| {
+            let tensor = g.tensor(t);
+            TensorRow {
+                name: tensor.name.clone(),
+                kind: tensor.kind.as_str(),
+                dtype: tensor.dtype.as_str(),
+                shape: tensor.shape.clone(),
+                bytes: tensor.size,
+            }
+        })
+        .collect()
+}
+
+fn render(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let p = &r.ops_per_phase;
+    let k = &r.tensors_per_kind;
+    let _ = writeln!(
+        s,
+        "graph       {} ({})",
+        r.name.as_deref().unwrap_or("(unnamed)"),
+        r.file
+    );
+    let phase_text = if p.unknown == r.ops && r.ops > 0 {
+        "no phase information: a plain sequence".to_string()
+    } else {
+        format!(
+            "forward {}, backward {}, update {}, unknown {}",
+            p.forward, p.backward, p.update, p.unknown
+        )
+    };
+    let _ = writeln!(s, "ops         {} ({phase_text})", r.ops);
+    let _ = writeln!(
+        s,
+        "tensors     {} (activation {}, input {}, param {}, state {}, const {}; {} views)",
+        r.tensors, k.activation, k.input, k.param, k.state, k.r#const, r.views
+    );
+    let _ = writeln!(s, "persistent  {}", human_bytes(r.persistent_bytes));
+    let at = |o: &Option<String>| {
+        o.as_ref()
+            .map(|n| format!(" at op `{n}`"))
+            .unwrap_or_default()
+    };
+    let bytes = |b: u64| format!("{:>12} ({b} B)", human_bytes(b));
+    let _ = writeln!(
+        s,
+        "unplanned peak     {}{}",
+        bytes(r.unplanned_peak_bytes),
+        at(&r.unplanned_peak_op)
+    );
+    let _ = writeln!(
+        s,
+        "per-op lower bound {}{}",
+        bytes(r.lower_bound_bytes),
+        at(&r.lower_bound_op)
+    );
+    let _ = writeln!(s, "peak / lower bound {:>11.2}x", r.peak_over_lower_bound);
+    let c = &r.cost_sources;
+    let _ = writeln!(
+        s,
+        "total cost  {:.4e} (from time_us on {} ops, flops on {}, bytes moved on {})",
+        r.total_cost, c.time_us, c.flops, c.bytes
+    );
+    let _ = writeln!(s, "largest tensors:");
+    for (i, t) in r.largest_tensors.iter().enumerate() {
+        let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+        let _ = writeln!(
+            s,
+            "  {:>2}. {:>10}  {:<10} {:<4} [{}]  {}",
+            i + 1,
+            human_bytes(t.bytes),
+            t.kind,
+            t.dtype,
+            shape.join(", "),
+            t.name
+        );
+    }
+    s
+}

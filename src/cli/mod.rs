@@ -1,0 +1,44 @@
+//! Command-line parsing and dispatch.
+
+mod inspect;
+mod zoo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Error of a subcommand: one readable message (file, op or tensor, what to do).
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "sgc",
+    version,
+    about = "Static-graph compiler: fit training in less GPU memory with checkpointing and static memory sharing"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Summarise a graph file (or a Checkmate node-link file): ops, tensors, memory, cost.
+    Inspect(inspect::Args),
+    /// Write the model zoo's graph files.
+    Zoo(zoo::Args),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Zoo(a) => zoo::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! sgc: a static-graph compiler that lets deep-learning training fit in less GPU memory.
+//!
+//! This facade re-exports the workspace crates:
+//! - [`ir`]: the graph IR (format, validation, memory model, training builder, zoo);
+//! - [`plan`]: the planner (checkpoint search, memory sharing, verifier).
+//!
+//! Human-readable sizes for reports live in [`units`].
+
+pub use sgc_ir as ir;
+pub use sgc_plan as plan;
+
+pub mod units;
