@@ -9,4 +9,5 @@
 pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 
+pub mod plot;
 pub mod units;
