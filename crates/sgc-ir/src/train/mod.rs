@@ -60,7 +60,9 @@ use crate::Graph;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 
-/// A tensor of the graph being built: an index into the builder's tensor table.
+/// A tensor of the graph being built: an index into the builder's tensor table. A `Var`
+/// belongs to the builder that made it; handing it to another builder is a programming
+/// error (it names another tensor there, or panics when out of range).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct Var(u32);
 
