@@ -277,12 +277,11 @@ impl<'g> Tracker<'g> {
         for &t in g.outputs() {
             kept[g.storage_root(t).index()] = true;
         }
-        for r in 0..self.open.len() {
-            if let Some((start, last)) = self.open[r].take() {
+        let open = std::mem::take(&mut self.open);
+        for (r, instance) in open.into_iter().enumerate() {
+            if let (Some((start, last)), true) = (instance, num_steps > 0) {
                 let last = if kept[r] { end } else { last };
-                if num_steps > 0 {
-                    self.close(TensorId::new(r), start, last);
-                }
+                self.close(TensorId::new(r), start, last);
             }
         }
         self.closed.sort_by_key(|i| (i.start, i.root, i.end));
