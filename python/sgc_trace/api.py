@@ -33,7 +33,9 @@ def export(
     `update`: `"none"` (gradients are graph outputs) or `"sgd"` (one in-place update op
     per parameter; the loss is the only output).
     """
-    mode = FakeTensorMode()
+    # Factory calls in forward (torch.arange for positions) make real constants while
+    # AOTAutograd collects metadata; let fake ops read them.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
     if not isinstance(model, nn.Module):
         model = build_fake(model, mode)
     model.train()

@@ -90,6 +90,8 @@ class _State:
     # Storage -> the first tensor seen on it (the one that owns its bytes).
     storage_owner: dict[StorageWeakRef, str] = field(default_factory=dict)
     kind: dict[str, str] = field(default_factory=dict)
+    # Parameter path -> its tensor (tied parameters share one).
+    param_of: dict[str, str] = field(default_factory=dict)
 
     def add_tensor(self, want: str, val: torch.Tensor, kind: str, where: str) -> str:
         dtype = DTYPES.get(val.dtype)
@@ -145,7 +147,9 @@ def to_graph(
     loss = _tensor_of(st, _node_named(nodes, sig.user_outputs[0]))
     ops = fwd_ops + bwd_ops
     if update == "sgd":
-        ops += [_sgd_op(st, param, grad, lr) for grad, param in grads]
+        # A tied parameter gets one update per gradient contribution; for SGD their sum
+        # is the update with the accumulated gradient.
+        ops += [_sgd_op(st, st.param_of[param], grad, lr) for grad, param in grads]
         outputs = [loss]
     else:
         outputs = [loss] + [g for g, _ in grads]
@@ -179,8 +183,14 @@ def _placeholders(trace: JointTrace, nodes, st: _State) -> list[str]:
         if not isinstance(val, torch.Tensor):
             raise ExportError(f"placeholder `{node.name}` is not a tensor (effect tokens are not supported)")
         if node.name in sig.inputs_to_parameters:
-            name = st.add_tensor(_strip(trace, sig.inputs_to_parameters[node.name]), val, "param", node.name)
-            params.append(name)
+            fqn = _strip(trace, sig.inputs_to_parameters[node.name])
+            owner = st.storage_owner.get(StorageWeakRef(val.untyped_storage()))
+            if owner is not None and st.kind.get(owner) == "param":
+                name = owner  # a tied parameter (GPT's head and embedding): one tensor
+            else:
+                name = st.add_tensor(fqn, val, "param", node.name)
+                params.append(name)
+            st.param_of[fqn] = name
         elif node.name in sig.inputs_to_buffers:
             name = st.add_tensor(_strip(trace, sig.inputs_to_buffers[node.name]), val, "state", node.name)
         elif node.name in user:

@@ -95,7 +95,7 @@ def trace_joint(
     large models); a model with real weights is converted to fake tensors first. The
     model must be in the mode it trains in (`model.train()`).
     """
-    mode = mode or FakeTensorMode()
+    mode = mode or FakeTensorMode(allow_non_fake_inputs=True)
     if not _is_fake(model):
         model = _to_fake(model, mode)
     step = TrainStep(model, loss_fn, num_model_inputs)
