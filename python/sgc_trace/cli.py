@@ -1,0 +1,120 @@
+"""`sgc-trace`: export a model's training step as an sgc graph in one command.
+
+    sgc-trace examples/gpt.py:build --input idx:8,256:i64:50257 --target target:8,256:i64:50257 \\
+        --loss lm_cross_entropy -o gpt.json
+
+MODEL is `path/to/file.py:factory` or `package.module:factory`; the factory is called with
+the `--arg KEY=VALUE` pairs inside a FakeTensorMode, so the weights are never allocated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .api import export, save, summary
+from .convert import UPDATES
+from .trace import InputSpec
+
+DTYPE_NAMES = {
+    "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+    "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+    "u8": torch.uint8, "bool": torch.bool,
+}
+
+
+def lm_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over the last axis of `logits` (language models: [B, T, V] vs [B, T])."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+LOSSES = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss, "lm_cross_entropy": lm_cross_entropy}
+
+
+def parse_input(text: str) -> InputSpec:
+    """`NAME:D0,D1,...[:DTYPE[:HIGH]]`, batch axis 0 (e.g. `x:8,3,224,224`, `y:8:i64:1000`)."""
+    parts = text.split(":")
+    if len(parts) < 2 or not parts[0]:
+        raise argparse.ArgumentTypeError(f"`{text}`: expected NAME:D0,D1,...[:DTYPE[:HIGH]]")
+    try:
+        shape = tuple(int(d) for d in parts[1].split(",") if d)
+        dtype = DTYPE_NAMES[parts[2]] if len(parts) > 2 else torch.float32
+        high = int(parts[3]) if len(parts) > 3 else 2
+    except (ValueError, KeyError) as e:
+        raise argparse.ArgumentTypeError(f"`{text}`: {e}") from None
+    return InputSpec(parts[0], shape, dtype, batch_dim=0 if shape else None, high=high)
+
+
+def load_object(spec: str):
+    """`file.py:name` or `module:name` -> the object."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr:
+        raise SystemExit(f"error: `{spec}`: expected FILE.py:NAME or MODULE:NAME")
+    if where.endswith(".py"):
+        path = Path(where)
+        sys.path.insert(0, str(path.resolve().parent))
+        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SystemExit(f"error: `{where}` has no `{attr}`") from None
+
+
+def parse_kv(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"`{text}`: expected KEY=VALUE")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sgc-trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="FILE.py:FACTORY or MODULE:FACTORY returning an nn.Module")
+    p.add_argument("--arg", type=parse_kv, action="append", default=[], help="KEY=VALUE for the factory")
+    p.add_argument("--input", type=parse_input, action="append", required=True,
+                   help="model input NAME:D0,D1,...[:DTYPE[:HIGH]] (batch axis 0); repeat for several")
+    p.add_argument("--target", type=parse_input, action="append", default=[],
+                   help="loss target, same syntax; passed to the loss after the model output")
+    p.add_argument("--loss", default="cross_entropy",
+                   help=f"{', '.join(LOSSES)} or FILE.py:NAME / MODULE:NAME taking (output, *targets)")
+    p.add_argument("--update", choices=UPDATES, default="none",
+                   help="none: gradients are outputs; sgd: in-place SGD update ops per parameter")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (recorded in attrs)")
+    p.add_argument("--name", help="graph name (default: the factory's name)")
+    p.add_argument("-o", "--output", required=True, help="graph file to write")
+    a = p.parse_args(argv)
+
+    factory = load_object(a.model)
+    kwargs = dict(a.arg)
+    loss = LOSSES.get(a.loss) or load_object(a.loss)
+    start = time.perf_counter()
+    graph = export(lambda: factory(**kwargs), loss, a.input + a.target,
+                   num_model_inputs=len(a.input), name=a.name or a.model.rpartition(":")[2],
+                   update=a.update, lr=a.lr, meta={"factory_args": kwargs} if kwargs else None)
+    seconds = time.perf_counter() - start
+    save(graph, a.output)
+    s = summary(graph)
+    print(f"wrote {a.output}: {s['ops']} ops {s['ops_per_phase']}, {s['tensors']} tensors "
+          f"{s['tensors_per_kind']}, {s['views']} views, {s['param_count']:,} parameters, "
+          f"{s['flops']:.3e} FLOPs; traced in {seconds:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
