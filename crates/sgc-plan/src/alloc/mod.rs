@@ -88,14 +88,14 @@ impl Effort {
         search_work: 0,
         search_max_buffers: 0,
     };
-    /// The default: a search of about a second on a few hundred buffers (release build).
+    /// The default: a search of about two seconds on the hard instances (release build).
     pub const DEFAULT: Effort = Effort {
-        search_work: 40_000_000,
+        search_work: 10_000_000,
         search_max_buffers: 4_000,
     };
     /// Ten times the default search budget.
     pub const THOROUGH: Effort = Effort {
-        search_work: 400_000_000,
+        search_work: 100_000_000,
         search_max_buffers: 20_000,
     };
 }

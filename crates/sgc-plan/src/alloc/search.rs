@@ -25,7 +25,7 @@
 //! robin with doubling work limits, so whichever suits the instance finishes first.
 //!
 //! # Optimisation
-//! [`improve`] first asks for the lower bound, then bisects between the lowest capacity not
+//! [`improve`] first asks for the lower bound (an eighth of the budget), then bisects between the lowest capacity not
 //! yet ruled out and the best arena found, each attempt with a share of the work budget.
 //! The budget counts work (each node costs the number of buffers it orders), never time.
 
@@ -49,13 +49,17 @@ pub(crate) fn improve(
     let (mut best, mut best_arena) = (incumbent.to_vec(), arena);
     let (mut lo, mut work_left) = (inst.lb, effort.search_work);
     let mut improved = false;
+    let mut first = true;
     while best_arena > lo && work_left > 0 {
-        let cap = if lo == inst.lb && !improved && work_left == effort.search_work {
-            lo
+        // The bound itself first, on a small share (a success proves optimality), then
+        // bisection, each attempt on half of what is left.
+        let (cap, budget) = if first {
+            (lo, work_left / 8)
         } else {
-            lo + (best_arena - lo) / 2
+            (lo + (best_arena - lo) / 2, work_left / 2)
         };
-        let budget = (work_left / 2).max(1);
+        first = false;
+        let budget = budget.max(1);
         let (outcome, used) = solver.solve(cap, budget);
         work_left = work_left.saturating_sub(used);
         match outcome {
