@@ -6,7 +6,7 @@
 //! heuristic, then the branch and bound from the best of them. Every placement is checked
 //! with `validate` before its row is printed.
 
-use sgc::plan::alloc::{self, csv, AllocOptions, Algorithm, Buffer, Effort};
+use sgc::plan::alloc::{self, csv, Algorithm, AllocOptions, Buffer, Effort};
 use std::path::PathBuf;
 use std::time::Instant;
 

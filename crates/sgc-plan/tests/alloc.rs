@@ -9,7 +9,9 @@ use sgc_plan::alloc::{
 use std::path::PathBuf;
 
 fn dsa(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/dsa").join(file)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/dsa")
+        .join(file)
 }
 
 const FILES: [&str; 6] = [
@@ -55,14 +57,7 @@ fn every_dsa_instance_allocates_validly_and_never_below_the_bound() {
 
 #[test]
 fn dsa_lower_bounds_match_the_readme() {
-    let want = [
-        12,
-        1048576,
-        1039360,
-        1048576,
-        1515472556,
-        758936113,
-    ];
+    let want = [12, 1048576, 1039360, 1048576, 1515472556, 758936113];
     for (file, want) in FILES.iter().zip(want) {
         let buffers = csv::buffers(&csv::read(dsa(file)).unwrap());
         assert_eq!(lower_bound(&buffers, 1), want, "{file}");
@@ -106,13 +101,19 @@ fn validate_reports_overlaps_misalignment_and_a_small_arena() {
         trials: Vec::new(),
     };
     let v = validate(&buffers, &bad, 2).unwrap_err();
-    assert!(v.contains(&AllocViolation::Overlap { a: 0, b: 1, step: 2 }));
+    assert!(v.contains(&AllocViolation::Overlap {
+        a: 0,
+        b: 1,
+        step: 2
+    }));
     assert!(v.contains(&AllocViolation::OutsideArena {
         buffer: 1,
         end: 12,
         arena: 10
     }));
-    assert!(!v.iter().any(|x| matches!(x, AllocViolation::Overlap { b: 2, .. })));
+    assert!(!v
+        .iter()
+        .any(|x| matches!(x, AllocViolation::Overlap { b: 2, .. })));
     let v = validate(&buffers, &bad, 4).unwrap_err();
     assert!(v.contains(&AllocViolation::Misaligned {
         buffer: 2,
@@ -138,7 +139,14 @@ fn in_place_pairs_share_an_address_only_when_given() {
     assert_eq!(p.offsets[0], p.offsets[1]);
     assert_eq!(p.arena, 12, "shared: below the no-sharing bound of 20");
     let v = validate(&buffers, &p, 1).unwrap_err();
-    assert_eq!(v, vec![AllocViolation::Overlap { a: 0, b: 1, step: 1 }]);
+    assert_eq!(
+        v,
+        vec![AllocViolation::Overlap {
+            a: 0,
+            b: 1,
+            step: 1
+        }]
+    );
 }
 
 #[test]

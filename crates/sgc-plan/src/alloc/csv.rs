@@ -148,7 +148,10 @@ pub fn write(rows: &[Row], offsets: &[u64]) -> String {
     let mut out = String::from("id,lower,upper,size,offset\n");
     for (r, o) in rows.iter().zip(offsets) {
         let b = r.buffer;
-        out.push_str(&format!("{},{},{},{},{o}\n", r.id, b.lower, b.upper, b.size));
+        out.push_str(&format!(
+            "{},{},{},{},{o}\n",
+            r.id, b.lower, b.upper, b.size
+        ));
     }
     out
 }
@@ -187,7 +190,10 @@ mod tests {
                 "id,lower,upper,size\na,0,1,99999999999999999999\n",
                 "line 2: `size`",
             ),
-            ("id,lower,upper,size\na,5,5,4\n", "line 2: buffer `a` has lower 5"),
+            (
+                "id,lower,upper,size\na,5,5,4\n",
+                "line 2: buffer `a` has lower 5",
+            ),
             (
                 "id,lower,upper,size\na,0,1,4\n\na,1,2,4\n",
                 "line 4: id `a` was already used on line 2",
@@ -196,7 +202,10 @@ mod tests {
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err().to_string();
-            assert!(err.starts_with(want), "{text:?}: got {err:?}, want {want:?}");
+            assert!(
+                err.starts_with(want),
+                "{text:?}: got {err:?}, want {want:?}"
+            );
         }
         assert!(matches!(parse("\n\n"), Err(CsvError::Empty)));
     }

@@ -45,7 +45,16 @@ pub(crate) fn place_in_order(inst: &Instance, order: &[usize]) -> Vec<u64> {
         let at = placed.partition_point(|p| p.off < off);
         let id = i as u32;
         let end = off + w;
-        placed.insert(at, Placed { off, end, lower, upper, id });
+        placed.insert(
+            at,
+            Placed {
+                off,
+                end,
+                lower,
+                upper,
+                id,
+            },
+        );
     }
     offsets
 }
@@ -60,9 +69,10 @@ fn in_place_offset(inst: &Instance, offsets: &[u64], placed: &[Placed], i: usize
             return None;
         }
         let end = at + inst.w[i];
-        let clash = placed.iter().take_while(|q| q.off < end).any(|q| {
-            q.id != p && q.end > at && q.lower < upper && lower < q.upper
-        });
+        let clash = placed
+            .iter()
+            .take_while(|q| q.off < end)
+            .any(|q| q.id != p && q.end > at && q.lower < upper && lower < q.upper);
         (!clash).then_some(at)
     })
 }

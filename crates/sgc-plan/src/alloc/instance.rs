@@ -1,7 +1,7 @@
 //! The checked, normalised form every algorithm works on: sizes in units of the
 //! alignment, the time-overlap lists, and the in-place partners.
 
-use super::{AllocError, Algorithm, Buffer, InPlace, Placement, Trial};
+use super::{Algorithm, AllocError, Buffer, InPlace, Placement, Trial};
 
 pub(crate) struct Instance {
     pub align: u64,

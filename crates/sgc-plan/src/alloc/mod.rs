@@ -185,7 +185,11 @@ pub enum AllocError {
     #[error("alignment must be at least 1")]
     ZeroAlign,
     #[error("buffer {buffer}: empty lifetime [{lower}, {upper}): lower must be below upper")]
-    EmptyLifetime { buffer: usize, lower: u64, upper: u64 },
+    EmptyLifetime {
+        buffer: usize,
+        lower: u64,
+        upper: u64,
+    },
     #[error("the padded sizes sum past u64::MAX bytes: sizes or alignment are wrong")]
     Overflow,
     #[error("in-place pair (output {output}, input {input}) names a buffer out of range ({buffers} buffers)")]

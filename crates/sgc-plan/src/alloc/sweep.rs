@@ -155,9 +155,9 @@ impl MaxTree {
             return self.max[node];
         }
         let mid = (lo + hi) / 2;
-        let below = self
-            .query(2 * node, lo, mid, a, b)
-            .max(self.query(2 * node + 1, mid, hi, a, b));
+        let below =
+            self.query(2 * node, lo, mid, a, b)
+                .max(self.query(2 * node + 1, mid, hi, a, b));
         below.max(self.tag[node])
     }
 

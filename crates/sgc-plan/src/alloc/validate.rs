@@ -41,7 +41,10 @@ impl fmt::Display for AllocViolation {
                 "buffer {buffer}: offset {offset} is not a multiple of {align}"
             ),
             AllocViolation::OutsideArena { buffer, end, arena } => {
-                write!(f, "buffer {buffer} ends at {end}, past the arena of {arena}")
+                write!(
+                    f,
+                    "buffer {buffer} ends at {end}, past the arena of {arena}"
+                )
             }
         }
     }
