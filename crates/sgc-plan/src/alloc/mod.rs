@@ -34,8 +34,8 @@
 //!
 //! # In-place reuse
 //! [`InPlace`] pairs name an output buffer that may take exactly its input's address: legal
-//! only when the input's last step is the output's first step (`input.upper == output.lower
-//! + 1` in half-open terms: they share the one step of the op). The greedy path tries the
+//! only when the input's last step is the output's first step (in half-open terms
+//! `input.upper == output.lower + 1`: they share the one step of the op). The greedy path tries the
 //! partner's offset first; [`validate`] accepts an address overlap between two buffers only
 //! when they form a given, eligible pair and have the same offset.
 //!

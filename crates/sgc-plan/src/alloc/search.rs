@@ -392,8 +392,8 @@ fn partitions(span: &[(usize, usize)], sections: usize) -> Vec<Partition> {
     let mut parts: Vec<Partition> = Vec::new();
     let mut start = 0;
     let mut running = 0i64;
-    for k in 1..=sections {
-        running += crossing[k];
+    for (k, &delta) in crossing.iter().enumerate().skip(1) {
+        running += delta;
         if k == sections || running == 0 {
             parts.push(Partition {
                 sections: start..k,
@@ -424,7 +424,8 @@ fn preorders(inst: &Instance, span: &[(usize, usize)], total: &[u64]) -> Vec<Vec
         (t, c, area)
     };
     let features: Vec<(u64, u64, u128)> = (0..n).map(feature).collect();
-    let keys: [fn(&(u64, u64, u128)) -> (u128, u128, u128); 3] = [
+    type Key = fn(&(u64, u64, u128)) -> (u128, u128, u128);
+    let keys: [Key; 3] = [
         |f| (f.0 as u128, f.1 as u128, f.2),
         |f| (f.1 as u128, f.2, f.0 as u128),
         |f| (f.0 as u128, f.2, f.1 as u128),
