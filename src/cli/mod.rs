@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod alloc;
 mod inspect;
 mod zoo;
 
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write the model zoo's graph files.
     Zoo(zoo::Args),
+    /// Assign arena offsets to a minimalloc-format CSV of buffers (id,lower,upper,size).
+    Alloc(alloc::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -33,6 +36,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Zoo(a) => zoo::run(a),
+        Command::Alloc(a) => alloc::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

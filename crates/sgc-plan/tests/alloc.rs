@@ -1,0 +1,251 @@
+//! Static memory sharing: the minimalloc / SOMAS instances, malformed CSV, in-place pairs,
+//! random instances (proptest) and determinism. Every placement goes through `validate`.
+
+use proptest::prelude::*;
+use sgc_plan::alloc::{
+    allocate, csv, lower_bound, validate, validate_in_place, AllocError, AllocOptions,
+    AllocViolation, Buffer, Effort, InPlace, Placement,
+};
+use std::path::PathBuf;
+
+fn dsa(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/dsa")
+        .join(file)
+}
+
+const FILES: [&str; 6] = [
+    "input.12.csv",
+    "A.1048576.csv",
+    "C.1048576.csv",
+    "E.1048576.csv",
+    "somas_resnet50.csv",
+    "somas_tiny_bert.csv",
+];
+
+/// A small search budget: debug builds are slow, and the point here is validity.
+fn small(align: u64) -> AllocOptions {
+    AllocOptions {
+        align,
+        effort: Effort {
+            search_work: 200_000,
+            search_max_buffers: 400,
+        },
+        in_place: Vec::new(),
+    }
+}
+
+fn b(lower: u64, upper: u64, size: u64) -> Buffer {
+    Buffer { lower, upper, size }
+}
+
+#[test]
+fn every_dsa_instance_allocates_validly_and_never_below_the_bound() {
+    for file in FILES {
+        let rows = csv::read(dsa(file)).unwrap();
+        let buffers = csv::buffers(&rows);
+        for align in [1, 256] {
+            let p = allocate(&buffers, &small(align)).unwrap();
+            validate(&buffers, &p, align).unwrap_or_else(|v| panic!("{file}: {:?}", &v[..1]));
+            assert_eq!(p.lower_bound, lower_bound(&buffers, align), "{file}");
+            assert!(p.arena >= p.lower_bound, "{file}: {} < bound", p.arena);
+            let best_trial = p.trials.iter().map(|t| t.arena).min().unwrap();
+            assert_eq!(p.arena, best_trial, "{file}: the best trial is kept");
+        }
+    }
+}
+
+#[test]
+fn dsa_lower_bounds_match_the_readme() {
+    let want = [12, 1048576, 1039360, 1048576, 1515472556, 758936113];
+    for (file, want) in FILES.iter().zip(want) {
+        let buffers = csv::buffers(&csv::read(dsa(file)).unwrap());
+        assert_eq!(lower_bound(&buffers, 1), want, "{file}");
+    }
+}
+
+#[test]
+fn input_12_reaches_12() {
+    let buffers = csv::buffers(&csv::read(dsa("input.12.csv")).unwrap());
+    let p = allocate(&buffers, &AllocOptions::default()).unwrap();
+    validate(&buffers, &p, 1).unwrap();
+    assert_eq!(p.arena, 12);
+}
+
+#[test]
+fn the_same_input_gives_the_same_placement() {
+    let buffers = csv::buffers(&csv::read(dsa("C.1048576.csv")).unwrap());
+    let a = allocate(&buffers, &small(1)).unwrap();
+    let b = allocate(&buffers, &small(1)).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn alignment_pads_sizes_and_aligns_offsets() {
+    let buffers = [b(0, 2, 1), b(1, 3, 300), b(0, 3, 0)];
+    let p = allocate(&buffers, &small(256)).unwrap();
+    validate(&buffers, &p, 256).unwrap();
+    assert_eq!(lower_bound(&buffers, 256), 256 + 512);
+    assert_eq!(p.arena, 768);
+    assert!(p.offsets.iter().all(|o| o % 256 == 0));
+}
+
+#[test]
+fn validate_reports_overlaps_misalignment_and_a_small_arena() {
+    let buffers = [b(0, 4, 8), b(2, 6, 8), b(6, 8, 8)];
+    let bad = Placement {
+        offsets: vec![0, 4, 2],
+        arena: 10,
+        lower_bound: 16,
+        algorithm: "hand".into(),
+        trials: Vec::new(),
+    };
+    let v = validate(&buffers, &bad, 2).unwrap_err();
+    assert!(v.contains(&AllocViolation::Overlap {
+        a: 0,
+        b: 1,
+        step: 2
+    }));
+    assert!(v.contains(&AllocViolation::OutsideArena {
+        buffer: 1,
+        end: 12,
+        arena: 10
+    }));
+    assert!(!v
+        .iter()
+        .any(|x| matches!(x, AllocViolation::Overlap { b: 2, .. })));
+    let v = validate(&buffers, &bad, 4).unwrap_err();
+    assert!(v.contains(&AllocViolation::Misaligned {
+        buffer: 2,
+        offset: 2,
+        align: 4
+    }));
+}
+
+#[test]
+fn in_place_pairs_share_an_address_only_when_given() {
+    // a dies at step 1, where b is born: b may take a's address.
+    let buffers = [b(0, 2, 8), b(1, 3, 8), b(0, 3, 4)];
+    let pair = InPlace {
+        output: 1,
+        input: 0,
+    };
+    let options = AllocOptions {
+        in_place: vec![pair],
+        ..small(1)
+    };
+    let p = allocate(&buffers, &options).unwrap();
+    validate_in_place(&buffers, &p, 1, &[pair]).unwrap();
+    assert_eq!(p.offsets[0], p.offsets[1]);
+    assert_eq!(p.arena, 12, "shared: below the no-sharing bound of 20");
+    let v = validate(&buffers, &p, 1).unwrap_err();
+    assert_eq!(
+        v,
+        vec![AllocViolation::Overlap {
+            a: 0,
+            b: 1,
+            step: 1
+        }]
+    );
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let err = allocate(&[b(3, 3, 1)], &small(1)).unwrap_err();
+    assert_eq!(
+        err,
+        AllocError::EmptyLifetime {
+            buffer: 0,
+            lower: 3,
+            upper: 3
+        }
+    );
+    assert_eq!(allocate(&[], &small(0)).unwrap_err(), AllocError::ZeroAlign);
+    let far = AllocOptions {
+        in_place: vec![InPlace {
+            output: 0,
+            input: 1,
+        }],
+        ..small(1)
+    };
+    let err = allocate(&[b(0, 2, 1), b(0, 5, 1)], &far).unwrap_err();
+    assert!(matches!(err, AllocError::InPlaceLifetimes { .. }), "{err}");
+    assert_eq!(
+        allocate(&[b(0, 1, u64::MAX), b(0, 1, 1)], &small(1)).unwrap_err(),
+        AllocError::Overflow
+    );
+    assert!(allocate(&[], &small(1)).unwrap().offsets.is_empty());
+}
+
+fn buffers_strategy() -> impl Strategy<Value = Vec<Buffer>> {
+    prop::collection::vec((0u64..20, 1u64..8, 0u64..50), 0..14).prop_map(|v| {
+        v.into_iter()
+            .map(|(lower, len, size)| b(lower, lower + len, size))
+            .collect()
+    })
+}
+
+/// The optimum of a tiny instance: every pushed-down placement, listed by offset, puts each
+/// buffer at the highest end among its placed time-overlapping buffers; try every order.
+fn brute_force_arena(buffers: &[Buffer]) -> u64 {
+    fn go(buffers: &[Buffer], offsets: &mut Vec<Option<u64>>, best: &mut u64) {
+        let arena = (0..buffers.len())
+            .filter_map(|i| offsets[i].map(|o| o + buffers[i].size))
+            .max()
+            .unwrap_or(0);
+        if arena >= *best {
+            return;
+        }
+        if offsets.iter().all(Option::is_some) {
+            *best = arena;
+            return;
+        }
+        for i in 0..buffers.len() {
+            if offsets[i].is_some() {
+                continue;
+            }
+            let bi = buffers[i];
+            let at = (0..buffers.len())
+                .filter_map(|j| offsets[j].map(|o| (j, o)))
+                .filter(|&(j, _)| buffers[j].lower < bi.upper && bi.lower < buffers[j].upper)
+                .map(|(j, o)| o + buffers[j].size)
+                .max()
+                .unwrap_or(0);
+            offsets[i] = Some(at);
+            go(buffers, offsets, best);
+            offsets[i] = None;
+        }
+    }
+    let mut best = u64::MAX;
+    go(buffers, &mut vec![None; buffers.len()], &mut best);
+    best
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_instances_place_validly(buffers in buffers_strategy(), align in prop::sample::select(vec![1u64, 3, 8])) {
+        let p = allocate(&buffers, &small(align)).unwrap();
+        prop_assert!(validate(&buffers, &p, align).is_ok(), "{:?}", validate(&buffers, &p, align));
+        prop_assert!(p.arena >= lower_bound(&buffers, align));
+        prop_assert!(p.offsets.iter().all(|o| o % align == 0));
+        prop_assert_eq!(p.arena % align, 0);
+    }
+
+    /// With budget to spare, the branch and bound is exact on tiny instances: it finds the
+    /// optimum, so its pruning rules never cut the best placement off.
+    #[test]
+    fn search_reaches_the_optimum_of_tiny_instances(
+        v in prop::collection::vec((0u64..8, 1u64..5, 1u64..20), 1..7)
+    ) {
+        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
+        let options = AllocOptions {
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100 },
+            ..small(1)
+        };
+        let p = allocate(&buffers, &options).unwrap();
+        prop_assert!(validate(&buffers, &p, 1).is_ok());
+        prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+    }
+}

@@ -1,0 +1,125 @@
+//! `sgc alloc FILE.csv`: static offsets for a minimalloc-format buffer list, reported
+//! against the lower bound; the placement is validated before anything is written.
+
+use super::CliResult;
+use serde::Serialize;
+use sgc::plan::alloc::{self, csv, AllocOptions, Effort, Trial};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A CSV file with the header `id,lower,upper,size` (lifetimes [lower, upper)).
+    file: PathBuf,
+    /// Write the rows with an `offset` column to this file.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Offsets are multiples of this many bytes; sizes are padded to it.
+    #[arg(long, default_value_t = 1)]
+    align: u64,
+    /// How hard to search: fast (heuristics only), default or thorough.
+    #[arg(long, default_value = "default")]
+    effort: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    file: String,
+    buffers: usize,
+    align: u64,
+    arena: u64,
+    lower_bound: u64,
+    arena_over_lower_bound: f64,
+    algorithm: String,
+    trials: Vec<Trial>,
+    seconds: f64,
+    output: Option<String>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let effort = match args.effort.as_str() {
+        "fast" => Effort::FAST,
+        "default" => Effort::DEFAULT,
+        "thorough" => Effort::THOROUGH,
+        other => {
+            return Err(format!("unknown effort {other:?}: use fast, default or thorough").into())
+        }
+    };
+    let rows = csv::read(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let buffers = csv::buffers(&rows);
+    let options = AllocOptions {
+        align: args.align,
+        effort,
+        in_place: Vec::new(),
+    };
+    let start = Instant::now();
+    let placement = alloc::allocate(&buffers, &options)?;
+    let seconds = start.elapsed().as_secs_f64();
+    if let Err(violations) = alloc::validate(&buffers, &placement, args.align) {
+        let shown: Vec<String> = violations
+            .iter()
+            .take(20)
+            .map(|v| format!("  {v}"))
+            .collect();
+        return Err(format!(
+            "bug: the allocator produced an invalid placement ({} violations; please report):\n{}",
+            violations.len(),
+            shown.join("\n")
+        )
+        .into());
+    }
+    if let Some(out) = &args.output {
+        std::fs::write(out, csv::write(&rows, &placement.offsets))
+            .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    }
+    let report = Report {
+        file: args.file.display().to_string(),
+        buffers: buffers.len(),
+        align: args.align,
+        arena: placement.arena,
+        lower_bound: placement.lower_bound,
+        arena_over_lower_bound: ratio(placement.arena, placement.lower_bound),
+        algorithm: placement.algorithm.clone(),
+        trials: placement.trials.clone(),
+        seconds,
+        output: args.output.map(|p| p.display().to_string()),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+fn ratio(arena: u64, bound: u64) -> f64 {
+    if bound == 0 {
+        1.0
+    } else {
+        arena as f64 / bound as f64
+    }
+}
+
+fn render(r: &Report) -> String {
+    let mut s = format!("{}: {} buffers, align {}\n", r.file, r.buffers, r.align);
+    s += &format!(
+        "arena        {} bytes ({:.4}x the lower bound), by {} in {:.3} s\n",
+        r.arena, r.arena_over_lower_bound, r.algorithm, r.seconds
+    );
+    s += &format!("lower bound  {} bytes\n", r.lower_bound);
+    for t in &r.trials {
+        s += &format!(
+            "  {:<16} {} ({:.4}x)\n",
+            t.algorithm,
+            t.arena,
+            ratio(t.arena, r.lower_bound)
+        );
+    }
+    if let Some(out) = &r.output {
+        s += &format!("wrote {out}\n");
+    }
+    s
+}
