@@ -277,9 +277,9 @@ impl<'g> Tracker<'g> {
         for &t in g.outputs() {
             kept[g.storage_root(t).index()] = true;
         }
-        for r in 0..self.open.len() {
+        for (r, &keep) in kept.iter().enumerate() {
             if let Some((start, last)) = self.open[r].take() {
-                let last = if kept[r] { end } else { last };
+                let last = if keep { end } else { last };
                 if num_steps > 0 {
                     self.close(TensorId::new(r), start, last);
                 }

@@ -811,11 +811,13 @@ fn mutate_at(rng: &mut SplitMix64, v: &mut Value, depth: usize) {
 }
 
 fn random_value(rng: &mut SplitMix64) -> Value {
-    let number = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
+    fn number(s: &str) -> Value {
+        serde_json::from_str(s).unwrap_or(Value::Null)
+    }
     match rng.below(10) {
         0 => Value::Null,
         1 => Value::Bool(rng.chance(0.5)),
-        2 => number(*rng.pick(&["-1", "1e999", "18446744073709551616", "0.5", "-0"])),
+        2 => number(rng.pick::<&str>(&["-1", "1e999", "18446744073709551616", "0.5", "-0"])),
         3 => Value::from(rng.below(10)),
         4 => Value::from(*rng.pick(&["x", "w", "h", "loss", "dy", "fc", "activation"])),
         5 => Value::from(*rng.pick(&["param", "input", "bf16", "forward", "sgc-graph"])),
