@@ -192,6 +192,16 @@ fn execution_order(v: &Value, mut keys: Vec<(KeyOrd, String)>) -> Result<Vec<Str
                 ),
             ));
         }
+        if let Some(unknown) = order
+            .iter()
+            .find(|k| !keys.iter().any(|(_, key)| key == *k))
+        {
+            return Err(wrong(
+                "graph",
+                "graph.order",
+                &format!("a list of the node ids (`{unknown}` is not a node)"),
+            ));
+        }
         return Ok(order);
     }
     keys.sort();
