@@ -1,0 +1,90 @@
+//! `sgc inspect`: the figures it prints for the Checkmate graphs equal the README of
+//! `../shared/data/checkmate`, and a bad file is one readable error with a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn inspect(args: &[&str], file: &PathBuf) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .arg("inspect")
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
+fn checkmate(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/checkmate")
+        .join(file)
+}
+
+/// Rounds to 4 significant digits, the precision of the README's table.
+fn sig4(x: f64) -> f64 {
+    let e = x.log10().floor() as i32 - 3;
+    (x / 10f64.powi(e)).round() * 10f64.powi(e)
+}
+
+#[test]
+fn checkmate_peaks_and_bounds_equal_the_readme() {
+    // (file, ops, peak in given order, per-op lower bound, peak / bound) from the README.
+    let table = [
+        ("vgg16_b256_train.json", 45, 1.583e10, 1.315e10, 1.20),
+        ("mobilenet_b512_train.json", 185, 3.470e10, 6.636e9, 5.23),
+        ("random_layered_n100.json", 100, 46320.0, 20020.0, 2.31),
+        ("random_layered_n250.json", 250, 146800.0, 87600.0, 1.68),
+    ];
+    for (file, ops, peak, bound, ratio) in table {
+        let out = inspect(&["--json"], &checkmate(file));
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["ops"], ops, "{file}");
+        let p = r["unplanned_peak_bytes"].as_f64().unwrap();
+        let lb = r["lower_bound_bytes"].as_f64().unwrap();
+        assert_eq!(sig4(p), peak, "{file}: peak {p}");
+        assert_eq!(sig4(lb), bound, "{file}: bound {lb}");
+        let got = r["peak_over_lower_bound"].as_f64().unwrap();
+        assert!((got - ratio).abs() < 0.005, "{file}: ratio {got}");
+    }
+}
+
+#[test]
+fn text_report_shows_exact_bytes_and_the_bound() {
+    let out = inspect(&[], &checkmate("vgg16_b256_train.json"));
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("(15825108992 B)"), "{text}");
+    assert!(text.contains("per-op lower bound"), "{text}");
+    assert!(text.contains("GiB"), "{text}");
+    assert!(text.contains("largest tensors"), "{text}");
+}
+
+#[test]
+fn a_bad_file_is_one_message_naming_file_and_tensor() {
+    let dir = std::env::temp_dir().join(format!("sgc-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"format": "sgc-graph", "version": 1,
+            "tensors": [{"name": "x", "dtype": "f33", "shape": [1]}],
+            "ops": [], "outputs": []}"#,
+    )
+    .unwrap();
+    let out = inspect(&[], &bad);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.json") && err.contains("tensor `x`") && err.contains("f33"),
+        "{err}"
+    );
+
+    std::fs::write(&bad, "{\n  \"format\": \"sgc-graph\",,\n}").unwrap();
+    let err = String::from_utf8(inspect(&[], &bad).stderr).unwrap();
+    assert!(err.contains("line 2, column 25"), "{err}");
+}
