@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch.
 
 mod inspect;
+mod plan;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Summarise a graph file (or a Checkmate node-link file): ops, tensors, memory, cost.
     Inspect(inspect::Args),
+    /// Plan checkpointing for a graph: a schedule that cuts peak memory for a reported recompute cost.
+    Plan(plan::Args),
     /// Write the model zoo's graph files.
     Zoo(zoo::Args),
 }
@@ -32,6 +35,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Zoo(a) => zoo::run(a),
     };
     match result {

@@ -199,8 +199,8 @@ pub struct Plan {
     pub graph: GraphRef,
     pub options: PlanOptions,
     pub steps: Vec<Step>,
-    /// Stored activations that recomputation starts from: storage roots read by a
-    /// recomputed step and never recomputed themselves.
+    /// Stored activations that recomputation starts from: storage roots that a recomputed
+    /// step reads from their original copy.
     pub checkpoints: Vec<TensorId>,
     pub lifetimes: Vec<Lifetime>,
     pub summary: Summary,
@@ -294,27 +294,26 @@ impl Plan {
     }
 }
 
-/// Activation roots read by a recomputed step and never recomputed themselves.
+/// Activation roots that a recomputed step reads from their original (stored) copy.
 fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
-    let mut read = vec![false; graph.num_tensors()];
-    let mut recomputed = vec![false; graph.num_tensors()];
-    for &(op, rec) in schedule.iter().filter(|s| s.1) {
-        debug_assert!(rec);
-        for &t in &graph.op(op).inputs {
-            read[graph.storage_root(t).index()] = true;
+    let mut from_recompute = vec![false; graph.num_tensors()];
+    let mut anchor = vec![false; graph.num_tensors()];
+    for &(op, rec) in schedule {
+        if rec {
+            for &t in &graph.op(op).inputs {
+                let r = graph.storage_root(t);
+                if !from_recompute[r.index()] && graph.tensor(r).kind == TensorKind::Activation {
+                    anchor[r.index()] = true;
+                }
+            }
         }
         for &t in &graph.op(op).outputs {
-            recomputed[graph.storage_root(t).index()] = true;
+            if graph.storage_root(t) == t {
+                from_recompute[t.index()] = rec;
+            }
         }
     }
-    graph
-        .tensor_ids()
-        .filter(|&t| {
-            read[t.index()]
-                && !recomputed[t.index()]
-                && graph.tensor(t).kind == TensorKind::Activation
-        })
-        .collect()
+    graph.tensor_ids().filter(|t| anchor[t.index()]).collect()
 }
 
 fn summarize(
