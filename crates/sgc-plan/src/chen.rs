@@ -9,7 +9,12 @@ use crate::evaluate::Genome;
 
 /// The split points of Chen's sqrt(n) rule.
 pub(crate) fn genome(ctx: &Context<'_>) -> Genome {
+    scaled(ctx, 1.0)
+}
+
+/// Chen's rule with segments of `scale * sqrt(n)` forward ops (seeds for the search).
+pub(crate) fn scaled(ctx: &Context<'_>, scale: f64) -> Genome {
     let fwd = ctx.forward_ops();
-    let k = (fwd.len() as f64).sqrt().ceil().max(1.0) as usize;
+    let k = (scale * (fwd.len() as f64).sqrt()).ceil().max(1.0) as usize;
     Genome::from_splits(fwd.iter().skip(k - 1).step_by(k).copied().collect())
 }

@@ -7,12 +7,14 @@
 //! 2. **Threshold search.** The baseline is one block (no recomputation, peak P); then
 //!    thresholds P/2, P/4, ... down to 1 KiB; then `thresh_tries` evenly spaced thresholds
 //!    i*P/(N+1); then `thresh_tries` over [best/2, 2*best] around the best threshold. Chen's
-//!    sqrt(n) split set joins the population too, so the search starts at least as good as
-//!    that baseline.
+//!    sqrt(n) split set (and its variants with segments 1/4, 1/2, 2 and 4 times as long)
+//!    joins the population too, so the search starts at least as good as that baseline.
 //! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations.
-//! 4. **Memory for speed.** With `lb_memory` (or a budget), recomputed ops are turned back
-//!    into checkpoints, the most expensive first, each kept only while the peak stays at or
-//!    under the bound and the recompute cost does not rise.
+//! 4. **Memory for speed.** Recomputed ops are turned back into checkpoints, the most
+//!    expensive first, each kept only while the peak stays at or under the bound and the
+//!    recompute cost does not rise. The bound is `lb_memory` or the budget (the smaller if
+//!    both); without either it is the best peak itself, so the plan's recompute cost drops
+//!    at no memory cost.
 
 use crate::context::Context;
 use crate::evaluate::{recomputed_roots_by_cost, schedule, Fitness, Genome};
@@ -47,11 +49,17 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .collect();
         add_thresholds(ev, &mut pop, &around);
     }
-    let f = ev.eval(&chen);
-    pop.push(Member {
-        genome: chen,
-        fitness: f,
-    });
+    let seeds: Vec<Genome> = [chen]
+        .into_iter()
+        .chain([0.25, 0.5, 2.0, 4.0].map(|k| crate::chen::scaled(ctx, k)))
+        .collect();
+    let fits = ev.eval_batch(&seeds);
+    pop.extend(
+        seeds
+            .into_iter()
+            .zip(fits)
+            .map(|(genome, fitness)| Member { genome, fitness }),
+    );
     dedup(&mut pop);
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
@@ -61,11 +69,12 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         (Some(b), Some(l)) => Some(b.min(l)),
         (b, l) => b.or(l),
     };
-    match bound {
-        Some(bound) if best.fitness.feasible && best.fitness.peak <= bound => {
-            relax(ev, best.genome, best.fitness, bound)
-        }
-        _ => (best.genome, best.fitness),
+    // Without a bound, trade nothing: only keep what the best peak already affords.
+    let bound = bound.unwrap_or(best.fitness.peak);
+    if best.fitness.feasible && best.fitness.peak <= bound {
+        relax(ev, best.genome, best.fitness, bound)
+    } else {
+        (best.genome, best.fitness)
     }
 }
 
