@@ -2,8 +2,25 @@
 //!
 //! `sgc zoo --out graphs/` writes each model as `graphs/<name>.json`; the repository
 //! checks the files in and a test fails when they differ from what this module builds.
+//!
+//! Every model is the full step (forward, backward, SGD update) at a fixed batch size,
+//! in f32. Parameter counts match the published ones: ResNet-50 25,557,032, VGG-16
+//! 138,357,544, GPT-2 small 124,439,808. Modelling choices that differ from the reference
+//! implementations without changing the parameter count or the memory picture much:
+//! no dropout; batch norm without running statistics; GPT-2's fused `c_attn` projection
+//! is three linears (q, k, v) and position ids are an input; VGG-16 has no adaptive
+//! average pool (the identity at 224x224). `meta` records the batch size, the model and
+//! the source; data inputs carry `batch_dim`.
 
+mod cnn;
+mod layers;
+mod mlp;
+mod transformer;
+mod unet;
+
+use crate::train::TrainError;
 use crate::Graph;
+use serde_json::{json, Map, Value};
 
 /// One zoo model.
 pub struct ZooModel {
@@ -17,5 +34,63 @@ pub struct ZooModel {
 
 /// Every zoo model, in a fixed order.
 pub fn models() -> Vec<ZooModel> {
-    Vec::new()
+    vec![
+        ZooModel {
+            name: "tiny_mlp",
+            description: "MLP 8-16-16-4, batch 4 (runs on a CPU in milliseconds)",
+            build: || built(mlp::tiny_mlp()),
+        },
+        ZooModel {
+            name: "tiny_cnn",
+            description: "2 convs with batch norm, max pool, global average pool, linear; batch 2, 3x8x8",
+            build: || built(cnn::tiny_cnn()),
+        },
+        ZooModel {
+            name: "tiny_transformer",
+            description: "GPT-style decoder: 2 layers, 2 heads, d=16, seq 8, vocab 32, batch 2",
+            build: || built(transformer::tiny_transformer()),
+        },
+        ZooModel {
+            name: "mlp",
+            description: "MLP 784-1024-1024-10 with ReLU, batch 64",
+            build: || built(mlp::mlp()),
+        },
+        ZooModel {
+            name: "chain1000",
+            description: "1,000 linear+ReLU layers of width 256 (no bias), batch 128: planner scaling",
+            build: || built(mlp::chain1000()),
+        },
+        ZooModel {
+            name: "vgg16",
+            description: "VGG-16 (138.4M params), batch 64, 3x224x224, no dropout",
+            build: || built(cnn::vgg16()),
+        },
+        ZooModel {
+            name: "resnet50",
+            description: "ResNet-50 v1.5 (25.6M params), batch 64, 3x224x224",
+            build: || built(cnn::resnet50()),
+        },
+        ZooModel {
+            name: "unet",
+            description: "U-Net, 4 levels, base 64 channels, batch 8, 3x256x256 -> 2 classes",
+            build: || built(unet::unet()),
+        },
+        ZooModel {
+            name: "gpt2",
+            description: "GPT-2 small (124.4M params), 12 layers, d=768, seq 1024, batch 8",
+            build: || built(transformer::gpt2()),
+        },
+    ]
+}
+
+/// Zoo models are fixed programs: a build error is a bug in this module, caught by the
+/// zoo tests, so it stops with the builder's message.
+fn built(result: Result<Graph, TrainError>) -> Graph {
+    result.unwrap_or_else(|e| panic!("zoo model is malformed: {e}"))
+}
+
+/// The `meta` object of a zoo graph.
+fn meta(model: &str, batch_size: u64) -> Map<String, Value> {
+    let v = json!({ "batch_size": batch_size, "source": "sgc zoo", "model": model });
+    v.as_object().cloned().unwrap_or_default()
 }
