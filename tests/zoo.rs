@@ -7,7 +7,12 @@ use std::sync::OnceLock;
 /// Every zoo model, built once for all tests of this file.
 fn built() -> &'static [(&'static str, Graph)] {
     static MODELS: OnceLock<Vec<(&'static str, Graph)>> = OnceLock::new();
-    MODELS.get_or_init(|| zoo::models().iter().map(|m| (m.name, (m.build)())).collect())
+    MODELS.get_or_init(|| {
+        zoo::models()
+            .iter()
+            .map(|m| (m.name, (m.build)()))
+            .collect()
+    })
 }
 
 fn graphs_dir() -> PathBuf {
@@ -36,7 +41,10 @@ fn checked_in_files_equal_what_the_zoo_builds() {
         let file = entry.expect("readable entry").file_name();
         let file = file.to_string_lossy();
         let stem = file.strip_suffix(".json").unwrap_or(&file);
-        assert!(names.contains(&stem), "graphs/{file} is not a zoo model; {STALE}");
+        assert!(
+            names.contains(&stem),
+            "graphs/{file} is not a zoo model; {STALE}"
+        );
     }
 }
 
@@ -68,7 +76,11 @@ fn every_zoo_graph_round_trips() {
         let text = format::to_string(g);
         let loaded = format::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(&loaded, g, "{name}: load(save(g)) != g");
-        assert_eq!(format::to_string(&loaded), text, "{name}: save is not stable");
+        assert_eq!(
+            format::to_string(&loaded),
+            text,
+            "{name}: save is not stable"
+        );
     }
 }
 
@@ -78,7 +90,10 @@ fn tiny_graphs_peak_at_or_above_their_lower_bound() {
         let peak = g.memory_profile().peak;
         let bound = g.lower_bound().bytes;
         assert!(peak >= bound, "{name}: peak {peak} < lower bound {bound}");
-        assert!(bound > g.persistent_bytes(), "{name}: bound has no activations");
+        assert!(
+            bound > g.persistent_bytes(),
+            "{name}: bound has no activations"
+        );
     }
 }
 
@@ -90,12 +105,30 @@ fn every_zoo_graph_is_a_full_training_step() {
         assert_eq!(meta.get("source").and_then(|v| v.as_str()), Some("sgc zoo"));
         assert!(meta.get("batch_size").and_then(|v| v.as_u64()).is_some());
         for t in g.tensors().iter().filter(|t| t.kind == TensorKind::Input) {
-            assert_eq!(t.batch_dim, Some(0), "{name}: input `{}` lacks batch_dim", t.name);
+            assert_eq!(
+                t.batch_dim,
+                Some(0),
+                "{name}: input `{}` lacks batch_dim",
+                t.name
+            );
         }
-        let params = g.tensors().iter().filter(|t| t.kind == TensorKind::Param).count();
-        let updates = g.op_ids().filter(|&o| g.phase(o) == Some(Phase::Update)).count();
+        let params = g
+            .tensors()
+            .iter()
+            .filter(|t| t.kind == TensorKind::Param)
+            .count();
+        let updates = g
+            .op_ids()
+            .filter(|&o| g.phase(o) == Some(Phase::Update))
+            .count();
         assert_eq!(updates, params, "{name}: one sgd_update per param");
-        assert_eq!(g.outputs().len(), params + 1, "{name}: outputs = loss + gradients");
-        assert!(g.op_ids().all(|o| g.op(o).phase.is_some() && g.op(o).flops.is_some()));
+        assert_eq!(
+            g.outputs().len(),
+            params + 1,
+            "{name}: outputs = loss + gradients"
+        );
+        assert!(g
+            .op_ids()
+            .all(|o| g.op(o).phase.is_some() && g.op(o).flops.is_some()));
     }
 }

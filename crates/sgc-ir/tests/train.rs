@@ -8,18 +8,27 @@ use sgc_ir::{format, zoo, DType, Graph, Phase, TensorKind};
 type R<T> = Result<T, TrainError>;
 
 fn zoo_graph(name: &str) -> Graph {
-    let m = zoo::models().into_iter().find(|m| m.name == name).expect("zoo model");
+    let m = zoo::models()
+        .into_iter()
+        .find(|m| m.name == name)
+        .expect("zoo model");
     (m.build)()
 }
 
 /// The names of an op's inputs.
 fn reads(g: &Graph, op: &str) -> Vec<String> {
     let id = g.op_by_name(op).unwrap_or_else(|| panic!("no op `{op}`"));
-    g.op(id).inputs.iter().map(|&t| g.tensor(t).name.clone()).collect()
+    g.op(id)
+        .inputs
+        .iter()
+        .map(|&t| g.tensor(t).name.clone())
+        .collect()
 }
 
 fn op_type(g: &Graph, op: &str) -> String {
-    g.op(g.op_by_name(op).unwrap_or_else(|| panic!("no op `{op}`"))).op_type.clone()
+    g.op(g.op_by_name(op).unwrap_or_else(|| panic!("no op `{op}`")))
+        .op_type
+        .clone()
 }
 
 /// Backward ops that read tensor `t`.
@@ -56,7 +65,10 @@ fn relu_grad_reads_the_relu_output_not_its_input() {
     let inputs = reads(&g, "act.grad_input");
     assert_eq!(inputs[0], "act");
     assert!(!inputs.contains(&"fc0".to_string()));
-    assert!(backward_readers(&g, "fc0").is_empty(), "relu's input is not kept");
+    assert!(
+        backward_readers(&g, "fc0").is_empty(),
+        "relu's input is not kept"
+    );
 }
 
 #[test]
@@ -74,7 +86,10 @@ fn a_tensor_read_twice_gets_its_gradients_summed() {
 fn add_backward_reads_nothing_of_its_operands() {
     let g = branchy().unwrap();
     for operand in ["left", "right"] {
-        assert!(backward_readers(&g, operand).is_empty(), "`{operand}` is read in backward");
+        assert!(
+            backward_readers(&g, operand).is_empty(),
+            "`{operand}` is read in backward"
+        );
     }
     // Both operands' gradient is the sum's gradient itself.
     assert_eq!(reads(&g, "left.grad_input")[0], "loss.grad_input");
@@ -96,7 +111,11 @@ fn matmul_backward_keeps_its_inputs() {
 #[test]
 fn every_param_has_one_sgd_update_and_outputs_hold_the_gradients() {
     let g = branchy().unwrap();
-    for (param, grad) in [("w0", "fc0.grad_weight"), ("wa", "left.grad_weight"), ("wb", "right.grad_weight")] {
+    for (param, grad) in [
+        ("w0", "fc0.grad_weight"),
+        ("wa", "left.grad_weight"),
+        ("wb", "right.grad_weight"),
+    ] {
         let op = g.op(g.op_by_name(&format!("{param}.sgd")).expect("update op"));
         assert_eq!(op.op_type, "sgd_update");
         assert_eq!(reads(&g, &op.name), [param, grad]);
@@ -126,26 +145,43 @@ fn conv_batch_norm_pool_backward_keep_what_a_framework_saves() {
     let g = zoo_graph("tiny_cnn");
     assert_eq!(op_type(&g, "conv2.grad_weight"), "conv2d_grad_weight");
     assert_eq!(reads(&g, "conv2.grad_weight")[0], "pool1");
-    assert_eq!(reads(&g, "conv2.grad_input"), ["bn2.grad_input", "conv2.weight"]);
+    assert_eq!(
+        reads(&g, "conv2.grad_input"),
+        ["bn2.grad_input", "conv2.weight"]
+    );
     // The first conv reads the data: a weight gradient, no input gradient.
     assert!(g.op_by_name("conv1.grad_input").is_none());
     assert_eq!(reads(&g, "conv1.grad_weight")[0], "images");
     assert_eq!(
         reads(&g, "bn1.grad"),
-        ["conv1", "bn1.weight", "bn1.mean", "bn1.invstd", "relu1.grad_input"]
+        [
+            "conv1",
+            "bn1.weight",
+            "bn1.mean",
+            "bn1.invstd",
+            "relu1.grad_input"
+        ]
     );
-    assert!(backward_readers(&g, "bn1").iter().all(|o| o == "relu1.grad_input"));
+    assert!(backward_readers(&g, "bn1")
+        .iter()
+        .all(|o| o == "relu1.grad_input"));
     assert_eq!(reads(&g, "pool1.grad_input")[0], "relu1");
     assert_eq!(reads(&g, "avgpool.grad_input"), ["fc.matmul.grad_input"]);
     let gap = g.op(g.op_by_name("avgpool.grad_input").unwrap());
     let attrs = gap.attrs.as_ref().unwrap();
-    assert_eq!((attrs["height"].as_u64(), attrs["width"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(
+        (attrs["height"].as_u64(), attrs["width"].as_u64()),
+        (Some(4), Some(4))
+    );
 }
 
 #[test]
 fn transformer_backward_keeps_softmax_output_gelu_input_and_ids() {
     let g = zoo_graph("tiny_transformer");
-    assert_eq!(reads(&g, "h.0.attn.softmax.grad_input")[0], "h.0.attn.softmax");
+    assert_eq!(
+        reads(&g, "h.0.attn.softmax.grad_input")[0],
+        "h.0.attn.softmax"
+    );
     assert_eq!(reads(&g, "h.0.mlp.gelu.grad_input")[0], "h.0.mlp.c_fc");
     assert_eq!(reads(&g, "wpe.grad_weight")[0], "positions");
     assert_eq!(
@@ -166,7 +202,11 @@ fn tied_weights_get_two_gradient_contributions_summed() {
     assert_eq!(op_type(&g, &parts[1]), "embedding_grad");
     assert_eq!(reads(&g, "wte.weight.sgd"), ["wte.weight", acc]);
     let wte = g.tensor_by_name("wte.weight").unwrap();
-    assert_eq!(g.consumers(wte).len(), 4, "embedding, lm head, lm head grad_input, update");
+    assert_eq!(
+        g.consumers(wte).len(),
+        4,
+        "embedding, lm head, lm head grad_input, update"
+    );
 }
 
 #[test]
@@ -175,7 +215,10 @@ fn views_alias_their_input_and_own_no_bytes() {
     for (view, base) in [
         ("h.0.attn.q.split", "h.0.attn.q"),
         ("h.0.attn.merged", "h.0.attn.merge"),
-        ("h.0.attn.merged.grad_input", "h.0.attn.c_proj.matmul.grad_input"),
+        (
+            "h.0.attn.merged.grad_input",
+            "h.0.attn.c_proj.matmul.grad_input",
+        ),
     ] {
         let t = g.tensor_by_name(view).unwrap();
         let b = g.tensor_by_name(base).unwrap();
@@ -208,12 +251,21 @@ fn concat_backward_slices_each_operand() {
         let op = g.op(g.op_by_name(&format!("cat.grad_input{slot}")).unwrap());
         assert_eq!(op.op_type, "slice");
         let a = op.attrs.as_ref().unwrap();
-        assert_eq!((a["start"].as_u64().unwrap(), a["end"].as_u64().unwrap()), range);
-        assert_eq!(g.tensor(op.outputs[0]).shape, g.tensor(g.tensor_by_name(like).unwrap()).shape);
+        assert_eq!(
+            (a["start"].as_u64().unwrap(), a["end"].as_u64().unwrap()),
+            range
+        );
+        assert_eq!(
+            g.tensor(op.outputs[0]).shape,
+            g.tensor(g.tensor_by_name(like).unwrap()).shape
+        );
     }
     assert_eq!(reads(&g, "up.grad_input"), ["down.grad_input"]);
     let inverse = g.op(g.op_by_name("nhwc.grad_input").unwrap());
-    assert_eq!(inverse.attrs.as_ref().unwrap()["perm"], serde_json::json!([0, 3, 1, 2]));
+    assert_eq!(
+        inverse.attrs.as_ref().unwrap()["perm"],
+        serde_json::json!([0, 3, 1, 2])
+    );
 }
 
 #[test]
@@ -228,8 +280,14 @@ fn shape_errors_name_the_op() {
     let err = b.conv2d("conv", x, w, 1, 0).unwrap_err();
     assert!(err.to_string().starts_with("op `conv`"), "{err}");
     let ids = b.input("ids", DType::F32, &[4], None).unwrap();
-    assert!(matches!(b.embedding("emb", ids, w), Err(TrainError::DType { .. })));
-    assert!(matches!(b.reshape("r", x, &[5, 5]), Err(TrainError::Shape { .. })));
+    assert!(matches!(
+        b.embedding("emb", ids, w),
+        Err(TrainError::DType { .. })
+    ));
+    assert!(matches!(
+        b.reshape("r", x, &[5, 5]),
+        Err(TrainError::Shape { .. })
+    ));
 }
 
 #[test]
@@ -242,8 +300,14 @@ fn bad_losses_duplicates_and_unused_params_are_errors() {
         Ok((b, x, h))
     };
     let (mut b, _, h) = start().unwrap();
-    assert_eq!(b.param("x", &[1]).unwrap_err(), TrainError::DuplicateTensor("x".into()));
-    assert_eq!(b.relu("h", h).unwrap_err(), TrainError::DuplicateTensor("h".into()));
+    assert_eq!(
+        b.param("x", &[1]).unwrap_err(),
+        TrainError::DuplicateTensor("x".into())
+    );
+    assert_eq!(
+        b.relu("h", h).unwrap_err(),
+        TrainError::DuplicateTensor("h".into())
+    );
     let y = b.relu("y", h).unwrap();
     let err = b.finish(y, Map::new()).unwrap_err();
     assert_eq!(err, TrainError::LossNotCrossEntropy("y".into()));

@@ -96,7 +96,10 @@ impl TrainBuilder {
                 transpose_b,
             } => self.bmm_backward(rec, dy, *transpose_a, *transpose_b),
             Rule::BiasAdd { axis } => self.bias_add_backward(rec, dy, *axis),
-            Rule::Add => Ok((0..2).filter(|&s| self.wants(rec, s)).map(|s| (s, dy)).collect()),
+            Rule::Add => Ok((0..2)
+                .filter(|&s| self.wants(rec, s))
+                .map(|s| (s, dy))
+                .collect()),
             Rule::Mul => self.mul_backward(rec, dy),
             Rule::Relu => self.elementwise_backward(rec, dy, "relu_grad", rec.outputs[0], 1.0),
             Rule::Gelu => self.elementwise_backward(rec, dy, "gelu_grad", rec.inputs[0], 16.0),
@@ -127,7 +130,10 @@ impl TrainBuilder {
             Rule::Reshape => {
                 let name = format!("{}.grad_input", rec.name);
                 let g = self.view(&name, dy, self.shape(rec.inputs[0]).to_vec())?;
-                self.push(NewOp::new(&name, "reshape", vec![dy], vec![g], 0.0), Phase::Backward)?;
+                self.push(
+                    NewOp::new(&name, "reshape", vec![dy], vec![g], 0.0),
+                    Phase::Backward,
+                )?;
                 Ok(vec![(0, g)])
             }
             Rule::Transpose { perm } => {
@@ -151,7 +157,13 @@ impl TrainBuilder {
 
     /// A backward op `<name>.grad_input` (outputs filled in by [`Self::one`]).
     fn single(&self, rec: &Record, ty: &'static str, inputs: Vec<Var>, flops: f64) -> NewOp {
-        NewOp::new(&format!("{}.grad_input", rec.name), ty, inputs, vec![], flops)
+        NewOp::new(
+            &format!("{}.grad_input", rec.name),
+            ty,
+            inputs,
+            vec![],
+            flops,
+        )
     }
 
     /// Emits `op` as the gradient of input 0, if input 0 needs one.
@@ -286,12 +298,22 @@ impl TrainBuilder {
         let (x, gamma, beta) = (rec.inputs[0], rec.inputs[1], rec.inputs[2]);
         let (mean, spread) = (rec.outputs[1], rec.outputs[2]);
         let mut outs = Vec::new();
-        for (suffix, like) in [("grad_input", x), ("grad_gamma", gamma), ("grad_beta", beta)] {
+        for (suffix, like) in [
+            ("grad_input", x),
+            ("grad_gamma", gamma),
+            ("grad_beta", beta),
+        ] {
             outs.push(self.activation_like(&format!("{}.{suffix}", rec.name), like)?);
         }
         let name = format!("{}.grad", rec.name);
         let flops = 12.0 * numel(self.shape(x)) as f64;
-        let op = NewOp::new(&name, ty, vec![x, gamma, mean, spread, dy], outs.clone(), flops);
+        let op = NewOp::new(
+            &name,
+            ty,
+            vec![x, gamma, mean, spread, dy],
+            outs.clone(),
+            flops,
+        );
         self.push(op, Phase::Backward)?;
         Ok((0..3)
             .filter(|&s| self.wants(rec, s))

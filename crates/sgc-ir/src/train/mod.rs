@@ -80,23 +80,43 @@ pub const DEFAULT_LR: f64 = 0.01;
 /// tensors.
 #[derive(Clone, Debug, PartialEq)]
 enum Rule {
-    MatMul { transpose_b: bool },
-    BatchedMatMul { transpose_a: bool, transpose_b: bool },
-    BiasAdd { axis: usize },
+    MatMul {
+        transpose_b: bool,
+    },
+    BatchedMatMul {
+        transpose_a: bool,
+        transpose_b: bool,
+    },
+    BiasAdd {
+        axis: usize,
+    },
     Add,
     Mul,
     Relu,
     Gelu,
-    Conv2d { stride: u64, padding: u64 },
-    MaxPool2d { kernel: u64, stride: u64, padding: u64 },
+    Conv2d {
+        stride: u64,
+        padding: u64,
+    },
+    MaxPool2d {
+        kernel: u64,
+        stride: u64,
+        padding: u64,
+    },
     GlobalAvgPool,
     BatchNorm,
     LayerNorm,
-    Softmax { scale: f64 },
+    Softmax {
+        scale: f64,
+    },
     Embedding,
     Reshape,
-    Transpose { perm: Vec<usize> },
-    Concat { axis: usize },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
     Upsample2x,
     CrossEntropy,
 }

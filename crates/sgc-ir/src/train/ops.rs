@@ -65,7 +65,10 @@ impl TrainBuilder {
         self.expect_float(name, x)?;
         let y = self.activation_like(name, x)?;
         let flops = per_elem * numel(self.shape(x)) as f64;
-        self.forward(NewOp::new(name, ty, vec![x], vec![y], flops).inplace(0, 0), rule)?;
+        self.forward(
+            NewOp::new(name, ty, vec![x], vec![y], flops).inplace(0, 0),
+            rule,
+        )?;
         Ok(y)
     }
 
@@ -200,7 +203,10 @@ impl TrainBuilder {
         self.expect_same_shape(name, a, b)?;
         let y = self.activation_like(name, a)?;
         let flops = numel(self.shape(a)) as f64;
-        self.forward(NewOp::new(name, "mul", vec![a, b], vec![y], flops), Rule::Mul)?;
+        self.forward(
+            NewOp::new(name, "mul", vec![a, b], vec![y], flops),
+            Rule::Mul,
+        )?;
         Ok(y)
     }
 
@@ -214,7 +220,10 @@ impl TrainBuilder {
         self.expect_float(name, x)?;
         let y = self.activation_like(name, x)?;
         let flops = 8.0 * numel(self.shape(x)) as f64;
-        self.forward(NewOp::new(name, "gelu", vec![x], vec![y], flops), Rule::Gelu)?;
+        self.forward(
+            NewOp::new(name, "gelu", vec![x], vec![y], flops),
+            Rule::Gelu,
+        )?;
         Ok(y)
     }
 
@@ -360,11 +369,16 @@ impl TrainBuilder {
         if s.is_empty() || (causal && (s.len() < 2 || s[s.len() - 1] != s[s.len() - 2])) {
             return Err(TrainError::shape(
                 name,
-                format!("softmax takes rank >= 1 (causal: rank >= 2, square last two axes), got {s:?}"),
+                format!(
+                    "softmax takes rank >= 1 (causal: rank >= 2, square last two axes), got {s:?}"
+                ),
             ));
         }
         if !scale.is_finite() {
-            return Err(TrainError::shape(name, format!("scale {scale} is not finite")));
+            return Err(TrainError::shape(
+                name,
+                format!("scale {scale} is not finite"),
+            ));
         }
         let flops = 5.0 * numel(s) as f64;
         let y = self.activation_like(name, x)?;
@@ -398,7 +412,10 @@ impl TrainBuilder {
             ));
         }
         let y = self.view(name, x, shape.to_vec())?;
-        self.forward(NewOp::new(name, "reshape", vec![x], vec![y], 0.0), Rule::Reshape)?;
+        self.forward(
+            NewOp::new(name, "reshape", vec![x], vec![y], 0.0),
+            Rule::Reshape,
+        )?;
         Ok(y)
     }
 
@@ -429,8 +446,8 @@ impl TrainBuilder {
         let out: Vec<u64> = perm.iter().map(|&p| s[p]).collect();
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(x), out)?;
-        let op = NewOp::new(name, "transpose", vec![x], vec![y], flops)
-            .attrs(json!({ "perm": perm }));
+        let op =
+            NewOp::new(name, "transpose", vec![x], vec![y], flops).attrs(json!({ "perm": perm }));
         let rule = Rule::Transpose {
             perm: perm.to_vec(),
         };
@@ -445,7 +462,10 @@ impl TrainBuilder {
         };
         let mut out = self.shape(first).to_vec();
         if axis >= out.len() {
-            return Err(TrainError::shape(name, format!("axis {axis} out of range for {out:?}")));
+            return Err(TrainError::shape(
+                name,
+                format!("axis {axis} out of range for {out:?}"),
+            ));
         }
         out[axis] = 0;
         for &x in xs {
@@ -459,15 +479,18 @@ impl TrainBuilder {
             if !agrees {
                 return Err(TrainError::shape(
                     name,
-                    format!("operand `{}` {s:?} does not match the others off axis {axis}", self.name_of(x)),
+                    format!(
+                        "operand `{}` {s:?} does not match the others off axis {axis}",
+                        self.name_of(x)
+                    ),
                 ));
             }
             out[axis] = out[axis].saturating_add(s[axis]);
         }
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(first), out)?;
-        let op = NewOp::new(name, "concat", xs.to_vec(), vec![y], flops)
-            .attrs(json!({ "axis": axis }));
+        let op =
+            NewOp::new(name, "concat", xs.to_vec(), vec![y], flops).attrs(json!({ "axis": axis }));
         self.forward(op, Rule::Concat { axis })?;
         Ok(y)
     }
@@ -515,7 +538,9 @@ fn window_out(op: &str, len: u64, kernel: u64, stride: u64, padding: u64) -> R<u
     if stride == 0 || kernel == 0 || padded < kernel {
         return Err(TrainError::shape(
             op,
-            format!("window {kernel} (stride {stride}, padding {padding}) does not fit length {len}"),
+            format!(
+                "window {kernel} (stride {stride}, padding {padding}) does not fit length {len}"
+            ),
         ));
     }
     Ok((padded - kernel) / stride + 1)

@@ -43,7 +43,11 @@ fn bottleneck(b: &mut TrainBuilder, name: &str, x: Var, width: u64, stride: u64)
     let out = 4 * width;
     let cin = b.shape(x)[1];
     let mut h = x;
-    let convs = [conv1x1(width, 1, false), conv3x3(width, stride, false), conv1x1(out, 1, false)];
+    let convs = [
+        conv1x1(width, 1, false),
+        conv3x3(width, stride, false),
+        conv1x1(out, 1, false),
+    ];
     for (i, c) in convs.into_iter().enumerate() {
         h = conv(b, &format!("{name}.conv{}", i + 1), h, c)?;
         h = bn(b, &format!("{name}.bn{}", i + 1), h)?;
@@ -52,7 +56,12 @@ fn bottleneck(b: &mut TrainBuilder, name: &str, x: Var, width: u64, stride: u64)
         }
     }
     let shortcut = if stride != 1 || cin != out {
-        let s = conv(b, &format!("{name}.downsample.0"), x, conv1x1(out, stride, false))?;
+        let s = conv(
+            b,
+            &format!("{name}.downsample.0"),
+            x,
+            conv1x1(out, stride, false),
+        )?;
         bn(b, &format!("{name}.downsample.1"), s)?
     } else {
         x

@@ -42,7 +42,8 @@ pub fn models() -> Vec<ZooModel> {
         },
         ZooModel {
             name: "tiny_cnn",
-            description: "2 convs with batch norm, max pool, global average pool, linear; batch 2, 3x8x8",
+            description:
+                "2 convs with batch norm, max pool, global average pool, linear; batch 2, 3x8x8",
             build: || built(cnn::tiny_cnn()),
         },
         ZooModel {
@@ -57,7 +58,8 @@ pub fn models() -> Vec<ZooModel> {
         },
         ZooModel {
             name: "chain1000",
-            description: "1,000 linear+ReLU layers of width 256 (no bias), batch 128: planner scaling",
+            description:
+                "1,000 linear+ReLU layers of width 256 (no bias), batch 128: planner scaling",
             build: || built(mlp::chain1000()),
         },
         ZooModel {

@@ -81,7 +81,11 @@ fn attention(b: &mut TrainBuilder, c: &Config, name: &str, x: Var) -> R<Var> {
     let mut heads = Vec::new();
     for p in ["q", "k", "v"] {
         let proj = dense(b, &format!("{name}.{p}"), x, c.d, true)?;
-        let split = b.reshape(&format!("{name}.{p}.split"), proj, &[c.batch, c.seq, c.heads, hd])?;
+        let split = b.reshape(
+            &format!("{name}.{p}.split"),
+            proj,
+            &[c.batch, c.seq, c.heads, hd],
+        )?;
         heads.push(b.transpose(&format!("{name}.{p}.heads"), split, &[0, 2, 1, 3])?);
     }
     let scores = b.batched_matmul(&format!("{name}.scores"), heads[0], heads[1], false, true)?;
