@@ -7,8 +7,8 @@
 //!
 //! Human-readable sizes for reports live in [`units`].
 
-pub use sgc_ir as ir;
 pub use sgc_exec as exec;
+pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 
 pub mod units;

@@ -49,7 +49,9 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         | Transpose { .. }
         | Slice { .. }
         | Upsample2x
-        | Upsample2xGrad => (Some(1), 1),
+        | Upsample2xGrad
+        | MaxPool2d { .. }
+        | Softmax { .. } => (Some(1), 1),
         BatchNorm { .. } | LayerNorm { .. } => (Some(3), 3),
         BatchNormGrad | LayerNormGrad => (Some(5), 3),
         Concat { .. } => (None, 1),
