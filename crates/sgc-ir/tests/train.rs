@@ -318,6 +318,15 @@ fn bad_losses_duplicates_and_unused_params_are_errors() {
     let loss = b.cross_entropy("loss", h, labels).unwrap();
     let err = b.finish(loss, Map::new()).unwrap_err();
     assert_eq!(err, TrainError::UnusedParam("unused".into()));
+
+    let (b, _, h) = start().unwrap();
+    let mut b = b.with_lr(f64::NAN);
+    let labels = b.input("labels", DType::I64, &[4], Some(0)).unwrap();
+    let loss = b.cross_entropy("loss", h, labels).unwrap();
+    assert!(matches!(
+        b.finish(loss, Map::new()),
+        Err(TrainError::BadLearningRate(_))
+    ));
 }
 
 #[test]

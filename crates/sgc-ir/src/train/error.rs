@@ -27,6 +27,8 @@ pub enum TrainError {
     SecondLoss(String),
     #[error("param `{0}` does not reach the loss, so it gets no gradient and no update: remove it or use it")]
     UnusedParam(String),
+    #[error("learning rate {0} is not a finite number: give `with_lr` a finite value")]
+    BadLearningRate(f64),
     /// The assembled graph broke a rule of the format (a builder bug or a name clash).
     #[error("the built graph is invalid: {0}")]
     Graph(#[from] GraphError),

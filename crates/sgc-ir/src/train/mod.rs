@@ -248,6 +248,9 @@ impl TrainBuilder {
     /// Differentiates the tape from `loss` (the output of [`TrainBuilder::cross_entropy`]),
     /// appends the SGD updates and validates the result.
     pub fn finish(mut self, loss: Var, meta: Map<String, Value>) -> Result<Graph, TrainError> {
+        if !self.lr.is_finite() {
+            return Err(TrainError::BadLearningRate(self.lr));
+        }
         let grads = self.differentiate(loss)?;
         let params: Vec<Var> = (0..self.tensors.len())
             .map(|i| Var(i as u32))
