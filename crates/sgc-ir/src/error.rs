@@ -94,6 +94,13 @@ pub enum GraphError {
         "tensor `{0}`: alias_of forms a cycle; a view must lead back to a tensor that owns storage"
     )]
     AliasCycle(String),
+    #[error("op `{op}` uses view `{view}` of tensor `{base}` before op `{producer}` produces `{base}`: a view's storage must exist when the view is made or read")]
+    ViewBeforeBase {
+        op: String,
+        view: String,
+        base: String,
+        producer: String,
+    },
 }
 
 impl GraphError {
@@ -129,6 +136,7 @@ impl GraphError {
             | UndeclaredTensor { op, .. }
             | NonActivationProduced { op, .. }
             | ReadBeforeProduced { op, .. }
+            | ViewBeforeBase { op, .. }
             | BadCost { op, .. }
             | BadInplace { op, .. } => Some(op),
             DuplicateOp(o) => Some(o),

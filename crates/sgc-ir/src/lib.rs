@@ -5,6 +5,7 @@
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
 //! - [`memory`]: the memory model (resident bytes per step, peak, lower bound), the one
 //!   implementation that the planner and every report use.
+//! - `testgen` (feature `testgen`): random valid graphs and damaged graph texts for tests.
 //!
 //! ```
 //! let text = r#"{"format": "sgc-graph", "version": 1,
@@ -22,6 +23,8 @@ pub mod format;
 mod graph;
 mod ids;
 pub mod memory;
+#[cfg(feature = "testgen")]
+pub mod testgen;
 pub mod train;
 mod validate;
 pub mod zoo;

@@ -22,6 +22,7 @@ pub(crate) fn build(def: GraphDef) -> Result<Graph, GraphError> {
     }
     let producer = find_producers(&ops, &tensors)?;
     check_order(&ops, &tensors, &producer)?;
+    check_views(&ops, &tensors, &producer, &root)?;
     let outputs = def
         .outputs
         .iter()
@@ -109,11 +110,13 @@ fn check_tensor(t: &TensorDef, ids: &HashMap<String, TensorId>) -> Result<Tensor
     })
 }
 
-/// Follows every `alias_of` chain to the tensor that owns the storage; a chain that comes
-/// back to itself is a cycle.
+/// Follows every `alias_of` chain to the tensor that owns the storage. A chain that
+/// comes back to a tensor already on it is a cycle; the error names that tensor, which is
+/// on the cycle (the chain's start may only lead into it).
 fn resolve_aliases(tensors: &[Tensor]) -> Result<Vec<TensorId>, GraphError> {
     const UNKNOWN: u32 = u32::MAX;
     let mut root = vec![TensorId(UNKNOWN); tensors.len()];
+    let mut on_path = vec![false; tensors.len()];
     for start in 0..tensors.len() {
         let mut path = Vec::new();
         let mut cur = start;
@@ -121,9 +124,10 @@ fn resolve_aliases(tensors: &[Tensor]) -> Result<Vec<TensorId>, GraphError> {
             if root[cur].0 != UNKNOWN {
                 break root[cur];
             }
-            if path.len() > tensors.len() {
-                return Err(GraphError::AliasCycle(tensors[start].name.clone()));
+            if on_path[cur] {
+                return Err(GraphError::AliasCycle(tensors[cur].name.clone()));
             }
+            on_path[cur] = true;
             path.push(cur);
             match tensors[cur].alias_of {
                 Some(next) => cur = next.index(),
@@ -132,6 +136,7 @@ fn resolve_aliases(tensors: &[Tensor]) -> Result<Vec<TensorId>, GraphError> {
         };
         for p in path {
             root[p] = found;
+            on_path[p] = false;
         }
     }
     Ok(root)
@@ -238,6 +243,40 @@ fn check_order(
                         producer: ops[p.index()].name.clone(),
                     });
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A view shares its base's storage, so that storage must exist whenever the view is made
+/// or read: when the root of a view's `alias_of` chain is an activation, its producer runs
+/// before any op that reads the view, and before (or, listing the root first among its
+/// outputs, as) the op that makes it. Without this rule the memory model would meet a view
+/// of storage that is not allocated yet.
+fn check_views(
+    ops: &[Op],
+    tensors: &[Tensor],
+    producer: &[Option<OpId>],
+    root: &[TensorId],
+) -> Result<(), GraphError> {
+    for (i, op) in ops.iter().enumerate() {
+        let uses = op.inputs.iter().map(|&t| (t, None));
+        let makes = op.outputs.iter().enumerate().map(|(k, &t)| (t, Some(k)));
+        for (t, out_pos) in uses.chain(makes) {
+            let r = root[t.index()];
+            let Some(p) = producer[r.index()].filter(|_| r != t) else {
+                continue;
+            };
+            let root_first = |k: usize| op.outputs[..k].contains(&r);
+            let ok = p.index() < i || (p.index() == i && out_pos.is_some_and(root_first));
+            if !ok {
+                return Err(GraphError::ViewBeforeBase {
+                    op: op.name.clone(),
+                    view: tensors[t.index()].name.clone(),
+                    base: tensors[r.index()].name.clone(),
+                    producer: ops[p.index()].name.clone(),
+                });
             }
         }
     }
