@@ -45,6 +45,9 @@ pub enum ExecError {
     /// A tensor read after a step is not resident then.
     #[error("tensor `{0}` is not resident when the step ends (only persistent tensors and graph outputs are)")]
     NotResident(String),
+    /// The plan is not for this graph, or does not verify.
+    #[error("plan: {0}")]
+    Plan(#[from] sgc_plan::PlanError),
     /// The schedule cannot run under the memory model.
     #[error("schedule: {0}")]
     Schedule(#[from] sgc_ir::ScheduleError),

@@ -105,6 +105,14 @@ impl<B: Backend> Executor<B> {
         Self::new(graph, Schedule::traced(graph), None, backend)
     }
 
+    /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
+    /// marked, laid out first-fit over its storage lifetimes (the verifier checks the
+    /// layout against the steps).
+    pub fn from_plan(graph: &Graph, plan: &sgc_plan::Plan, backend: B) -> Result<Self, ExecError> {
+        plan.check_graph(graph)?;
+        Self::new(graph, Schedule::from_plan(plan), None, backend)
+    }
+
     /// An executor for `schedule`, with `layout` (verified) or a first-fit layout.
     pub fn new(
         graph: &Graph,

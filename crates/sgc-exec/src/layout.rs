@@ -55,6 +55,20 @@ impl Schedule {
         Schedule { steps }
     }
 
+    /// The steps of a plan (its `free` lists are implied by the memory model: every
+    /// storage is freed after its last use).
+    pub fn from_plan(plan: &sgc_plan::Plan) -> Self {
+        let steps = plan
+            .steps
+            .iter()
+            .map(|s| Step {
+                op: s.op,
+                recompute: s.recompute,
+            })
+            .collect();
+        Schedule { steps }
+    }
+
     /// The op of every step.
     pub fn ops(&self) -> Vec<OpId> {
         self.steps.iter().map(|s| s.op).collect()

@@ -80,9 +80,25 @@ pub fn bump_layout(g: &Graph, s: &Schedule) -> Layout {
 pub fn strategies(g: &Graph) -> Vec<(&'static str, Schedule, Option<Layout>)> {
     let traced = Schedule::traced(g);
     let rec = recompute_before_use(g);
-    vec![
+    let mut all: Vec<(&'static str, Schedule, Option<Layout>)> = sgc_plan::Strategy::ALL
+        .iter()
+        .map(|&s| (s.as_str(), Schedule::from_plan(&plan(g, s)), None))
+        .collect();
+    all.extend([
         ("traced+bump", traced.clone(), Some(bump_layout(g, &traced))),
         ("recompute+first-fit", rec.clone(), None),
         ("recompute+bump", rec.clone(), Some(bump_layout(g, &rec))),
-    ]
+    ]);
+    all
+}
+
+/// The planner's plan of `g` with `strategy`, checked by the plan verifier.
+pub fn plan(g: &Graph, strategy: sgc_plan::Strategy) -> sgc_plan::Plan {
+    let options = sgc_plan::PlanOptions {
+        strategy,
+        ..Default::default()
+    };
+    let plan = sgc_plan::plan(g, &options, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+    sgc_plan::verify(g, &plan).unwrap_or_else(|e| panic!("{strategy}: {e:?}"));
+    plan
 }
