@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch.
 
 mod inspect;
+mod run;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write the model zoo's graph files.
     Zoo(zoo::Args),
+    /// Run training steps of a graph (planned or not) and print measured memory and time.
+    Run(run::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -33,6 +36,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Zoo(a) => zoo::run(a),
+        Command::Run(a) => run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
