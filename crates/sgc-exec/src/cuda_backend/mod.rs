@@ -6,5 +6,6 @@
 //! without the `cuda` feature, `CudaBackend` is a stand-in with the same name whose
 //! constructor returns a clear error, so that every caller builds everywhere.
 
+pub mod sources;
 mod stand_in;
 pub use stand_in::{CudaBackend, NOT_BUILT};
