@@ -27,7 +27,9 @@ fn launcher_signatures_match_the_kernel_declarations() {
             .unwrap_or_else(|| panic!("kernel `{name}` is missing from SIGNATURES"));
         let found: Vec<_> = params
             .iter()
-            .map(|p| p.unwrap_or_else(|| panic!("`{name}`: a parameter type the launcher cannot pass")))
+            .map(|p| {
+                p.unwrap_or_else(|| panic!("`{name}`: a parameter type the launcher cannot pass"))
+            })
             .collect();
         assert_eq!(found, expected, "kernel `{name}`");
     }
@@ -41,7 +43,14 @@ fn launcher_signatures_match_the_kernel_declarations() {
 fn every_cpu_kernel_name_has_a_cuda_kernel_or_is_cublas() {
     // Same names side by side: every op type is either a kernel of the same name or a
     // cuBLAS product (matmul family; conv2d's GEMM with im2col, whose grads use col2im).
-    let cublas = ["matmul", "matmul_tn", "batched_matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"];
+    let cublas = [
+        "matmul",
+        "matmul_tn",
+        "batched_matmul",
+        "conv2d",
+        "conv2d_grad_input",
+        "conv2d_grad_weight",
+    ];
     for op in sgc_exec::kernel::OP_TYPES {
         assert!(
             cublas.contains(op) || sources::signature(op).is_some(),
@@ -132,7 +141,12 @@ impl Nvrtc {
 
     fn sym<T: Copy>(&self, name: &str) -> T {
         // SAFETY: every symbol is read with the C signature NVRTC's header declares.
-        unsafe { *self.lib.get::<T>(name.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}")) }
+        unsafe {
+            *self
+                .lib
+                .get::<T>(name.as_bytes())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+        }
     }
 
     fn version(&self) -> (i32, i32) {
@@ -147,7 +161,10 @@ impl Nvrtc {
     fn compile(&self, src: &str, options: &[String], cubin: bool) -> Result<Output, String> {
         let src = CString::new(src).unwrap();
         let name = CString::new("sgc_kernels.cu").unwrap();
-        let opts: Vec<CString> = options.iter().map(|o| CString::new(o.as_str()).unwrap()).collect();
+        let opts: Vec<CString> = options
+            .iter()
+            .map(|o| CString::new(o.as_str()).unwrap())
+            .collect();
         let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         let mut prog: Prog = std::ptr::null_mut();
         // SAFETY: NVRTC's C API with live, NUL-terminated strings; the program is destroyed
@@ -162,9 +179,15 @@ impl Nvrtc {
                 std::ptr::null(),
             );
             assert_eq!(rc, 0, "nvrtcCreateProgram");
-            let rc = self.sym::<CompileFn>("nvrtcCompileProgram")(prog, ptrs.len() as c_int, ptrs.as_ptr());
+            let rc = self.sym::<CompileFn>("nvrtcCompileProgram")(
+                prog,
+                ptrs.len() as c_int,
+                ptrs.as_ptr(),
+            );
             let log = self.read(prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog");
-            let log = String::from_utf8_lossy(&log).trim_end_matches('\0').to_string();
+            let log = String::from_utf8_lossy(&log)
+                .trim_end_matches('\0')
+                .to_string();
             let image = if rc == 0 {
                 let (size, get) = if cubin {
                     ("nvrtcGetCUBINSize", "nvrtcGetCUBIN")
@@ -183,9 +206,17 @@ impl Nvrtc {
     /// Reads a sized buffer out of a compiled program.
     unsafe fn read(&self, prog: Prog, size_fn: &str, get_fn: &str) -> Vec<u8> {
         let mut size = 0usize;
-        assert_eq!(unsafe { self.sym::<SizeFn>(size_fn)(prog, &mut size) }, 0, "{size_fn}");
+        assert_eq!(
+            unsafe { self.sym::<SizeFn>(size_fn)(prog, &mut size) },
+            0,
+            "{size_fn}"
+        );
         let mut buf = vec![0u8; size];
-        assert_eq!(unsafe { self.sym::<GetFn>(get_fn)(prog, buf.as_mut_ptr() as *mut c_char) }, 0, "{get_fn}");
+        assert_eq!(
+            unsafe { self.sym::<GetFn>(get_fn)(prog, buf.as_mut_ptr() as *mut c_char) },
+            0,
+            "{get_fn}"
+        );
         buf
     }
 }
@@ -194,7 +225,10 @@ impl Nvrtc {
 fn assemble(ptxas: &Path, ptx: &[u8], arch: u32) -> Result<String, String> {
     let dir = std::env::temp_dir().join(format!("sgc-cuda-kernels-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let (src, out) = (dir.join(format!("k{arch}.ptx")), dir.join(format!("k{arch}.cubin")));
+    let (src, out) = (
+        dir.join(format!("k{arch}.ptx")),
+        dir.join(format!("k{arch}.cubin")),
+    );
     let text = ptx.strip_suffix(b"\0").unwrap_or(ptx);
     std::fs::write(&src, text).map_err(|e| e.to_string())?;
     let run = Command::new(ptxas)
@@ -218,7 +252,13 @@ fn ptxas_version(ptxas: &Path) -> String {
     Command::new(ptxas)
         .arg("--version")
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().last().unwrap_or("").to_string())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .last()
+                .unwrap_or("")
+                .to_string()
+        })
         .unwrap_or_default()
 }
 
@@ -238,10 +278,17 @@ fn every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90() {
         let ptx = nvrtc
             .compile(&program, &nvrtc_options(&format!("compute_{arch}")), false)
             .unwrap_or_else(|e| panic!("compute_{arch}: {e}"));
-        assert!(ptx.log.is_empty(), "compute_{arch}: NVRTC warnings:\n{}", ptx.log);
+        assert!(
+            ptx.log.is_empty(),
+            "compute_{arch}: NVRTC warnings:\n{}",
+            ptx.log
+        );
         let text = String::from_utf8_lossy(&ptx.image);
         for (name, _) in SIGNATURES {
-            assert!(text.contains(&format!(".entry {name}(")), "compute_{arch}: no entry `{name}`");
+            assert!(
+                text.contains(&format!(".entry {name}(")),
+                "compute_{arch}: no entry `{name}`"
+            );
         }
         let report = assemble(&ptxas, &ptx.image, arch).unwrap_or_else(|e| panic!("{e}"));
         let cubin = nvrtc

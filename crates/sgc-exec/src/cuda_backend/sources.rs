@@ -142,10 +142,7 @@ pub fn param_kind(decl: &str) -> Option<ParamKind> {
     if decl.contains('*') {
         return Some(Ptr);
     }
-    let ty: Vec<&str> = decl
-        .split_whitespace()
-        .filter(|w| *w != "const")
-        .collect();
+    let ty: Vec<&str> = decl.split_whitespace().filter(|w| *w != "const").collect();
     match ty.split_last().map(|(_, t)| t.join(" ")).as_deref() {
         Some("i64" | "long long") => Some(I64),
         Some("int") => Some(I32),
