@@ -237,7 +237,8 @@ fn run(
             } else {
                 (b[0], b[1])
             };
-            let rows = numel(0).checked_div(kk).unwrap_or(0);
+            // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
+            let rows = ops_out[0].numel().checked_div(n).unwrap_or(0);
             linalg::matmul(d, ins[0], ins[1], outs[0], rows, kk, n, *transpose_b)
         }
         MatMulTn => {
