@@ -96,6 +96,9 @@ pub(crate) fn softmax(
     scale: f32,
     causal: bool,
 ) -> R {
+    if len == 0 {
+        return Ok(()); // empty rows: nothing to write (and `r % len` would divide by 0)
+    }
     let args = [
         Arg::Ptr(x),
         Arg::Ptr(y),

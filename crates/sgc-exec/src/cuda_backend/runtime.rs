@@ -171,6 +171,10 @@ impl Backend for CudaBackend {
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
         check_disjoint(NAME, kernel, inputs, outputs)?;
+        // Kernels index device memory from the shapes: an unchecked shape would be an
+        // out-of-bounds access on the device, not a panic. (The executor checked them too.)
+        crate::shapes::check(kernel, inputs, outputs)
+            .map_err(|e| Self::err(format!("{}: {e}", kernel.name())))?;
         for (i, o) in inputs.iter().enumerate() {
             let index = is_index_slot(kernel, i) && matches!(o.dtype, DType::I64 | DType::I32);
             if !index && o.dtype != DType::F32 {
