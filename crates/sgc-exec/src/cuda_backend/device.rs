@@ -151,7 +151,7 @@ impl Device {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(|e| driver("compute capability", e))?;
-        let cubin = loader::compile_cubin(major, minor)?;
+        let cubin = loader::cubin(major, minor)?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(|e| driver("loading the kernels", e))?;

@@ -12,7 +12,9 @@
 use super::sources;
 use crate::ExecError;
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::{Mutex, OnceLock};
 
 fn unavailable(msg: impl Into<String>) -> ExecError {
     ExecError::CudaUnavailable(msg.into())
@@ -49,8 +51,27 @@ pub(crate) fn check_libraries() -> Result<(), ExecError> {
     Ok(())
 }
 
+/// The CUBIN of [`sources::program`] for `sm_<major><minor>`, compiled once per process
+/// and architecture (a compile takes seconds; every backend of the process reuses it).
+pub(crate) fn cubin(major: i32, minor: i32) -> Result<Vec<u8>, ExecError> {
+    static CACHE: OnceLock<Mutex<HashMap<(i32, i32), Vec<u8>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let cached = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&(major, minor)).cloned());
+    if let Some(image) = cached {
+        return Ok(image);
+    }
+    let image = compile_cubin(major, minor)?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert((major, minor), image.clone());
+    }
+    Ok(image)
+}
+
 /// Compiles [`sources::program`] for `sm_<major><minor>` and returns the CUBIN.
-pub(crate) fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, ExecError> {
+fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, ExecError> {
     let arch = format!("sm_{major}{minor}");
     let fail = |what: &str, e: nvrtc::NvrtcError| {
         unavailable(format!("NVRTC {what} for {arch} failed: {e}"))
