@@ -51,10 +51,13 @@ pub(crate) fn check_libraries() -> Result<(), ExecError> {
     Ok(())
 }
 
+/// Compiled images by `(major, minor)` architecture.
+type Cubins = HashMap<(i32, i32), Vec<u8>>;
+
 /// The CUBIN of [`sources::program`] for `sm_<major><minor>`, compiled once per process
 /// and architecture (a compile takes seconds; every backend of the process reuses it).
 pub(crate) fn cubin(major: i32, minor: i32) -> Result<Vec<u8>, ExecError> {
-    static CACHE: OnceLock<Mutex<HashMap<(i32, i32), Vec<u8>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<Cubins>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let cached = cache
         .lock()
