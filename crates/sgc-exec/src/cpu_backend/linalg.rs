@@ -36,7 +36,9 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &
         return;
     }
     if k == 0 {
-        c[..m * n].iter_mut().for_each(|v| *v *= beta);
+        // An empty sum: C = beta * C, and exactly 0 for beta = 0 (C may hold stale NaNs).
+        let scale = |v: &mut f32| *v = if beta == 0.0 { 0.0 } else { *v * beta };
+        c[..m * n].iter_mut().for_each(scale);
         return;
     }
     // SAFETY: the checked shapes guarantee that a (m x k with strides rs/cs), b (k x n)
@@ -64,7 +66,8 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &
 
 /// `matmul`: `a [rows, k] @ b` with `b [k, n]`, or `b [n, k]` transposed.
 pub(crate) fn matmul(a: &[f32], b: &[f32], y: &mut [f32], k: usize, n: usize, transpose_b: bool) {
-    let rows = a.len().checked_div(k).unwrap_or(0);
+    // Rows from the output: with k = 0, `a` is empty but `y` still has rows to zero.
+    let rows = y.len().checked_div(n).unwrap_or(0);
     let bm = Mat::new(b, if transpose_b { k } else { n }, transpose_b);
     gemm(rows, k, n, Mat::new(a, k, false), bm, 0.0, y);
 }

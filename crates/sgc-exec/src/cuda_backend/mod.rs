@@ -1,10 +1,55 @@
 //! The CUDA backend, under the CPU backend's kernel names.
 //!
-//! Design (to be written against [`crate::Backend`] behind the `cuda` feature): cudarc
-//! with dynamic loading, kernels in CUDA C compiled at run time with NVRTC, matmul
-//! through cuBLAS, one device arena carved by offsets. Until it lands, and in every build
-//! without the `cuda` feature, `CudaBackend` is a stand-in with the same name whose
-//! constructor returns a clear error, so that every caller builds everywhere.
+//! Built on cudarc with dynamic loading (no CUDA toolkit needed to build; the driver,
+//! NVRTC and cuBLAS are opened at run time, after `loader` checked that each one loads,
+//! so a machine without them gets [`crate::ExecError::CudaUnavailable`], never a panic).
+//!
+//! - `kernels/*.cu`: the kernels in CUDA C, one file per CPU module (`elementwise`,
+//!   `conv`, `norm`, `shape`), each kernel named after the op type it runs. [`sources`]
+//!   assembles them into one program, compiled by NVRTC when the backend is created, for
+//!   the device's own architecture, and loaded as one module.
+//! - `elementwise.rs`, `linalg.rs`, `conv.rs`, `norm.rs`, `shape.rs`: the launchers, one
+//!   function per op type with the CPU backend's names. Matrix products (`matmul`,
+//!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
+//! - `device.rs`: context, stream, kernel launch (arguments checked against
+//!   [`sources::SIGNATURES`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
+//!   the dispatch.
+//!
+//! Memory: every [`crate::Backend::alloc`] is one device allocation (the executor makes one
+//! arena and one per persistent storage); operands are byte offsets into them. Internal
+//! workspaces (im2col, per-row losses) are outside the allocator's statistics, as the CPU
+//! backend's are.
+//!
+//! Determinism: one stream; no atomics; every reduction is one block of
+//! [`sources::BLOCK`] threads summing fixed strided subsets, then a fixed tree (or one
+//! thread summing in order), so the same launch gives the same bits. cuBLAS is
+//! deterministic on one stream for the same problem and pointer alignment.
+//!
+//! Without the `cuda` feature `CudaBackend` is a stand-in whose constructor returns an
+//! error, so every caller builds everywhere.
 
+pub mod sources;
+
+#[cfg(not(feature = "cuda"))]
 mod stand_in;
+#[cfg(not(feature = "cuda"))]
 pub use stand_in::{CudaBackend, NOT_BUILT};
+
+#[cfg(feature = "cuda")]
+mod conv;
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod elementwise;
+#[cfg(feature = "cuda")]
+mod linalg;
+#[cfg(feature = "cuda")]
+mod loader;
+#[cfg(feature = "cuda")]
+mod norm;
+#[cfg(feature = "cuda")]
+mod runtime;
+#[cfg(feature = "cuda")]
+mod shape;
+#[cfg(feature = "cuda")]
+pub use runtime::CudaBackend;

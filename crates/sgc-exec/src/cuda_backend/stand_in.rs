@@ -1,16 +1,11 @@
-//! `CudaBackend` while no CUDA implementation is compiled in: it cannot be constructed.
+//! `CudaBackend` in a build without the `cuda` feature: it cannot be constructed.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::kernel::Kernel;
 use crate::ExecError;
 
 /// The message every CUDA request gets in this build.
-#[cfg(not(feature = "cuda"))]
 pub const NOT_BUILT: &str = "sgc was built without CUDA support (build with --features cuda)";
-/// The message every CUDA request gets in this build.
-#[cfg(feature = "cuda")]
-pub const NOT_BUILT: &str =
-    "the CUDA backend is not implemented in this version of sgc (the `cuda` feature only selects it)";
 
 /// Uninhabited: no value exists, so every method is unreachable by construction.
 pub enum CudaBackend {}

@@ -1,0 +1,79 @@
+//! Element-wise kernels, bias, and the SGD update (`kernels/elementwise.cu`; the CPU
+//! reference is `cpu_backend/elementwise.rs`, same names).
+
+use super::device::{n, Arg, Device, Grid, R};
+
+/// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
+fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
+    (
+        shape[axis].max(1),
+        shape[axis + 1..].iter().product::<usize>().max(1),
+    )
+}
+
+fn unary(d: &Device, name: &'static str, x: u64, y: u64, len: usize) -> R {
+    d.launch(
+        name,
+        Grid::Elements(len),
+        &[Arg::Ptr(x), Arg::Ptr(y), n(len)],
+    )
+}
+
+fn binary(d: &Device, name: &'static str, a: u64, b: u64, y: u64, len: usize) -> R {
+    let args = [Arg::Ptr(a), Arg::Ptr(b), Arg::Ptr(y), n(len)];
+    d.launch(name, Grid::Elements(len), &args)
+}
+
+pub(crate) fn bias_add(d: &Device, x: u64, bias: u64, y: u64, shape: &[usize], axis: usize) -> R {
+    let (dim, inner) = axis_split(shape, axis);
+    let len: usize = shape.iter().product();
+    let args = [
+        Arg::Ptr(x),
+        Arg::Ptr(bias),
+        Arg::Ptr(y),
+        n(len),
+        n(dim),
+        n(inner),
+    ];
+    d.launch("bias_add", Grid::Elements(len), &args)
+}
+
+pub(crate) fn bias_add_grad(d: &Device, dy: u64, db: u64, shape: &[usize], axis: usize) -> R {
+    let dim = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let args = [Arg::Ptr(dy), Arg::Ptr(db), n(outer), n(dim), n(inner)];
+    d.launch("bias_add_grad", Grid::Rows(dim), &args)
+}
+
+pub(crate) fn add(d: &Device, a: u64, b: u64, y: u64, len: usize) -> R {
+    binary(d, "add", a, b, y, len)
+}
+
+pub(crate) fn mul(d: &Device, a: u64, b: u64, y: u64, len: usize) -> R {
+    binary(d, "mul", a, b, y, len)
+}
+
+pub(crate) fn relu(d: &Device, x: u64, y: u64, len: usize) -> R {
+    unary(d, "relu", x, y, len)
+}
+
+/// `(y, dy)`: the gradient passes where the output is positive.
+pub(crate) fn relu_grad(d: &Device, y: u64, dy: u64, dx: u64, len: usize) -> R {
+    binary(d, "relu_grad", y, dy, dx, len)
+}
+
+pub(crate) fn gelu(d: &Device, x: u64, y: u64, len: usize) -> R {
+    unary(d, "gelu", x, y, len)
+}
+
+/// `(x, dy)`: `dy * gelu'(x)`.
+pub(crate) fn gelu_grad(d: &Device, x: u64, dy: u64, dx: u64, len: usize) -> R {
+    binary(d, "gelu_grad", x, dy, dx, len)
+}
+
+/// `param -= lr * grad`, in place.
+pub(crate) fn sgd_update(d: &Device, param: u64, grad: u64, lr: f32, len: usize) -> R {
+    let args = [Arg::Ptr(param), Arg::Ptr(grad), Arg::F32(lr), n(len)];
+    d.launch("sgd_update", Grid::Elements(len), &args)
+}

@@ -1,0 +1,63 @@
+//! Matrix products through cuBLAS (`Device::gemm`, row-major on top of column-major
+//! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
+
+use super::device::{Device, Gemm, R};
+
+/// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
+/// `(address, transposed)`.
+fn single((m, n, k): (usize, usize, usize), a: (u64, bool), b: (u64, bool), c: u64) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        a: a.0,
+        trans_a: a.1,
+        b: b.0,
+        trans_b: b.1,
+        c,
+        beta: 0.0,
+        batch: 1,
+        stride_a: 0,
+        stride_b: 0,
+    }
+}
+
+/// `matmul`: `a [rows, k] @ b` with `b [k, n]`, or `b [n, k]` transposed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul(
+    d: &Device,
+    a: u64,
+    b: u64,
+    y: u64,
+    rows: usize,
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) -> R {
+    d.gemm(&single((rows, n, k), (a, false), (b, transpose_b), y))
+}
+
+/// `matmul_tn`: `p [rows, m]^T @ q [rows, n]` -> `[m, n]`.
+pub(crate) fn matmul_tn(d: &Device, p: u64, q: u64, y: u64, rows: usize, m: usize, n: usize) -> R {
+    d.gemm(&single((m, n, rows), (p, true), (q, false), y))
+}
+
+/// Dimensions of one `batched_matmul`.
+pub(crate) struct Bmm {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+/// `batched_matmul`: one strided-batched SGEMM.
+pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
+    d.gemm(&Gemm {
+        batch: s.batch,
+        stride_a: s.m * s.k,
+        stride_b: s.k * s.n,
+        ..single((s.m, s.n, s.k), (a, s.transpose_a), (b, s.transpose_b), y)
+    })
+}

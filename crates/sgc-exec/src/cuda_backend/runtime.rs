@@ -1,0 +1,404 @@
+//! [`CudaBackend`]: device buffers, the [`Backend`] implementation and the dispatch table.
+//!
+//! [`Backend::alloc`] makes one device allocation per call (the executor makes one arena
+//! and one per persistent storage); an [`Operand`] is a byte offset into one of them,
+//! checked against its bounds and dtype alignment before its address is handed to a
+//! kernel. [`run`] mirrors the CPU backend's dispatch arm for arm, calling the function
+//! of the same name in `linalg`, `elementwise`, `conv`, `norm` or `shape`.
+
+use super::conv::{self, Window};
+use super::device::{Device, R};
+use super::linalg::{self, Bmm};
+use super::norm::{self, Idx, NormDims};
+use super::{elementwise, loader, shape, sources};
+use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
+use crate::kernel::Kernel;
+use crate::shapes::is_index_slot;
+use crate::ExecError;
+use cudarc::driver::CudaSlice;
+use sgc_ir::DType;
+
+const NAME: &str = "cuda";
+
+/// One allocation: the device memory, its address and its requested size.
+struct Buffer {
+    mem: CudaSlice<u8>,
+    ptr: u64,
+    len: u64,
+}
+
+/// A CUDA device running the executor's kernels; see the [module docs](self).
+pub struct CudaBackend {
+    buffers: Vec<Buffer>,
+    stats: AllocStats,
+    name: String,
+    dev: Device,
+}
+
+impl CudaBackend {
+    /// Opens CUDA device `ordinal`: checks that the driver, NVRTC and cuBLAS load, that the
+    /// device exists, compiles the kernels for it. Any failure is
+    /// [`ExecError::CudaUnavailable`] saying why, never a panic.
+    pub fn new(ordinal: usize) -> Result<Self, ExecError> {
+        loader::check_libraries()?;
+        // cudarc panics on a symbol missing from an old driver; report it as an error too.
+        let opened = std::panic::catch_unwind(|| Device::open(ordinal)).map_err(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            ExecError::CudaUnavailable(format!("CUDA initialisation failed: {msg}"))
+        })??;
+        let device = opened
+            .ctx
+            .name()
+            .unwrap_or_else(|_| "unknown device".to_string());
+        Ok(CudaBackend {
+            buffers: Vec::new(),
+            stats: AllocStats::default(),
+            name: format!("{NAME}:{ordinal} ({device})"),
+            dev: opened,
+        })
+    }
+
+    fn err(detail: impl Into<String>) -> ExecError {
+        ExecError::backend(NAME, detail)
+    }
+
+    fn buffer(&self, id: BufferId) -> Result<&Buffer, ExecError> {
+        self.buffers
+            .get(id.0)
+            .ok_or_else(|| Self::err(format!("no buffer {}", id.0)))
+    }
+
+    /// Byte range `offset..offset + len` of buffer `id`, checked to lie inside it.
+    fn range(&self, id: BufferId, offset: u64, len: u64) -> Result<(usize, usize), ExecError> {
+        let b = self.buffer(id)?;
+        let end = offset.checked_add(len).filter(|&e| e <= b.len);
+        match end {
+            Some(end) => Ok((offset as usize, end as usize)),
+            None => Err(Self::err(format!(
+                "bytes {offset}..+{len} are outside buffer {} ({} bytes)",
+                id.0, b.len
+            ))),
+        }
+    }
+
+    /// Device address of `op`, after checking bounds and alignment.
+    fn address(&self, op: &Operand) -> Result<u64, ExecError> {
+        self.range(op.buffer, op.offset, op.bytes())?;
+        if op.offset % op.dtype.size().max(1) != 0 {
+            return Err(Self::err(format!(
+                "operand at offset {} is misaligned for {}",
+                op.offset,
+                op.dtype.as_str()
+            )));
+        }
+        Ok(self.buffers[op.buffer.0].ptr + op.offset)
+    }
+
+    fn sync_err(e: impl std::fmt::Display) -> ExecError {
+        Self::err(e.to_string())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn supports(&self, kernel: &Kernel) -> bool {
+        match kernel {
+            Kernel::Transpose { perm } => perm.len() <= sources::MAX_RANK,
+            _ => true,
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
+        let size = usize::try_from(bytes)
+            .map_err(|_| Self::err(format!("cannot allocate {bytes} bytes")))?;
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let mem = self
+            .dev
+            .stream
+            .alloc_zeros::<u8>(size.max(1))
+            .map_err(|e| Self::err(format!("cannot allocate {bytes} bytes: {e}")))?;
+        let ptr = self.dev.address(&mem);
+        self.buffers.push(Buffer {
+            mem,
+            ptr,
+            len: bytes,
+        });
+        self.stats.allocated_bytes += bytes;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.allocated_bytes);
+        self.stats.allocations += 1;
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn write(&mut self, buffer: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError> {
+        let (start, end) = self.range(buffer, offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let mut dst = self.buffers[buffer.0].mem.slice_mut(start..end);
+        self.dev
+            .stream
+            .memcpy_htod(data, &mut dst)
+            .map_err(Self::sync_err)?;
+        self.dev.stream.synchronize().map_err(Self::sync_err)
+    }
+
+    fn read(&mut self, buffer: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError> {
+        let (start, end) = self.range(buffer, offset, out.len() as u64)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let src = self.buffers[buffer.0].mem.slice(start..end);
+        self.dev
+            .stream
+            .memcpy_dtoh(&src, out)
+            .map_err(Self::sync_err)?;
+        self.dev.stream.synchronize().map_err(Self::sync_err)
+    }
+
+    fn launch(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<(), ExecError> {
+        check_disjoint(NAME, kernel, inputs, outputs)?;
+        // Kernels index device memory from the shapes: an unchecked shape would be an
+        // out-of-bounds access on the device, not a panic. (The executor checked them too.)
+        crate::shapes::check(kernel, inputs, outputs)
+            .map_err(|e| Self::err(format!("{}: {e}", kernel.name())))?;
+        for (i, o) in inputs.iter().enumerate() {
+            let index = is_index_slot(kernel, i) && matches!(o.dtype, DType::I64 | DType::I32);
+            if !index && o.dtype != DType::F32 {
+                return Err(Self::err(format!(
+                    "{}: input {i} has dtype {}",
+                    kernel.name(),
+                    o.dtype.as_str()
+                )));
+            }
+        }
+        if outputs.iter().any(|o| o.dtype != DType::F32) {
+            return Err(Self::err(format!("{}: outputs must be f32", kernel.name())));
+        }
+        let ins = inputs
+            .iter()
+            .map(|o| self.address(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outs = outputs
+            .iter()
+            .map(|o| self.address(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        run(kernel, &mut self.dev, &ins, &outs, inputs, outputs)
+            .map_err(|e| Self::err(format!("{}: {e}", kernel.name())))
+    }
+
+    fn synchronize(&mut self) -> Result<(), ExecError> {
+        self.dev.stream.synchronize().map_err(Self::sync_err)
+    }
+
+    fn memory(&self) -> AllocStats {
+        self.stats
+    }
+}
+
+fn idx(op: &Operand, ptr: u64) -> Idx {
+    Idx {
+        ptr,
+        is_i64: op.dtype == DType::I64,
+    }
+}
+
+/// The dispatch: one arm per op type, each calling the function of the same name.
+/// `ins`/`outs` are the operands' device addresses, `ops_in`/`ops_out` the operands (for
+/// shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
+fn run(
+    k: &Kernel,
+    d: &mut Device,
+    ins: &[u64],
+    outs: &[u64],
+    ops_in: &[Operand],
+    ops_out: &[Operand],
+) -> R {
+    use Kernel::*;
+    let sh = |i: usize| ops_in[i].shape.as_slice();
+    let numel = |i: usize| ops_in[i].numel();
+    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
+    let rows_of = |i: usize| numel(i).checked_div(last(sh(i))).unwrap_or(0);
+    match k {
+        MatMul { transpose_b } => {
+            let b = sh(1);
+            let (kk, n) = if *transpose_b {
+                (b[1], b[0])
+            } else {
+                (b[0], b[1])
+            };
+            // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
+            let rows = ops_out[0].numel().checked_div(n).unwrap_or(0);
+            linalg::matmul(d, ins[0], ins[1], outs[0], rows, kk, n, *transpose_b)
+        }
+        MatMulTn => {
+            let (m, n) = (last(sh(0)), last(sh(1)));
+            linalg::matmul_tn(d, ins[0], ins[1], outs[0], rows_of(0), m, n)
+        }
+        BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
+            let r = a.len();
+            let s = Bmm {
+                batch: a[..r - 2].iter().product(),
+                m: y[r - 2],
+                n: y[r - 1],
+                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
+                transpose_a: *transpose_a,
+                transpose_b: *transpose_b,
+            };
+            linalg::batched_matmul(d, ins[0], ins[1], outs[0], &s)
+        }
+        BiasAdd { axis } => elementwise::bias_add(d, ins[0], ins[1], outs[0], sh(0), *axis),
+        BiasAddGrad { axis } => elementwise::bias_add_grad(d, ins[0], outs[0], sh(0), *axis),
+        Add => elementwise::add(d, ins[0], ins[1], outs[0], numel(0)),
+        Mul => elementwise::mul(d, ins[0], ins[1], outs[0], numel(0)),
+        Relu => elementwise::relu(d, ins[0], outs[0], numel(0)),
+        ReluGrad => elementwise::relu_grad(d, ins[0], ins[1], outs[0], numel(0)),
+        Gelu => elementwise::gelu(d, ins[0], outs[0], numel(0)),
+        GeluGrad => elementwise::gelu_grad(d, ins[0], ins[1], outs[0], numel(0)),
+        Conv2d { stride, padding } => {
+            let g = window(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
+            conv::conv2d(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
+        }
+        Conv2dGradInput { stride, padding } => {
+            let g = window(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
+            conv::conv2d_grad_input(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
+        }
+        Conv2dGradWeight { stride, padding } => {
+            let g = window(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
+            conv::conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g, sh(1)[1])
+        }
+        MaxPool2d {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = pool_window(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
+            conv::max_pool2d(d, ins[0], outs[0], &g)
+        }
+        MaxPool2dGrad {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = pool_window(sh(0), sh(1), *kernel, *stride, *padding);
+            conv::max_pool2d_grad(d, ins[0], ins[1], outs[0], &g)
+        }
+        GlobalAvgPool => {
+            let x = sh(0);
+            conv::global_avg_pool(d, ins[0], outs[0], x[0] * x[1], x[2] * x[3])
+        }
+        GlobalAvgPoolGrad => {
+            let s = &ops_out[0].shape;
+            conv::global_avg_pool_grad(d, ins[0], outs[0], s[0] * s[1], s[2] * s[3])
+        }
+        BatchNorm { eps } => {
+            let three = [ins[0], ins[1], ins[2]];
+            norm::batch_norm(d, three, *eps, bn_dims(sh(0)), out3(outs))
+        }
+        BatchNormGrad => norm::batch_norm_grad(d, in5(ins), bn_dims(sh(0)), out3(outs)),
+        LayerNorm { eps } => {
+            let three = [ins[0], ins[1], ins[2]];
+            norm::layer_norm(d, three, *eps, rows_of(0), last(sh(0)), out3(outs))
+        }
+        LayerNormGrad => norm::layer_norm_grad(d, in5(ins), rows_of(0), last(sh(0)), out3(outs)),
+        Softmax { scale, causal } => {
+            norm::softmax(d, ins[0], outs[0], rows_of(0), last(sh(0)), *scale, *causal)
+        }
+        SoftmaxGrad { scale } => {
+            norm::softmax_grad(d, ins[0], ins[1], outs[0], rows_of(0), last(sh(0)), *scale)
+        }
+        Embedding => {
+            let w = sh(1);
+            let ids = idx(&ops_in[0], ins[0]);
+            shape::embedding(d, ids, ins[1], outs[0], numel(0), w[0], w[1])
+        }
+        EmbeddingGrad => {
+            let dw = &ops_out[0].shape;
+            let ids = idx(&ops_in[0], ins[0]);
+            shape::embedding_grad(d, ids, ins[1], outs[0], numel(0), dw[0], dw[1])
+        }
+        Reshape => shape::reshape(d, ins[0], outs[0], numel(0)),
+        Transpose { perm } => shape::transpose(d, ins[0], outs[0], sh(0), perm),
+        Concat { axis } => {
+            let xs: Vec<(u64, &[usize])> = ins
+                .iter()
+                .zip(ops_in)
+                .map(|(&p, o)| (p, o.shape.as_slice()))
+                .collect();
+            shape::concat(d, &xs, outs[0], *axis)
+        }
+        Slice { axis, start, end } => shape::slice(d, ins[0], outs[0], sh(0), *axis, *start, *end),
+        Upsample2x => {
+            let x = sh(0);
+            conv::upsample_nearest2x(d, ins[0], outs[0], x[0] * x[1], x[2], x[3])
+        }
+        Upsample2xGrad => {
+            let s = &ops_out[0].shape;
+            conv::upsample_nearest2x_grad(d, ins[0], outs[0], s[0] * s[1], s[2], s[3])
+        }
+        CrossEntropy => {
+            let labels = idx(&ops_in[1], ins[1]);
+            norm::cross_entropy(d, ins[0], labels, outs[0], numel(1), last(sh(0)))
+        }
+        CrossEntropyGrad => {
+            let labels = idx(&ops_in[1], ins[1]);
+            norm::cross_entropy_grad(d, ins[0], labels, outs[0], numel(1), last(sh(0)))
+        }
+        SgdUpdate { lr } => elementwise::sgd_update(d, ins[0], ins[1], *lr, numel(0)),
+    }
+}
+
+fn in5(ins: &[u64]) -> [u64; 5] {
+    [ins[0], ins[1], ins[2], ins[3], ins[4]]
+}
+
+fn out3(outs: &[u64]) -> [u64; 3] {
+    [outs[0], outs[1], outs[2]]
+}
+
+fn bn_dims(x: &[usize]) -> NormDims {
+    NormDims {
+        outer: x[0],
+        feat: x[1],
+        inner: x[2..].iter().product(),
+    }
+}
+
+/// Window of a convolution with image `x [N, C, H, W]`, weight `w [O, C, kh, kw]`,
+/// output `y [N, O, Ho, Wo]`.
+fn window(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: usize) -> Window {
+    Window {
+        n: x[0],
+        c: x[1],
+        h: x[2],
+        w: x[3],
+        kh: w[2],
+        kw: w[3],
+        stride,
+        pad,
+        ho: y[2],
+        wo: y[3],
+    }
+}
+
+fn pool_window(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> Window {
+    window(x, &[0, 0, k, k], y, stride, pad)
+}

@@ -1,0 +1,176 @@
+//! The CUDA C source of every kernel, the NVRTC options, and each kernel's parameter list.
+//!
+//! Compiled into every build (it is only text), so that the kernel-compile test
+//! (`tests/cuda_kernels.rs`) compiles exactly what the backend compiles, without the
+//! `cuda` feature and without a GPU. The backend compiles [`program`] once, at creation,
+//! into one module. [`SIGNATURES`] is the ABI the Rust side launches with: the backend
+//! refuses a launch whose arguments do not match it, and the kernel-compile test checks it
+//! against the `extern "C" __global__` declarations parsed from the sources.
+
+/// The shared prelude: typedefs, loop macros, the fixed-order block reductions.
+pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
+
+/// The kernel files, `(file name, source)`, named after the CPU backend's modules.
+pub const FILES: &[(&str, &str)] = &[
+    ("elementwise.cu", include_str!("kernels/elementwise.cu")),
+    ("conv.cu", include_str!("kernels/conv.cu")),
+    ("norm.cu", include_str!("kernels/norm.cu")),
+    ("shape.cu", include_str!("kernels/shape.cu")),
+];
+
+/// Threads per block of every launch; the reductions' shared-memory trees assume it
+/// (`BLOCK` in the prelude).
+pub const BLOCK: u32 = 256;
+
+/// Axes a `transpose` handles (`MAX_RANK` in the prelude).
+pub const MAX_RANK: usize = 8;
+
+/// The whole program: the prelude, then every file, each after a `#line` directive so that
+/// compiler messages name the file and line.
+pub fn program() -> String {
+    let mut s = String::from("#line 1 \"prelude.cuh\"\n");
+    s.push_str(PRELUDE);
+    for (name, src) in FILES {
+        s.push_str(&format!("\n#line 1 \"{name}\"\n"));
+        s.push_str(src);
+    }
+    s
+}
+
+/// NVRTC options for virtual architecture `arch` (e.g. `compute_80`) or real one
+/// (`sm_90`). `--fmad=false`: no multiply-add contraction, so element-wise results
+/// round as the CPU reference's do.
+pub fn nvrtc_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--fmad=false".to_string(),
+        "--std=c++14".to_string(),
+    ]
+}
+
+/// A kernel parameter as the launcher passes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A device pointer (any pointee type), 8 bytes.
+    Ptr,
+    /// `i64` (`long long`).
+    I64,
+    /// `int`.
+    I32,
+    /// `float`.
+    F32,
+    /// The `Dims` struct of the prelude, by value.
+    Dims,
+}
+
+use ParamKind::{Dims, Ptr, F32, I32, I64};
+
+/// Every kernel of [`program`] with its parameters, in declaration order.
+pub const SIGNATURES: &[(&str, &[ParamKind])] = &[
+    // elementwise.cu
+    ("bias_add", &[Ptr, Ptr, Ptr, I64, I64, I64]),
+    ("bias_add_grad", &[Ptr, Ptr, I64, I64, I64]),
+    ("add", &[Ptr, Ptr, Ptr, I64]),
+    ("mul", &[Ptr, Ptr, Ptr, I64]),
+    ("relu", &[Ptr, Ptr, I64]),
+    ("relu_grad", &[Ptr, Ptr, Ptr, I64]),
+    ("gelu", &[Ptr, Ptr, I64]),
+    ("gelu_grad", &[Ptr, Ptr, Ptr, I64]),
+    ("sgd_update", &[Ptr, Ptr, F32, I64]),
+    ("fill_zero", &[Ptr, I64]),
+    // conv.cu
+    (
+        "im2col",
+        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64],
+    ),
+    (
+        "col2im",
+        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64],
+    ),
+    (
+        "max_pool2d",
+        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64],
+    ),
+    (
+        "max_pool2d_grad",
+        &[Ptr, Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64],
+    ),
+    ("global_avg_pool", &[Ptr, Ptr, I64, I64]),
+    ("global_avg_pool_grad", &[Ptr, Ptr, I64, I64]),
+    ("upsample_nearest2x", &[Ptr, Ptr, I64, I64, I64]),
+    ("upsample_nearest2x_grad", &[Ptr, Ptr, I64, I64, I64]),
+    // norm.cu
+    (
+        "batch_norm",
+        &[Ptr, Ptr, Ptr, F32, Ptr, Ptr, Ptr, I64, I64, I64],
+    ),
+    (
+        "batch_norm_grad",
+        &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64, I64],
+    ),
+    ("layer_norm", &[Ptr, Ptr, Ptr, F32, Ptr, Ptr, Ptr, I64, I64]),
+    ("layer_norm_grad", &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64]),
+    (
+        "layer_norm_grad_params",
+        &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64],
+    ),
+    ("softmax", &[Ptr, Ptr, I64, I64, F32, I32]),
+    ("softmax_grad", &[Ptr, Ptr, Ptr, I64, I64, F32]),
+    ("cross_entropy", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
+    ("cross_entropy_mean", &[Ptr, Ptr, I64]),
+    ("cross_entropy_grad", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
+    // shape.cu
+    ("embedding", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
+    ("embedding_grad", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
+    ("reshape", &[Ptr, Ptr, I64]),
+    ("transpose", &[Ptr, Ptr, I64, Dims]),
+    ("concat", &[Ptr, Ptr, I64, I64, I64, I64]),
+    ("slice", &[Ptr, Ptr, I64, I64, I64, I64]),
+];
+
+/// The parameters of kernel `name`, if the program has it.
+pub fn signature(name: &str) -> Option<&'static [ParamKind]> {
+    SIGNATURES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, params)| *params)
+}
+
+/// The kind of one C parameter declaration such as `const float* x` or `i64 n`.
+pub fn param_kind(decl: &str) -> Option<ParamKind> {
+    let decl = decl.trim();
+    if decl.contains('*') {
+        return Some(Ptr);
+    }
+    let ty: Vec<&str> = decl.split_whitespace().filter(|w| *w != "const").collect();
+    match ty.split_last().map(|(_, t)| t.join(" ")).as_deref() {
+        Some("i64" | "long long") => Some(I64),
+        Some("int") => Some(I32),
+        Some("float") => Some(F32),
+        Some("Dims") => Some(Dims),
+        _ => None,
+    }
+}
+
+/// Every `extern "C" __global__` kernel declared in `src`: its name and parameter kinds
+/// (`None` for a parameter type the launcher cannot pass).
+pub fn declared_kernels(src: &str) -> Vec<(String, Vec<Option<ParamKind>>)> {
+    const MARK: &str = "extern \"C\" __global__ void ";
+    let mut out = Vec::new();
+    let mut rest = src;
+    while let Some(at) = rest.find(MARK) {
+        rest = &rest[at + MARK.len()..];
+        let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+            break;
+        };
+        let name = rest[..open].trim().to_string();
+        let params = rest[open + 1..close]
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(param_kind)
+            .collect();
+        out.push((name, params));
+        rest = &rest[close..];
+    }
+    out
+}

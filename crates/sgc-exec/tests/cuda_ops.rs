@@ -1,0 +1,540 @@
+//! Every kernel on small operands, driven through the `Backend` trait: the CPU backend
+//! writes every output byte (outputs are poisoned with NaN first), and where a CUDA device
+//! exists, the CUDA backend matches the CPU reference within a tolerance and repeats its
+//! own bits exactly. Without a device (or without `--features cuda`) the CUDA half prints
+//! `SKIP:` with the reason.
+
+use sgc_exec::kernel::Kernel;
+use sgc_exec::{Backend, CpuBackend, CudaBackend, ExecError, Operand};
+use sgc_ir::DType;
+
+/// Deterministic values in `[-1, 1)` (xorshift).
+struct Values(u64);
+
+impl Values {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn f32(&mut self, shape: &[usize]) -> Input {
+        let n = shape.iter().product();
+        Input::F32(shape.to_vec(), (0..n).map(|_| self.next()).collect())
+    }
+
+    /// Small integers as floats: max-pool windows with ties.
+    fn ties(&mut self, shape: &[usize]) -> Input {
+        let n = shape.iter().product();
+        let v = (0..n).map(|_| (self.next() * 3.0).round()).collect();
+        Input::F32(shape.to_vec(), v)
+    }
+
+    /// Values in `[lo, lo + 1)` (positive invstd/rstd).
+    fn from(&mut self, shape: &[usize], lo: f32) -> Input {
+        let n = shape.iter().product();
+        let v = (0..n).map(|_| lo + 0.5 * (self.next() + 1.0)).collect();
+        Input::F32(shape.to_vec(), v)
+    }
+
+    fn ids(&mut self, shape: &[usize], bound: usize, i64s: bool) -> Input {
+        let n: usize = shape.iter().product();
+        let v: Vec<i64> = (0..n)
+            .map(|_| (((self.next() + 1.0) * 0.5 * bound as f32) as i64).min(bound as i64 - 1))
+            .collect();
+        if i64s {
+            Input::I64(shape.to_vec(), v)
+        } else {
+            Input::I32(shape.to_vec(), v.iter().map(|&x| x as i32).collect())
+        }
+    }
+}
+
+enum Input {
+    F32(Vec<usize>, Vec<f32>),
+    I64(Vec<usize>, Vec<i64>),
+    I32(Vec<usize>, Vec<i32>),
+}
+
+impl Input {
+    fn shape(&self) -> &[usize] {
+        match self {
+            Input::F32(s, _) | Input::I64(s, _) | Input::I32(s, _) => s,
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            Input::F32(..) => DType::F32,
+            Input::I64(..) => DType::I64,
+            Input::I32(..) => DType::I32,
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Input::F32(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Input::I64(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Input::I32(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
+struct Case {
+    label: String,
+    kernel: Kernel,
+    inputs: Vec<Input>,
+    outputs: Vec<Vec<usize>>,
+}
+
+fn case(label: &str, kernel: Kernel, inputs: Vec<Input>, outputs: &[&[usize]]) -> Case {
+    Case {
+        label: label.to_string(),
+        kernel,
+        inputs,
+        outputs: outputs.iter().map(|s| s.to_vec()).collect(),
+    }
+}
+
+fn matmul_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use Kernel::*;
+    let t = |transpose_b| MatMul { transpose_b };
+    out.push(case(
+        "matmul",
+        t(false),
+        vec![v.f32(&[2, 3, 4]), v.f32(&[4, 5])],
+        &[&[2, 3, 5]],
+    ));
+    out.push(case(
+        "matmul^T",
+        t(true),
+        vec![v.f32(&[6, 4]), v.f32(&[5, 4])],
+        &[&[6, 5]],
+    ));
+    out.push(case(
+        "matmul k=0",
+        t(false),
+        vec![v.f32(&[3, 0]), v.f32(&[0, 2])],
+        &[&[3, 2]],
+    ));
+    out.push(case(
+        "matmul_tn",
+        MatMulTn,
+        vec![v.f32(&[2, 3, 4]), v.f32(&[2, 3, 5])],
+        &[&[4, 5]],
+    ));
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = if ta { [2, 4, 3] } else { [2, 3, 4] };
+        let b = if tb { [2, 5, 4] } else { [2, 4, 5] };
+        let k = BatchedMatMul {
+            transpose_a: ta,
+            transpose_b: tb,
+        };
+        out.push(case(
+            &format!("bmm {ta} {tb}"),
+            k,
+            vec![v.f32(&a), v.f32(&b)],
+            &[&[2, 3, 5]],
+        ));
+    }
+}
+
+fn elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use Kernel::*;
+    let s: &[usize] = &[3, 5, 7];
+    let big: &[usize] = &[300, 1001];
+    for (k, name) in [
+        (Add, "add"),
+        (Mul, "mul"),
+        (ReluGrad, "relu_grad"),
+        (GeluGrad, "gelu_grad"),
+    ] {
+        out.push(case(name, k.clone(), vec![v.f32(s), v.f32(s)], &[s]));
+        out.push(case(
+            &format!("{name} big"),
+            k,
+            vec![v.f32(big), v.f32(big)],
+            &[big],
+        ));
+    }
+    for (k, name) in [(Relu, "relu"), (Gelu, "gelu"), (Reshape, "reshape")] {
+        out.push(case(name, k, vec![v.f32(s)], &[s]));
+    }
+    for (shape, axis) in [
+        (&[2usize, 3, 4, 5][..], 1usize),
+        (&[6, 7][..], 1),
+        (&[70, 9, 50][..], 1),
+    ] {
+        let bias = v.f32(&[shape[axis]]);
+        out.push(case(
+            "bias_add",
+            BiasAdd { axis },
+            vec![v.f32(shape), bias],
+            &[shape],
+        ));
+        out.push(case(
+            "bias_add_grad",
+            BiasAddGrad { axis },
+            vec![v.f32(shape)],
+            &[&[shape[axis]]],
+        ));
+    }
+    let sgd = SgdUpdate { lr: 0.1 };
+    out.push(case(
+        "sgd_update",
+        sgd,
+        vec![v.f32(&[5, 6]), v.f32(&[5, 6])],
+        &[],
+    ));
+}
+
+fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use Kernel::*;
+    for (stride, padding, hw, k) in [(2, 1, [7, 6], 3), (1, 0, [5, 5], 1), (1, 2, [4, 6], 3)] {
+        let ho = (hw[0] + 2 * padding - k) / stride + 1;
+        let wo = (hw[1] + 2 * padding - k) / stride + 1;
+        let (x, w, y) = ([2, 3, hw[0], hw[1]], [4, 3, k, k], [2, 4, ho, wo]);
+        let tag = format!("s{stride} p{padding} k{k}");
+        let conv = Conv2d { stride, padding };
+        out.push(case(
+            &format!("conv2d {tag}"),
+            conv,
+            vec![v.f32(&x), v.f32(&w)],
+            &[&y],
+        ));
+        let gi = Conv2dGradInput { stride, padding };
+        out.push(case(
+            &format!("conv2d_grad_input {tag}"),
+            gi,
+            vec![v.f32(&y), v.f32(&w)],
+            &[&x],
+        ));
+        let gw = Conv2dGradWeight { stride, padding };
+        out.push(case(
+            &format!("conv2d_grad_weight {tag}"),
+            gw,
+            vec![v.f32(&x), v.f32(&y)],
+            &[&w],
+        ));
+    }
+    for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
+        let x = [2, 3, 7, 6];
+        let y = [
+            2,
+            3,
+            (7 + 2 * padding - kernel) / stride + 1,
+            (6 + 2 * padding - kernel) / stride + 1,
+        ];
+        let tag = format!("k{kernel} s{stride} p{padding}");
+        let mp = MaxPool2d {
+            kernel,
+            stride,
+            padding,
+        };
+        out.push(case(
+            &format!("max_pool2d {tag}"),
+            mp,
+            vec![v.ties(&x)],
+            &[&y],
+        ));
+        let mg = MaxPool2dGrad {
+            kernel,
+            stride,
+            padding,
+        };
+        out.push(case(
+            &format!("max_pool2d_grad {tag}"),
+            mg,
+            vec![v.ties(&x), v.f32(&y)],
+            &[&x],
+        ));
+    }
+    out.push(case(
+        "global_avg_pool",
+        GlobalAvgPool,
+        vec![v.f32(&[2, 3, 30, 20])],
+        &[&[2, 3]],
+    ));
+    let gg = GlobalAvgPoolGrad;
+    out.push(case(
+        "global_avg_pool_grad",
+        gg,
+        vec![v.f32(&[2, 3])],
+        &[&[2, 3, 5, 4]],
+    ));
+    out.push(case(
+        "upsample",
+        Upsample2x,
+        vec![v.f32(&[2, 3, 4, 5])],
+        &[&[2, 3, 8, 10]],
+    ));
+    let ug = Upsample2xGrad;
+    out.push(case(
+        "upsample_grad",
+        ug,
+        vec![v.f32(&[2, 3, 8, 10])],
+        &[&[2, 3, 4, 5]],
+    ));
+}
+
+fn norm_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use Kernel::*;
+    for x in [&[4usize, 3, 5, 2][..], &[8, 2, 40, 3][..]] {
+        let c = x[1];
+        let ins = vec![v.f32(x), v.from(&[c], 0.5), v.f32(&[c])];
+        out.push(case(
+            "batch_norm",
+            BatchNorm { eps: 1e-5 },
+            ins,
+            &[x, &[c], &[c]],
+        ));
+        let ins = vec![
+            v.f32(x),
+            v.from(&[c], 0.5),
+            v.f32(&[c]),
+            v.from(&[c], 0.5),
+            v.f32(x),
+        ];
+        out.push(case(
+            "batch_norm_grad",
+            BatchNormGrad,
+            ins,
+            &[x, &[c], &[c]],
+        ));
+    }
+    for x in [&[3usize, 4, 37][..], &[5, 600][..]] {
+        let (d, rows) = (x[x.len() - 1], x[..x.len() - 1].to_vec());
+        let ins = vec![v.f32(x), v.from(&[d], 0.5), v.f32(&[d])];
+        out.push(case(
+            "layer_norm",
+            LayerNorm { eps: 1e-5 },
+            ins,
+            &[x, &rows, &rows],
+        ));
+        let ins = vec![
+            v.f32(x),
+            v.from(&[d], 0.5),
+            v.f32(&rows),
+            v.from(&rows, 0.5),
+            v.f32(x),
+        ];
+        out.push(case(
+            "layer_norm_grad",
+            LayerNormGrad,
+            ins,
+            &[x, &[d], &[d]],
+        ));
+    }
+    for (x, causal) in [
+        (&[2usize, 3, 5, 5][..], true),
+        (&[4, 300][..], false),
+        (&[2, 300, 300][..], true),
+    ] {
+        let k = Softmax { scale: 0.5, causal };
+        out.push(case(
+            &format!("softmax causal={causal}"),
+            k,
+            vec![v.f32(x)],
+            &[x],
+        ));
+        let g = SoftmaxGrad { scale: 0.5 };
+        out.push(case(
+            "softmax_grad",
+            g,
+            vec![v.from(x, 0.0), v.f32(x)],
+            &[x],
+        ));
+    }
+    for (logits, labels, i64s) in [
+        (&[6usize, 10][..], &[6usize][..], true),
+        (&[2, 3, 700][..], &[2, 3][..], false),
+    ] {
+        let c = logits[logits.len() - 1];
+        let ins = vec![v.f32(logits), v.ids(labels, c, i64s)];
+        out.push(case("cross_entropy", CrossEntropy, ins, &[&[]]));
+        let ins = vec![v.f32(logits), v.ids(labels, c, i64s)];
+        out.push(case("cross_entropy_grad", CrossEntropyGrad, ins, &[logits]));
+    }
+}
+
+fn shape_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use Kernel::*;
+    for i64s in [true, false] {
+        let ins = vec![v.ids(&[4, 6], 7, i64s), v.f32(&[7, 5])];
+        out.push(case("embedding", Embedding, ins, &[&[4, 6, 5]]));
+        let ins = vec![v.ids(&[4, 6], 7, i64s), v.f32(&[4, 6, 5])];
+        out.push(case("embedding_grad", EmbeddingGrad, ins, &[&[7, 5]]));
+    }
+    for (x, perm) in [
+        (vec![2usize, 3, 4, 5], vec![0usize, 2, 3, 1]),
+        (vec![4, 6], vec![1, 0]),
+    ] {
+        let y: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+        out.push(case(
+            "transpose",
+            Transpose { perm },
+            vec![v.f32(&x)],
+            &[&y],
+        ));
+    }
+    let ins = vec![v.f32(&[2, 3, 4]), v.f32(&[2, 5, 4]), v.f32(&[2, 1, 4])];
+    out.push(case("concat", Concat { axis: 1 }, ins, &[&[2, 9, 4]]));
+    let sl = Slice {
+        axis: 1,
+        start: 3,
+        end: 8,
+    };
+    out.push(case("slice", sl, vec![v.f32(&[2, 9, 4])], &[&[2, 5, 4]]));
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = Values(0x9e37_79b9_7f4a_7c15);
+    let mut out = Vec::new();
+    matmul_cases(&mut v, &mut out);
+    elementwise_cases(&mut v, &mut out);
+    conv_cases(&mut v, &mut out);
+    norm_cases(&mut v, &mut out);
+    shape_cases(&mut v, &mut out);
+    out
+}
+
+/// Runs `c` on `b`: operands packed in one allocation at 8-byte aligned offsets (as the
+/// executor's arena), outputs poisoned with NaN; returns the outputs (for `sgd_update`,
+/// the updated parameter).
+fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError> {
+    let mut at = 0u64;
+    let mut place = |shape: &[usize], dtype: DType| {
+        let bytes = shape.iter().product::<usize>() as u64 * dtype.size();
+        let offset = at;
+        at += bytes.next_multiple_of(8) + 8;
+        (offset, shape.to_vec(), dtype)
+    };
+    let ins: Vec<_> = c
+        .inputs
+        .iter()
+        .map(|i| place(i.shape(), i.dtype()))
+        .collect();
+    let outs: Vec<_> = c.outputs.iter().map(|s| place(s, DType::F32)).collect();
+    let buffer = b.alloc(at)?;
+    let operand = |(offset, shape, dtype): &(u64, Vec<usize>, DType)| Operand {
+        buffer,
+        offset: *offset,
+        dtype: *dtype,
+        shape: shape.clone(),
+    };
+    let (ins, outs): (Vec<Operand>, Vec<Operand>) = (
+        ins.iter().map(operand).collect(),
+        outs.iter().map(operand).collect(),
+    );
+    sgc_exec::shapes::check(&c.kernel, &ins, &outs)
+        .map_err(|e| ExecError::Layout(format!("{}: {e}", c.label)))?;
+    for (op, input) in ins.iter().zip(&c.inputs) {
+        b.write(buffer, op.offset, &input.bytes())?;
+    }
+    for op in &outs {
+        let nan: Vec<u8> = (0..op.numel())
+            .flat_map(|_| f32::NAN.to_le_bytes())
+            .collect();
+        b.write(buffer, op.offset, &nan)?;
+    }
+    b.launch(&c.kernel, &ins, &outs)?;
+    b.synchronize()?;
+    let read = if outs.is_empty() {
+        &ins[..1]
+    } else {
+        &outs[..]
+    };
+    read.iter()
+        .map(|op| {
+            let mut bytes = vec![0u8; op.bytes() as usize];
+            b.read(buffer, op.offset, &mut bytes)?;
+            Ok(bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect())
+        })
+        .collect()
+}
+
+#[test]
+fn cpu_kernels_write_every_output_byte_of_every_case() {
+    let all = cases();
+    let covered: std::collections::BTreeSet<&str> = all.iter().map(|c| c.kernel.name()).collect();
+    assert_eq!(
+        covered.len(),
+        sgc_exec::kernel::OP_TYPES.len(),
+        "every op type has a case"
+    );
+    for c in &all {
+        let out =
+            run_case(&mut CpuBackend::new(), c).unwrap_or_else(|e| panic!("{}: {e}", c.label));
+        for (i, o) in out.iter().enumerate() {
+            assert!(
+                o.iter().all(|v| v.is_finite()),
+                "{}: output {i} not fully written: {o:?}",
+                c.label
+            );
+        }
+    }
+}
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= 1e-5 + 2e-4 * a.abs().max(b.abs())
+}
+
+#[test]
+fn cuda_kernels_match_the_cpu_reference() {
+    let mut gpu = match CudaBackend::new(0) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("SKIP: no CUDA backend here: {e}");
+            return;
+        }
+    };
+    println!("running on {}", gpu.name());
+    for c in &cases() {
+        let want =
+            run_case(&mut CpuBackend::new(), c).unwrap_or_else(|e| panic!("{}: cpu: {e}", c.label));
+        let got = run_case(&mut gpu, c).unwrap_or_else(|e| panic!("{}: cuda: {e}", c.label));
+        let again = run_case(&mut gpu, c).unwrap_or_else(|e| panic!("{}: cuda: {e}", c.label));
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            let bad = w.iter().zip(g).position(|(a, b)| !close(*a, *b));
+            assert!(
+                bad.is_none(),
+                "{}: output {i} at {bad:?}: cpu {w:?} cuda {g:?}",
+                c.label
+            );
+        }
+        let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&got),
+            bits(&again),
+            "{}: CUDA not deterministic",
+            c.label
+        );
+    }
+}
+
+#[test]
+fn cuda_backend_without_a_driver_is_an_error_naming_the_cause() {
+    match CudaBackend::new(0) {
+        Ok(b) => println!("SKIP: a CUDA device is present ({})", b.name()),
+        Err(e) => {
+            assert!(matches!(e, ExecError::CudaUnavailable(_)), "{e}");
+            let msg = e.to_string();
+            let known = [
+                "libcuda.so.1",
+                "no CUDA device",
+                "NVRTC",
+                "cuBLAS",
+                "without CUDA support",
+            ];
+            assert!(
+                known.iter().any(|k| msg.contains(k)),
+                "unhelpful message: {msg}"
+            );
+            println!("CUDA unavailable: {msg}");
+        }
+    }
+}
