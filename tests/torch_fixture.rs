@@ -124,6 +124,36 @@ fn fixture_round_trips_through_the_saver() {
     assert_eq!(g, again);
 }
 
-// PLANNING: the lead adds a test here once `sgc plan` / `sgc::plan` has merged: plan the
-// fixture with each strategy under a budget between the lower bound and the unplanned
-// peak, and run the verifier on the result.
+/// The fixture plans with every strategy into a schedule the independent verifier accepts,
+/// and the default strategy saves memory on it.
+#[test]
+fn fixture_plans_with_every_strategy_and_verifies() {
+    use sgc::plan::{plan, verify, PlanOptions, Strategy};
+    let g = fixture();
+    let unplanned = g.memory_profile().peak;
+    for strategy in [
+        Strategy::None,
+        Strategy::ChenSqrt,
+        Strategy::Sublinear,
+        Strategy::Dtr,
+    ] {
+        let options = PlanOptions {
+            strategy,
+            genetic_iters: 5,
+            ..PlanOptions::default()
+        };
+        let p = plan(&g, &options, &Default::default()).unwrap();
+        let replayed = verify(&g, &p).unwrap_or_else(|v| panic!("{strategy:?}: {v:?}"));
+        assert_eq!(replayed.peak_bytes, p.summary.planned_peak, "{strategy:?}");
+        assert!(
+            p.summary.planned_peak >= g.lower_bound().bytes,
+            "{strategy:?}"
+        );
+        if strategy == Strategy::Sublinear {
+            assert!(
+                p.summary.planned_peak < unplanned,
+                "sublinear saves nothing"
+            );
+        }
+    }
+}
