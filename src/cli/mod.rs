@@ -2,6 +2,7 @@
 
 mod alloc;
 mod inspect;
+mod plan;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Summarise a graph file (or a Checkmate node-link file): ops, tensors, memory, cost.
     Inspect(inspect::Args),
+    /// Plan checkpointing for a graph: a schedule that cuts peak memory for a reported recompute cost.
+    Plan(plan::Args),
     /// Write the model zoo's graph files.
     Zoo(zoo::Args),
     /// Assign arena offsets to a minimalloc-format CSV of buffers (id,lower,upper,size).
@@ -35,6 +38,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
     };

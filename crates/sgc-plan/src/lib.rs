@@ -1,5 +1,150 @@
-//! The sgc planner.
+//! The sgc planner: gradient-checkpointing plans for a training-step graph, and the
+//! verifier that checks them.
 //!
-//! - [`alloc`]: static memory sharing: offsets in one arena from tensor lifetimes.
+//! The pipeline, one module per phase:
+//! - [`context`](crate::context) (private): per-graph facts every candidate reuses
+//!   (accesses, gaps, what may be recomputed and until when);
+//! - `schedule`: a decision about what to free becomes a step sequence with recursive
+//!   recomputation;
+//! - `evaluate` and `search`: a candidate's schedule, its peak under the IR's memory model
+//!   and its fitness; batches evaluated in parallel, independent of the worker count;
+//! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
+//!   refinement, `dtr` (static DTR);
+//! - [`plan`]: the plain-data [`Plan`] written to plan files;
+//! - [`verify()`]: an independent replay of a plan against the graph alone.
+//!
+//! - [`alloc`]: static memory sharing: offsets in one arena from tensor lifetimes (the
+//!   plan's `lifetimes`).
+//!
+//! ```
+//! let text = r#"{"format": "sgc-graph", "version": 1,
+//!   "tensors": [{"name": "x", "dtype": "f32", "shape": [4], "kind": "input"},
+//!               {"name": "y", "dtype": "f32", "shape": [4]}],
+//!   "ops": [{"name": "relu", "op": "relu", "inputs": ["x"], "outputs": ["y"]}],
+//!   "outputs": ["y"]}"#;
+//! let g = sgc_ir::format::from_str(text).unwrap();
+//! let plan = sgc_plan::plan(&g, &sgc_plan::PlanOptions::default(), &Default::default()).unwrap();
+//! assert_eq!(sgc_plan::verify(&g, &plan).unwrap().peak_bytes, 32);
+//! ```
 
 pub mod alloc;
+mod chen;
+mod context;
+mod dtr;
+mod error;
+mod evaluate;
+mod genetic;
+pub mod plan;
+mod schedule;
+mod search;
+mod sublinear;
+pub mod verify;
+
+pub use error::PlanError;
+pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary};
+pub use search::{Progress, ProgressFn};
+pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
+
+use context::Context;
+use evaluate::{fitness_of, schedule};
+use sgc_ir::{Graph, OpId};
+
+/// How to run the planner; nothing here changes the plan.
+#[derive(Clone, Copy, Default)]
+pub struct RunConfig<'a> {
+    /// Worker threads for candidate evaluation; `None`: all cores.
+    pub workers: Option<usize>,
+    /// Called as the search advances.
+    pub progress: Option<ProgressFn<'a>>,
+}
+
+/// Makes a plan for `graph` and verifies it.
+pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result<Plan, PlanError> {
+    check_options(options)?;
+    let ctx = Context::new(graph);
+    if let Some(budget) = options.budget {
+        let lb = ctx.lower_bound;
+        if budget < lb.bytes {
+            return Err(PlanError::BudgetBelowLowerBound {
+                budget,
+                lower_bound: lb.bytes,
+                op: lb.op.map(|o| graph.op(o).name.clone()).unwrap_or_default(),
+            });
+        }
+    }
+    let steps = match options.strategy {
+        Strategy::None => original(&ctx),
+        Strategy::ChenSqrt => schedule(&ctx, &chen::genome(&ctx)).unwrap_or_else(|| original(&ctx)),
+        Strategy::Sublinear => run_sublinear(&ctx, options, run)?,
+        Strategy::Dtr => run_dtr(&ctx, options),
+    };
+    let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+    let profile = sgc_ir::simulate(graph, &ops).map_err(|e| PlanError::Internal {
+        strategy: options.strategy.to_string(),
+        message: e.to_string(),
+    })?;
+    if let Some(budget) = options.budget.filter(|&b| profile.peak > b) {
+        return Err(PlanError::BudgetNotMet {
+            budget,
+            best_peak: profile.peak,
+        });
+    }
+    let plan = Plan::assemble(graph, options, &steps, &profile);
+    verify(graph, &plan).map_err(|violations| PlanError::Rejected {
+        strategy: options.strategy.to_string(),
+        violations,
+    })?;
+    Ok(plan)
+}
+
+fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
+    if o.pool_size == 0 {
+        return Err(PlanError::InvalidOption("--pool-size must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// The traced order, unchanged.
+fn original(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
+    (0..ctx.n).map(|i| (OpId::new(i), false)).collect()
+}
+
+fn run_sublinear(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<Vec<(OpId, bool)>, PlanError> {
+    let workers = run.workers.unwrap_or(0);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| PlanError::Workers {
+            workers,
+            message: e.to_string(),
+        })?;
+    let mut ev = search::Evaluator::new(ctx, &pool, options.budget, run.progress);
+    let (best, _) = sublinear::search(&mut ev, options);
+    Ok(schedule(ctx, &best).unwrap_or_else(|| original(ctx)))
+}
+
+fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> Vec<(OpId, bool)> {
+    let lb = ctx.lower_bound.bytes;
+    let threshold = options
+        .eviction_threshold
+        .or(options.budget)
+        .unwrap_or(lb + ctx.unplanned_peak.saturating_sub(lb) / 2);
+    let params = dtr::DtrParams {
+        threshold,
+        min_size: options.evictee_min_size,
+        sqrt_sampling: options.sqrt_sampling,
+        seed: options.seed,
+    };
+    let steps = dtr::schedule(ctx, &params).unwrap_or_else(|_| original(ctx));
+    // A DTR pass that ends above the unplanned peak is worse than no plan at all.
+    let planned = fitness_of(ctx, &steps, 0);
+    if planned.feasible && planned.peak <= ctx.unplanned_peak {
+        steps
+    } else {
+        original(ctx)
+    }
+}

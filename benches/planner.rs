@@ -1,0 +1,160 @@
+//! `cargo bench --bench planner`: for every zoo graph (`graphs/*.json`) and every Checkmate
+//! graph (`../shared/data/checkmate`), each strategy's planned peak next to the unplanned
+//! peak and the per-op lower bound, its recompute share of one step, and its plan time.
+//! Then the targets of the planner issue, each with the figures it rests on:
+//! - ResNet-50: activation part of the planned peak <= 40% of unplanned, recompute <= 35%;
+//! - `sublinear` with 20 generations at or below `chen-sqrt`'s peak at no higher cost;
+//! - GPT-2 with 20 generations on 2 workers, planned in under 2 s.
+//!
+//! `PLANNER_GRAPHS=gpt2,resnet50` restricts the run to those graphs.
+//!
+//! Every plan is verified (`sgc_plan::plan` runs the verifier before returning).
+
+use sgc_ir::Graph;
+use sgc_plan::{plan, Plan, PlanOptions, RunConfig, Strategy};
+use std::path::PathBuf;
+use std::time::Instant;
+
+struct Row {
+    graph: String,
+    label: String,
+    plan: Plan,
+    secs: f64,
+}
+
+fn graphs() -> Vec<(String, Graph)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [root.join("graphs"), root.join("../shared/data/checkmate")] {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            files.extend(
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "json")),
+            );
+        }
+    }
+    files.sort();
+    // `PLANNER_GRAPHS=gpt2,resnet50` restricts the run to those graphs.
+    let only: Option<Vec<String>> = std::env::var("PLANNER_GRAPHS")
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect());
+    files
+        .into_iter()
+        .filter(|p| {
+            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+            only.as_ref().is_none_or(|o| o.contains(&stem))
+        })
+        .map(|p| {
+            let g = sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{e}"));
+            (p.file_stem().unwrap().to_string_lossy().into_owned(), g)
+        })
+        .collect()
+}
+
+fn run(g: &Graph, strategy: Strategy, iters: usize, workers: Option<usize>) -> (Plan, f64) {
+    let o = PlanOptions {
+        strategy,
+        genetic_iters: iters,
+        ..PlanOptions::default()
+    };
+    let t = Instant::now();
+    let p = plan(g, &o, &RunConfig { workers, progress: None })
+        .unwrap_or_else(|e| panic!("{strategy}: {e}"));
+    (p, t.elapsed().as_secs_f64())
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let configs: [(Strategy, usize, &str); 5] = [
+        (Strategy::None, 0, "none"),
+        (Strategy::ChenSqrt, 0, "chen-sqrt"),
+        (Strategy::Dtr, 0, "dtr"),
+        (Strategy::Sublinear, 0, "sublinear/0"),
+        (Strategy::Sublinear, 20, "sublinear/20"),
+    ];
+    println!(
+        "{:<28} {:>5} {:<13} {:>12} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "graph", "ops", "strategy", "peak (B)", "/unplan", "act/unp", "/bound", "recompute", "time (s)"
+    );
+    let mut rows = Vec::new();
+    for (name, g) in graphs() {
+        for (s, iters, label) in configs {
+            let (p, secs) = run(&g, s, iters, None);
+            let m = &p.summary;
+            let act = |x: u64| (x - m.persistent_bytes) as f64;
+            println!(
+                "{:<28} {:>5} {:<13} {:>12} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>9.3}",
+                name,
+                g.num_ops(),
+                label,
+                m.planned_peak,
+                m.planned_peak as f64 / m.unplanned_peak as f64,
+                act(m.planned_peak) / act(m.unplanned_peak).max(1.0),
+                m.planned_peak as f64 / m.lower_bound as f64,
+                m.recompute_share,
+                secs
+            );
+            rows.push(Row { graph: name.clone(), label: label.to_string(), plan: p, secs });
+        }
+    }
+    targets(&rows);
+}
+
+fn find<'a>(rows: &'a [Row], graph: &str, label: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| r.graph == graph && r.label == label)
+}
+
+fn targets(rows: &[Row]) {
+    println!("\ntargets");
+    if let Some(r) = find(rows, "resnet50", "sublinear/20") {
+        let m = &r.plan.summary;
+        let act = (m.planned_peak - m.persistent_bytes) as f64
+            / (m.unplanned_peak - m.persistent_bytes) as f64;
+        let ok = act <= 0.40 && m.recompute_share <= 0.35;
+        println!(
+            "  resnet50 sublinear/20: activation peak {:.1}% of unplanned (<= 40%), recompute {:.1}% of a step (<= 35%): {}",
+            100.0 * act,
+            100.0 * m.recompute_share,
+            verdict(ok)
+        );
+    }
+    let mut all = true;
+    for chen in rows.iter().filter(|r| r.label == "chen-sqrt") {
+        let Some(sub) = find(rows, &chen.graph, "sublinear/20") else { continue };
+        let (c, s) = (&chen.plan.summary, &sub.plan.summary);
+        let ok = s.planned_peak <= c.planned_peak && s.recompute_cost <= c.recompute_cost * (1.0 + 1e-9);
+        all &= ok;
+        println!(
+            "  {:<28} sublinear/20 peak {:.3} / recompute {:.3} vs chen-sqrt {:.3} / {:.3}: {}",
+            chen.graph,
+            s.planned_peak as f64 / s.unplanned_peak as f64,
+            s.recompute_share,
+            c.planned_peak as f64 / c.unplanned_peak as f64,
+            c.recompute_share,
+            verdict(ok)
+        );
+    }
+    println!("  sublinear/20 <= chen-sqrt on every graph: {}", verdict(all));
+    if let Some(r) = rows.iter().find(|r| r.graph == "gpt2" && r.label == "sublinear/20") {
+        let g = sgc_ir::load_any(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/gpt2.json"))
+            .expect("gpt2 loads");
+        let (p2, secs) = run(&g, Strategy::Sublinear, 20, Some(2));
+        assert_eq!(p2, r.plan, "plans differ between worker counts");
+        println!(
+            "  gpt2 sublinear/20 on 2 workers: {:.3} s (< 2 s; all cores: {:.3} s): {}",
+            secs,
+            r.secs,
+            verdict(secs < 2.0)
+        );
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "holds"
+    } else {
+        "MISSED"
+    }
+}

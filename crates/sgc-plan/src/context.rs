@@ -1,0 +1,220 @@
+//! Facts about a graph that every strategy and every candidate evaluation reuses,
+//! computed once per plan.
+//!
+//! - *Accesses* of a storage: the positions (in the traced order) of the ops that produce,
+//!   view or read it. The gaps between consecutive accesses are where a storage may be
+//!   freed and later recomputed; the largest gap is the one a split-based plan discards.
+//! - *Rerunnable* ops: recomputable ops whose outputs' views can all be remade too (a
+//!   recomputed root makes its old views stale).
+//! - *Hazard* of an op: the first traced position of a non-recomputable op that reads a
+//!   persistent tensor that a recomputation of this op (or of the recomputable ops it
+//!   transitively needs) would read. A non-recomputable op may write persistent state in
+//!   place (`sgd_update`), so a recomputation must happen at or before that position.
+//! - *Freeable* storage: an activation root made by a rerunnable op and not a graph output:
+//!   the planner may free it before its last use and recompute it.
+
+use sgc_ir::{Graph, LowerBound, OpId, TensorId, TensorKind};
+
+pub(crate) const NO_HAZARD: u32 = u32::MAX;
+
+pub(crate) struct Context<'g> {
+    pub g: &'g Graph,
+    pub n: usize,
+    pub cost: Vec<f64>,
+    /// Per storage root (indexed by tensor id; empty for non-roots and persistent roots).
+    pub accesses: Vec<Vec<u32>>,
+    /// Per root: the largest gap `(a, b)` between consecutive accesses, first one on ties.
+    pub gap: Vec<Option<(u32, u32)>>,
+    pub freeable: Vec<bool>,
+    /// Roots of graph outputs (resident to the end).
+    pub kept: Vec<bool>,
+    /// Freeable roots, in id order.
+    pub freeable_roots: Vec<TensorId>,
+    pub rerunnable: Vec<bool>,
+    /// Per op.
+    pub hazard: Vec<u32>,
+    /// Per op: its distinct non-persistent output roots.
+    pub out_roots: Vec<Vec<TensorId>>,
+    /// Per op: its distinct non-persistent input roots.
+    pub in_roots: Vec<Vec<TensorId>>,
+    /// Per op: its distinct persistent input roots.
+    pub persistent_in: Vec<Vec<TensorId>>,
+    pub unplanned_peak: u64,
+    pub persistent_bytes: u64,
+    pub lower_bound: LowerBound,
+}
+
+impl<'g> Context<'g> {
+    pub fn new(g: &'g Graph) -> Self {
+        let n = g.num_ops();
+        let (in_roots, out_roots, persistent_in) = op_roots(g);
+        let accesses = accesses(g, &in_roots, &out_roots);
+        let gap = accesses.iter().map(|a| largest_gap(a)).collect();
+        let rerunnable = rerunnable(g);
+        let hazard = hazard(g, &rerunnable, &persistent_in);
+        let mut kept = vec![false; g.num_tensors()];
+        for &t in g.outputs() {
+            kept[g.storage_root(t).index()] = true;
+        }
+        let freeable: Vec<bool> = g
+            .tensor_ids()
+            .map(|t| {
+                g.storage_root(t) == t
+                    && g.tensor(t).kind == TensorKind::Activation
+                    && !kept[t.index()]
+                    && g.producer(t).is_some_and(|p| rerunnable[p.index()])
+            })
+            .collect();
+        let freeable_roots = g.tensor_ids().filter(|t| freeable[t.index()]).collect();
+        let profile = g.memory_profile();
+        Context {
+            g,
+            n,
+            cost: g.op_ids().map(|o| g.op_cost(o).0).collect(),
+            accesses,
+            gap,
+            freeable,
+            kept,
+            freeable_roots,
+            rerunnable,
+            hazard,
+            out_roots,
+            in_roots,
+            persistent_in,
+            unplanned_peak: profile.peak,
+            persistent_bytes: profile.persistent_bytes,
+            lower_bound: g.lower_bound(),
+        }
+    }
+
+    /// The last traced access of a root (none for persistent roots).
+    pub fn last_access(&self, r: TensorId) -> Option<u32> {
+        self.accesses[r.index()].last().copied()
+    }
+
+    /// The first traced access of `r` strictly after position `pos`.
+    pub fn next_access(&self, r: TensorId, pos: usize) -> Option<u32> {
+        let a = &self.accesses[r.index()];
+        let i = a.partition_point(|&p| p as usize <= pos);
+        a.get(i).copied()
+    }
+
+    /// The hazard of the op producing root `r`.
+    pub fn root_hazard(&self, r: TensorId) -> u32 {
+        self.g
+            .producer(r)
+            .map_or(NO_HAZARD, |p| self.hazard[p.index()])
+    }
+
+    pub fn size(&self, r: TensorId) -> u64 {
+        self.g.tensor(r).size
+    }
+
+    /// Ops that may close a Chen segment: forward ops when the graph has phases, else all.
+    pub fn forward_ops(&self) -> Vec<u32> {
+        let fwd: Vec<u32> = (0..self.n)
+            .filter(|&i| self.g.phase(OpId::new(i)) == Some(sgc_ir::Phase::Forward))
+            .map(|i| i as u32)
+            .collect();
+        if fwd.is_empty() {
+            (0..self.n as u32).collect()
+        } else {
+            fwd
+        }
+    }
+}
+
+type Roots = Vec<Vec<TensorId>>;
+
+fn op_roots(g: &Graph) -> (Roots, Roots, Roots) {
+    let distinct = |ts: &[TensorId], persistent: bool| {
+        let mut v: Vec<TensorId> = ts
+            .iter()
+            .map(|&t| g.storage_root(t))
+            .filter(|&r| g.is_persistent(r) == persistent)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let mut ins = Vec::with_capacity(g.num_ops());
+    let mut outs = Vec::with_capacity(g.num_ops());
+    let mut pers = Vec::with_capacity(g.num_ops());
+    for o in g.ops() {
+        ins.push(distinct(&o.inputs, false));
+        // Only root outputs own storage; a view output touches its base, counted as access.
+        outs.push(distinct(&o.outputs, false));
+        pers.push(distinct(&o.inputs, true));
+    }
+    (ins, outs, pers)
+}
+
+fn accesses(g: &Graph, ins: &Roots, outs: &Roots) -> Vec<Vec<u32>> {
+    let mut acc = vec![Vec::new(); g.num_tensors()];
+    for i in 0..g.num_ops() {
+        for &r in ins[i].iter().chain(&outs[i]) {
+            let a: &mut Vec<u32> = &mut acc[r.index()];
+            if a.last() != Some(&(i as u32)) {
+                a.push(i as u32);
+            }
+        }
+    }
+    acc
+}
+
+fn largest_gap(a: &[u32]) -> Option<(u32, u32)> {
+    a.windows(2)
+        .map(|w| (w[0], w[1]))
+        .fold(None, |best: Option<(u32, u32)>, (x, y)| match best {
+            Some((bx, by)) if by - bx >= y - x => best,
+            _ => Some((x, y)),
+        })
+}
+
+/// Recomputable ops whose output roots have only views made by recomputable ops.
+fn rerunnable(g: &Graph) -> Vec<bool> {
+    let mut bad_root = vec![false; g.num_tensors()];
+    for t in g.tensor_ids() {
+        if g.tensor(t).alias_of.is_some() {
+            let ok = g.producer(t).is_some_and(|p| g.op(p).recomputable);
+            if !ok {
+                bad_root[g.storage_root(t).index()] = true;
+            }
+        }
+    }
+    g.ops()
+        .iter()
+        .map(|o| {
+            o.recomputable
+                && o.outputs
+                    .iter()
+                    .all(|&t| g.tensor(t).alias_of.is_some() || !bad_root[t.index()])
+        })
+        .collect()
+}
+
+fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots) -> Vec<u32> {
+    let mut first_dirty = vec![NO_HAZARD; g.num_tensors()];
+    for (i, o) in g.ops().iter().enumerate().rev() {
+        if !o.recomputable {
+            for &p in &persistent_in[i] {
+                first_dirty[p.index()] = i as u32;
+            }
+        }
+    }
+    let mut h = vec![NO_HAZARD; g.num_ops()];
+    for (i, o) in g.ops().iter().enumerate() {
+        let mut v = persistent_in[i]
+            .iter()
+            .map(|p| first_dirty[p.index()])
+            .min()
+            .unwrap_or(NO_HAZARD);
+        for &t in &o.inputs {
+            if let Some(p) = g.producer(t).filter(|p| rerunnable[p.index()]) {
+                v = v.min(h[p.index()]);
+            }
+        }
+        h[i] = v;
+    }
+    h
+}

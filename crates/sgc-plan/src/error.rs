@@ -1,0 +1,33 @@
+//! Typed errors of the planner. Each message names the op, tensor or figure at fault and
+//! ends with what to do about it.
+
+use crate::verify::Violation;
+use thiserror::Error;
+
+/// Why a plan could not be made, read or accepted.
+#[derive(Debug, Error)]
+pub enum PlanError {
+    #[error("budget {budget} B is below the per-op lower bound {lower_bound} B (set by op `{op}`): no schedule of this graph fits; raise the budget to at least the bound")]
+    BudgetBelowLowerBound {
+        budget: u64,
+        lower_bound: u64,
+        op: String,
+    },
+    #[error("no plan found whose peak fits the budget of {budget} B; the lowest peak reached was {best_peak} B: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy")]
+    BudgetNotMet { budget: u64, best_peak: u64 },
+    #[error("this plan was made for graph {expected}, not for graph {found}: make a new plan for this graph with `sgc plan`")]
+    GraphMismatch { expected: String, found: String },
+    #[error("not a plan file: {0}")]
+    NotAPlan(String),
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    #[error("cannot start {workers} worker threads: {message}")]
+    Workers { workers: usize, message: String },
+    #[error("internal error: the {strategy} planner made a schedule the memory model rejects: {message}")]
+    Internal { strategy: String, message: String },
+    #[error("internal error: the {strategy} planner made a plan the verifier rejects ({} violations; first: {})", .violations.len(), .violations.first().map(|v| v.to_string()).unwrap_or_default())]
+    Rejected {
+        strategy: String,
+        violations: Vec<Violation>,
+    },
+}

@@ -1,0 +1,110 @@
+//! Genetic refinement of split-point sets (MegEngine's `genetic_nr_iter`).
+//!
+//! Each generation sorts the population, keeps up to `pool_size` survivors (the best three
+//! quarters of the pool by fitness, the rest drawn at random from the others, so some
+//! diversity survives), and makes two children per survivor: one by two mutations (pick a
+//! split point, then insert a new point before it, delete it, move it between its
+//! neighbours, or leave it), one by crossover with another random survivor (the points
+//! before a random cut from one parent, the rest from the other). Children are generated
+//! sequentially from one seeded ChaCha8 stream and evaluated in parallel, so the result is
+//! the same for any number of workers. The population keeps every evaluated candidate's
+//! best, so the search never ends worse than it started.
+
+use crate::evaluate::Genome;
+use crate::search::{sort_population, Evaluator, Member};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// Runs `iters` generations on `pop` (which it leaves sorted, best first).
+pub(crate) fn refine(
+    ev: &mut Evaluator<'_>,
+    pop: &mut Vec<Member>,
+    iters: usize,
+    pool_size: usize,
+    rng: &mut ChaCha8Rng,
+) {
+    let n = ev.ctx.n as u32;
+    sort_population(pop, ev.budget);
+    for gen in 0..iters {
+        let survivors = select(pop, pool_size, rng);
+        let mut children = Vec::with_capacity(2 * survivors.len());
+        for (i, s) in survivors.iter().enumerate() {
+            children.push(mutate(&mutate(s, n, rng), n, rng));
+            let j = if survivors.len() > 1 {
+                let j = rng.random_range(0..survivors.len() - 1);
+                j + usize::from(j >= i)
+            } else {
+                i
+            };
+            children.push(crossover(s, &survivors[j], n, rng));
+        }
+        let fits = ev.eval_batch(&children);
+        let mut known: std::collections::HashSet<Genome> =
+            pop.iter().map(|m| m.genome.clone()).collect();
+        for (genome, fitness) in children.into_iter().zip(fits) {
+            if known.insert(genome.clone()) {
+                pop.push(Member { genome, fitness });
+            }
+        }
+        sort_population(pop, ev.budget);
+        pop.truncate(4 * pool_size.max(1));
+        ev.report("genetic refinement", gen + 1, iters);
+    }
+}
+
+/// Survivors: the best three quarters of the pool, then random others.
+fn select(pop: &[Member], pool_size: usize, rng: &mut ChaCha8Rng) -> Vec<Genome> {
+    let pool = pool_size.max(1).min(pop.len());
+    let elite = pool.div_ceil(4) * 3;
+    let elite = elite.min(pool);
+    let mut out: Vec<Genome> = pop[..elite].iter().map(|m| m.genome.clone()).collect();
+    let mut rest: Vec<usize> = (elite..pop.len()).collect();
+    while out.len() < pool && !rest.is_empty() {
+        let k = rng.random_range(0..rest.len());
+        out.push(pop[rest.swap_remove(k)].genome.clone());
+    }
+    out
+}
+
+/// One mutation of one split point (or a new point when there is none).
+fn mutate(g: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
+    let mut s = g.splits.clone();
+    if n == 0 {
+        return g.clone();
+    }
+    if s.is_empty() {
+        s.push(rng.random_range(0..n));
+        return with_splits(g, s);
+    }
+    let j = rng.random_range(0..s.len());
+    let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
+    let hi = s.get(j + 1).copied().unwrap_or(n); // exclusive
+    match rng.random_range(0..4u8) {
+        0 if lo < s[j] => s.insert(j, rng.random_range(lo..s[j])),
+        1 => {
+            s.remove(j);
+        }
+        2 if lo < hi => s[j] = rng.random_range(lo..hi),
+        _ => {}
+    }
+    with_splits(g, s)
+}
+
+/// Points of `a` before a random cut, points of `b` from the cut on.
+fn crossover(a: &Genome, b: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
+    let cut = if n == 0 { 0 } else { rng.random_range(0..n) };
+    let s = a
+        .splits
+        .iter()
+        .copied()
+        .filter(|&p| p < cut)
+        .chain(b.splits.iter().copied().filter(|&p| p >= cut))
+        .collect();
+    with_splits(a, s)
+}
+
+fn with_splits(g: &Genome, splits: Vec<u32>) -> Genome {
+    let mut out = Genome::from_splits(splits);
+    out.keep = g.keep.clone();
+    out
+}

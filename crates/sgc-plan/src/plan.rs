@@ -1,0 +1,361 @@
+//! The plan: plain serde data that the planner writes, the verifier checks and the
+//! executor (and the arena allocator) consume.
+//!
+//! A plan names the graph it was made for by a [`GraphRef`] (name, op and tensor counts and
+//! a 64-bit FNV-1a fingerprint of the graph's canonical text), so a plan file is never
+//! applied to another graph. Its `steps` are the schedule: each step runs an op of the
+//! graph, either its one original run or a recomputed copy, and lists the storages freed
+//! after it. `lifetimes` are the storage instances of that schedule under the IR's memory
+//! model (`sgc_ir::memory::simulate`), exactly what an arena allocator needs.
+//!
+//! The file is deterministic: it holds the options and the seed but neither the wall time
+//! nor the number of worker threads, so the same graph, options and seed give the same
+//! bytes on any machine.
+
+use crate::error::PlanError;
+use serde::{Deserialize, Serialize};
+use sgc_ir::{Graph, MemoryProfile, OpId, TensorId, TensorKind};
+
+/// The `format` field of every plan file.
+pub const PLAN_FORMAT: &str = "sgc-plan";
+/// The plan file version this crate reads and writes.
+pub const PLAN_VERSION: u32 = 1;
+
+/// The checkpointing strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The traced order, every storage freed after its last use.
+    None,
+    /// Chen et al. (2016): a checkpoint every ~sqrt(n) forward ops.
+    ChenSqrt,
+    /// Threshold search plus genetic refinement over split points (MegEngine's method).
+    #[default]
+    Sublinear,
+    /// Static DTR: one pass that evicts the cheapest-to-recompute tensors.
+    Dtr,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 4] = [
+        Strategy::None,
+        Strategy::ChenSqrt,
+        Strategy::Sublinear,
+        Strategy::Dtr,
+    ];
+
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::ChenSqrt => "chen-sqrt",
+            Strategy::Sublinear => "sublinear",
+            Strategy::Dtr => "dtr",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every option that shapes a plan (and nothing that does not, such as thread counts).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    pub strategy: Strategy,
+    /// Seed of every random choice (genetic search, DTR sampling).
+    pub seed: u64,
+    /// Peak the plan must fit (bytes); the search then minimises recompute cost under it.
+    pub budget: Option<u64>,
+    /// Memory the user is willing to spend to save recompute: recomputed ops are turned back
+    /// into checkpoints, most expensive first, while the peak stays at or under it.
+    pub lb_memory: Option<u64>,
+    /// `sublinear`: evenly spaced thresholds tried (twice: over the range and around the best).
+    pub thresh_tries: usize,
+    /// `sublinear`: generations of genetic refinement (0 = off).
+    pub genetic_iters: usize,
+    /// `sublinear`: survivors per generation.
+    pub pool_size: usize,
+    /// `dtr`: resident bytes (persistent included) above which tensors are evicted; default
+    /// the budget, else halfway between the per-op lower bound and the unplanned peak.
+    pub eviction_threshold: Option<u64>,
+    /// `dtr`: smallest tensor that may be evicted.
+    pub evictee_min_size: u64,
+    /// `dtr`: score only ~sqrt(N) sampled candidates.
+    pub sqrt_sampling: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            strategy: Strategy::Sublinear,
+            seed: 0,
+            budget: None,
+            lb_memory: None,
+            thresh_tries: 10,
+            genetic_iters: 0,
+            pool_size: 20,
+            eviction_threshold: None,
+            evictee_min_size: 1 << 20,
+            sqrt_sampling: false,
+        }
+    }
+}
+
+/// Which graph a plan belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraphRef {
+    pub name: Option<String>,
+    pub ops: usize,
+    pub tensors: usize,
+    /// FNV-1a 64 of the graph's canonical text (`sgc_ir::format::to_string`), 16 hex digits.
+    pub fingerprint: String,
+}
+
+impl GraphRef {
+    /// The reference of a graph.
+    pub fn of(graph: &Graph) -> GraphRef {
+        GraphRef {
+            name: graph.name().map(str::to_string),
+            ops: graph.num_ops(),
+            tensors: graph.num_tensors(),
+            fingerprint: format!("{:016x}", fnv1a(sgc_ir::format::to_string(graph).as_bytes())),
+        }
+    }
+}
+
+impl std::fmt::Display for GraphRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` ({} ops, fingerprint {})",
+            self.name.as_deref().unwrap_or("(unnamed)"),
+            self.ops,
+            self.fingerprint
+        )
+    }
+}
+
+/// 64-bit FNV-1a: small, stable across platforms and releases.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// One step of the schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub op: OpId,
+    /// `true` for a recomputed copy, `false` for the op's one original run.
+    pub recompute: bool,
+    /// Storage roots freed after this step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub free: Vec<TensorId>,
+}
+
+/// One storage instance: `bytes` of `root`'s storage, resident from step `first_step` to
+/// step `last_step`, both inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Lifetime {
+    pub root: TensorId,
+    pub first_step: usize,
+    pub last_step: usize,
+    pub bytes: u64,
+}
+
+/// The figures of a plan, each next to its baseline or bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Peak of the traced order with free-after-last-use.
+    pub unplanned_peak: u64,
+    /// Peak of this plan's schedule (persistent bytes included).
+    pub planned_peak: u64,
+    /// The per-op lower bound.
+    pub lower_bound: u64,
+    pub persistent_bytes: u64,
+    /// Cost of one unplanned step (every op once).
+    pub step_cost: f64,
+    /// Cost of the recomputed steps.
+    pub recompute_cost: f64,
+    /// `recompute_cost / step_cost`.
+    pub recompute_share: f64,
+    /// Where costs come from: `time_us`, `flops`, `bytes moved` or `mixed`.
+    pub cost_source: String,
+    pub steps: usize,
+    pub recompute_steps: usize,
+    /// Distinct ops recomputed at least once.
+    pub recomputed_ops: usize,
+    pub checkpoints: usize,
+}
+
+/// A checkpointing plan for one graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format: String,
+    pub version: u32,
+    pub graph: GraphRef,
+    pub options: PlanOptions,
+    pub steps: Vec<Step>,
+    /// Stored activations that recomputation starts from: storage roots that a recomputed
+    /// step reads from their original copy.
+    pub checkpoints: Vec<TensorId>,
+    pub lifetimes: Vec<Lifetime>,
+    pub summary: Summary,
+}
+
+impl Plan {
+    /// Assembles a plan from a schedule (op, recompute?) that `simulate` accepted.
+    pub(crate) fn assemble(
+        graph: &Graph,
+        options: &PlanOptions,
+        schedule: &[(OpId, bool)],
+        profile: &MemoryProfile,
+    ) -> Plan {
+        let last = schedule.len().saturating_sub(1);
+        let mut kept = vec![false; graph.num_tensors()];
+        for &t in graph.outputs() {
+            kept[graph.storage_root(t).index()] = true;
+        }
+        let mut steps: Vec<Step> = schedule
+            .iter()
+            .map(|&(op, recompute)| Step {
+                op,
+                recompute,
+                free: Vec::new(),
+            })
+            .collect();
+        for i in &profile.instances {
+            if !(kept[i.root.index()] && i.end == last) {
+                steps[i.end].free.push(i.root);
+            }
+        }
+        for s in &mut steps {
+            s.free.sort();
+        }
+        let lifetimes = profile
+            .instances
+            .iter()
+            .map(|i| Lifetime {
+                root: i.root,
+                first_step: i.start,
+                last_step: i.end,
+                bytes: i.bytes,
+            })
+            .collect();
+        let checkpoints = checkpoints(graph, schedule);
+        let summary = summarize(graph, schedule, profile, checkpoints.len());
+        Plan {
+            format: PLAN_FORMAT.to_string(),
+            version: PLAN_VERSION,
+            graph: GraphRef::of(graph),
+            options: options.clone(),
+            steps,
+            checkpoints,
+            lifetimes,
+            summary,
+        }
+    }
+
+    /// The plan as pretty JSON (deterministic).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a plan serialises")
+    }
+
+    /// Reads a plan file's text, checking its format and version.
+    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| PlanError::NotAPlan(e.to_string()))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(PLAN_FORMAT) {
+            return Err(PlanError::NotAPlan(format!(
+                "expected \"format\": \"{PLAN_FORMAT}\""
+            )));
+        }
+        if value.get("version").and_then(|v| v.as_u64()) != Some(u64::from(PLAN_VERSION)) {
+            return Err(PlanError::NotAPlan(format!(
+                "unsupported plan version (this reader understands version {PLAN_VERSION})"
+            )));
+        }
+        serde_json::from_value(value).map_err(|e| PlanError::NotAPlan(e.to_string()))
+    }
+
+    /// Refuses a plan made for another graph.
+    pub fn check_graph(&self, graph: &Graph) -> Result<(), PlanError> {
+        let found = GraphRef::of(graph);
+        if found.fingerprint != self.graph.fingerprint || found.ops != self.graph.ops {
+            return Err(PlanError::GraphMismatch {
+                expected: self.graph.to_string(),
+                found: found.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Activation roots that a recomputed step reads from their original (stored) copy.
+fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
+    let mut from_recompute = vec![false; graph.num_tensors()];
+    let mut anchor = vec![false; graph.num_tensors()];
+    for &(op, rec) in schedule {
+        if rec {
+            for &t in &graph.op(op).inputs {
+                let r = graph.storage_root(t);
+                if !from_recompute[r.index()] && graph.tensor(r).kind == TensorKind::Activation {
+                    anchor[r.index()] = true;
+                }
+            }
+        }
+        for &t in &graph.op(op).outputs {
+            if graph.storage_root(t) == t {
+                from_recompute[t.index()] = rec;
+            }
+        }
+    }
+    graph.tensor_ids().filter(|t| anchor[t.index()]).collect()
+}
+
+fn summarize(
+    graph: &Graph,
+    schedule: &[(OpId, bool)],
+    profile: &MemoryProfile,
+    checkpoints: usize,
+) -> Summary {
+    let mut sources = std::collections::BTreeSet::new();
+    let step_cost: f64 = graph
+        .op_ids()
+        .map(|o| {
+            let (c, s) = graph.op_cost(o);
+            sources.insert(s.as_str());
+            c
+        })
+        .fold(0.0, |a, c| a + c);
+    let recompute: Vec<OpId> = schedule.iter().filter(|s| s.1).map(|s| s.0).collect();
+    let recompute_cost: f64 = recompute.iter().fold(0.0, |a, &o| a + graph.op_cost(o).0);
+    let mut distinct = recompute.clone();
+    distinct.sort();
+    distinct.dedup();
+    Summary {
+        unplanned_peak: graph.memory_profile().peak,
+        planned_peak: profile.peak,
+        lower_bound: graph.lower_bound().bytes,
+        persistent_bytes: profile.persistent_bytes,
+        step_cost,
+        recompute_cost,
+        recompute_share: if step_cost > 0.0 {
+            recompute_cost / step_cost
+        } else {
+            0.0
+        },
+        cost_source: match sources.len() {
+            0 => "none".to_string(),
+            1 => sources.into_iter().next().unwrap_or_default().to_string(),
+            _ => "mixed".to_string(),
+        },
+        steps: schedule.len(),
+        recompute_steps: recompute.len(),
+        recomputed_ops: distinct.len(),
+        checkpoints,
+    }
+}

@@ -1,0 +1,278 @@
+//! Turning a decision (which storages to free early) into a step sequence with
+//! recomputation.
+//!
+//! [`State`] walks the traced order and keeps what is resident: each storage root's
+//! residency and version (a recomputed root gets a new version, which makes views taken
+//! of the old one stale), and which persistent tensors a non-recomputable op may already
+//! have written. Before each original op, every input that is not valid is made valid by
+//! running its producer again, recursively through producers whose inputs are missing too
+//! (an explicit stack, so chains of any length work); every later reader uses the
+//! recomputed copy. A [`Policy`] decides what to free: the split-based strategies free a
+//! storage when it leaves its last access or enters its discarded gap (see
+//! [`walk_discards`]); static DTR evicts before each step.
+//!
+//! Recomputation that cannot be done safely (a non-recomputable producer, or a persistent
+//! input already written in place) makes the candidate infeasible rather than wrong.
+
+use crate::context::Context;
+use sgc_ir::{OpId, TensorId, TensorKind};
+
+/// Why a candidate schedule cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Infeasible {
+    /// A missing tensor has no producer that may run again.
+    NotRecomputable,
+    /// A recomputation would read persistent state already written in place.
+    Dirty,
+    /// Inputs kept invalidating each other (multi-output recomputation loops).
+    NoFixpoint,
+}
+
+/// What a strategy decides while the schedule is built.
+pub(crate) trait Policy {
+    /// Called before every step is emitted (original or recomputed).
+    fn before_step(&mut self, _st: &mut State<'_>, _op: OpId) {}
+}
+
+/// A policy that only frees after the walk's own rules (no eviction).
+pub(crate) struct NoEviction;
+impl Policy for NoEviction {}
+
+/// The schedule under construction.
+pub(crate) struct State<'c> {
+    pub ctx: &'c Context<'c>,
+    pub resident: Vec<bool>,
+    /// Whether a root's bytes are counted in `bytes` (resident and before its last use).
+    counted: Vec<bool>,
+    version: Vec<u32>,
+    /// For every tensor: the version of its root when it was last produced.
+    made_at: Vec<Option<u32>>,
+    dirty: Vec<bool>,
+    /// Non-persistent bytes of counted roots.
+    pub bytes: u64,
+    pub steps: Vec<(OpId, bool)>,
+    pub recompute_cost: f64,
+    /// Position in the traced order of the op being scheduled.
+    pub pos: usize,
+    /// Roots touched since the last call to `take_touched`.
+    touched: Vec<TensorId>,
+    /// Roots produced by recomputation while the current op's inputs are made valid.
+    pub round_made: Vec<TensorId>,
+}
+
+impl<'c> State<'c> {
+    pub fn new(ctx: &'c Context<'c>) -> Self {
+        let g = ctx.g;
+        let nt = g.num_tensors();
+        let mut st = State {
+            ctx,
+            resident: vec![false; nt],
+            counted: vec![false; nt],
+            version: vec![0; nt],
+            made_at: vec![None; nt],
+            dirty: vec![false; nt],
+            bytes: 0,
+            steps: Vec::with_capacity(ctx.n + ctx.n / 2),
+            recompute_cost: 0.0,
+            pos: 0,
+            touched: Vec::new(),
+            round_made: Vec::new(),
+        };
+        for t in g.tensor_ids() {
+            let root = g.storage_root(t);
+            if root == t && g.tensor(t).kind == TensorKind::Input {
+                st.resident[t.index()] = true;
+                st.counted[t.index()] = true;
+                st.bytes += ctx.size(t);
+                st.made_at[t.index()] = Some(0);
+            }
+        }
+        st
+    }
+
+    /// Whether `t` can be read now.
+    pub fn valid(&self, t: TensorId) -> bool {
+        let g = self.ctx.g;
+        let root = g.storage_root(t);
+        if g.is_persistent(t) {
+            return g.tensor(t).kind != TensorKind::Activation || self.made_at[t.index()].is_some();
+        }
+        self.resident[root.index()] && self.made_at[t.index()] == Some(self.version[root.index()])
+    }
+
+    /// Frees a root now (it will be recomputed if read again).
+    pub fn release(&mut self, r: TensorId) {
+        self.resident[r.index()] = false;
+        self.uncount(r);
+    }
+
+    /// Stops counting a root that stays available (it cannot be recomputed).
+    pub fn uncount(&mut self, r: TensorId) {
+        if self.counted[r.index()] {
+            self.counted[r.index()] = false;
+            self.bytes -= self.ctx.size(r);
+        }
+    }
+
+    pub fn is_counted(&self, r: TensorId) -> bool {
+        self.counted[r.index()]
+    }
+
+    /// Roots touched since the last call, deduplicated in order.
+    pub fn take_touched(&mut self) -> Vec<TensorId> {
+        let mut v = std::mem::take(&mut self.touched);
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Appends a step and applies its effects.
+    pub fn emit(&mut self, op: OpId, recompute: bool, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+        let ctx = self.ctx;
+        let i = op.index();
+        if recompute {
+            if !ctx.rerunnable[i] {
+                return Err(Infeasible::NotRecomputable);
+            }
+            if ctx.persistent_in[i].iter().any(|p| self.dirty[p.index()]) {
+                return Err(Infeasible::Dirty);
+            }
+        }
+        policy.before_step(self, op);
+        self.steps.push((op, recompute));
+        for &t in &ctx.g.op(op).outputs {
+            let root = ctx.g.storage_root(t);
+            if root == t {
+                self.version[t.index()] += 1;
+                if !self.resident[t.index()] {
+                    self.resident[t.index()] = true;
+                }
+                if !self.counted[t.index()] && !ctx.g.is_persistent(t) {
+                    self.counted[t.index()] = true;
+                    self.bytes += ctx.size(t);
+                }
+                if recompute {
+                    self.round_made.push(t);
+                }
+            }
+            self.made_at[t.index()] = Some(self.version[root.index()]);
+        }
+        self.touched.extend_from_slice(&ctx.in_roots[i]);
+        self.touched.extend_from_slice(&ctx.out_roots[i]);
+        if recompute {
+            self.recompute_cost += ctx.cost[i];
+        } else if !ctx.g.op(op).recomputable {
+            for &p in &ctx.persistent_in[i] {
+                self.dirty[p.index()] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every input of `op` valid, recomputing as needed.
+    pub fn ensure_inputs(&mut self, op: OpId, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+        let g = self.ctx.g;
+        for _pass in 0..4 {
+            let missing: Vec<TensorId> = g
+                .op(op)
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&t| !self.valid(t))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            for t in missing {
+                self.make_valid(t, policy)?;
+            }
+        }
+        Err(Infeasible::NoFixpoint)
+    }
+
+    /// Recomputes `t`: its producer, after the producers of its own missing inputs.
+    pub fn make_valid(&mut self, t: TensorId, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+        let g = self.ctx.g;
+        // (op, tensor it must make valid, inputs already requested)
+        let mut stack: Vec<(OpId, TensorId, bool)> = Vec::new();
+        let push = |stack: &mut Vec<(OpId, TensorId, bool)>, t: TensorId| {
+            g.producer(t)
+                .map(|p| stack.push((p, t, false)))
+                .ok_or(Infeasible::NotRecomputable)
+        };
+        push(&mut stack, t)?;
+        let mut budget = 8 * (self.ctx.n + 8);
+        while let Some((op, want, expanded)) = stack.pop() {
+            budget = budget.checked_sub(1).ok_or(Infeasible::NoFixpoint)?;
+            if self.valid(want) {
+                continue;
+            }
+            let missing: Vec<TensorId> = g
+                .op(op)
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&u| !self.valid(u))
+                .collect();
+            if missing.is_empty() {
+                self.emit(op, true, policy)?;
+                continue;
+            }
+            if expanded && missing.iter().all(|&u| g.producer(u).is_none()) {
+                return Err(Infeasible::NotRecomputable);
+            }
+            stack.push((op, want, true));
+            for u in missing.into_iter().rev() {
+                push(&mut stack, u)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every graph output valid at the end of the step.
+    pub fn ensure_outputs(&mut self, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+        let g = self.ctx.g;
+        for &t in g.outputs() {
+            if !self.valid(t) {
+                self.make_valid(t, policy)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds the schedule of a split-based plan: `discard[r]` says that root `r` is freed at
+/// the start of its largest gap and recomputed at its end. Every freeable root is also
+/// freed after its last traced access (a recomputed copy made for another tensor's sake
+/// does not linger).
+pub(crate) fn walk_discards<'c>(
+    ctx: &'c Context<'c>,
+    discard: &[bool],
+) -> Result<State<'c>, Infeasible> {
+    let mut st = State::new(ctx);
+    let mut policy = NoEviction;
+    for i in 0..ctx.n {
+        let op = OpId::new(i);
+        st.pos = i;
+        st.ensure_inputs(op, &mut policy)?;
+        st.emit(op, false, &mut policy)?;
+        for r in st.take_touched() {
+            release_after(&mut st, r, i, discard);
+        }
+    }
+    st.pos = ctx.n;
+    st.ensure_outputs(&mut policy)?;
+    Ok(st)
+}
+
+/// The split walk's freeing rule for a root touched at traced position `i`.
+fn release_after(st: &mut State<'_>, r: TensorId, i: usize, discard: &[bool]) {
+    let ctx = st.ctx;
+    let last = ctx.last_access(r).map_or(0, |l| l as usize);
+    let opens_gap = ctx.gap[r.index()].is_some_and(|(a, _)| a as usize == i);
+    if ctx.freeable[r.index()] && (last <= i || (discard[r.index()] && opens_gap)) {
+        st.release(r);
+    } else if last <= i && !ctx.kept[r.index()] {
+        st.uncount(r);
+    }
+}

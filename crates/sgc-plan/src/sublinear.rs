@@ -1,0 +1,167 @@
+//! The sublinear-memory search (MegEngine's static-graph method), with a fitness that knows
+//! the budget.
+//!
+//! 1. **Threshold to plan.** Walk the traced order summing the bytes of storages created in
+//!    the current block that are still live (unplanned order); when the sum reaches the
+//!    threshold, close the block at that op.
+//! 2. **Threshold search.** The baseline is one block (no recomputation, peak P); then
+//!    thresholds P/2, P/4, ... down to 1 KiB; then `thresh_tries` evenly spaced thresholds
+//!    i*P/(N+1); then `thresh_tries` over [best/2, 2*best] around the best threshold. Chen's
+//!    sqrt(n) split set (and its variants with segments 1/4, 1/2, 2 and 4 times as long)
+//!    joins the population too, so the search starts at least as good as that baseline.
+//! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations.
+//! 4. **Memory for speed.** Recomputed ops are turned back into checkpoints, the most
+//!    expensive first, each kept only while the peak stays at or under the bound and the
+//!    recompute cost does not rise. The bound is `lb_memory` or the budget (the smaller if
+//!    both); without either it is the best peak itself, so the plan's recompute cost drops
+//!    at no memory cost.
+
+use crate::context::Context;
+use crate::evaluate::{recomputed_roots_by_cost, schedule, Fitness, Genome};
+use crate::genetic;
+use crate::search::{sort_population, Evaluator, Member};
+use crate::PlanOptions;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Runs the whole search and returns the best genome and its fitness.
+pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
+    let ctx = ev.ctx;
+    let base = Genome::default();
+    let p = ev.eval(&base).peak;
+    let mut thresholds: Vec<u64> = Vec::new();
+    let mut t = p / 2;
+    while t >= 1024 {
+        thresholds.push(t);
+        t /= 2;
+    }
+    let n = opts.thresh_tries as u64;
+    thresholds.extend((1..=n).map(|i| mul_div(p, i, n + 1)));
+    let mut pop = vec![Member {
+        genome: base,
+        fitness: ev.eval(&Genome::default()),
+    }];
+    let chen = crate::chen::genome(ctx);
+    let best_t = add_thresholds(ev, &mut pop, &thresholds);
+    if let Some(bt) = best_t {
+        let around: Vec<u64> = (0..n)
+            .map(|i| bt / 2 + mul_div(bt + bt / 2, i, n.saturating_sub(1).max(1)))
+            .collect();
+        add_thresholds(ev, &mut pop, &around);
+    }
+    let seeds: Vec<Genome> = [chen]
+        .into_iter()
+        .chain([0.25, 0.5, 2.0, 4.0].map(|k| crate::chen::scaled(ctx, k)))
+        .collect();
+    let fits = ev.eval_batch(&seeds);
+    pop.extend(
+        seeds
+            .into_iter()
+            .zip(fits)
+            .map(|(genome, fitness)| Member { genome, fitness }),
+    );
+    dedup(&mut pop);
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
+    sort_population(&mut pop, ev.budget);
+    let best = pop.swap_remove(0);
+    let bound = match (opts.budget, opts.lb_memory) {
+        (Some(b), Some(l)) => Some(b.min(l)),
+        (b, l) => b.or(l),
+    };
+    // Without a bound, trade nothing: only keep what the best peak already affords.
+    let bound = bound.unwrap_or(best.fitness.peak);
+    if best.fitness.feasible && best.fitness.peak <= bound {
+        relax(ev, best.genome, best.fitness, bound)
+    } else {
+        (best.genome, best.fitness)
+    }
+}
+
+/// Evaluates the split sets of `thresholds`, adds them to `pop` and returns the threshold
+/// of the best one.
+fn add_thresholds(ev: &mut Evaluator<'_>, pop: &mut Vec<Member>, thresholds: &[u64]) -> Option<u64> {
+    let genomes: Vec<Genome> = thresholds
+        .iter()
+        .map(|&t| threshold_splits(ev.ctx, t))
+        .collect();
+    let fits = ev.eval_batch(&genomes);
+    let mut best: Option<(Fitness, u64)> = None;
+    for ((genome, fitness), &t) in genomes.into_iter().zip(fits).zip(thresholds) {
+        if best.is_none_or(|(bf, _)| fitness.cmp(&bf, ev.budget).is_lt()) {
+            best = Some((fitness, t));
+        }
+        pop.push(Member { genome, fitness });
+    }
+    ev.report("threshold search", pop.len(), pop.len());
+    best.map(|b| b.1)
+}
+
+fn dedup(pop: &mut Vec<Member>) {
+    let mut seen = std::collections::HashSet::new();
+    pop.retain(|m| seen.insert(m.genome.clone()));
+}
+
+fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    (u128::from(a) * u128::from(b) / u128::from(c.max(1))) as u64
+}
+
+/// Closes a block whenever the live bytes created in it reach `threshold`.
+pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
+    let g = ctx.g;
+    // Roots created at each position, and roots dying at each position.
+    let mut created = vec![Vec::new(); ctx.n];
+    let mut dying = vec![Vec::new(); ctx.n];
+    for t in g.tensor_ids() {
+        let acc = &ctx.accesses[t.index()];
+        let Some(p) = g.producer(t).filter(|_| g.storage_root(t) == t) else {
+            continue;
+        };
+        if acc.is_empty() {
+            continue;
+        }
+        created[p.index()].push(t);
+        if !ctx.kept[t.index()] {
+            dying[*acc.last().unwrap_or(&0) as usize].push((t, p.index()));
+        }
+    }
+    let mut splits = Vec::new();
+    let (mut sum, mut start) = (0u64, 0usize);
+    for i in 0..ctx.n {
+        sum += created[i].iter().map(|&t| ctx.size(t)).sum::<u64>();
+        if sum >= threshold {
+            splits.push(i as u32);
+            sum = 0;
+            start = i + 1;
+            continue;
+        }
+        for &(t, made) in &dying[i] {
+            if made >= start {
+                sum -= ctx.size(t);
+            }
+        }
+    }
+    Genome::from_splits(splits)
+}
+
+/// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`.
+fn relax(ev: &mut Evaluator<'_>, mut best: Genome, mut fit: Fitness, bound: u64) -> (Genome, Fitness) {
+    let Some(steps) = schedule(ev.ctx, &best) else {
+        return (best, fit);
+    };
+    let groups = recomputed_roots_by_cost(ev.ctx, &steps);
+    let total = groups.len();
+    for (k, roots) in groups.into_iter().enumerate() {
+        let mut cand = best.clone();
+        cand.keep.extend(roots.iter().map(|r| r.0));
+        cand.keep.sort_unstable();
+        cand.keep.dedup();
+        let f = ev.eval(&cand);
+        if f.feasible && f.peak <= bound && f.cost <= fit.cost {
+            best = cand;
+            fit = f;
+        }
+        ev.report("trading memory for speed", k + 1, total);
+    }
+    (best, fit)
+}

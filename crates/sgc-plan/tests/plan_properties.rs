@@ -1,0 +1,64 @@
+//! Property: random valid graphs (chains, diamonds, skip connections, multi-output ops,
+//! views, non-recomputable ops, update phases; `sgc_ir::testgen`) always plan to a schedule
+//! the verifier accepts, under every strategy, with and without tight DTR thresholds and
+//! budgets; and a corrupted plan is always rejected.
+
+use proptest::prelude::*;
+use sgc_ir::testgen::{random_graph, GenConfig};
+use sgc_plan::{plan, verify, PlanError, PlanOptions, RunConfig, Strategy};
+
+fn options(strategy: Strategy, seed: u64) -> PlanOptions {
+    PlanOptions {
+        strategy,
+        seed,
+        thresh_tries: 4,
+        genetic_iters: 3,
+        pool_size: 6,
+        evictee_min_size: 0,
+        ..PlanOptions::default()
+    }
+}
+
+fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, TestCaseError> {
+    match plan(g, o, &RunConfig { workers: Some(1), progress: None }) {
+        Ok(p) => {
+            let v = verify(g, &p);
+            prop_assert!(v.is_ok(), "{}: {:?}", o.strategy, v.err());
+            prop_assert_eq!(v.unwrap().peak_bytes, p.summary.planned_peak);
+            Ok(Some(p))
+        }
+        Err(PlanError::BudgetNotMet { best_peak, budget }) => {
+            prop_assert!(best_peak > budget);
+            Ok(None)
+        }
+        Err(e) => Err(TestCaseError::fail(format!("{}: {e}", o.strategy))),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_graphs_plan_to_verified_schedules(seed in any::<u64>(), large in any::<bool>()) {
+        let cfg = if large { GenConfig { max_layers: 60, ..GenConfig::default() } } else { GenConfig::small() };
+        let g = random_graph(seed, &cfg);
+        for s in Strategy::ALL {
+            check(&g, &options(s, seed))?;
+        }
+        // Tight memory: DTR evicting at the lower bound, and a budget at the lower bound.
+        let lb = g.lower_bound().bytes;
+        check(&g, &PlanOptions { eviction_threshold: Some(lb), ..options(Strategy::Dtr, seed) })?;
+        check(&g, &PlanOptions { sqrt_sampling: true, eviction_threshold: Some(lb), ..options(Strategy::Dtr, seed) })?;
+        check(&g, &PlanOptions { budget: Some(lb), ..options(Strategy::Sublinear, seed) })?;
+    }
+
+    #[test]
+    fn dropping_a_step_is_always_caught(seed in any::<u64>(), pick in any::<usize>()) {
+        let g = random_graph(seed, &GenConfig::small());
+        let mut p = plan(&g, &options(Strategy::Sublinear, seed), &RunConfig::default()).unwrap();
+        prop_assume!(!p.steps.is_empty());
+        let k = pick % p.steps.len();
+        p.steps.remove(k);
+        prop_assert!(verify(&g, &p).is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! Every strategy on every zoo graph (`graphs/*.json`, when present) and every Checkmate
+//! graph of `../shared/data/checkmate` gives a plan that the verifier accepts; plans do not
+//! depend on the worker count; genetic refinement never ends worse; budgets are honoured.
+
+use sgc_ir::Graph;
+use sgc_plan::{plan, verify, PlanError, PlanOptions, RunConfig, Strategy};
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// (file stem, graph) for every zoo graph and Checkmate graph there is.
+fn graphs() -> Vec<(String, Graph)> {
+    let mut files = Vec::new();
+    for dir in [root().join("graphs"), root().join("../shared/data/checkmate")] {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            files.extend(
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "json")),
+            );
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 4, "no graphs found next to {}", root().display());
+    files
+        .into_iter()
+        .map(|p| {
+            let g = sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{e}"));
+            (p.file_stem().unwrap().to_string_lossy().into_owned(), g)
+        })
+        .collect()
+}
+
+/// Lighter search settings for the largest graphs, so the debug-mode suite stays quick.
+fn options(g: &Graph, strategy: Strategy, genetic_iters: usize) -> PlanOptions {
+    let big = g.num_ops() > 1500;
+    PlanOptions {
+        strategy,
+        seed: 7,
+        thresh_tries: if big { 3 } else { 10 },
+        genetic_iters: if big { genetic_iters.min(2) } else { genetic_iters },
+        pool_size: if big { 6 } else { 20 },
+        evictee_min_size: 0,
+        ..PlanOptions::default()
+    }
+}
+
+fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan {
+    let run = RunConfig {
+        workers,
+        progress: None,
+    };
+    let p = plan(g, o, &run).unwrap_or_else(|e| panic!("{}: {e}", o.strategy));
+    let peak = verify(g, &p).unwrap_or_else(|v| panic!("{}: {:?}", o.strategy, v));
+    assert_eq!(peak.peak_bytes, p.summary.planned_peak);
+    assert!(p.summary.planned_peak >= p.summary.lower_bound);
+    p
+}
+
+#[test]
+fn every_strategy_verifies_on_every_graph() {
+    for (name, g) in graphs() {
+        for s in Strategy::ALL {
+            let p = checked(&g, &options(&g, s, 3), None);
+            // Chen's fixed rule is a baseline and may lose to no plan on plain sequences.
+            assert!(
+                s == Strategy::ChenSqrt || p.summary.planned_peak <= p.summary.unplanned_peak,
+                "{name} {s}: planned {} > unplanned {}",
+                p.summary.planned_peak,
+                p.summary.unplanned_peak
+            );
+            if s == Strategy::None {
+                assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
+                assert_eq!(p.summary.recompute_steps, 0);
+            }
+            eprintln!(
+                "{name:>28} {s:>10}: peak {:.3} of unplanned, recompute {:.3}",
+                p.summary.planned_peak as f64 / p.summary.unplanned_peak as f64,
+                p.summary.recompute_share
+            );
+        }
+    }
+}
+
+#[test]
+fn plan_files_do_not_depend_on_worker_count() {
+    for (name, g) in graphs() {
+        let o = options(&g, Strategy::Sublinear, 4);
+        let one = checked(&g, &o, Some(1)).to_json();
+        let all = checked(&g, &o, None).to_json();
+        assert!(one == all, "{name}: 1-worker and all-worker plans differ");
+    }
+}
+
+#[test]
+fn genetic_refinement_never_ends_worse() {
+    for (name, g) in graphs() {
+        let p0 = checked(&g, &options(&g, Strategy::Sublinear, 0), None);
+        let p20 = checked(&g, &options(&g, Strategy::Sublinear, 20), None);
+        let (a, b) = (&p0.summary, &p20.summary);
+        assert!(
+            b.planned_peak < a.planned_peak
+                || (b.planned_peak == a.planned_peak && b.recompute_cost <= a.recompute_cost),
+            "{name}: 20 iterations ({} B, cost {}) worse than 0 ({} B, cost {})",
+            b.planned_peak,
+            b.recompute_cost,
+            a.planned_peak,
+            a.recompute_cost
+        );
+    }
+}
+
+#[test]
+fn a_budget_below_the_lower_bound_is_refused() {
+    for (_, g) in graphs().into_iter().take(2) {
+        let lb = g.lower_bound().bytes;
+        for s in Strategy::ALL {
+            let o = PlanOptions {
+                budget: Some(lb - 1),
+                ..options(&g, s, 0)
+            };
+            let err = plan(&g, &o, &RunConfig::default()).unwrap_err();
+            assert!(matches!(err, PlanError::BudgetBelowLowerBound { .. }), "{err}");
+            assert!(err.to_string().contains("lower bound"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn a_budget_is_met_or_refused_with_the_lowest_peak() {
+    for (name, g) in graphs() {
+        let best = checked(&g, &options(&g, Strategy::Sublinear, 0), None);
+        // Between the best peak found and the unplanned peak: must be met, cheaply.
+        let s = &best.summary;
+        let budget = s.planned_peak + (s.unplanned_peak - s.planned_peak) / 2;
+        let o = PlanOptions {
+            budget: Some(budget),
+            ..options(&g, Strategy::Sublinear, 0)
+        };
+        let p = checked(&g, &o, None);
+        assert!(p.summary.planned_peak <= budget, "{name}");
+        assert!(p.summary.recompute_cost <= s.recompute_cost, "{name}: budget plan costs more");
+        // Just above the lower bound: met or refused naming the lowest peak.
+        let o = PlanOptions {
+            budget: Some(s.lower_bound),
+            ..o
+        };
+        match plan(&g, &o, &RunConfig::default()) {
+            Ok(p) => assert!(p.summary.planned_peak <= s.lower_bound),
+            Err(PlanError::BudgetNotMet { best_peak, .. }) => assert!(best_peak > s.lower_bound),
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+}

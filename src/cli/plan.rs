@@ -1,0 +1,276 @@
+//! `sgc plan FILE`: plan checkpointing for a graph and report the result next to its
+//! baseline (the unplanned peak) and bound (the per-op lower bound). The plan is verified
+//! before it is reported or written. `--check PLAN` verifies an existing plan file against
+//! the graph instead (and refuses a plan made for another graph).
+
+use super::CliResult;
+use serde::Serialize;
+use sgc::plan::{Plan, PlanOptions, Progress, RunConfig, Strategy};
+use sgc::units::{human_bytes, parse_size};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum StrategyArg {
+    None,
+    ChenSqrt,
+    Sublinear,
+    Dtr,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::None => Strategy::None,
+            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
+            StrategyArg::Sublinear => Strategy::Sublinear,
+            StrategyArg::Dtr => Strategy::Dtr,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A version-1 graph file or a Checkmate node-link file.
+    file: PathBuf,
+    /// Checkpointing strategy.
+    #[arg(long, value_enum, default_value = "sublinear")]
+    strategy: StrategyArg,
+    /// Peak memory the plan must fit (e.g. 5GB, 5GiB, 512MiB); the cheapest plan that fits wins.
+    #[arg(long, value_parser = parse_size)]
+    budget: Option<u64>,
+    /// Memory you are willing to spend to save recompute (sublinear): recomputed ops become
+    /// checkpoints again, most expensive first, while the peak stays at or under it.
+    #[arg(long, value_parser = parse_size)]
+    lb_memory: Option<u64>,
+    /// sublinear: evenly spaced thresholds to try.
+    #[arg(long, default_value_t = 10)]
+    thresh_tries: usize,
+    /// sublinear: generations of genetic refinement (20 is recommended; 0 = off).
+    #[arg(long, default_value_t = 0)]
+    genetic_iters: usize,
+    /// sublinear: survivors per generation.
+    #[arg(long, default_value_t = 20)]
+    pool_size: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads for the search (default: all cores); the plan does not depend on it.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// dtr: resident memory above which tensors are evicted (default: the budget, else
+    /// halfway between the lower bound and the unplanned peak).
+    #[arg(long, value_parser = parse_size)]
+    eviction_threshold: Option<u64>,
+    /// dtr: smallest tensor that may be evicted.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    evictee_min_size: u64,
+    /// dtr: score only ~sqrt(N) sampled candidates.
+    #[arg(long)]
+    sqrt_sampling: bool,
+    /// Write the plan to this file.
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Verify this existing plan file against the graph instead of planning.
+    #[arg(long, conflicts_with = "output")]
+    check: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    file: String,
+    graph: Option<&'a str>,
+    strategy: &'a str,
+    options: &'a PlanOptions,
+    workers: usize,
+    unplanned_peak_bytes: u64,
+    planned_peak_bytes: u64,
+    planned_over_unplanned: f64,
+    lower_bound_bytes: u64,
+    planned_over_lower_bound: f64,
+    persistent_bytes: u64,
+    recompute_share: f64,
+    recompute_cost: f64,
+    step_cost: f64,
+    cost_source: &'a str,
+    checkpoints: usize,
+    recomputed_ops: usize,
+    recompute_steps: usize,
+    steps: usize,
+    plan_time_s: f64,
+    verified: bool,
+    written_to: Option<String>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let graph = sgc::ir::load_any(&args.file)?;
+    let file = args.file.display().to_string();
+    if let Some(path) = &args.check {
+        return check(&graph, path);
+    }
+    let options = PlanOptions {
+        strategy: args.strategy.into(),
+        seed: args.seed,
+        budget: args.budget,
+        lb_memory: args.lb_memory,
+        thresh_tries: args.thresh_tries,
+        genetic_iters: args.genetic_iters,
+        pool_size: args.pool_size,
+        eviction_threshold: args.eviction_threshold,
+        evictee_min_size: args.evictee_min_size,
+        sqrt_sampling: args.sqrt_sampling,
+    };
+    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
+    let callback = |p: Progress| {
+        if let Some(b) = &bar {
+            b.set_length(p.total as u64);
+            b.set_position(p.done as u64);
+            b.set_message(p.phase);
+        }
+    };
+    let run = RunConfig {
+        workers: args.workers,
+        progress: Some(&callback),
+    };
+    let start = Instant::now();
+    let result = sgc::plan::plan(&graph, &options, &run);
+    let secs = start.elapsed().as_secs_f64();
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let plan = result.map_err(|e| format!("{file}: {e}"))?;
+    if let Some(out) = &args.output {
+        std::fs::write(out, plan.to_json())
+            .map_err(|e| format!("{}: cannot write the plan: {e}", out.display()))?;
+    }
+    let workers = args.workers.unwrap_or_else(rayon_threads);
+    let report = build(&plan, file, workers, secs, args.output.as_ref());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(1);
+    let style = indicatif::ProgressStyle::with_template("{msg:>26} [{bar:30}] {pos}/{len} {elapsed}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}
+
+fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the plan: {e}", path.display()))?;
+    let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    plan.check_graph(graph)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    match sgc::plan::verify(graph, &plan) {
+        Ok(peak) => {
+            println!(
+                "{}: plan verified; peak {} ({} B)",
+                path.display(),
+                human_bytes(peak.peak_bytes),
+                peak.peak_bytes
+            );
+            Ok(())
+        }
+        Err(violations) => {
+            for v in &violations {
+                eprintln!("  {v}");
+            }
+            Err(format!("{}: {} violations", path.display(), violations.len()).into())
+        }
+    }
+}
+
+fn build<'a>(
+    plan: &'a Plan,
+    file: String,
+    workers: usize,
+    secs: f64,
+    out: Option<&PathBuf>,
+) -> Report<'a> {
+    let s = &plan.summary;
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    Report {
+        file,
+        graph: plan.graph.name.as_deref(),
+        strategy: plan.options.strategy.as_str(),
+        options: &plan.options,
+        workers,
+        unplanned_peak_bytes: s.unplanned_peak,
+        planned_peak_bytes: s.planned_peak,
+        planned_over_unplanned: ratio(s.planned_peak, s.unplanned_peak),
+        lower_bound_bytes: s.lower_bound,
+        planned_over_lower_bound: ratio(s.planned_peak, s.lower_bound),
+        persistent_bytes: s.persistent_bytes,
+        recompute_share: s.recompute_share,
+        recompute_cost: s.recompute_cost,
+        step_cost: s.step_cost,
+        cost_source: &s.cost_source,
+        checkpoints: s.checkpoints,
+        recomputed_ops: s.recomputed_ops,
+        recompute_steps: s.recompute_steps,
+        steps: s.steps,
+        plan_time_s: secs,
+        verified: true,
+        written_to: out.map(|p| p.display().to_string()),
+    }
+}
+
+fn render(r: &Report<'_>) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let bytes = |b: u64| format!("{:>12} ({b} B)", human_bytes(b));
+    let o = r.options;
+    let _ = writeln!(s, "graph              {} ({})", r.graph.unwrap_or("(unnamed)"), r.file);
+    let _ = writeln!(s, "unplanned peak     {}", bytes(r.unplanned_peak_bytes));
+    let _ = writeln!(s, "planned peak       {}", bytes(r.planned_peak_bytes));
+    let _ = writeln!(s, "planned/unplanned  {:>11.3}x", r.planned_over_unplanned);
+    let _ = writeln!(s, "per-op lower bound {}  (planned/bound {:.3}x)", bytes(r.lower_bound_bytes), r.planned_over_lower_bound);
+    let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
+    let _ = writeln!(
+        s,
+        "recompute          {:>11.1}% of one step's cost ({:.4e} of {:.4e}, from {})",
+        100.0 * r.recompute_share,
+        r.recompute_cost,
+        r.step_cost,
+        r.cost_source
+    );
+    let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
+    let _ = writeln!(s, "recomputed ops     {:>12} ({} recompute steps of {})", r.recomputed_ops, r.recompute_steps, r.steps);
+    let _ = writeln!(s, "plan time          {:>11.3}s on {} workers (plan verified)", r.plan_time_s, r.workers);
+    let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
+    let _ = writeln!(s, "strategy           {} (seed {})", r.strategy, o.seed);
+    let _ = writeln!(
+        s,
+        "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}",
+        size(o.budget),
+        size(o.lb_memory),
+        o.thresh_tries,
+        o.genetic_iters,
+        o.pool_size,
+        size(o.eviction_threshold),
+        human_bytes(o.evictee_min_size),
+        o.sqrt_sampling
+    );
+    if let Some(w) = &r.written_to {
+        let _ = writeln!(s, "plan written to    {w}");
+    }
+    s
+}
