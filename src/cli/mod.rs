@@ -3,6 +3,7 @@
 mod alloc;
 mod inspect;
 mod plan;
+mod rescale;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Command {
     Zoo(zoo::Args),
     /// Assign arena offsets to a minimalloc-format CSV of buffers (id,lower,upper,size).
     Alloc(alloc::Args),
+    /// Rescale a graph to another batch size through the batch_dim of its inputs.
+    Rescale(rescale::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -41,6 +44,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
+        Command::Rescale(a) => rescale::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
