@@ -4,10 +4,12 @@
 //! - [`ir`]: the graph IR (format, validation, memory model, training builder, zoo);
 //! - [`plan`]: the planner (checkpoint search, memory sharing, verifier).
 //!
+//! The largest batch that fits a memory size, with and without planning: [`fit`].
 //! Human-readable sizes for reports live in [`units`].
 
 pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 
+pub mod fit;
 pub mod plot;
 pub mod units;

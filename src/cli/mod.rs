@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch.
 
 mod alloc;
+mod fit;
 mod inspect;
 mod plan;
 mod rescale;
@@ -35,6 +36,8 @@ enum Command {
     Alloc(alloc::Args),
     /// Rescale a graph to another batch size through the batch_dim of its inputs.
     Rescale(rescale::Args),
+    /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
+    Fit(fit::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -45,6 +48,7 @@ pub fn main() -> ExitCode {
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
         Command::Rescale(a) => rescale::run(a),
+        Command::Fit(a) => fit::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
