@@ -58,8 +58,15 @@ fn run(g: &Graph, strategy: Strategy, iters: usize, workers: Option<usize>) -> (
         ..PlanOptions::default()
     };
     let t = Instant::now();
-    let p = plan(g, &o, &RunConfig { workers, progress: None })
-        .unwrap_or_else(|e| panic!("{strategy}: {e}"));
+    let p = plan(
+        g,
+        &o,
+        &RunConfig {
+            workers,
+            progress: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{strategy}: {e}"));
     (p, t.elapsed().as_secs_f64())
 }
 
@@ -76,7 +83,15 @@ fn main() {
     ];
     println!(
         "{:<28} {:>5} {:<13} {:>12} {:>8} {:>8} {:>8} {:>9} {:>9}",
-        "graph", "ops", "strategy", "peak (B)", "/unplan", "act/unp", "/bound", "recompute", "time (s)"
+        "graph",
+        "ops",
+        "strategy",
+        "peak (B)",
+        "/unplan",
+        "act/unp",
+        "/bound",
+        "recompute",
+        "time (s)"
     );
     let mut rows = Vec::new();
     for (name, g) in graphs() {
@@ -96,7 +111,12 @@ fn main() {
                 m.recompute_share,
                 secs
             );
-            rows.push(Row { graph: name.clone(), label: label.to_string(), plan: p, secs });
+            rows.push(Row {
+                graph: name.clone(),
+                label: label.to_string(),
+                plan: p,
+                secs,
+            });
         }
     }
     targets(&rows);
@@ -122,9 +142,12 @@ fn targets(rows: &[Row]) {
     }
     let mut all = true;
     for chen in rows.iter().filter(|r| r.label == "chen-sqrt") {
-        let Some(sub) = find(rows, &chen.graph, "sublinear/20") else { continue };
+        let Some(sub) = find(rows, &chen.graph, "sublinear/20") else {
+            continue;
+        };
         let (c, s) = (&chen.plan.summary, &sub.plan.summary);
-        let ok = s.planned_peak <= c.planned_peak && s.recompute_cost <= c.recompute_cost * (1.0 + 1e-9);
+        let ok =
+            s.planned_peak <= c.planned_peak && s.recompute_cost <= c.recompute_cost * (1.0 + 1e-9);
         all &= ok;
         println!(
             "  {:<28} sublinear/20 peak {:.3} / recompute {:.3} vs chen-sqrt {:.3} / {:.3}: {}",
@@ -136,10 +159,17 @@ fn targets(rows: &[Row]) {
             verdict(ok)
         );
     }
-    println!("  sublinear/20 <= chen-sqrt on every graph: {}", verdict(all));
-    if let Some(r) = rows.iter().find(|r| r.graph == "gpt2" && r.label == "sublinear/20") {
-        let g = sgc_ir::load_any(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/gpt2.json"))
-            .expect("gpt2 loads");
+    println!(
+        "  sublinear/20 <= chen-sqrt on every graph: {}",
+        verdict(all)
+    );
+    if let Some(r) = rows
+        .iter()
+        .find(|r| r.graph == "gpt2" && r.label == "sublinear/20")
+    {
+        let g =
+            sgc_ir::load_any(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/gpt2.json"))
+                .expect("gpt2 loads");
         let (p2, secs) = run(&g, Strategy::Sublinear, 20, Some(2));
         assert_eq!(p2, r.plan, "plans differ between worker counts");
         println!(

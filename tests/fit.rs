@@ -45,14 +45,23 @@ fn assert_monotone_answer(g: &Graph, opts: &FitOptions, report: &FitReport, what
         let b = sf.batch;
         if b > 0 {
             let at = probe(g, b, &plan_opts, opts).unwrap();
-            assert!(at.fits, "{what} {}: batch {b} reported but does not fit", sf.strategy);
+            assert!(
+                at.fits,
+                "{what} {}: batch {b} reported but does not fit",
+                sf.strategy
+            );
             assert!(at.arena + at.persistent <= opts.limit(), "{what}");
             let mut reported = sf.fitting.clone().unwrap();
             reported.plan_seconds = at.plan_seconds; // the one figure that is wall time
             assert_eq!(reported, at, "{what}: not deterministic");
         }
         let next = probe(g, b + 1, &plan_opts, opts).unwrap();
-        assert!(!next.fits, "{what} {}: batch {} fits too", sf.strategy, b + 1);
+        assert!(
+            !next.fits,
+            "{what} {}: batch {} fits too",
+            sf.strategy,
+            b + 1
+        );
         assert!(b <= report.lower_bound_batch, "{what}: past the bound");
     }
 }
@@ -106,7 +115,10 @@ fn a_graph_that_cannot_be_rescaled_is_an_error() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch_tiny_resnet.json");
     let g = sgc::ir::load_any(path).unwrap();
     let err = fit(&g, &strategies(), &FitOptions::new(1 << 30), &mut |_, _| {}).unwrap_err();
-    assert!(err.to_string().contains("aten.convolution.default"), "{err}");
+    assert!(
+        err.to_string().contains("aten.convolution.default"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -119,7 +131,11 @@ fn cli_reports_the_same_answer_as_json() {
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json"))
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let report = run_fit(&g, &FitOptions::new(memory));
     for (i, sf) in report.strategies.iter().enumerate() {

@@ -23,7 +23,10 @@ fn zoo_files() -> Vec<(String, Graph)> {
         .filter_map(|f| f.strip_suffix(".json").map(str::to_string))
         .collect();
     names.sort();
-    names.into_iter().map(|n| (n.clone(), zoo_file(&n))).collect()
+    names
+        .into_iter()
+        .map(|n| (n.clone(), zoo_file(&n)))
+        .collect()
 }
 
 #[test]
@@ -83,7 +86,11 @@ fn batch_dependent_element_counts_scale_exactly() {
                 .iter()
                 .chain(&g.op(o).outputs)
                 .any(|t| axes[t.index()].is_some());
-            let expected = if touches { f0 * new as f64 / old as f64 } else { f0 };
+            let expected = if touches {
+                f0 * new as f64 / old as f64
+            } else {
+                f0
+            };
             assert!((f1 - expected).abs() <= 1e-9 * expected.max(1.0), "{name}");
         }
         assert_eq!(s.persistent_bytes(), g.persistent_bytes(), "{name}");
@@ -142,8 +149,7 @@ fn an_unknown_op_type_on_the_batch_path_is_named() {
             op_type: "my_relu".into()
         }
     );
-    let torch =
-        sgc::ir::load_any(root().join("tests/fixtures/torch_tiny_resnet.json")).unwrap();
+    let torch = sgc::ir::load_any(root().join("tests/fixtures/torch_tiny_resnet.json")).unwrap();
     let msg = rescale(&torch, 4).unwrap_err().to_string();
     assert!(msg.contains("aten.convolution.default"), "{msg}");
 }
@@ -215,7 +221,11 @@ fn cli_writes_a_graph_at_the_new_batch() {
         .arg(root().join("graphs/tiny_cnn.json"))
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let g = format::load(&out).unwrap();
     assert_eq!(batch_size(&g).unwrap(), 5);
     let bad = Command::new(env!("CARGO_BIN_EXE_sgc"))

@@ -111,7 +111,8 @@ pub fn run(args: Args) -> CliResult {
             );
         }
     };
-    let report = fit(&graph, &strategies, &opts, &mut observe).map_err(|e| format!("{file}: {e}"))?;
+    let report =
+        fit(&graph, &strategies, &opts, &mut observe).map_err(|e| format!("{file}: {e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -132,7 +133,15 @@ fn table(file: &str, r: &FitReport) -> String {
     );
     s += &format!(
         "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",
-        "strategy", "batch", "vs none", "peak", "arena", "recompute", "plan time", "probes", "search"
+        "strategy",
+        "batch",
+        "vs none",
+        "peak",
+        "arena",
+        "recompute",
+        "plan time",
+        "probes",
+        "search"
     );
     let none = r
         .strategies

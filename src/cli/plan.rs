@@ -166,9 +166,10 @@ fn rayon_threads() -> usize {
 
 fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(1);
-    let style = indicatif::ProgressStyle::with_template("{msg:>26} [{bar:30}] {pos}/{len} {elapsed}")
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-        .progress_chars("=> ");
+    let style =
+        indicatif::ProgressStyle::with_template("{msg:>26} [{bar:30}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> ");
     bar.set_style(style);
     bar
 }
@@ -238,11 +239,21 @@ fn render(r: &Report<'_>) -> String {
     let mut s = String::new();
     let bytes = |b: u64| format!("{:>12} ({b} B)", human_bytes(b));
     let o = r.options;
-    let _ = writeln!(s, "graph              {} ({})", r.graph.unwrap_or("(unnamed)"), r.file);
+    let _ = writeln!(
+        s,
+        "graph              {} ({})",
+        r.graph.unwrap_or("(unnamed)"),
+        r.file
+    );
     let _ = writeln!(s, "unplanned peak     {}", bytes(r.unplanned_peak_bytes));
     let _ = writeln!(s, "planned peak       {}", bytes(r.planned_peak_bytes));
     let _ = writeln!(s, "planned/unplanned  {:>11.3}x", r.planned_over_unplanned);
-    let _ = writeln!(s, "per-op lower bound {}  (planned/bound {:.3}x)", bytes(r.lower_bound_bytes), r.planned_over_lower_bound);
+    let _ = writeln!(
+        s,
+        "per-op lower bound {}  (planned/bound {:.3}x)",
+        bytes(r.lower_bound_bytes),
+        r.planned_over_lower_bound
+    );
     let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
     let _ = writeln!(
         s,
@@ -253,8 +264,16 @@ fn render(r: &Report<'_>) -> String {
         r.cost_source
     );
     let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
-    let _ = writeln!(s, "recomputed ops     {:>12} ({} recompute steps of {})", r.recomputed_ops, r.recompute_steps, r.steps);
-    let _ = writeln!(s, "plan time          {:>11.3}s on {} workers (plan verified)", r.plan_time_s, r.workers);
+    let _ = writeln!(
+        s,
+        "recomputed ops     {:>12} ({} recompute steps of {})",
+        r.recomputed_ops, r.recompute_steps, r.steps
+    );
+    let _ = writeln!(
+        s,
+        "plan time          {:>11.3}s on {} workers (plan verified)",
+        r.plan_time_s, r.workers
+    );
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
     let _ = writeln!(s, "strategy           {} (seed {})", r.strategy, o.seed);
     let _ = writeln!(

@@ -58,7 +58,9 @@ pub enum RescaleError {
         first: String,
         expected: u64,
     },
-    #[error("meta.batch_size is {meta}, but the inputs' batch_dim has size {inputs}: fix one of them")]
+    #[error(
+        "meta.batch_size is {meta}, but the inputs' batch_dim has size {inputs}: fix one of them"
+    )]
     MetaMismatch { meta: String, inputs: u64 },
     #[error("op `{op}` has type `{op_type}`, which the rescaler does not know, and reads a tensor that depends on the batch: only the op types of docs/ops.md can be rescaled")]
     UnknownOp { op: String, op_type: String },
@@ -337,8 +339,12 @@ impl OpCtx<'_> {
                 self.on_axis0(self.all_same(ins, 0..2)?)?;
                 Ok(self.outputs_like(None))
             }
-            "max_pool2d" | "global_avg_pool" | "global_avg_pool_grad" | "upsample_nearest2x"
-            | "upsample_nearest2x_grad" | "max_pool2d_grad" => {
+            "max_pool2d"
+            | "global_avg_pool"
+            | "global_avg_pool_grad"
+            | "upsample_nearest2x"
+            | "upsample_nearest2x_grad"
+            | "max_pool2d_grad" => {
                 let a = self.all_same(ins, 0..ins.len())?;
                 Ok(self.outputs_like(Some(self.on_axis0(a)?)))
             }
@@ -370,9 +376,10 @@ impl OpCtx<'_> {
                 Ok(self.outputs_like(Some(a)))
             }
             "reshape" => self.reshape(ins),
-            "sgd_update" => Err(self.fail(
-                "the parameter update reads a tensor whose shape depends on the batch",
-            )),
+            "sgd_update" => {
+                Err(self
+                    .fail("the parameter update reads a tensor whose shape depends on the batch"))
+            }
             _ => Err(RescaleError::UnknownOp {
                 op: self.op().name.clone(),
                 op_type: ty.to_string(),
@@ -540,7 +547,9 @@ impl OpCtx<'_> {
     fn reshape(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
         let a = self.dependent(ins, 0)?;
         let x = &self.graph.tensor(self.op().inputs[0]).shape;
-        let stride = a.inner.saturating_mul(x[a.axis + 1..].iter().product::<u64>());
+        let stride = a
+            .inner
+            .saturating_mul(x[a.axis + 1..].iter().product::<u64>());
         let mut out = Vec::new();
         for &t in &self.op().outputs {
             let y = &self.graph.tensor(t).shape;

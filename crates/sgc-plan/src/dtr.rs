@@ -120,7 +120,10 @@ fn score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
 }
 
 /// The DTR schedule.
-pub(crate) fn schedule(ctx: &Context<'_>, params: &DtrParams) -> Result<Vec<(OpId, bool)>, Infeasible> {
+pub(crate) fn schedule(
+    ctx: &Context<'_>,
+    params: &DtrParams,
+) -> Result<Vec<(OpId, bool)>, Infeasible> {
     let mut st = State::new(ctx);
     let mut policy = Dtr {
         params,

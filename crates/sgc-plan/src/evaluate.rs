@@ -106,9 +106,7 @@ pub(crate) fn discards(ctx: &Context<'_>, genome: &Genome) -> Vec<bool> {
         .iter()
         .fold(vec![false; g.num_tensors()], |mut d, &r| {
             if let Some((a, b)) = ctx.gap[r.index()] {
-                d[r.index()] = !protected[r.index()]
-                    && crosses(a, b)
-                    && b <= ctx.root_hazard(r);
+                d[r.index()] = !protected[r.index()] && crosses(a, b) && b <= ctx.root_hazard(r);
             }
             d
         })
@@ -153,7 +151,11 @@ pub(crate) fn recomputed_roots_by_cost(
     let mut ops: Vec<OpId> = steps.iter().filter(|s| s.1).map(|s| s.0).collect();
     ops.sort();
     ops.dedup();
-    ops.sort_by(|a, b| ctx.cost[b.index()].total_cmp(&ctx.cost[a.index()]).then(a.cmp(b)));
+    ops.sort_by(|a, b| {
+        ctx.cost[b.index()]
+            .total_cmp(&ctx.cost[a.index()])
+            .then(a.cmp(b))
+    });
     ops.into_iter()
         .map(|o| ctx.out_roots[o.index()].clone())
         .filter(|r| !r.is_empty())

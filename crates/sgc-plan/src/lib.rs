@@ -99,7 +99,9 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
 
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
     if o.pool_size == 0 {
-        return Err(PlanError::InvalidOption("--pool-size must be at least 1".into()));
+        return Err(PlanError::InvalidOption(
+            "--pool-size must be at least 1".into(),
+        ));
     }
     Ok(())
 }

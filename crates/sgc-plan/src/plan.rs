@@ -121,7 +121,10 @@ impl GraphRef {
             name: graph.name().map(str::to_string),
             ops: graph.num_ops(),
             tensors: graph.num_tensors(),
-            fingerprint: format!("{:016x}", fnv1a(sgc_ir::format::to_string(graph).as_bytes())),
+            fingerprint: format!(
+                "{:016x}",
+                fnv1a(sgc_ir::format::to_string(graph).as_bytes())
+            ),
         }
     }
 }

@@ -127,7 +127,12 @@ impl<'c> State<'c> {
     }
 
     /// Appends a step and applies its effects.
-    pub fn emit(&mut self, op: OpId, recompute: bool, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+    pub fn emit(
+        &mut self,
+        op: OpId,
+        recompute: bool,
+        policy: &mut dyn Policy,
+    ) -> Result<(), Infeasible> {
         let ctx = self.ctx;
         let i = op.index();
         if recompute {

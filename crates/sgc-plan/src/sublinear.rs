@@ -80,7 +80,11 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
 
 /// Evaluates the split sets of `thresholds`, adds them to `pop` and returns the threshold
 /// of the best one.
-fn add_thresholds(ev: &mut Evaluator<'_>, pop: &mut Vec<Member>, thresholds: &[u64]) -> Option<u64> {
+fn add_thresholds(
+    ev: &mut Evaluator<'_>,
+    pop: &mut Vec<Member>,
+    thresholds: &[u64],
+) -> Option<u64> {
     let genomes: Vec<Genome> = thresholds
         .iter()
         .map(|&t| threshold_splits(ev.ctx, t))
@@ -145,7 +149,12 @@ pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
 }
 
 /// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`.
-fn relax(ev: &mut Evaluator<'_>, mut best: Genome, mut fit: Fitness, bound: u64) -> (Genome, Fitness) {
+fn relax(
+    ev: &mut Evaluator<'_>,
+    mut best: Genome,
+    mut fit: Fitness,
+    bound: u64,
+) -> (Genome, Fitness) {
     let Some(steps) = schedule(ev.ctx, &best) else {
         return (best, fit);
     };

@@ -38,24 +38,42 @@ pub struct VerifiedPeak {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum ViolationKind {
-    GraphMismatch { expected: String, found: String },
+    GraphMismatch {
+        expected: String,
+        found: String,
+    },
     UnknownOp,
-    UnknownTensor { index: u32 },
-    OriginalOutOfOrder { previous: String },
+    UnknownTensor {
+        index: u32,
+    },
+    OriginalOutOfOrder {
+        previous: String,
+    },
     OriginalTwice,
     RecomputeBeforeOriginal,
     NonRecomputableRerun,
     NeverRun,
     NeverProduced,
-    UseAfterFree { freed_at: usize },
+    UseAfterFree {
+        freed_at: usize,
+    },
     StaleView,
     BaseNotResident,
-    DirtyPersistent { writer: String },
+    DirtyPersistent {
+        writer: String,
+    },
     FreeNotResident,
     FreePersistent,
     OutputMissing,
-    PeakMismatch { claimed: u64, replayed: u64 },
-    LifetimesMismatch { claimed: usize, replayed: usize, first_difference: String },
+    PeakMismatch {
+        claimed: u64,
+        replayed: u64,
+    },
+    LifetimesMismatch {
+        claimed: usize,
+        replayed: usize,
+        first_difference: String,
+    },
 }
 
 /// One violation, naming the step, the op and the tensor it concerns where there are.
@@ -179,7 +197,13 @@ impl<'g> Replay<'g> {
         r
     }
 
-    fn violation(&mut self, step: Option<usize>, op: Option<OpId>, t: Option<TensorId>, kind: ViolationKind) {
+    fn violation(
+        &mut self,
+        step: Option<usize>,
+        op: Option<OpId>,
+        t: Option<TensorId>,
+        kind: ViolationKind,
+    ) {
         self.violations.push(Violation {
             step,
             op: op.map(|o| self.g.op(o).name.clone()),
@@ -232,7 +256,11 @@ impl<'g> Replay<'g> {
             return;
         }
         if runs > 0 {
-            let kind = if self.g.op(op).recomputable { K::OriginalTwice } else { K::NonRecomputableRerun };
+            let kind = if self.g.op(op).recomputable {
+                K::OriginalTwice
+            } else {
+                K::NonRecomputableRerun
+            };
             self.violation(Some(s), Some(op), None, kind);
         }
         if let Some(prev) = self.last_original.filter(|&p| p >= op) {
@@ -291,7 +319,12 @@ impl<'g> Replay<'g> {
     fn free(&mut self, s: usize, op: OpId, t: TensorId) {
         let g = self.g;
         if t.index() >= g.num_tensors() {
-            self.violation(Some(s), Some(op), None, ViolationKind::UnknownTensor { index: t.0 });
+            self.violation(
+                Some(s),
+                Some(op),
+                None,
+                ViolationKind::UnknownTensor { index: t.0 },
+            );
             return;
         }
         let root = g.storage_root(t);
@@ -341,7 +374,11 @@ impl<'g> Replay<'g> {
                 }
             }
         }
-        let replayed = if plan.steps.is_empty() { self.persistent } else { self.peak.0 };
+        let replayed = if plan.steps.is_empty() {
+            self.persistent
+        } else {
+            self.peak.0
+        };
         if plan.summary.planned_peak != replayed {
             let claimed = plan.summary.planned_peak;
             self.violation(None, None, None, K::PeakMismatch { claimed, replayed });

@@ -20,7 +20,14 @@ fn options(strategy: Strategy, seed: u64) -> PlanOptions {
 }
 
 fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, TestCaseError> {
-    match plan(g, o, &RunConfig { workers: Some(1), progress: None }) {
+    match plan(
+        g,
+        o,
+        &RunConfig {
+            workers: Some(1),
+            progress: None,
+        },
+    ) {
         Ok(p) => {
             let v = verify(g, &p);
             prop_assert!(v.is_ok(), "{}: {:?}", o.strategy, v.err());

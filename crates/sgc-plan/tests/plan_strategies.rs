@@ -13,7 +13,10 @@ fn root() -> PathBuf {
 /// (file stem, graph) for every zoo graph and Checkmate graph there is.
 fn graphs() -> Vec<(String, Graph)> {
     let mut files = Vec::new();
-    for dir in [root().join("graphs"), root().join("../shared/data/checkmate")] {
+    for dir in [
+        root().join("graphs"),
+        root().join("../shared/data/checkmate"),
+    ] {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             files.extend(
                 rd.filter_map(|e| e.ok().map(|e| e.path()))
@@ -22,7 +25,11 @@ fn graphs() -> Vec<(String, Graph)> {
         }
     }
     files.sort();
-    assert!(files.len() >= 4, "no graphs found next to {}", root().display());
+    assert!(
+        files.len() >= 4,
+        "no graphs found next to {}",
+        root().display()
+    );
     files
         .into_iter()
         .map(|p| {
@@ -39,7 +46,11 @@ fn options(g: &Graph, strategy: Strategy, genetic_iters: usize) -> PlanOptions {
         strategy,
         seed: 7,
         thresh_tries: if big { 3 } else { 10 },
-        genetic_iters: if big { genetic_iters.min(2) } else { genetic_iters },
+        genetic_iters: if big {
+            genetic_iters.min(2)
+        } else {
+            genetic_iters
+        },
         pool_size: if big { 6 } else { 20 },
         evictee_min_size: 0,
         ..PlanOptions::default()
@@ -121,7 +132,10 @@ fn a_budget_below_the_lower_bound_is_refused() {
                 ..options(&g, s, 0)
             };
             let err = plan(&g, &o, &RunConfig::default()).unwrap_err();
-            assert!(matches!(err, PlanError::BudgetBelowLowerBound { .. }), "{err}");
+            assert!(
+                matches!(err, PlanError::BudgetBelowLowerBound { .. }),
+                "{err}"
+            );
             assert!(err.to_string().contains("lower bound"), "{err}");
         }
     }
@@ -140,7 +154,10 @@ fn a_budget_is_met_or_refused_with_the_lowest_peak() {
         };
         let p = checked(&g, &o, None);
         assert!(p.summary.planned_peak <= budget, "{name}");
-        assert!(p.summary.recompute_cost <= s.recompute_cost, "{name}: budget plan costs more");
+        assert!(
+            p.summary.recompute_cost <= s.recompute_cost,
+            "{name}: budget plan costs more"
+        );
         // Just above the lower bound: met or refused naming the lowest peak.
         let o = PlanOptions {
             budget: Some(s.lower_bound),
