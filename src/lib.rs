@@ -2,11 +2,13 @@
 //!
 //! This facade re-exports the workspace crates:
 //! - [`ir`]: the graph IR (format, validation, memory model, training builder, zoo);
-//! - [`plan`]: the planner (checkpoint search, memory sharing, verifier).
+//! - [`plan`]: the planner (checkpoint search, memory sharing, verifier);
+//! - [`exec`]: the executor (CPU reference backend, CUDA behind `--features cuda`).
 //!
 //! The largest batch that fits a memory size, with and without planning: [`fit`].
 //! Human-readable sizes for reports live in [`units`].
 
+pub use sgc_exec as exec;
 pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 

@@ -5,6 +5,7 @@ mod fit;
 mod inspect;
 mod plan;
 mod rescale;
+mod run;
 mod zoo;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     Rescale(rescale::Args),
     /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
     Fit(fit::Args),
+    /// Run training steps of a graph (planned or not) and print measured memory and time.
+    Run(run::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -49,6 +52,7 @@ pub fn main() -> ExitCode {
         Command::Alloc(a) => alloc::run(a),
         Command::Rescale(a) => rescale::run(a),
         Command::Fit(a) => fit::run(a),
+        Command::Run(a) => run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

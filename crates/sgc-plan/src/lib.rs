@@ -13,8 +13,7 @@
 //! - [`plan`]: the plain-data [`Plan`] written to plan files;
 //! - [`verify()`]: an independent replay of a plan against the graph alone.
 //!
-//! - [`alloc`]: static memory sharing: offsets in one arena from tensor lifetimes (the
-//!   plan's `lifetimes`).
+//! - [`alloc`]: static memory sharing: offsets in one arena from the plan's `lifetimes`.
 //!
 //! ```
 //! let text = r#"{"format": "sgc-graph", "version": 1,

@@ -64,18 +64,34 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
     sort_population(&mut pop, ev.budget);
-    let best = pop.swap_remove(0);
+    let best = pop[0].clone();
     let bound = match (opts.budget, opts.lb_memory) {
         (Some(b), Some(l)) => Some(b.min(l)),
         (b, l) => b.or(l),
     };
-    // Without a bound, trade nothing: only keep what the best peak already affords.
-    let bound = bound.unwrap_or(best.fitness.peak);
-    if best.fitness.feasible && best.fitness.peak <= bound {
-        relax(ev, best.genome, best.fitness, bound)
-    } else {
-        (best.genome, best.fitness)
-    }
+    let Some(bound) = bound else {
+        // Without a bound, trade nothing: keep only what the best peak already affords.
+        return relax(ev, best.genome, best.fitness, best.fitness.peak);
+    };
+    // With a bound, relax both the best plan under it and the lowest-peak plan, and keep
+    // the cheaper result that fits.
+    sort_population(&mut pop, None);
+    let lowest = pop[0].clone();
+    [best, lowest]
+        .into_iter()
+        .filter(|m| m.fitness.feasible && m.fitness.peak <= bound)
+        .map(|m| relax(ev, m.genome, m.fitness, bound))
+        .min_by(|a, b| a.1.cmp(&b.1, Some(bound)))
+        .unwrap_or_else(|| {
+            let m = best_by(&pop, ev.budget);
+            (m.genome, m.fitness)
+        })
+}
+
+fn best_by(pop: &[Member], budget: Option<u64>) -> Member {
+    let mut v = pop.to_vec();
+    sort_population(&mut v, budget);
+    v.swap_remove(0)
 }
 
 /// Evaluates the split sets of `thresholds`, adds them to `pop` and returns the threshold

@@ -367,11 +367,15 @@ impl<'g> Replay<'g> {
             }
         }
         let end = plan.steps.len().saturating_sub(1);
-        for r in 0..self.live.len() {
-            if let Some(start) = self.live[r].take() {
-                if !plan.steps.is_empty() {
-                    self.close(TensorId::new(r), start, end);
-                }
+        let open: Vec<(usize, usize)> = self
+            .live
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(r, l)| l.take().map(|start| (r, start)))
+            .collect();
+        if !plan.steps.is_empty() {
+            for (r, start) in open {
+                self.close(TensorId::new(r), start, end);
             }
         }
         let replayed = if plan.steps.is_empty() {

@@ -1,0 +1,139 @@
+//! The device abstraction: a [`Backend`] owns buffers (device allocations) and runs
+//! [`Kernel`]s on [`Operand`]s, views of those buffers at byte offsets.
+//!
+//! # Contract every backend keeps
+//!
+//! - [`Backend::alloc`] makes one zero-filled allocation and counts it in
+//!   [`Backend::memory`]; the executor makes exactly one for the arena and one per
+//!   persistent storage, so `memory().peak_bytes` is what the plan promised.
+//! - [`Backend::launch`] reads every byte of `inputs` and writes **every** byte of
+//!   `outputs` (an arena region is reused and holds stale data: kernels that accumulate,
+//!   such as `embedding_grad` or `max_pool2d_grad`, clear their output first). The one
+//!   exception is [`Kernel::SgdUpdate`], which has no outputs and writes its first input
+//!   (the parameter) in place.
+//! - Outputs never overlap each other or any input (the layout guarantees it; backends
+//!   check it and return an error, never corrupt memory). Inputs may overlap each other
+//!   (the same tensor twice, a view and its base).
+//! - Kernels are deterministic: a fixed reduction order, so running an op twice
+//!   (recomputation) gives bitwise the same bytes.
+//! - Data is f32; index operands (`embedding` ids, `cross_entropy` labels) are i64 or i32,
+//!   little-endian.
+//!
+//! The CPU backend (`cpu_backend/`) is the reference; the CUDA backend (`cuda_backend/`)
+//! implements the same kernels under the same names.
+
+use crate::kernel::Kernel;
+use crate::ExecError;
+use sgc_ir::DType;
+
+/// A buffer made by [`Backend::alloc`], valid for the backend that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferId(pub usize);
+
+/// A tensor as a kernel sees it: `numel(shape)` elements of `dtype`, contiguous
+/// (row-major), starting `offset` bytes into `buffer`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    pub buffer: BufferId,
+    pub offset: u64,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Operand {
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes the operand spans.
+    pub fn bytes(&self) -> u64 {
+        self.numel() as u64 * self.dtype.size()
+    }
+
+    /// Whether the byte ranges of two operands intersect.
+    pub fn overlaps(&self, other: &Operand) -> bool {
+        self.buffer == other.buffer
+            && self.bytes() > 0
+            && other.bytes() > 0
+            && self.offset < other.offset + other.bytes()
+            && other.offset < self.offset + self.bytes()
+    }
+}
+
+/// What a backend's allocator has seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AllocStats {
+    /// Bytes allocated now.
+    pub allocated_bytes: u64,
+    /// The most bytes allocated at once.
+    pub peak_bytes: u64,
+    /// Allocations made.
+    pub allocations: u64,
+}
+
+/// A compute device: see the [module docs](self) for the contract.
+pub trait Backend {
+    /// Device name for reports, e.g. `cpu` or `cuda:0 (NVIDIA H100)`.
+    fn name(&self) -> String;
+
+    /// Whether this backend has a kernel for `kernel`; the executor asks for every op
+    /// before the first step and refuses the graph by op name otherwise.
+    fn supports(&self, kernel: &Kernel) -> bool;
+
+    /// Makes one zero-filled allocation of `bytes` bytes.
+    fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError>;
+
+    /// Copies `data` into `buffer` starting at byte `offset`.
+    fn write(&mut self, buffer: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError>;
+
+    /// Copies `out.len()` bytes of `buffer` starting at byte `offset` into `out`
+    /// (waiting for queued kernels first).
+    fn read(&mut self, buffer: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError>;
+
+    /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order).
+    fn launch(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<(), ExecError>;
+
+    /// Waits until every queued kernel has finished (used to time ops).
+    fn synchronize(&mut self) -> Result<(), ExecError>;
+
+    /// The allocator's counters.
+    fn memory(&self) -> AllocStats;
+}
+
+/// Checks that `outputs` overlap neither each other nor any input, and for
+/// [`Kernel::SgdUpdate`] that the parameter does not overlap the gradient. Backends call
+/// it at the top of `launch`.
+pub fn check_disjoint(
+    backend: &str,
+    kernel: &Kernel,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<(), ExecError> {
+    let written: Vec<&Operand> = match kernel {
+        Kernel::SgdUpdate { .. } => inputs.iter().take(1).collect(),
+        _ => outputs.iter().collect(),
+    };
+    let all: Vec<&Operand> = inputs.iter().chain(outputs).collect();
+    for w in &written {
+        let clashes = all
+            .iter()
+            .filter(|o| !std::ptr::eq(**o, *w) && o.overlaps(w))
+            .count();
+        if clashes > 0 {
+            return Err(ExecError::backend(
+                backend,
+                format!(
+                    "{}: a written operand overlaps another operand",
+                    kernel.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
+//! same operands always give the same bits).
+
+/// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a> {
+    pub data: &'a [f32],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A contiguous `rows x cols` matrix, transposed when `t`.
+    pub fn new(data: &'a [f32], cols: usize, t: bool) -> Self {
+        if t {
+            Mat {
+                data,
+                rs: 1,
+                cs: cols,
+            }
+        } else {
+            Mat {
+                data,
+                rs: cols,
+                cs: 1,
+            }
+        }
+    }
+}
+
+/// `c[m, n] = a[m, k] @ b[k, n] + beta * c`, `c` contiguous. Shapes are checked before
+/// any kernel runs (`crate::shapes`), so the slices hold every element addressed.
+pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
+    debug_assert!(c.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c[..m * n].iter_mut().for_each(|v| *v *= beta);
+        return;
+    }
+    // SAFETY: the checked shapes guarantee that a (m x k with strides rs/cs), b (k x n)
+    // and c (m x n, row-major) lie inside their slices, and c does not alias a or b
+    // (outputs never overlap inputs: `backend::check_disjoint`).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr(),
+            a.rs as isize,
+            a.cs as isize,
+            b.data.as_ptr(),
+            b.rs as isize,
+            b.cs as isize,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// `matmul`: `a [rows, k] @ b` with `b [k, n]`, or `b [n, k]` transposed.
+pub(crate) fn matmul(a: &[f32], b: &[f32], y: &mut [f32], k: usize, n: usize, transpose_b: bool) {
+    let rows = a.len().checked_div(k).unwrap_or(0);
+    let bm = Mat::new(b, if transpose_b { k } else { n }, transpose_b);
+    gemm(rows, k, n, Mat::new(a, k, false), bm, 0.0, y);
+}
+
+/// `matmul_tn`: `p [rows, m]^T @ q [rows, n]` -> `[m, n]`.
+pub(crate) fn matmul_tn(p: &[f32], q: &[f32], y: &mut [f32], m: usize, n: usize) {
+    let rows = p.len().checked_div(m).unwrap_or(0);
+    gemm(
+        m,
+        rows,
+        n,
+        Mat::new(p, m, true),
+        Mat::new(q, n, false),
+        0.0,
+        y,
+    );
+}
+
+/// Dimensions of one `batched_matmul`.
+pub(crate) struct Bmm {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+/// `batched_matmul`: one product per leading index.
+pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
+    let (sa, sb, sy) = (d.m * d.k, d.k * d.n, d.m * d.n);
+    for i in 0..d.batch {
+        let ai = &a[i * sa..(i + 1) * sa];
+        let bi = &b[i * sb..(i + 1) * sb];
+        let am = Mat::new(ai, if d.transpose_a { d.m } else { d.k }, d.transpose_a);
+        let bm = Mat::new(bi, if d.transpose_b { d.k } else { d.n }, d.transpose_b);
+        gemm(d.m, d.k, d.n, am, bm, 0.0, &mut y[i * sy..(i + 1) * sy]);
+    }
+}

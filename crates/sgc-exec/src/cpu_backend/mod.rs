@@ -1,0 +1,408 @@
+//! The CPU reference backend: f32 kernels in plain Rust, matmul through
+//! `matrixmultiply::sgemm`, convolution through im2col + sgemm.
+//!
+//! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
+//! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
+//! hands the kernel plain slices. Each op type is one function of the same name, in
+//! `linalg`, `elementwise`, `conv`, `norm` and `shape`; the CUDA backend has the same
+//! names. Everything is single-threaded with a fixed reduction order, so a recomputed
+//! tensor is bitwise identical to the first computation.
+
+mod conv;
+mod elementwise;
+mod linalg;
+mod norm;
+mod shape;
+
+use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
+use crate::kernel::Kernel;
+use crate::ExecError;
+use sgc_ir::DType;
+
+const NAME: &str = "cpu";
+
+/// Integer indices read by `embedding` and `cross_entropy` (i64 or i32).
+pub(crate) enum Indices<'a> {
+    I64(&'a [i64]),
+    I32(&'a [i32]),
+}
+
+impl Indices<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Indices::I64(v) => v.len(),
+            Indices::I32(v) => v.len(),
+        }
+    }
+
+    /// Index `r`, checked to lie in `0..bound`.
+    fn get(&self, r: usize, bound: usize) -> Result<usize, String> {
+        let v = match self {
+            Indices::I64(v) => v[r],
+            Indices::I32(v) => i64::from(v[r]),
+        };
+        usize::try_from(v)
+            .ok()
+            .filter(|&u| u < bound)
+            .ok_or_else(|| format!("index {v} at position {r} is outside 0..{bound}"))
+    }
+}
+
+/// An operand resolved to host memory.
+enum Slice<'a> {
+    F32(&'a [f32]),
+    Idx(Indices<'a>),
+}
+
+/// The CPU device: host buffers and allocation counters.
+#[derive(Default)]
+pub struct CpuBackend {
+    buffers: Vec<(Vec<u64>, u64)>,
+    stats: AllocStats,
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn buffer(&self, id: BufferId) -> Result<&(Vec<u64>, u64), ExecError> {
+        self.buffers
+            .get(id.0)
+            .ok_or_else(|| ExecError::backend(NAME, format!("no buffer {}", id.0)))
+    }
+
+    /// Byte range of `op` inside its buffer, checked for bounds and alignment.
+    fn range(&self, op: &Operand) -> Result<(usize, usize), ExecError> {
+        let (_, len) = self.buffer(op.buffer)?;
+        let end = op.offset.checked_add(op.bytes());
+        if end.is_none_or(|e| e > *len) || op.offset % op.dtype.size() != 0 {
+            return Err(ExecError::backend(
+                NAME,
+                format!(
+                    "operand at offset {} ({} bytes of {}) is outside buffer {} ({len} bytes) or misaligned",
+                    op.offset,
+                    op.bytes(),
+                    op.dtype.as_str(),
+                    op.buffer.0
+                ),
+            ));
+        }
+        Ok((op.offset as usize, op.bytes() as usize))
+    }
+
+    /// Raw pointer to the first byte of `op`, after [`Self::range`] checked it.
+    fn ptr(&mut self, op: &Operand) -> Result<*mut u8, ExecError> {
+        let (start, _) = self.range(op)?;
+        let base = self.buffers[op.buffer.0].0.as_mut_ptr() as *mut u8;
+        // SAFETY: `range` checked that start + bytes lies inside the buffer.
+        Ok(unsafe { base.add(start) })
+    }
+
+    fn read_slice<'a>(&mut self, op: &Operand) -> Result<Slice<'a>, ExecError> {
+        let p = self.ptr(op)?;
+        let n = op.numel();
+        // SAFETY: in bounds and aligned (checked in `range`); no written operand overlaps a
+        // read one (`check_disjoint`), and the slices live only for one `launch` call,
+        // during which the buffers are neither resized nor freed.
+        Ok(unsafe {
+            match op.dtype {
+                DType::F32 => Slice::F32(std::slice::from_raw_parts(p as *const f32, n)),
+                DType::I64 => {
+                    Slice::Idx(Indices::I64(std::slice::from_raw_parts(p as *const i64, n)))
+                }
+                DType::I32 => {
+                    Slice::Idx(Indices::I32(std::slice::from_raw_parts(p as *const i32, n)))
+                }
+                d => {
+                    return Err(ExecError::backend(
+                        NAME,
+                        format!("dtype {} not supported", d.as_str()),
+                    ))
+                }
+            }
+        })
+    }
+
+    fn write_slice<'a>(&mut self, op: &Operand) -> Result<&'a mut [f32], ExecError> {
+        if op.dtype != DType::F32 {
+            return Err(ExecError::backend(NAME, "written operands must be f32"));
+        }
+        let p = self.ptr(op)?;
+        // SAFETY: as in `read_slice`; written operands are pairwise disjoint and disjoint
+        // from every read operand.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut f32, op.numel()) })
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        NAME.to_string()
+    }
+
+    fn supports(&self, _kernel: &Kernel) -> bool {
+        true
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
+        let words = usize::try_from(bytes.div_ceil(8))
+            .map_err(|_| ExecError::backend(NAME, format!("cannot allocate {bytes} bytes")))?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(words)
+            .map_err(|e| ExecError::backend(NAME, format!("cannot allocate {bytes} bytes: {e}")))?;
+        v.resize(words, 0u64);
+        self.buffers.push((v, bytes));
+        self.stats.allocated_bytes += bytes;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.allocated_bytes);
+        self.stats.allocations += 1;
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn write(&mut self, buffer: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError> {
+        let op = byte_operand(buffer, offset, data.len());
+        let p = self.ptr(&op)?;
+        // SAFETY: `ptr` checked the destination range; `data` is a separate host slice.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    fn read(&mut self, buffer: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError> {
+        let op = byte_operand(buffer, offset, out.len());
+        let p = self.ptr(&op)?;
+        // SAFETY: `ptr` checked the source range; `out` is a separate host slice.
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<(), ExecError> {
+        check_disjoint(NAME, kernel, inputs, outputs)?;
+        let sgd = matches!(kernel, Kernel::SgdUpdate { .. });
+        let (read, written) = if sgd {
+            (&inputs[1..], &inputs[..1])
+        } else {
+            (inputs, outputs)
+        };
+        let ins = read
+            .iter()
+            .map(|o| self.read_slice(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outs = written
+            .iter()
+            .map(|o| self.write_slice(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        run(kernel, &ins, &mut outs, inputs, outputs)
+            .map_err(|e| ExecError::backend(NAME, format!("{}: {e}", kernel.name())))
+    }
+
+    fn synchronize(&mut self) -> Result<(), ExecError> {
+        Ok(())
+    }
+
+    fn memory(&self) -> AllocStats {
+        self.stats
+    }
+}
+
+fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {
+    Operand {
+        buffer,
+        offset,
+        dtype: DType::U8,
+        shape: vec![len],
+    }
+}
+
+fn f<'a>(s: &'a Slice<'a>) -> Result<&'a [f32], String> {
+    match s {
+        Slice::F32(v) => Ok(v),
+        Slice::Idx(_) => Err("expected f32 data, got indices".into()),
+    }
+}
+
+fn idx<'a>(s: &'a Slice) -> Result<&'a Indices<'a>, String> {
+    match s {
+        Slice::Idx(v) => Ok(v),
+        Slice::F32(_) => Err("expected integer indices, got f32".into()),
+    }
+}
+
+/// The dispatch: one arm per op type, each calling the kernel of the same name.
+/// `ops_in`/`ops_out` are the operands (for shapes); `ins`/`outs` their memory.
+fn run(
+    k: &Kernel,
+    ins: &[Slice],
+    outs: &mut [&mut [f32]],
+    ops_in: &[Operand],
+    ops_out: &[Operand],
+) -> Result<(), String> {
+    use Kernel::*;
+    let sh = |i: usize| ops_in[i].shape.as_slice();
+    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
+    match k {
+        MatMul { transpose_b } => {
+            let b = sh(1);
+            let (kk, n) = if *transpose_b {
+                (b[1], b[0])
+            } else {
+                (b[0], b[1])
+            };
+            linalg::matmul(f(&ins[0])?, f(&ins[1])?, outs[0], kk, n, *transpose_b)
+        }
+        MatMulTn => linalg::matmul_tn(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), last(sh(1))),
+        BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
+            let r = a.len();
+            let d = linalg::Bmm {
+                batch: a[..r - 2].iter().product(),
+                m: y[r - 2],
+                n: y[r - 1],
+                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
+                transpose_a: *transpose_a,
+                transpose_b: *transpose_b,
+            };
+            linalg::batched_matmul(f(&ins[0])?, f(&ins[1])?, outs[0], &d)
+        }
+        BiasAdd { axis } => elementwise::bias_add(f(&ins[0])?, f(&ins[1])?, outs[0], sh(0), *axis),
+        BiasAddGrad { axis } => elementwise::bias_add_grad(f(&ins[0])?, outs[0], sh(0), *axis),
+        Add => elementwise::add(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        Mul => elementwise::mul(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        Relu => elementwise::relu(f(&ins[0])?, outs[0]),
+        ReluGrad => elementwise::relu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        Gelu => elementwise::gelu(f(&ins[0])?, outs[0]),
+        GeluGrad => elementwise::gelu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        Conv2d { stride, padding } => {
+            let g = window(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
+            conv::conv2d(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
+        }
+        Conv2dGradInput { stride, padding } => {
+            let g = window(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
+            conv::conv2d_grad_input(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
+        }
+        Conv2dGradWeight { stride, padding } => {
+            let g = window(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
+            conv::conv2d_grad_weight(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[1])
+        }
+        MaxPool2d {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = pool_window(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
+            conv::max_pool2d(f(&ins[0])?, outs[0], &g)
+        }
+        MaxPool2dGrad {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = pool_window(sh(0), sh(1), *kernel, *stride, *padding);
+            conv::max_pool2d_grad(f(&ins[0])?, f(&ins[1])?, outs[0], &g)
+        }
+        GlobalAvgPool => conv::global_avg_pool(f(&ins[0])?, outs[0], sh(0)[2] * sh(0)[3]),
+        GlobalAvgPoolGrad => {
+            let s = &ops_out[0].shape;
+            conv::global_avg_pool_grad(f(&ins[0])?, outs[0], s[2] * s[3])
+        }
+        BatchNorm { eps } => {
+            let d = bn_dims(sh(0));
+            norm::batch_norm(f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, *eps, d, outs)
+        }
+        BatchNormGrad => norm::batch_norm_grad(five(ins)?, bn_dims(sh(0)), outs),
+        LayerNorm { eps } => norm::layer_norm(
+            f(&ins[0])?,
+            f(&ins[1])?,
+            f(&ins[2])?,
+            *eps,
+            last(sh(0)),
+            outs,
+        ),
+        LayerNormGrad => norm::layer_norm_grad(five(ins)?, last(sh(0)), outs),
+        Softmax { scale, causal } => {
+            norm::softmax(f(&ins[0])?, outs[0], last(sh(0)), *scale, *causal)
+        }
+        SoftmaxGrad { scale } => {
+            norm::softmax_grad(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), *scale)
+        }
+        Embedding => {
+            let w = sh(1);
+            return shape::embedding(idx(&ins[0])?, f(&ins[1])?, outs[0], w[0], w[1]);
+        }
+        EmbeddingGrad => {
+            let dw = &ops_out[0].shape;
+            return shape::embedding_grad(idx(&ins[0])?, f(&ins[1])?, outs[0], dw[0], dw[1]);
+        }
+        Reshape => shape::reshape(f(&ins[0])?, outs[0]),
+        Transpose { perm } => shape::transpose(f(&ins[0])?, outs[0], sh(0), perm),
+        Concat { axis } => {
+            let xs = ins
+                .iter()
+                .zip(ops_in)
+                .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
+                .collect::<Result<Vec<_>, String>>()?;
+            shape::concat(&xs, outs[0], *axis)
+        }
+        Slice { axis, start, end } => {
+            shape::slice(f(&ins[0])?, outs[0], sh(0), *axis, *start, *end)
+        }
+        Upsample2x => conv::upsample_nearest2x(f(&ins[0])?, outs[0], sh(0)[2], sh(0)[3]),
+        Upsample2xGrad => {
+            let s = &ops_out[0].shape;
+            conv::upsample_nearest2x_grad(f(&ins[0])?, outs[0], s[2], s[3])
+        }
+        CrossEntropy => {
+            return norm::cross_entropy(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
+        }
+        CrossEntropyGrad => {
+            return norm::cross_entropy_grad(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
+        }
+        SgdUpdate { lr } => elementwise::sgd_update(outs[0], f(&ins[0])?, *lr),
+    }
+    Ok(())
+}
+
+fn five<'a>(ins: &'a [Slice]) -> Result<[&'a [f32]; 5], String> {
+    Ok([
+        f(&ins[0])?,
+        f(&ins[1])?,
+        f(&ins[2])?,
+        f(&ins[3])?,
+        f(&ins[4])?,
+    ])
+}
+
+fn bn_dims(x: &[usize]) -> norm::NormDims {
+    norm::NormDims {
+        outer: x[0],
+        feat: x[1],
+        inner: x[2..].iter().product(),
+    }
+}
+
+/// Window of a convolution with image `x [N, C, H, W]`, weight `w [O, C, kh, kw]`,
+/// output `y [N, O, Ho, Wo]`.
+fn window(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: usize) -> conv::Window {
+    conv::Window {
+        n: x[0],
+        c: x[1],
+        h: x[2],
+        w: x[3],
+        kh: w[2],
+        kw: w[3],
+        stride,
+        pad,
+        ho: y[2],
+        wo: y[3],
+    }
+}
+
+fn pool_window(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> conv::Window {
+    window(x, &[0, 0, k, k], y, stride, pad)
+}

@@ -1,0 +1,50 @@
+//! `CudaBackend` while no CUDA implementation is compiled in: it cannot be constructed.
+
+use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::kernel::Kernel;
+use crate::ExecError;
+
+/// The message every CUDA request gets in this build.
+#[cfg(not(feature = "cuda"))]
+pub const NOT_BUILT: &str = "sgc was built without CUDA support (build with --features cuda)";
+/// The message every CUDA request gets in this build.
+#[cfg(feature = "cuda")]
+pub const NOT_BUILT: &str =
+    "the CUDA backend is not implemented in this version of sgc (the `cuda` feature only selects it)";
+
+/// Uninhabited: no value exists, so every method is unreachable by construction.
+pub enum CudaBackend {}
+
+impl CudaBackend {
+    /// Always an error in this build.
+    pub fn new(_ordinal: usize) -> Result<Self, ExecError> {
+        Err(ExecError::CudaUnavailable(NOT_BUILT.to_string()))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        match *self {}
+    }
+    fn supports(&self, _kernel: &Kernel) -> bool {
+        match *self {}
+    }
+    fn alloc(&mut self, _bytes: u64) -> Result<BufferId, ExecError> {
+        match *self {}
+    }
+    fn write(&mut self, _b: BufferId, _offset: u64, _data: &[u8]) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn read(&mut self, _b: BufferId, _offset: u64, _out: &mut [u8]) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn launch(&mut self, _k: &Kernel, _i: &[Operand], _o: &[Operand]) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn synchronize(&mut self) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn memory(&self) -> AllocStats {
+        match *self {}
+    }
+}

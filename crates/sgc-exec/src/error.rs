@@ -1,0 +1,78 @@
+//! The executor's error type: every variant names the op, tensor or device concerned.
+
+use thiserror::Error;
+
+/// What went wrong while building or running an executor.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    /// The graph uses an op type no kernel implements; refused before anything runs.
+    #[error("op `{op}` has type `{op_type}`, which the {backend} backend does not implement")]
+    UnknownOpType {
+        op: String,
+        op_type: String,
+        backend: String,
+    },
+    /// An op's attributes are missing or malformed.
+    #[error("op `{op}` ({op_type}): attribute {detail}")]
+    BadAttr {
+        op: String,
+        op_type: String,
+        detail: String,
+    },
+    /// An op's operand shapes or dtypes do not fit its kernel.
+    #[error("op `{op}` ({op_type}): {detail}")]
+    BadOperands {
+        op: String,
+        op_type: String,
+        detail: String,
+    },
+    /// A name given to `bind`/`read` is not a tensor of the graph.
+    #[error("no tensor named `{0}` in the graph")]
+    NoSuchTensor(String),
+    /// A bound host tensor does not match the graph's declaration.
+    #[error("tensor `{tensor}`: bound {found}, the graph declares {expected}")]
+    BindMismatch {
+        tensor: String,
+        found: String,
+        expected: String,
+    },
+    /// Only inputs and persistent tensors can be bound.
+    #[error("tensor `{tensor}` is an activation ({kind}); only inputs, params, state and consts can be bound")]
+    NotBindable { tensor: String, kind: String },
+    /// A step was run before every input and persistent tensor was bound.
+    #[error("tensor `{0}` ({1}) is not bound: bind it (or use sgc_exec::init) before running")]
+    Unbound(String, String),
+    /// A tensor read after a step is not resident then.
+    #[error("tensor `{0}` is not resident when the step ends (only persistent tensors and graph outputs are)")]
+    NotResident(String),
+    /// The plan is not for this graph, or does not verify.
+    #[error("plan: {0}")]
+    Plan(#[from] sgc_plan::PlanError),
+    /// The schedule cannot run under the memory model.
+    #[error("schedule: {0}")]
+    Schedule(#[from] sgc_ir::ScheduleError),
+    /// The schedule or layout given is inconsistent with the graph.
+    #[error("layout: {0}")]
+    Layout(String),
+    /// A dtype the kernels do not handle (f32 data, i64/i32 indices).
+    #[error("tensor `{tensor}` has dtype {dtype}; the executor runs f32 data and i64/i32 indices")]
+    UnsupportedDType { tensor: String, dtype: String },
+    /// A backend operation failed (out of range access, driver error, ...).
+    #[error("{backend} backend: {detail}")]
+    Backend { backend: String, detail: String },
+    /// The CUDA backend was asked for but cannot be used.
+    #[error("CUDA unavailable: {0}")]
+    CudaUnavailable(String),
+    /// The seeded initialiser cannot pick values for a tensor.
+    #[error("cannot initialise tensor `{tensor}`: {detail}")]
+    Init { tensor: String, detail: String },
+}
+
+impl ExecError {
+    pub(crate) fn backend(backend: &str, detail: impl Into<String>) -> Self {
+        ExecError::Backend {
+            backend: backend.to_string(),
+            detail: detail.into(),
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! The executor: runs a [`Schedule`] of a graph on a [`Backend`], every tensor at the
+//! offset its [`Layout`] gives it, and measures what it used.
+//!
+//! # Method
+//!
+//! Building an executor does every check before any kernel runs: each op type is parsed
+//! into a [`Kernel`] (unknown types are refused by name), the backend is asked whether it
+//! has the kernel, every operand's dtype and shape is checked against the kernel, and the
+//! layout is verified against the schedule. Then it makes exactly one allocation for the
+//! arena and one per persistent storage (params, state, consts), and resolves, for every
+//! step, each operand to (buffer, offset): a storage root's current instance changes each
+//! time its producer runs (recomputation), a view reads its root's bytes at the root's
+//! current offset, and a persistent tensor reads its own allocation.
+//!
+//! A training step writes the bound inputs at their instances' offsets (inputs are
+//! resident from step 0), then launches each step's kernel, timing it (after a backend
+//! synchronisation). A `reshape` whose output views its input is a no-op. `sgd_update`
+//! writes the parameter in place, so parameters carry over from one step to the next.
+
+use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::host::HostTensor;
+use crate::kernel::Kernel;
+use crate::layout::{Layout, Schedule};
+use crate::{shapes, ExecError};
+use serde::Serialize;
+use sgc_ir::{DType, Graph, TensorId, TensorKind};
+use std::time::Instant;
+
+/// One step, resolved: the kernel and where each operand lives.
+struct Launch {
+    kernel: Kernel,
+    inputs: Vec<Operand>,
+    outputs: Vec<Operand>,
+    /// A view-producing `reshape`: nothing to do.
+    no_op: bool,
+}
+
+/// Time spent in one op over all the steps run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OpTime {
+    pub op: String,
+    pub op_type: String,
+    /// Kernel runs (more than the training steps when the op is recomputed).
+    pub runs: u64,
+    pub seconds: f64,
+}
+
+/// Measured memory and time of the steps run so far.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunReport {
+    pub device: String,
+    /// Training steps run.
+    pub steps: usize,
+    /// Schedule length (ops per training step, recomputations included).
+    pub schedule_len: usize,
+    /// Ops run more than once per step.
+    pub recompute_steps: usize,
+    /// The layout's arena size.
+    pub arena_bytes: u64,
+    /// Bytes of the persistent allocations.
+    pub persistent_bytes: u64,
+    /// The plan's promise: arena plus persistent bytes.
+    pub planned_bytes: u64,
+    /// The backend allocator's counters (what was actually allocated).
+    pub allocator: AllocStats,
+    /// The memory model's peak of the schedule (what a perfect packing would need).
+    pub model_peak_bytes: u64,
+    /// Persistent bytes plus the largest op's footprint: no schedule needs less.
+    pub lower_bound_bytes: u64,
+    /// Wall time of all kernel launches.
+    pub seconds: f64,
+    /// Of which in recomputation steps.
+    pub recompute_seconds: f64,
+    /// Per op, in graph order.
+    pub op_times: Vec<OpTime>,
+}
+
+/// Runs a graph's schedule on backend `B`: see the [module docs](self).
+pub struct Executor<B: Backend> {
+    graph: Graph,
+    schedule: Schedule,
+    layout: Layout,
+    backend: B,
+    arena: BufferId,
+    /// Allocation of each persistent storage root.
+    persistent: Vec<Option<BufferId>>,
+    launches: Vec<Launch>,
+    /// Arena offset of each input root (its instance from step 0).
+    input_offsets: Vec<Option<u64>>,
+    /// Arena offset of each non-persistent root resident at the end, if any.
+    final_offsets: Vec<Option<u64>>,
+    /// Host copy of each bound input, written at every step's start.
+    inputs: Vec<Option<Vec<u8>>>,
+    bound: Vec<bool>,
+    model_peak: u64,
+    steps_run: usize,
+    op_seconds: Vec<f64>,
+    op_runs: Vec<u64>,
+    recompute_seconds: f64,
+}
+
+impl<B: Backend> Executor<B> {
+    /// The unplanned executor: the traced order, a first-fit layout of its lifetimes.
+    pub fn unplanned(graph: &Graph, backend: B) -> Result<Self, ExecError> {
+        Self::new(graph, Schedule::traced(graph), None, backend)
+    }
+
+    /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
+    /// marked, laid out first-fit over its storage lifetimes (the verifier checks the
+    /// layout against the steps).
+    pub fn from_plan(graph: &Graph, plan: &sgc_plan::Plan, backend: B) -> Result<Self, ExecError> {
+        plan.check_graph(graph)?;
+        Self::new(graph, Schedule::from_plan(plan), None, backend)
+    }
+
+    /// An executor for `schedule`, with `layout` (verified) or a first-fit layout.
+    pub fn new(
+        graph: &Graph,
+        schedule: Schedule,
+        layout: Option<Layout>,
+        mut backend: B,
+    ) -> Result<Self, ExecError> {
+        let kernels = check_ops(graph, &schedule, &backend)?;
+        let layout = match layout {
+            Some(l) => l,
+            None => Layout::first_fit(graph, &schedule)?,
+        };
+        layout.verify(graph, &schedule)?;
+        let model_peak = sgc_ir::simulate(graph, &schedule.ops())?.peak;
+        let arena = backend.alloc(layout.arena_bytes)?;
+        let mut persistent = vec![None; graph.num_tensors()];
+        for t in graph.tensor_ids() {
+            if graph.storage_root(t) == t && graph.is_persistent(t) {
+                persistent[t.index()] = Some(backend.alloc(graph.tensor(t).size)?);
+            }
+        }
+        let mut resolver = Resolver::new(graph, &layout, arena, &persistent);
+        let launches = resolver.resolve(&schedule, kernels)?;
+        let n = graph.num_tensors();
+        let mut ex = Executor {
+            graph: graph.clone(),
+            input_offsets: resolver.input_offsets,
+            final_offsets: resolver.current,
+            schedule,
+            layout,
+            backend,
+            arena,
+            persistent,
+            launches,
+            inputs: vec![None; n],
+            bound: vec![false; n],
+            model_peak,
+            steps_run: 0,
+            op_seconds: vec![0.0; graph.num_ops()],
+            op_runs: vec![0; graph.num_ops()],
+            recompute_seconds: 0.0,
+        };
+        ex.keep_only_outputs_resident();
+        Ok(ex)
+    }
+
+    /// Forgets final offsets of storage not resident at the end (freed before it).
+    fn keep_only_outputs_resident(&mut self) {
+        let last = self.schedule.steps.len().saturating_sub(1);
+        let resident: Vec<TensorId> = self
+            .layout
+            .placements
+            .iter()
+            .filter(|p| p.instance.end == last)
+            .map(|p| p.instance.root)
+            .collect();
+        let mut keep = vec![false; self.final_offsets.len()];
+        for r in resident {
+            keep[r.index()] = true;
+        }
+        for (i, o) in self.final_offsets.iter_mut().enumerate() {
+            if !keep[i] {
+                *o = None;
+            }
+        }
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn tensor_id(&self, name: &str) -> Result<TensorId, ExecError> {
+        self.graph
+            .tensor_by_name(name)
+            .ok_or_else(|| ExecError::NoSuchTensor(name.to_string()))
+    }
+
+    /// Binds an input (copied in at every step) or a persistent tensor (written now;
+    /// `sgd_update` changes params in place from then on). Shape and dtype are checked.
+    pub fn bind(&mut self, name: &str, value: &HostTensor) -> Result<(), ExecError> {
+        let t = self.tensor_id(name)?;
+        let decl = self.graph.tensor(t);
+        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+        if value.dtype() != decl.dtype
+            || value.shape != shape
+            || value.len() != shape.iter().product::<usize>()
+        {
+            return Err(ExecError::BindMismatch {
+                tensor: name.to_string(),
+                found: format!(
+                    "{} {:?} ({} elements)",
+                    value.dtype().as_str(),
+                    value.shape,
+                    value.len()
+                ),
+                expected: format!("{} {:?}", decl.dtype.as_str(), shape),
+            });
+        }
+        let root = self.graph.storage_root(t);
+        let bytes = value.to_bytes();
+        if let Some(buf) = self.persistent[root.index()] {
+            self.backend.write(buf, 0, &bytes)?;
+        } else if decl.kind == TensorKind::Input && root == t {
+            self.inputs[t.index()] = Some(bytes);
+        } else {
+            return Err(ExecError::NotBindable {
+                tensor: name.to_string(),
+                kind: decl.kind.as_str().to_string(),
+            });
+        }
+        self.bound[t.index()] = true;
+        Ok(())
+    }
+
+    /// Binds every `(name, value)` pair.
+    pub fn bind_all<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a (String, HostTensor)>,
+    ) -> Result<(), ExecError> {
+        values.into_iter().try_for_each(|(n, v)| self.bind(n, v))
+    }
+
+    /// Binds every input and persistent tensor to seeded values ([`crate::init`]).
+    pub fn bind_seeded(&mut self, seed: u64) -> Result<(), ExecError> {
+        let values = crate::init::seeded(&self.graph, seed)?;
+        self.bind_all(&values)
+    }
+
+    fn check_bound(&self) -> Result<(), ExecError> {
+        for t in self.graph.tensor_ids() {
+            let d = self.graph.tensor(t);
+            let needs = self.graph.storage_root(t) == t
+                && (d.kind == TensorKind::Input || d.kind.is_persistent());
+            if needs && !self.bound[t.index()] {
+                return Err(ExecError::Unbound(
+                    d.name.clone(),
+                    d.kind.as_str().to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one training step (the whole schedule).
+    pub fn step(&mut self) -> Result<(), ExecError> {
+        self.check_bound()?;
+        for (t, bytes) in self.inputs.iter().enumerate() {
+            if let (Some(bytes), Some(off)) = (bytes, self.input_offsets[t]) {
+                self.backend.write(self.arena, off, bytes)?;
+            }
+        }
+        for (i, l) in self.launches.iter().enumerate() {
+            if l.no_op {
+                continue;
+            }
+            let start = Instant::now();
+            self.backend
+                .launch(&l.kernel, &l.inputs, &l.outputs)
+                .map_err(|e| {
+                    let op = self.graph.op(self.schedule.steps[i].op);
+                    ExecError::backend(
+                        &self.backend.name(),
+                        format!("step {i} (op `{}`): {e}", op.name),
+                    )
+                })?;
+            self.backend.synchronize()?;
+            let secs = start.elapsed().as_secs_f64();
+            let step = self.schedule.steps[i];
+            self.op_seconds[step.op.index()] += secs;
+            self.op_runs[step.op.index()] += 1;
+            if step.recompute {
+                self.recompute_seconds += secs;
+            }
+        }
+        self.steps_run += 1;
+        Ok(())
+    }
+
+    /// Runs `steps` training steps; returns the loss after each (empty if the graph
+    /// names no loss).
+    pub fn run(&mut self, steps: usize) -> Result<Vec<f32>, ExecError> {
+        let mut losses = Vec::new();
+        for _ in 0..steps {
+            self.step()?;
+            if self.graph.loss().is_some() {
+                losses.push(self.loss()?);
+            }
+        }
+        Ok(losses)
+    }
+
+    /// Reads a tensor resident when the step ends: a persistent tensor or a graph
+    /// output (the loss, gradients).
+    pub fn read(&mut self, name: &str) -> Result<HostTensor, ExecError> {
+        let t = self.tensor_id(name)?;
+        let d = self.graph.tensor(t);
+        let root = self.graph.storage_root(t);
+        let (buf, off) = match (
+            self.persistent[root.index()],
+            self.final_offsets[root.index()],
+        ) {
+            (Some(b), _) => (b, 0),
+            (None, Some(o)) if self.steps_run > 0 => (self.arena, o),
+            _ => return Err(ExecError::NotResident(name.to_string())),
+        };
+        let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
+        let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
+        self.backend.read(buf, off, &mut bytes)?;
+        HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
+            tensor: name.to_string(),
+            dtype: d.dtype.as_str().to_string(),
+        })
+    }
+
+    /// The scalar loss after the last step.
+    pub fn loss(&mut self) -> Result<f32, ExecError> {
+        let t = self
+            .graph
+            .loss()
+            .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
+        let name = self.graph.tensor(t).name.clone();
+        let v = self.read(&name)?;
+        v.as_f32()
+            .and_then(|s| s.first().copied())
+            .ok_or_else(|| ExecError::UnsupportedDType {
+                tensor: name,
+                dtype: v.dtype().as_str().to_string(),
+            })
+    }
+
+    /// Measured memory and time so far.
+    pub fn report(&self) -> RunReport {
+        let g = &self.graph;
+        let op_times = g
+            .op_ids()
+            .filter(|o| self.op_runs[o.index()] > 0)
+            .map(|o| OpTime {
+                op: g.op(o).name.clone(),
+                op_type: g.op(o).op_type.clone(),
+                runs: self.op_runs[o.index()],
+                seconds: self.op_seconds[o.index()],
+            })
+            .collect();
+        let persistent = g.persistent_bytes();
+        RunReport {
+            device: self.backend.name(),
+            steps: self.steps_run,
+            schedule_len: self.schedule.steps.len(),
+            recompute_steps: self.schedule.steps.iter().filter(|s| s.recompute).count(),
+            arena_bytes: self.layout.arena_bytes,
+            persistent_bytes: persistent,
+            planned_bytes: self.layout.arena_bytes + persistent,
+            allocator: self.backend.memory(),
+            model_peak_bytes: self.model_peak,
+            lower_bound_bytes: g.lower_bound().bytes,
+            seconds: self.op_seconds.iter().sum(),
+            recompute_seconds: self.recompute_seconds,
+            op_times,
+        }
+    }
+}
+
+/// Parses and checks every op of the schedule before anything runs.
+fn check_ops<B: Backend>(
+    graph: &Graph,
+    schedule: &Schedule,
+    backend: &B,
+) -> Result<Vec<Kernel>, ExecError> {
+    let mut kernels: Vec<Option<Kernel>> = vec![None; graph.num_ops()];
+    for step in &schedule.steps {
+        if step.op.index() >= graph.num_ops() {
+            return Err(ExecError::Layout(format!(
+                "step names op {} of a {}-op graph",
+                step.op.index(),
+                graph.num_ops()
+            )));
+        }
+        if kernels[step.op.index()].is_some() {
+            continue;
+        }
+        let o = graph.op(step.op);
+        let k = Kernel::from_op(graph, step.op).map_err(|e| match e {
+            ExecError::UnknownOpType { op, op_type, .. } => ExecError::UnknownOpType {
+                op,
+                op_type,
+                backend: backend.name(),
+            },
+            e => e,
+        })?;
+        if !backend.supports(&k) {
+            return Err(ExecError::UnknownOpType {
+                op: o.name.clone(),
+                op_type: o.op_type.clone(),
+                backend: backend.name(),
+            });
+        }
+        for &t in o.inputs.iter().chain(&o.outputs) {
+            let d = graph.tensor(t);
+            if !matches!(d.dtype, DType::F32 | DType::I64 | DType::I32) {
+                return Err(ExecError::UnsupportedDType {
+                    tensor: d.name.clone(),
+                    dtype: d.dtype.as_str().to_string(),
+                });
+            }
+        }
+        let shape_only = |ts: &[TensorId]| {
+            ts.iter()
+                .map(|&t| operand(graph, t, BufferId(0), 0))
+                .collect::<Vec<_>>()
+        };
+        shapes::check(&k, &shape_only(&o.inputs), &shape_only(&o.outputs)).map_err(|detail| {
+            ExecError::BadOperands {
+                op: o.name.clone(),
+                op_type: o.op_type.clone(),
+                detail,
+            }
+        })?;
+        kernels[step.op.index()] = Some(k);
+    }
+    Ok(schedule
+        .steps
+        .iter()
+        .filter_map(|s| kernels[s.op.index()].clone())
+        .collect())
+}
+
+fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand {
+    let d = graph.tensor(t);
+    Operand {
+        buffer,
+        offset,
+        dtype: d.dtype,
+        shape: d.shape.iter().map(|&x| x as usize).collect(),
+    }
+}
+
+/// Walks the schedule, tracking the arena offset of each root's current instance.
+struct Resolver<'a> {
+    graph: &'a Graph,
+    layout: &'a Layout,
+    arena: BufferId,
+    persistent: &'a [Option<BufferId>],
+    current: Vec<Option<u64>>,
+    input_offsets: Vec<Option<u64>>,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(
+        graph: &'a Graph,
+        layout: &'a Layout,
+        arena: BufferId,
+        persistent: &'a [Option<BufferId>],
+    ) -> Self {
+        let mut current = vec![None; graph.num_tensors()];
+        for p in layout.placements.iter().filter(|p| p.instance.start == 0) {
+            if graph.tensor(p.instance.root).kind == TensorKind::Input {
+                current[p.instance.root.index()] = Some(p.offset);
+            }
+        }
+        Resolver {
+            graph,
+            layout,
+            arena,
+            persistent,
+            input_offsets: current.clone(),
+            current,
+        }
+    }
+
+    fn locate(&self, t: TensorId) -> Result<Operand, ExecError> {
+        let root = self.graph.storage_root(t);
+        if let Some(buf) = self.persistent[root.index()] {
+            return Ok(operand(self.graph, t, buf, 0));
+        }
+        let off = self.current[root.index()].ok_or_else(|| {
+            ExecError::Layout(format!(
+                "tensor `{}` is used before its storage is placed",
+                self.graph.tensor(t).name
+            ))
+        })?;
+        Ok(operand(self.graph, t, self.arena, off))
+    }
+
+    fn resolve(
+        &mut self,
+        schedule: &Schedule,
+        kernels: Vec<Kernel>,
+    ) -> Result<Vec<Launch>, ExecError> {
+        let mut launches = Vec::with_capacity(kernels.len());
+        for (s, (step, kernel)) in schedule.steps.iter().zip(kernels).enumerate() {
+            let o = self.graph.op(step.op);
+            let inputs = o
+                .inputs
+                .iter()
+                .map(|&t| self.locate(t))
+                .collect::<Result<Vec<_>, _>>()?;
+            for &t in &o.outputs {
+                let root = self.graph.storage_root(t);
+                if root == t && self.persistent[root.index()].is_none() {
+                    let off = self.layout.offset_of(root, s).ok_or_else(|| {
+                        ExecError::Layout(format!(
+                            "no placement for `{}` produced at step {s}",
+                            self.graph.tensor(t).name
+                        ))
+                    })?;
+                    self.current[root.index()] = Some(off);
+                }
+            }
+            let outputs = o
+                .outputs
+                .iter()
+                .map(|&t| self.locate(t))
+                .collect::<Result<Vec<_>, _>>()?;
+            let no_op = kernel == Kernel::Reshape
+                && inputs[0].buffer == outputs[0].buffer
+                && inputs[0].offset == outputs[0].offset;
+            launches.push(Launch {
+                kernel,
+                inputs,
+                outputs,
+                no_op,
+            });
+        }
+        Ok(launches)
+    }
+}

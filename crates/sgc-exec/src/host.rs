@@ -1,0 +1,103 @@
+//! Host-side tensors: what is bound into an executor and read back out of it.
+
+use sgc_ir::DType;
+
+/// Elements of a host tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+}
+
+/// A dense row-major tensor in host memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: HostData,
+}
+
+impl HostTensor {
+    pub fn f32(shape: Vec<usize>, data: Vec<f32>) -> Self {
+        HostTensor {
+            shape,
+            data: HostData::F32(data),
+        }
+    }
+
+    pub fn i64(shape: Vec<usize>, data: Vec<i64>) -> Self {
+        HostTensor {
+            shape,
+            data: HostData::I64(data),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            HostData::F32(_) => DType::F32,
+            HostData::I64(_) => DType::I64,
+            HostData::I32(_) => DType::I32,
+        }
+    }
+
+    /// Number of elements held.
+    pub fn len(&self) -> usize {
+        match &self.data {
+            HostData::F32(v) => v.len(),
+            HostData::I64(v) => v.len(),
+            HostData::I32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The f32 elements, if this is an f32 tensor.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            HostData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Little-endian bytes of the elements.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match &self.data {
+            HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Decodes little-endian bytes; `None` for a dtype the executor does not hold.
+    pub fn from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Option<Self> {
+        let data = match dtype {
+            DType::F32 => HostData::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::I32 => HostData::I32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::I64 => HostData::I64(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            ),
+            _ => return None,
+        };
+        Some(HostTensor { shape, data })
+    }
+
+    /// Bitwise equality (NaN payloads and signed zeros included).
+    pub fn bits_eq(&self, other: &HostTensor) -> bool {
+        self.shape == other.shape && self.to_bytes() == other.to_bytes()
+    }
+}

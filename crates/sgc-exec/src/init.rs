@@ -1,0 +1,141 @@
+//! Deterministic values for every input and persistent tensor, from a seed.
+//!
+//! A splitmix64 stream per tensor (seeded by the seed and the tensor's name, so adding a
+//! tensor does not change the others) gives uniform values:
+//! - f32 inputs: uniform in [-1, 1);
+//! - integer inputs (embedding ids, labels): uniform in `0..classes`, the class count read
+//!   from the consuming op: the `embedding` weight's rows, the `cross_entropy` logits'
+//!   last axis (an integer input read by no such op is an error);
+//! - params: norm scales (`gamma` of `batch_norm`/`layer_norm`) 1, rank-1 params otherwise
+//!   0 (biases, norm shifts); weights uniform in `±1/sqrt(fan_in)` with fan_in the rows of
+//!   a matrix or `C*kh*kw` of a convolution kernel;
+//! - state and consts: 0.
+
+use crate::host::HostTensor;
+use crate::ExecError;
+use sgc_ir::{DType, Graph, TensorId, TensorKind};
+
+/// The splitmix64 generator.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 24 random bits.
+    pub fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// FNV-1a of a name, to derive one stream per tensor.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Seeded values for every input and persistent storage root of `graph`, by name.
+pub fn seeded(graph: &Graph, seed: u64) -> Result<Vec<(String, HostTensor)>, ExecError> {
+    let mut out = Vec::new();
+    for t in graph.tensor_ids() {
+        let d = graph.tensor(t);
+        let wanted = d.kind == TensorKind::Input || d.kind.is_persistent();
+        if !wanted || graph.storage_root(t) != t {
+            continue;
+        }
+        let mut rng = SplitMix64::new(seed ^ name_hash(&d.name));
+        out.push((d.name.clone(), value(graph, t, &mut rng)?));
+    }
+    Ok(out)
+}
+
+fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor, ExecError> {
+    let d = graph.tensor(t);
+    let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
+    let n: usize = shape.iter().product();
+    let err = |detail: &str| ExecError::Init {
+        tensor: d.name.clone(),
+        detail: detail.to_string(),
+    };
+    match (d.kind, d.dtype) {
+        (TensorKind::Input, DType::F32) => Ok(HostTensor::f32(
+            shape,
+            (0..n).map(|_| 2.0 * rng.next_f32() - 1.0).collect(),
+        )),
+        (TensorKind::Input, DType::I64 | DType::I32) => {
+            let classes = class_count(graph, t).ok_or_else(|| {
+                err("integer input read by no embedding or cross_entropy op: no range to draw from")
+            })?;
+            let ids: Vec<i64> = (0..n).map(|_| (rng.next_u64() % classes) as i64).collect();
+            Ok(if d.dtype == DType::I64 {
+                HostTensor::i64(shape, ids)
+            } else {
+                HostTensor {
+                    shape,
+                    data: crate::HostData::I32(ids.into_iter().map(|v| v as i32).collect()),
+                }
+            })
+        }
+        (TensorKind::Param, DType::F32) => Ok(HostTensor::f32(
+            shape.clone(),
+            param_values(graph, t, &shape, rng),
+        )),
+        (_, DType::F32) => Ok(HostTensor::f32(shape, vec![0.0; n])),
+        _ => Err(err(&format!(
+            "no initialiser for a {} {}",
+            d.kind.as_str(),
+            d.dtype.as_str()
+        ))),
+    }
+}
+
+/// The class count of an integer input, from the op that reads it.
+fn class_count(graph: &Graph, t: TensorId) -> Option<u64> {
+    graph
+        .consumers(t)
+        .iter()
+        .find_map(|&o| {
+            let op = graph.op(o);
+            let slot = op.inputs.iter().position(|&x| x == t)?;
+            match (op.op_type.as_str(), slot) {
+                ("embedding", 0) => graph.tensor(op.inputs[1]).shape.first().copied(),
+                ("cross_entropy" | "cross_entropy_grad", 1) => {
+                    graph.tensor(op.inputs[0]).shape.last().copied()
+                }
+                _ => None,
+            }
+        })
+        .filter(|&c| c > 0)
+}
+
+fn param_values(graph: &Graph, t: TensorId, shape: &[usize], rng: &mut SplitMix64) -> Vec<f32> {
+    let n: usize = shape.iter().product();
+    if shape.len() <= 1 {
+        let is_scale = graph.consumers(t).iter().any(|&o| {
+            let op = graph.op(o);
+            matches!(op.op_type.as_str(), "batch_norm" | "layer_norm")
+                && op.inputs.get(1) == Some(&t)
+        });
+        return vec![if is_scale { 1.0 } else { 0.0 }; n];
+    }
+    let fan_in = if shape.len() == 4 {
+        shape[1..].iter().product()
+    } else {
+        shape[0]
+    };
+    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+    (0..n)
+        .map(|_| bound * (2.0 * rng.next_f32() - 1.0))
+        .collect()
+}

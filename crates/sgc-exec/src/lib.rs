@@ -1,0 +1,32 @@
+//! sgc-exec: run a training-step graph, planned or not, and measure it.
+//!
+//! - [`Backend`] (in [`backend`]): the device abstraction, implemented by the CPU reference
+//!   backend ([`CpuBackend`], `cpu_backend/`) and the CUDA backend ([`CudaBackend`],
+//!   `cuda_backend/`, behind the `cuda` feature; without it a stand-in returns an error).
+//! - [`Kernel`] (in [`kernel`]): the op-type dispatch table; unknown op types are refused
+//!   by name before anything runs.
+//! - [`Schedule`] and [`Layout`] (in [`layout`]): the order in which ops run (with
+//!   recomputation) and the byte offset of every storage instance in one arena.
+//! - [`Executor`]: binds inputs and parameters by name, runs steps, reads outputs and
+//!   gradients, and reports measured memory and time ([`RunReport`]).
+//! - [`init`]: deterministic, seeded values for every input and parameter.
+
+pub mod backend;
+pub mod cpu_backend;
+pub mod cuda_backend;
+mod error;
+pub mod executor;
+pub mod host;
+pub mod init;
+pub mod kernel;
+pub mod layout;
+pub mod shapes;
+
+pub use backend::{AllocStats, Backend, BufferId, Operand};
+pub use cpu_backend::CpuBackend;
+pub use cuda_backend::CudaBackend;
+pub use error::ExecError;
+pub use executor::{Executor, OpTime, RunReport};
+pub use host::{HostData, HostTensor};
+pub use kernel::Kernel;
+pub use layout::{Layout, Placement, Schedule, Step};

@@ -1,0 +1,350 @@
+//! Operand checks of every kernel: counts, dtypes and shapes, run on every op before the
+//! first step so that kernels index in bounds by construction.
+
+use crate::backend::Operand;
+use crate::kernel::Kernel;
+use sgc_ir::DType;
+
+type R = Result<(), String>;
+
+fn expect(cond: bool, msg: impl FnOnce() -> String) -> R {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+fn eq(what: &str, found: &[usize], expected: &[usize]) -> R {
+    expect(found == expected, || {
+        format!("{what} has shape {found:?}, expected {expected:?}")
+    })
+}
+
+/// Output length of a sliding window, if the window fits.
+pub(crate) fn window_out(len: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
+    let padded = len + 2 * pad;
+    (stride > 0 && k > 0 && padded >= k).then(|| (padded - k) / stride + 1)
+}
+
+/// Whether input slot `i` of `k` holds integer indices rather than f32 data.
+pub fn is_index_slot(k: &Kernel, i: usize) -> bool {
+    matches!(
+        (k, i),
+        (Kernel::Embedding | Kernel::EmbeddingGrad, 0)
+            | (Kernel::CrossEntropy | Kernel::CrossEntropyGrad, 1)
+    )
+}
+
+/// Number of (inputs, outputs) a kernel takes; `None` inputs for variadic `concat`.
+fn arity(k: &Kernel) -> (Option<usize>, usize) {
+    use Kernel::*;
+    match k {
+        Relu
+        | Gelu
+        | GlobalAvgPool
+        | BiasAddGrad { .. }
+        | GlobalAvgPoolGrad
+        | Reshape
+        | Transpose { .. }
+        | Slice { .. }
+        | Upsample2x
+        | Upsample2xGrad
+        | MaxPool2d { .. }
+        | Softmax { .. } => (Some(1), 1),
+        BatchNorm { .. } | LayerNorm { .. } => (Some(3), 3),
+        BatchNormGrad | LayerNormGrad => (Some(5), 3),
+        Concat { .. } => (None, 1),
+        SgdUpdate { .. } => (Some(2), 0),
+        _ => (Some(2), 1),
+    }
+}
+
+/// Checks the operands of `k`; the error says what does not fit.
+pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
+    let (n_in, n_out) = arity(k);
+    expect(
+        n_in.is_none_or(|n| n == ins.len()) && !ins.is_empty(),
+        || format!("takes {} inputs, got {}", n_in.unwrap_or(1), ins.len()),
+    )?;
+    expect(outs.len() == n_out, || {
+        format!("takes {n_out} outputs, got {}", outs.len())
+    })?;
+    for (i, o) in ins.iter().enumerate() {
+        if is_index_slot(k, i) {
+            expect(matches!(o.dtype, DType::I64 | DType::I32), || {
+                format!(
+                    "input {i} must be i64 or i32 indices, got {}",
+                    o.dtype.as_str()
+                )
+            })?;
+        } else {
+            expect(o.dtype == DType::F32, || {
+                format!("input {i} must be f32, got {}", o.dtype.as_str())
+            })?;
+        }
+    }
+    for (i, o) in outs.iter().enumerate() {
+        expect(o.dtype == DType::F32, || {
+            format!("output {i} must be f32, got {}", o.dtype.as_str())
+        })?;
+    }
+    let s = |i: usize| ins[i].shape.as_slice();
+    let o = |i: usize| outs[i].shape.as_slice();
+    check_shapes(k, ins.len(), &s, &o)
+}
+
+fn check_shapes<'a>(
+    k: &Kernel,
+    n_in: usize,
+    s: &dyn Fn(usize) -> &'a [usize],
+    o: &dyn Fn(usize) -> &'a [usize],
+) -> R {
+    use Kernel::*;
+    match k {
+        MatMul { transpose_b } => {
+            let (a, b) = (s(0), s(1));
+            expect(a.len() >= 2 && b.len() == 2, || {
+                format!("ranks {a:?} @ {b:?}")
+            })?;
+            let (kk, n) = if *transpose_b {
+                (b[1], b[0])
+            } else {
+                (b[0], b[1])
+            };
+            expect(a[a.len() - 1] == kk, || {
+                format!("inner dims of {a:?} @ {b:?}")
+            })?;
+            eq("output", o(0), &[&a[..a.len() - 1], &[n]].concat())
+        }
+        MatMulTn => {
+            let (p, q) = (s(0), s(1));
+            expect(!p.is_empty() && !q.is_empty(), || "scalar operand".into())?;
+            let rows = |x: &[usize]| x[..x.len() - 1].iter().product::<usize>();
+            expect(rows(p) == rows(q), || {
+                format!("rows of {p:?} and {q:?} differ")
+            })?;
+            eq("output", o(0), &[p[p.len() - 1], q[q.len() - 1]])
+        }
+        BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (a, b) = (s(0), s(1));
+            let r = a.len();
+            expect(r >= 3 && b.len() == r && a[..r - 2] == b[..r - 2], || {
+                format!("batched operands {a:?}, {b:?}")
+            })?;
+            let (m, ka) = if *transpose_a {
+                (a[r - 1], a[r - 2])
+            } else {
+                (a[r - 2], a[r - 1])
+            };
+            let (kb, n) = if *transpose_b {
+                (b[r - 1], b[r - 2])
+            } else {
+                (b[r - 2], b[r - 1])
+            };
+            expect(ka == kb, || format!("inner dims of {a:?} @ {b:?}"))?;
+            eq("output", o(0), &[&a[..r - 2], &[m, n]].concat())
+        }
+        BiasAdd { axis } => {
+            let x = s(0);
+            expect(*axis < x.len() && s(1) == [x[*axis]], || {
+                format!("bias {:?} does not fit axis {axis} of {x:?}", s(1))
+            })?;
+            eq("output", o(0), x)
+        }
+        BiasAddGrad { axis } => {
+            expect(*axis < s(0).len(), || format!("axis {axis} of {:?}", s(0)))?;
+            eq("output", o(0), &[s(0)[*axis]])
+        }
+        Add | Mul | ReluGrad | GeluGrad | SoftmaxGrad { .. } => {
+            eq("input 1", s(1), s(0))?;
+            eq("output", o(0), s(0))
+        }
+        Relu | Gelu => eq("output", o(0), s(0)),
+        Conv2d { stride, padding } => {
+            let (x, w) = (s(0), s(1));
+            expect(x.len() == 4 && w.len() == 4 && x[1] == w[1], || {
+                format!("conv of {x:?} by {w:?}")
+            })?;
+            let out = conv_out(x, w, *stride, *padding)?;
+            eq("output", o(0), &out)
+        }
+        Conv2dGradInput { stride, padding } => {
+            let (dy, w, dx) = (s(0), s(1), o(0));
+            expect(dx.len() == 4 && w.len() == 4 && dx[1] == w[1], || {
+                format!("dx {dx:?} and weight {w:?}")
+            })?;
+            eq("dy", dy, &conv_out(dx, w, *stride, *padding)?)
+        }
+        Conv2dGradWeight { stride, padding } => {
+            let (x, dy, dw) = (s(0), s(1), o(0));
+            expect(x.len() == 4 && dw.len() == 4 && x[1] == dw[1], || {
+                format!("x {x:?} and dw {dw:?}")
+            })?;
+            eq("dy", dy, &conv_out(x, dw, *stride, *padding)?)
+        }
+        MaxPool2d {
+            kernel,
+            stride,
+            padding,
+        } => eq("output", o(0), &pool_out(s(0), *kernel, *stride, *padding)?),
+        MaxPool2dGrad {
+            kernel,
+            stride,
+            padding,
+        } => {
+            eq("dy", s(1), &pool_out(s(0), *kernel, *stride, *padding)?)?;
+            eq("output", o(0), s(0))
+        }
+        GlobalAvgPool => {
+            expect(s(0).len() == 4, || format!("rank-4 input, got {:?}", s(0)))?;
+            eq("output", o(0), &s(0)[..2])
+        }
+        GlobalAvgPoolGrad => {
+            expect(o(0).len() == 4, || format!("rank-4 output, got {:?}", o(0)))?;
+            eq("dy", s(0), &o(0)[..2])
+        }
+        BatchNorm { .. } | LayerNorm { .. } => {
+            let x = s(0);
+            let (feat, stat) = norm_shapes(k, x)?;
+            eq("gamma", s(1), &[feat])?;
+            eq("beta", s(2), &[feat])?;
+            eq("output", o(0), x)?;
+            eq("mean", o(1), &stat)?;
+            eq("spread", o(2), &stat)
+        }
+        BatchNormGrad | LayerNormGrad => {
+            let x = s(0);
+            let (feat, stat) = norm_shapes(k, x)?;
+            eq("gamma", s(1), &[feat])?;
+            eq("mean", s(2), &stat)?;
+            eq("spread", s(3), &stat)?;
+            eq("dy", s(4), x)?;
+            eq("dx", o(0), x)?;
+            eq("dgamma", o(1), &[feat])?;
+            eq("dbeta", o(2), &[feat])
+        }
+        Softmax { causal, .. } => {
+            let x = s(0);
+            let r = x.len();
+            expect(
+                r >= 1 && (!causal || (r >= 2 && x[r - 1] == x[r - 2])),
+                || format!("softmax over {x:?}"),
+            )?;
+            eq("output", o(0), x)
+        }
+        Embedding => {
+            let (ids, w) = (s(0), s(1));
+            expect(w.len() == 2, || format!("weight {w:?} must be [V, D]"))?;
+            eq("output", o(0), &[ids, &[w[1]]].concat())
+        }
+        EmbeddingGrad => {
+            let (ids, dw) = (s(0), o(0));
+            expect(dw.len() == 2, || format!("output {dw:?} must be [V, D]"))?;
+            eq("dy", s(1), &[ids, &[dw[1]]].concat())
+        }
+        Reshape => {
+            let n = |x: &[usize]| x.iter().product::<usize>();
+            expect(n(s(0)) == n(o(0)), || {
+                format!("reshape {:?} to {:?}", s(0), o(0))
+            })
+        }
+        Transpose { perm } => {
+            let x = s(0);
+            let mut seen = vec![false; x.len()];
+            let ok = perm.len() == x.len()
+                && perm
+                    .iter()
+                    .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
+            expect(ok, || format!("{perm:?} is not a permutation of {x:?}"))?;
+            let out: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+            eq("output", o(0), &out)
+        }
+        Concat { axis } => {
+            let mut out = s(0).to_vec();
+            expect(*axis < out.len(), || format!("axis {axis} of {out:?}"))?;
+            out[*axis] = 0;
+            for i in 0..n_in {
+                let x = s(i);
+                let agrees =
+                    x.len() == out.len() && (0..x.len()).all(|d| d == *axis || x[d] == out[d]);
+                expect(agrees, || format!("input {i} {x:?} off axis {axis}"))?;
+                out[*axis] += x[*axis];
+            }
+            eq("output", o(0), &out)
+        }
+        Slice { axis, start, end } => {
+            let x = s(0);
+            expect(*axis < x.len() && start <= end && *end <= x[*axis], || {
+                format!("slice {start}..{end} of axis {axis} of {x:?}")
+            })?;
+            let mut out = x.to_vec();
+            out[*axis] = end - start;
+            eq("output", o(0), &out)
+        }
+        Upsample2x => {
+            let x = s(0);
+            expect(x.len() == 4, || format!("rank-4 input, got {x:?}"))?;
+            eq("output", o(0), &[x[0], x[1], 2 * x[2], 2 * x[3]])
+        }
+        Upsample2xGrad => {
+            let dx = o(0);
+            expect(dx.len() == 4, || format!("rank-4 output, got {dx:?}"))?;
+            eq("dy", s(0), &[dx[0], dx[1], 2 * dx[2], 2 * dx[3]])
+        }
+        CrossEntropy | CrossEntropyGrad => {
+            let (logits, labels) = (s(0), s(1));
+            expect(
+                logits.len() >= 2 && labels == &logits[..logits.len() - 1],
+                || format!("logits {logits:?} need labels [*], got {labels:?}"),
+            )?;
+            expect(logits[logits.len() - 1] > 0, || "no classes".into())?;
+            let out: &[usize] = if matches!(k, CrossEntropy) {
+                &[]
+            } else {
+                logits
+            };
+            expect(
+                o(0).iter().product::<usize>() == out.iter().product::<usize>(),
+                || format!("output {:?}, expected {out:?}", o(0)),
+            )
+        }
+        SgdUpdate { .. } => eq("gradient", s(1), s(0)),
+    }
+}
+
+fn conv_out(x: &[usize], w: &[usize], stride: usize, pad: usize) -> Result<Vec<usize>, String> {
+    let ho = window_out(x[2], w[2], stride, pad);
+    let wo = window_out(x[3], w[3], stride, pad);
+    match (ho, wo) {
+        (Some(ho), Some(wo)) => Ok(vec![x[0], w[0], ho, wo]),
+        _ => Err(format!("window {w:?} does not fit {x:?}")),
+    }
+}
+
+fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usize>, String> {
+    expect(x.len() == 4 && 2 * pad <= k, || {
+        format!("pool {k}x{k} (padding {pad}) of {x:?}")
+    })?;
+    match (
+        window_out(x[2], k, stride, pad),
+        window_out(x[3], k, stride, pad),
+    ) {
+        (Some(ho), Some(wo)) => Ok(vec![x[0], x[1], ho, wo]),
+        _ => Err(format!("window {k} does not fit {x:?}")),
+    }
+}
+
+/// (features, statistics shape) of a norm over `x`.
+fn norm_shapes(k: &Kernel, x: &[usize]) -> Result<(usize, Vec<usize>), String> {
+    if matches!(k, Kernel::BatchNorm { .. } | Kernel::BatchNormGrad) {
+        expect(x.len() >= 2, || format!("batch norm of {x:?}"))?;
+        Ok((x[1], vec![x[1]]))
+    } else {
+        expect(!x.is_empty(), || "layer norm of a scalar".into())?;
+        Ok((x[x.len() - 1], x[..x.len() - 1].to_vec()))
+    }
+}

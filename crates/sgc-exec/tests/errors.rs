@@ -1,0 +1,125 @@
+//! Refusals: unknown op types, bad bindings, bad layouts and CUDA without support all
+//! give typed errors naming what is wrong, before anything runs.
+
+mod common;
+
+use common::load;
+use sgc_exec::{CpuBackend, CudaBackend, ExecError, Executor, HostTensor, Layout, Schedule};
+
+#[test]
+fn unknown_op_type_is_refused_by_name_before_running() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [{"name": "x", "dtype": "f32", "shape": [4], "kind": "input"},
+                  {"name": "y", "dtype": "f32", "shape": [4]},
+                  {"name": "z", "dtype": "f32", "shape": [4]}],
+      "ops": [{"name": "a", "op": "relu", "inputs": ["x"], "outputs": ["y"]},
+              {"name": "b", "op": "aten.frobnicate", "inputs": ["y"], "outputs": ["z"]}],
+      "outputs": ["z"]}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    match &err {
+        ExecError::UnknownOpType {
+            op,
+            op_type,
+            backend,
+        } => {
+            assert_eq!(
+                (op.as_str(), op_type.as_str(), backend.as_str()),
+                ("b", "aten.frobnicate", "cpu")
+            );
+        }
+        e => panic!("unexpected error {e}"),
+    }
+    assert!(err.to_string().contains("aten.frobnicate"));
+}
+
+#[test]
+fn operand_shapes_are_checked_before_running() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [{"name": "a", "dtype": "f32", "shape": [2, 3], "kind": "input"},
+                  {"name": "b", "dtype": "f32", "shape": [4, 5], "kind": "param"},
+                  {"name": "y", "dtype": "f32", "shape": [2, 5]}],
+      "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "outputs": ["y"]}],
+      "outputs": ["y"]}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    assert!(
+        matches!(&err, ExecError::BadOperands { op, .. } if op == "mm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bindings_are_checked() {
+    let g = load("tiny_mlp");
+    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let wrong_shape = HostTensor::f32(vec![8, 4], vec![0.0; 32]);
+    let err = ex.bind("x", &wrong_shape).unwrap_err();
+    assert!(
+        matches!(err, ExecError::BindMismatch { ref tensor, .. } if tensor == "x"),
+        "{err}"
+    );
+    let wrong_dtype = HostTensor::f32(vec![4], vec![0.0; 4]);
+    assert!(matches!(
+        ex.bind("labels", &wrong_dtype),
+        Err(ExecError::BindMismatch { .. })
+    ));
+    assert!(matches!(
+        ex.bind("nope", &wrong_dtype),
+        Err(ExecError::NoSuchTensor(_))
+    ));
+    let act = g.ops()[0].outputs[0];
+    let name = g.tensor(act).name.clone();
+    let shape = g
+        .tensor(act)
+        .shape
+        .iter()
+        .map(|&d| d as usize)
+        .collect::<Vec<_>>();
+    let n = shape.iter().product();
+    let err = ex
+        .bind(&name, &HostTensor::f32(shape, vec![0.0; n]))
+        .unwrap_err();
+    assert!(matches!(err, ExecError::NotBindable { .. }), "{err}");
+    assert!(matches!(ex.step(), Err(ExecError::Unbound(..))));
+}
+
+#[test]
+fn only_resident_tensors_can_be_read() {
+    let g = load("tiny_mlp");
+    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    ex.bind_seeded(1).unwrap();
+    ex.step().unwrap();
+    let freed = g.tensor(g.ops()[0].outputs[0]).name.clone();
+    assert!(matches!(ex.read(&freed), Err(ExecError::NotResident(_))));
+    assert!(ex.read("fc1.weight").is_ok());
+}
+
+#[test]
+fn overlapping_layout_is_rejected_naming_both_tensors() {
+    let g = load("tiny_mlp");
+    let schedule = Schedule::traced(&g);
+    let mut layout = Layout::first_fit(&g, &schedule).unwrap();
+    for p in &mut layout.placements {
+        p.offset = 0;
+    }
+    let err = Executor::new(&g, schedule, Some(layout), CpuBackend::new())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ExecError::Layout(m) if m.contains("share bytes")),
+        "{err}"
+    );
+}
+
+#[test]
+fn cuda_without_support_is_a_clear_error() {
+    match CudaBackend::new(0) {
+        Ok(_) => println!("skipped: a CUDA device is present"),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("CUDA"), "{msg}");
+            println!("CUDA unavailable as expected: {msg}");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The verifier catches each kind of violation, naming the step, op and tensor; a plan file
+//! round-trips and is refused for another graph.
+
+use sgc_plan::{plan, verify, Plan, PlanError, PlanOptions, RunConfig, Strategy, ViolationKind};
+
+/// A chain with a skip connection, a backward pass and an in-place update.
+const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1, "name": "v", "loss": "loss",
+  "tensors": [
+    {"name": "x", "dtype": "f32", "shape": [1024], "kind": "input"},
+    {"name": "w", "dtype": "f32", "shape": [4], "kind": "param"},
+    {"name": "a", "dtype": "f32", "shape": [1024]},
+    {"name": "b", "dtype": "f32", "shape": [1024]},
+    {"name": "c", "dtype": "f32", "shape": [1024]},
+    {"name": "cv", "dtype": "f32", "shape": [1024], "alias_of": "c"},
+    {"name": "loss", "dtype": "f32", "shape": []},
+    {"name": "dc", "dtype": "f32", "shape": [1024]},
+    {"name": "db", "dtype": "f32", "shape": [1024]},
+    {"name": "da", "dtype": "f32", "shape": [1024]},
+    {"name": "dw", "dtype": "f32", "shape": [4]}],
+  "ops": [
+    {"name": "f1", "op": "mul", "inputs": ["x", "w"], "outputs": ["a"], "flops": 10},
+    {"name": "f2", "op": "relu", "inputs": ["a"], "outputs": ["b"], "flops": 10},
+    {"name": "f3", "op": "relu", "inputs": ["b"], "outputs": ["c"], "flops": 10},
+    {"name": "view", "op": "reshape", "inputs": ["c"], "outputs": ["cv"]},
+    {"name": "l", "op": "sum", "inputs": ["cv", "a"], "outputs": ["loss"], "flops": 10},
+    {"name": "g3", "op": "relu_grad", "inputs": ["cv", "a"], "outputs": ["dc"], "flops": 10},
+    {"name": "g2", "op": "relu_grad", "inputs": ["b", "dc"], "outputs": ["db"], "flops": 10},
+    {"name": "g1", "op": "relu_grad", "inputs": ["a", "db"], "outputs": ["da"], "flops": 10},
+    {"name": "gw", "op": "mul_grad", "inputs": ["x", "da"], "outputs": ["dw"], "flops": 10},
+    {"name": "upd", "op": "sgd_update", "inputs": ["w", "dw"], "outputs": [], "recomputable": false}],
+  "outputs": ["loss"]}"#;
+
+fn setup() -> (sgc_ir::Graph, Plan) {
+    let g = sgc_ir::format::from_str(GRAPH).unwrap();
+    let p = plan(&g, &PlanOptions::default(), &RunConfig::default()).unwrap();
+    verify(&g, &p).unwrap();
+    (g, p)
+}
+
+fn kinds(g: &sgc_ir::Graph, p: &Plan) -> Vec<ViolationKind> {
+    verify(g, p)
+        .unwrap_err()
+        .into_iter()
+        .map(|v| v.kind)
+        .collect()
+}
+
+fn step_of(g: &sgc_ir::Graph, p: &Plan, name: &str) -> usize {
+    let op = g.op_by_name(name).unwrap();
+    p.steps
+        .iter()
+        .position(|s| s.op == op && !s.recompute)
+        .unwrap()
+}
+
+#[test]
+fn a_premature_free_is_a_use_after_free() {
+    let (g, mut p) = setup();
+    let a = g.tensor_by_name("a").unwrap();
+    let s = step_of(&g, &p, "f1");
+    p.steps[s].free.push(a);
+    let v = verify(&g, &p).unwrap_err();
+    let uaf = v
+        .iter()
+        .find(|v| matches!(v.kind, ViolationKind::UseAfterFree { freed_at } if freed_at == s))
+        .expect("use after free reported");
+    assert_eq!(uaf.tensor.as_deref(), Some("a"));
+    assert!(uaf.op.is_some() && uaf.step.is_some());
+    assert!(uaf.to_string().contains("freed after step"), "{uaf}");
+}
+
+#[test]
+fn a_wrong_peak_and_wrong_lifetimes_are_reported() {
+    let (g, mut p) = setup();
+    p.summary.planned_peak += 1;
+    p.lifetimes.pop();
+    let k = kinds(&g, &p);
+    assert!(k
+        .iter()
+        .any(|k| matches!(k, ViolationKind::PeakMismatch { .. })));
+    assert!(k
+        .iter()
+        .any(|k| matches!(k, ViolationKind::LifetimesMismatch { .. })));
+}
+
+#[test]
+fn running_a_non_recomputable_op_twice_is_reported() {
+    let (g, mut p) = setup();
+    let upd = g.op_by_name("upd").unwrap();
+    p.steps.push(sgc_plan::Step {
+        op: upd,
+        recompute: true,
+        free: vec![],
+    });
+    assert!(kinds(&g, &p).contains(&ViolationKind::NonRecomputableRerun));
+}
+
+#[test]
+fn a_missing_op_and_a_missing_output_are_reported() {
+    let (g, mut p) = setup();
+    let s = step_of(&g, &p, "l");
+    p.steps.remove(s);
+    let k = kinds(&g, &p);
+    assert!(k.contains(&ViolationKind::NeverRun));
+    assert!(k.contains(&ViolationKind::OutputMissing));
+}
+
+#[test]
+fn a_recompute_after_an_in_place_update_and_a_stale_view_are_reported() {
+    let (g, mut p) = setup();
+    let f1 = g.op_by_name("f1").unwrap();
+    p.steps.push(sgc_plan::Step {
+        op: f1,
+        recompute: true,
+        free: vec![],
+    });
+    assert!(kinds(&g, &p)
+        .iter()
+        .any(|k| matches!(k, ViolationKind::DirtyPersistent { .. })));
+
+    let (g, mut p) = setup();
+    // Recompute `c` right before `g3`: the view `cv` taken of the old `c` is now stale.
+    let f3 = g.op_by_name("f3").unwrap();
+    let s = step_of(&g, &p, "g3");
+    p.steps.insert(
+        s,
+        sgc_plan::Step {
+            op: f3,
+            recompute: true,
+            free: vec![],
+        },
+    );
+    assert!(kinds(&g, &p).contains(&ViolationKind::StaleView));
+}
+
+#[test]
+fn every_strategy_plans_the_small_graph_with_recomputation_when_memory_is_tight() {
+    let g = sgc_ir::format::from_str(GRAPH).unwrap();
+    for s in Strategy::ALL {
+        let o = PlanOptions {
+            strategy: s,
+            evictee_min_size: 0,
+            eviction_threshold: Some(g.lower_bound().bytes),
+            ..PlanOptions::default()
+        };
+        let p = plan(&g, &o, &RunConfig::default()).unwrap();
+        assert_eq!(verify(&g, &p).unwrap().peak_bytes, p.summary.planned_peak);
+    }
+}
+
+#[test]
+fn plan_files_round_trip_and_are_refused_for_another_graph() {
+    let (g, p) = setup();
+    let back = Plan::from_json(&p.to_json()).unwrap();
+    assert_eq!(back, p);
+    back.check_graph(&g).unwrap();
+    let other =
+        sgc_ir::format::from_str(&GRAPH.replace("\"flops\": 10}", "\"flops\": 11}")).unwrap();
+    let err = back.check_graph(&other).unwrap_err();
+    assert!(matches!(err, PlanError::GraphMismatch { .. }));
+    assert!(err.to_string().contains("made for graph"), "{err}");
+    assert!(matches!(
+        verify(&other, &back).unwrap_err()[0].kind,
+        ViolationKind::GraphMismatch { .. }
+    ));
+    assert!(Plan::from_json("{\"format\": \"sgc-graph\"}").is_err());
+}
+
+#[test]
+fn lb_memory_trades_memory_for_less_recompute() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../graphs/resnet50.json");
+    let Ok(g) = sgc_ir::load_any(&path) else {
+        return;
+    };
+    let o = PlanOptions {
+        thresh_tries: 4,
+        ..PlanOptions::default()
+    };
+    let tight = plan(&g, &o, &RunConfig::default()).unwrap();
+    let lb = tight.summary.planned_peak
+        + (tight.summary.unplanned_peak - tight.summary.planned_peak) / 2;
+    let loose = plan(
+        &g,
+        &PlanOptions {
+            lb_memory: Some(lb),
+            ..o
+        },
+        &RunConfig::default(),
+    )
+    .unwrap();
+    verify(&g, &loose).unwrap();
+    assert!(loose.summary.planned_peak <= lb);
+    assert!(loose.summary.recompute_cost < tight.summary.recompute_cost);
+}

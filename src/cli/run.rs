@@ -1,0 +1,201 @@
+//! `sgc run FILE`: execute training steps of a graph, planned or not, on a device, with
+//! inputs and parameters initialised from a seed, and print what the backend measured:
+//! bytes allocated (against the plan's arena + persistent bytes, the memory model's peak
+//! and the lower bound), time per step and time spent recomputing. `--compare` also runs
+//! the unplanned schedule and prints both, with whether their loss curves are bitwise
+//! equal.
+
+use super::CliResult;
+use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor, RunReport};
+use sgc::ir::Graph;
+use sgc::plan::{Plan, PlanOptions, Strategy};
+use sgc::units::human_bytes;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Device {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StrategyArg {
+    None,
+    ChenSqrt,
+    Sublinear,
+    Dtr,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::None => Strategy::None,
+            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
+            StrategyArg::Sublinear => Strategy::Sublinear,
+            StrategyArg::Dtr => Strategy::Dtr,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A version-1 graph file.
+    file: PathBuf,
+    /// A plan file written for this graph.
+    #[arg(long, conflicts_with = "strategy")]
+    plan: Option<PathBuf>,
+    /// Plan the graph now with this strategy (neither --plan nor --strategy: unplanned).
+    #[arg(long, value_enum)]
+    strategy: Option<StrategyArg>,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// Training steps to run.
+    #[arg(long, default_value_t = 10)]
+    steps: usize,
+    /// Seed of the inputs and parameters.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also run the unplanned schedule and print both.
+    #[arg(long)]
+    compare: bool,
+    /// Print the reports as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let graph = sgc::ir::load_any(&args.file)?;
+    let plan = match (&args.plan, args.strategy) {
+        (Some(path), _) => Some(read_plan(path, &graph)?),
+        (None, Some(s)) => {
+            let options = PlanOptions {
+                strategy: s.into(),
+                seed: args.seed,
+                ..Default::default()
+            };
+            Some(sgc::plan::plan(&graph, &options, &Default::default())?)
+        }
+        (None, None) => None,
+    };
+    match args.device {
+        Device::Cpu => run_on(&args, &graph, plan.as_ref(), || Ok(CpuBackend::new())),
+        Device::Cuda => run_on(&args, &graph, plan.as_ref(), || CudaBackend::new(0)),
+    }
+}
+
+fn read_plan(path: &PathBuf, graph: &Graph) -> Result<Plan, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    plan.check_graph(graph)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(plan)
+}
+
+/// One run's result: its label, loss curve and report.
+struct Outcome {
+    label: String,
+    losses: Vec<f32>,
+    report: RunReport,
+}
+
+fn run_on<B: Backend>(
+    args: &Args,
+    graph: &Graph,
+    plan: Option<&Plan>,
+    backend: impl Fn() -> Result<B, ExecError>,
+) -> CliResult {
+    let mut outcomes = Vec::new();
+    let planned = match plan {
+        Some(p) => Executor::from_plan(graph, p, backend()?)?,
+        None => Executor::unplanned(graph, backend()?)?,
+    };
+    let label = plan.map_or("unplanned".to_string(), |p| {
+        format!("planned ({})", p.options.strategy)
+    });
+    outcomes.push(execute(planned, label, args)?);
+    if args.compare && plan.is_some() {
+        let base = Executor::unplanned(graph, backend()?)?;
+        outcomes.push(execute(base, "unplanned".to_string(), args)?);
+    }
+    if args.json {
+        let v: Vec<_> = outcomes
+            .iter()
+            .map(|o| serde_json::json!({"run": o.label, "losses": o.losses, "report": o.report}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {}, {} steps, seed {}",
+        args.file.display(),
+        outcomes[0].report.device,
+        args.steps,
+        args.seed
+    );
+    for o in &outcomes {
+        print_outcome(o, plan.filter(|_| o.label != "unplanned"));
+    }
+    if let [a, b] = outcomes.as_slice() {
+        let bits = |l: &[f32]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let same = bits(&a.losses) == bits(&b.losses);
+        let saved =
+            b.report.allocator.peak_bytes as f64 / a.report.allocator.peak_bytes.max(1) as f64;
+        let slower = a.report.seconds / b.report.seconds.max(f64::MIN_POSITIVE);
+        println!(
+            "planned vs unplanned: loss curves bitwise {}, memory {:.2}x less, time {:.2}x",
+            if same { "equal" } else { "DIFFERENT" },
+            saved,
+            slower
+        );
+    }
+    Ok(())
+}
+
+fn execute<B: Backend>(
+    mut ex: Executor<B>,
+    label: String,
+    args: &Args,
+) -> Result<Outcome, ExecError> {
+    ex.bind_seeded(args.seed)?;
+    let losses = ex.run(args.steps)?;
+    Ok(Outcome {
+        label,
+        losses,
+        report: ex.report(),
+    })
+}
+
+fn print_outcome(o: &Outcome, plan: Option<&Plan>) {
+    let r = &o.report;
+    println!("{}:", o.label);
+    if let (Some(first), Some(last)) = (o.losses.first(), o.losses.last()) {
+        println!("  loss {first:.6} -> {last:.6}");
+    }
+    println!(
+        "  allocated {} (peak {}, {} allocations) = arena {} + persistent {}; plan promised {}",
+        human_bytes(r.allocator.allocated_bytes),
+        human_bytes(r.allocator.peak_bytes),
+        r.allocator.allocations,
+        human_bytes(r.arena_bytes),
+        human_bytes(r.persistent_bytes),
+        human_bytes(r.planned_bytes)
+    );
+    println!(
+        "  memory model peak {} ({:.2}x the lower bound {}); arena packing {:.2}x the model peak",
+        human_bytes(r.model_peak_bytes),
+        r.model_peak_bytes as f64 / r.lower_bound_bytes.max(1) as f64,
+        human_bytes(r.lower_bound_bytes),
+        r.planned_bytes as f64 / r.model_peak_bytes.max(1) as f64
+    );
+    let per_step = r.seconds / r.steps.max(1) as f64;
+    let predicted = plan.map_or(0.0, |p| p.summary.recompute_share);
+    println!(
+        "  {:.3} ms per step, {} ops ({} recomputed); recompute time {:.1}% (plan predicted {:.1}%)",
+        per_step * 1e3,
+        r.schedule_len,
+        r.recompute_steps,
+        100.0 * r.recompute_seconds / r.seconds.max(f64::MIN_POSITIVE),
+        100.0 * predicted
+    );
+}
