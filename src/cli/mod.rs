@@ -1,8 +1,10 @@
 //! Command-line parsing and dispatch.
 
 mod alloc;
+mod fit;
 mod inspect;
 mod plan;
+mod rescale;
 mod run;
 mod zoo;
 
@@ -33,6 +35,10 @@ enum Command {
     Zoo(zoo::Args),
     /// Assign arena offsets to a minimalloc-format CSV of buffers (id,lower,upper,size).
     Alloc(alloc::Args),
+    /// Rescale a graph to another batch size through the batch_dim of its inputs.
+    Rescale(rescale::Args),
+    /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
+    Fit(fit::Args),
     /// Run training steps of a graph (planned or not) and print measured memory and time.
     Run(run::Args),
 }
@@ -44,6 +50,8 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
+        Command::Rescale(a) => rescale::run(a),
+        Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
     };
     match result {

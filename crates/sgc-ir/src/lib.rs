@@ -3,6 +3,7 @@
 //! - [`format`]: the version-1 graph file format (load, validate, save).
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
+//! - [`rescale`]: the graph at another batch size, through the `batch_dim` of its inputs.
 //! - [`memory`]: the memory model (resident bytes per step, peak, lower bound), the one
 //!   implementation that the planner and every report use.
 //! - `testgen` (feature `testgen`): random valid graphs and damaged graph texts for tests.
@@ -23,6 +24,7 @@ pub mod format;
 mod graph;
 mod ids;
 pub mod memory;
+pub mod rescale;
 #[cfg(feature = "testgen")]
 pub mod testgen;
 pub mod train;

@@ -14,12 +14,11 @@ fn image_inputs(b: &mut TrainBuilder, batch: u64, size: u64) -> R<(Var, Var)> {
 }
 
 /// VGG-16 (configuration D): 13 3x3 convs with biases and ReLU in 5 blocks, each closed
-/// by a 2x2 max pool, then fc 25088-4096-4096-1000. Batch 64, 224x224.
-pub(super) fn vgg16() -> R<Graph> {
-    const BATCH: u64 = 64;
+/// by a 2x2 max pool, then fc 25088-4096-4096-1000. 224x224 (the zoo file: batch 64).
+pub(super) fn vgg16(batch: u64) -> R<Graph> {
     const BLOCKS: [&[u64]; 5] = [&[64, 64], &[128, 128], &[256; 3], &[512; 3], &[512; 3]];
     let mut b = TrainBuilder::new("vgg16");
-    let (mut h, labels) = image_inputs(&mut b, BATCH, 224)?;
+    let (mut h, labels) = image_inputs(&mut b, batch, 224)?;
     for (i, block) in BLOCKS.iter().enumerate() {
         for (j, &c) in block.iter().enumerate() {
             let name = format!("conv{}_{}", i + 1, j + 1);
@@ -35,7 +34,7 @@ pub(super) fn vgg16() -> R<Graph> {
     }
     let logits = dense(&mut b, "fc8", h, 1000, true)?;
     let loss = b.cross_entropy("loss", logits, labels)?;
-    b.finish(loss, meta("vgg16", BATCH))
+    b.finish(loss, meta("vgg16", batch))
 }
 
 /// One bottleneck block (v1.5: the stride is on the 3x3 conv), torchvision names.
@@ -70,12 +69,11 @@ fn bottleneck(b: &mut TrainBuilder, name: &str, x: Var, width: u64, stride: u64)
     b.relu(&format!("{name}.relu3"), sum)
 }
 
-/// ResNet-50 v1.5 as torchvision builds it. Batch 64, 224x224.
-pub(super) fn resnet50() -> R<Graph> {
-    const BATCH: u64 = 64;
+/// ResNet-50 v1.5 as torchvision builds it, 224x224 (the zoo file: batch 64).
+pub(super) fn resnet50(batch: u64) -> R<Graph> {
     const STAGES: [(u64, usize); 4] = [(64, 3), (128, 4), (256, 6), (512, 3)];
     let mut b = TrainBuilder::new("resnet50");
-    let (x, labels) = image_inputs(&mut b, BATCH, 224)?;
+    let (x, labels) = image_inputs(&mut b, batch, 224)?;
     let stem = Conv {
         out: 64,
         kernel: 7,
@@ -96,14 +94,13 @@ pub(super) fn resnet50() -> R<Graph> {
     h = b.global_avg_pool("avgpool", h)?;
     let logits = dense(&mut b, "fc", h, 1000, true)?;
     let loss = b.cross_entropy("loss", logits, labels)?;
-    b.finish(loss, meta("resnet50", BATCH))
+    b.finish(loss, meta("resnet50", batch))
 }
 
-/// conv-bn-relu, max pool, conv-bn-relu, global average pool, linear. Batch 2, 3x8x8.
-pub(super) fn tiny_cnn() -> R<Graph> {
-    const BATCH: u64 = 2;
+/// conv-bn-relu, max pool, conv-bn-relu, global average pool, linear. 3x8x8 (the zoo file: batch 2).
+pub(super) fn tiny_cnn(batch: u64) -> R<Graph> {
     let mut b = TrainBuilder::new("tiny_cnn");
-    let (mut h, labels) = image_inputs(&mut b, BATCH, 8)?;
+    let (mut h, labels) = image_inputs(&mut b, batch, 8)?;
     for (i, c) in [4, 8].into_iter().enumerate() {
         h = conv(&mut b, &format!("conv{}", i + 1), h, conv3x3(c, 1, false))?;
         h = bn(&mut b, &format!("bn{}", i + 1), h)?;
@@ -115,5 +112,5 @@ pub(super) fn tiny_cnn() -> R<Graph> {
     h = b.global_avg_pool("avgpool", h)?;
     let logits = dense(&mut b, "fc", h, 5, true)?;
     let loss = b.cross_entropy("loss", logits, labels)?;
-    b.finish(loss, meta("tiny_cnn", BATCH))
+    b.finish(loss, meta("tiny_cnn", batch))
 }

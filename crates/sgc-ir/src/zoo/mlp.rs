@@ -20,23 +20,23 @@ fn perceptron(model: &str, batch: u64, widths: &[u64], classes: u64) -> R<Graph>
     b.finish(loss, meta(model, batch))
 }
 
-/// MLP 784-1024-1024-10, batch 64.
-pub(super) fn mlp() -> R<Graph> {
-    perceptron("mlp", 64, &[784, 1024, 1024], 10)
+/// MLP 784-1024-1024-10 (the zoo file: batch 64).
+pub(super) fn mlp(batch: u64) -> R<Graph> {
+    perceptron("mlp", batch, &[784, 1024, 1024], 10)
 }
 
-/// MLP 8-16-16-4, batch 4.
-pub(super) fn tiny_mlp() -> R<Graph> {
-    perceptron("tiny_mlp", 4, &[8, 16, 16], 4)
+/// MLP 8-16-16-4 (the zoo file: batch 4).
+pub(super) fn tiny_mlp(batch: u64) -> R<Graph> {
+    perceptron("tiny_mlp", batch, &[8, 16, 16], 4)
 }
 
-/// 1,000 bias-free linear+ReLU layers of width 256 and a linear head, batch 128.
-pub(super) fn chain1000() -> R<Graph> {
-    const BATCH: u64 = 128;
+/// 1,000 bias-free linear+ReLU layers of width 256 and a linear head (the zoo
+/// file: batch 128).
+pub(super) fn chain1000(batch: u64) -> R<Graph> {
     const WIDTH: u64 = 256;
     let mut b = TrainBuilder::new("chain1000");
-    let x = b.input("x", DType::F32, &[BATCH, WIDTH], Some(0))?;
-    let labels = b.input("labels", DType::I64, &[BATCH], Some(0))?;
+    let x = b.input("x", DType::F32, &[batch, WIDTH], Some(0))?;
+    let labels = b.input("labels", DType::I64, &[batch], Some(0))?;
     let mut h = x;
     for i in 0..1000 {
         h = dense(&mut b, &format!("layer{i}.fc"), h, WIDTH, false)?;
@@ -44,5 +44,5 @@ pub(super) fn chain1000() -> R<Graph> {
     }
     let logits = dense(&mut b, "head", h, 10, true)?;
     let loss = b.cross_entropy("loss", logits, labels)?;
-    b.finish(loss, meta("chain1000", BATCH))
+    b.finish(loss, meta("chain1000", batch))
 }

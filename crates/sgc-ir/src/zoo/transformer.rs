@@ -18,8 +18,8 @@ struct Config {
     batch: u64,
 }
 
-/// GPT-2 small: 12 layers, d=768, 12 heads, seq 1024, vocab 50257, batch 8.
-pub(super) fn gpt2() -> R<Graph> {
+/// GPT-2 small: 12 layers, d=768, 12 heads, seq 1024, vocab 50257 (the zoo file: batch 8).
+pub(super) fn gpt2(batch: u64) -> R<Graph> {
     decoder(&Config {
         model: "gpt2",
         layers: 12,
@@ -27,12 +27,12 @@ pub(super) fn gpt2() -> R<Graph> {
         d: 768,
         seq: 1024,
         vocab: 50257,
-        batch: 8,
+        batch,
     })
 }
 
-/// 2 layers, 2 heads, d=16, seq 8, vocab 32, batch 2.
-pub(super) fn tiny_transformer() -> R<Graph> {
+/// 2 layers, 2 heads, d=16, seq 8, vocab 32 (the zoo file: batch 2).
+pub(super) fn tiny_transformer(batch: u64) -> R<Graph> {
     decoder(&Config {
         model: "tiny_transformer",
         layers: 2,
@@ -40,7 +40,7 @@ pub(super) fn tiny_transformer() -> R<Graph> {
         d: 16,
         seq: 8,
         vocab: 32,
-        batch: 2,
+        batch,
     })
 }
 

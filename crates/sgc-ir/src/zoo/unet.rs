@@ -9,7 +9,6 @@ use super::meta;
 use crate::train::{TrainBuilder, Var};
 use crate::{DType, Graph};
 
-const BATCH: u64 = 8;
 const SIZE: u64 = 256;
 const CLASSES: u64 = 2;
 const LEVELS: [u64; 4] = [64, 128, 256, 512];
@@ -25,10 +24,11 @@ fn double_conv(b: &mut TrainBuilder, name: &str, x: Var, out: u64) -> R<Var> {
     Ok(h)
 }
 
-pub(super) fn unet() -> R<Graph> {
+/// The U-Net at the given batch size (the zoo file: batch 8).
+pub(super) fn unet(batch: u64) -> R<Graph> {
     let mut b = TrainBuilder::new("unet");
-    let x = b.input("images", DType::F32, &[BATCH, 3, SIZE, SIZE], Some(0))?;
-    let labels = b.input("labels", DType::I64, &[BATCH, SIZE, SIZE], Some(0))?;
+    let x = b.input("images", DType::F32, &[batch, 3, SIZE, SIZE], Some(0))?;
+    let labels = b.input("labels", DType::I64, &[batch, SIZE, SIZE], Some(0))?;
     let mut skips = Vec::new();
     let mut h = x;
     for (i, &c) in LEVELS.iter().enumerate() {
@@ -48,5 +48,5 @@ pub(super) fn unet() -> R<Graph> {
     let logits = conv(&mut b, "head", h, conv1x1(CLASSES, 1, true))?;
     let logits = b.transpose("head.nhwc", logits, &[0, 2, 3, 1])?;
     let loss = b.cross_entropy("loss", logits, labels)?;
-    b.finish(loss, meta("unet", BATCH))
+    b.finish(loss, meta("unet", batch))
 }

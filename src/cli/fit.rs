@@ -1,0 +1,183 @@
+//! `sgc fit FILE --memory 11GiB`: the largest batch whose arena plus persistent bytes fit
+//! the memory, unplanned and under each requested strategy, and the batch past which the
+//! per-op lower bound alone exceeds it. The method is in `sgc::fit`.
+
+use super::CliResult;
+use sgc::fit::{fit, FitOptions, FitReport, Probe};
+use sgc::plan::alloc::Effort;
+use sgc::plan::{PlanOptions, Strategy};
+use sgc::units::{human_bytes, parse_size};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum StrategyArg {
+    None,
+    ChenSqrt,
+    Sublinear,
+    Dtr,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Strategy {
+        match s {
+            StrategyArg::None => Strategy::None,
+            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
+            StrategyArg::Sublinear => Strategy::Sublinear,
+            StrategyArg::Dtr => Strategy::Dtr,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A version-1 graph file whose data inputs declare `batch_dim`.
+    file: PathBuf,
+    /// Device memory (e.g. 11GiB, 24GB, 80GiB).
+    #[arg(long, value_parser = parse_size)]
+    memory: u64,
+    /// Memory kept free for everything else on the device (CUDA context, workspaces).
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    reserve: u64,
+    /// Strategies to search, comma-separated or repeated, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["none", "chen-sqrt", "sublinear"])]
+    strategy: Vec<StrategyArg>,
+    /// sublinear: generations of genetic refinement.
+    #[arg(long, default_value_t = 0)]
+    genetic_iters: usize,
+    /// sublinear: evenly spaced thresholds to try.
+    #[arg(long, default_value_t = 10)]
+    thresh_tries: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Arena offsets are multiples of this many bytes.
+    #[arg(long, default_value_t = 256)]
+    align: u64,
+    /// Arena allocator effort: fast (heuristics only), default or thorough.
+    #[arg(long, default_value = "fast")]
+    alloc_effort: String,
+    /// Planner worker threads (default: all cores); results do not depend on it.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Print every probe to stderr as it completes.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let effort = match args.alloc_effort.as_str() {
+        "fast" => Effort::FAST,
+        "default" => Effort::DEFAULT,
+        "thorough" => Effort::THOROUGH,
+        other => {
+            return Err(
+                format!("unknown --alloc-effort {other:?}: use fast, default or thorough").into(),
+            )
+        }
+    };
+    let file = args.file.display().to_string();
+    let graph = sgc::ir::load_any(&args.file)?;
+    let strategies: Vec<PlanOptions> = args
+        .strategy
+        .iter()
+        .map(|&s| PlanOptions {
+            strategy: s.into(),
+            seed: args.seed,
+            genetic_iters: args.genetic_iters,
+            thresh_tries: args.thresh_tries,
+            ..PlanOptions::default()
+        })
+        .collect();
+    let opts = FitOptions {
+        memory: args.memory,
+        reserve: args.reserve,
+        align: args.align,
+        effort,
+        workers: args.workers,
+    };
+    let verbose = args.verbose;
+    let mut observe = |strategy: &str, p: &Probe| {
+        if verbose {
+            eprintln!(
+                "{strategy:>10} batch {:>6}: {} (arena {}, peak {}, {:.2}s)",
+                p.batch,
+                if p.fits { "fits" } else { "does not fit" },
+                human_bytes(p.arena),
+                human_bytes(p.peak),
+                p.plan_seconds
+            );
+        }
+    };
+    let report =
+        fit(&graph, &strategies, &opts, &mut observe).map_err(|e| format!("{file}: {e}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&file, &report));
+    }
+    Ok(())
+}
+
+fn table(file: &str, r: &FitReport) -> String {
+    let mut s = format!(
+        "{file}: {} (batch {} in the file); memory {} - reserve {} = limit {}; persistent {}\n",
+        r.graph.as_deref().unwrap_or("(unnamed)"),
+        r.graph_batch,
+        human_bytes(r.memory),
+        human_bytes(r.reserve),
+        human_bytes(r.limit),
+        human_bytes(r.persistent_bytes)
+    );
+    s += &format!(
+        "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",
+        "strategy",
+        "batch",
+        "vs none",
+        "peak",
+        "arena",
+        "recompute",
+        "plan time",
+        "probes",
+        "search"
+    );
+    let none = r
+        .strategies
+        .iter()
+        .find(|f| f.strategy == "none")
+        .map(|f| f.batch);
+    for f in &r.strategies {
+        let ratio = match none {
+            Some(n) if n > 0 => format!("{:.2}x", f.batch as f64 / n as f64),
+            _ => "-".to_string(),
+        };
+        let p = f.fitting.as_ref();
+        s += &format!(
+            "{:<11} {:>7} {:>8} {:>11} {:>11} {:>9.1}% {:>9.2}s {:>7} {:>8.1}s\n",
+            f.strategy,
+            f.batch,
+            ratio,
+            p.map_or("-".into(), |p| human_bytes(p.peak)),
+            p.map_or("-".into(), |p| human_bytes(p.arena)),
+            p.map_or(0.0, |p| 100.0 * p.recompute_share),
+            p.map_or(0.0, |p| p.plan_seconds),
+            f.probes.len(),
+            f.search_seconds
+        );
+        if !f.non_monotone.is_empty() {
+            s += &format!(
+                "  note: {} is not monotone in the batch here: {:?} fit above a batch that did not\n",
+                f.strategy, f.non_monotone
+            );
+        }
+    }
+    s += &format!(
+        "per-op lower bound: batch {} at most; at batch {} the bound alone is {} (> limit): no plan fits it\n",
+        r.lower_bound_batch,
+        r.lower_bound_batch + 1,
+        human_bytes(r.lower_bound_next)
+    );
+    s
+}

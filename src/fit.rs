@@ -1,0 +1,369 @@
+//! The largest batch that fits a given amount of GPU memory, with and without planning.
+//!
+//! # What "fits" means
+//! A batch `b` fits memory `M` with reserve `R` under a strategy when the graph rescaled to
+//! `b` ([`sgc_ir::rescale`]) has a plan whose arena plus persistent bytes is at most
+//! `M - R`. The arena is what the static allocator ([`sgc_plan::alloc::allocate`]) packs
+//! the plan's storage lifetimes into (closed `[first, last]` steps become half-open
+//! `[first, last + 1)`), offsets aligned to `align` bytes (256, as CUDA allocators do), so
+//! fragmentation and padding count, not only the peak. Each probe plans with
+//! `budget = M - R`, so a planner that can trade memory for recomputation picks the
+//! cheapest plan under the limit rather than the smallest peak; when the packed arena
+//! overshoots the limit that the peak met, a budget-aware planner (sublinear, dtr) plans
+//! again with the budget set to that plan's peak minus the overshoot (twice at most).
+//!
+//! # The bound no plan can pass
+//! Every plan's peak is at least the per-op lower bound ([`sgc_ir::Graph::lower_bound`]:
+//! persistent bytes plus the largest op's own storage), and an arena is at least the peak
+//! minus the persistent bytes. The bound grows with the batch (each op's storage is a sum
+//! of terms linear in it), so a bisection finds the largest batch whose bound fits: no
+//! strategy can report more, and the search never probes past it + 1.
+//!
+//! # Search
+//! Per strategy (in the order given), a galloping search from a start batch (the previous
+//! strategy's answer, else 1): double while the batch fits, halve while it does not, then
+//! bisect between the largest batch seen to fit and the smallest seen not to. Both
+//! neighbours of the answer are probed, so the answer `b` fits and `b + 1` does not, under
+//! the same options, by construction. Heuristic planners need not be monotone in the batch;
+//! any probed batch that fits above one that did not is listed in `non_monotone`. Probes
+//! are deterministic (same graph, options and seed give the same plan), so each batch is
+//! planned once per strategy.
+
+use serde::Serialize;
+use sgc_ir::rescale::{self, RescaleError};
+use sgc_ir::Graph;
+use sgc_plan::alloc::{self, AllocError, AllocOptions, Buffer, Effort};
+use sgc_plan::{PlanError, PlanOptions, RunConfig};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use thiserror::Error;
+
+/// Memory and allocator settings shared by every probe.
+#[derive(Clone, Debug)]
+pub struct FitOptions {
+    /// The device memory (bytes).
+    pub memory: u64,
+    /// Memory kept free for the framework, kernels' workspaces, ... (bytes).
+    pub reserve: u64,
+    /// Arena offsets are multiples of this (bytes).
+    pub align: u64,
+    /// Effort of the arena allocator.
+    pub effort: Effort,
+    /// Planner worker threads (`None`: all cores); results do not depend on it.
+    pub workers: Option<usize>,
+}
+
+impl FitOptions {
+    /// Heuristic allocation, 256-byte alignment, no reserve.
+    pub fn new(memory: u64) -> FitOptions {
+        FitOptions {
+            memory,
+            reserve: 0,
+            align: 256,
+            effort: Effort::FAST,
+            workers: None,
+        }
+    }
+
+    /// `memory - reserve`: what arena plus persistent bytes must fit in.
+    pub fn limit(&self) -> u64 {
+        self.memory.saturating_sub(self.reserve)
+    }
+}
+
+/// Why a fit search could not run.
+#[derive(Debug, Error)]
+pub enum FitError {
+    #[error(transparent)]
+    Rescale(#[from] RescaleError),
+    #[error("batch {batch}, strategy {strategy}: {source}")]
+    Plan {
+        batch: u64,
+        strategy: String,
+        source: PlanError,
+    },
+    #[error("batch {batch}: the arena allocator failed: {source}")]
+    Alloc { batch: u64, source: AllocError },
+}
+
+/// One batch tried under one strategy.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Probe {
+    pub batch: u64,
+    pub fits: bool,
+    /// Peak of the plan (persistent bytes included); when no plan met the budget, the
+    /// lowest peak the planner reached; when the lower bound already exceeds the limit, it.
+    pub peak: u64,
+    /// Arena of the plan's lifetimes (0 when no plan was made).
+    pub arena: u64,
+    pub persistent: u64,
+    /// Recompute cost over the cost of one unplanned step.
+    pub recompute_share: f64,
+    /// Wall time of planning and allocation (all tries).
+    pub plan_seconds: f64,
+    /// Why it does not fit, when it does not.
+    pub note: Option<String>,
+}
+
+/// The answer for one strategy.
+#[derive(Clone, Debug, Serialize)]
+pub struct StrategyFit {
+    pub strategy: String,
+    pub options: PlanOptions,
+    /// The largest batch that fits (0: not even batch 1).
+    pub batch: u64,
+    /// The probe of `batch` (none when it is 0).
+    pub fitting: Option<Probe>,
+    /// The probe of `batch + 1`, which does not fit.
+    pub next: Probe,
+    /// Every batch probed, in increasing order.
+    pub probes: Vec<Probe>,
+    /// Probed batches that fit although a smaller probed batch did not.
+    pub non_monotone: Vec<u64>,
+    pub search_seconds: f64,
+}
+
+/// The whole answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct FitReport {
+    pub graph: Option<String>,
+    /// The batch of the given graph.
+    pub graph_batch: u64,
+    pub memory: u64,
+    pub reserve: u64,
+    pub limit: u64,
+    pub persistent_bytes: u64,
+    /// The largest batch whose per-op lower bound fits: no plan passes it.
+    pub lower_bound_batch: u64,
+    /// The lower bound at `lower_bound_batch + 1` (above the limit).
+    pub lower_bound_next: u64,
+    pub strategies: Vec<StrategyFit>,
+}
+
+/// Searches the largest fitting batch for each strategy's options (their `budget` is
+/// replaced by the limit).
+pub fn fit(
+    graph: &Graph,
+    strategies: &[PlanOptions],
+    opts: &FitOptions,
+    observe: &mut dyn FnMut(&str, &Probe),
+) -> Result<FitReport, FitError> {
+    let graph_batch = rescale::batch_size(graph)?;
+    let (lower_bound_batch, lower_bound_next) = lower_bound_limit(graph, opts.limit())?;
+    let mut start = 1;
+    let mut results = Vec::new();
+    for plan_opts in strategies {
+        let mut tried = |b: u64| -> Result<Probe, FitError> {
+            let p = probe(graph, b, plan_opts, opts)?;
+            observe(plan_opts.strategy.as_str(), &p);
+            Ok(p)
+        };
+        let t0 = Instant::now();
+        let found = search(&mut tried, start.clamp(1, lower_bound_batch.max(1)))?;
+        let sf = summarise(plan_opts, found, t0.elapsed().as_secs_f64());
+        start = sf.batch.max(1);
+        results.push(sf);
+    }
+    Ok(FitReport {
+        graph: graph.name().map(str::to_string),
+        graph_batch,
+        memory: opts.memory,
+        reserve: opts.reserve,
+        limit: opts.limit(),
+        persistent_bytes: graph.persistent_bytes(),
+        lower_bound_batch,
+        lower_bound_next,
+        strategies: results,
+    })
+}
+
+/// The largest batch whose per-op lower bound is at most `limit` (0 if none), and the bound
+/// one batch above it.
+pub fn lower_bound_limit(graph: &Graph, limit: u64) -> Result<(u64, u64), FitError> {
+    let bound = |b: u64| -> Result<Option<u64>, FitError> {
+        match rescale::rescale(graph, b) {
+            Ok(g) => Ok(Some(g.lower_bound().bytes)),
+            Err(RescaleError::Overflow { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let fits = |b: u64| -> Result<bool, FitError> { Ok(bound(b)?.is_some_and(|x| x <= limit)) };
+    if !fits(1)? {
+        return Ok((0, bound(1)?.unwrap_or(u64::MAX)));
+    }
+    let (mut lo, mut hi) = (1u64, 2u64);
+    while fits(hi)? {
+        lo = hi;
+        hi = hi.saturating_mul(2);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((lo, bound(lo + 1)?.unwrap_or(u64::MAX)))
+}
+
+/// Plans `graph` at `batch` under `plan_opts` (budget: the limit) and packs the arena.
+pub fn probe(
+    graph: &Graph,
+    batch: u64,
+    plan_opts: &PlanOptions,
+    opts: &FitOptions,
+) -> Result<Probe, FitError> {
+    let g = rescale::rescale(graph, batch)?;
+    let limit = opts.limit();
+    let persistent = g.persistent_bytes();
+    let mut p = Probe {
+        batch,
+        fits: false,
+        peak: 0,
+        arena: 0,
+        persistent,
+        recompute_share: 0.0,
+        plan_seconds: 0.0,
+        note: None,
+    };
+    let lb = g.lower_bound().bytes;
+    if lb > limit {
+        p.peak = lb;
+        p.note = Some("the per-op lower bound exceeds the limit".into());
+        return Ok(p);
+    }
+    let t0 = Instant::now();
+    let mut budget = limit;
+    for _ in 0..3 {
+        let o = PlanOptions {
+            budget: Some(budget),
+            ..plan_opts.clone()
+        };
+        let run = RunConfig {
+            workers: opts.workers,
+            progress: None,
+        };
+        let plan = match sgc_plan::plan(&g, &o, &run) {
+            Ok(plan) => plan,
+            Err(PlanError::BudgetNotMet { best_peak, .. }) => {
+                if p.arena == 0 {
+                    p.peak = best_peak;
+                    p.note = Some("no plan's peak fits the limit".into());
+                }
+                break;
+            }
+            Err(PlanError::BudgetBelowLowerBound { .. }) => break,
+            Err(source) => {
+                return Err(FitError::Plan {
+                    batch,
+                    strategy: o.strategy.to_string(),
+                    source,
+                })
+            }
+        };
+        let buffers: Vec<Buffer> = plan
+            .lifetimes
+            .iter()
+            .map(|l| Buffer {
+                lower: l.first_step as u64,
+                upper: l.last_step as u64 + 1,
+                size: l.bytes,
+            })
+            .collect();
+        let alloc_opts = AllocOptions {
+            align: opts.align,
+            effort: opts.effort,
+            in_place: Vec::new(),
+        };
+        let placement = alloc::allocate(&buffers, &alloc_opts)
+            .map_err(|source| FitError::Alloc { batch, source })?;
+        p.peak = plan.summary.planned_peak;
+        p.arena = placement.arena;
+        p.recompute_share = plan.summary.recompute_share;
+        let total = placement.arena.saturating_add(persistent);
+        p.fits = total <= limit;
+        p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());
+        // Only a budget-aware planner can answer a lower budget with another plan.
+        let budget_aware = matches!(
+            o.strategy,
+            sgc_plan::Strategy::Sublinear | sgc_plan::Strategy::Dtr
+        );
+        if p.fits || !budget_aware || budget <= lb {
+            break;
+        }
+        // The peak must drop by the overshoot for the arena to have a chance.
+        budget = p.peak.saturating_sub(total - limit).max(lb);
+    }
+    p.plan_seconds = t0.elapsed().as_secs_f64();
+    Ok(p)
+}
+
+type Probes = BTreeMap<u64, Probe>;
+
+/// Galloping then bisection; returns the largest batch seen to fit whose successor was
+/// seen not to (0 when batch 1 does not fit), and every probe made.
+fn search(
+    tried: &mut dyn FnMut(u64) -> Result<Probe, FitError>,
+    start: u64,
+) -> Result<(u64, Probes), FitError> {
+    let mut probes = Probes::new();
+    let mut at = |b: u64, probes: &mut Probes| -> Result<bool, FitError> {
+        if let Some(p) = probes.get(&b) {
+            return Ok(p.fits);
+        }
+        let p = tried(b)?;
+        let fits = p.fits;
+        probes.insert(b, p);
+        Ok(fits)
+    };
+    let (mut lo, mut hi);
+    if at(start, &mut probes)? {
+        lo = start;
+        hi = start.saturating_mul(2);
+        while at(hi, &mut probes)? {
+            lo = hi;
+            hi = hi.saturating_mul(2);
+        }
+    } else {
+        hi = start;
+        lo = start / 2;
+        while lo > 0 && !at(lo, &mut probes)? {
+            hi = lo;
+            lo /= 2;
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if at(mid, &mut probes)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok((lo, probes))
+}
+
+/// The answer for one strategy from the search's result.
+fn summarise(plan_opts: &PlanOptions, found: (u64, Probes), seconds: f64) -> StrategyFit {
+    let (batch, probes) = found;
+    let mut smallest_fail = u64::MAX;
+    let mut non_monotone = Vec::new();
+    for (&b, p) in &probes {
+        if !p.fits {
+            smallest_fail = smallest_fail.min(b);
+        } else if b > smallest_fail {
+            non_monotone.push(b);
+        }
+    }
+    StrategyFit {
+        strategy: plan_opts.strategy.to_string(),
+        options: plan_opts.clone(),
+        batch,
+        fitting: probes.get(&batch).cloned(),
+        next: probes[&(batch + 1)].clone(),
+        probes: probes.into_values().collect(),
+        non_monotone,
+        search_seconds: seconds,
+    }
+}

@@ -1,0 +1,156 @@
+//! `sgc::fit`: the reported batch fits and the next one does not (probed afresh, same
+//! options), no strategy passes the lower-bound limit, memory below the persistent bytes
+//! fits nothing, and the CLI prints the same answer as JSON.
+
+use sgc::fit::{fit, lower_bound_limit, probe, FitOptions, FitReport};
+use sgc::ir::{format, rescale, Graph};
+use sgc::plan::{PlanOptions, Strategy};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn zoo_file(name: &str) -> Graph {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("graphs/{name}.json"));
+    format::load(path).unwrap()
+}
+
+fn strategies() -> Vec<PlanOptions> {
+    [Strategy::None, Strategy::ChenSqrt, Strategy::Sublinear]
+        .into_iter()
+        .map(|strategy| PlanOptions {
+            strategy,
+            genetic_iters: 2,
+            ..PlanOptions::default()
+        })
+        .collect()
+}
+
+fn run_fit(g: &Graph, opts: &FitOptions) -> FitReport {
+    fit(g, &strategies(), opts, &mut |_, _| {}).unwrap()
+}
+
+/// Memory that an unplanned step at `batch` just fits (arena plus persistent bytes).
+fn memory_for(g: &Graph, batch: u64, align: u64) -> u64 {
+    let mut opts = FitOptions::new(u64::MAX / 4);
+    opts.align = align;
+    let none = PlanOptions {
+        strategy: Strategy::None,
+        ..PlanOptions::default()
+    };
+    let p = probe(g, batch, &none, &opts).unwrap();
+    p.arena + p.persistent
+}
+
+fn assert_monotone_answer(g: &Graph, opts: &FitOptions, report: &FitReport, what: &str) {
+    for (sf, plan_opts) in report.strategies.iter().zip(strategies()) {
+        let b = sf.batch;
+        if b > 0 {
+            let at = probe(g, b, &plan_opts, opts).unwrap();
+            assert!(
+                at.fits,
+                "{what} {}: batch {b} reported but does not fit",
+                sf.strategy
+            );
+            assert!(at.arena + at.persistent <= opts.limit(), "{what}");
+            let mut reported = sf.fitting.clone().unwrap();
+            reported.plan_seconds = at.plan_seconds; // the one figure that is wall time
+            assert_eq!(reported, at, "{what}: not deterministic");
+        }
+        let next = probe(g, b + 1, &plan_opts, opts).unwrap();
+        assert!(
+            !next.fits,
+            "{what} {}: batch {} fits too",
+            sf.strategy,
+            b + 1
+        );
+        assert!(b <= report.lower_bound_batch, "{what}: past the bound");
+    }
+}
+
+#[test]
+fn reported_batches_fit_and_the_next_ones_do_not() {
+    for (name, target) in [("tiny_cnn", 9), ("tiny_mlp", 40), ("tiny_transformer", 5)] {
+        let g = zoo_file(name);
+        for (align, reserve) in [(256, 0), (1, 2048)] {
+            let mut opts = FitOptions::new(memory_for(&g, target, align) + reserve);
+            opts.align = align;
+            opts.reserve = reserve;
+            let report = run_fit(&g, &opts);
+            let none = &report.strategies[0];
+            assert_eq!(none.strategy, "none");
+            assert!(none.batch >= target, "{name}: none fits {}", none.batch);
+            assert_monotone_answer(&g, &opts, &report, name);
+        }
+    }
+}
+
+#[test]
+fn the_lower_bound_limit_is_exact() {
+    let g = zoo_file("tiny_cnn");
+    let limit = 40 << 10;
+    let (b, next) = lower_bound_limit(&g, limit).unwrap();
+    let at = |n: u64| rescale::rescale(&g, n).unwrap().lower_bound().bytes;
+    assert!(b > 1);
+    assert!(at(b) <= limit);
+    assert_eq!(at(b + 1), next);
+    assert!(next > limit);
+}
+
+#[test]
+fn memory_below_the_persistent_bytes_fits_nothing() {
+    let g = zoo_file("tiny_mlp");
+    let opts = FitOptions::new(g.persistent_bytes() / 2);
+    let report = run_fit(&g, &opts);
+    assert_eq!(report.lower_bound_batch, 0);
+    for sf in &report.strategies {
+        assert_eq!(sf.batch, 0, "{}", sf.strategy);
+        assert!(sf.fitting.is_none());
+        assert_eq!(sf.next.batch, 1);
+        assert!(!sf.next.fits);
+    }
+}
+
+#[test]
+fn a_graph_that_cannot_be_rescaled_is_an_error() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/torch_tiny_resnet.json");
+    let g = sgc::ir::load_any(path).unwrap();
+    let err = fit(&g, &strategies(), &FitOptions::new(1 << 30), &mut |_, _| {}).unwrap_err();
+    assert!(
+        err.to_string().contains("aten.convolution.default"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_reports_the_same_answer_as_json() {
+    let g = zoo_file("tiny_cnn");
+    let memory = memory_for(&g, 6, 256);
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "--json", "--genetic-iters", "2", "--memory"])
+        .arg(memory.to_string())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let report = run_fit(&g, &FitOptions::new(memory));
+    for (i, sf) in report.strategies.iter().enumerate() {
+        assert_eq!(json["strategies"][i]["strategy"], sf.strategy.as_str());
+        assert_eq!(json["strategies"][i]["batch"], sf.batch);
+    }
+    assert_eq!(json["lower_bound_batch"], report.lower_bound_batch);
+    let table = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "--strategy", "none", "--memory"])
+        .arg(memory.to_string())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = format!("{:<11} {:>7}", "none", report.strategies[0].batch);
+    assert!(text.contains(&row), "{text}");
+    assert!(text.contains("per-op lower bound: batch"), "{text}");
+}

@@ -1,0 +1,241 @@
+//! `sgc_ir::rescale`: the same batch gives the same graph, another batch gives what the
+//! builder makes at that batch, element counts scale exactly, rescaled graphs plan and
+//! verify, and graphs that cannot be rescaled are refused naming the op or tensor.
+
+use sgc::ir::rescale::{batch_axes, batch_size, rescale, RescaleError};
+use sgc::ir::{format, zoo, Graph, GraphDef};
+use sgc::plan::{PlanOptions, Strategy};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn zoo_file(name: &str) -> Graph {
+    format::load(root().join("graphs").join(format!("{name}.json"))).unwrap()
+}
+
+fn zoo_files() -> Vec<(String, Graph)> {
+    let mut names: Vec<String> = std::fs::read_dir(root().join("graphs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|f| f.strip_suffix(".json").map(str::to_string))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| (n.clone(), zoo_file(&n)))
+        .collect()
+}
+
+#[test]
+fn rescaling_to_the_own_batch_gives_an_identical_graph() {
+    for (name, g) in zoo_files() {
+        let b = batch_size(&g).unwrap();
+        let same = rescale(&g, b).unwrap();
+        assert!(same == g, "{name}: rescale to its own batch {b} changed it");
+        assert_eq!(format::to_string(&same), format::to_string(&g), "{name}");
+    }
+}
+
+#[test]
+fn rescaled_zoo_graphs_equal_the_builder_at_the_new_batch() {
+    for model in zoo::models() {
+        let g = (model.build)();
+        assert_eq!(batch_size(&g).unwrap(), model.batch, "{}", model.name);
+        for batch in [1, 3, model.batch + 5] {
+            let scaled = rescale(&g, batch).unwrap();
+            let built = (model.build_at)(batch);
+            assert_eq!(
+                format::to_string(&scaled),
+                format::to_string(&built),
+                "{} at batch {batch}",
+                model.name
+            );
+        }
+    }
+}
+
+/// Every batch-dependent tensor's element count scales by new/old, bytes overrides too;
+/// every other tensor keeps its shape; flops of batch-touching ops scale, others do not.
+#[test]
+fn batch_dependent_element_counts_scale_exactly() {
+    for name in ["tiny_mlp", "tiny_cnn", "tiny_transformer", "mlp", "unet"] {
+        let g = zoo_file(name);
+        let old = batch_size(&g).unwrap();
+        let axes = batch_axes(&g).unwrap();
+        let new = old * 3 + 1;
+        let s = rescale(&g, new).unwrap();
+        let mut dependent = 0;
+        for t in g.tensor_ids() {
+            let (n0, n1) = (u128::from(g.numel(t)), u128::from(s.numel(t)));
+            if axes[t.index()].is_some() {
+                dependent += 1;
+                assert_eq!(n1 * u128::from(old), n0 * u128::from(new), "{name}");
+            } else {
+                assert_eq!(g.tensor(t).shape, s.tensor(t).shape, "{name}");
+            }
+        }
+        assert!(dependent > g.num_tensors() / 3, "{name}: too few scaled");
+        for o in g.op_ids() {
+            let (f0, f1) = (g.op(o).flops.unwrap(), s.op(o).flops.unwrap());
+            let touches = g
+                .op(o)
+                .inputs
+                .iter()
+                .chain(&g.op(o).outputs)
+                .any(|t| axes[t.index()].is_some());
+            let expected = if touches {
+                f0 * new as f64 / old as f64
+            } else {
+                f0
+            };
+            assert!((f1 - expected).abs() <= 1e-9 * expected.max(1.0), "{name}");
+        }
+        assert_eq!(s.persistent_bytes(), g.persistent_bytes(), "{name}");
+        let meta = s.meta().unwrap();
+        assert_eq!(meta["batch_size"].as_u64(), Some(new));
+    }
+}
+
+#[test]
+fn rescaled_graphs_plan_and_verify() {
+    for name in ["tiny_cnn", "tiny_transformer", "tiny_mlp"] {
+        let g = rescale(&zoo_file(name), 7).unwrap();
+        for strategy in [Strategy::None, Strategy::ChenSqrt, Strategy::Sublinear] {
+            let opts = PlanOptions {
+                strategy,
+                genetic_iters: 2,
+                ..PlanOptions::default()
+            };
+            let plan = sgc::plan::plan(&g, &opts, &Default::default()).unwrap();
+            let verified = sgc::plan::verify(&g, &plan).unwrap();
+            assert_eq!(verified.peak_bytes, plan.summary.planned_peak, "{name}");
+        }
+    }
+}
+
+fn def_of(name: &str) -> GraphDef {
+    zoo_file(name).to_def()
+}
+
+#[test]
+fn a_graph_without_batch_dim_is_refused() {
+    let mut def = def_of("tiny_mlp");
+    for t in &mut def.tensors {
+        t.batch_dim = None;
+    }
+    let g = Graph::from_def(def).unwrap();
+    assert_eq!(rescale(&g, 2).unwrap_err(), RescaleError::NoBatchDim);
+    assert_eq!(
+        rescale(&zoo_file("tiny_mlp"), 0).unwrap_err(),
+        RescaleError::ZeroBatch
+    );
+}
+
+#[test]
+fn an_unknown_op_type_on_the_batch_path_is_named() {
+    let mut def = def_of("tiny_mlp");
+    let op = def.ops.iter_mut().find(|o| o.op == "relu").unwrap();
+    op.op = "my_relu".into();
+    let name = op.name.clone();
+    let g = Graph::from_def(def).unwrap();
+    let err = rescale(&g, 2).unwrap_err();
+    assert_eq!(
+        err,
+        RescaleError::UnknownOp {
+            op: name,
+            op_type: "my_relu".into()
+        }
+    );
+    let torch = sgc::ir::load_any(root().join("tests/fixtures/torch_tiny_resnet.json")).unwrap();
+    let msg = rescale(&torch, 4).unwrap_err().to_string();
+    assert!(msg.contains("aten.convolution.default"), "{msg}");
+}
+
+#[test]
+fn an_unknown_op_off_the_batch_path_is_fine() {
+    // An op that reads only parameters may have any type: the rescaler never looks at it.
+    let mut def = def_of("tiny_mlp");
+    let upd = def.ops.iter_mut().find(|o| o.op == "sgd_update").unwrap();
+    upd.op = "adam_update".into();
+    let g = Graph::from_def(def).unwrap();
+    let s = rescale(&g, 9).unwrap();
+    assert_eq!(batch_size(&s).unwrap(), 9);
+}
+
+#[test]
+fn the_batch_on_a_channel_axis_is_refused_naming_the_op() {
+    let mut def = def_of("tiny_cnn");
+    let images = def.tensors.iter_mut().find(|t| t.name == "images").unwrap();
+    images.batch_dim = Some(1); // shape [2, 3, 8, 8]: "batch" 3 on the channel axis
+    let labels = def.tensors.iter_mut().find(|t| t.name == "labels").unwrap();
+    labels.batch_dim = None;
+    def.meta = None;
+    let g = Graph::from_def(def).unwrap();
+    match rescale(&g, 4).unwrap_err() {
+        RescaleError::Unsupported { op, op_type, .. } => {
+            assert_eq!((op.as_str(), op_type.as_str()), ("conv1", "conv2d"))
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
+
+#[test]
+fn bytes_overrides_scale_only_when_exact() {
+    let mut def = def_of("tiny_mlp"); // batch 4
+    let x = def.tensors.iter_mut().find(|t| t.name == "x").unwrap();
+    x.bytes = Some(130);
+    let g = Graph::from_def(def).unwrap();
+    let s = rescale(&g, 8).unwrap();
+    let x = s.tensor_by_name("x").unwrap();
+    assert_eq!(s.tensor(x).bytes_override, Some(260));
+    assert!(matches!(
+        rescale(&g, 3).unwrap_err(),
+        RescaleError::BytesOverride { ref tensor, bytes: 130, from: 4, to: 3 } if tensor == "x"
+    ));
+}
+
+#[test]
+fn inputs_that_disagree_on_the_batch_are_refused() {
+    let mut def = def_of("tiny_mlp");
+    let labels = def.tensors.iter_mut().find(|t| t.name == "labels").unwrap();
+    labels.shape = vec![5];
+    // Keep the graph valid for the loader; the batch mismatch is the rescaler's to find.
+    let g = Graph::from_def(def).unwrap();
+    assert!(matches!(
+        batch_size(&g).unwrap_err(),
+        RescaleError::InconsistentBatch { ref tensor, found: 5, expected: 4, .. } if tensor == "labels"
+    ));
+}
+
+#[test]
+fn cli_writes_a_graph_at_the_new_batch() {
+    let dir = std::env::temp_dir().join(format!("sgc-rescale-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("tiny_cnn_b5.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["rescale", "--batch", "5", "-o"])
+        .arg(&out)
+        .arg(root().join("graphs/tiny_cnn.json"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let g = format::load(&out).unwrap();
+    assert_eq!(batch_size(&g).unwrap(), 5);
+    let bad = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["rescale", "--batch", "5", "-o"])
+        .arg(dir.join("never.json"))
+        .arg(root().join("tests/fixtures/torch_tiny_resnet.json"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("stem.0:convolution"), "{err}");
+    assert!(!dir.join("never.json").exists());
+}
