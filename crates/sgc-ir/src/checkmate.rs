@@ -13,6 +13,7 @@
 //! own model, so a node nothing reads is freed right after it is made.
 
 use crate::error::GraphError;
+use crate::format::{missing, wrong};
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase};
 use serde_json::{Map, Value};
@@ -229,20 +230,5 @@ fn scalar_key(v: &Value) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-fn missing(ctx: &str, field: &str) -> GraphError {
-    GraphError::MissingField {
-        context: ctx.to_string(),
-        field: field.to_string(),
-    }
-}
-
-fn wrong(ctx: &str, field: &str, expected: &str) -> GraphError {
-    GraphError::WrongType {
-        context: ctx.to_string(),
-        field: field.to_string(),
-        expected: expected.to_string(),
     }
 }

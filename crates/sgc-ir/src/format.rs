@@ -381,14 +381,14 @@ fn string_list(
         .collect()
 }
 
-fn missing(ctx: &str, field: &str) -> GraphError {
+pub(crate) fn missing(ctx: &str, field: &str) -> GraphError {
     GraphError::MissingField {
         context: ctx.to_string(),
         field: field.to_string(),
     }
 }
 
-fn wrong(ctx: &str, field: &str, expected: &str) -> GraphError {
+pub(crate) fn wrong(ctx: &str, field: &str, expected: &str) -> GraphError {
     GraphError::WrongType {
         context: ctx.to_string(),
         field: field.to_string(),
