@@ -2,10 +2,10 @@
 //! improve the heuristics' best arena.
 //!
 //! # Decision problem
-//! "Do the buffers fit in capacity `C`?" Time is cut into *sections* between consecutive
-//! distinct lifetime endpoints; each buffer covers a range of sections. Where no buffer
-//! crosses a section boundary the instance splits into independent *partitions*, solved
-//! one after the other.
+//! "Do the buffers fit in capacity `C`?" Time is compressed into *sections* between
+//! consecutive distinct lifetime endpoints; each buffer covers a range of sections. Where no
+//! buffer crosses a section boundary the instance splits into independent *partitions*,
+//! solved one after the other.
 //!
 //! # Canonical search
 //! Any placement can be pushed down until every buffer rests on a time-overlapping buffer
@@ -15,24 +15,36 @@
 //! (offset, preorder rank) to be non-decreasing along a branch (one canonical order per
 //! placement). Pruning:
 //! - dominance: a candidate whose offset is at or above the lowest *end* any unplaced
-//!   buffer could reach would leave a gap that buffer could fill; skip it;
-//! - section bound: in every section, `max(offset, floor) + unplaced sizes <= C`, where the
-//!   floor is the top of the placed buffers there, raised to the lowest minimum offset of
-//!   the section's unplaced buffers.
+//!   buffer could reach would leave a gap that buffer could fill; skip it and every later
+//!   candidate;
+//! - symmetry: buffers with the same lifetime and size are placed in index order;
+//! - section inference: in every section, `floor + unplaced sizes <= C`, where the floor
+//!   is the highest of: the top of the placed buffers there, the offset of the last
+//!   placement (later ones never go lower), and the lowest minimum offset among the
+//!   section's unplaced buffers;
+//! - dynamic decomposition: after each placement the unplaced buffers of the branch split
+//!   into groups whose section ranges do not overlap; the groups no longer interact, so
+//!   they are solved one after the other, and a group without solution fails the whole
+//!   node at once (no other ordering of the other groups is tried).
+//!
+//! Nodes are cheap: a placement changes a few arrays and logs the old values on a trail,
+//! undone on backtrack; a node sorts only its own group's buffers.
 //!
 //! Candidates are tried by (minimum offset, preorder rank). Three preorders (by section
 //! total, section count and area in MiniMalloc's letters "TCA", "CAT", "TAC") run round
 //! robin with doubling work limits, so whichever suits the instance finishes first.
 //!
 //! # Optimisation
-//! [`improve`] first asks for the lower bound (an eighth of the budget), then bisects between the lowest capacity not
-//! yet ruled out and the best arena found, each attempt with a share of the work budget.
-//! The budget counts work (each node costs the number of buffers it orders), never time.
+//! [`improve`] first asks for the lower bound (half of the budget: a success proves
+//! optimality), then bisects between the lowest capacity not yet ruled out and the best
+//! arena found, each attempt with half of the work left. The budget counts work (each node
+//! costs the number of buffers in its group), never time.
 
 use super::instance::Instance;
 use super::Effort;
 
 const UNPLACED: u64 = u64::MAX;
+const NONE: u32 = u32::MAX;
 
 /// A better placement (units) than `incumbent` of arena `arena`, if the search finds one.
 pub(crate) fn improve(
@@ -45,22 +57,34 @@ pub(crate) fn improve(
     if effort.search_work == 0 || active > effort.search_max_buffers || arena <= inst.lb {
         return None;
     }
+    // The search recurses once per placed buffer: give it a stack that fits every depth.
+    let stack = (1 << 20) + active * 4096;
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sgc-alloc-search".into())
+            .stack_size(stack)
+            .spawn_scoped(scope, || optimise(inst, incumbent, arena, effort))
+            .ok()?
+            .join()
+            .ok()?
+    })
+}
+
+/// The capacity schedule: the bound first, then bisection.
+fn optimise(inst: &Instance, incumbent: &[u64], arena: u64, effort: Effort) -> Option<Vec<u64>> {
     let mut solver = Solver::new(inst);
     let (mut best, mut best_arena) = (incumbent.to_vec(), arena);
     let (mut lo, mut work_left) = (inst.lb, effort.search_work);
     let mut improved = false;
     let mut first = true;
     while best_arena > lo && work_left > 0 {
-        // The bound itself first, on a small share (a success proves optimality), then
-        // bisection, each attempt on half of what is left.
-        let (cap, budget) = if first {
-            (lo, work_left / 8)
+        let cap = if first {
+            lo
         } else {
-            (lo + (best_arena - lo) / 2, work_left / 2)
+            lo + (best_arena - lo) / 2
         };
         first = false;
-        let budget = budget.max(1);
-        let (outcome, used) = solver.solve(cap, budget);
+        let (outcome, used) = solver.solve(cap, (work_left / 2).max(1));
         work_left = work_left.saturating_sub(used);
         match outcome {
             Outcome::Found => {
@@ -84,47 +108,40 @@ enum Outcome {
     Aborted,
 }
 
-/// A contiguous range of sections and the buffers living in it.
-struct Partition {
-    sections: std::ops::Range<usize>,
-    buffers: Vec<u32>,
-}
-
-/// One entry of a node's candidate list: (minimum offset, preorder rank, buffer).
+/// One candidate of a node: (minimum offset, preorder rank, buffer).
 type Entry = (u64, u32, u32);
 
-/// A node of the depth-first search.
-struct Frame {
-    ordering: Vec<Entry>,
-    cursor: usize,
-    /// Offsets at or above this leave a gap some unplaced buffer could fill.
-    min_height: u64,
-    /// (offset, rank) of the buffer placed to reach this node.
-    last: (u64, u32),
-    /// The child placement to undo when coming back: (buffer, offset log, floor log).
-    placed: Option<(u32, usize, usize)>,
+/// A change to undo on backtrack: which array, which index, the old value.
+#[derive(Clone, Copy)]
+enum Undo {
+    Offset(u32),
+    MinOff(u32, u64),
+    Section(u32, u64, u64),
 }
 
 struct Solver<'a> {
     inst: &'a Instance,
     overlaps: Vec<Vec<u32>>,
     /// Section range [first, end) of each buffer.
-    span: Vec<(usize, usize)>,
-    members: Vec<Vec<u32>>,
-    partitions: Vec<Partition>,
+    span: Vec<(u32, u32)>,
+    /// The non-empty buffers of each partition, by first section.
+    partitions: Vec<Vec<u32>>,
     /// Preorder rank of each buffer, per heuristic.
     ranks: Vec<Vec<u32>>,
+    /// The previous buffer (by index) with the same lifetime and size, or `NONE`.
+    twin: Vec<u32>,
     initial_total: Vec<u64>,
     // Search state.
     cap: u64,
     offsets: Vec<u64>,
     min_off: Vec<u64>,
+    /// Highest end of the placed buffers in each section.
     floor: Vec<u64>,
+    /// Summed size of the unplaced buffers in each section.
     total: Vec<u64>,
-    offset_log: Vec<(u32, u64)>,
-    floor_log: Vec<(u32, u64)>,
-    stamp: Vec<u32>,
-    epoch: u32,
+    /// Scratch: lowest minimum offset of the unplaced buffers of each section.
+    low: Vec<u64>,
+    trail: Vec<Undo>,
     work: u64,
     limit: u64,
 }
@@ -139,8 +156,8 @@ impl<'a> Solver<'a> {
         times.sort_unstable();
         times.dedup();
         let sections = times.len().saturating_sub(1);
-        let index = |t: u64| times.binary_search(&t).unwrap_or(0);
-        let span: Vec<(usize, usize)> = (0..n)
+        let index = |t: u64| times.binary_search(&t).unwrap_or(0) as u32;
+        let span: Vec<(u32, u32)> = (0..n)
             .map(|i| {
                 if inst.w[i] == 0 {
                     (0, 0)
@@ -149,22 +166,19 @@ impl<'a> Solver<'a> {
                 }
             })
             .collect();
-        let mut members = vec![Vec::new(); sections];
         let mut total = vec![0u64; sections];
         for (i, &(a, b)) in span.iter().enumerate() {
-            for s in a..b {
-                members[s].push(i as u32);
-                total[s] += inst.w[i];
+            for t in &mut total[a as usize..b as usize] {
+                *t += inst.w[i];
             }
         }
-        let partitions = partitions(&span, sections);
         let ranks = preorders(inst, &span, &total);
         Solver {
             inst,
             overlaps: inst.overlap_lists(),
+            partitions: partitions(&span, sections),
+            twin: twins(inst),
             span,
-            members,
-            partitions,
             ranks,
             initial_total: total.clone(),
             cap: 0,
@@ -172,10 +186,8 @@ impl<'a> Solver<'a> {
             min_off: vec![0; n],
             floor: vec![0; sections],
             total,
-            offset_log: Vec::new(),
-            floor_log: Vec::new(),
-            stamp: vec![0; sections],
-            epoch: 0,
+            low: vec![0; sections],
+            trail: Vec::new(),
             work: 0,
             limit: 0,
         }
@@ -186,12 +198,12 @@ impl<'a> Solver<'a> {
     /// holds the placement.
     fn solve(&mut self, cap: u64, budget: u64) -> (Outcome, u64) {
         let mut used = 0u64;
-        let mut limit = 2 * self.inst.len() as u64;
+        let mut limit = 16 * self.inst.len() as u64;
         loop {
             for h in 0..self.ranks.len() {
                 let this = limit.min(budget - used);
                 let outcome = self.solve_all(cap, h, this);
-                used += self.work;
+                used += self.work.min(this);
                 if outcome != Outcome::Aborted || used >= budget {
                     return (outcome, used);
                 }
@@ -202,15 +214,13 @@ impl<'a> Solver<'a> {
 
     fn reset(&mut self, cap: u64, limit: u64) {
         self.cap = cap;
-        self.offsets.iter_mut().for_each(|o| *o = UNPLACED);
-        for (i, &w) in self.inst.w.iter().enumerate() {
-            if w == 0 {
-                self.offsets[i] = 0;
-            }
+        for (o, &w) in self.offsets.iter_mut().zip(&self.inst.w) {
+            *o = if w == 0 { 0 } else { UNPLACED };
         }
         self.min_off.iter_mut().for_each(|m| *m = 0);
         self.floor.iter_mut().for_each(|f| *f = 0);
         self.total.clone_from(&self.initial_total);
+        self.trail.clear();
         self.work = 0;
         self.limit = limit;
     }
@@ -218,7 +228,9 @@ impl<'a> Solver<'a> {
     fn solve_all(&mut self, cap: u64, h: usize, limit: u64) -> Outcome {
         self.reset(cap, limit);
         for p in 0..self.partitions.len() {
-            let outcome = self.solve_partition(p, h);
+            let set = std::mem::take(&mut self.partitions[p]);
+            let outcome = self.search(&set, (0, 0), h);
+            self.partitions[p] = set;
             if outcome != Outcome::Found {
                 return outcome;
             }
@@ -226,198 +238,176 @@ impl<'a> Solver<'a> {
         Outcome::Found
     }
 
-    fn solve_partition(&mut self, p: usize, h: usize) -> Outcome {
-        let root: Vec<Entry> = self.partitions[p]
-            .buffers
-            .iter()
-            .map(|&i| (0, self.ranks[h][i as usize], i))
-            .collect();
-        let mut stack = vec![self.frame(root, (0, 0))];
-        while let Some(top) = stack.last_mut() {
-            if let Some(placed) = top.placed.take() {
-                self.undo(placed);
-            }
-            let Some((off, rank, i)) = next_candidate(top) else {
-                stack.pop();
-                continue;
-            };
-            let placed = self.place(i, off);
-            top.placed = Some(placed);
-            if !self.check(p, off) {
-                continue;
-            }
-            self.work += top.ordering.len() as u64;
-            if self.work > self.limit {
-                return Outcome::Aborted;
-            }
-            let child = self.child_ordering(&top.ordering);
-            if child.is_empty() {
-                return Outcome::Found;
-            }
-            let frame = self.frame(child, (off, rank));
-            stack.push(frame);
+    /// Places the buffers of `set` (unplaced, by first section, one connected group) after
+    /// `last` in canonical order. On `Found` the placement stays in the state.
+    fn search(&mut self, set: &[u32], last: (u64, u32), h: usize) -> Outcome {
+        if set.is_empty() {
+            return Outcome::Found;
         }
-        Outcome::Infeasible
-    }
-
-    fn frame(&self, ordering: Vec<Entry>, last: (u64, u32)) -> Frame {
-        let min_height = ordering
+        self.work += set.len() as u64;
+        if self.work > self.limit {
+            return Outcome::Aborted;
+        }
+        if !self.sections_fit(set, last.0) {
+            return Outcome::Infeasible;
+        }
+        let mut order: Vec<Entry> = set
+            .iter()
+            .map(|&i| (self.min_off[i as usize], self.ranks[h][i as usize], i))
+            .collect();
+        order.sort_unstable();
+        let min_height = order
             .iter()
             .map(|&(o, _, i)| o + self.inst.w[i as usize])
             .min()
             .unwrap_or(u64::MAX);
-        Frame {
-            ordering,
-            cursor: 0,
-            min_height,
-            last,
-            placed: None,
+        for &(off, rank, i) in &order {
+            if off >= min_height {
+                break;
+            }
+            let twin = self.twin[i as usize];
+            if (off, rank) < last || (twin != NONE && self.offsets[twin as usize] == UNPLACED) {
+                continue;
+            }
+            let mark = self.trail.len();
+            if self.place(i, off) {
+                let rest: Vec<u32> = set.iter().copied().filter(|&j| j != i).collect();
+                match self.search_groups(&rest, (off, rank), h) {
+                    Outcome::Found => return Outcome::Found,
+                    Outcome::Aborted => return Outcome::Aborted,
+                    Outcome::Infeasible => {}
+                }
+            }
+            self.undo(mark);
         }
+        Outcome::Infeasible
     }
 
-    /// The unplaced entries of `parent` with fresh minimum offsets, sorted.
-    fn child_ordering(&self, parent: &[Entry]) -> Vec<Entry> {
-        let mut child: Vec<Entry> = parent
+    /// Splits `rest` (by first section) into groups with disjoint section ranges and
+    /// solves each; the first group without solution decides.
+    fn search_groups(&mut self, rest: &[u32], last: (u64, u32), h: usize) -> Outcome {
+        let mut start = 0;
+        let mut end_section = 0;
+        for (k, &j) in rest.iter().enumerate() {
+            let (a, b) = self.span[j as usize];
+            if k > start && a >= end_section {
+                let outcome = self.search(&rest[start..k], last, h);
+                if outcome != Outcome::Found {
+                    return outcome;
+                }
+                start = k;
+            }
+            end_section = if k == start { b } else { end_section.max(b) };
+        }
+        self.search(&rest[start..], last, h)
+    }
+
+    /// The section bound over the sections of `set`, whose buffers all go at `off` or above.
+    fn sections_fit(&mut self, set: &[u32], off: u64) -> bool {
+        let lo = self.span[set[0] as usize].0 as usize;
+        let hi = set
             .iter()
-            .filter(|e| self.offsets[e.2 as usize] == UNPLACED)
-            .map(|&(_, r, i)| (self.min_off[i as usize], r, i))
-            .collect();
-        child.sort_unstable();
-        child
+            .map(|&j| self.span[j as usize].1)
+            .max()
+            .unwrap_or(0) as usize;
+        self.low[lo..hi].fill(u64::MAX);
+        for &j in set {
+            let (a, b) = self.span[j as usize];
+            let m = self.min_off[j as usize];
+            for l in &mut self.low[a as usize..b as usize] {
+                *l = (*l).min(m);
+            }
+        }
+        (lo..hi).all(|s| {
+            let floor = self.floor[s].max(self.low[s]).max(off);
+            self.total[s] == 0 || floor + self.total[s] <= self.cap
+        })
     }
 
-    /// Places buffer `i` at `off`, logging every change for [`Solver::undo`].
-    fn place(&mut self, i: u32, off: u64) -> (u32, usize, usize) {
-        let marks = (i, self.offset_log.len(), self.floor_log.len());
+    /// Places buffer `i` at `off`, logging every change. False when a section of `i`
+    /// overflows.
+    fn place(&mut self, i: u32, off: u64) -> bool {
         let iu = i as usize;
-        let top = off + self.inst.w[iu];
+        let w = self.inst.w[iu];
+        let top = off + w;
+        self.trail.push(Undo::Offset(i));
         self.offsets[iu] = off;
         for k in 0..self.overlaps[iu].len() {
             let j = self.overlaps[iu][k] as usize;
             if self.offsets[j] == UNPLACED && self.min_off[j] < top {
-                self.offset_log.push((j as u32, self.min_off[j]));
+                self.trail.push(Undo::MinOff(j as u32, self.min_off[j]));
                 self.min_off[j] = top;
             }
         }
         let (a, b) = self.span[iu];
-        for s in a..b {
-            self.floor_log.push((s as u32, self.floor[s]));
+        let mut fits = true;
+        for s in a as usize..b as usize {
+            self.trail
+                .push(Undo::Section(s as u32, self.floor[s], self.total[s]));
             self.floor[s] = top;
-            self.total[s] -= self.inst.w[iu];
+            self.total[s] -= w;
+            fits &= top + self.total[s] <= self.cap;
         }
-        self.raise_floors(marks.1);
-        marks
+        fits
     }
 
-    /// Raises the floor of every section touched by a buffer whose minimum offset changed
-    /// (since `from` in the offset log) to the lowest minimum offset of its unplaced buffers.
-    fn raise_floors(&mut self, from: usize) {
-        self.epoch = self.epoch.wrapping_add(1);
-        for k in from..self.offset_log.len() {
-            let j = self.offset_log[k].0 as usize;
-            let (a, b) = self.span[j];
-            for s in a..b {
-                if self.stamp[s] == self.epoch {
-                    continue;
-                }
-                self.stamp[s] = self.epoch;
-                let lowest = self.members[s]
-                    .iter()
-                    .map(|&m| m as usize)
-                    .filter(|&m| self.offsets[m] == UNPLACED)
-                    .map(|m| self.min_off[m])
-                    .min();
-                if let Some(lowest) = lowest.filter(|&l| l > self.floor[s]) {
-                    self.floor_log.push((s as u32, self.floor[s]));
-                    self.floor[s] = lowest;
+    fn undo(&mut self, mark: usize) {
+        while self.trail.len() > mark {
+            match self.trail.pop().expect("trail longer than mark") {
+                Undo::Offset(i) => self.offsets[i as usize] = UNPLACED,
+                Undo::MinOff(j, m) => self.min_off[j as usize] = m,
+                Undo::Section(s, f, t) => {
+                    self.floor[s as usize] = f;
+                    self.total[s as usize] = t;
                 }
             }
         }
     }
-
-    fn undo(&mut self, (i, offset_mark, floor_mark): (u32, usize, usize)) {
-        while self.floor_log.len() > floor_mark {
-            let (s, f) = self.floor_log.pop().expect("log longer than mark");
-            self.floor[s as usize] = f;
-        }
-        while self.offset_log.len() > offset_mark {
-            let (j, m) = self.offset_log.pop().expect("log longer than mark");
-            self.min_off[j as usize] = m;
-        }
-        let iu = i as usize;
-        let (a, b) = self.span[iu];
-        for s in a..b {
-            self.total[s] += self.inst.w[iu];
-        }
-        self.offsets[iu] = UNPLACED;
-    }
-
-    /// The section bound of the partition after placing a buffer at `off`.
-    fn check(&self, p: usize, off: u64) -> bool {
-        self.partitions[p]
-            .sections
-            .clone()
-            .all(|s| self.floor[s].max(off) + self.total[s] <= self.cap)
-    }
 }
 
-/// Advances the frame's cursor to the next candidate allowed by canonical order and
-/// dominance.
-fn next_candidate(frame: &mut Frame) -> Option<Entry> {
-    while frame.cursor < frame.ordering.len() {
-        let e = frame.ordering[frame.cursor];
-        frame.cursor += 1;
-        if e.0 >= frame.min_height {
-            // Sorted by offset: every later entry is dominated too.
-            frame.cursor = frame.ordering.len();
-            return None;
+/// Splits the sections where no buffer crosses a boundary; each partition lists its
+/// non-empty buffers by first section.
+fn partitions(span: &[(u32, u32)], sections: usize) -> Vec<Vec<u32>> {
+    let mut order: Vec<u32> = (0..span.len() as u32)
+        .filter(|&i| span[i as usize].1 > span[i as usize].0)
+        .collect();
+    order.sort_by_key(|&i| (span[i as usize].0, i));
+    let mut parts: Vec<Vec<u32>> = Vec::new();
+    let mut end = 0;
+    for i in order {
+        let (a, b) = span[i as usize];
+        match parts.last_mut() {
+            Some(part) if a < end => part.push(i),
+            _ => parts.push(vec![i]),
         }
-        if (e.0, e.1) >= frame.last {
-            return Some(e);
-        }
+        end = end.max(b);
     }
-    None
-}
-
-/// Splits the sections where no buffer crosses a boundary.
-fn partitions(span: &[(usize, usize)], sections: usize) -> Vec<Partition> {
-    let mut crossing = vec![0i64; sections + 1];
-    for &(a, b) in span.iter().filter(|s| s.1 > s.0) {
-        // Boundaries a+1 ..= b-1 are crossed.
-        if a + 1 < b {
-            crossing[a + 1] += 1;
-            crossing[b] -= 1;
-        }
-    }
-    let mut parts: Vec<Partition> = Vec::new();
-    let mut start = 0;
-    let mut running = 0i64;
-    for (k, &delta) in crossing.iter().enumerate().skip(1) {
-        running += delta;
-        if k == sections || running == 0 {
-            parts.push(Partition {
-                sections: start..k,
-                buffers: Vec::new(),
-            });
-            start = k;
-        }
-    }
-    for (i, &(a, b)) in span.iter().enumerate() {
-        if b > a {
-            let p = parts.partition_point(|p| p.sections.end <= a);
-            parts[p].buffers.push(i as u32);
-        }
-    }
-    parts.retain(|p| !p.buffers.is_empty());
+    debug_assert!(end as usize <= sections);
     parts
+}
+
+/// For each buffer, the previous buffer (by index) with the same lifetime and size.
+fn twins(inst: &Instance) -> Vec<u32> {
+    let n = inst.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let key = |i: usize| (inst.lower[i], inst.upper[i], inst.w[i]);
+    order.sort_by_key(|&i| (key(i), i));
+    let mut twin = vec![NONE; n];
+    for pair in order.windows(2) {
+        if key(pair[0]) == key(pair[1]) && inst.w[pair[1]] > 0 {
+            twin[pair[1]] = pair[0] as u32;
+        }
+    }
+    twin
 }
 
 /// Preorder ranks of the buffers for each heuristic: by the largest section total the
 /// buffer sees (T), its section count (C) and its area (A), in three priority orders.
-fn preorders(inst: &Instance, span: &[(usize, usize)], total: &[u64]) -> Vec<Vec<u32>> {
+/// Ties go to the lower index, so twins rank in index order.
+fn preorders(inst: &Instance, span: &[(u32, u32)], total: &[u64]) -> Vec<Vec<u32>> {
     let n = inst.len();
     let feature = |i: usize| {
-        let (a, b) = span[i];
+        let (a, b) = (span[i].0 as usize, span[i].1 as usize);
         let t = total[a..b].iter().copied().max().unwrap_or(0);
         let c = (b - a) as u64;
         let area = (inst.w[i] as u128) * ((inst.upper[i] - inst.lower[i]) as u128);
