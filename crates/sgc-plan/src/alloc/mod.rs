@@ -28,8 +28,9 @@
 //!    shrinking sequence of capacities between the lower bound and the best arena found so
 //!    far. See [`search`](self) module docs in `search.rs`: buffers are placed in canonical
 //!    order (non-decreasing offset, each at the lowest offset its placed neighbours allow),
-//!    with dominance pruning (never leave a gap another buffer could fill) and a per-section
-//!    lower bound (floor plus the unplaced sizes must fit). It is bounded by a node budget
+//!    with dominance pruning (never leave a gap another buffer could fill), a per-section
+//!    lower bound (floor plus the unplaced sizes must fit), dynamic decomposition into
+//!    independent groups and exact-cover branching on tight sections. It is bounded by a work budget
 //!    ([`Effort`]), never by wall time, so results do not depend on the machine.
 //!
 //! # In-place reuse
@@ -88,14 +89,15 @@ impl Effort {
         search_work: 0,
         search_max_buffers: 0,
     };
-    /// The default: a search of about two seconds on the hard instances (release build).
+    /// The default: a search of at most about three seconds on the hard instances
+    /// (release build).
     pub const DEFAULT: Effort = Effort {
-        search_work: 10_000_000,
+        search_work: 40_000_000,
         search_max_buffers: 4_000,
     };
     /// Ten times the default search budget.
     pub const THOROUGH: Effort = Effort {
-        search_work: 100_000_000,
+        search_work: 400_000_000,
         search_max_buffers: 20_000,
     };
 }

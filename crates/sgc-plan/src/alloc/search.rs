@@ -30,9 +30,17 @@
 //! Nodes are cheap: a placement changes a few arrays and logs the old values on a trail,
 //! undone on backtrack; a node sorts only its own group's buffers.
 //!
-//! Candidates are tried by (minimum offset, preorder rank). Three preorders (by section
-//! total, section count and area in MiniMalloc's letters "TCA", "CAT", "TAC") run round
-//! robin with doubling work limits, so whichever suits the instance finishes first.
+//! Tight sections: when a section whose floor is the lowest of all (no unplaced buffer can
+//! go below it) has no slack (floor + unplaced sizes = C), exactly one of its buffers sits
+//! on that floor; the search then branches on which one (fewest candidates first, as in
+//! exact cover), a much narrower choice than the canonical one.
+//!
+//! Otherwise candidates are tried by (minimum offset, preorder rank). Preorders (by time
+//! width, area and largest section total, MiniMalloc's "WAT", "TAW" and "TWA") and, after
+//! them, seeded random perturbations of them run as restarts with Luby work limits
+//! (1, 1, 2, 1, 1, 2, 4, ... times `16 n^2`), so one bad early choice does not sink an
+//! attempt. Every attempt is complete: a search that ends without a placement proves the
+//! capacity infeasible.
 //!
 //! # Optimisation
 //! [`improve`] first asks for the lower bound (half of the budget: a success proves
@@ -128,6 +136,8 @@ struct Solver<'a> {
     partitions: Vec<Vec<u32>>,
     /// Preorder rank of each buffer, per heuristic.
     ranks: Vec<Vec<u32>>,
+    /// The preorder of the current attempt.
+    rank: Vec<u32>,
     /// The previous buffer (by index) with the same lifetime and size, or `NONE`.
     twin: Vec<u32>,
     initial_total: Vec<u64>,
@@ -141,6 +151,8 @@ struct Solver<'a> {
     total: Vec<u64>,
     /// Scratch: lowest minimum offset of the unplaced buffers of each section.
     low: Vec<u64>,
+    /// Scratch: candidates per tight section.
+    count: Vec<u32>,
     trail: Vec<Undo>,
     work: u64,
     limit: u64,
@@ -179,6 +191,7 @@ impl<'a> Solver<'a> {
             partitions: partitions(&span, sections),
             twin: twins(inst),
             span,
+            rank: ranks[0].clone(),
             ranks,
             initial_total: total.clone(),
             cap: 0,
@@ -187,6 +200,7 @@ impl<'a> Solver<'a> {
             floor: vec![0; sections],
             total,
             low: vec![0; sections],
+            count: vec![0; sections],
             trail: Vec::new(),
             work: 0,
             limit: 0,
@@ -197,19 +211,24 @@ impl<'a> Solver<'a> {
     /// `budget` work. Returns the outcome and the work used; on `Found`, `self.offsets`
     /// holds the placement.
     fn solve(&mut self, cap: u64, budget: u64) -> (Outcome, u64) {
+        let n = self.inst.len() as u64;
+        let unit = (16 * n * n).max(1);
         let mut used = 0u64;
-        let mut limit = 16 * self.inst.len() as u64;
-        loop {
-            for h in 0..self.ranks.len() {
-                let this = limit.min(budget - used);
-                let outcome = self.solve_all(cap, h, this);
-                used += self.work.min(this);
-                if outcome != Outcome::Aborted || used >= budget {
-                    return (outcome, used);
-                }
+        for r in 0u64.. {
+            let h = (r % self.ranks.len() as u64) as usize;
+            self.rank = if r < self.ranks.len() as u64 {
+                self.ranks[h].clone()
+            } else {
+                perturbed(&self.ranks[h], r)
+            };
+            let this = unit.saturating_mul(luby(r + 1)).min(budget - used);
+            let outcome = self.solve_all(cap, this);
+            used += self.work.min(this);
+            if outcome != Outcome::Aborted || used >= budget {
+                return (outcome, used);
             }
-            limit = limit.saturating_mul(2);
         }
+        (Outcome::Aborted, used)
     }
 
     fn reset(&mut self, cap: u64, limit: u64) {
@@ -225,11 +244,11 @@ impl<'a> Solver<'a> {
         self.limit = limit;
     }
 
-    fn solve_all(&mut self, cap: u64, h: usize, limit: u64) -> Outcome {
+    fn solve_all(&mut self, cap: u64, limit: u64) -> Outcome {
         self.reset(cap, limit);
         for p in 0..self.partitions.len() {
             let set = std::mem::take(&mut self.partitions[p]);
-            let outcome = self.search(&set, (0, 0), h);
+            let outcome = self.search(&set, (0, 0));
             self.partitions[p] = set;
             if outcome != Outcome::Found {
                 return outcome;
@@ -240,7 +259,7 @@ impl<'a> Solver<'a> {
 
     /// Places the buffers of `set` (unplaced, by first section, one connected group) after
     /// `last` in canonical order. On `Found` the placement stays in the state.
-    fn search(&mut self, set: &[u32], last: (u64, u32), h: usize) -> Outcome {
+    fn search(&mut self, set: &[u32], last: (u64, u32)) -> Outcome {
         if set.is_empty() {
             return Outcome::Found;
         }
@@ -248,12 +267,39 @@ impl<'a> Solver<'a> {
         if self.work > self.limit {
             return Outcome::Aborted;
         }
-        if !self.sections_fit(set, last.0) {
+        let Some(m) = self.sections_fit(set, last.0) else {
             return Outcome::Infeasible;
+        };
+        if let Some(s) = self.tight_section(set, m) {
+            return self.cover(set, s, m);
         }
+        self.canonical(set, last.max((m, 0)))
+    }
+
+    /// Branches on the buffer at the bottom of tight section `s`, whose floor is `m`, the
+    /// lowest offset any unplaced buffer can take: the section's buffers fill it exactly,
+    /// so exactly one of them sits at `m`.
+    fn cover(&mut self, set: &[u32], s: usize, m: u64) -> Outcome {
+        let mut candidates: Vec<(u32, u32)> = set
+            .iter()
+            .filter(|&&j| self.lives_in(j, s) && self.min_off[j as usize] <= m && self.twin_ok(j))
+            .map(|&j| (self.rank[j as usize], j))
+            .collect();
+        candidates.sort_unstable();
+        for (_, j) in candidates {
+            if let Some(outcome) = self.branch(set, j, m, (m, 0)) {
+                return outcome;
+            }
+        }
+        Outcome::Infeasible
+    }
+
+    /// Branches on the next buffer in canonical order (offset, rank) after `last`, each at
+    /// its minimum offset, with dominance pruning.
+    fn canonical(&mut self, set: &[u32], last: (u64, u32)) -> Outcome {
         let mut order: Vec<Entry> = set
             .iter()
-            .map(|&i| (self.min_off[i as usize], self.ranks[h][i as usize], i))
+            .map(|&i| (self.min_off[i as usize], self.rank[i as usize], i))
             .collect();
         order.sort_unstable();
         let min_height = order
@@ -265,33 +311,86 @@ impl<'a> Solver<'a> {
             if off >= min_height {
                 break;
             }
-            let twin = self.twin[i as usize];
-            if (off, rank) < last || (twin != NONE && self.offsets[twin as usize] == UNPLACED) {
+            if (off, rank) < last || !self.twin_ok(i) {
                 continue;
             }
-            let mark = self.trail.len();
-            if self.place(i, off) {
-                let rest: Vec<u32> = set.iter().copied().filter(|&j| j != i).collect();
-                match self.search_groups(&rest, (off, rank), h) {
-                    Outcome::Found => return Outcome::Found,
-                    Outcome::Aborted => return Outcome::Aborted,
-                    Outcome::Infeasible => {}
-                }
+            if let Some(outcome) = self.branch(set, i, off, (off, rank)) {
+                return outcome;
             }
-            self.undo(mark);
         }
         Outcome::Infeasible
     }
 
+    /// Places `i` at `off` and solves the rest of `set` after `last`. `Some` ends the node
+    /// (found, or out of work); `None` means this branch failed and was undone.
+    fn branch(&mut self, set: &[u32], i: u32, off: u64, last: (u64, u32)) -> Option<Outcome> {
+        let mark = self.trail.len();
+        if self.place(i, off) {
+            let rest: Vec<u32> = set.iter().copied().filter(|&j| j != i).collect();
+            match self.search_groups(&rest, last) {
+                Outcome::Infeasible => {}
+                outcome => return Some(outcome),
+            }
+        }
+        self.undo(mark);
+        None
+    }
+
+    fn lives_in(&self, j: u32, s: usize) -> bool {
+        let (a, b) = self.span[j as usize];
+        (a as usize..b as usize).contains(&s)
+    }
+
+    /// Twins go in index order: `i` may be placed once its previous twin is.
+    fn twin_ok(&self, i: u32) -> bool {
+        let twin = self.twin[i as usize];
+        twin == NONE || self.offsets[twin as usize] != UNPLACED
+    }
+
+    /// Among the sections of `set` whose floor is `m` and whose unplaced buffers fill them
+    /// to the capacity, the one with the fewest buffers that can sit at `m`.
+    fn tight_section(&mut self, set: &[u32], m: u64) -> Option<usize> {
+        let (lo, hi) = self.range(set);
+        let mut any = false;
+        for s in lo..hi {
+            let tight = self.total[s] > 0 && self.low[s] == m && m + self.total[s] == self.cap;
+            self.count[s] = if tight { 0 } else { u32::MAX };
+            any |= tight;
+        }
+        if !any {
+            return None;
+        }
+        for &j in set {
+            if self.min_off[j as usize] <= m {
+                let (a, b) = self.span[j as usize];
+                for c in &mut self.count[a as usize..b as usize] {
+                    *c = c.saturating_add(1);
+                }
+            }
+        }
+        (lo..hi).min_by_key(|&s| (self.count[s], s))
+    }
+
+    /// The section range [lo, hi) of `set`.
+    fn range(&self, set: &[u32]) -> (usize, usize) {
+        let lo = self.span[set[0] as usize].0 as usize;
+        let hi = set
+            .iter()
+            .map(|&j| self.span[j as usize].1)
+            .max()
+            .unwrap_or(0) as usize;
+        (lo, hi)
+    }
+
     /// Splits `rest` (by first section) into groups with disjoint section ranges and
     /// solves each; the first group without solution decides.
-    fn search_groups(&mut self, rest: &[u32], last: (u64, u32), h: usize) -> Outcome {
+    fn search_groups(&mut self, rest: &[u32], last: (u64, u32)) -> Outcome {
         let mut start = 0;
         let mut end_section = 0;
         for (k, &j) in rest.iter().enumerate() {
             let (a, b) = self.span[j as usize];
             if k > start && a >= end_section {
-                let outcome = self.search(&rest[start..k], last, h);
+                let outcome = self.search(&rest[start..k], last);
                 if outcome != Outcome::Found {
                     return outcome;
                 }
@@ -299,17 +398,14 @@ impl<'a> Solver<'a> {
             }
             end_section = if k == start { b } else { end_section.max(b) };
         }
-        self.search(&rest[start..], last, h)
+        self.search(&rest[start..], last)
     }
 
-    /// The section bound over the sections of `set`, whose buffers all go at `off` or above.
-    fn sections_fit(&mut self, set: &[u32], off: u64) -> bool {
-        let lo = self.span[set[0] as usize].0 as usize;
-        let hi = set
-            .iter()
-            .map(|&j| self.span[j as usize].1)
-            .max()
-            .unwrap_or(0) as usize;
+    /// The section bound over the sections of `set`, whose buffers all go at `off` or
+    /// above. Leaves each section's floor in `low` and returns the lowest, below which no
+    /// unplaced buffer can go; `None` when a section overflows.
+    fn sections_fit(&mut self, set: &[u32], off: u64) -> Option<u64> {
+        let (lo, hi) = self.range(set);
         self.low[lo..hi].fill(u64::MAX);
         for &j in set {
             let (a, b) = self.span[j as usize];
@@ -318,10 +414,19 @@ impl<'a> Solver<'a> {
                 *l = (*l).min(m);
             }
         }
-        (lo..hi).all(|s| {
+        let mut lowest = u64::MAX;
+        for s in lo..hi {
+            if self.total[s] == 0 {
+                continue;
+            }
             let floor = self.floor[s].max(self.low[s]).max(off);
-            self.total[s] == 0 || floor + self.total[s] <= self.cap
-        })
+            if floor + self.total[s] > self.cap {
+                return None;
+            }
+            self.low[s] = floor;
+            lowest = lowest.min(floor);
+        }
+        Some(lowest)
     }
 
     /// Places buffer `i` at `off`, logging every change. False when a section of `i`
@@ -402,23 +507,23 @@ fn twins(inst: &Instance) -> Vec<u32> {
 }
 
 /// Preorder ranks of the buffers for each heuristic: by the largest section total the
-/// buffer sees (T), its section count (C) and its area (A), in three priority orders.
+/// buffer sees (T), its time width (W) and its area (A), in three priority orders.
 /// Ties go to the lower index, so twins rank in index order.
 fn preorders(inst: &Instance, span: &[(u32, u32)], total: &[u64]) -> Vec<Vec<u32>> {
     let n = inst.len();
     let feature = |i: usize| {
         let (a, b) = (span[i].0 as usize, span[i].1 as usize);
         let t = total[a..b].iter().copied().max().unwrap_or(0);
-        let c = (b - a) as u64;
+        let c = inst.upper[i] - inst.lower[i];
         let area = (inst.w[i] as u128) * ((inst.upper[i] - inst.lower[i]) as u128);
         (t, c, area)
     };
     let features: Vec<(u64, u64, u128)> = (0..n).map(feature).collect();
     type Key = fn(&(u64, u64, u128)) -> (u128, u128, u128);
     let keys: [Key; 3] = [
-        |f| (f.0 as u128, f.1 as u128, f.2),
         |f| (f.1 as u128, f.2, f.0 as u128),
         |f| (f.0 as u128, f.2, f.1 as u128),
+        |f| (f.0 as u128, f.1 as u128, f.2),
     ];
     keys.iter()
         .map(|key| {
@@ -431,4 +536,44 @@ fn preorders(inst: &Instance, span: &[(u32, u32)], total: &[u64]) -> Vec<Vec<u32
             rank
         })
         .collect()
+}
+
+/// The Luby restart sequence 1, 1, 2, 1, 1, 2, 4, ... (1-based).
+fn luby(mut i: u64) -> u64 {
+    loop {
+        let mut k = 1u32;
+        while (1u64 << k) - 1 < i {
+            k += 1;
+        }
+        if (1u64 << k) - 1 == i {
+            return 1u64 << (k - 1);
+        }
+        i -= (1u64 << (k - 1)) - 1;
+    }
+}
+
+/// `rank` with every buffer moved by a pseudo-random amount (SplitMix64 seeded by
+/// `seed`): a different but related preorder for a restart.
+fn perturbed(rank: &[u32], seed: u64) -> Vec<u32> {
+    let n = rank.len() as u64;
+    let spread = (n / 8).max(2);
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<(u64, usize)> = rank
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| (r as u64 + next() % spread, i))
+        .collect();
+    order.sort_unstable();
+    let mut out = vec![0u32; rank.len()];
+    for (r, &(_, i)) in order.iter().enumerate() {
+        out[i] = r as u32;
+    }
+    out
 }
