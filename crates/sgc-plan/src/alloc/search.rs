@@ -410,6 +410,9 @@ impl<'a> Solver<'a> {
         for &j in set {
             let (a, b) = self.span[j as usize];
             let m = self.min_off[j as usize];
+            if m.max(off) + self.inst.w[j as usize] > self.cap {
+                return None;
+            }
             for l in &mut self.low[a as usize..b as usize] {
                 *l = (*l).min(m);
             }
