@@ -26,11 +26,11 @@
 //! 4. [`Algorithm::Search`]: an exact branch and bound in the spirit of MiniMalloc
 //!    (Moffitt, ASPLOS 2023), run on the decision problem "fits in capacity C" for a
 //!    shrinking sequence of capacities between the lower bound and the best arena found so
-//!    far. See [`search`](self) module docs in `search.rs`: buffers are placed in canonical
-//!    order (non-decreasing offset, each at the lowest offset its placed neighbours allow),
-//!    with dominance pruning (never leave a gap another buffer could fill), a per-section
-//!    lower bound (floor plus the unplaced sizes must fit), dynamic decomposition into
-//!    independent groups and exact-cover branching on tight sections. It is bounded by a work budget
+//!    far. See the module docs in `search.rs`: buffers are placed bottom up (each at the
+//!    lowest floor left; a node branches on which buffer sits at the bottom of one section
+//!    at that floor, or on leaving it empty), with a per-section lower bound (floor plus
+//!    the unplaced sizes must fit), symmetry breaking, dynamic decomposition into
+//!    independent groups and restarts over several preorders. It is bounded by a work budget
 //!    ([`Effort`]), never by wall time, so results do not depend on the machine.
 //!
 //! # In-place reuse

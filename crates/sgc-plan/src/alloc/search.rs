@@ -7,40 +7,42 @@
 //! buffer crosses a section boundary the instance splits into independent *partitions*,
 //! solved one after the other.
 //!
-//! # Canonical search
+//! # Bottom-up search
 //! Any placement can be pushed down until every buffer rests on a time-overlapping buffer
-//! or on 0. Listing such a placement by increasing offset, each buffer sits exactly at its
-//! *minimum offset*: the highest end among the placed buffers that overlap it in time. So
-//! the search only chooses the next buffer, places it at its minimum offset, and requires
-//! (offset, preorder rank) to be non-decreasing along a branch (one canonical order per
-//! placement). Pruning:
-//! - dominance: a candidate whose offset is at or above the lowest *end* any unplaced
-//!   buffer could reach would leave a gap that buffer could fill; skip it and every later
-//!   candidate;
+//! or on 0, and such a placement can be built bottom up: every buffer goes in at the
+//! lowest *floor* `m` left, the floor never decreasing along a branch. A section's floor is
+//! the highest of: the top of the placed buffers there, the floor of the parent node, and
+//! the lowest *minimum offset* among the section's unplaced buffers (the highest end among
+//! the placed buffers, or raised floors, overlapping the buffer in time). Each node takes a
+//! section `s` whose floor is `m` and branches on
+//! - which buffer sits at `m` in `s`: one that lives in `s` and whose minimum offset is at
+//!   most `m` (so it overlaps nothing placed), tried by preorder rank; or
+//! - none: the bottom of `s` stays empty, and its floor rises to the lowest height its
+//!   lowest buffer could rest at (the lowest floor above `m` in the sections its buffers
+//!   reach, or `m` plus the smallest unplaced size).
+//!
+//! Every placement consistent with the node falls in exactly one branch, so the search is
+//! complete and never visits a placement twice. Among the sections at the floor it takes
+//! the one with the fewest candidates (as in exact cover; least slack breaks ties).
+//! Pruning:
+//! - section inference: in every section, `floor + unplaced sizes <= C`; at the lower
+//!   bound most sections have no slack, so any gap fails at once;
+//! - every unplaced buffer fits above its minimum offset;
 //! - symmetry: buffers with the same lifetime and size are placed in index order;
-//! - section inference: in every section, `floor + unplaced sizes <= C`, where the floor
-//!   is the highest of: the top of the placed buffers there, the offset of the last
-//!   placement (later ones never go lower), and the lowest minimum offset among the
-//!   section's unplaced buffers;
 //! - dynamic decomposition: after each placement the unplaced buffers of the branch split
 //!   into groups whose section ranges do not overlap; the groups no longer interact, so
 //!   they are solved one after the other, and a group without solution fails the whole
 //!   node at once (no other ordering of the other groups is tried).
 //!
 //! Nodes are cheap: a placement changes a few arrays and logs the old values on a trail,
-//! undone on backtrack; a node sorts only its own group's buffers.
+//! undone on backtrack; "leave empty" loops inside the node (no recursion), so the depth
+//! is at most the number of buffers.
 //!
-//! Tight sections: when a section whose floor is the lowest of all (no unplaced buffer can
-//! go below it) has no slack (floor + unplaced sizes = C), exactly one of its buffers sits
-//! on that floor; the search then branches on which one (fewest candidates first, as in
-//! exact cover), a much narrower choice than the canonical one.
-//!
-//! Otherwise candidates are tried by (minimum offset, preorder rank). Preorders (by time
-//! width, area and largest section total, MiniMalloc's "WAT", "TAW" and "TWA") and, after
-//! them, seeded random perturbations of them run as restarts with Luby work limits
-//! (1, 1, 2, 1, 1, 2, 4, ... times `16 n^2`), so one bad early choice does not sink an
-//! attempt. Every attempt is complete: a search that ends without a placement proves the
-//! capacity infeasible.
+//! Preorders (by time width, area and largest section total, MiniMalloc's "WAT", "TAW" and
+//! "TWA") and, after them, seeded random perturbations of them run as restarts with Luby
+//! work limits (1, 1, 2, 1, 1, 2, 4, ... times `16 n^2`), so one bad early choice does not
+//! sink an attempt. Every attempt is complete: a search that ends without a placement
+//! proves the capacity infeasible.
 //!
 //! # Optimisation
 //! [`improve`] first asks for the lower bound (half of the budget: a success proves
@@ -116,9 +118,6 @@ enum Outcome {
     Aborted,
 }
 
-/// One candidate of a node: (minimum offset, preorder rank, buffer).
-type Entry = (u64, u32, u32);
-
 /// A change to undo on backtrack: which array, which index, the old value.
 #[derive(Clone, Copy)]
 enum Undo {
@@ -151,7 +150,7 @@ struct Solver<'a> {
     total: Vec<u64>,
     /// Scratch: lowest minimum offset of the unplaced buffers of each section.
     low: Vec<u64>,
-    /// Scratch: candidates per tight section.
+    /// Scratch: candidates per section at the floor.
     count: Vec<u32>,
     trail: Vec<Undo>,
     work: u64,
@@ -248,7 +247,7 @@ impl<'a> Solver<'a> {
         self.reset(cap, limit);
         for p in 0..self.partitions.len() {
             let set = std::mem::take(&mut self.partitions[p]);
-            let outcome = self.search(&set, (0, 0));
+            let outcome = self.search(&set, 0);
             self.partitions[p] = set;
             if outcome != Outcome::Found {
                 return outcome;
@@ -258,27 +257,104 @@ impl<'a> Solver<'a> {
     }
 
     /// Places the buffers of `set` (unplaced, by first section, one connected group) after
-    /// `last` in canonical order. On `Found` the placement stays in the state.
-    fn search(&mut self, set: &[u32], last: (u64, u32)) -> Outcome {
+    /// `base`, the lowest offset any of them may take. On `Found` the placement stays in the
+    /// state.
+    fn search(&mut self, set: &[u32], base: u64) -> Outcome {
         if set.is_empty() {
             return Outcome::Found;
         }
-        self.work += set.len() as u64;
-        if self.work > self.limit {
-            return Outcome::Aborted;
-        }
-        let Some(m) = self.sections_fit(set, last.0) else {
-            return Outcome::Infeasible;
+        let mark = self.trail.len();
+        let mut off = base;
+        let outcome = loop {
+            self.work += set.len() as u64;
+            if self.work > self.limit {
+                break Outcome::Aborted;
+            }
+            let Some(m) = self.sections_fit(set, off) else {
+                break Outcome::Infeasible;
+            };
+            let s = self.lowest_section(set, m);
+            match self.cover(set, s, m) {
+                Outcome::Infeasible => {}
+                outcome => break outcome,
+            }
+            if !self.waste(set, s, m) {
+                break Outcome::Infeasible;
+            }
+            off = m;
         };
-        if let Some(s) = self.tight_section(set, m) {
-            return self.cover(set, s, m);
+        if outcome == Outcome::Infeasible {
+            self.undo(mark);
         }
-        self.canonical(set, last.max((m, 0)))
+        outcome
     }
 
-    /// Branches on the buffer at the bottom of tight section `s`, whose floor is `m`, the
-    /// lowest offset any unplaced buffer can take: the section's buffers fill it exactly,
-    /// so exactly one of them sits at `m`.
+    /// Declares the bottom of section `s` (at the lowest floor `m`) empty: raises its floor
+    /// to the lowest height its lowest buffer could rest at, the lowest floor above `m`
+    /// among the sections its buffers reach, or `m` plus the smallest unplaced size.
+    /// False when the section no longer fits.
+    fn waste(&mut self, set: &[u32], s: usize, m: u64) -> bool {
+        let mut h = set
+            .iter()
+            .map(|&j| m + self.inst.w[j as usize])
+            .min()
+            .unwrap_or(u64::MAX);
+        let (mut lo, mut hi) = (s, s + 1);
+        for &j in set.iter().filter(|&&j| self.lives_in(j, s)) {
+            let (a, b) = self.span[j as usize];
+            lo = lo.min(a as usize);
+            hi = hi.max(b as usize);
+        }
+        for t in lo..hi {
+            if t != s && self.total[t] > 0 && self.low[t] > m {
+                h = h.min(self.low[t]);
+            }
+        }
+        if h + self.total[s] > self.cap {
+            return false;
+        }
+        self.trail
+            .push(Undo::Section(s as u32, self.floor[s], self.total[s]));
+        self.floor[s] = h;
+        for &j in set {
+            let ju = j as usize;
+            if self.lives_in(j, s) && self.min_off[ju] < h {
+                self.trail.push(Undo::MinOff(j, self.min_off[ju]));
+                self.min_off[ju] = h;
+            }
+        }
+        true
+    }
+
+    /// Among the sections of `set` on the lowest floor `m`, the one with the fewest
+    /// buffers that can sit at `m` (ties: least slack, then earliest).
+    fn lowest_section(&mut self, set: &[u32], m: u64) -> usize {
+        let (lo, hi) = self.range(set);
+        for s in lo..hi {
+            let at_floor = self.total[s] > 0 && self.low[s] == m;
+            self.count[s] = if at_floor { 0 } else { u32::MAX };
+        }
+        for &j in set {
+            if self.min_off[j as usize] <= m {
+                let (a, b) = self.span[j as usize];
+                for c in &mut self.count[a as usize..b as usize] {
+                    *c = c.saturating_add(1);
+                }
+            }
+        }
+        (lo..hi)
+            .min_by_key(|&s| {
+                (
+                    self.count[s],
+                    self.cap - m - self.total[s].min(self.cap - m),
+                    s,
+                )
+            })
+            .unwrap_or(lo)
+    }
+
+    /// Branches on the buffer at the bottom of section `s`, whose floor is `m`, the lowest
+    /// offset any unplaced buffer can take.
     fn cover(&mut self, set: &[u32], s: usize, m: u64) -> Outcome {
         let mut candidates: Vec<(u32, u32)> = set
             .iter()
@@ -287,47 +363,20 @@ impl<'a> Solver<'a> {
             .collect();
         candidates.sort_unstable();
         for (_, j) in candidates {
-            if let Some(outcome) = self.branch(set, j, m, (m, 0)) {
+            if let Some(outcome) = self.branch(set, j, m) {
                 return outcome;
             }
         }
         Outcome::Infeasible
     }
 
-    /// Branches on the next buffer in canonical order (offset, rank) after `last`, each at
-    /// its minimum offset, with dominance pruning.
-    fn canonical(&mut self, set: &[u32], last: (u64, u32)) -> Outcome {
-        let mut order: Vec<Entry> = set
-            .iter()
-            .map(|&i| (self.min_off[i as usize], self.rank[i as usize], i))
-            .collect();
-        order.sort_unstable();
-        let min_height = order
-            .iter()
-            .map(|&(o, _, i)| o + self.inst.w[i as usize])
-            .min()
-            .unwrap_or(u64::MAX);
-        for &(off, rank, i) in &order {
-            if off >= min_height {
-                break;
-            }
-            if (off, rank) < last || !self.twin_ok(i) {
-                continue;
-            }
-            if let Some(outcome) = self.branch(set, i, off, (off, rank)) {
-                return outcome;
-            }
-        }
-        Outcome::Infeasible
-    }
-
-    /// Places `i` at `off` and solves the rest of `set` after `last`. `Some` ends the node
+    /// Places `i` at `off` and solves the rest of `set` from `off` up. `Some` ends the node
     /// (found, or out of work); `None` means this branch failed and was undone.
-    fn branch(&mut self, set: &[u32], i: u32, off: u64, last: (u64, u32)) -> Option<Outcome> {
+    fn branch(&mut self, set: &[u32], i: u32, off: u64) -> Option<Outcome> {
         let mark = self.trail.len();
         if self.place(i, off) {
             let rest: Vec<u32> = set.iter().copied().filter(|&j| j != i).collect();
-            match self.search_groups(&rest, last) {
+            match self.search_groups(&rest, off) {
                 Outcome::Infeasible => {}
                 outcome => return Some(outcome),
             }
@@ -347,30 +396,6 @@ impl<'a> Solver<'a> {
         twin == NONE || self.offsets[twin as usize] != UNPLACED
     }
 
-    /// Among the sections of `set` whose floor is `m` and whose unplaced buffers fill them
-    /// to the capacity, the one with the fewest buffers that can sit at `m`.
-    fn tight_section(&mut self, set: &[u32], m: u64) -> Option<usize> {
-        let (lo, hi) = self.range(set);
-        let mut any = false;
-        for s in lo..hi {
-            let tight = self.total[s] > 0 && self.low[s] == m && m + self.total[s] == self.cap;
-            self.count[s] = if tight { 0 } else { u32::MAX };
-            any |= tight;
-        }
-        if !any {
-            return None;
-        }
-        for &j in set {
-            if self.min_off[j as usize] <= m {
-                let (a, b) = self.span[j as usize];
-                for c in &mut self.count[a as usize..b as usize] {
-                    *c = c.saturating_add(1);
-                }
-            }
-        }
-        (lo..hi).min_by_key(|&s| (self.count[s], s))
-    }
-
     /// The section range [lo, hi) of `set`.
     fn range(&self, set: &[u32]) -> (usize, usize) {
         let lo = self.span[set[0] as usize].0 as usize;
@@ -384,13 +409,13 @@ impl<'a> Solver<'a> {
 
     /// Splits `rest` (by first section) into groups with disjoint section ranges and
     /// solves each; the first group without solution decides.
-    fn search_groups(&mut self, rest: &[u32], last: (u64, u32)) -> Outcome {
+    fn search_groups(&mut self, rest: &[u32], base: u64) -> Outcome {
         let mut start = 0;
         let mut end_section = 0;
         for (k, &j) in rest.iter().enumerate() {
             let (a, b) = self.span[j as usize];
             if k > start && a >= end_section {
-                let outcome = self.search(&rest[start..k], last);
+                let outcome = self.search(&rest[start..k], base);
                 if outcome != Outcome::Found {
                     return outcome;
                 }
@@ -398,7 +423,7 @@ impl<'a> Solver<'a> {
             }
             end_section = if k == start { b } else { end_section.max(b) };
         }
-        self.search(&rest[start..], last)
+        self.search(&rest[start..], base)
     }
 
     /// The section bound over the sections of `set`, whose buffers all go at `off` or
