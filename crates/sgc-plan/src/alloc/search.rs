@@ -16,7 +16,7 @@
 //! the placed buffers, or raised floors, overlapping the buffer in time). Each node takes a
 //! section `s` whose floor is `m` and branches on
 //! - which buffer sits at `m` in `s`: one that lives in `s` and whose minimum offset is at
-//!   most `m` (so it overlaps nothing placed), tried by preorder rank; or
+//!   most `m` (so it overlaps nothing placed), largest first, then by preorder rank; or
 //! - none: the bottom of `s` stays empty, and its floor rises to the lowest height its
 //!   lowest buffer could rest at (the lowest floor above `m` in the sections its buffers
 //!   reach, or `m` plus the smallest unplaced size).
@@ -52,6 +52,7 @@
 
 use super::instance::Instance;
 use super::Effort;
+use std::cmp::Reverse;
 
 const UNPLACED: u64 = u64::MAX;
 const NONE: u32 = u32::MAX;
@@ -83,6 +84,9 @@ pub(crate) fn improve(
 /// The capacity schedule: the bound first, then bisection.
 fn optimise(inst: &Instance, incumbent: &[u64], arena: u64, effort: Effort) -> Option<Vec<u64>> {
     let mut solver = Solver::new(inst);
+    // Pushed-down placements put every offset, so every arena, on a multiple of the
+    // sizes' gcd: only those capacities are worth asking for.
+    let g = inst.w.iter().fold(0, |g, &w| gcd(g, w)).max(1);
     let (mut best, mut best_arena) = (incumbent.to_vec(), arena);
     let (mut lo, mut work_left) = (inst.lb, effort.search_work);
     let mut improved = false;
@@ -91,7 +95,7 @@ fn optimise(inst: &Instance, incumbent: &[u64], arena: u64, effort: Effort) -> O
         let cap = if first {
             lo
         } else {
-            lo + (best_arena - lo) / 2
+            lo + (best_arena - lo) / 2 / g * g
         };
         first = false;
         let (outcome, used) = solver.solve(cap, (work_left / 2).max(1));
@@ -103,7 +107,7 @@ fn optimise(inst: &Instance, incumbent: &[u64], arena: u64, effort: Effort) -> O
                 best = offsets;
                 improved = true;
             }
-            Outcome::Infeasible | Outcome::Aborted => lo = cap + 1,
+            Outcome::Infeasible | Outcome::Aborted => lo = cap + g,
         }
     }
     improved.then_some(best)
@@ -356,13 +360,13 @@ impl<'a> Solver<'a> {
     /// Branches on the buffer at the bottom of section `s`, whose floor is `m`, the lowest
     /// offset any unplaced buffer can take.
     fn cover(&mut self, set: &[u32], s: usize, m: u64) -> Outcome {
-        let mut candidates: Vec<(u32, u32)> = set
+        let mut candidates: Vec<(Reverse<u64>, u32, u32)> = set
             .iter()
             .filter(|&&j| self.lives_in(j, s) && self.min_off[j as usize] <= m && self.twin_ok(j))
-            .map(|&j| (self.rank[j as usize], j))
+            .map(|&j| (Reverse(self.inst.w[j as usize]), self.rank[j as usize], j))
             .collect();
         candidates.sort_unstable();
-        for (_, j) in candidates {
+        for (_, _, j) in candidates {
             if let Some(outcome) = self.branch(set, j, m) {
                 return outcome;
             }
@@ -604,4 +608,12 @@ fn perturbed(rank: &[u32], seed: u64) -> Vec<u32> {
         out[i] = r as u32;
     }
     out
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
