@@ -77,7 +77,7 @@ pub struct InPlace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Effort {
     /// Work budget of the branch and bound: each node costs the number of unplaced buffers
-    /// of its partition. Zero turns the search off.
+    /// of its group plus the sections they span. Zero turns the search off.
     pub search_work: u64,
     /// Instances with more (non-empty) buffers than this skip the search.
     pub search_max_buffers: usize,
@@ -92,12 +92,12 @@ impl Effort {
     /// The default: a search of at most about three seconds on the hard instances
     /// (release build).
     pub const DEFAULT: Effort = Effort {
-        search_work: 40_000_000,
+        search_work: 1_000_000_000,
         search_max_buffers: 4_000,
     };
     /// Ten times the default search budget.
     pub const THOROUGH: Effort = Effort {
-        search_work: 400_000_000,
+        search_work: 10_000_000_000,
         search_max_buffers: 20_000,
     };
 }
