@@ -177,6 +177,54 @@ fn bad_inputs_are_typed_errors() {
     assert!(allocate(&[], &small(1)).unwrap().offsets.is_empty());
 }
 
+#[test]
+fn the_search_proves_the_bound_on_the_c_instance() {
+    // Greedy lands 36% above the bound on C; the search packs it perfectly.
+    let buffers = csv::buffers(&csv::read(dsa("C.1048576.csv")).unwrap());
+    let options = AllocOptions {
+        effort: Effort {
+            search_work: 2_000_000,
+            search_max_buffers: 400,
+        },
+        ..small(1)
+    };
+    let p = allocate(&buffers, &options).unwrap();
+    validate(&buffers, &p, 1).unwrap();
+    assert_eq!(p.algorithm, "search");
+    assert_eq!(p.arena, 1_039_360);
+    assert_eq!(p.arena, p.lower_bound);
+}
+
+/// Cuts the rectangle `[0, width) x [0, steps)` (address x time) into `pieces` rectangles
+/// by repeated guillotine cuts; each piece is a buffer. The pieces tile the rectangle, so
+/// the optimum arena is exactly `width` (and so is the lower bound).
+fn perfect_packing(
+    width: u64,
+    steps: u64,
+    pieces: usize,
+    cuts: &[(bool, u64, usize)],
+) -> Vec<Buffer> {
+    // (offset, size, lower, upper)
+    let mut rects = vec![(0u64, width, 0u64, steps)];
+    for &(by_time, at, which) in cuts {
+        if rects.len() >= pieces {
+            break;
+        }
+        let k = which % rects.len();
+        let (o, w, l, u) = rects[k];
+        if by_time && u - l >= 2 {
+            let t = l + 1 + at % (u - l - 1);
+            rects[k] = (o, w, l, t);
+            rects.push((o, w, t, u));
+        } else if !by_time && w >= 2 {
+            let c = 1 + at % (w - 1);
+            rects[k] = (o, c, l, u);
+            rects.push((o + c, w - c, l, u));
+        }
+    }
+    rects.into_iter().map(|(_, w, l, u)| b(l, u, w)).collect()
+}
+
 fn buffers_strategy() -> impl Strategy<Value = Vec<Buffer>> {
     prop::collection::vec((0u64..20, 1u64..8, 0u64..50), 0..14).prop_map(|v| {
         v.into_iter()
@@ -247,5 +295,41 @@ proptest! {
         let p = allocate(&buffers, &options).unwrap();
         prop_assert!(validate(&buffers, &p, 1).is_ok());
         prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+    }
+
+    /// Few distinct lifetimes and sizes: many identical buffers (placed in a fixed order
+    /// by the symmetry rule) and tight sections (exact-cover branching). Still exact.
+    #[test]
+    fn search_is_exact_with_twins_and_tight_sections(
+        v in prop::collection::vec((0u64..3, 1u64..3, 1u64..4), 1..8)
+    ) {
+        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
+        let options = AllocOptions {
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100 },
+            ..small(1)
+        };
+        let p = allocate(&buffers, &options).unwrap();
+        prop_assert!(validate(&buffers, &p, 1).is_ok());
+        prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+    }
+
+    /// Rectangles cut from a width x time rectangle pack perfectly: the search finds an
+    /// arena of exactly the width, which is also the lower bound.
+    #[test]
+    fn search_reaches_the_bound_on_perfect_packings(
+        width in 16u64..400,
+        steps in 4u64..40,
+        pieces in 6usize..28,
+        cuts in prop::collection::vec((any::<bool>(), 0u64..1000, 0usize..64), 40),
+    ) {
+        let buffers = perfect_packing(width, steps, pieces, &cuts);
+        prop_assert_eq!(lower_bound(&buffers, 1), width);
+        let options = AllocOptions {
+            effort: Effort { search_work: 3_000_000, search_max_buffers: 100 },
+            ..small(1)
+        };
+        let p = allocate(&buffers, &options).unwrap();
+        prop_assert!(validate(&buffers, &p, 1).is_ok());
+        prop_assert_eq!(p.arena, width, "{:?}", buffers);
     }
 }

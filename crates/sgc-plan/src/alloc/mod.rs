@@ -26,10 +26,11 @@
 //! 4. [`Algorithm::Search`]: an exact branch and bound in the spirit of MiniMalloc
 //!    (Moffitt, ASPLOS 2023), run on the decision problem "fits in capacity C" for a
 //!    shrinking sequence of capacities between the lower bound and the best arena found so
-//!    far. See [`search`](self) module docs in `search.rs`: buffers are placed in canonical
-//!    order (non-decreasing offset, each at the lowest offset its placed neighbours allow),
-//!    with dominance pruning (never leave a gap another buffer could fill) and a per-section
-//!    lower bound (floor plus the unplaced sizes must fit). It is bounded by a node budget
+//!    far. See the module docs in `search.rs`: buffers are placed bottom up (each at the
+//!    lowest floor left; a node branches on which buffer sits at the bottom of one section
+//!    at that floor, or on leaving it empty), with a per-section lower bound (floor plus
+//!    the unplaced sizes must fit), symmetry breaking, dynamic decomposition into
+//!    independent groups and restarts over several preorders. It is bounded by a work budget
 //!    ([`Effort`]), never by wall time, so results do not depend on the machine.
 //!
 //! # In-place reuse
@@ -76,7 +77,7 @@ pub struct InPlace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Effort {
     /// Work budget of the branch and bound: each node costs the number of unplaced buffers
-    /// of its partition. Zero turns the search off.
+    /// of its group plus the sections they span. Zero turns the search off.
     pub search_work: u64,
     /// Instances with more (non-empty) buffers than this skip the search.
     pub search_max_buffers: usize,
@@ -88,14 +89,15 @@ impl Effort {
         search_work: 0,
         search_max_buffers: 0,
     };
-    /// The default: a search of about two seconds on the hard instances (release build).
+    /// The default: a search of at most about three seconds on the hard instances
+    /// (release build).
     pub const DEFAULT: Effort = Effort {
-        search_work: 10_000_000,
+        search_work: 1_000_000_000,
         search_max_buffers: 4_000,
     };
     /// Ten times the default search budget.
     pub const THOROUGH: Effort = Effort {
-        search_work: 100_000_000,
+        search_work: 10_000_000_000,
         search_max_buffers: 20_000,
     };
 }
