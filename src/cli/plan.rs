@@ -69,6 +69,12 @@ pub struct Args {
     /// dtr: score only ~sqrt(N) sampled candidates.
     #[arg(long)]
     sqrt_sampling: bool,
+    /// Arena alignment: offsets are multiples of it and sizes are padded to it (e.g. 256, 512B).
+    #[arg(long, value_parser = parse_size, default_value = "256")]
+    align: u64,
+    /// Plan the schedule only: no arena offsets.
+    #[arg(long)]
+    no_arena: bool,
     /// Write the plan to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -126,6 +132,8 @@ pub fn run(args: Args) -> CliResult {
         eviction_threshold: args.eviction_threshold,
         evictee_min_size: args.evictee_min_size,
         sqrt_sampling: args.sqrt_sampling,
+        arena: !args.no_arena,
+        align: args.align,
     };
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
     let callback = |p: Progress| {

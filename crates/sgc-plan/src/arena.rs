@@ -11,9 +11,11 @@
 //!    starts at `s`. Such a pair may share one address; the allocator is free not to use it.
 //! 3. [`alloc::allocate`] places the buffers (its portfolio: greedy by size, best-fit sweep,
 //!    pushdown, bounded exact search) with every offset a multiple of `align` and padded
-//!    sizes; with in-place pairs first, and, when that misses the bound, once without them
-//!    (a pair can steer the greedy placement badly): the smaller arena wins, the first on a
-//!    tie, so the result is deterministic.
+//!    sizes, twice: once as they are, and once with every in-place chain (lifetimes joined
+//!    by pairs) merged into one buffer over the union of its steps, so that every algorithm,
+//!    the exact search included, exploits the sharing. The smaller arena wins (the plain
+//!    one on a tie, so pairs are used only when they save bytes); the result is
+//!    deterministic.
 //!
 //! # The bound and fragmentation
 //! [`ArenaLayout::lower_bound`] is the peak of live bytes of the schedule, every size
@@ -150,36 +152,80 @@ pub fn assign(
     let bufs = buffers(lifetimes);
     let pairs = in_place_pairs(graph, ops, lifetimes);
     let err = |e: alloc::AllocError| PlanError::Arena(e.to_string());
-    let mut options = AllocOptions {
+    let options = AllocOptions {
         align,
         effort,
-        in_place: pairs,
+        in_place: Vec::new(),
     };
-    let mut best = alloc::allocate(&bufs, &options).map_err(err)?;
-    let mut used = options.in_place.clone();
-    if best.arena > best.lower_bound && !used.is_empty() {
-        let pairs = std::mem::take(&mut options.in_place);
-        let plain = alloc::allocate(&bufs, &options).map_err(err)?;
-        if plain.arena < best.arena {
-            best = plain;
-            used.clear();
-        } else {
-            options.in_place = pairs;
+    let plain = alloc::allocate(&bufs, &options).map_err(err)?;
+    let lower_bound = plain.lower_bound;
+    let mut best = (plain.arena, plain.offsets, plain.algorithm, Vec::new());
+    if !pairs.is_empty() && plain.arena > 0 {
+        let chains = Chains::new(lifetimes.len(), &pairs);
+        let merged = alloc::allocate(&chains.buffers(&bufs), &options).map_err(err)?;
+        if merged.arena < best.0 {
+            let offsets = chains.expand(&merged.offsets);
+            let used = pairs.iter().map(|p| (p.output, p.input)).collect();
+            best = (merged.arena, offsets, merged.algorithm, used);
         }
     }
-    let in_place = used
-        .iter()
-        .filter(|p| best.offsets[p.output] == best.offsets[p.input])
-        .map(|p| (p.output, p.input))
-        .collect();
+    let (size, offsets, algorithm, in_place) = best;
     Ok(ArenaLayout {
         align,
-        size: best.arena,
-        lower_bound: best.lower_bound,
-        offsets: best.offsets,
-        algorithm: best.algorithm,
+        size,
+        lower_bound,
+        offsets,
+        algorithm,
         in_place,
     })
+}
+
+/// In-place chains: lifetimes joined by pairs (an output that is the input of the next
+/// pair) become one buffer over the union of their steps. Pair members have the same size
+/// and meet at one step, so a placement of the chains is a placement of the lifetimes in
+/// which every pair shares its address, and every algorithm (the exact search included)
+/// sees the saving.
+struct Chains {
+    /// Chain of each lifetime.
+    of: Vec<usize>,
+    count: usize,
+}
+
+impl Chains {
+    fn new(n: usize, pairs: &[InPlace]) -> Chains {
+        let mut next: Vec<Option<usize>> = vec![None; n];
+        let mut has_prev = vec![false; n];
+        for p in pairs {
+            next[p.input] = Some(p.output);
+            has_prev[p.output] = true;
+        }
+        let mut of = vec![usize::MAX; n];
+        let mut count = 0;
+        for start in (0..n).filter(|&k| !has_prev[k]) {
+            let mut k = Some(start);
+            while let Some(i) = k {
+                of[i] = count;
+                k = next[i];
+            }
+            count += 1;
+        }
+        Chains { of, count }
+    }
+
+    fn buffers(&self, bufs: &[Buffer]) -> Vec<Buffer> {
+        let mut out: Vec<Option<Buffer>> = vec![None; self.count];
+        for (b, &c) in bufs.iter().zip(&self.of) {
+            let m = out[c].get_or_insert(*b);
+            m.lower = m.lower.min(b.lower);
+            m.upper = m.upper.max(b.upper);
+            m.size = m.size.max(b.size);
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    fn expand(&self, chain_offsets: &[u64]) -> Vec<u64> {
+        self.of.iter().map(|&c| chain_offsets[c]).collect()
+    }
 }
 
 #[cfg(test)]

@@ -66,11 +66,16 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
     let peak = verify(g, &p).unwrap_or_else(|v| panic!("{}: {:?}", o.strategy, v));
     assert_eq!(peak.peak_bytes, p.summary.planned_peak);
     assert!(p.summary.planned_peak >= p.summary.lower_bound);
+    let arena = p.arena.as_ref().expect("plans carry an arena");
+    let live = p.summary.planned_peak - p.summary.persistent_bytes;
+    assert!(arena.lower_bound >= live, "the aligned bound pads the live peak");
+    assert!(arena.size >= arena.lower_bound || !arena.in_place.is_empty());
     p
 }
 
 #[test]
 fn every_strategy_verifies_on_every_graph() {
+    let mut misses = Vec::new();
     for (name, g) in graphs() {
         for s in Strategy::ALL {
             let p = checked(&g, &options(&g, s, 3), None);
@@ -85,13 +90,25 @@ fn every_strategy_verifies_on_every_graph() {
                 assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
                 assert_eq!(p.summary.recompute_steps, 0);
             }
+            let arena = p.arena.as_ref().unwrap();
             eprintln!(
-                "{name:>28} {s:>10}: peak {:.3} of unplanned, recompute {:.3}",
+                "{name:>28} {s:>10}: peak {:.3} of unplanned, recompute {:.3}, arena {:.4}x the live peak ({})",
                 p.summary.planned_peak as f64 / p.summary.unplanned_peak as f64,
-                p.summary.recompute_share
+                p.summary.recompute_share,
+                arena.ratio(),
+                arena.algorithm
             );
+            if matches!(s, Strategy::None | Strategy::Sublinear) && arena.ratio() > 1.01 {
+                misses.push(format!(
+                    "{name} {s}: arena {} B is {:.4}x the live peak {} B",
+                    arena.size,
+                    arena.ratio(),
+                    arena.lower_bound
+                ));
+            }
         }
     }
+    assert!(misses.is_empty(), "arena above 1.01x the live peak:\n{}", misses.join("\n"));
 }
 
 #[test]
