@@ -91,7 +91,7 @@ fn resident_panel(s: &mut String, chart: &Chart, y0: f64) {
         s,
         y0,
         ymax as u64,
-        "resident bytes",
+        "resident bytes (persistent included)",
         "step (each schedule scaled to the full width)",
     );
     for level in &chart.levels {

@@ -3,6 +3,7 @@
 mod alloc;
 mod inspect;
 mod plan;
+mod plot;
 mod run;
 mod zoo;
 
@@ -33,6 +34,8 @@ enum Command {
     Zoo(zoo::Args),
     /// Assign arena offsets to a minimalloc-format CSV of buffers (id,lower,upper,size).
     Alloc(alloc::Args),
+    /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
+    Plot(plot::Args),
     /// Run training steps of a graph (planned or not) and print measured memory and time.
     Run(run::Args),
 }
@@ -45,6 +48,7 @@ pub fn main() -> ExitCode {
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
         Command::Run(a) => run::run(a),
+        Command::Plot(a) => plot::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

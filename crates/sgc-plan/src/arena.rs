@@ -13,9 +13,9 @@
 //!    pushdown, bounded exact search) with every offset a multiple of `align` and padded
 //!    sizes, twice: once as they are, and once with every in-place chain (lifetimes joined
 //!    by pairs) merged into one buffer over the union of its steps, so that every algorithm,
-//!    the exact search included, exploits the sharing. The smaller arena wins (the plain
-//!    one on a tie, so pairs are used only when they save bytes); the result is
-//!    deterministic.
+//!    the exact search included, exploits the sharing. The merged run goes first; the plain
+//!    run only when the merged one is above the bound (without sharing nothing beats it),
+//!    and the smaller arena wins (the plain one on a tie); the result is deterministic.
 //!
 //! # The bound and fragmentation
 //! [`ArenaLayout::lower_bound`] is the peak of live bytes of the schedule, every size
@@ -157,18 +157,22 @@ pub fn assign(
         effort,
         in_place: Vec::new(),
     };
-    let plain = alloc::allocate(&bufs, &options).map_err(err)?;
-    let lower_bound = plain.lower_bound;
-    let mut best = (plain.arena, plain.offsets, plain.algorithm, Vec::new());
-    if !pairs.is_empty() && plain.arena > 0 {
+    let lower_bound = alloc::lower_bound(&bufs, align);
+    let mut best: Option<(u64, Vec<u64>, String, Vec<(usize, usize)>)> = None;
+    if !pairs.is_empty() {
         let chains = Chains::new(lifetimes.len(), &pairs);
         let merged = alloc::allocate(&chains.buffers(&bufs), &options).map_err(err)?;
-        if merged.arena < best.0 {
-            let offsets = chains.expand(&merged.offsets);
-            let used = pairs.iter().map(|p| (p.output, p.input)).collect();
-            best = (merged.arena, offsets, merged.algorithm, used);
+        let used = pairs.iter().map(|p| (p.output, p.input)).collect();
+        best = Some((merged.arena, chains.expand(&merged.offsets), merged.algorithm, used));
+    }
+    // Without sharing no arena beats the bound: skip the plain run when it cannot win.
+    if best.as_ref().is_none_or(|b| b.0 > lower_bound) {
+        let plain = alloc::allocate(&bufs, &options).map_err(err)?;
+        if best.as_ref().is_none_or(|b| plain.arena <= b.0) {
+            best = Some((plain.arena, plain.offsets, plain.algorithm, Vec::new()));
         }
     }
+    let best = best.expect("one of the two runs placed the buffers");
     let (size, offsets, algorithm, in_place) = best;
     Ok(ArenaLayout {
         align,
