@@ -20,7 +20,11 @@ fn graph(name: &str) -> PathBuf {
 
 fn ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -28,7 +32,10 @@ fn ok(cmd: &mut Command) -> String {
 fn plots_a_plan_with_one_rect_per_lifetime() {
     let plan = scratch("cnn.plan.json");
     let svg = scratch("cnn.svg");
-    ok(sgc().args(["plan", "-q", "--budget", "11KiB", "-o"]).arg(&plan).arg(graph("tiny_cnn")));
+    ok(sgc()
+        .args(["plan", "-q", "--budget", "11KiB", "-o"])
+        .arg(&plan)
+        .arg(graph("tiny_cnn")));
     ok(sgc().arg("plot").arg(&plan).arg("-o").arg(&svg));
     let text = std::fs::read_to_string(&svg).unwrap();
     let p: serde_json::Value =
@@ -47,13 +54,19 @@ fn plots_a_plan_with_one_rect_per_lifetime() {
     assert!(text.contains("budget 11.00 KiB"), "the budget line");
     assert!(text.contains("per-op lower bound"));
     assert!(text.contains("resident bytes (persistent included)"));
-    assert!(text.contains("#e4572e\" fill-opacity"), "a recomputed tensor is marked");
+    assert!(
+        text.contains("#e4572e\" fill-opacity"),
+        "a recomputed tensor is marked"
+    );
 }
 
 #[test]
 fn a_plan_for_another_graph_is_refused() {
     let plan = scratch("mlp.plan.json");
-    ok(sgc().args(["plan", "-q", "-o"]).arg(&plan).arg(graph("tiny_mlp")));
+    ok(sgc()
+        .args(["plan", "-q", "-o"])
+        .arg(&plan)
+        .arg(graph("tiny_mlp")));
     let out = sgc()
         .arg("plot")
         .arg(&plan)

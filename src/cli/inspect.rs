@@ -64,9 +64,10 @@ fn unplanned_arena(g: &Graph, align: u64) -> Result<ArenaRow, sgc::plan::PlanErr
         ..Default::default()
     };
     let plan = sgc::plan::plan(g, &options, &Default::default())?;
-    let a = plan.arena.as_ref().ok_or_else(|| {
-        sgc::plan::PlanError::Arena("the plan came back without an arena".into())
-    })?;
+    let a = plan
+        .arena
+        .as_ref()
+        .ok_or_else(|| sgc::plan::PlanError::Arena("the plan came back without an arena".into()))?;
     Ok(ArenaRow {
         arena_bytes: a.size,
         live_peak_bytes: a.lower_bound,

@@ -34,7 +34,9 @@ pub fn run(args: Args) -> CliResult {
         (Some(p), _) => p.clone(),
         (None, Some(p)) => PathBuf::from(p),
         (None, None) => {
-            return Err(format!("{at}: the plan does not name its graph file: pass --graph FILE").into())
+            return Err(
+                format!("{at}: the plan does not name its graph file: pass --graph FILE").into(),
+            )
         }
     };
     let graph = sgc::ir::load_any(&graph_path)?;
@@ -42,7 +44,10 @@ pub fn run(args: Args) -> CliResult {
         .map_err(|e| format!("{at} with {}: {e}", graph_path.display()))?;
     sgc::plan::verify(&graph, &plan).map_err(|v| {
         let first = v.first().map(|v| v.to_string()).unwrap_or_default();
-        format!("{at}: the plan does not verify ({} violations; first: {first})", v.len())
+        format!(
+            "{at}: the plan does not verify ({} violations; first: {first})",
+            v.len()
+        )
     })?;
     let chart = chart(&graph, &plan)?;
     std::fs::write(&args.output, render_svg(&chart))

@@ -42,8 +42,8 @@ mod search;
 mod sublinear;
 pub mod verify;
 
-pub use error::PlanError;
 pub use arena::ArenaLayout;
+pub use error::PlanError;
 pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN};
 pub use search::{Progress, ProgressFn};
 pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
@@ -112,7 +112,9 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
 
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
     if o.align == 0 {
-        return Err(PlanError::InvalidOption("--align must be at least 1".into()));
+        return Err(PlanError::InvalidOption(
+            "--align must be at least 1".into(),
+        ));
     }
     if o.pool_size == 0 {
         return Err(PlanError::InvalidOption(

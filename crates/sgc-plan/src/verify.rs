@@ -462,7 +462,15 @@ impl<'g> Replay<'g> {
         let lifetimes = &plan.lifetimes;
         if arena.offsets.len() != lifetimes.len() {
             let (offsets, n) = (arena.offsets.len(), lifetimes.len());
-            self.violation(None, None, None, K::ArenaCount { offsets, lifetimes: n });
+            self.violation(
+                None,
+                None,
+                None,
+                K::ArenaCount {
+                    offsets,
+                    lifetimes: n,
+                },
+            );
             return;
         }
         let align = arena.align.max(1);
@@ -523,9 +531,7 @@ impl<'g> Replay<'g> {
                 .steps
                 .get(s)
                 .filter(|st| st.op.index() < g.num_ops())
-                .is_some_and(|st| {
-                    crate::arena::in_place_allowed(g, st.op, output.root, input.root)
-                })
+                .is_some_and(|st| crate::arena::in_place_allowed(g, st.op, output.root, input.root))
     }
 
     fn known(&self, t: TensorId) -> Option<TensorId> {

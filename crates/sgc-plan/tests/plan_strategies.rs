@@ -79,7 +79,10 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
     assert_eq!(p.arena.is_some(), o.arena);
     if let Some(arena) = &p.arena {
         let live = p.summary.planned_peak - p.summary.persistent_bytes;
-        assert!(arena.lower_bound >= live, "the aligned bound pads the live peak");
+        assert!(
+            arena.lower_bound >= live,
+            "the aligned bound pads the live peak"
+        );
         assert!(arena.size >= arena.lower_bound || !arena.in_place.is_empty());
     }
     p
@@ -129,7 +132,11 @@ fn every_strategy_verifies_on_every_graph() {
             }
         }
     }
-    assert!(misses.is_empty(), "arena above 1.01x the live peak:\n{}", misses.join("\n"));
+    assert!(
+        misses.is_empty(),
+        "arena above 1.01x the live peak:\n{}",
+        misses.join("\n")
+    );
 }
 
 #[test]

@@ -206,7 +206,10 @@ fn plans_carry_aligned_offsets_at_or_near_the_bound() {
     assert_eq!(arena.align, 256);
     assert_eq!(arena.offsets.len(), p.lifetimes.len());
     assert!(arena.offsets.iter().all(|o| o % 256 == 0));
-    assert!(arena.size >= arena.lower_bound, "no in-place pairs in this graph");
+    assert!(
+        arena.size >= arena.lower_bound,
+        "no in-place pairs in this graph"
+    );
     let live = p.summary.planned_peak - p.summary.persistent_bytes;
     assert!(arena.lower_bound >= live, "padding only adds");
     let g = sgc_ir::format::from_str(GRAPH).unwrap();
@@ -252,10 +255,9 @@ fn misaligned_outside_and_missing_offsets_are_reported() {
         .unwrap();
     arena.offsets[top] += 8;
     let k = kinds(&g, &bad);
-    assert!(k.iter().any(|k| matches!(
-        k,
-        ViolationKind::ArenaMisaligned { align: 256, .. }
-    )));
+    assert!(k
+        .iter()
+        .any(|k| matches!(k, ViolationKind::ArenaMisaligned { align: 256, .. })));
     assert!(k
         .iter()
         .any(|k| matches!(k, ViolationKind::ArenaOutside { .. })));
@@ -302,8 +304,16 @@ fn only_a_declared_in_place_pair_shares_an_address_and_only_exactly() {
     let arena = p.arena.clone().unwrap();
     assert!(arena.in_place.contains(&(b, a)), "{:?}", arena.in_place);
     assert_eq!(arena.offsets[a], arena.offsets[b]);
-    assert_eq!(arena.lower_bound, 2 * 4096, "two big tensors live at steps 0 and 1");
-    assert_eq!(arena.size, 4096 + 256, "x, a and b share one buffer; c its own");
+    assert_eq!(
+        arena.lower_bound,
+        2 * 4096,
+        "two big tensors live at steps 0 and 1"
+    );
+    assert_eq!(
+        arena.size,
+        4096 + 256,
+        "x, a and b share one buffer; c its own"
+    );
     // The same address for an undeclared pair (h: b -> c) is an overlap.
     let mut bad = p.clone();
     bad.arena.as_mut().unwrap().offsets[c] = arena.offsets[b];
