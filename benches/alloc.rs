@@ -5,6 +5,13 @@
 //! (1.000 is optimal) and the time. `combined` is `allocate` with the default effort: every
 //! heuristic, then the branch and bound from the best of them. Every placement is checked
 //! with `validate` before its row is printed.
+//!
+//! A second table places the plans of every zoo graph (`graphs/`) and Checkmate graph
+//! (`../shared/data/checkmate`), `none` and `sublinear` with 20 genetic iterations, as
+//! `sgc plan` does (`sgc_plan::arena::assign`, align 256, in-place pairs): the arena over
+//! the aligned live peak and the allocation time (planning not counted). Every arena is
+//! checked by the plan verifier. `cargo bench --bench alloc -- plans` runs only this table,
+//! `-- dsa` only the first.
 
 use sgc::plan::alloc::{self, csv, Algorithm, AllocOptions, Buffer, Effort};
 use std::path::PathBuf;
@@ -152,7 +159,73 @@ fn row(inst: &Instance, label: &str, run: impl Fn() -> alloc::Placement) {
     );
 }
 
+fn plan_files() -> Vec<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [root.join("graphs"), root.join("../shared/data/checkmate")] {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            files.extend(
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "json")),
+            );
+        }
+    }
+    files.sort();
+    files
+}
+
+fn plans() {
+    use sgc::plan::{PlanOptions, Strategy};
+    println!(
+        "\n{:<22} {:<10} {:>9} {:>14} {:>14} {:>9} {:>6} {:>9}  algorithm",
+        "graph", "strategy", "lifetimes", "live peak", "arena", "arena/lp", "pairs", "ms"
+    );
+    for path in plan_files() {
+        let g = sgc::ir::load_any(&path).expect("graph loads");
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        for (strategy, iters) in [(Strategy::None, 0), (Strategy::Sublinear, 20)] {
+            let o = PlanOptions {
+                strategy,
+                genetic_iters: iters,
+                arena: false,
+                ..PlanOptions::default()
+            };
+            let mut p = sgc::plan::plan(&g, &o, &Default::default()).expect("plan");
+            let ops: Vec<_> = p.steps.iter().map(|s| s.op).collect();
+            let start = Instant::now();
+            let a = sgc::plan::arena::assign(&g, &ops, &p.lifetimes, 256, Effort::DEFAULT)
+                .expect("arena");
+            let secs = start.elapsed().as_secs_f64();
+            p.arena = Some(a.clone());
+            if let Err(v) = sgc::plan::verify(&g, &p) {
+                panic!("{name} {strategy}: {}", v[0]);
+            }
+            println!(
+                "{:<22} {:<10} {:>9} {:>14} {:>14} {:>9.4} {:>6} {:>9.1}  {}",
+                name,
+                strategy.as_str(),
+                p.lifetimes.len(),
+                a.lower_bound,
+                a.size,
+                a.ratio(),
+                a.in_place.len(),
+                secs * 1e3,
+                a.algorithm
+            );
+        }
+    }
+}
+
 fn main() {
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| a == "plans" || a == "dsa");
+    if only.as_deref() != Some("dsa") {
+        plans();
+    }
+    if only.as_deref() == Some("plans") {
+        return;
+    }
     println!(
         "{:<22} {:>7} {:>14} {:<16} {:>14} {:>8} {:>10}",
         "instance", "buffers", "lower bound", "algorithm", "arena", "arena/lb", "ms"

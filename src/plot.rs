@@ -49,13 +49,13 @@ const W: f64 = 960.0;
 const LEFT: f64 = 90.0;
 const RIGHT: f64 = 20.0;
 const PANEL_H: f64 = 300.0;
-const TOP: f64 = 40.0;
-const GAP: f64 = 70.0;
+const TOP: f64 = 64.0;
+const GAP: f64 = 84.0;
 
 /// Renders the chart as an SVG document.
 pub fn render_svg(chart: &Chart) -> String {
     let panels = if chart.arena.is_some() { 2.0 } else { 1.0 };
-    let height = TOP + panels * PANEL_H + (panels - 1.0) * GAP + 60.0;
+    let height = TOP + panels * PANEL_H + (panels - 1.0) * GAP + 50.0;
     let mut s = String::new();
     let _ = write!(
         s,
@@ -91,9 +91,10 @@ fn resident_panel(s: &mut String, chart: &Chart, y0: f64) {
         s,
         y0,
         ymax as u64,
-        "resident bytes",
-        "step (each schedule scaled to the full width)",
+        "resident bytes (persistent included)",
+        "share of each schedule's steps (a plan with recomputation has more steps)",
     );
+    x_ticks(s, y0, |f| format!("{:.0}%", 100.0 * f));
     for level in &chart.levels {
         let yy = y(level.bytes);
         let _ = write!(
@@ -123,14 +124,16 @@ fn resident_panel(s: &mut String, chart: &Chart, y0: f64) {
             series.color
         );
         let peak = series.values.iter().copied().max().unwrap_or(0);
-        let ly = y0 + 16.0 + 16.0 * k as f64;
+        // Legends sit above the panel, side by side, so they never hide data.
+        let ly = y0 - 10.0;
+        let lx = LEFT + 420.0 * k as f64;
         let _ = write!(
             s,
             r#"<rect x="{:.1}" y="{:.1}" width="12" height="3" fill="{}"/><text x="{:.1}" y="{ly:.1}">{} (peak {}, {} steps)</text>"#,
-            LEFT + 10.0,
+            lx,
             ly - 5.0,
             series.color,
-            LEFT + 28.0,
+            lx + 18.0,
             escape(&series.label),
             human_bytes(peak),
             series.values.len()
@@ -160,18 +163,40 @@ fn arena_panel(s: &mut String, blocks: &[Block], arena: u64, steps: usize, y0: f
             r##"<rect x="{x:.2}" y="{yy:.2}" width="{w:.2}" height="{h:.2}" fill="{fill}" fill-opacity="0.75" stroke="#1d3557" stroke-width="0.3"/>"##
         );
     }
-    let ly = y0 + 16.0;
+    let ly = y0 - 10.0;
     let _ = write!(
         s,
-        r##"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#4a90d9"/><text x="{:.1}" y="{ly:.1}">tensor lifetime</text><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#e4572e"/><text x="{:.1}" y="{ly:.1}">recomputed tensor (arena {})</text>"##,
-        LEFT + 10.0,
+        r##"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#4a90d9"/><text x="{:.1}" y="{ly:.1}">tensor lifetime (darker where an op writes in place)</text><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#e4572e"/><text x="{:.1}" y="{ly:.1}">recomputed tensor; arena {}</text>"##,
+        LEFT,
         ly - 9.0,
-        LEFT + 26.0,
-        LEFT + 140.0,
+        LEFT + 16.0,
+        LEFT + 380.0,
         ly - 9.0,
-        LEFT + 156.0,
+        LEFT + 396.0,
         human_bytes(arena)
     );
+    x_ticks(s, y0, |f| format!("{}", (f * n).round() as u64));
+}
+
+/// Five labelled ticks under a panel's x axis; `label` maps the fraction of the width.
+fn x_ticks(s: &mut String, y0: f64, label: impl Fn(f64) -> String) {
+    let yb = y0 + PANEL_H;
+    for i in 0..=4 {
+        let f = i as f64 / 4.0;
+        let x = LEFT + f * (W - LEFT - RIGHT);
+        let anchor = match i {
+            0 => "start",
+            4 => "end",
+            _ => "middle",
+        };
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" y1="{yb}" x2="{x:.1}" y2="{:.1}" stroke="#333"/><text x="{x:.1}" y="{:.1}" text-anchor="{anchor}">{}</text>"##,
+            yb + 4.0,
+            yb + 16.0,
+            escape(&label(f))
+        );
+    }
 }
 
 fn axes(s: &mut String, y0: f64, ymax: u64, ylabel: &str, xlabel: &str) {

@@ -17,6 +17,9 @@ pub struct Args {
     /// How many of the largest tensors to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Alignment of the unplanned arena (offsets are multiples of it, sizes padded).
+    #[arg(long, value_parser = sgc::units::parse_size, default_value = "256")]
+    align: u64,
 }
 
 #[derive(Serialize)]
@@ -34,9 +37,44 @@ struct Report {
     lower_bound_bytes: u64,
     lower_bound_op: Option<String>,
     peak_over_lower_bound: f64,
+    /// The traced order's lifetimes placed in one arena by the same allocator as plans.
+    unplanned_arena: Option<ArenaRow>,
     total_cost: f64,
     cost_sources: CostCounts,
     largest_tensors: Vec<TensorRow>,
+}
+
+#[derive(Serialize)]
+struct ArenaRow {
+    arena_bytes: u64,
+    /// Peak of live bytes, each size padded to `align`.
+    live_peak_bytes: u64,
+    /// `100 * (arena / live peak - 1)`; negative when in-place sharing beats the bound.
+    fragmentation_percent: f64,
+    /// Arena plus persistent bytes: what the unplanned step needs on a device.
+    device_bytes: u64,
+    align: u64,
+}
+
+/// The unplanned schedule's arena: the `none` plan (traced order, free after last use).
+fn unplanned_arena(g: &Graph, align: u64) -> Result<ArenaRow, sgc::plan::PlanError> {
+    let options = sgc::plan::PlanOptions {
+        strategy: sgc::plan::Strategy::None,
+        align,
+        ..Default::default()
+    };
+    let plan = sgc::plan::plan(g, &options, &Default::default())?;
+    let a = plan
+        .arena
+        .as_ref()
+        .ok_or_else(|| sgc::plan::PlanError::Arena("the plan came back without an arena".into()))?;
+    Ok(ArenaRow {
+        arena_bytes: a.size,
+        live_peak_bytes: a.lower_bound,
+        fragmentation_percent: a.fragmentation_percent(),
+        device_bytes: a.size + plan.summary.persistent_bytes,
+        align,
+    })
 }
 
 #[derive(Serialize, Default)]
@@ -74,7 +112,10 @@ struct TensorRow {
 
 pub fn run(args: Args) -> CliResult {
     let graph = sgc::ir::load_any(&args.file)?;
-    let report = build(&graph, &args.file.display().to_string(), args.top);
+    let file = args.file.display().to_string();
+    let mut report = build(&graph, &file, args.top);
+    report.unplanned_arena =
+        Some(unplanned_arena(&graph, args.align).map_err(|e| format!("{file}: {e}"))?);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -129,6 +170,7 @@ fn build(g: &Graph, file: &str, top: usize) -> Report {
         lower_bound_bytes: lb.bytes,
         lower_bound_op: lb.op.map(|o| op_name(o.index())),
         peak_over_lower_bound: ratio(profile.peak, lb.bytes),
+        unplanned_arena: None,
         total_cost,
         cost_sources: costs,
         largest_tensors: largest(g, top),
@@ -215,6 +257,17 @@ fn render(r: &Report) -> String {
         at(&r.lower_bound_op)
     );
     let _ = writeln!(s, "peak / lower bound {:>11.2}x", r.peak_over_lower_bound);
+    if let Some(a) = &r.unplanned_arena {
+        let _ = writeln!(
+            s,
+            "unplanned arena    {}  (aligned live peak {}, fragmentation {:+.2}%; arena + persistent {}, align {} B)",
+            bytes(a.arena_bytes),
+            human_bytes(a.live_peak_bytes),
+            a.fragmentation_percent,
+            human_bytes(a.device_bytes),
+            a.align
+        );
+    }
     let c = &r.cost_sources;
     let _ = writeln!(
         s,

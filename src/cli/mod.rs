@@ -4,6 +4,7 @@ mod alloc;
 mod fit;
 mod inspect;
 mod plan;
+mod plot;
 mod rescale;
 mod run;
 mod zoo;
@@ -39,6 +40,8 @@ enum Command {
     Rescale(rescale::Args),
     /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
     Fit(fit::Args),
+    /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
+    Plot(plot::Args),
     /// Run training steps of a graph (planned or not) and print measured memory and time.
     Run(run::Args),
 }
@@ -53,6 +56,7 @@ pub fn main() -> ExitCode {
         Command::Rescale(a) => rescale::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
+        Command::Plot(a) => plot::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

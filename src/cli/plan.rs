@@ -69,6 +69,12 @@ pub struct Args {
     /// dtr: score only ~sqrt(N) sampled candidates.
     #[arg(long)]
     sqrt_sampling: bool,
+    /// Arena alignment: offsets are multiples of it and sizes are padded to it (e.g. 256, 512B).
+    #[arg(long, value_parser = parse_size, default_value = "256")]
+    align: u64,
+    /// Plan the schedule only: no arena offsets.
+    #[arg(long)]
+    no_arena: bool,
     /// Write the plan to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -104,9 +110,40 @@ struct Report<'a> {
     recomputed_ops: usize,
     recompute_steps: usize,
     steps: usize,
+    /// The plan's arena (absent with `--no-arena`).
+    arena: Option<ArenaReport>,
     plan_time_s: f64,
     verified: bool,
     written_to: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ArenaReport {
+    arena_bytes: u64,
+    /// The peak of live bytes with every size padded to `align`.
+    live_peak_bytes: u64,
+    arena_over_live_peak: f64,
+    /// `100 * (arena / live peak - 1)`; negative when in-place sharing beats the bound.
+    fragmentation_percent: f64,
+    /// What a device needs: the arena plus the persistent bytes.
+    device_bytes: u64,
+    align: u64,
+    algorithm: String,
+    in_place_pairs: usize,
+}
+
+fn arena_report(plan: &Plan) -> Option<ArenaReport> {
+    let a = plan.arena.as_ref()?;
+    Some(ArenaReport {
+        arena_bytes: a.size,
+        live_peak_bytes: a.lower_bound,
+        arena_over_live_peak: a.ratio(),
+        fragmentation_percent: a.fragmentation_percent(),
+        device_bytes: a.size + plan.summary.persistent_bytes,
+        align: a.align,
+        algorithm: a.algorithm.clone(),
+        in_place_pairs: a.in_place.len(),
+    })
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -126,6 +163,8 @@ pub fn run(args: Args) -> CliResult {
         eviction_threshold: args.eviction_threshold,
         evictee_min_size: args.evictee_min_size,
         sqrt_sampling: args.sqrt_sampling,
+        arena: !args.no_arena,
+        align: args.align,
     };
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
     let callback = |p: Progress| {
@@ -145,7 +184,8 @@ pub fn run(args: Args) -> CliResult {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let plan = result.map_err(|e| format!("{file}: {e}"))?;
+    let mut plan = result.map_err(|e| format!("{file}: {e}"))?;
+    plan.graph.path = Some(file.clone());
     if let Some(out) = &args.output {
         std::fs::write(out, plan.to_json())
             .map_err(|e| format!("{}: cannot write the plan: {e}", out.display()))?;
@@ -228,6 +268,7 @@ fn build<'a>(
         recomputed_ops: s.recomputed_ops,
         recompute_steps: s.recompute_steps,
         steps: s.steps,
+        arena: arena_report(plan),
         plan_time_s: secs,
         verified: true,
         written_to: out.map(|p| p.display().to_string()),
@@ -255,6 +296,24 @@ fn render(r: &Report<'_>) -> String {
         r.planned_over_lower_bound
     );
     let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
+    if let Some(a) = &r.arena {
+        let _ = writeln!(
+            s,
+            "arena              {}  ({:.4}x the aligned live peak {}: fragmentation {:+.2}%)",
+            bytes(a.arena_bytes),
+            a.arena_over_live_peak,
+            human_bytes(a.live_peak_bytes),
+            a.fragmentation_percent
+        );
+        let _ = writeln!(
+            s,
+            "arena + persistent {}  (what the device needs; align {} B, by {}, {} in-place pairs)",
+            bytes(a.device_bytes),
+            a.align,
+            a.algorithm,
+            a.in_place_pairs
+        );
+    }
     let _ = writeln!(
         s,
         "recompute          {:>11.1}% of one step's cost ({:.4e} of {:.4e}, from {})",

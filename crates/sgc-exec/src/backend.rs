@@ -12,8 +12,10 @@
 //!   exception is [`Kernel::SgdUpdate`], which has no outputs and writes its first input
 //!   (the parameter) in place.
 //! - Outputs never overlap each other or any input (the layout guarantees it; backends
-//!   check it and return an error, never corrupt memory). Inputs may overlap each other
-//!   (the same tensor twice, a view and its base).
+//!   check it and return an error, never corrupt memory), with one exception: a kernel
+//!   that [runs in place](Kernel::runs_in_place) may write an output that *is* one of its
+//!   inputs (same buffer, offset, dtype and shape: a plan's in-place pair). Inputs may
+//!   overlap each other (the same tensor twice, a view and its base).
 //! - Kernels are deterministic: a fixed reduction order, so running an op twice
 //!   (recomputation) gives bitwise the same bytes.
 //! - Data is f32; index operands (`embedding` ids, `cross_entropy` labels) are i64 or i32,
@@ -106,7 +108,8 @@ pub trait Backend {
     fn memory(&self) -> AllocStats;
 }
 
-/// Checks that `outputs` overlap neither each other nor any input, and for
+/// Checks that `outputs` overlap neither each other nor any input (except an input they
+/// exactly are, for a kernel that [runs in place](Kernel::runs_in_place)), and for
 /// [`Kernel::SgdUpdate`] that the parameter does not overlap the gradient. Backends call
 /// it at the top of `launch`.
 pub fn check_disjoint(
@@ -120,10 +123,12 @@ pub fn check_disjoint(
         _ => outputs.iter().collect(),
     };
     let all: Vec<&Operand> = inputs.iter().chain(outputs).collect();
+    let in_place = kernel.runs_in_place();
     for w in &written {
         let clashes = all
             .iter()
             .filter(|o| !std::ptr::eq(**o, *w) && o.overlaps(w))
+            .filter(|o| !(in_place && ***o == **w && inputs.iter().any(|i| std::ptr::eq(i, **o))))
             .count();
         if clashes > 0 {
             return Err(ExecError::backend(

@@ -106,11 +106,13 @@ impl<B: Backend> Executor<B> {
     }
 
     /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
-    /// marked, laid out first-fit over its storage lifetimes (the verifier checks the
-    /// layout against the steps).
+    /// marked, every tensor at the plan's arena offset (one allocation of the plan's arena
+    /// size), or laid out first-fit when the plan has no arena. Either way the layout is
+    /// verified against the steps.
     pub fn from_plan(graph: &Graph, plan: &sgc_plan::Plan, backend: B) -> Result<Self, ExecError> {
         plan.check_graph(graph)?;
-        Self::new(graph, Schedule::from_plan(plan), None, backend)
+        let layout = Layout::from_plan(plan)?;
+        Self::new(graph, Schedule::from_plan(plan), layout, backend)
     }
 
     /// An executor for `schedule`, with `layout` (verified) or a first-fit layout.

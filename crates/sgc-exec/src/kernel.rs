@@ -335,6 +335,23 @@ impl Kernel {
     }
 
     /// The op type this kernel runs (its name in both backends).
+    /// Whether the kernel stays correct when its output is the very buffer of one of its
+    /// inputs (an in-place pair of the plan): element-wise kernels, and `softmax_grad`,
+    /// whose row sum is read before the row is written.
+    pub fn runs_in_place(&self) -> bool {
+        matches!(
+            self,
+            Kernel::BiasAdd { .. }
+                | Kernel::Add
+                | Kernel::Mul
+                | Kernel::Relu
+                | Kernel::ReluGrad
+                | Kernel::Gelu
+                | Kernel::GeluGrad
+                | Kernel::SoftmaxGrad { .. }
+        )
+    }
+
     pub fn name(&self) -> &'static str {
         OP_TYPES[self.index()]
     }

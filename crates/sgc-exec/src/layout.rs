@@ -6,7 +6,11 @@
 //! the end, for graph outputs); inputs live from step 0. A layout places every instance;
 //! [`Layout::verify`] checks it against the schedule alone (every instance placed once,
 //! aligned for its dtype, inside the arena, and no two instances alive at the same step
-//! sharing a byte), so the executor never trusts the planner that made it.
+//! sharing a byte, except an in-place pair: same offset, the input's instance ends at the
+//! step where the output's starts, the graph allows the pair
+//! ([`sgc_plan::arena::in_place_allowed`]) and the op's kernel
+//! [runs in place](crate::Kernel::runs_in_place)), so the executor never trusts the
+//! planner that made it. [`Layout::from_plan`] takes a plan's arena offsets.
 //! [`Layout::first_fit`] makes a layout when none is given: instances by decreasing size,
 //! each at the lowest aligned offset free over its whole lifetime.
 
@@ -98,12 +102,68 @@ fn lives_together(a: &StorageInstance, b: &StorageInstance) -> bool {
     a.start <= b.end && b.start <= a.end
 }
 
+/// Whether `a` and `b` are an in-place pair the executor can run: same offset, one's
+/// instance ends where the other's starts, and that step's op may (and can) write the
+/// later into the earlier.
+fn in_place(graph: &Graph, schedule: &Schedule, a: &Placement, b: &Placement) -> bool {
+    let (input, output) = if a.instance.end == b.instance.start {
+        (a, b)
+    } else if b.instance.end == a.instance.start {
+        (b, a)
+    } else {
+        return false;
+    };
+    let Some(step) = schedule.steps.get(output.instance.start) else {
+        return false;
+    };
+    a.offset == b.offset
+        && sgc_plan::arena::in_place_allowed(
+            graph,
+            step.op,
+            output.instance.root,
+            input.instance.root,
+        )
+        && crate::Kernel::from_op(graph, step.op).is_ok_and(|k| k.runs_in_place())
+}
+
 fn bytes_overlap(a: &Placement, b: &Placement) -> bool {
     let (ab, bb) = (a.instance.bytes, b.instance.bytes);
     ab > 0 && bb > 0 && a.offset < b.offset + bb && b.offset < a.offset + ab
 }
 
 impl Layout {
+    /// The plan's own arena (its `arena` offsets over its `lifetimes`), if it has one.
+    pub fn from_plan(plan: &sgc_plan::Plan) -> Result<Option<Layout>, ExecError> {
+        let Some(arena) = &plan.arena else {
+            return Ok(None);
+        };
+        if arena.offsets.len() != plan.lifetimes.len() {
+            return Err(ExecError::Layout(format!(
+                "the plan's arena has {} offsets for {} lifetimes",
+                arena.offsets.len(),
+                plan.lifetimes.len()
+            )));
+        }
+        let placements = plan
+            .lifetimes
+            .iter()
+            .zip(&arena.offsets)
+            .map(|(l, &offset)| Placement {
+                instance: StorageInstance {
+                    root: l.root,
+                    start: l.first_step,
+                    end: l.last_step,
+                    bytes: l.bytes,
+                },
+                offset,
+            })
+            .collect();
+        Ok(Some(Layout {
+            arena_bytes: arena.size,
+            placements,
+        }))
+    }
+
     /// First-fit by decreasing size over the schedule's storage instances.
     pub fn first_fit(graph: &Graph, schedule: &Schedule) -> Result<Layout, ExecError> {
         let profile = sgc_ir::simulate(graph, &schedule.ops())?;
@@ -174,7 +234,7 @@ impl Layout {
                 .iter()
                 .take_while(|b| b.instance.start <= a.instance.end)
             {
-                if bytes_overlap(a, b) {
+                if bytes_overlap(a, b) && !in_place(graph, schedule, a, b) {
                     return Err(ExecError::Layout(format!(
                         "`{}` (steps {}..={}) and `{}` (steps {}..={}) share bytes while both are live",
                         name(a),

@@ -144,3 +144,22 @@ fn recomputation_is_timed_separately() {
     let views = g.ops().iter().filter(|o| o.op_type == "reshape").count() as u64;
     assert!(runs <= r.schedule_len as u64 && runs + views * 8 >= r.schedule_len as u64);
 }
+
+#[test]
+fn plans_run_at_their_own_offsets_with_in_place_pairs() {
+    // The bitwise tests above run every plan at its arena offsets; this one makes sure
+    // those include outputs written over their inputs (the plan's in-place pairs).
+    let mut pairs = 0;
+    for name in TINY {
+        let g = load(name);
+        let p = common::plan(&g, sgc_plan::Strategy::None);
+        let arena = p.arena.clone().unwrap();
+        let ex = Executor::from_plan(&g, &p, CpuBackend::new()).unwrap();
+        assert_eq!(ex.layout().arena_bytes, arena.size, "{name}");
+        for &(o, i) in &arena.in_place {
+            assert_eq!(arena.offsets[o], arena.offsets[i], "{name}");
+        }
+        pairs += arena.in_place.len();
+    }
+    assert!(pairs > 0, "no tiny graph runs an op in place");
+}

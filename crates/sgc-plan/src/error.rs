@@ -25,6 +25,8 @@ pub enum PlanError {
     Workers { workers: usize, message: String },
     #[error("internal error: the {strategy} planner made a schedule the memory model rejects: {message}")]
     Internal { strategy: String, message: String },
+    #[error("cannot place the plan's tensors in an arena: {0}")]
+    Arena(String),
     #[error("internal error: the {strategy} planner made a plan the verifier rejects ({} violations; first: {})", .violations.len(), .violations.first().map(|v| v.to_string()).unwrap_or_default())]
     Rejected {
         strategy: String,

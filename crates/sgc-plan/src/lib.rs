@@ -13,7 +13,9 @@
 //! - [`plan`]: the plain-data [`Plan`] written to plan files;
 //! - [`verify()`]: an independent replay of a plan against the graph alone.
 //!
-//! - [`alloc`]: static memory sharing: offsets in one arena from the plan's `lifetimes`.
+//! - [`alloc`]: static memory sharing: offsets in one arena for any set of buffers;
+//! - [`arena`]: the plan's arena: its lifetimes and in-place pairs placed by [`alloc`],
+//!   stored in the plan (`Plan::arena`) and checked by the verifier.
 //!
 //! ```
 //! let text = r#"{"format": "sgc-graph", "version": 1,
@@ -27,6 +29,7 @@
 //! ```
 
 pub mod alloc;
+pub mod arena;
 mod chen;
 mod context;
 mod dtr;
@@ -39,8 +42,9 @@ mod search;
 mod sublinear;
 pub mod verify;
 
+pub use arena::ArenaLayout;
 pub use error::PlanError;
-pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary};
+pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN};
 pub use search::{Progress, ProgressFn};
 pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
 
@@ -88,7 +92,17 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
             best_peak: profile.peak,
         });
     }
-    let plan = Plan::assemble(graph, options, &steps, &profile);
+    let mut plan = Plan::assemble(graph, options, &steps, &profile);
+    if options.arena {
+        let layout = arena::assign(
+            graph,
+            &ops,
+            &plan.lifetimes,
+            options.align,
+            alloc::Effort::DEFAULT,
+        )?;
+        plan.arena = Some(layout);
+    }
     verify(graph, &plan).map_err(|violations| PlanError::Rejected {
         strategy: options.strategy.to_string(),
         violations,
@@ -97,6 +111,11 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
 }
 
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
+    if o.align == 0 {
+        return Err(PlanError::InvalidOption(
+            "--align must be at least 1".into(),
+        ));
+    }
     if o.pool_size == 0 {
         return Err(PlanError::InvalidOption(
             "--pool-size must be at least 1".into(),

@@ -12,6 +12,7 @@
 //! nor the number of worker threads, so the same graph, options and seed give the same
 //! bytes on any machine.
 
+use crate::arena::ArenaLayout;
 use crate::error::PlanError;
 use serde::{Deserialize, Serialize};
 use sgc_ir::{Graph, MemoryProfile, OpId, TensorId, TensorKind};
@@ -85,7 +86,24 @@ pub struct PlanOptions {
     pub evictee_min_size: u64,
     /// `dtr`: score only ~sqrt(N) sampled candidates.
     pub sqrt_sampling: bool,
+    /// Give every lifetime an arena offset ([`crate::arena`]); `false` leaves `arena` empty.
+    #[serde(default = "yes")]
+    pub arena: bool,
+    /// Arena alignment in bytes (offsets are multiples of it, sizes padded to it).
+    #[serde(default = "default_align")]
+    pub align: u64,
 }
+
+fn yes() -> bool {
+    true
+}
+
+fn default_align() -> u64 {
+    DEFAULT_ALIGN
+}
+
+/// The default arena alignment: 256 bytes, as CUDA allocators give.
+pub const DEFAULT_ALIGN: u64 = 256;
 
 impl Default for PlanOptions {
     fn default() -> Self {
@@ -100,6 +118,8 @@ impl Default for PlanOptions {
             eviction_threshold: None,
             evictee_min_size: 1 << 20,
             sqrt_sampling: false,
+            arena: true,
+            align: DEFAULT_ALIGN,
         }
     }
 }
@@ -108,6 +128,10 @@ impl Default for PlanOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GraphRef {
     pub name: Option<String>,
+    /// The graph file the plan was made from, as given on the command line (not part of
+    /// the identity: the fingerprint is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     pub ops: usize,
     pub tensors: usize,
     /// FNV-1a 64 of the graph's canonical text (`sgc_ir::format::to_string`), 16 hex digits.
@@ -119,6 +143,7 @@ impl GraphRef {
     pub fn of(graph: &Graph) -> GraphRef {
         GraphRef {
             name: graph.name().map(str::to_string),
+            path: None,
             ops: graph.num_ops(),
             tensors: graph.num_tensors(),
             fingerprint: format!(
@@ -207,6 +232,9 @@ pub struct Plan {
     pub checkpoints: Vec<TensorId>,
     pub lifetimes: Vec<Lifetime>,
     pub summary: Summary,
+    /// Every lifetime's arena offset (absent when planned with `arena: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arena: Option<ArenaLayout>,
 }
 
 impl Plan {
@@ -259,6 +287,7 @@ impl Plan {
             checkpoints,
             lifetimes,
             summary,
+            arena: None,
         }
     }
 

@@ -17,9 +17,17 @@
 //!
 //! and at the end that every graph output is resident and current, that the claimed peak
 //! equals the replayed one, and that the claimed lifetimes are the replayed ones.
+//!
+//! When the plan has an arena, it also checks that every lifetime has an offset, that
+//! offsets are multiples of the alignment, that every tensor (padded) lies inside the
+//! arena, and that no two lifetimes alive at the same step share an address, except an
+//! in-place pair at the very same offset: the step's op declares it (`inplace`), the input
+//! lifetime ends at the step where the output's starts, and the graph-level rule of
+//! [`crate::arena::in_place_allowed`] holds.
 //! Persistent storage (param, state, const) is always resident; inputs are resident from
 //! step 0 until freed.
 
+use crate::arena::ArenaLayout;
 use crate::plan::{GraphRef, Lifetime, Plan};
 use serde::{Deserialize, Serialize};
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
@@ -74,6 +82,24 @@ pub enum ViolationKind {
         replayed: usize,
         first_difference: String,
     },
+    ArenaCount {
+        offsets: usize,
+        lifetimes: usize,
+    },
+    ArenaMisaligned {
+        offset: u64,
+        align: u64,
+    },
+    ArenaOutside {
+        offset: u64,
+        end: u64,
+        size: u64,
+    },
+    AddressOverlap {
+        other: String,
+        offset: u64,
+        other_offset: u64,
+    },
 }
 
 /// One violation, naming the step, the op and the tensor it concerns where there are.
@@ -119,6 +145,10 @@ impl fmt::Display for Violation {
             K::OutputMissing => write!(f, ": graph output `{t}` is not resident (or stale) at the end"),
             K::PeakMismatch { claimed, replayed } => write!(f, ": claims a peak of {claimed} B, replay gives {replayed} B"),
             K::LifetimesMismatch { claimed, replayed, first_difference } => write!(f, ": {claimed} lifetimes claimed, {replayed} replayed; first difference: {first_difference}"),
+            K::ArenaCount { offsets, lifetimes } => write!(f, ": the arena has {offsets} offsets for {lifetimes} lifetimes"),
+            K::ArenaMisaligned { offset, align } => write!(f, ": `{t}` at arena offset {offset}, not a multiple of the alignment {align}"),
+            K::ArenaOutside { offset, end, size } => write!(f, ": `{t}` at arena offset {offset} ends at {end}, past the arena of {size} B"),
+            K::AddressOverlap { other, offset, other_offset } => write!(f, ": `{t}` (offset {offset}) and `{other}` (offset {other_offset}) are both live and share addresses"),
         }
     }
 }
@@ -388,6 +418,9 @@ impl<'g> Replay<'g> {
             self.violation(None, None, None, K::PeakMismatch { claimed, replayed });
         }
         self.compare_lifetimes(&plan.lifetimes);
+        if let Some(arena) = &plan.arena {
+            self.check_arena(plan, arena);
+        }
         if self.violations.is_empty() {
             Ok(VerifiedPeak {
                 peak_bytes: replayed,
@@ -420,5 +453,95 @@ impl<'g> Replay<'g> {
                 first_difference,
             },
         );
+    }
+
+    /// Offsets: one per lifetime, aligned, inside the arena, and apart while both live
+    /// (see the module docs for the one exception, in-place pairs).
+    fn check_arena(&mut self, plan: &Plan, arena: &ArenaLayout) {
+        use ViolationKind as K;
+        let lifetimes = &plan.lifetimes;
+        if arena.offsets.len() != lifetimes.len() {
+            let (offsets, n) = (arena.offsets.len(), lifetimes.len());
+            self.violation(
+                None,
+                None,
+                None,
+                K::ArenaCount {
+                    offsets,
+                    lifetimes: n,
+                },
+            );
+            return;
+        }
+        let align = arena.align.max(1);
+        for (l, &offset) in lifetimes.iter().zip(&arena.offsets) {
+            let t = self.known(l.root);
+            if offset % align != 0 || arena.align == 0 {
+                let align = arena.align;
+                self.violation(None, None, t, K::ArenaMisaligned { offset, align });
+            }
+            let end = offset.saturating_add(l.bytes.div_ceil(align).saturating_mul(align));
+            if l.bytes > 0 && end > arena.size {
+                let size = arena.size;
+                self.violation(None, None, t, K::ArenaOutside { offset, end, size });
+            }
+        }
+        let mut order: Vec<usize> = (0..lifetimes.len())
+            .filter(|&k| lifetimes[k].bytes > 0)
+            .collect();
+        order.sort_by_key(|&k| (lifetimes[k].first_step, k));
+        let mut active: Vec<usize> = Vec::new();
+        for &b in &order {
+            let lb = lifetimes[b];
+            active.retain(|&a| lifetimes[a].last_step >= lb.first_step);
+            for &a in &active {
+                if self.address_clash(plan, arena, a, b) {
+                    let (ta, other) = (self.known(lifetimes[a].root), self.name_of(lb.root));
+                    let kind = K::AddressOverlap {
+                        other,
+                        offset: arena.offsets[a],
+                        other_offset: arena.offsets[b],
+                    };
+                    self.violation(Some(lb.first_step), None, ta, kind);
+                }
+            }
+            active.push(b);
+        }
+    }
+
+    /// Whether lifetimes `a` and `b` (alive together) share an address illegally.
+    fn address_clash(&self, plan: &Plan, arena: &ArenaLayout, a: usize, b: usize) -> bool {
+        let (la, lb) = (plan.lifetimes[a], plan.lifetimes[b]);
+        let (oa, ob) = (arena.offsets[a], arena.offsets[b]);
+        let apart = oa.saturating_add(la.bytes) <= ob || ob.saturating_add(lb.bytes) <= oa;
+        let shared = oa == ob && (self.in_place(plan, la, lb) || self.in_place(plan, lb, la));
+        !apart && !shared
+    }
+
+    /// Whether `output` may share `input`'s address: `input` ends where `output` starts,
+    /// and that step's op may write one into the other in place.
+    fn in_place(&self, plan: &Plan, input: Lifetime, output: Lifetime) -> bool {
+        let s = output.first_step;
+        let g = self.g;
+        let known = |t: TensorId| t.index() < g.num_tensors();
+        input.last_step == s
+            && known(input.root)
+            && known(output.root)
+            && plan
+                .steps
+                .get(s)
+                .filter(|st| st.op.index() < g.num_ops())
+                .is_some_and(|st| crate::arena::in_place_allowed(g, st.op, output.root, input.root))
+    }
+
+    fn known(&self, t: TensorId) -> Option<TensorId> {
+        (t.index() < self.g.num_tensors()).then_some(t)
+    }
+
+    fn name_of(&self, t: TensorId) -> String {
+        match self.known(t) {
+            Some(t) => self.g.tensor(t).name.clone(),
+            None => format!("#{}", t.0),
+        }
     }
 }

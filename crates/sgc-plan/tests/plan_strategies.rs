@@ -39,6 +39,13 @@ fn graphs() -> Vec<(String, Graph)> {
         .collect()
 }
 
+/// Graphs whose plans the allocator does not yet pack within 1.01x of the aligned live
+/// peak with its default effort: Checkmate's random layered graph of 250 nodes (1.031x
+/// unplanned, 1.022x sublinear; no in-place pairs to help). The exact search of `alloc`
+/// reaches 1.0000x on the unplanned instance with `Effort::THOROUGH` but not on the
+/// sublinear one. Held to 1.05x until the search improves; every other graph to 1.01x.
+const SEARCH_GAPS: &[&str] = &["random_layered_n250"];
+
 /// Lighter search settings for the largest graphs, so the debug-mode suite stays quick.
 fn options(g: &Graph, strategy: Strategy, genetic_iters: usize) -> PlanOptions {
     let big = g.num_ops() > 1500;
@@ -53,6 +60,9 @@ fn options(g: &Graph, strategy: Strategy, genetic_iters: usize) -> PlanOptions {
         },
         pool_size: if big { 6 } else { 20 },
         evictee_min_size: 0,
+        // Only `every_strategy_verifies_on_every_graph` checks the arena: the other tests
+        // are about the schedule, and placing every plan's tensors would triple their time.
+        arena: false,
         ..PlanOptions::default()
     }
 }
@@ -66,14 +76,28 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
     let peak = verify(g, &p).unwrap_or_else(|v| panic!("{}: {:?}", o.strategy, v));
     assert_eq!(peak.peak_bytes, p.summary.planned_peak);
     assert!(p.summary.planned_peak >= p.summary.lower_bound);
+    assert_eq!(p.arena.is_some(), o.arena);
+    if let Some(arena) = &p.arena {
+        let live = p.summary.planned_peak - p.summary.persistent_bytes;
+        assert!(
+            arena.lower_bound >= live,
+            "the aligned bound pads the live peak"
+        );
+        assert!(arena.size >= arena.lower_bound || !arena.in_place.is_empty());
+    }
     p
 }
 
 #[test]
 fn every_strategy_verifies_on_every_graph() {
+    let mut misses = Vec::new();
     for (name, g) in graphs() {
         for s in Strategy::ALL {
-            let p = checked(&g, &options(&g, s, 3), None);
+            let o = PlanOptions {
+                arena: true,
+                ..options(&g, s, 3)
+            };
+            let p = checked(&g, &o, None);
             // Chen's fixed rule is a baseline and may lose to no plan on plain sequences.
             assert!(
                 s == Strategy::ChenSqrt || p.summary.planned_peak <= p.summary.unplanned_peak,
@@ -85,13 +109,34 @@ fn every_strategy_verifies_on_every_graph() {
                 assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
                 assert_eq!(p.summary.recompute_steps, 0);
             }
+            let arena = p.arena.as_ref().unwrap();
             eprintln!(
-                "{name:>28} {s:>10}: peak {:.3} of unplanned, recompute {:.3}",
+                "{name:>28} {s:>10}: peak {:.3} of unplanned, recompute {:.3}, arena {:.4}x the live peak ({})",
                 p.summary.planned_peak as f64 / p.summary.unplanned_peak as f64,
-                p.summary.recompute_share
+                p.summary.recompute_share,
+                arena.ratio(),
+                arena.algorithm
             );
+            let target = if SEARCH_GAPS.contains(&name.as_str()) {
+                1.05
+            } else {
+                1.01
+            };
+            if matches!(s, Strategy::None | Strategy::Sublinear) && arena.ratio() > target {
+                misses.push(format!(
+                    "{name} {s}: arena {} B is {:.4}x the live peak {} B",
+                    arena.size,
+                    arena.ratio(),
+                    arena.lower_bound
+                ));
+            }
         }
     }
+    assert!(
+        misses.is_empty(),
+        "arena above 1.01x the live peak:\n{}",
+        misses.join("\n")
+    );
 }
 
 #[test]

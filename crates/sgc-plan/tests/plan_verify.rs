@@ -192,3 +192,140 @@ fn lb_memory_trades_memory_for_less_recompute() {
     assert!(loose.summary.planned_peak <= lb);
     assert!(loose.summary.recompute_cost < tight.summary.recompute_cost);
 }
+
+/// The index of `name`'s (first) lifetime in the plan.
+fn lifetime_of(g: &sgc_ir::Graph, p: &Plan, name: &str) -> usize {
+    let t = g.tensor_by_name(name).unwrap();
+    p.lifetimes.iter().position(|l| l.root == t).unwrap()
+}
+
+#[test]
+fn plans_carry_aligned_offsets_at_or_near_the_bound() {
+    let (_, p) = setup();
+    let arena = p.arena.as_ref().expect("plans have an arena by default");
+    assert_eq!(arena.align, 256);
+    assert_eq!(arena.offsets.len(), p.lifetimes.len());
+    assert!(arena.offsets.iter().all(|o| o % 256 == 0));
+    assert!(
+        arena.size >= arena.lower_bound,
+        "no in-place pairs in this graph"
+    );
+    let live = p.summary.planned_peak - p.summary.persistent_bytes;
+    assert!(arena.lower_bound >= live, "padding only adds");
+    let g = sgc_ir::format::from_str(GRAPH).unwrap();
+    let o = PlanOptions {
+        arena: false,
+        ..PlanOptions::default()
+    };
+    let bare = plan(&g, &o, &RunConfig::default()).unwrap();
+    assert!(bare.arena.is_none());
+    let o = PlanOptions {
+        align: 0,
+        ..PlanOptions::default()
+    };
+    assert!(matches!(
+        plan(&g, &o, &RunConfig::default()),
+        Err(PlanError::InvalidOption(_))
+    ));
+}
+
+#[test]
+fn an_address_overlap_names_both_tensors_and_the_step() {
+    let (g, mut p) = setup();
+    let (a, b) = (lifetime_of(&g, &p, "a"), lifetime_of(&g, &p, "b"));
+    let arena = p.arena.as_mut().unwrap();
+    arena.offsets[b] = arena.offsets[a];
+    let v = verify(&g, &p).unwrap_err();
+    let hit = v
+        .iter()
+        .find(|v| matches!(&v.kind, ViolationKind::AddressOverlap { other, .. } if other == "b"))
+        .expect("overlap reported");
+    assert_eq!(hit.tensor.as_deref(), Some("a"));
+    assert_eq!(hit.step, Some(step_of(&g, &p, "f2")));
+    assert!(hit.to_string().contains("share addresses"), "{hit}");
+}
+
+#[test]
+fn misaligned_outside_and_missing_offsets_are_reported() {
+    let (g, p) = setup();
+    let mut bad = p.clone();
+    let arena = bad.arena.as_mut().unwrap();
+    let top = (0..arena.offsets.len())
+        .max_by_key(|&k| arena.offsets[k])
+        .unwrap();
+    arena.offsets[top] += 8;
+    let k = kinds(&g, &bad);
+    assert!(k
+        .iter()
+        .any(|k| matches!(k, ViolationKind::ArenaMisaligned { align: 256, .. })));
+    assert!(k
+        .iter()
+        .any(|k| matches!(k, ViolationKind::ArenaOutside { .. })));
+    let mut small = p.clone();
+    small.arena.as_mut().unwrap().size -= 256;
+    assert!(kinds(&g, &small)
+        .iter()
+        .all(|k| matches!(k, ViolationKind::ArenaOutside { .. })));
+    let mut short = p;
+    short.arena.as_mut().unwrap().offsets.pop();
+    assert_eq!(
+        kinds(&g, &short),
+        [ViolationKind::ArenaCount {
+            offsets: short.lifetimes.len() - 1,
+            lifetimes: short.lifetimes.len()
+        }]
+    );
+}
+
+/// A relu chain whose ops may run in place.
+const IN_PLACE: &str = r#"{"format": "sgc-graph", "version": 1,
+  "tensors": [{"name": "x", "dtype": "f32", "shape": [1000], "kind": "input"},
+              {"name": "a", "dtype": "f32", "shape": [1000]},
+              {"name": "b", "dtype": "f32", "shape": [1000]},
+              {"name": "c", "dtype": "f32", "shape": [10]}],
+  "ops": [{"name": "f", "op": "relu", "inputs": ["x"], "outputs": ["a"], "inplace": [[0, 0]]},
+          {"name": "g", "op": "relu", "inputs": ["a"], "outputs": ["b"], "inplace": [[0, 0]]},
+          {"name": "h", "op": "sum", "inputs": ["b"], "outputs": ["c"]}],
+  "outputs": ["c"]}"#;
+
+#[test]
+fn only_a_declared_in_place_pair_shares_an_address_and_only_exactly() {
+    let g = sgc_ir::format::from_str(IN_PLACE).unwrap();
+    let o = PlanOptions {
+        strategy: Strategy::None,
+        ..PlanOptions::default()
+    };
+    let p = plan(&g, &o, &RunConfig::default()).unwrap();
+    let (a, b, c) = (
+        lifetime_of(&g, &p, "a"),
+        lifetime_of(&g, &p, "b"),
+        lifetime_of(&g, &p, "c"),
+    );
+    let arena = p.arena.clone().unwrap();
+    assert!(arena.in_place.contains(&(b, a)), "{:?}", arena.in_place);
+    assert_eq!(arena.offsets[a], arena.offsets[b]);
+    assert_eq!(
+        arena.lower_bound,
+        2 * 4096,
+        "two big tensors live at steps 0 and 1"
+    );
+    assert_eq!(
+        arena.size,
+        4096 + 256,
+        "x, a and b share one buffer; c its own"
+    );
+    // The same address for an undeclared pair (h: b -> c) is an overlap.
+    let mut bad = p.clone();
+    bad.arena.as_mut().unwrap().offsets[c] = arena.offsets[b];
+    let v = verify(&g, &bad).unwrap_err();
+    assert!(v.iter().any(|v| v.tensor.as_deref() == Some("b")
+        && matches!(&v.kind, ViolationKind::AddressOverlap { other, .. } if other == "c")));
+    // A declared pair that overlaps without the very same offset is an overlap too.
+    let mut shifted = p;
+    let arena = shifted.arena.as_mut().unwrap();
+    arena.offsets[b] += 256;
+    arena.size += 256;
+    let v = verify(&g, &shifted).unwrap_err();
+    assert!(v.iter().any(|v| v.tensor.as_deref() == Some("a")
+        && matches!(&v.kind, ViolationKind::AddressOverlap { other, .. } if other == "b")));
+}

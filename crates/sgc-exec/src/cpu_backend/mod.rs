@@ -103,7 +103,8 @@ impl CpuBackend {
         let p = self.ptr(op)?;
         let n = op.numel();
         // SAFETY: in bounds and aligned (checked in `range`); no written operand overlaps a
-        // read one (`check_disjoint`), and the slices live only for one `launch` call,
+        // read one (`check_disjoint`; an input an output exactly is gets copied in `launch`
+        // and never goes through here), and the slices live only for one `launch` call,
         // during which the buffers are neither resized nor freed.
         Ok(unsafe {
             match op.dtype {
@@ -187,9 +188,28 @@ impl Backend for CpuBackend {
         } else {
             (inputs, outputs)
         };
+        // An input that an output exactly is (an in-place pair) is read from a copy, so no
+        // shared and mutable slice ever alias.
+        let copies: Vec<Option<Vec<f32>>> = read
+            .iter()
+            .map(|o| {
+                if written.iter().any(|w| w == o) {
+                    match self.read_slice(o)? {
+                        Slice::F32(v) => Ok(Some(v.to_vec())),
+                        Slice::Idx(_) => Err(ExecError::backend(NAME, "in-place index operand")),
+                    }
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<_, ExecError>>()?;
         let ins = read
             .iter()
-            .map(|o| self.read_slice(o))
+            .zip(&copies)
+            .map(|(o, c)| match c {
+                Some(v) => Ok(Slice::F32(v.as_slice())),
+                None => self.read_slice(o),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut outs = written
             .iter()

@@ -82,7 +82,12 @@ pub fn strategies(g: &Graph) -> Vec<(&'static str, Schedule, Option<Layout>)> {
     let rec = recompute_before_use(g);
     let mut all: Vec<(&'static str, Schedule, Option<Layout>)> = sgc_plan::Strategy::ALL
         .iter()
-        .map(|&s| (s.as_str(), Schedule::from_plan(&plan(g, s)), None))
+        .map(|&s| {
+            let p = plan(g, s);
+            let layout = Layout::from_plan(&p).expect("the plan's arena");
+            assert!(layout.is_some(), "plans carry an arena");
+            (s.as_str(), Schedule::from_plan(&p), layout)
+        })
         .collect();
     all.extend([
         ("traced+bump", traced.clone(), Some(bump_layout(g, &traced))),

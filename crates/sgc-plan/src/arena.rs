@@ -1,0 +1,333 @@
+//! The plan's arena: every non-persistent storage lifetime of a schedule gets an offset in
+//! one device arena, chosen ahead of time, so the arena size is the number a device needs
+//! (plus the persistent bytes).
+//!
+//! # Method
+//! 1. Each [`Lifetime`] `{root, first_step, last_step, bytes}` (inclusive steps) becomes an
+//!    [`alloc::Buffer`] over the half-open interval `[first_step, last_step + 1)`.
+//! 2. In-place pairs come from the ops' `inplace` fields ([`in_place_pairs`]): at step `s`
+//!    an op may write output `o` into input `i`'s storage when the rule of
+//!    [`in_place_allowed`] holds and the input's lifetime ends at `s` while the output's
+//!    starts at `s`. Such a pair may share one address; the allocator is free not to use it.
+//! 3. [`alloc::allocate`] places the buffers (its portfolio: greedy by size, best-fit sweep,
+//!    pushdown, bounded exact search) with every offset a multiple of `align` and padded
+//!    sizes, twice: once as they are, and once with every in-place chain (lifetimes joined
+//!    by pairs) merged into one buffer over the union of its steps, so that every algorithm,
+//!    the exact search included, exploits the sharing. Order (each step only while the
+//!    best arena is above the aligned live peak): the merged instance with heuristics only;
+//!    the plain instance with the full portfolio (search included); the merged instance
+//!    with the search. The merged instance's own bound lies below the live peak, so its
+//!    search would spend its whole budget chasing it: it runs last. The smaller arena wins
+//!    (the earlier on a tie); the result is deterministic.
+//!
+//! # The bound and fragmentation
+//! [`ArenaLayout::lower_bound`] is the peak of live bytes of the schedule, every size
+//! rounded up to `align`: no placement without in-place sharing can be smaller. Reports
+//! give fragmentation relative to it: `arena / lower_bound - 1` (so 1.01x is 1%). In-place
+//! sharing can take an arena below the bound, which then reads as a negative percentage.
+
+use crate::alloc::{self, AllocOptions, Buffer, Effort, InPlace};
+use crate::error::PlanError;
+use crate::plan::Lifetime;
+use serde::{Deserialize, Serialize};
+use sgc_ir::{Graph, OpId, TensorId};
+use std::collections::HashMap;
+
+/// Offsets of every lifetime of a plan in one arena.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArenaLayout {
+    /// Every offset is a multiple of this (bytes), and sizes are padded to it.
+    pub align: u64,
+    /// Arena bytes, padding counted.
+    pub size: u64,
+    /// The peak of aligned live bytes: no arena without in-place sharing is smaller.
+    pub lower_bound: u64,
+    /// One offset per entry of the plan's `lifetimes`, in the same order.
+    pub offsets: Vec<u64>,
+    /// The allocation algorithm that produced the offsets.
+    pub algorithm: String,
+    /// Lifetime pairs `(output, input)` (indices into `lifetimes`) that share an address
+    /// in place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_place: Vec<(usize, usize)>,
+}
+
+impl ArenaLayout {
+    /// `size / lower_bound` (1.0 when both are empty).
+    pub fn ratio(&self) -> f64 {
+        if self.lower_bound == 0 {
+            1.0
+        } else {
+            self.size as f64 / self.lower_bound as f64
+        }
+    }
+
+    /// Fragmentation in percent: `100 * (size / lower_bound - 1)`.
+    pub fn fragmentation_percent(&self) -> f64 {
+        100.0 * (self.ratio() - 1.0)
+    }
+}
+
+/// The buffers of `lifetimes`, in the same order (`upper = last_step + 1`).
+pub fn buffers(lifetimes: &[Lifetime]) -> Vec<Buffer> {
+    lifetimes
+        .iter()
+        .map(|l| Buffer {
+            lower: l.first_step as u64,
+            upper: l.last_step as u64 + 1,
+            size: l.bytes,
+        })
+        .collect()
+}
+
+/// Whether `op` may write its output tensor `output` into the storage of its input tensor
+/// `input`, by the graph alone: the op declares the pair in `inplace`; both tensors own
+/// their storage (no views) and are neither persistent nor the storage of a graph output
+/// (an output must survive the step); both have the same size; and no other input of the
+/// op reads the input's storage through another tensor (a view would see it change).
+/// Whether the input's storage ends at this op is a property of the schedule, checked by
+/// the callers.
+pub fn in_place_allowed(graph: &Graph, op: OpId, output: TensorId, input: TensorId) -> bool {
+    let o = graph.op(op);
+    let declared = o
+        .inplace
+        .iter()
+        .any(|&(oi, ii)| o.outputs.get(oi) == Some(&output) && o.inputs.get(ii) == Some(&input));
+    let owns = |t: TensorId| graph.tensor(t).alias_of.is_none() && !graph.is_persistent(t);
+    let kept = graph
+        .outputs()
+        .iter()
+        .any(|&t| graph.storage_root(t) == input);
+    let shared = o
+        .inputs
+        .iter()
+        .any(|&t| t != input && graph.storage_root(t) == input);
+    declared
+        && output != input
+        && owns(output)
+        && owns(input)
+        && !kept
+        && !shared
+        && graph.tensor(output).size == graph.tensor(input).size
+}
+
+/// The in-place pairs of a schedule (`ops[s]` runs at step `s`) over its `lifetimes`:
+/// `(output lifetime, input lifetime)` indices. Each output and each input is in at most
+/// one pair; an op's declared pairs are taken in their order.
+pub fn in_place_pairs(graph: &Graph, ops: &[OpId], lifetimes: &[Lifetime]) -> Vec<InPlace> {
+    let mut starting: HashMap<(TensorId, usize), usize> = HashMap::new();
+    let mut ending: HashMap<(TensorId, usize), usize> = HashMap::new();
+    for (k, l) in lifetimes.iter().enumerate() {
+        starting.insert((l.root, l.first_step), k);
+        ending.insert((l.root, l.last_step), k);
+    }
+    // A lifetime can be the output of one pair and the input of the next (a chain).
+    let (mut written, mut given) = (vec![false; lifetimes.len()], vec![false; lifetimes.len()]);
+    let mut pairs = Vec::new();
+    for (s, &op) in ops.iter().enumerate() {
+        for &(oi, ii) in &graph.op(op).inplace {
+            let o = graph.op(op);
+            let (Some(&out), Some(&inp)) = (o.outputs.get(oi), o.inputs.get(ii)) else {
+                continue;
+            };
+            let (Some(&a), Some(&b)) = (starting.get(&(out, s)), ending.get(&(inp, s))) else {
+                continue;
+            };
+            if written[a] || given[b] || !in_place_allowed(graph, op, out, inp) {
+                continue;
+            }
+            written[a] = true;
+            given[b] = true;
+            pairs.push(InPlace {
+                output: a,
+                input: b,
+            });
+        }
+    }
+    pairs
+}
+
+/// Places `lifetimes` (of the schedule `ops`) in one arena: see the [module docs](self).
+pub fn assign(
+    graph: &Graph,
+    ops: &[OpId],
+    lifetimes: &[Lifetime],
+    align: u64,
+    effort: Effort,
+) -> Result<ArenaLayout, PlanError> {
+    let bufs = buffers(lifetimes);
+    let pairs = in_place_pairs(graph, ops, lifetimes);
+    let err = |e: alloc::AllocError| PlanError::Arena(e.to_string());
+    let options = AllocOptions {
+        align,
+        effort,
+        in_place: Vec::new(),
+    };
+    let lower_bound = alloc::lower_bound(&bufs, align);
+    let chains = Chains::new(lifetimes.len(), &pairs);
+    let merged_bufs = chains.buffers(&bufs);
+    let used: Vec<(usize, usize)> = pairs.iter().map(|p| (p.output, p.input)).collect();
+    let merged = |effort: Effort| -> Result<Candidate, PlanError> {
+        let options = AllocOptions {
+            effort,
+            ..options.clone()
+        };
+        let m = alloc::allocate(&merged_bufs, &options).map_err(err)?;
+        Ok((
+            m.arena,
+            chains.expand(&m.offsets),
+            m.algorithm,
+            used.clone(),
+        ))
+    };
+    // The merged instance's own bound is below the plain one, so its search would chase a
+    // bound out of reach: heuristics first, the search only when everything else misses.
+    let mut best: Option<Candidate> = None;
+    if !pairs.is_empty() {
+        best = Some(merged(Effort::FAST)?);
+    }
+    let reached = |b: &Option<Candidate>| b.as_ref().is_some_and(|b| b.0 <= lower_bound);
+    if !reached(&best) {
+        let plain = alloc::allocate(&bufs, &options).map_err(err)?;
+        if best.as_ref().is_none_or(|b| plain.arena <= b.0) {
+            best = Some((plain.arena, plain.offsets, plain.algorithm, Vec::new()));
+        }
+    }
+    if !pairs.is_empty() && !reached(&best) {
+        let searched = merged(effort)?;
+        if best.as_ref().is_none_or(|b| searched.0 < b.0) {
+            best = Some(searched);
+        }
+    }
+    let best = best.expect("one of the two runs placed the buffers");
+    let (size, offsets, algorithm, in_place) = best;
+    Ok(ArenaLayout {
+        align,
+        size,
+        lower_bound,
+        offsets,
+        algorithm,
+        in_place,
+    })
+}
+
+/// An arena, its offsets, the algorithm and the in-place pairs it uses.
+type Candidate = (u64, Vec<u64>, String, Vec<(usize, usize)>);
+
+/// In-place chains: lifetimes joined by pairs (an output that is the input of the next
+/// pair) become one buffer over the union of their steps. Pair members have the same size
+/// and meet at one step, so a placement of the chains is a placement of the lifetimes in
+/// which every pair shares its address, and every algorithm (the exact search included)
+/// sees the saving.
+struct Chains {
+    /// Chain of each lifetime.
+    of: Vec<usize>,
+    count: usize,
+}
+
+impl Chains {
+    fn new(n: usize, pairs: &[InPlace]) -> Chains {
+        let mut next: Vec<Option<usize>> = vec![None; n];
+        let mut has_prev = vec![false; n];
+        for p in pairs {
+            next[p.input] = Some(p.output);
+            has_prev[p.output] = true;
+        }
+        let mut of = vec![usize::MAX; n];
+        let mut count = 0;
+        for start in (0..n).filter(|&k| !has_prev[k]) {
+            let mut k = Some(start);
+            while let Some(i) = k {
+                of[i] = count;
+                k = next[i];
+            }
+            count += 1;
+        }
+        Chains { of, count }
+    }
+
+    fn buffers(&self, bufs: &[Buffer]) -> Vec<Buffer> {
+        let mut out: Vec<Option<Buffer>> = vec![None; self.count];
+        for (b, &c) in bufs.iter().zip(&self.of) {
+            let m = out[c].get_or_insert(*b);
+            m.lower = m.lower.min(b.lower);
+            m.upper = m.upper.max(b.upper);
+            m.size = m.size.max(b.size);
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    fn expand(&self, chain_offsets: &[u64]) -> Vec<u64> {
+        self.of.iter().map(|&c| chain_offsets[c]).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(text: &str) -> Graph {
+        sgc_ir::format::from_str(text).unwrap()
+    }
+
+    const CHAIN: &str = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [{"name": "x", "dtype": "f32", "shape": [64], "kind": "input"},
+                  {"name": "a", "dtype": "f32", "shape": [64]},
+                  {"name": "b", "dtype": "f32", "shape": [64]},
+                  {"name": "c", "dtype": "f32", "shape": [64]}],
+      "ops": [{"name": "f", "op": "relu", "inputs": ["x"], "outputs": ["a"], "inplace": [[0, 0]]},
+              {"name": "g", "op": "relu", "inputs": ["a"], "outputs": ["b"], "inplace": [[0, 0]]},
+              {"name": "h", "op": "relu", "inputs": ["b"], "outputs": ["c"], "inplace": [[0, 0]]}],
+      "outputs": ["c"]}"#;
+
+    fn lifetimes(g: &Graph) -> (Vec<OpId>, Vec<Lifetime>) {
+        let ops: Vec<OpId> = g.op_ids().collect();
+        let p = sgc_ir::simulate(g, &ops).unwrap();
+        let l = p
+            .instances
+            .iter()
+            .map(|i| Lifetime {
+                root: i.root,
+                first_step: i.start,
+                last_step: i.end,
+                bytes: i.bytes,
+            })
+            .collect();
+        (ops, l)
+    }
+
+    #[test]
+    fn declared_pairs_whose_input_dies_share_an_address() {
+        let g = graph(CHAIN);
+        let (ops, l) = lifetimes(&g);
+        let pairs = in_place_pairs(&g, &ops, &l);
+        assert_eq!(pairs.len(), 3, "every op runs in place");
+        let a = assign(&g, &ops, &l, 256, Effort::DEFAULT).unwrap();
+        assert_eq!(a.lower_bound, 512);
+        assert_eq!(a.size, 256, "the chain runs in one buffer");
+        assert_eq!(a.in_place.len(), 3);
+        assert!(a.offsets.iter().all(|o| o % 256 == 0));
+    }
+
+    #[test]
+    fn a_graph_output_or_a_live_input_is_never_overwritten() {
+        // `a` is read again by `h`: `g` may not overwrite it; `c` is kept.
+        let text = CHAIN.replace(
+            r#""inputs": ["b"], "outputs": ["c"]"#,
+            r#""inputs": ["b", "a"], "outputs": ["c"]"#,
+        );
+        let g = graph(&text);
+        let (ops, l) = lifetimes(&g);
+        let inputs = |g: &Graph, l: &[Lifetime], ops: &[OpId]| -> Vec<String> {
+            in_place_pairs(g, ops, l)
+                .iter()
+                .map(|p| g.tensor(l[p.input].root).name.clone())
+                .collect()
+        };
+        assert_eq!(inputs(&g, &l, &ops), ["x", "b"], "`a` is read after `g`");
+        let kept = CHAIN.replace(r#""outputs": ["c"]}"#, r#""outputs": ["c", "b"]}"#);
+        let g = graph(&kept);
+        let (ops, l) = lifetimes(&g);
+        assert_eq!(inputs(&g, &l, &ops), ["x", "a"], "`b` is a graph output");
+    }
+}
