@@ -12,6 +12,7 @@ pub use sgc_exec as exec;
 pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 
+pub mod compare;
 pub mod fit;
 pub mod plot;
 pub mod units;

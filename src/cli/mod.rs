@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch.
 
 mod alloc;
+mod compare;
 mod fit;
 mod inspect;
 mod plan;
@@ -42,6 +43,8 @@ enum Command {
     Fit(fit::Args),
     /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
     Plot(plot::Args),
+    /// Peak memory with and without planning over many graphs, as one markdown table; `--check` guards a baseline.
+    Compare(compare::Args),
     /// Run training steps of a graph (planned or not) and print measured memory and time.
     Run(run::Args),
 }
@@ -57,6 +60,7 @@ pub fn main() -> ExitCode {
         Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
         Command::Plot(a) => plot::run(a),
+        Command::Compare(a) => compare::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

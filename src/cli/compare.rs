@@ -1,0 +1,93 @@
+//! `sgc compare FILES...`: peak memory with and without planning, as one markdown table,
+//! and the CI guard against a committed baseline (`--check`).
+
+use super::CliResult;
+use sgc::compare::{self, Baseline, CompareOptions, Row};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Graph files (version-1 or Checkmate node-link).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Generations of genetic refinement (the comparison's setting: 20).
+    #[arg(long, default_value_t = 20)]
+    genetic_iters: usize,
+    /// Seed of the search.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Do not execute the tiny graphs on the CPU backend.
+    #[arg(long)]
+    no_exec: bool,
+    /// Print the rows as JSON instead of markdown.
+    #[arg(long)]
+    json: bool,
+    /// Fail (exit 1) when a figure is worse than this baseline file.
+    #[arg(long, value_name = "BASELINE")]
+    check: Option<PathBuf>,
+    /// Write the figures as a new baseline file.
+    #[arg(long, value_name = "BASELINE")]
+    write_baseline: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let options = CompareOptions {
+        genetic_iters: args.genetic_iters,
+        seed: args.seed,
+        execute: !args.no_exec,
+    };
+    let rows = args
+        .files
+        .iter()
+        .map(|f| compare::compare_graph(f, &options))
+        .collect::<Result<Vec<Row>, _>>()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", compare::markdown(&rows));
+    }
+    if let Some(path) = &args.write_baseline {
+        let text = serde_json::to_string_pretty(&Baseline::from_rows(&rows))? + "\n";
+        std::fs::write(path, text).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+        eprintln!("baseline written to {}", path.display());
+    }
+    match &args.check {
+        Some(path) => check(&rows, path),
+        None => Ok(()),
+    }
+}
+
+fn check(rows: &[Row], path: &PathBuf) -> CliResult {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the baseline: {e}", path.display()))?;
+    let baseline: Baseline = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;
+    let outcome = compare::check(rows, &baseline);
+    for line in &outcome.improvements {
+        eprintln!("improved: {line}");
+    }
+    if !outcome.improvements.is_empty() {
+        eprintln!(
+            "hint: figures improved; refresh the baseline with `{}`",
+            compare::REFRESH
+        );
+    }
+    if outcome.passed() {
+        eprintln!(
+            "peak-memory check passed against {} ({} graphs)",
+            path.display(),
+            rows.len()
+        );
+        return Ok(());
+    }
+    for line in &outcome.failures {
+        eprintln!("regression: {line}");
+    }
+    Err(format!(
+        "peak-memory check failed: {} regression(s) against {} (if intended, refresh it with `{}`)",
+        outcome.failures.len(),
+        path.display(),
+        compare::REFRESH
+    )
+    .into())
+}
