@@ -2,31 +2,12 @@
 //! the memory, unplanned and under each requested strategy, and the batch past which the
 //! per-op lower bound alone exceeds it. The method is in `sgc::fit`.
 
-use super::CliResult;
+use super::{CliResult, StrategyArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
 use sgc::plan::alloc::Effort;
-use sgc::plan::{PlanOptions, Strategy};
+use sgc::plan::PlanOptions;
 use sgc::units::{human_bytes, parse_size};
 use std::path::PathBuf;
-
-#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
-enum StrategyArg {
-    None,
-    ChenSqrt,
-    Sublinear,
-    Dtr,
-}
-
-impl From<StrategyArg> for Strategy {
-    fn from(s: StrategyArg) -> Strategy {
-        match s {
-            StrategyArg::None => Strategy::None,
-            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
-            StrategyArg::Sublinear => Strategy::Sublinear,
-            StrategyArg::Dtr => Strategy::Dtr,
-        }
-    }
-}
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -13,6 +13,27 @@ mod zoo;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// `--strategy` values, shared by `plan`, `run` and `fit`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum StrategyArg {
+    None,
+    ChenSqrt,
+    Sublinear,
+    Dtr,
+}
+
+impl From<StrategyArg> for sgc::plan::Strategy {
+    fn from(s: StrategyArg) -> Self {
+        use sgc::plan::Strategy;
+        match s {
+            StrategyArg::None => Strategy::None,
+            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
+            StrategyArg::Sublinear => Strategy::Sublinear,
+            StrategyArg::Dtr => Strategy::Dtr,
+        }
+    }
+}
+
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -3,32 +3,13 @@
 //! before it is reported or written. `--check PLAN` verifies an existing plan file against
 //! the graph instead (and refuses a plan made for another graph).
 
-use super::CliResult;
+use super::{CliResult, StrategyArg};
 use serde::Serialize;
-use sgc::plan::{Plan, PlanOptions, Progress, RunConfig, Strategy};
+use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::units::{human_bytes, parse_size};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum StrategyArg {
-    None,
-    ChenSqrt,
-    Sublinear,
-    Dtr,
-}
-
-impl From<StrategyArg> for Strategy {
-    fn from(s: StrategyArg) -> Strategy {
-        match s {
-            StrategyArg::None => Strategy::None,
-            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
-            StrategyArg::Sublinear => Strategy::Sublinear,
-            StrategyArg::Dtr => Strategy::Dtr,
-        }
-    }
-}
 
 #[derive(clap::Args)]
 pub struct Args {

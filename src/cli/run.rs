@@ -5,10 +5,10 @@
 //! the unplanned schedule and prints both, with whether their loss curves are bitwise
 //! equal.
 
-use super::CliResult;
+use super::{CliResult, StrategyArg};
 use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor, RunReport};
 use sgc::ir::Graph;
-use sgc::plan::{Plan, PlanOptions, Strategy};
+use sgc::plan::{Plan, PlanOptions};
 use sgc::units::human_bytes;
 use std::path::PathBuf;
 
@@ -16,25 +16,6 @@ use std::path::PathBuf;
 enum Device {
     Cpu,
     Cuda,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum StrategyArg {
-    None,
-    ChenSqrt,
-    Sublinear,
-    Dtr,
-}
-
-impl From<StrategyArg> for Strategy {
-    fn from(s: StrategyArg) -> Strategy {
-        match s {
-            StrategyArg::None => Strategy::None,
-            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
-            StrategyArg::Sublinear => Strategy::Sublinear,
-            StrategyArg::Dtr => Strategy::Dtr,
-        }
-    }
 }
 
 #[derive(clap::Args)]
