@@ -3,7 +3,7 @@
 //! # What "fits" means
 //! A batch `b` fits memory `M` with reserve `R` under a strategy when the graph rescaled to
 //! `b` ([`sgc_ir::rescale`]) has a plan whose arena plus persistent bytes is at most
-//! `M - R`. The arena is what the static allocator ([`sgc_plan::alloc::allocate`]) packs
+//! `M - R`. The arena is what the plan's arena stage ([`sgc_plan::arena::assign`]) packs
 //! the plan's storage lifetimes into (closed `[first, last]` steps become half-open
 //! `[first, last + 1)`), offsets aligned to `align` bytes (256, as CUDA allocators do), so
 //! fragmentation and padding count, not only the peak. Each probe plans with
@@ -32,7 +32,7 @@
 use serde::Serialize;
 use sgc_ir::rescale::{self, RescaleError};
 use sgc_ir::Graph;
-use sgc_plan::alloc::{self, AllocError, AllocOptions, Buffer, Effort};
+use sgc_plan::alloc::Effort;
 use sgc_plan::{PlanError, PlanOptions, RunConfig};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -82,8 +82,6 @@ pub enum FitError {
         strategy: String,
         source: PlanError,
     },
-    #[error("batch {batch}: the arena allocator failed: {source}")]
-    Alloc { batch: u64, source: AllocError },
 }
 
 /// One batch tried under one strategy.
@@ -235,9 +233,17 @@ pub fn probe(
     }
     let t0 = Instant::now();
     let mut budget = limit;
+    // Only a budget-aware planner can answer a lower budget with another plan; the others
+    // plan without one, since in-place sharing can pack an arena below the live peak.
+    let budget_aware = matches!(
+        plan_opts.strategy,
+        sgc_plan::Strategy::Sublinear | sgc_plan::Strategy::Dtr
+    );
     for _ in 0..3 {
         let o = PlanOptions {
-            budget: Some(budget),
+            budget: budget_aware.then_some(budget),
+            // The arena is assigned below with the fit's own alignment and effort.
+            arena: false,
             ..plan_opts.clone()
         };
         let run = RunConfig {
@@ -262,33 +268,20 @@ pub fn probe(
                 })
             }
         };
-        let buffers: Vec<Buffer> = plan
-            .lifetimes
-            .iter()
-            .map(|l| Buffer {
-                lower: l.first_step as u64,
-                upper: l.last_step as u64 + 1,
-                size: l.bytes,
-            })
-            .collect();
-        let alloc_opts = AllocOptions {
-            align: opts.align,
-            effort: opts.effort,
-            in_place: Vec::new(),
-        };
-        let placement = alloc::allocate(&buffers, &alloc_opts)
-            .map_err(|source| FitError::Alloc { batch, source })?;
+        // The plan's own arena stage, at the fit's alignment and allocator effort.
+        let ops: Vec<_> = plan.steps.iter().map(|s| s.op).collect();
+        let layout = sgc_plan::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
+            .map_err(|source| FitError::Plan {
+                batch,
+                strategy: o.strategy.to_string(),
+                source,
+            })?;
         p.peak = plan.summary.planned_peak;
-        p.arena = placement.arena;
+        p.arena = layout.size;
         p.recompute_share = plan.summary.recompute_share;
-        let total = placement.arena.saturating_add(persistent);
+        let total = layout.size.saturating_add(persistent);
         p.fits = total <= limit;
         p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());
-        // Only a budget-aware planner can answer a lower budget with another plan.
-        let budget_aware = matches!(
-            o.strategy,
-            sgc_plan::Strategy::Sublinear | sgc_plan::Strategy::Dtr
-        );
         if p.fits || !budget_aware || budget <= lb {
             break;
         }
