@@ -43,6 +43,8 @@ pub(crate) struct Context<'g> {
     pub bytes: Vec<u64>,
     /// Per tensor: how its validity is decided (see [`Validity`]).
     pub validity: Vec<Validity>,
+    /// Per tensor: whether it is an activation (it must be produced before it is read).
+    pub activation: Vec<bool>,
     /// Roots of graph inputs (resident from the start).
     pub input_roots: Vec<TensorId>,
     pub unplanned_peak: u64,
@@ -88,6 +90,10 @@ impl<'g> Context<'g> {
         Context {
             bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
             validity,
+            activation: g
+                .tensor_ids()
+                .map(|t| g.tensor(t).kind == TensorKind::Activation)
+                .collect(),
             input_roots,
             g,
             n,

@@ -14,7 +14,7 @@
 //! Infeasible candidates rank last. Evaluations are cached by genome, so a generation only
 //! pays for the children it has not seen.
 
-use crate::context::Context;
+use crate::context::{Context, Validity};
 use crate::schedule::walk_discards;
 use sgc_ir::{OpId, TensorId};
 use std::cmp::Ordering;
@@ -139,8 +139,99 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
 /// Evaluates one genome.
 pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
     schedule(ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
-        fitness_of(ctx, &s, genome.splits.len())
+        fast_fitness(ctx, &s, genome.splits.len())
     })
+}
+
+/// [`fitness_of`] with the peak from [`peak_of`].
+pub(crate) fn fast_fitness(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usize) -> Fitness {
+    match peak_of(ctx, steps) {
+        Some(peak) => Fitness {
+            feasible: true,
+            peak,
+            cost: steps
+                .iter()
+                .filter(|s| s.1)
+                .fold(0.0, |a, s| a + ctx.cost[s.0.index()]),
+            splits,
+        },
+        None => Fitness::INFEASIBLE,
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The peak `sgc_ir::simulate` reports for `steps` (`None` where it reports an error),
+/// computed in one pass without building the storage instances: every instance (a root
+/// from its production to its last use in the sequence, graph outputs to the end) adds its
+/// bytes to a difference array. The instances and their errors follow `simulate`'s
+/// tracker rule for rule; `tests/incremental.rs` checks the two agree.
+pub(crate) fn peak_of(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
+    let g = ctx.g;
+    let nt = g.num_tensors();
+    // Per root: the open instance's (start, last use); per tensor: the step it was made.
+    let mut open = vec![(NONE, NONE); nt];
+    let mut produced = vec![NONE; nt];
+    let mut delta = vec![0i128; steps.len() + 1];
+    for &t in &ctx.input_roots {
+        open[t.index()] = (0, 0);
+    }
+    let close = |delta: &mut [i128], r: usize, (start, last): (u32, u32)| {
+        delta[start as usize] += i128::from(ctx.bytes[r]);
+        delta[last as usize + 1] -= i128::from(ctx.bytes[r]);
+    };
+    for (s, &(op, _)) in steps.iter().enumerate() {
+        let s = s as u32;
+        let o = g.op(op);
+        for &t in &o.inputs {
+            let (ti, root) = (t.index(), g.storage_root(t).index());
+            if ctx.activation[ti] && produced[ti] == NONE {
+                return None;
+            }
+            if ctx.validity[ti] != Validity::Current {
+                continue;
+            }
+            if root != ti && ctx.activation[ti] && produced[ti] < open[root].0 {
+                return None;
+            }
+            touch(&mut open[root], s)?;
+        }
+        for &t in &o.outputs {
+            let (ti, root) = (t.index(), g.storage_root(t).index());
+            produced[ti] = s;
+            if ctx.validity[ti] != Validity::Current {
+                continue;
+            }
+            if root == ti {
+                if open[root].0 != NONE {
+                    close(&mut delta, root, open[root]);
+                }
+                open[root] = (s, s);
+            } else {
+                touch(&mut open[root], s)?;
+            }
+        }
+    }
+    if let Some(end) = steps.len().checked_sub(1) {
+        for (r, &(start, last)) in open.iter().enumerate() {
+            if start != NONE {
+                let last = if ctx.kept[r] { end as u32 } else { last };
+                close(&mut delta, r, (start, last));
+            }
+        }
+    }
+    let mut acc = 0i128;
+    let mut max = 0u64;
+    for d in &delta[..steps.len()] {
+        acc += d;
+        max = max.max(u64::try_from(acc).unwrap_or(u64::MAX));
+    }
+    Some(ctx.persistent_bytes.saturating_add(max))
+}
+
+/// Marks a use of an open instance at step `s` (`None`: the storage is not allocated).
+fn touch(instance: &mut (u32, u32), s: u32) -> Option<()> {
+    (instance.0 != NONE).then(|| instance.1 = s)
 }
 
 /// Output roots of the recomputed ops of a schedule, costliest op first (ties: op order).
@@ -160,4 +251,75 @@ pub(crate) fn recomputed_roots_by_cost(
         .map(|o| ctx.out_roots[o.index()].clone())
         .filter(|r| !r.is_empty())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
+    use sgc_ir::Graph;
+
+    fn random_genome(rng: &mut SplitMix64, n: usize, roots: usize) -> Genome {
+        let k = rng.index(n.min(12) + 1);
+        let mut g = Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect());
+        if rng.chance(0.3) && roots > 0 {
+            g.keep = (0..3).map(|_| rng.index(roots) as u32).collect();
+            g.keep.sort_unstable();
+            g.keep.dedup();
+        }
+        g
+    }
+
+    fn simulated(g: &Graph, steps: &[(OpId, bool)]) -> Option<u64> {
+        let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+        sgc_ir::simulate(g, &ops).ok().map(|p| p.peak)
+    }
+
+    /// `peak_of` against `simulate` on planned schedules and on shuffled, truncated and
+    /// duplicated step sequences (which exercise the error rules).
+    fn check_graph(g: &Graph, rng: &mut SplitMix64, genomes: usize) {
+        let ctx = Context::new(g);
+        for _ in 0..genomes {
+            let genome = random_genome(rng, ctx.n, g.num_tensors());
+            let Some(mut steps) = schedule(&ctx, &genome) else {
+                continue;
+            };
+            assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps), "{genome:?}");
+            let f = evaluate(&ctx, &genome);
+            assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
+            if steps.len() > 1 {
+                let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
+                steps.swap(a, b);
+                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+                let cut = rng.index(steps.len());
+                let dup = steps[cut];
+                steps.insert(rng.index(steps.len()), dup);
+                steps.truncate(cut.max(1));
+                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+            }
+        }
+    }
+
+    #[test]
+    fn peak_matches_simulate_on_random_graphs() {
+        for seed in 0..60 {
+            let g = random_graph(seed, &GenConfig::small());
+            check_graph(&g, &mut SplitMix64::new(seed), 12);
+        }
+    }
+
+    #[test]
+    fn peak_matches_simulate_on_zoo_graphs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../graphs");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("graphs/") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "json") {
+                let g = sgc_ir::load_any(&p).expect("zoo graph loads");
+                check_graph(&g, &mut SplitMix64::new(n), 4);
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "zoo graphs found: {n}");
+    }
 }
