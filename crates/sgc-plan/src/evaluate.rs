@@ -136,27 +136,43 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
     }
 }
 
-/// Evaluates one genome.
+/// Evaluates one genome from scratch.
+#[cfg(test)]
 pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
-    schedule(ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
-        fast_fitness(ctx, &s, genome.splits.len())
+    fitness_with(outcome(ctx, &discards(ctx, genome)), genome)
+}
+
+/// What a discard decision yields: `(peak, recompute cost)`, or `None` when its schedule
+/// cannot be built. The schedule depends on the genome only through the decision, so
+/// genomes with the same decision share one outcome.
+pub(crate) type Outcome = Option<(u64, f64)>;
+
+/// The outcome of a discard decision.
+pub(crate) fn outcome(ctx: &Context<'_>, discard: &[bool]) -> Outcome {
+    let steps = walk_discards(ctx, discard).ok()?.steps;
+    let peak = peak_of(ctx, &steps)?;
+    let cost = steps
+        .iter()
+        .filter(|s| s.1)
+        .fold(0.0, |a, s| a + ctx.cost[s.0.index()]);
+    Some((peak, cost))
+}
+
+/// The fitness of `genome` given the outcome of its decision.
+pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
+    outcome.map_or(Fitness::INFEASIBLE, |(peak, cost)| Fitness {
+        feasible: true,
+        peak,
+        cost,
+        splits: genome.splits.len(),
     })
 }
 
-/// [`fitness_of`] with the peak from [`peak_of`].
-pub(crate) fn fast_fitness(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usize) -> Fitness {
-    match peak_of(ctx, steps) {
-        Some(peak) => Fitness {
-            feasible: true,
-            peak,
-            cost: steps
-                .iter()
-                .filter(|s| s.1)
-                .fold(0.0, |a, s| a + ctx.cost[s.0.index()]),
-            splits,
-        },
-        None => Fitness::INFEASIBLE,
-    }
+/// A compact, exact key of a discard decision: the discarded roots in id order.
+pub(crate) fn decision_key(discard: &[bool]) -> Vec<u32> {
+    (0..discard.len() as u32)
+        .filter(|&r| discard[r as usize])
+        .collect()
 }
 
 const NONE: u32 = u32::MAX;
@@ -296,6 +312,44 @@ mod tests {
                 steps.insert(rng.index(steps.len()), dup);
                 steps.truncate(cut.max(1));
                 assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+            }
+        }
+    }
+
+    /// The search's evaluator (cached by genome and by discard decision, in parallel
+    /// batches) agrees with a from-scratch evaluation under `simulate`, genome by genome.
+    #[test]
+    fn evaluator_matches_scratch_evaluation() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for seed in 0..30 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut ev = crate::search::Evaluator::new(&ctx, &pool, None, None);
+            let mut rng = SplitMix64::new(seed);
+            for _ in 0..3 {
+                let mut batch: Vec<Genome> = (0..8)
+                    .map(|_| random_genome(&mut rng, ctx.n, g.num_tensors()))
+                    .collect();
+                // Near-duplicates: the same splits plus one more, often the same decision.
+                let extra: Vec<Genome> = batch
+                    .iter()
+                    .map(|b| {
+                        let mut s = b.splits.clone();
+                        s.push(rng.index(ctx.n.max(1)) as u32);
+                        Genome::from_splits(s)
+                    })
+                    .collect();
+                batch.extend(extra);
+                for (genome, f) in batch.iter().zip(ev.eval_batch(&batch)) {
+                    let scratch = schedule(&ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
+                        fitness_of(&ctx, &s, genome.splits.len())
+                    });
+                    assert_eq!(f, scratch, "seed {seed}: {genome:?}");
+                    assert_eq!(f, evaluate(&ctx, genome));
+                }
             }
         }
     }

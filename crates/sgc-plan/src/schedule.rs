@@ -250,12 +250,13 @@ impl<'c> State<'c> {
             if self.valid(want) {
                 continue;
             }
-            missing.clear();
-            missing.extend(g.op(op).inputs.iter().copied().filter(|&u| !self.valid(u)));
-            if missing.is_empty() {
+            let inputs = &g.op(op).inputs;
+            if inputs.iter().all(|&u| self.valid(u)) {
                 self.emit(op, true, policy)?;
                 continue;
             }
+            missing.clear();
+            missing.extend(inputs.iter().copied().filter(|&u| !self.valid(u)));
             if expanded && missing.iter().all(|&u| g.producer(u).is_none()) {
                 return Err(Infeasible::NotRecomputable);
             }
