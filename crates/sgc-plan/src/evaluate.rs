@@ -6,13 +6,14 @@
 //! access gap crosses a split point (its gap-closing reader lies in a later block) and the
 //! recomputation at the gap's end is safe (before any in-place write to a persistent
 //! tensor it would read). The schedule comes from [`crate::schedule::walk_discards`]; its
-//! peak from `sgc_ir::simulate`, the memory model every tool shares.
+//! peak from [`peak_of`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
+//! shares, which still measures the chosen plan) that builds no instance list.
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
 //! points (the reference uses the peak alone). With a budget: plans that fit come first and
 //! among them the least recompute cost wins; plans that do not fit are ranked by peak.
-//! Infeasible candidates rank last. Evaluations are cached by genome, so a generation only
-//! pays for the children it has not seen.
+//! Infeasible candidates rank last. Evaluations are cached by genome and by discard
+//! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
 
 use crate::context::{Context, Validity};
 use crate::schedule::walk_discards;
