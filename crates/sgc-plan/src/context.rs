@@ -39,6 +39,14 @@ pub(crate) struct Context<'g> {
     pub in_roots: Vec<Vec<TensorId>>,
     /// Per op: its distinct persistent input roots.
     pub persistent_in: Vec<Vec<TensorId>>,
+    /// Per tensor: its size in bytes.
+    pub bytes: Vec<u64>,
+    /// Per tensor: how its validity is decided (see [`Validity`]).
+    pub validity: Vec<Validity>,
+    /// Per tensor: whether it is an activation (it must be produced before it is read).
+    pub activation: Vec<bool>,
+    /// Roots of graph inputs (resident from the start).
+    pub input_roots: Vec<TensorId>,
     pub unplanned_peak: u64,
     pub persistent_bytes: u64,
     pub lower_bound: LowerBound,
@@ -67,7 +75,26 @@ impl<'g> Context<'g> {
             .collect();
         let freeable_roots = g.tensor_ids().filter(|t| freeable[t.index()]).collect();
         let profile = g.memory_profile();
+        let validity = g
+            .tensor_ids()
+            .map(|t| match (g.is_persistent(t), g.tensor(t).kind) {
+                (true, TensorKind::Activation) => Validity::Produced,
+                (true, _) => Validity::Always,
+                (false, _) => Validity::Current,
+            })
+            .collect();
+        let input_roots = g
+            .tensor_ids()
+            .filter(|&t| g.storage_root(t) == t && g.tensor(t).kind == TensorKind::Input)
+            .collect();
         Context {
+            bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
+            validity,
+            activation: g
+                .tensor_ids()
+                .map(|t| g.tensor(t).kind == TensorKind::Activation)
+                .collect(),
+            input_roots,
             g,
             n,
             cost: g.op_ids().map(|o| g.op_cost(o).0).collect(),
@@ -107,7 +134,7 @@ impl<'g> Context<'g> {
     }
 
     pub fn size(&self, r: TensorId) -> u64 {
-        self.g.tensor(r).size
+        self.bytes[r.index()]
     }
 
     /// Ops that may close a Chen segment: forward ops when the graph has phases, else all.
@@ -122,6 +149,17 @@ impl<'g> Context<'g> {
             fwd
         }
     }
+}
+
+/// How the schedule walk decides whether a tensor can be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Validity {
+    /// Persistent state that exists from the start.
+    Always,
+    /// A persistent activation: valid once produced.
+    Produced,
+    /// Valid while its root is resident at the version it was made from.
+    Current,
 }
 
 type Roots = Vec<Vec<TensorId>>;

@@ -6,15 +6,16 @@
 //! access gap crosses a split point (its gap-closing reader lies in a later block) and the
 //! recomputation at the gap's end is safe (before any in-place write to a persistent
 //! tensor it would read). The schedule comes from [`crate::schedule::walk_discards`]; its
-//! peak from `sgc_ir::simulate`, the memory model every tool shares.
+//! peak from [`peak_of`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
+//! shares, which still measures the chosen plan) that builds no instance list.
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
 //! points (the reference uses the peak alone). With a budget: plans that fit come first and
 //! among them the least recompute cost wins; plans that do not fit are ranked by peak.
-//! Infeasible candidates rank last. Evaluations are cached by genome, so a generation only
-//! pays for the children it has not seen.
+//! Infeasible candidates rank last. Evaluations are cached by genome and by discard
+//! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
 
-use crate::context::Context;
+use crate::context::{Context, Validity};
 use crate::schedule::walk_discards;
 use sgc_ir::{OpId, TensorId};
 use std::cmp::Ordering;
@@ -136,11 +137,118 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
     }
 }
 
-/// Evaluates one genome.
+/// Evaluates one genome from scratch.
+#[cfg(test)]
 pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
-    schedule(ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
-        fitness_of(ctx, &s, genome.splits.len())
+    fitness_with(outcome(ctx, &discards(ctx, genome)), genome)
+}
+
+/// What a discard decision yields: `(peak, recompute cost)`, or `None` when its schedule
+/// cannot be built. The schedule depends on the genome only through the decision, so
+/// genomes with the same decision share one outcome.
+pub(crate) type Outcome = Option<(u64, f64)>;
+
+/// The outcome of a discard decision.
+pub(crate) fn outcome(ctx: &Context<'_>, discard: &[bool]) -> Outcome {
+    let steps = walk_discards(ctx, discard).ok()?.steps;
+    let peak = peak_of(ctx, &steps)?;
+    let cost = steps
+        .iter()
+        .filter(|s| s.1)
+        .fold(0.0, |a, s| a + ctx.cost[s.0.index()]);
+    Some((peak, cost))
+}
+
+/// The fitness of `genome` given the outcome of its decision.
+pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
+    outcome.map_or(Fitness::INFEASIBLE, |(peak, cost)| Fitness {
+        feasible: true,
+        peak,
+        cost,
+        splits: genome.splits.len(),
     })
+}
+
+/// A compact, exact key of a discard decision: the discarded roots in id order.
+pub(crate) fn decision_key(discard: &[bool]) -> Vec<u32> {
+    (0..discard.len() as u32)
+        .filter(|&r| discard[r as usize])
+        .collect()
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The peak `sgc_ir::simulate` reports for `steps` (`None` where it reports an error),
+/// computed in one pass without building the storage instances: every instance (a root
+/// from its production to its last use in the sequence, graph outputs to the end) adds its
+/// bytes to a difference array. The instances and their errors follow `simulate`'s
+/// tracker rule for rule; `tests/incremental.rs` checks the two agree.
+pub(crate) fn peak_of(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
+    let g = ctx.g;
+    let nt = g.num_tensors();
+    // Per root: the open instance's (start, last use); per tensor: the step it was made.
+    let mut open = vec![(NONE, NONE); nt];
+    let mut produced = vec![NONE; nt];
+    let mut delta = vec![0i128; steps.len() + 1];
+    for &t in &ctx.input_roots {
+        open[t.index()] = (0, 0);
+    }
+    let close = |delta: &mut [i128], r: usize, (start, last): (u32, u32)| {
+        delta[start as usize] += i128::from(ctx.bytes[r]);
+        delta[last as usize + 1] -= i128::from(ctx.bytes[r]);
+    };
+    for (s, &(op, _)) in steps.iter().enumerate() {
+        let s = s as u32;
+        let o = g.op(op);
+        for &t in &o.inputs {
+            let (ti, root) = (t.index(), g.storage_root(t).index());
+            if ctx.activation[ti] && produced[ti] == NONE {
+                return None;
+            }
+            if ctx.validity[ti] != Validity::Current {
+                continue;
+            }
+            if root != ti && ctx.activation[ti] && produced[ti] < open[root].0 {
+                return None;
+            }
+            touch(&mut open[root], s)?;
+        }
+        for &t in &o.outputs {
+            let (ti, root) = (t.index(), g.storage_root(t).index());
+            produced[ti] = s;
+            if ctx.validity[ti] != Validity::Current {
+                continue;
+            }
+            if root == ti {
+                if open[root].0 != NONE {
+                    close(&mut delta, root, open[root]);
+                }
+                open[root] = (s, s);
+            } else {
+                touch(&mut open[root], s)?;
+            }
+        }
+    }
+    if let Some(end) = steps.len().checked_sub(1) {
+        for (r, &(start, last)) in open.iter().enumerate() {
+            if start != NONE {
+                let last = if ctx.kept[r] { end as u32 } else { last };
+                close(&mut delta, r, (start, last));
+            }
+        }
+    }
+    let mut acc = 0i128;
+    let mut max = 0u64;
+    for d in &delta[..steps.len()] {
+        acc += d;
+        max = max.max(u64::try_from(acc).unwrap_or(u64::MAX));
+    }
+    Some(ctx.persistent_bytes.saturating_add(max))
+}
+
+/// Marks a use of an open instance at step `s` (`None`: the storage is not allocated).
+fn touch(instance: &mut (u32, u32), s: u32) -> Option<()> {
+    (instance.0 != NONE).then(|| instance.1 = s)
 }
 
 /// Output roots of the recomputed ops of a schedule, costliest op first (ties: op order).
@@ -160,4 +268,113 @@ pub(crate) fn recomputed_roots_by_cost(
         .map(|o| ctx.out_roots[o.index()].clone())
         .filter(|r| !r.is_empty())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
+    use sgc_ir::Graph;
+
+    fn random_genome(rng: &mut SplitMix64, n: usize, roots: usize) -> Genome {
+        let k = rng.index(n.min(12) + 1);
+        let mut g = Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect());
+        if rng.chance(0.3) && roots > 0 {
+            g.keep = (0..3).map(|_| rng.index(roots) as u32).collect();
+            g.keep.sort_unstable();
+            g.keep.dedup();
+        }
+        g
+    }
+
+    fn simulated(g: &Graph, steps: &[(OpId, bool)]) -> Option<u64> {
+        let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+        sgc_ir::simulate(g, &ops).ok().map(|p| p.peak)
+    }
+
+    /// `peak_of` against `simulate` on planned schedules and on shuffled, truncated and
+    /// duplicated step sequences (which exercise the error rules).
+    fn check_graph(g: &Graph, rng: &mut SplitMix64, genomes: usize) {
+        let ctx = Context::new(g);
+        for _ in 0..genomes {
+            let genome = random_genome(rng, ctx.n, g.num_tensors());
+            let Some(mut steps) = schedule(&ctx, &genome) else {
+                continue;
+            };
+            assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps), "{genome:?}");
+            let f = evaluate(&ctx, &genome);
+            assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
+            if steps.len() > 1 {
+                let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
+                steps.swap(a, b);
+                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+                let cut = rng.index(steps.len());
+                let dup = steps[cut];
+                steps.insert(rng.index(steps.len()), dup);
+                steps.truncate(cut.max(1));
+                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+            }
+        }
+    }
+
+    /// The search's evaluator (cached by genome and by discard decision, in parallel
+    /// batches) agrees with a from-scratch evaluation under `simulate`, genome by genome.
+    #[test]
+    fn evaluator_matches_scratch_evaluation() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for seed in 0..30 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut ev = crate::search::Evaluator::new(&ctx, &pool, None, None);
+            let mut rng = SplitMix64::new(seed);
+            for _ in 0..3 {
+                let mut batch: Vec<Genome> = (0..8)
+                    .map(|_| random_genome(&mut rng, ctx.n, g.num_tensors()))
+                    .collect();
+                // Near-duplicates: the same splits plus one more, often the same decision.
+                let extra: Vec<Genome> = batch
+                    .iter()
+                    .map(|b| {
+                        let mut s = b.splits.clone();
+                        s.push(rng.index(ctx.n.max(1)) as u32);
+                        Genome::from_splits(s)
+                    })
+                    .collect();
+                batch.extend(extra);
+                for (genome, f) in batch.iter().zip(ev.eval_batch(&batch)) {
+                    let scratch = schedule(&ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
+                        fitness_of(&ctx, &s, genome.splits.len())
+                    });
+                    assert_eq!(f, scratch, "seed {seed}: {genome:?}");
+                    assert_eq!(f, evaluate(&ctx, genome));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn peak_matches_simulate_on_random_graphs() {
+        for seed in 0..60 {
+            let g = random_graph(seed, &GenConfig::small());
+            check_graph(&g, &mut SplitMix64::new(seed), 12);
+        }
+    }
+
+    #[test]
+    fn peak_matches_simulate_on_zoo_graphs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../graphs");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("graphs/") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "json") {
+                let g = sgc_ir::load_any(&p).expect("zoo graph loads");
+                check_graph(&g, &mut SplitMix64::new(n), 4);
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "zoo graphs found: {n}");
+    }
 }

@@ -14,8 +14,8 @@
 //! Recomputation that cannot be done safely (a non-recomputable producer, or a persistent
 //! input already written in place) makes the candidate infeasible rather than wrong.
 
-use crate::context::Context;
-use sgc_ir::{OpId, TensorId, TensorKind};
+use crate::context::{Context, Validity};
+use sgc_ir::{OpId, TensorId};
 
 /// Why a candidate schedule cannot be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,11 @@ pub(crate) struct State<'c> {
     touched: Vec<TensorId>,
     /// Roots produced by recomputation while the current op's inputs are made valid.
     pub round_made: Vec<TensorId>,
+    /// Reused buffers: missing inputs of the op being scheduled, of a recomputed op, and
+    /// the recomputation stack.
+    missing_op: Vec<TensorId>,
+    missing_rec: Vec<TensorId>,
+    stack: Vec<(OpId, TensorId, bool)>,
 }
 
 impl<'c> State<'c> {
@@ -77,27 +82,29 @@ impl<'c> State<'c> {
             pos: 0,
             touched: Vec::new(),
             round_made: Vec::new(),
+            missing_op: Vec::new(),
+            missing_rec: Vec::new(),
+            stack: Vec::new(),
         };
-        for t in g.tensor_ids() {
-            let root = g.storage_root(t);
-            if root == t && g.tensor(t).kind == TensorKind::Input {
-                st.resident[t.index()] = true;
-                st.counted[t.index()] = true;
-                st.bytes += ctx.size(t);
-                st.made_at[t.index()] = Some(0);
-            }
+        for &t in &ctx.input_roots {
+            st.resident[t.index()] = true;
+            st.counted[t.index()] = true;
+            st.bytes += ctx.size(t);
+            st.made_at[t.index()] = Some(0);
         }
         st
     }
 
     /// Whether `t` can be read now.
     pub fn valid(&self, t: TensorId) -> bool {
-        let g = self.ctx.g;
-        let root = g.storage_root(t);
-        if g.is_persistent(t) {
-            return g.tensor(t).kind != TensorKind::Activation || self.made_at[t.index()].is_some();
+        match self.ctx.validity[t.index()] {
+            Validity::Always => true,
+            Validity::Produced => self.made_at[t.index()].is_some(),
+            Validity::Current => {
+                let root = self.ctx.g.storage_root(t).index();
+                self.resident[root] && self.made_at[t.index()] == Some(self.version[root])
+            }
         }
-        self.resident[root.index()] && self.made_at[t.index()] == Some(self.version[root.index()])
     }
 
     /// Frees a root now (it will be recomputed if read again).
@@ -116,6 +123,17 @@ impl<'c> State<'c> {
 
     pub fn is_counted(&self, r: TensorId) -> bool {
         self.counted[r.index()]
+    }
+
+    /// Applies `f` to every root touched since the last call (in touch order, possibly
+    /// repeated) and forgets them.
+    pub fn drain_touched(&mut self, mut f: impl FnMut(&mut Self, TensorId)) {
+        let mut v = std::mem::take(&mut self.touched);
+        for &r in &v {
+            f(self, r);
+        }
+        v.clear();
+        self.touched = v;
     }
 
     /// Roots touched since the last call, deduplicated in order.
@@ -152,7 +170,7 @@ impl<'c> State<'c> {
                 if !self.resident[t.index()] {
                     self.resident[t.index()] = true;
                 }
-                if !self.counted[t.index()] && !ctx.g.is_persistent(t) {
+                if !self.counted[t.index()] && ctx.validity[t.index()] == Validity::Current {
                     self.counted[t.index()] = true;
                     self.bytes += ctx.size(t);
                 }
@@ -177,58 +195,74 @@ impl<'c> State<'c> {
     /// Makes every input of `op` valid, recomputing as needed.
     pub fn ensure_inputs(&mut self, op: OpId, policy: &mut dyn Policy) -> Result<(), Infeasible> {
         let g = self.ctx.g;
+        let inputs = &g.op(op).inputs;
+        if inputs.iter().all(|&t| self.valid(t)) {
+            return Ok(());
+        }
+        let mut missing = std::mem::take(&mut self.missing_op);
+        let mut result = Err(Infeasible::NoFixpoint);
         for _pass in 0..4 {
-            let missing: Vec<TensorId> = g
-                .op(op)
-                .inputs
-                .iter()
-                .copied()
-                .filter(|&t| !self.valid(t))
-                .collect();
+            missing.clear();
+            missing.extend(inputs.iter().copied().filter(|&t| !self.valid(t)));
             if missing.is_empty() {
-                return Ok(());
+                result = Ok(());
+                break;
             }
-            for t in missing {
-                self.make_valid(t, policy)?;
+            if let Err(e) = missing.iter().try_for_each(|&t| self.make_valid(t, policy)) {
+                result = Err(e);
+                break;
             }
         }
-        Err(Infeasible::NoFixpoint)
+        self.missing_op = missing;
+        result
     }
 
     /// Recomputes `t`: its producer, after the producers of its own missing inputs.
     pub fn make_valid(&mut self, t: TensorId, policy: &mut dyn Policy) -> Result<(), Infeasible> {
+        let mut stack = std::mem::take(&mut self.stack);
+        let mut missing = std::mem::take(&mut self.missing_rec);
+        stack.clear();
+        let r = self.recompute(t, policy, &mut stack, &mut missing);
+        self.stack = stack;
+        self.missing_rec = missing;
+        r
+    }
+
+    /// [`State::make_valid`] with its buffers: `stack` holds (op, tensor it must make
+    /// valid, inputs already requested).
+    fn recompute(
+        &mut self,
+        t: TensorId,
+        policy: &mut dyn Policy,
+        stack: &mut Vec<(OpId, TensorId, bool)>,
+        missing: &mut Vec<TensorId>,
+    ) -> Result<(), Infeasible> {
         let g = self.ctx.g;
-        // (op, tensor it must make valid, inputs already requested)
-        let mut stack: Vec<(OpId, TensorId, bool)> = Vec::new();
         let push = |stack: &mut Vec<(OpId, TensorId, bool)>, t: TensorId| {
             g.producer(t)
                 .map(|p| stack.push((p, t, false)))
                 .ok_or(Infeasible::NotRecomputable)
         };
-        push(&mut stack, t)?;
+        push(stack, t)?;
         let mut budget = 8 * (self.ctx.n + 8);
         while let Some((op, want, expanded)) = stack.pop() {
             budget = budget.checked_sub(1).ok_or(Infeasible::NoFixpoint)?;
             if self.valid(want) {
                 continue;
             }
-            let missing: Vec<TensorId> = g
-                .op(op)
-                .inputs
-                .iter()
-                .copied()
-                .filter(|&u| !self.valid(u))
-                .collect();
-            if missing.is_empty() {
+            let inputs = &g.op(op).inputs;
+            if inputs.iter().all(|&u| self.valid(u)) {
                 self.emit(op, true, policy)?;
                 continue;
             }
+            missing.clear();
+            missing.extend(inputs.iter().copied().filter(|&u| !self.valid(u)));
             if expanded && missing.iter().all(|&u| g.producer(u).is_none()) {
                 return Err(Infeasible::NotRecomputable);
             }
             stack.push((op, want, true));
-            for u in missing.into_iter().rev() {
-                push(&mut stack, u)?;
+            for &u in missing.iter().rev() {
+                push(stack, u)?;
             }
         }
         Ok(())
@@ -261,9 +295,8 @@ pub(crate) fn walk_discards<'c>(
         st.pos = i;
         st.ensure_inputs(op, &mut policy)?;
         st.emit(op, false, &mut policy)?;
-        for r in st.take_touched() {
-            release_after(&mut st, r, i, discard);
-        }
+        // Freeing is per root and idempotent, so order and repeats do not matter.
+        st.drain_touched(|st, r| release_after(st, r, i, discard));
     }
     st.pos = ctx.n;
     st.ensure_outputs(&mut policy)?;

@@ -3,10 +3,15 @@
 //! Candidates are evaluated in batches on a rayon pool; results are merged in the order
 //! the candidates were generated, so the outcome does not depend on the number of worker
 //! threads. Fitness values are cached by genome: re-proposed candidates (common once the
-//! population converges) cost nothing.
+//! population converges) cost nothing. Below that, outcomes (peak and recompute cost) are
+//! cached by discard decision, the only thing a schedule depends on: many genomes differ
+//! only in split points that change no decision (a split moved within a stretch where no
+//! largest gap starts or ends, a split after the forward pass), and about half of the
+//! genetic children on the zoo's deep graphs are such repeats, so they are not walked or
+//! simulated again.
 
 use crate::context::Context;
-use crate::evaluate::{evaluate, Fitness, Genome};
+use crate::evaluate::{decision_key, discards, fitness_with, outcome, Fitness, Genome, Outcome};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -27,6 +32,8 @@ pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
     pool: &'a rayon::ThreadPool,
     cache: HashMap<Genome, Fitness>,
+    /// Outcomes by discard decision ([`decision_key`]).
+    outcomes: HashMap<Vec<u32>, Outcome>,
     pub budget: Option<u64>,
     pub progress: Option<ProgressFn<'a>>,
 }
@@ -42,6 +49,7 @@ impl<'a> Evaluator<'a> {
             ctx,
             pool,
             cache: HashMap::new(),
+            outcomes: HashMap::new(),
             budget,
             progress,
         }
@@ -57,11 +65,25 @@ impl<'a> Evaluator<'a> {
             }
         }
         let ctx = self.ctx;
-        let results: Vec<Fitness> = self
+        let decisions: Vec<Vec<bool>> = self
             .pool
-            .install(|| fresh.par_iter().map(|g| evaluate(ctx, g)).collect());
-        for (g, f) in fresh.into_iter().zip(results) {
-            self.cache.insert(g.clone(), f);
+            .install(|| fresh.par_iter().map(|g| discards(ctx, g)).collect());
+        let keys: Vec<Vec<u32>> = decisions.iter().map(|d| decision_key(d)).collect();
+        let mut new_keys = std::collections::HashSet::new();
+        let todo: Vec<(&Vec<u32>, &Vec<bool>)> = keys
+            .iter()
+            .zip(&decisions)
+            .filter(|(k, _)| !self.outcomes.contains_key(*k) && new_keys.insert(*k))
+            .collect();
+        let results: Vec<Outcome> = self
+            .pool
+            .install(|| todo.par_iter().map(|(_, d)| outcome(ctx, d)).collect());
+        for ((k, _), o) in todo.into_iter().zip(results) {
+            self.outcomes.insert(k.clone(), o);
+        }
+        for (g, k) in fresh.into_iter().zip(&keys) {
+            self.cache
+                .insert(g.clone(), fitness_with(self.outcomes[k], g));
         }
         genomes.iter().map(|g| self.cache[g]).collect()
     }
