@@ -244,21 +244,45 @@ pub fn lower_bound(buffers: &[Buffer], align: u64) -> u64 {
 /// Places the buffers with every algorithm of [`Algorithm::ALL`] and keeps the smallest
 /// arena. The result always passes [`validate_in_place`] with the same pairs.
 pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement, AllocError> {
+    use rayon::prelude::*;
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
+    // The heuristics are independent: run them side by side, then judge them in the fixed
+    // order of `Algorithm::ALL` (the result does not depend on the number of threads).
+    let heuristics: Vec<Algorithm> = Algorithm::ALL
+        .into_iter()
+        .filter(|&a| a != Algorithm::Search)
+        .collect();
+    let placed: Vec<Option<Vec<u64>>> = heuristics
+        .par_iter()
+        .map(|&alg| run_units(&inst, alg, options.effort, None))
+        .collect();
     let mut trials = Vec::new();
     let mut best: Option<(Algorithm, Vec<u64>, u64)> = None;
-    for alg in Algorithm::ALL {
-        let upper = best.as_ref().map(|b| (b.1.as_slice(), b.2));
-        let Some(offsets) = run_units(&inst, alg, options.effort, upper) else {
-            continue;
+    let mut consider =
+        |alg: Algorithm, offsets: Vec<u64>, best: &mut Option<(Algorithm, Vec<u64>, u64)>| {
+            let arena = inst.arena_units(&offsets);
+            trials.push(Trial {
+                algorithm: alg.name().to_string(),
+                arena: arena * inst.align,
+            });
+            if best.as_ref().is_none_or(|b| arena < b.2) {
+                *best = Some((alg, offsets, arena));
+            }
         };
-        let arena = inst.arena_units(&offsets);
-        trials.push(Trial {
-            algorithm: alg.name().to_string(),
-            arena: arena * inst.align,
-        });
-        if best.as_ref().is_none_or(|b| arena < b.2) {
-            best = Some((alg, offsets, arena));
+    for (alg, offsets) in heuristics.into_iter().zip(placed) {
+        if let Some(offsets) = offsets {
+            consider(alg, offsets, &mut best);
+        }
+    }
+    let incumbent = best.as_ref().map(|b| (b.1.clone(), b.2));
+    if let Some((offsets, arena)) = incumbent {
+        if let Some(better) = run_units(
+            &inst,
+            Algorithm::Search,
+            options.effort,
+            Some((&offsets, arena)),
+        ) {
+            consider(Algorithm::Search, better, &mut best);
         }
     }
     let (alg, offsets, _) = best.expect("greedy always produces a placement");
