@@ -7,13 +7,13 @@ use thiserror::Error;
 /// Why a plan could not be made, read or accepted.
 #[derive(Debug, Error)]
 pub enum PlanError {
-    #[error("budget {budget} B is below the per-op lower bound {lower_bound} B (set by op `{op}`): no schedule of this graph fits; raise the budget to at least the bound")]
+    #[error("budget {} is below the per-op lower bound {} (set by op `{op}`): no schedule of this graph fits; raise the budget to at least the bound", bytes(*.budget), bytes(*.lower_bound))]
     BudgetBelowLowerBound {
         budget: u64,
         lower_bound: u64,
         op: String,
     },
-    #[error("no plan found whose peak fits the budget of {budget} B; the lowest peak reached was {best_peak} B: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy")]
+    #[error("no plan found whose peak fits the budget of {}; the lowest peak reached was {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), bytes(*.best_peak))]
     BudgetNotMet { budget: u64, best_peak: u64 },
     #[error("this plan was made for graph {expected}, not for graph {found}: make a new plan for this graph with `sgc plan`")]
     GraphMismatch { expected: String, found: String },
@@ -32,4 +32,22 @@ pub enum PlanError {
         strategy: String,
         violations: Vec<Violation>,
     },
+}
+
+/// Bytes exactly and in binary units: `629145600 B (600.00 MiB)`.
+fn bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut unit = None;
+    for u in UNITS {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        Some(u) => format!("{b} B ({v:.2} {u})"),
+        None => format!("{b} B"),
+    }
 }
