@@ -21,6 +21,7 @@ pub mod init;
 pub mod kernel;
 pub mod layout;
 pub mod shapes;
+mod window;
 
 pub use backend::{AllocStats, Backend, BufferId, Operand};
 pub use cpu_backend::CpuBackend;

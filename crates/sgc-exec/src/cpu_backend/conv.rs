@@ -2,20 +2,7 @@
 
 use super::linalg::{gemm, Mat};
 
-/// Geometry of a 2-d sliding window over `[N, C, H, W]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Window {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    pub pad: usize,
-    pub ho: usize,
-    pub wo: usize,
-}
+pub(crate) use crate::window::Window;
 
 impl Window {
     /// Input row/column of output position `o` and kernel tap `k`, if inside the image.
@@ -23,14 +10,6 @@ impl Window {
         (o * self.stride + k)
             .checked_sub(self.pad)
             .filter(|&i| i < len)
-    }
-
-    fn col_rows(&self) -> usize {
-        self.c * self.kh * self.kw
-    }
-
-    fn col_cols(&self) -> usize {
-        self.ho * self.wo
     }
 }
 

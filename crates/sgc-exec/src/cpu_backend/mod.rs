@@ -299,15 +299,15 @@ fn run(
         Gelu => elementwise::gelu(f(&ins[0])?, outs[0]),
         GeluGrad => elementwise::gelu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
         Conv2d { stride, padding } => {
-            let g = window(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
+            let g = conv::Window::conv(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
             conv::conv2d(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
         }
         Conv2dGradInput { stride, padding } => {
-            let g = window(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
+            let g = conv::Window::conv(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
             conv::conv2d_grad_input(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
         }
         Conv2dGradWeight { stride, padding } => {
-            let g = window(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
+            let g = conv::Window::conv(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
             conv::conv2d_grad_weight(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[1])
         }
         MaxPool2d {
@@ -315,7 +315,7 @@ fn run(
             stride,
             padding,
         } => {
-            let g = pool_window(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
+            let g = conv::Window::pool(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
             conv::max_pool2d(f(&ins[0])?, outs[0], &g)
         }
         MaxPool2dGrad {
@@ -323,7 +323,7 @@ fn run(
             stride,
             padding,
         } => {
-            let g = pool_window(sh(0), sh(1), *kernel, *stride, *padding);
+            let g = conv::Window::pool(sh(0), sh(1), *kernel, *stride, *padding);
             conv::max_pool2d_grad(f(&ins[0])?, f(&ins[1])?, outs[0], &g)
         }
         GlobalAvgPool => conv::global_avg_pool(f(&ins[0])?, outs[0], sh(0)[2] * sh(0)[3]),
@@ -404,25 +404,4 @@ fn bn_dims(x: &[usize]) -> norm::NormDims {
         feat: x[1],
         inner: x[2..].iter().product(),
     }
-}
-
-/// Window of a convolution with image `x [N, C, H, W]`, weight `w [O, C, kh, kw]`,
-/// output `y [N, O, Ho, Wo]`.
-fn window(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: usize) -> conv::Window {
-    conv::Window {
-        n: x[0],
-        c: x[1],
-        h: x[2],
-        w: x[3],
-        kh: w[2],
-        kw: w[3],
-        stride,
-        pad,
-        ho: y[2],
-        wo: y[3],
-    }
-}
-
-fn pool_window(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> conv::Window {
-    window(x, &[0, 0, k, k], y, stride, pad)
 }

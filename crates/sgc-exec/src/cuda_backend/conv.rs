@@ -12,30 +12,9 @@ use super::device::{n, Arg, Device, Gemm, Grid, R};
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
 
-/// Geometry of a 2-d sliding window over `[N, C, H, W]`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Window {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    pub pad: usize,
-    pub ho: usize,
-    pub wo: usize,
-}
+pub(crate) use crate::window::Window;
 
 impl Window {
-    fn col_rows(&self) -> usize {
-        self.c * self.kh * self.kw
-    }
-
-    fn col_cols(&self) -> usize {
-        self.ho * self.wo
-    }
-
     fn image(&self) -> usize {
         self.c * self.h * self.w
     }

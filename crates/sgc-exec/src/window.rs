@@ -1,0 +1,51 @@
+//! Geometry of a 2-d sliding window over `[N, C, H, W]`, shared by the convolution and
+//! pooling kernels of every backend (each backend adds its own methods beside these).
+
+/// Sizes of a convolution or pooling window and of its output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub ho: usize,
+    pub wo: usize,
+}
+
+impl Window {
+    /// A convolution with image `x [N, C, H, W]`, weight `w [O, C, kh, kw]` and output
+    /// `y [N, O, Ho, Wo]`.
+    pub(crate) fn conv(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: usize) -> Self {
+        Window {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            kh: w[2],
+            kw: w[3],
+            stride,
+            pad,
+            ho: y[2],
+            wo: y[3],
+        }
+    }
+
+    /// A `k x k` pooling window from `x [N, C, H, W]` to `y [N, C, Ho, Wo]`.
+    pub(crate) fn pool(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> Self {
+        Self::conv(x, &[0, 0, k, k], y, stride, pad)
+    }
+
+    /// Rows of the im2col matrix: one per input channel and kernel tap.
+    pub(crate) fn col_rows(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+
+    /// Columns of the im2col matrix: one per output position.
+    pub(crate) fn col_cols(&self) -> usize {
+        self.ho * self.wo
+    }
+}
