@@ -283,16 +283,7 @@ mod tests {
     fn lifetimes(g: &Graph) -> (Vec<OpId>, Vec<Lifetime>) {
         let ops: Vec<OpId> = g.op_ids().collect();
         let p = sgc_ir::simulate(g, &ops).unwrap();
-        let l = p
-            .instances
-            .iter()
-            .map(|i| Lifetime {
-                root: i.root,
-                first_step: i.start,
-                last_step: i.end,
-                bytes: i.bytes,
-            })
-            .collect();
+        let l = p.instances.iter().map(Lifetime::from).collect();
         (ops, l)
     }
 

@@ -15,7 +15,7 @@
 use crate::arena::ArenaLayout;
 use crate::error::PlanError;
 use serde::{Deserialize, Serialize};
-use sgc_ir::{Graph, MemoryProfile, OpId, TensorId, TensorKind};
+use sgc_ir::{Graph, MemoryProfile, OpId, StorageInstance, TensorId, TensorKind};
 
 /// The `format` field of every plan file.
 pub const PLAN_FORMAT: &str = "sgc-plan";
@@ -194,6 +194,18 @@ pub struct Lifetime {
     pub bytes: u64,
 }
 
+impl From<&StorageInstance> for Lifetime {
+    /// The memory model's storage instance (inclusive steps) as a plan lifetime.
+    fn from(i: &StorageInstance) -> Self {
+        Lifetime {
+            root: i.root,
+            first_step: i.start,
+            last_step: i.end,
+            bytes: i.bytes,
+        }
+    }
+}
+
 /// The figures of a plan, each next to its baseline or bound.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -266,16 +278,7 @@ impl Plan {
         for s in &mut steps {
             s.free.sort();
         }
-        let lifetimes = profile
-            .instances
-            .iter()
-            .map(|i| Lifetime {
-                root: i.root,
-                first_step: i.start,
-                last_step: i.end,
-                bytes: i.bytes,
-            })
-            .collect();
+        let lifetimes = profile.instances.iter().map(Lifetime::from).collect();
         let checkpoints = checkpoints(graph, schedule);
         let summary = summarize(graph, schedule, profile, checkpoints.len());
         Plan {
