@@ -6,6 +6,12 @@
 //! - `sublinear` with 20 generations at or below `chen-sqrt`'s peak at no higher cost;
 //! - GPT-2 with 20 generations on 2 workers, planned in under 2 s.
 //!
+//! Last, the search's scaling: a 128-layer GPT-2 (about 10,600 ops, built in-process) and
+//! `chain1000`, planned with 20 generations on 2 workers twice, with incremental candidate
+//! evaluation and with full walks (the baseline, same run). The two plans must be
+//! identical; the figures are candidates per second of the schedule phase and the speedup.
+//! `PLANNER_SCALING=0` skips it.
+//!
 //! `PLANNER_GRAPHS=gpt2,resnet50` restricts the run to those graphs.
 //!
 //! Every plan is verified (`sgc_plan::plan` runs the verifier before returning).
@@ -64,6 +70,7 @@ fn run(g: &Graph, strategy: Strategy, iters: usize, workers: Option<usize>) -> (
         &RunConfig {
             workers,
             progress: None,
+            full_walks: false,
         },
     )
     .unwrap_or_else(|e| panic!("{strategy}: {e}"));
@@ -120,6 +127,61 @@ fn main() {
         }
     }
     targets(&rows);
+    if std::env::var("PLANNER_SCALING").as_deref() != Ok("0") {
+        scaling();
+    }
+}
+
+/// Incremental evaluation against full walks on the largest graphs.
+fn scaling() {
+    println!("\nsearch scaling: sublinear, 20 generations, 2 workers; incremental vs full walks (same run)");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let chain = sgc_ir::load_any(root.join("graphs/chain1000.json")).expect("chain1000 loads");
+    for (name, g) in [
+        ("gpt2_deep (128 layers)", sgc_ir::zoo::gpt2_deep(128, 8)),
+        ("chain1000", chain),
+    ] {
+        let o = PlanOptions {
+            genetic_iters: 20,
+            ..PlanOptions::default()
+        };
+        let mut results = Vec::new();
+        for full_walks in [false, true] {
+            let run = RunConfig {
+                workers: Some(2),
+                progress: None,
+                full_walks,
+            };
+            let t = Instant::now();
+            let (p, stats) =
+                sgc_plan::plan_with_stats(&g, &o, &run).unwrap_or_else(|e| panic!("{e}"));
+            let _ = t.elapsed();
+            results.push((p, stats));
+        }
+        let (inc, full) = (&results[0], &results[1]);
+        assert_eq!(
+            inc.0, full.0,
+            "{name}: incremental and full-walk plans differ"
+        );
+        let (si, sf) = (
+            inc.1.search.expect("sublinear reports its search"),
+            full.1.search.expect("sublinear reports its search"),
+        );
+        let rate = |s: &sgc_plan::SearchStats, secs: f64| s.candidates as f64 / secs.max(1e-9);
+        println!(
+            "  {:<24} {:>6} ops  {:>5} candidates, {:>4} schedules built; incremental: {:>6.0} candidates/s ({:.3} s, {:.1}% of positions walked); full walks: {:>6.0}/s ({:.3} s); speedup {:.2}x; plans identical",
+            name,
+            g.num_ops(),
+            si.candidates,
+            si.evaluated,
+            rate(&si, inc.1.schedule_secs),
+            inc.1.schedule_secs,
+            100.0 * si.positions_walked as f64 / si.positions_full.max(1) as f64,
+            rate(&sf, full.1.schedule_secs),
+            full.1.schedule_secs,
+            full.1.schedule_secs / inc.1.schedule_secs.max(1e-9),
+        );
+    }
 }
 
 fn find<'a>(rows: &'a [Row], graph: &str, label: &str) -> Option<&'a Row> {

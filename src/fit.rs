@@ -249,6 +249,7 @@ pub fn probe(
         let run = RunConfig {
             workers: opts.workers,
             progress: None,
+            full_walks: false,
         };
         let plan = match sgc_plan::plan(&g, &o, &run) {
             Ok(plan) => plan,

@@ -94,8 +94,41 @@ struct Report<'a> {
     /// The plan's arena (absent with `--no-arena`).
     arena: Option<ArenaReport>,
     plan_time_s: f64,
+    /// Choosing the schedule (the search) and placing the arena, parts of `plan_time_s`.
+    schedule_time_s: f64,
+    arena_time_s: f64,
+    /// What the sublinear search did (absent for the other strategies).
+    search: Option<SearchReport>,
     verified: bool,
     written_to: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SearchReport {
+    /// Candidates proposed, repeats included.
+    candidates: usize,
+    /// Distinct discard decisions whose schedules were built.
+    schedules_built: usize,
+    /// Of those, built incrementally: walked only until they joined a parent's schedule.
+    joined_parent: usize,
+    /// Traced positions walked over what full walks of every built schedule would take.
+    walked_share: f64,
+    /// Candidates per second of the schedule phase.
+    candidates_per_s: f64,
+}
+
+fn search_report(s: &sgc::plan::SearchStats, stats: &sgc::plan::PlanStats) -> SearchReport {
+    SearchReport {
+        candidates: s.candidates,
+        schedules_built: s.evaluated,
+        joined_parent: s.joined,
+        walked_share: if s.positions_full == 0 {
+            1.0
+        } else {
+            s.positions_walked as f64 / s.positions_full as f64
+        },
+        candidates_per_s: s.candidates as f64 / stats.schedule_secs.max(1e-9),
+    }
 }
 
 #[derive(Serialize)]
@@ -158,21 +191,25 @@ pub fn run(args: Args) -> CliResult {
     let run = RunConfig {
         workers: args.workers,
         progress: Some(&callback),
+        full_walks: false,
     };
     let start = Instant::now();
-    let result = sgc::plan::plan(&graph, &options, &run);
+    let result = sgc::plan::plan_with_stats(&graph, &options, &run);
     let secs = start.elapsed().as_secs_f64();
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let mut plan = result.map_err(|e| format!("{file}: {e}"))?;
+    let (mut plan, stats) = result.map_err(|e| format!("{file}: {e}"))?;
     plan.graph.path = Some(file.clone());
     if let Some(out) = &args.output {
         std::fs::write(out, plan.to_json())
             .map_err(|e| format!("{}: cannot write the plan: {e}", out.display()))?;
     }
     let workers = args.workers.unwrap_or_else(rayon_threads);
-    let report = build(&plan, file, workers, secs, args.output.as_ref());
+    let mut report = build(&plan, file, workers, secs, args.output.as_ref());
+    report.search = stats.search.map(|s| search_report(&s, &stats));
+    report.schedule_time_s = stats.schedule_secs;
+    report.arena_time_s = stats.arena_secs;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -251,6 +288,9 @@ fn build<'a>(
         steps: s.steps,
         arena: arena_report(plan),
         plan_time_s: secs,
+        schedule_time_s: 0.0,
+        arena_time_s: 0.0,
+        search: None,
         verified: true,
         written_to: out.map(|p| p.display().to_string()),
     }
@@ -311,9 +351,20 @@ fn render(r: &Report<'_>) -> String {
     );
     let _ = writeln!(
         s,
-        "plan time          {:>11.3}s on {} workers (plan verified)",
-        r.plan_time_s, r.workers
+        "plan time          {:>11.3}s on {} workers (schedule {:.3}s, arena {:.3}s; plan verified)",
+        r.plan_time_s, r.workers, r.schedule_time_s, r.arena_time_s
     );
+    if let Some(x) = &r.search {
+        let _ = writeln!(
+            s,
+            "search             {:>12} candidates ({:.0}/s), {} schedules built, {} of them walked only until they joined a parent's ({:.1}% of all positions walked)",
+            x.candidates,
+            x.candidates_per_s,
+            x.schedules_built,
+            x.joined_parent,
+            100.0 * x.walked_share
+        );
+    }
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
     let _ = writeln!(s, "strategy           {} (seed {})", r.strategy, o.seed);
     let _ = writeln!(

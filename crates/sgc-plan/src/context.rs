@@ -50,7 +50,28 @@ pub(crate) struct Context<'g> {
     pub unplanned_peak: u64,
     pub persistent_bytes: u64,
     pub lower_bound: LowerBound,
+    /// Per op: its cost in integer units (see [`cost_units`]), so that recompute costs add
+    /// up exactly in any grouping and an incremental evaluation equals a full one.
+    pub cost_units: Vec<u64>,
+    /// The most recompute cost units a schedule may spend
+    /// ([`crate::schedule::MAX_RECOMPUTE_STEPS`] steps).
+    pub max_recompute_units: u64,
+    /// Per tensor: a random 64-bit key; the walk's state hash is the XOR of the keys of
+    /// the tensors that can be read.
+    pub zobrist: Vec<u64>,
+    /// Per storage root: the views of it (transitively).
+    pub views_of: Vec<Vec<TensorId>>,
+    /// Roots whose next use cannot be told from the walk's state alone, so that a trace
+    /// records their uses and productions: roots that stay readable after their last
+    /// traced access without being counted (graph inputs, outputs of ops that cannot run
+    /// again; a later recomputation may read them), and outputs of ops with more than one
+    /// output (recomputing a sibling makes them anew, ending their instance early).
+    pub tracked: Vec<TensorId>,
+    /// Per tensor: its index in `tracked` (`NO_INDEX` if none).
+    pub tracked_index: Vec<u32>,
 }
+
+pub(crate) const NO_INDEX: u32 = u32::MAX;
 
 impl<'g> Context<'g> {
     pub fn new(g: &'g Graph) -> Self {
@@ -87,7 +108,35 @@ impl<'g> Context<'g> {
             .tensor_ids()
             .filter(|&t| g.storage_root(t) == t && g.tensor(t).kind == TensorKind::Input)
             .collect();
+        let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost(o).0).collect();
+        let cost_units = cost_units(&cost);
+        let mut views_of = vec![Vec::new(); g.num_tensors()];
+        for t in g.tensor_ids() {
+            let r = g.storage_root(t);
+            if r != t {
+                views_of[r.index()].push(t);
+            }
+        }
+        let tracked: Vec<TensorId> = g
+            .tensor_ids()
+            .filter(|&t| {
+                let lingering = !freeable[t.index()] && !kept[t.index()];
+                let sibling = g.producer(t).is_some_and(|p| g.op(p).outputs.len() > 1);
+                g.storage_root(t) == t && !g.is_persistent(t) && (lingering || sibling)
+            })
+            .collect();
+        let mut tracked_index = vec![NO_INDEX; g.num_tensors()];
+        for (k, t) in tracked.iter().enumerate() {
+            tracked_index[t.index()] = k as u32;
+        }
+        let step_units: u64 = cost_units.iter().sum();
         Context {
+            max_recompute_units: step_units.saturating_mul(crate::schedule::MAX_RECOMPUTE_STEPS),
+            cost_units,
+            zobrist: (0..g.num_tensors() as u64).map(zobrist_key).collect(),
+            views_of,
+            tracked,
+            tracked_index,
             bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
             validity,
             activation: g
@@ -97,7 +146,7 @@ impl<'g> Context<'g> {
             input_roots,
             g,
             n,
-            cost: g.op_ids().map(|o| g.op_cost(o).0).collect(),
+            cost,
             accesses,
             gap,
             freeable,
@@ -149,6 +198,26 @@ impl<'g> Context<'g> {
             fwd
         }
     }
+}
+
+/// Costs as integers: one step (every op once) is about 2^40 units, so a plan may recompute
+/// millions of steps' worth before a `u64` overflows, and rounding changes a cost by at most
+/// 2^-41 of a step.
+fn cost_units(cost: &[f64]) -> Vec<u64> {
+    let total: f64 = cost.iter().sum();
+    if !(total.is_finite() && total > 0.0) {
+        return vec![0; cost.len()];
+    }
+    let unit = total / (1u64 << 40) as f64;
+    cost.iter().map(|&c| (c / unit).round() as u64).collect()
+}
+
+/// SplitMix64 of the index: fixed, well-mixed keys.
+fn zobrist_key(i: u64) -> u64 {
+    let mut z = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// How the schedule walk decides whether a tensor can be read.

@@ -15,7 +15,7 @@
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard
 //! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
 
-use crate::context::{Context, Validity};
+use crate::context::Context;
 use crate::schedule::walk_discards;
 use sgc_ir::{OpId, TensorId};
 use std::cmp::Ordering;
@@ -45,7 +45,8 @@ impl Genome {
 pub(crate) struct Fitness {
     pub feasible: bool,
     pub peak: u64,
-    pub cost: f64,
+    /// Recompute cost in the context's integer units (exact in any summation order).
+    pub cost: u64,
     pub splits: usize,
 }
 
@@ -53,7 +54,7 @@ impl Fitness {
     pub const INFEASIBLE: Fitness = Fitness {
         feasible: false,
         peak: u64::MAX,
-        cost: f64::INFINITY,
+        cost: u64::MAX,
         splits: usize::MAX,
     };
 
@@ -62,7 +63,7 @@ impl Fitness {
         let by_peak = |a: &Fitness, b: &Fitness| {
             a.peak
                 .cmp(&b.peak)
-                .then(a.cost.total_cmp(&b.cost))
+                .then(a.cost.cmp(&b.cost))
                 .then(a.splits.cmp(&b.splits))
         };
         let first = other.feasible.cmp(&self.feasible);
@@ -76,7 +77,7 @@ impl Fitness {
                 match (fa, fb) {
                     (true, true) => self
                         .cost
-                        .total_cmp(&other.cost)
+                        .cmp(&other.cost)
                         .then(self.peak.cmp(&other.peak))
                         .then(self.splits.cmp(&other.splits)),
                     (false, false) => by_peak(self, other),
@@ -127,10 +128,7 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
         Ok(p) => Fitness {
             feasible: true,
             peak: p.peak,
-            cost: steps
-                .iter()
-                .filter(|s| s.1)
-                .fold(0.0, |a, s| a + ctx.cost[s.0.index()]),
+            cost: recompute_units(ctx, steps),
             splits,
         },
         Err(_) => Fitness::INFEASIBLE,
@@ -143,20 +141,24 @@ pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
     fitness_with(outcome(ctx, &discards(ctx, genome)), genome)
 }
 
-/// What a discard decision yields: `(peak, recompute cost)`, or `None` when its schedule
-/// cannot be built. The schedule depends on the genome only through the decision, so
-/// genomes with the same decision share one outcome.
-pub(crate) type Outcome = Option<(u64, f64)>;
+/// What a discard decision yields: `(peak, recompute cost units)`, or `None` when its
+/// schedule cannot be built. The schedule depends on the genome only through the
+/// decision, so genomes with the same decision share one outcome.
+pub(crate) type Outcome = Option<(u64, u64)>;
 
-/// The outcome of a discard decision.
-pub(crate) fn outcome(ctx: &Context<'_>, discard: &[bool]) -> Outcome {
-    let steps = walk_discards(ctx, discard).ok()?.steps;
-    let peak = peak_of(ctx, &steps)?;
-    let cost = steps
+/// The recompute cost of a schedule, in units.
+pub(crate) fn recompute_units(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> u64 {
+    steps
         .iter()
         .filter(|s| s.1)
-        .fold(0.0, |a, s| a + ctx.cost[s.0.index()]);
-    Some((peak, cost))
+        .map(|s| ctx.cost_units[s.0.index()])
+        .sum()
+}
+
+/// The outcome of a discard decision, from scratch.
+#[cfg(test)]
+pub(crate) fn outcome(ctx: &Context<'_>, discard: &[bool]) -> Outcome {
+    crate::trace::trace(ctx, discard, None).map(|t| t.outcome())
 }
 
 /// The fitness of `genome` given the outcome of its decision.
@@ -176,79 +178,15 @@ pub(crate) fn decision_key(discard: &[bool]) -> Vec<u32> {
         .collect()
 }
 
-const NONE: u32 = u32::MAX;
-
 /// The peak `sgc_ir::simulate` reports for `steps` (`None` where it reports an error),
-/// computed in one pass without building the storage instances: every instance (a root
-/// from its production to its last use in the sequence, graph outputs to the end) adds its
-/// bytes to a difference array. The instances and their errors follow `simulate`'s
-/// tracker rule for rule; `tests/incremental.rs` checks the two agree.
+/// in one pass without building the storage instances.
+#[cfg(test)]
 pub(crate) fn peak_of(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
-    let g = ctx.g;
-    let nt = g.num_tensors();
-    // Per root: the open instance's (start, last use); per tensor: the step it was made.
-    let mut open = vec![(NONE, NONE); nt];
-    let mut produced = vec![NONE; nt];
-    let mut delta = vec![0i128; steps.len() + 1];
-    for &t in &ctx.input_roots {
-        open[t.index()] = (0, 0);
-    }
-    let close = |delta: &mut [i128], r: usize, (start, last): (u32, u32)| {
-        delta[start as usize] += i128::from(ctx.bytes[r]);
-        delta[last as usize + 1] -= i128::from(ctx.bytes[r]);
-    };
-    for (s, &(op, _)) in steps.iter().enumerate() {
-        let s = s as u32;
-        let o = g.op(op);
-        for &t in &o.inputs {
-            let (ti, root) = (t.index(), g.storage_root(t).index());
-            if ctx.activation[ti] && produced[ti] == NONE {
-                return None;
-            }
-            if ctx.validity[ti] != Validity::Current {
-                continue;
-            }
-            if root != ti && ctx.activation[ti] && produced[ti] < open[root].0 {
-                return None;
-            }
-            touch(&mut open[root], s)?;
-        }
-        for &t in &o.outputs {
-            let (ti, root) = (t.index(), g.storage_root(t).index());
-            produced[ti] = s;
-            if ctx.validity[ti] != Validity::Current {
-                continue;
-            }
-            if root == ti {
-                if open[root].0 != NONE {
-                    close(&mut delta, root, open[root]);
-                }
-                open[root] = (s, s);
-            } else {
-                touch(&mut open[root], s)?;
-            }
-        }
-    }
-    if let Some(end) = steps.len().checked_sub(1) {
-        for (r, &(start, last)) in open.iter().enumerate() {
-            if start != NONE {
-                let last = if ctx.kept[r] { end as u32 } else { last };
-                close(&mut delta, r, (start, last));
-            }
-        }
-    }
-    let mut acc = 0i128;
-    let mut max = 0u64;
-    for d in &delta[..steps.len()] {
-        acc += d;
-        max = max.max(u64::try_from(acc).unwrap_or(u64::MAX));
-    }
-    Some(ctx.persistent_bytes.saturating_add(max))
-}
-
-/// Marks a use of an open instance at step `s` (`None`: the storage is not allocated).
-fn touch(instance: &mut (u32, u32), s: u32) -> Option<()> {
-    (instance.0 != NONE).then(|| instance.1 = s)
+    let (live, _) = crate::trace::live_profile(ctx, steps, |r| ctx.kept[r])?;
+    Some(
+        ctx.persistent_bytes
+            .saturating_add(live.into_iter().max().unwrap_or(0)),
+    )
 }
 
 /// Output roots of the recomputed ops of a schedule, costliest op first (ties: op order).
@@ -318,7 +256,7 @@ mod tests {
     }
 
     /// The search's evaluator (cached by genome and by discard decision, in parallel
-    /// batches) agrees with a from-scratch evaluation under `simulate`, genome by genome.
+    /// batches, children walked against their parents' traces) agrees with a from-scratch evaluation under `simulate`, genome by genome.
     #[test]
     fn evaluator_matches_scratch_evaluation() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -343,8 +281,15 @@ mod tests {
                         Genome::from_splits(s)
                     })
                     .collect();
+                let parents: Vec<Vec<Genome>> = batch
+                    .iter()
+                    .map(|_| Vec::new())
+                    .chain(batch.iter().map(|b| vec![b.clone()]))
+                    .collect();
                 batch.extend(extra);
-                for (genome, f) in batch.iter().zip(ev.eval_batch(&batch)) {
+                ev.eval_batch(&batch[..8]);
+                // The near-duplicates are evaluated against their originals' traces.
+                for (genome, f) in batch.iter().zip(ev.eval_children(&batch, &parents)) {
                     let scratch = schedule(&ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
                         fitness_of(&ctx, &s, genome.splits.len())
                     });

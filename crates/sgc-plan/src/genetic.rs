@@ -7,7 +7,8 @@
 //! neighbours, or leave it), one by crossover with another random survivor (the points
 //! before a random cut from one parent, the rest from the other). Children are generated
 //! sequentially from one seeded ChaCha8 stream and evaluated in parallel, so the result is
-//! the same for any number of workers. The population keeps every evaluated candidate's
+//! the same for any number of workers. A child is evaluated incrementally against its
+//! parents ([`crate::trace`]). The population keeps every evaluated candidate's
 //! best, so the search never ends worse than it started.
 
 use crate::evaluate::Genome;
@@ -28,8 +29,10 @@ pub(crate) fn refine(
     for gen in 0..iters {
         let survivors = select(pop, pool_size, rng);
         let mut children = Vec::with_capacity(2 * survivors.len());
+        let mut parents = Vec::with_capacity(2 * survivors.len());
         for (i, s) in survivors.iter().enumerate() {
             children.push(mutate(&mutate(s, n, rng), n, rng));
+            parents.push(vec![s.clone()]);
             let j = if survivors.len() > 1 {
                 let j = rng.random_range(0..survivors.len() - 1);
                 j + usize::from(j >= i)
@@ -37,8 +40,9 @@ pub(crate) fn refine(
                 i
             };
             children.push(crossover(s, &survivors[j], n, rng));
+            parents.push(vec![s.clone(), survivors[j].clone()]);
         }
-        let fits = ev.eval_batch(&children);
+        let fits = ev.eval_children(&children, &parents);
         let mut known: std::collections::HashSet<Genome> =
             pop.iter().map(|m| m.genome.clone()).collect();
         for (genome, fitness) in children.into_iter().zip(fits) {
@@ -48,6 +52,7 @@ pub(crate) fn refine(
         }
         sort_population(pop, ev.budget);
         pop.truncate(4 * pool_size.max(1));
+        ev.retain_traces(pop.iter().map(|m| &m.genome));
         ev.report("genetic refinement", gen + 1, iters);
     }
 }

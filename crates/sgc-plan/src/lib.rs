@@ -8,6 +8,9 @@
 //!   recomputation;
 //! - `evaluate` and `search`: a candidate's schedule, its peak under the IR's memory model
 //!   and its fitness; batches evaluated in parallel, independent of the worker count;
+//! - `trace`: incremental evaluation: a child's schedule is walked only until it joins its
+//!   parent's (a hash of the walk's state at each traced position), and the parent's
+//!   recorded rest (peak, cost, uses) is reused; exact, so the plan does not change;
 //! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
 //!   refinement, `dtr` (static DTR);
 //! - [`plan`]: the plain-data [`Plan`] written to plan files;
@@ -40,12 +43,13 @@ pub mod plan;
 mod schedule;
 mod search;
 mod sublinear;
+mod trace;
 pub mod verify;
 
 pub use arena::ArenaLayout;
 pub use error::PlanError;
 pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN};
-pub use search::{Progress, ProgressFn};
+pub use search::{Progress, ProgressFn, SearchStats};
 pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
 
 use context::Context;
@@ -59,11 +63,37 @@ pub struct RunConfig<'a> {
     pub workers: Option<usize>,
     /// Called as the search advances.
     pub progress: Option<ProgressFn<'a>>,
+    /// Walk every candidate's schedule in full instead of joining its parent's
+    /// (the `trace` module explains why that gives the same plan): the baseline the
+    /// planner benchmark measures incremental evaluation against.
+    pub full_walks: bool,
 }
 
 /// Makes a plan for `graph` and verifies it.
 pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result<Plan, PlanError> {
+    plan_with_stats(graph, options, run).map(|p| p.0)
+}
+
+/// What making a plan took (nothing here is part of the plan).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanStats {
+    /// The sublinear search's work (`None` for the other strategies).
+    pub search: Option<SearchStats>,
+    /// Wall time of choosing the schedule (the search, for `sublinear`).
+    pub schedule_secs: f64,
+    /// Wall time of placing the arena.
+    pub arena_secs: f64,
+}
+
+/// [`plan`], with what the planner did and how long its phases took.
+pub fn plan_with_stats(
+    graph: &Graph,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<(Plan, PlanStats), PlanError> {
     check_options(options)?;
+    let mut stats = PlanStats::default();
+    let start = std::time::Instant::now();
     let ctx = Context::new(graph);
     if let Some(budget) = options.budget {
         let lb = ctx.lower_bound;
@@ -78,7 +108,11 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
     let steps = match options.strategy {
         Strategy::None => original(&ctx),
         Strategy::ChenSqrt => schedule(&ctx, &chen::genome(&ctx)).unwrap_or_else(|| original(&ctx)),
-        Strategy::Sublinear => run_sublinear(&ctx, options, run)?,
+        Strategy::Sublinear => {
+            let (steps, search) = run_sublinear(&ctx, options, run)?;
+            stats.search = Some(search);
+            steps
+        }
         Strategy::Dtr => run_dtr(&ctx, options),
     };
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
@@ -93,21 +127,24 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
         });
     }
     let mut plan = Plan::assemble(graph, options, &steps, &profile);
+    stats.schedule_secs = start.elapsed().as_secs_f64();
+    let start = std::time::Instant::now();
     if options.arena {
         let layout = arena::assign(
             graph,
             &ops,
             &plan.lifetimes,
             options.align,
-            alloc::Effort::DEFAULT,
+            alloc::Effort::PLAN,
         )?;
         plan.arena = Some(layout);
     }
+    stats.arena_secs = start.elapsed().as_secs_f64();
     verify(graph, &plan).map_err(|violations| PlanError::Rejected {
         strategy: options.strategy.to_string(),
         violations,
     })?;
-    Ok(plan)
+    Ok((plan, stats))
 }
 
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
@@ -133,7 +170,7 @@ fn run_sublinear(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
-) -> Result<Vec<(OpId, bool)>, PlanError> {
+) -> Result<(Vec<(OpId, bool)>, SearchStats), PlanError> {
     let workers = run.workers.unwrap_or(0);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(workers)
@@ -143,8 +180,12 @@ fn run_sublinear(
             message: e.to_string(),
         })?;
     let mut ev = search::Evaluator::new(ctx, &pool, options.budget, run.progress);
+    ev.incremental = !run.full_walks;
     let (best, _) = sublinear::search(&mut ev, options);
-    Ok(schedule(ctx, &best).unwrap_or_else(|| original(ctx)))
+    Ok((
+        schedule(ctx, &best).unwrap_or_else(|| original(ctx)),
+        ev.stats,
+    ))
 }
 
 fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> Vec<(OpId, bool)> {

@@ -26,7 +26,15 @@ pub(crate) enum Infeasible {
     Dirty,
     /// Inputs kept invalidating each other (multi-output recomputation loops).
     NoFixpoint,
+    /// The schedule recomputes more than [`MAX_RECOMPUTE_STEPS`] training steps' worth
+    /// (cascades through long chains of freed tensors): no plan worth making, and building
+    /// it would take time quadratic in the graph.
+    TooCostly,
 }
+
+/// The most recomputation a schedule may do, in units of one training step (every op
+/// once): by cost, and by number of recomputed steps.
+pub(crate) const MAX_RECOMPUTE_STEPS: u64 = 32;
 
 /// What a strategy decides while the schedule is built.
 pub(crate) trait Policy {
@@ -52,6 +60,12 @@ pub(crate) struct State<'c> {
     pub bytes: u64,
     pub steps: Vec<(OpId, bool)>,
     pub recompute_cost: f64,
+    /// The recompute cost in the context's integer units.
+    pub recompute_units: u64,
+    /// XOR of the Zobrist keys of every tensor that can be read now ([`State::valid`]).
+    /// At the boundary between two traced positions this hash identifies everything the
+    /// rest of a split walk depends on besides the discard decisions still to come.
+    pub hash: u64,
     /// Position in the traced order of the op being scheduled.
     pub pos: usize,
     /// Roots touched since the last call to `take_touched`.
@@ -79,6 +93,8 @@ impl<'c> State<'c> {
             bytes: 0,
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
             recompute_cost: 0.0,
+            recompute_units: 0,
+            hash: 0,
             pos: 0,
             touched: Vec::new(),
             round_made: Vec::new(),
@@ -92,7 +108,31 @@ impl<'c> State<'c> {
             st.bytes += ctx.size(t);
             st.made_at[t.index()] = Some(0);
         }
+        st.hash = g
+            .tensor_ids()
+            .filter(|&t| st.valid(t))
+            .fold(0, |h, t| h ^ ctx.zobrist[t.index()]);
         st
+    }
+
+    /// XOR of the keys of the readable tensors among root `r` and its views.
+    fn root_hash(&self, r: TensorId) -> u64 {
+        let z = &self.ctx.zobrist;
+        let mut h = if self.valid(r) { z[r.index()] } else { 0 };
+        for &v in &self.ctx.views_of[r.index()] {
+            if self.valid(v) {
+                h ^= z[v.index()];
+            }
+        }
+        h
+    }
+
+    fn tensor_hash(&self, t: TensorId) -> u64 {
+        if self.valid(t) {
+            self.ctx.zobrist[t.index()]
+        } else {
+            0
+        }
     }
 
     /// Whether `t` can be read now.
@@ -109,7 +149,9 @@ impl<'c> State<'c> {
 
     /// Frees a root now (it will be recomputed if read again).
     pub fn release(&mut self, r: TensorId) {
+        let before = self.root_hash(r);
         self.resident[r.index()] = false;
+        self.hash ^= before ^ self.root_hash(r);
         self.uncount(r);
     }
 
@@ -157,6 +199,11 @@ impl<'c> State<'c> {
             if !ctx.rerunnable[i] {
                 return Err(Infeasible::NotRecomputable);
             }
+            if self.recompute_units > ctx.max_recompute_units
+                || self.steps.len() > (MAX_RECOMPUTE_STEPS as usize + 1) * (ctx.n + 16)
+            {
+                return Err(Infeasible::TooCostly);
+            }
             if ctx.persistent_in[i].iter().any(|p| self.dirty[p.index()]) {
                 return Err(Infeasible::Dirty);
             }
@@ -165,6 +212,11 @@ impl<'c> State<'c> {
         self.steps.push((op, recompute));
         for &t in &ctx.g.op(op).outputs {
             let root = ctx.g.storage_root(t);
+            let before = if root == t {
+                self.root_hash(t)
+            } else {
+                self.tensor_hash(t)
+            };
             if root == t {
                 self.version[t.index()] += 1;
                 if !self.resident[t.index()] {
@@ -179,11 +231,18 @@ impl<'c> State<'c> {
                 }
             }
             self.made_at[t.index()] = Some(self.version[root.index()]);
+            self.hash ^= before
+                ^ if root == t {
+                    self.root_hash(t)
+                } else {
+                    self.tensor_hash(t)
+                };
         }
         self.touched.extend_from_slice(&ctx.in_roots[i]);
         self.touched.extend_from_slice(&ctx.out_roots[i]);
         if recompute {
             self.recompute_cost += ctx.cost[i];
+            self.recompute_units += ctx.cost_units[i];
         } else if !ctx.g.op(op).recomputable {
             for &p in &ctx.persistent_in[i] {
                 self.dirty[p.index()] = true;
@@ -288,9 +347,65 @@ pub(crate) fn walk_discards<'c>(
     ctx: &'c Context<'c>,
     discard: &[bool],
 ) -> Result<State<'c>, Infeasible> {
+    walk_recorded(ctx, discard, None).map(|w| w.state)
+}
+
+/// What the walk records at each boundary between traced positions: boundary `i` is the
+/// moment before op `i` (and its recomputations) is scheduled; boundary `n` precedes the
+/// recomputation of missing graph outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Boundaries {
+    /// Steps emitted before the boundary.
+    pub step_at: Vec<u32>,
+    /// [`State::hash`] at the boundary.
+    pub hash: Vec<u64>,
+    /// Recompute cost units spent before the boundary.
+    pub units_at: Vec<u64>,
+}
+
+/// Where a walk may stop early: at the first boundary `i >= from` whose state hash equals
+/// `hash[i]`, the state of another walk that makes the same decisions from `from` on.
+#[derive(Clone, Copy)]
+pub(crate) struct Join<'a> {
+    pub hash: &'a [u64],
+    pub from: usize,
+}
+
+/// A finished (or joined) walk.
+pub(crate) struct Walk<'c> {
+    pub state: State<'c>,
+    pub bounds: Boundaries,
+    /// The boundary where the walk joined the other one (`None`: it ran to the end).
+    pub joined: Option<usize>,
+}
+
+/// [`walk_discards`], recording every boundary, and stopping where `join` allows.
+pub(crate) fn walk_recorded<'c>(
+    ctx: &'c Context<'c>,
+    discard: &[bool],
+    join: Option<Join<'_>>,
+) -> Result<Walk<'c>, Infeasible> {
     let mut st = State::new(ctx);
     let mut policy = NoEviction;
-    for i in 0..ctx.n {
+    let mut b = Boundaries {
+        step_at: Vec::with_capacity(ctx.n + 1),
+        hash: Vec::with_capacity(ctx.n + 1),
+        units_at: Vec::with_capacity(ctx.n + 1),
+    };
+    for i in 0..=ctx.n {
+        b.step_at.push(st.steps.len() as u32);
+        b.hash.push(st.hash);
+        b.units_at.push(st.recompute_units);
+        if join.is_some_and(|j| i >= j.from && j.hash[i] == st.hash) {
+            return Ok(Walk {
+                state: st,
+                bounds: b,
+                joined: Some(i),
+            });
+        }
+        if i == ctx.n {
+            break;
+        }
         let op = OpId::new(i);
         st.pos = i;
         st.ensure_inputs(op, &mut policy)?;
@@ -300,7 +415,11 @@ pub(crate) fn walk_discards<'c>(
     }
     st.pos = ctx.n;
     st.ensure_outputs(&mut policy)?;
-    Ok(st)
+    Ok(Walk {
+        state: st,
+        bounds: b,
+        joined: None,
+    })
 }
 
 /// The split walk's freeing rule for a root touched at traced position `i`.

@@ -164,7 +164,14 @@ pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
     Genome::from_splits(splits)
 }
 
-/// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`.
+/// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`
+/// and the recompute cost does not rise.
+///
+/// Groups (one recomputed op's outputs each) are tried in order of cost, in runs: a run is
+/// accepted whole when the plan keeping all of it passes; the run doubles after a success
+/// and halves after a failure, down to one group, which is then skipped. Most groups pass
+/// (a block that does not set the peak can keep its tensors), so a few hundred dependent
+/// evaluations do the work of thousands of one-group steps.
 fn relax(
     ev: &mut Evaluator<'_>,
     mut best: Genome,
@@ -176,17 +183,28 @@ fn relax(
     };
     let groups = recomputed_roots_by_cost(ev.ctx, &steps);
     let total = groups.len();
-    for (k, roots) in groups.into_iter().enumerate() {
+    let (mut i, mut run) = (0, 1);
+    while i < total {
+        let end = (i + run).min(total);
         let mut cand = best.clone();
-        cand.keep.extend(roots.iter().map(|r| r.0));
+        cand.keep
+            .extend(groups[i..end].iter().flatten().map(|r| r.0));
         cand.keep.sort_unstable();
         cand.keep.dedup();
-        let f = ev.eval(&cand);
+        ev.ensure_trace(&best);
+        let f = ev.eval_child(&cand, &best);
         if f.feasible && f.peak <= bound && f.cost <= fit.cost {
             best = cand;
             fit = f;
+            i = end;
+            run *= 2;
+        } else if run == 1 {
+            i = end;
+        } else {
+            run /= 2;
         }
-        ev.report("trading memory for speed", k + 1, total);
+        ev.retain_traces([&best]);
+        ev.report("trading memory for speed", i, total);
     }
     (best, fit)
 }

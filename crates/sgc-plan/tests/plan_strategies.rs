@@ -64,6 +64,7 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
     let run = RunConfig {
         workers,
         progress: None,
+        full_walks: false,
     };
     let p = plan(g, o, &run).unwrap_or_else(|e| panic!("{}: {e}", o.strategy));
     let peak = verify(g, &p).unwrap_or_else(|v| panic!("{}: {:?}", o.strategy, v));

@@ -107,6 +107,13 @@ pub fn models() -> Vec<ZooModel> {
     ]
 }
 
+/// A graph too large to check in, for the planner's scaling benchmark: GPT-2 small's
+/// blocks (d=768, 12 heads, seq 1024) stacked `layers` deep, at `batch`. 128 layers make
+/// about 10,600 ops.
+pub fn gpt2_deep(layers: usize, batch: u64) -> Graph {
+    built(transformer::gpt2_deep(layers, batch))
+}
+
 /// Zoo models are fixed programs: a build error is a bug in this module, caught by the
 /// zoo tests, so it stops with the builder's message.
 fn built(result: Result<Graph, TrainError>) -> Graph {

@@ -31,6 +31,19 @@ pub(super) fn gpt2(batch: u64) -> R<Graph> {
     })
 }
 
+/// GPT-2 small's blocks stacked `layers` deep (128 layers: about 10,600 ops).
+pub(super) fn gpt2_deep(layers: usize, batch: u64) -> R<Graph> {
+    decoder(&Config {
+        model: "gpt2_deep",
+        layers,
+        heads: 12,
+        d: 768,
+        seq: 1024,
+        vocab: 50257,
+        batch,
+    })
+}
+
 /// 2 layers, 2 heads, d=16, seq 8, vocab 32 (the zoo file: batch 2).
 pub(super) fn tiny_transformer(batch: u64) -> R<Graph> {
     decoder(&Config {

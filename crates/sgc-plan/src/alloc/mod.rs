@@ -95,6 +95,14 @@ impl Effort {
         search_work: 1_000_000_000,
         search_max_buffers: 4_000,
     };
+    /// What `sgc plan` spends on a plan's arena: a tenth of the default, a few tenths of a
+    /// second. On the zoo's plans the search finds its best placement well within it; the
+    /// rest of a larger budget goes to chasing a lower bound that in-place chains put out of
+    /// reach.
+    pub const PLAN: Effort = Effort {
+        search_work: 100_000_000,
+        search_max_buffers: 4_000,
+    };
     /// Ten times the default search budget.
     pub const THOROUGH: Effort = Effort {
         search_work: 10_000_000_000,
