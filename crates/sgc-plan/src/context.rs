@@ -69,6 +69,9 @@ pub(crate) struct Context<'g> {
     pub tracked: Vec<TensorId>,
     /// Per tensor: its index in `tracked` (`NO_INDEX` if none).
     pub tracked_index: Vec<u32>,
+    /// Persistent roots that a non-recomputable op reads (and may write), with the first
+    /// position of such an op.
+    pub dirtied: Vec<(TensorId, u32)>,
 }
 
 pub(crate) const NO_INDEX: u32 = u32::MAX;
@@ -80,7 +83,13 @@ impl<'g> Context<'g> {
         let accesses = accesses(g, &in_roots, &out_roots);
         let gap = accesses.iter().map(|a| largest_gap(a)).collect();
         let rerunnable = rerunnable(g);
-        let hazard = hazard(g, &rerunnable, &persistent_in);
+        let first_dirty = first_dirty(g, &persistent_in);
+        let hazard = hazard(g, &rerunnable, &persistent_in, &first_dirty);
+        let dirtied: Vec<(TensorId, u32)> = g
+            .tensor_ids()
+            .filter(|t| first_dirty[t.index()] != NO_HAZARD)
+            .map(|t| (t, first_dirty[t.index()]))
+            .collect();
         let mut kept = vec![false; g.num_tensors()];
         for &t in g.outputs() {
             kept[g.storage_root(t).index()] = true;
@@ -137,6 +146,7 @@ impl<'g> Context<'g> {
             views_of,
             tracked,
             tracked_index,
+            dirtied,
             bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
             validity,
             activation: g
@@ -300,7 +310,9 @@ fn rerunnable(g: &Graph) -> Vec<bool> {
         .collect()
 }
 
-fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots) -> Vec<u32> {
+/// Per tensor: the first position of a non-recomputable op that reads it (persistent
+/// roots only; `NO_HAZARD` for the others).
+fn first_dirty(g: &Graph, persistent_in: &Roots) -> Vec<u32> {
     let mut first_dirty = vec![NO_HAZARD; g.num_tensors()];
     for (i, o) in g.ops().iter().enumerate().rev() {
         if !o.recomputable {
@@ -309,6 +321,10 @@ fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots) -> Vec<u32> {
             }
         }
     }
+    first_dirty
+}
+
+fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots, first_dirty: &[u32]) -> Vec<u32> {
     let mut h = vec![NO_HAZARD; g.num_ops()];
     for (i, o) in g.ops().iter().enumerate() {
         let mut v = persistent_in[i]

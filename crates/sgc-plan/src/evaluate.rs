@@ -182,7 +182,7 @@ pub(crate) fn decision_key(discard: &[bool]) -> Vec<u32> {
 /// in one pass without building the storage instances.
 #[cfg(test)]
 pub(crate) fn peak_of(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
-    let (live, _) = crate::trace::live_profile(ctx, steps, |r| ctx.kept[r])?;
+    let (live, _) = crate::trace::live_profile(ctx, steps, None, |r| ctx.kept[r])?;
     Some(
         ctx.persistent_bytes
             .saturating_add(live.into_iter().max().unwrap_or(0)),

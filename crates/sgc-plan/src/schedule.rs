@@ -59,15 +59,20 @@ pub(crate) struct State<'c> {
     /// Non-persistent bytes of counted roots.
     pub bytes: u64,
     pub steps: Vec<(OpId, bool)>,
-    pub recompute_cost: f64,
     /// The recompute cost in the context's integer units.
     pub recompute_units: u64,
-    /// XOR of the Zobrist keys of every tensor that can be read now ([`State::valid`]).
+    /// The tensors that can be read now, persistent tensors readable from the start left
+    /// out, in no particular order, and each one's place in it (`u32::MAX`: absent).
+    readable: Vec<u32>,
+    slot: Vec<u32>,
+    /// XOR of the Zobrist keys of the tensors in `readable`.
     /// At the boundary between two traced positions this hash identifies everything the
     /// rest of a split walk depends on besides the discard decisions still to come.
     pub hash: u64,
     /// Position in the traced order of the op being scheduled.
     pub pos: usize,
+    /// Steps emitted before this state's `steps` (a walk resumed at a boundary).
+    pub step_base: usize,
     /// Roots touched since the last call to `take_touched`.
     touched: Vec<TensorId>,
     /// Roots produced by recomputation while the current op's inputs are made valid.
@@ -92,9 +97,11 @@ impl<'c> State<'c> {
             dirty: vec![false; nt],
             bytes: 0,
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
-            recompute_cost: 0.0,
             recompute_units: 0,
             hash: 0,
+            step_base: 0,
+            readable: Vec::new(),
+            slot: vec![u32::MAX; nt],
             pos: 0,
             touched: Vec::new(),
             round_made: Vec::new(),
@@ -107,31 +114,92 @@ impl<'c> State<'c> {
             st.counted[t.index()] = true;
             st.bytes += ctx.size(t);
             st.made_at[t.index()] = Some(0);
+            st.sync(t);
         }
-        st.hash = g
-            .tensor_ids()
-            .filter(|&t| st.valid(t))
-            .fold(0, |h, t| h ^ ctx.zobrist[t.index()]);
         st
     }
 
-    /// XOR of the keys of the readable tensors among root `r` and its views.
-    fn root_hash(&self, r: TensorId) -> u64 {
-        let z = &self.ctx.zobrist;
-        let mut h = if self.valid(r) { z[r.index()] } else { 0 };
-        for &v in &self.ctx.views_of[r.index()] {
-            if self.valid(v) {
-                h ^= z[v.index()];
+    /// The state of a split walk at boundary `pos` (before op `pos`), rebuilt from the
+    /// tensors readable there (a [`Boundaries`] snapshot): everything else the walk tracks
+    /// at a boundary follows from them and the position. `units` and `step_base` are the
+    /// recompute units spent and the steps emitted before the boundary.
+    pub fn restore(
+        ctx: &'c Context<'c>,
+        pos: usize,
+        readable: &[u32],
+        units: u64,
+        step_base: usize,
+    ) -> Self {
+        let mut st = State::new(ctx);
+        let g = ctx.g;
+        for &t in &ctx.input_roots {
+            st.resident[t.index()] = false;
+            st.counted[t.index()] = false;
+            st.made_at[t.index()] = None;
+            st.sync(t);
+        }
+        st.bytes = 0;
+        for &t in readable {
+            let t = TensorId::new(t as usize);
+            st.made_at[t.index()] = Some(0);
+            if g.storage_root(t) == t {
+                st.resident[t.index()] = true;
+                let live =
+                    ctx.kept[t.index()] || ctx.last_access(t).is_some_and(|l| l as usize >= pos);
+                if ctx.validity[t.index()] == Validity::Current && live {
+                    st.counted[t.index()] = true;
+                    st.bytes += ctx.size(t);
+                }
             }
         }
-        h
+        for &t in readable {
+            st.sync(TensorId::new(t as usize));
+        }
+        for &(t, first) in &ctx.dirtied {
+            st.dirty[t.index()] = (first as usize) < pos;
+        }
+        st.recompute_units = units;
+        st.step_base = step_base;
+        st.pos = pos;
+        st
     }
 
-    fn tensor_hash(&self, t: TensorId) -> u64 {
-        if self.valid(t) {
-            self.ctx.zobrist[t.index()]
+    /// The tensors readable now that a restore needs (persistent tensors that exist from
+    /// the start are always readable and left out), in no particular order.
+    pub fn readable(&self) -> &[u32] {
+        &self.readable
+    }
+
+    /// Brings `t`'s entry in the readable set (and the hash) up to date.
+    fn sync(&mut self, t: TensorId) {
+        let i = t.index();
+        if self.ctx.validity[i] == Validity::Always {
+            return;
+        }
+        let (now, was) = (self.valid(t), self.slot[i] != u32::MAX);
+        if now == was {
+            return;
+        }
+        self.hash ^= self.ctx.zobrist[i];
+        if now {
+            self.slot[i] = self.readable.len() as u32;
+            self.readable.push(i as u32);
         } else {
-            0
+            let k = self.slot[i] as usize;
+            self.readable.swap_remove(k);
+            if let Some(&moved) = self.readable.get(k) {
+                self.slot[moved as usize] = k as u32;
+            }
+            self.slot[i] = u32::MAX;
+        }
+    }
+
+    /// [`State::sync`] for a root and all its views.
+    fn sync_root(&mut self, r: TensorId) {
+        self.sync(r);
+        let ctx = self.ctx;
+        for &v in &ctx.views_of[r.index()] {
+            self.sync(v);
         }
     }
 
@@ -149,9 +217,8 @@ impl<'c> State<'c> {
 
     /// Frees a root now (it will be recomputed if read again).
     pub fn release(&mut self, r: TensorId) {
-        let before = self.root_hash(r);
         self.resident[r.index()] = false;
-        self.hash ^= before ^ self.root_hash(r);
+        self.sync_root(r);
         self.uncount(r);
     }
 
@@ -200,7 +267,8 @@ impl<'c> State<'c> {
                 return Err(Infeasible::NotRecomputable);
             }
             if self.recompute_units > ctx.max_recompute_units
-                || self.steps.len() > (MAX_RECOMPUTE_STEPS as usize + 1) * (ctx.n + 16)
+                || self.step_base + self.steps.len()
+                    > (MAX_RECOMPUTE_STEPS as usize + 1) * (ctx.n + 16)
             {
                 return Err(Infeasible::TooCostly);
             }
@@ -212,11 +280,6 @@ impl<'c> State<'c> {
         self.steps.push((op, recompute));
         for &t in &ctx.g.op(op).outputs {
             let root = ctx.g.storage_root(t);
-            let before = if root == t {
-                self.root_hash(t)
-            } else {
-                self.tensor_hash(t)
-            };
             if root == t {
                 self.version[t.index()] += 1;
                 if !self.resident[t.index()] {
@@ -231,17 +294,15 @@ impl<'c> State<'c> {
                 }
             }
             self.made_at[t.index()] = Some(self.version[root.index()]);
-            self.hash ^= before
-                ^ if root == t {
-                    self.root_hash(t)
-                } else {
-                    self.tensor_hash(t)
-                };
+            if root == t {
+                self.sync_root(t);
+            } else {
+                self.sync(t);
+            }
         }
         self.touched.extend_from_slice(&ctx.in_roots[i]);
         self.touched.extend_from_slice(&ctx.out_roots[i]);
         if recompute {
-            self.recompute_cost += ctx.cost[i];
             self.recompute_units += ctx.cost_units[i];
         } else if !ctx.g.op(op).recomputable {
             for &p in &ctx.persistent_in[i] {
@@ -347,20 +408,24 @@ pub(crate) fn walk_discards<'c>(
     ctx: &'c Context<'c>,
     discard: &[bool],
 ) -> Result<State<'c>, Infeasible> {
-    walk_recorded(ctx, discard, None).map(|w| w.state)
+    walk_recorded(ctx, discard, None, None, usize::MAX).map(|w| w.state)
 }
 
 /// What the walk records at each boundary between traced positions: boundary `i` is the
 /// moment before op `i` (and its recomputations) is scheduled; boundary `n` precedes the
-/// recomputation of missing graph outputs.
+/// recomputation of missing graph outputs. A walk that starts at boundary `first` records
+/// boundaries `first..`, with step indices counted from its own first step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Boundaries {
+    pub first: usize,
     /// Steps emitted before the boundary.
     pub step_at: Vec<u32>,
     /// [`State::hash`] at the boundary.
     pub hash: Vec<u64>,
-    /// Recompute cost units spent before the boundary.
+    /// Recompute cost units spent before the boundary (from the start of the schedule).
     pub units_at: Vec<u64>,
+    /// [`State::readable`] at every boundary that is a multiple of `stride` (after `first`).
+    pub snaps: Vec<(usize, std::sync::Arc<[u32]>)>,
 }
 
 /// Where a walk may stop early: at the first boundary `i >= from` whose state hash equals
@@ -379,20 +444,28 @@ pub(crate) struct Walk<'c> {
     pub joined: Option<usize>,
 }
 
-/// [`walk_discards`], recording every boundary, and stopping where `join` allows.
+/// [`walk_discards`] from `start` (a state at a boundary; `None`: the beginning),
+/// recording every boundary and a snapshot every `stride` boundaries, and stopping where
+/// `join` allows.
 pub(crate) fn walk_recorded<'c>(
     ctx: &'c Context<'c>,
     discard: &[bool],
+    start: Option<State<'c>>,
     join: Option<Join<'_>>,
+    stride: usize,
 ) -> Result<Walk<'c>, Infeasible> {
-    let mut st = State::new(ctx);
+    let mut st = start.unwrap_or_else(|| State::new(ctx));
+    let first = st.pos;
     let mut policy = NoEviction;
+    let cap = ctx.n + 1 - first;
     let mut b = Boundaries {
-        step_at: Vec::with_capacity(ctx.n + 1),
-        hash: Vec::with_capacity(ctx.n + 1),
-        units_at: Vec::with_capacity(ctx.n + 1),
+        first,
+        step_at: Vec::with_capacity(cap),
+        hash: Vec::with_capacity(cap),
+        units_at: Vec::with_capacity(cap),
+        snaps: Vec::new(),
     };
-    for i in 0..=ctx.n {
+    for i in first..=ctx.n {
         b.step_at.push(st.steps.len() as u32);
         b.hash.push(st.hash);
         b.units_at.push(st.recompute_units);
@@ -402,6 +475,9 @@ pub(crate) fn walk_recorded<'c>(
                 bounds: b,
                 joined: Some(i),
             });
+        }
+        if i > first && i % stride == 0 {
+            b.snaps.push((i, st.readable().into()));
         }
         if i == ctx.n {
             break;

@@ -40,7 +40,9 @@ pub struct SearchStats {
     pub candidates: usize,
     /// Distinct discard decisions whose schedules were built.
     pub evaluated: usize,
-    /// Of those, how many were walked only until they joined a parent's schedule.
+    /// Of those, how many started from a snapshot of a parent's walk, and how many were
+    /// walked only until they joined a parent's schedule.
+    pub resumed: usize,
     pub joined: usize,
     /// Traced positions walked, over all evaluations.
     pub positions_walked: u64,
@@ -49,7 +51,7 @@ pub struct SearchStats {
 }
 
 /// A parent's trace and the boundary from which the child's decisions equal its own.
-type ParentRef = (Arc<Trace>, usize);
+type ParentRef = (Arc<Trace>, usize, usize);
 
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
@@ -130,9 +132,11 @@ impl<'a> Evaluator<'a> {
         let results: Vec<Option<(Trace, crate::trace::Walked)>> = self.pool.install(|| {
             todo.par_iter()
                 .map(|(j, parent)| {
-                    let parent = parent
-                        .as_ref()
-                        .map(|(trace, from)| Parent { trace, from: *from });
+                    let parent = parent.as_ref().map(|(trace, resume, from)| Parent {
+                        trace,
+                        resume: *resume,
+                        from: *from,
+                    });
                     trace_counted(ctx, &decisions[*j], parent)
                 })
                 .collect()
@@ -143,6 +147,7 @@ impl<'a> Evaluator<'a> {
             let outcome = r.map(|(t, walked)| {
                 self.stats.positions_walked += walked.positions as u64;
                 self.stats.joined += usize::from(walked.joined);
+                self.stats.resumed += usize::from(walked.resumed);
                 let o = t.outcome();
                 self.traces.insert(keys[j].clone(), Arc::new(t));
                 o
@@ -174,9 +179,9 @@ impl<'a> Evaluator<'a> {
             let Some(trace) = self.traces.get(pk) else {
                 continue;
             };
-            let (from, until) = crate::trace::join_bounds(ctx, key, pk);
+            let (resume, from, until) = crate::trace::join_bounds(ctx, key, pk);
             if best.as_ref().is_none_or(|b| until < b.0) {
-                best = Some((until, (trace.clone(), from)));
+                best = Some((until, (trace.clone(), resume, from)));
             }
         }
         best.map(|b| b.1)

@@ -167,11 +167,16 @@ pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
 /// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`
 /// and the recompute cost does not rise.
 ///
-/// Groups (one recomputed op's outputs each) are tried in order of cost, in runs: a run is
-/// accepted whole when the plan keeping all of it passes; the run doubles after a success
-/// and halves after a failure, down to one group, which is then skipped. Most groups pass
-/// (a block that does not set the peak can keep its tensors), so a few hundred dependent
-/// evaluations do the work of thousands of one-group steps.
+/// Groups (one recomputed op's outputs each) are tried one by one in order of cost, each
+/// against the plan with every group accepted before it, as a sequential greedy pass
+/// would. Two ways make it cheaper without changing what a step decides:
+/// - after two acceptances in a row, runs of groups are tried whole (doubling while they
+///   pass, halving when one fails, down to a single group again);
+/// - otherwise the next `width` single groups are evaluated in parallel against the same
+///   plan: the first that passes is taken and the rest thrown away (they were judged
+///   against a plan that no longer holds). `width` doubles after a batch with no
+///   acceptance, up to 32, and drops back to 2 after one. It depends only on the outcomes,
+///   never on the number of workers.
 fn relax(
     ev: &mut Evaluator<'_>,
     mut best: Genome,
@@ -183,28 +188,48 @@ fn relax(
     };
     let groups = recomputed_roots_by_cost(ev.ctx, &steps);
     let total = groups.len();
-    let (mut i, mut run) = (0, 1);
-    while i < total {
-        let end = (i + run).min(total);
+    let with = |best: &Genome, gs: &[Vec<sgc_ir::TensorId>]| {
         let mut cand = best.clone();
-        cand.keep
-            .extend(groups[i..end].iter().flatten().map(|r| r.0));
+        cand.keep.extend(gs.iter().flatten().map(|r| r.0));
         cand.keep.sort_unstable();
         cand.keep.dedup();
+        cand
+    };
+    let (mut i, mut run, mut width, mut streak) = (0, 1, 2, 0);
+    while i < total {
         ev.ensure_trace(&best);
-        let f = ev.eval_child(&cand, &best);
-        if f.feasible && f.peak <= bound && f.cost <= fit.cost {
-            best = cand;
-            fit = f;
-            i = end;
-            run *= 2;
-        } else if run == 1 {
-            i = end;
+        if streak >= 2 {
+            let end = (i + run).min(total);
+            let cand = with(&best, &groups[i..end]);
+            let f = ev.eval_child(&cand, &best);
+            if passes(&f, &fit, bound) {
+                (best, fit, i, run) = (cand, f, end, run * 2);
+            } else {
+                (run, streak) = (1, 0);
+            }
         } else {
-            run /= 2;
+            let end = (i + width).min(total);
+            let cands: Vec<Genome> = (i..end).map(|j| with(&best, &groups[j..=j])).collect();
+            let parents = vec![vec![best.clone()]; cands.len()];
+            let fits = ev.eval_children(&cands, &parents);
+            match fits.iter().position(|f| passes(f, &fit, bound)) {
+                Some(k) => {
+                    (fit, i, width, streak) = (fits[k], i + k + 1, 2, streak + 1);
+                    best = cands.into_iter().nth(k).unwrap_or(best);
+                    if k > 0 {
+                        streak = 1;
+                    }
+                }
+                None => (i, width, streak) = (end, (width * 2).min(32), 0),
+            }
         }
         ev.retain_traces([&best]);
         ev.report("trading memory for speed", i, total);
     }
     (best, fit)
+}
+
+/// Whether a relaxed plan is acceptable: it fits the bound and recomputes no more.
+fn passes(f: &Fitness, fit: &Fitness, bound: u64) -> bool {
+    f.feasible && f.peak <= bound && f.cost <= fit.cost
 }

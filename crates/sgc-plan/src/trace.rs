@@ -1,52 +1,62 @@
-//! Incremental candidate evaluation: a child candidate is walked only until its schedule
-//! joins its parent's, and the rest of the parent's evaluation is reused.
+//! Incremental candidate evaluation: a child candidate is walked only from the last
+//! snapshot before its first differing decision until its schedule joins its parent's;
+//! the rest of the parent's evaluation is reused on both sides.
 //!
-//! **Why a walk can stop early.** The split walk ([`crate::schedule::walk_recorded`]) is
-//! deterministic, and what it does from the boundary before traced position `i` on depends
-//! on two things only: which tensors can be read at that boundary (everything else it
-//! tracks is a function of the position), and the discard decisions of the storages whose
-//! largest gap opens at or after `i` (a decision acts only when its gap opens). The walk
-//! keeps a Zobrist hash of the readable set. So when a child's decisions differ from its
-//! parent's only for gaps opening before `i`, and the two hashes agree at `i`, the child's
-//! remaining steps are the parent's remaining steps, and the walk stops there. A mutation
-//! or crossover in the forward pass changes decisions in a few blocks; the walks rejoin once
-//! the backward pass has recomputed those blocks, so the backward pass of every earlier
-//! block and the whole update phase are reused.
+//! **Why a walk can start late.** The split walk ([`crate::schedule::walk_recorded`]) is
+//! deterministic, and a discard decision acts only when its storage's largest gap opens.
+//! So up to the boundary before the first differing gap opens, the child's walk is the
+//! parent's. At a boundary the walk's whole state follows from the set of readable
+//! tensors and the position ([`State::restore`]); a trace keeps that set every
+//! `stride` boundaries, and the child resumes from the last one in time.
+//!
+//! **Why a walk can stop early.** From the boundary before traced position `i` on, the walk
+//! depends only on the readable set there and on the decisions of storages whose largest
+//! gap opens at or after `i`. The walk keeps a Zobrist hash of the readable set. When the
+//! child's decisions differ from its parent's only for gaps opening before `i`, and the two
+//! hashes agree at `i`, the child's remaining steps are the parent's, and the walk stops.
+//! A mutation or crossover in the forward pass changes decisions in a few blocks; the walks
+//! rejoin once the backward pass has recomputed those blocks, so the forward pass before
+//! the change, the backward pass of every earlier block and the whole update phase are
+//! reused.
 //!
 //! **Why the peak is still exact.** The memory model counts a storage from its production to
-//! its last use in the step sequence, and whether a storage readable at the joining
-//! boundary is used again is decided by the (shared) rest: storages the walk still counts
-//! have a later traced access; graph outputs stay to the end; for the others (graph
-//! inputs and outputs of ops that cannot run again, which a recomputation may still read;
-//! outputs of multi-output ops, which recomputing a sibling makes anew) the parent's trace
-//! records every use and production (`events`), and the rest's first event decides. The
-//! child's own
-//! steps are profiled with those storages extended through the boundary; the parent's
-//! rest contributes the maximum it recorded there (`tail_max`). Recompute costs are
-//! integers ([`crate::context::Context::cost_units`]), so they add up exactly too. Tests
-//! check that every incremental trace equals the trace of a full walk, field by field.
+//! its last use in the step sequence. The trace keeps the live bytes of every step. The
+//! child's own steps are profiled; storages readable at either seam are live across it
+//! when the other side uses them before making them anew: storages the walk counts have a
+//! traced access ahead, graph outputs stay to the end, and for the rest (graph inputs and
+//! outputs of ops that cannot run again, which a recomputation may still read; outputs of
+//! multi-output ops, which recomputing a sibling makes anew) the traces record every use
+//! and production (`events`). Where such a storage's fate after the first seam differs
+//! between child and parent, the parent's live bytes before the seam are corrected over
+//! the stretch since its last use. Recompute costs are integers
+//! ([`crate::context::Context::cost_units`]), so they add up exactly too. Tests check
+//! that every incremental trace equals the trace of a full walk, field by field.
 //!
-//! A trace is kept only for the current population (it is O(ops) in size), and the
+//! A trace is kept only for the current population (it is O(steps) in size), and the
 //! final plan is always rebuilt by a full walk, simulated and verified.
 
 use crate::context::{Context, Validity, NO_INDEX};
-use crate::schedule::{walk_recorded, Join, State};
-use sgc_ir::OpId;
+use crate::schedule::{walk_recorded, Boundaries, Join, State};
+use sgc_ir::{OpId, TensorId};
+use std::sync::Arc;
 
 const NONE: u32 = u32::MAX;
 
-/// Everything a child needs from an evaluated candidate, per boundary between traced
-/// positions (`n + 1` entries each).
+/// Everything a child needs from an evaluated candidate.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Trace {
-    /// Steps before each boundary.
+    /// Per boundary (`n + 1`): steps before it.
     pub step_at: Vec<u32>,
-    /// The walk's state hash at each boundary.
+    /// Per boundary: the walk's state hash.
     pub hash: Vec<u64>,
-    /// Recompute cost units spent before each boundary.
+    /// Per boundary: recompute cost units spent before it.
     pub units_at: Vec<u64>,
-    /// Largest live (non-persistent) bytes over the steps from each boundary to the end.
+    /// Per boundary: the largest live bytes over the steps from it to the end.
     pub tail_max: Vec<u64>,
+    /// Per step: live (non-persistent) bytes under the memory model.
+    pub live: Vec<u64>,
+    /// The readable set at every boundary that is a multiple of the stride, by boundary.
+    pub snaps: Vec<(usize, Arc<[u32]>)>,
     /// Per tracked root ([`Context::tracked`]): its uses and productions, in step order.
     pub events: Events,
     /// Total steps and recompute units.
@@ -63,12 +73,24 @@ impl Trace {
     }
 }
 
+/// Boundaries between snapshots of the readable set: about 32 per walk, at least 64 apart.
+fn stride(n: usize) -> usize {
+    #[cfg(test)]
+    if let Some(s) = tests::STRIDE.with(|s| s.get()) {
+        return s;
+    }
+    (n / 32).max(64)
+}
+
+/// A stretch of a trace's events: `(events, from step, to step, new first step)`.
+type Part<'a> = (&'a Events, u32, u32, u32);
+
 /// Uses and productions of the tracked roots, each encoded `step << 1 | produced`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Events {
     /// Root `k`'s events are `codes[start[k]..start[k + 1]]`.
     start: Vec<u32>,
-    codes: Vec<u32>,
+    pub codes: Vec<u32>,
 }
 
 impl Events {
@@ -90,59 +112,64 @@ impl Events {
         Events { start, codes }
     }
 
-    fn of(&self, k: usize) -> &[u32] {
-        &self.codes[self.start[k] as usize..self.start[k + 1] as usize]
-    }
-
-    /// Whether root `k`'s first event at or after `step` is a use.
-    fn used_first_from(&self, k: usize, step: u32) -> bool {
-        let e = self.of(k);
-        let i = e.partition_point(|&c| c >> 1 < step);
-        e.get(i).is_some_and(|&c| c & 1 == 0)
-    }
-
-    /// Root by root: this trace's events before `own_len` (`own`), then `theirs`' from
-    /// `from` on, moved to start at `own_len`.
-    fn splice(own: &Events, theirs: &Events, from: u32, own_len: u32) -> Events {
-        let roots = own.start.len() - 1;
+    /// Root by root, the events of each part `(events, from, to, base)`: steps
+    /// `from..to`, moved to start at `base`. Parts are in step order.
+    fn concat(roots: usize, parts: &[Part<'_>]) -> Events {
         let mut start = Vec::with_capacity(roots + 1);
-        let mut codes = Vec::with_capacity(own.codes.len() + theirs.codes.len() / 2);
+        let mut codes = Vec::with_capacity(parts.iter().map(|p| p.0.codes.len()).sum());
         start.push(0);
         for k in 0..roots {
-            codes.extend_from_slice(own.of(k));
-            let t = theirs.of(k);
-            let i = t.partition_point(|&c| c >> 1 < from);
-            codes.extend(t[i..].iter().map(|&c| c - (from << 1) + (own_len << 1)));
+            for &(e, from, to, base) in parts {
+                let shift = |c: u32| c - (from << 1) + (base << 1);
+                codes.extend(e.between(k, from, to).iter().map(|&c| shift(c)));
+            }
             start.push(codes.len() as u32);
         }
         Events { start, codes }
     }
+
+    fn of(&self, k: usize) -> &[u32] {
+        &self.codes[self.start[k] as usize..self.start[k + 1] as usize]
+    }
+
+    /// Root `k`'s events in steps `from..to`.
+    fn between(&self, k: usize, from: u32, to: u32) -> &[u32] {
+        let e = self.of(k);
+        let a = e.partition_point(|&c| c >> 1 < from);
+        let b = e.partition_point(|&c| c >> 1 < to);
+        &e[a..b]
+    }
+
+    /// Root `k`'s last event before `step`.
+    fn last_before(&self, k: usize, step: u32) -> Option<u32> {
+        self.between(k, 0, step).last().map(|&c| c >> 1)
+    }
 }
 
-/// A parent to evaluate against, and the first boundary from which the child's decisions
-/// equal the parent's.
+/// A parent to evaluate against: the last boundary up to which the child's walk is surely
+/// the parent's (`resume`), and the first from which their decisions agree (`from`).
 #[derive(Clone, Copy)]
 pub(crate) struct Parent<'a> {
     pub trace: &'a Trace,
+    pub resume: usize,
     pub from: usize,
 }
 
 /// For a child with decision key `child` and a parent with key `parent` (the sorted
-/// discarded roots of each): the first boundary from which their decisions agree, and the
-/// last traced access of a storage whose decision differs (the walks cannot join before
-/// it; the parent with the smallest one is the best to join).
-pub(crate) fn join_bounds(ctx: &Context<'_>, child: &[u32], parent: &[u32]) -> (usize, u32) {
-    let (mut from, mut until) = (0usize, 0u32);
+/// discarded roots of each): the boundary up to which their walks agree, the first
+/// boundary from which their decisions agree, and the last traced access of a storage
+/// whose decision differs (the walks cannot join before it; the parent with the smallest
+/// one is the best to join).
+pub(crate) fn join_bounds(ctx: &Context<'_>, child: &[u32], parent: &[u32]) -> (usize, usize, u32) {
+    let (mut resume, mut from, mut until) = (ctx.n, 0usize, 0u32);
     for r in symmetric_difference(child, parent) {
         if let Some((a, _)) = ctx.gap[r as usize] {
+            resume = resume.min(a as usize);
             from = from.max(a as usize + 1);
         }
-        until = until.max(
-            ctx.last_access(sgc_ir::TensorId::new(r as usize))
-                .unwrap_or(0),
-        );
+        until = until.max(ctx.last_access(TensorId::new(r as usize)).unwrap_or(0));
     }
-    (from, until)
+    (resume.min(from), from, until)
 }
 
 /// Elements in exactly one of two sorted, distinct lists.
@@ -175,10 +202,13 @@ fn symmetric_difference<'x>(a: &'x [u32], b: &'x [u32]) -> impl Iterator<Item = 
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Walked {
     pub positions: usize,
+    /// Whether the walk started from a parent's snapshot, and whether it joined the
+    /// parent's walk before the end.
+    pub resumed: bool,
     pub joined: bool,
 }
 
-/// The trace of a discard decision: a full walk, or a walk that joins `parent`.
+/// The trace of a discard decision: a full walk, or one against `parent`.
 #[cfg(test)]
 pub(crate) fn trace(
     ctx: &Context<'_>,
@@ -194,125 +224,183 @@ pub(crate) fn trace_counted(
     discard: &[bool],
     parent: Option<Parent<'_>>,
 ) -> Option<(Trace, Walked)> {
-    let join = parent.map(|p| Join {
-        hash: &p.trace.hash,
-        from: p.from,
+    // The last snapshot at or before `resume` (none: the walk starts at the beginning).
+    let snap = parent.and_then(|pp| {
+        let t = pp.trace;
+        let i = t.snaps.partition_point(|s| s.0 <= pp.resume);
+        i.checked_sub(1)
+            .map(|i| (pp, t.snaps[i].0, t.snaps[i].1.clone()))
     });
-    let walk = walk_recorded(ctx, discard, join).ok()?;
+    let start = snap.as_ref().map(|(pp, p, readable)| {
+        let t = pp.trace;
+        State::restore(ctx, *p, readable, t.units_at[*p], t.step_at[*p] as usize)
+    });
+    let join = parent.map(|pp| Join {
+        hash: &pp.trace.hash,
+        from: pp.from,
+    });
+    let walk = walk_recorded(ctx, discard, start, join, stride(ctx.n)).ok()?;
+    let first = walk.bounds.first;
     let walked = Walked {
-        positions: walk.joined.unwrap_or(ctx.n),
+        positions: walk.joined.unwrap_or(ctx.n) - first,
+        resumed: first > 0,
         joined: walk.joined.is_some(),
     };
-    let st = &walk.state;
-    let b = walk.bounds;
-    let t = match (walk.joined, parent) {
-        (Some(q), Some(p)) => {
-            let rest = Rest { p: p.trace, q };
-            let (live, events) = live_profile(ctx, &st.steps, |r| crosses(ctx, st, &rest, r))?;
-            rest.assemble(&live, events, b, st)
+    let seams = Seams {
+        head: snap
+            .as_ref()
+            .map(|(pp, p, readable)| (pp.trace, *p, &readable[..])),
+        tail: walk.joined.zip(parent).map(|(q, pp)| (pp.trace, q)),
+    };
+    seams
+        .assemble(ctx, &walk.state, walk.bounds)
+        .map(|t| (t, walked))
+}
+
+/// Where a child's own walk meets its parent's trace: the snapshot it started from (the
+/// parent's trace, the boundary and the readable set there) and the boundary where it
+/// joined the parent's walk.
+struct Seams<'a> {
+    head: Option<(&'a Trace, usize, &'a [u32])>,
+    tail: Option<(&'a Trace, usize)>,
+}
+
+impl Seams<'_> {
+    /// The child's trace: the parent's before the head seam (corrected), the child's own
+    /// walk, the parent's after the tail seam (shifted).
+    fn assemble(&self, ctx: &Context<'_>, st: &State<'_>, b: Boundaries) -> Option<Trace> {
+        let (own, own_events) = live_profile(ctx, &st.steps, self.head.map(|h| (h.1, h.2)), |r| {
+            self.crosses(ctx, st, r)
+        })?;
+        let own_len = st.steps.len() as u32;
+        let (p, p_step) = self.head.map_or((0, 0), |(t, p, _)| (p, t.step_at[p]));
+        let base = p_step + own_len;
+        let mut t = Trace {
+            step_at: Vec::with_capacity(ctx.n + 1),
+            hash: Vec::with_capacity(ctx.n + 1),
+            units_at: Vec::with_capacity(ctx.n + 1),
+            tail_max: Vec::new(),
+            live: Vec::new(),
+            snaps: Vec::new(),
+            events: Events::default(),
+            len: base,
+            units: st.recompute_units,
+            peak: 0,
+        };
+        let mut parts: Vec<Part<'_>> = Vec::with_capacity(3);
+        // Before the head seam: the parent's, with its live bytes corrected.
+        if let Some((pt, p, readable)) = self.head {
+            t.step_at.extend_from_slice(&pt.step_at[..p]);
+            t.hash.extend_from_slice(&pt.hash[..p]);
+            t.units_at.extend_from_slice(&pt.units_at[..p]);
+            t.snaps
+                .extend(pt.snaps.iter().filter(|s| s.0 <= p).cloned());
+            t.live = self.head_live(ctx, pt, p_step, readable, &own_events);
+            parts.push((&pt.events, 0, p_step, 0));
         }
-        _ => {
-            let (live, events) = live_profile(ctx, &st.steps, |r| ctx.kept[r])?;
-            let tail_max = tail_max(&live, &b.step_at, 0);
-            Trace {
-                peak: ctx.persistent_bytes.saturating_add(tail_max[0]),
-                len: st.steps.len() as u32,
-                units: st.recompute_units,
-                step_at: b.step_at,
-                hash: b.hash,
-                units_at: b.units_at,
-                tail_max,
-                events,
+        // The child's own walk.
+        let own_bounds = self.tail.map_or(b.step_at.len(), |(_, q)| q - p);
+        t.step_at
+            .extend(b.step_at[..own_bounds].iter().map(|&s| s + p_step));
+        t.hash.extend_from_slice(&b.hash[..own_bounds]);
+        t.units_at.extend_from_slice(&b.units_at[..own_bounds]);
+        t.snaps.extend(b.snaps.iter().cloned());
+        t.live.extend_from_slice(&own);
+        parts.push((&own_events, 0, own_len, p_step));
+        // After the tail seam: the parent's, shifted.
+        if let Some((pt, q)) = self.tail {
+            let q_step = pt.step_at[q];
+            t.step_at
+                .extend(pt.step_at[q..].iter().map(|&s| s - q_step + base));
+            t.hash.extend_from_slice(&pt.hash[q..]);
+            let q_units = pt.units_at[q];
+            t.units_at.extend(
+                pt.units_at[q..]
+                    .iter()
+                    .map(|&u| u - q_units + st.recompute_units),
+            );
+            t.snaps
+                .extend(pt.snaps.iter().filter(|s| s.0 >= q).cloned());
+            t.live.extend_from_slice(&pt.live[q_step as usize..]);
+            parts.push((&pt.events, q_step, pt.len, base));
+            t.len = base + pt.len - q_step;
+            t.units = st.recompute_units + pt.units - q_units;
+        }
+        t.events = Events::concat(ctx.tracked.len(), &parts);
+        t.tail_max = tail_max(&t.live, &t.step_at);
+        t.peak = ctx.persistent_bytes.saturating_add(t.tail_max[0]);
+        Some(t)
+    }
+
+    /// The parent's live bytes before the head seam, corrected for the tracked roots
+    /// readable there whose next use differs: live from their last use to the seam in one
+    /// schedule and not in the other.
+    fn head_live(
+        &self,
+        ctx: &Context<'_>,
+        pt: &Trace,
+        p_step: u32,
+        readable: &[u32],
+        own_events: &Events,
+    ) -> Vec<u64> {
+        let mut live = pt.live[..p_step as usize].to_vec();
+        for &r in readable {
+            let r = r as usize;
+            let k = ctx.tracked_index[r];
+            if k == NO_INDEX || ctx.g.storage_root(TensorId::new(r)).index() != r {
+                continue;
+            }
+            let (k, kept) = (k as usize, ctx.kept[r]);
+            let theirs = extends(pt.events.between(k, p_step, u32::MAX), kept);
+            let ours = match (own_events.of(k), self.tail) {
+                ([], Some((tt, q))) => extends(tt.events.between(k, tt.step_at[q], u32::MAX), kept),
+                (e, _) => extends(e, kept),
+            };
+            if theirs == ours {
+                continue;
+            }
+            let from = pt
+                .events
+                .last_before(k, p_step)
+                .map_or(1, |u| u as usize + 1);
+            let size = ctx.bytes[r];
+            for v in &mut live[from.min(p_step as usize)..] {
+                *v = if ours { *v + size } else { *v - size };
             }
         }
-    };
-    Some((t, walked))
-}
-
-/// The parent's rest from boundary `q` on.
-struct Rest<'a> {
-    p: &'a Trace,
-    q: usize,
-}
-
-impl Rest<'_> {
-    /// Whether the parent's rest uses tracked root number `k` before making it anew.
-    fn uses_first(&self, k: u32) -> bool {
-        self.p
-            .events
-            .used_first_from(k as usize, self.p.step_at[self.q])
+        live
     }
 
-    /// The child's trace: its own boundaries before `q`, the parent's (shifted) after.
-    fn assemble(
-        &self,
-        live: &[u64],
-        own_events: Events,
-        b: crate::schedule::Boundaries,
-        st: &State<'_>,
-    ) -> Trace {
-        let (p, q) = (self.p, self.q);
-        let own_len = st.steps.len() as u32;
-        let p_at = p.step_at[q];
-        let mut step_at = b.step_at;
-        let mut hash = b.hash;
-        let mut units_at = b.units_at;
-        step_at.truncate(q);
-        hash.truncate(q);
-        units_at.truncate(q);
-        step_at.extend(p.step_at[q..].iter().map(|&s| s - p_at + own_len));
-        hash.extend_from_slice(&p.hash[q..]);
-        let p_units = p.units_at[q];
-        units_at.extend(
-            p.units_at[q..]
-                .iter()
-                .map(|&u| u - p_units + st.recompute_units),
-        );
-        let mut tail = tail_max(live, &step_at[..q], p.tail_max[q]);
-        tail.extend_from_slice(&p.tail_max[q..]);
-        let events = Events::splice(&own_events, &p.events, p_at, own_len);
-        Trace {
-            peak: 0,
-            len: p.len - p_at + own_len,
-            units: p.units - p_units + st.recompute_units,
-            step_at,
-            hash,
-            units_at,
-            tail_max: tail,
-            events,
+    /// Whether root `r`, whose instance is open at the end of the child's own steps, is used
+    /// again by what follows (so its instance runs through that end).
+    fn crosses(&self, ctx: &Context<'_>, st: &State<'_>, r: usize) -> bool {
+        let Some((pt, q)) = self.tail else {
+            return ctx.kept[r];
+        };
+        let root = TensorId::new(r);
+        if !st.valid(root) {
+            return false;
         }
-        .with_peak(st.ctx)
+        match ctx.tracked_index[r] {
+            NO_INDEX => ctx.kept[r] || ctx.last_access(root).is_some_and(|l| l as usize >= q),
+            k => extends(
+                pt.events.between(k as usize, pt.step_at[q], u32::MAX),
+                ctx.kept[r],
+            ),
+        }
     }
 }
 
-impl Trace {
-    fn with_peak(mut self, ctx: &Context<'_>) -> Trace {
-        self.peak = ctx.persistent_bytes.saturating_add(self.tail_max[0]);
-        self
-    }
-}
-
-/// Whether root `r`, whose instance is open when the child joins at boundary `q`, is used
-/// again by the shared rest (so its instance runs through the boundary).
-fn crosses(ctx: &Context<'_>, st: &State<'_>, rest: &Rest<'_>, r: usize) -> bool {
-    if ctx.kept[r] {
-        return true;
-    }
-    let root = sgc_ir::TensorId::new(r);
-    if !st.valid(root) {
-        return false;
-    }
-    let k = ctx.tracked_index[r];
-    if k != NO_INDEX {
-        return rest.uses_first(k);
-    }
-    ctx.last_access(root).is_some_and(|l| l as usize >= rest.q)
+/// Whether a storage whose events from some step on are `e` is used before being made
+/// anew (its instance runs on); with no event, whether it is a graph output.
+fn extends(e: &[u32], kept: bool) -> bool {
+    e.first().map_or(kept, |&c| c & 1 == 0)
 }
 
 /// For each boundary (at the given step indices), the largest value of `live` from that
-/// step on, and at least `after` (the maximum beyond `live`'s end).
-fn tail_max(live: &[u64], step_at: &[u32], after: u64) -> Vec<u64> {
-    let mut from = vec![after; live.len() + 1];
+/// step on (0 past the end).
+fn tail_max(live: &[u64], step_at: &[u32]) -> Vec<u64> {
+    let mut from = vec![0; live.len() + 1];
     for s in (0..live.len()).rev() {
         from[s] = from[s + 1].max(live[s]);
     }
@@ -321,21 +409,47 @@ fn tail_max(live: &[u64], step_at: &[u32], after: u64) -> Vec<u64> {
 
 /// Live non-persistent bytes at every step of `steps` under the IR's memory model
 /// (`sgc_ir::simulate`: a storage from its production to its last use), and the events of
-/// the tracked roots. An instance still open after the last step runs
-/// through the last step when `cross(root)` says the storage is used later (graph outputs,
-/// or storages read after the steps given), else it ends at its last use. `None` where
-/// `simulate` reports an error. `evaluate::tests` check it against `simulate`.
+/// the tracked roots. `start` is `(p, readable)` when the steps begin at boundary `p`
+/// with the `readable` tensors already made; each of their storages is live from the
+/// first step if it is used before being made anew. An instance still open after the last
+/// step runs through the last step when `cross(root)` says the storage is used later
+/// (graph outputs, or storages read after the steps given), else it ends at its last use.
+/// `None` where `simulate` reports an error. `evaluate::tests` check it against `simulate`.
 pub(crate) fn live_profile(
     ctx: &Context<'_>,
     steps: &[(OpId, bool)],
+    start: Option<(usize, &[u32])>,
     cross: impl Fn(usize) -> bool,
 ) -> Option<(Vec<u64>, Events)> {
     let g = ctx.g;
     let nt = g.num_tensors();
-    // Per root: the open instance's (start, last use); per tensor: the step it was made.
+    // Per root: the open instance's (start, last use; NONE: not used yet); per tensor: the
+    // step it was made.
     let mut open = vec![(NONE, NONE); nt];
     let mut produced = vec![NONE; nt];
     let mut delta = vec![0i128; steps.len() + 1];
+    match start {
+        None => {
+            for &t in &ctx.input_roots {
+                open[t.index()] = (0, 0);
+            }
+        }
+        Some((p, readable)) => {
+            for t in g.tensor_ids() {
+                if g.producer(t).is_some_and(|o| o.index() < p) {
+                    produced[t.index()] = 0;
+                }
+            }
+            for &t in readable {
+                let t = t as usize;
+                if ctx.validity[t] == Validity::Current
+                    && g.storage_root(TensorId::new(t)).index() == t
+                {
+                    open[t] = (0, NONE);
+                }
+            }
+        }
+    }
     let mut events: Vec<(u32, u32)> = Vec::new();
     let mut note = |root: usize, code: u32| {
         let k = ctx.tracked_index[root];
@@ -343,12 +457,11 @@ pub(crate) fn live_profile(
             events.push((k, code));
         }
     };
-    for &t in &ctx.input_roots {
-        open[t.index()] = (0, 0);
-    }
     let close = |delta: &mut [i128], r: usize, (start, last): (u32, u32)| {
-        delta[start as usize] += i128::from(ctx.bytes[r]);
-        delta[last as usize + 1] -= i128::from(ctx.bytes[r]);
+        if last != NONE {
+            delta[start as usize] += i128::from(ctx.bytes[r]);
+            delta[last as usize + 1] -= i128::from(ctx.bytes[r]);
+        }
     };
     for (s, &(op, _)) in steps.iter().enumerate() {
         let s = s as u32;
@@ -466,15 +579,42 @@ mod tests {
         first(&a.hash, &b.hash, "hash", what);
         first(&a.units_at, &b.units_at, "units_at", what);
         first(&a.tail_max, &b.tail_max, "tail_max", what);
+        first(&a.live, &b.live, "live", what);
+        let snaps = |t: &Trace| {
+            let sorted = |v: &[u32]| {
+                let mut v = v.to_vec();
+                v.sort_unstable();
+                v
+            };
+            t.snaps
+                .iter()
+                .map(|s| (s.0, sorted(&s.1)))
+                .collect::<Vec<_>>()
+        };
+        first(&snaps(a), &snaps(b), "snaps", what);
         first(&a.events.codes, &b.events.codes, "events", what);
-        assert_eq!(a, b, "{what}");
+        let sorted = |t: &Trace| {
+            let mut t = t.clone();
+            for s in &mut t.snaps {
+                let mut v = s.1.to_vec();
+                v.sort_unstable();
+                s.1 = v.into();
+            }
+            t
+        };
+        assert_eq!(sorted(a), sorted(b), "{what}");
+    }
+
+    thread_local! {
+        /// Snapshot stride forced by a test (small graphs would get none otherwise).
+        pub(super) static STRIDE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
     }
 
     /// Every incremental trace equals the full trace of the same decision; returns how
-    /// many of the walks joined their parent early.
-    fn check(g: &Graph, rng: &mut SplitMix64, pairs: usize) -> usize {
+    /// many of the walks resumed from a snapshot and how many joined their parent early.
+    fn check(g: &Graph, rng: &mut SplitMix64, pairs: usize) -> (usize, usize) {
         let ctx = Context::new(g);
-        let mut joined = 0;
+        let (mut resumed, mut joined) = (0, 0);
         for _ in 0..pairs {
             let (p, other) = (genome(rng, ctx.n), genome(rng, ctx.n));
             let c = child(rng, &p, &other, ctx.n);
@@ -483,8 +623,16 @@ mod tests {
                 continue;
             };
             let full = trace(&ctx, &dc, None);
-            let (from, _) = join_bounds(&ctx, &decision_key(&dc), &decision_key(&dp));
-            let inc = trace_counted(&ctx, &dc, Some(Parent { trace: &tp, from }));
+            let (resume, from, _) = join_bounds(&ctx, &decision_key(&dc), &decision_key(&dp));
+            let inc = trace_counted(
+                &ctx,
+                &dc,
+                Some(Parent {
+                    trace: &tp,
+                    resume,
+                    from,
+                }),
+            );
             if let (Some((a, _)), Some(b)) = (&inc, &full) {
                 same(a, b, &format!("{p:?} -> {c:?}"));
             }
@@ -501,23 +649,33 @@ mod tests {
                     sgc_ir::simulate(g, &ops).expect("simulates").peak
                 );
             }
+            resumed += usize::from(inc.as_ref().is_some_and(|t| t.1.resumed));
             joined += usize::from(inc.is_some_and(|t| t.1.joined));
         }
-        joined
+        (resumed, joined)
     }
 
     #[test]
     fn incremental_traces_equal_full_traces_on_random_graphs() {
-        let mut joined = 0;
+        let (mut resumed, mut joined) = (0, 0);
         for seed in 0..80 {
+            STRIDE.with(|s| s.set(Some(1 + seed as usize % 4)));
             let g = random_graph(seed, &GenConfig::small());
-            joined += check(&g, &mut SplitMix64::new(seed), 10);
+            let (r, j) = check(&g, &mut SplitMix64::new(seed), 10);
+            (resumed, joined) = (resumed + r, joined + j);
         }
-        assert!(joined > 100, "walks that joined their parent: {joined}");
         for seed in 0..6 {
+            STRIDE.with(|s| s.set(Some(3 + seed as usize)));
             let g = random_graph(1000 + seed, &GenConfig::large());
-            check(&g, &mut SplitMix64::new(seed), 6);
+            let (r, j) = check(&g, &mut SplitMix64::new(seed), 6);
+            (resumed, joined) = (resumed + r, joined + j);
         }
+        STRIDE.with(|s| s.set(None));
+        assert!(
+            resumed > 100,
+            "walks that resumed from a snapshot: {resumed}"
+        );
+        assert!(joined > 100, "walks that joined their parent: {joined}");
     }
 
     #[test]
@@ -532,7 +690,10 @@ mod tests {
             "tiny_cnn",
         ] {
             let g = sgc_ir::load_any(dir.join(format!("{name}.json"))).expect("zoo graph");
-            let joined = check(&g, &mut SplitMix64::new(name.len() as u64), 12);
+            STRIDE.with(|s| s.set(Some(7)));
+            let (resumed, joined) = check(&g, &mut SplitMix64::new(name.len() as u64), 12);
+            STRIDE.with(|s| s.set(None));
+            assert!(resumed > 0, "{name}: no walk resumed from a snapshot");
             assert!(joined > 0, "{name}: no walk joined its parent");
         }
     }
