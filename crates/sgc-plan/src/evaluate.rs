@@ -10,7 +10,8 @@
 //! shares, which still measures the chosen plan) that builds no instance list.
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
-//! points (the reference uses the peak alone). With a budget: plans that fit come first and
+//! points (the reference uses the peak alone); the search's final pick also requires no
+//! more recompute than Chen's sqrt(n) plan (see [`Objective`]). With a budget: plans that fit come first and
 //! among them the least recompute cost wins; plans that do not fit are ranked by peak.
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard
 //! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
@@ -59,7 +60,7 @@ impl Fitness {
     };
 
     /// Total order: `Less` is better.
-    pub fn cmp(&self, other: &Fitness, budget: Option<u64>) -> Ordering {
+    pub fn cmp(&self, other: &Fitness, obj: Objective) -> Ordering {
         let by_peak = |a: &Fitness, b: &Fitness| {
             a.peak
                 .cmp(&b.peak)
@@ -70,8 +71,13 @@ impl Fitness {
         if first != Ordering::Equal {
             return first;
         }
-        match budget {
-            None => by_peak(self, other),
+        match obj.budget {
+            None => {
+                let over = |f: &Fitness| obj.cost_cap.is_some_and(|c| f.cost > c);
+                over(self)
+                    .cmp(&over(other))
+                    .then_with(|| by_peak(self, other))
+            }
             Some(b) => {
                 let (fa, fb) = (self.peak <= b, other.peak <= b);
                 match (fa, fb) {
@@ -84,6 +90,27 @@ impl Fitness {
                     _ => fb.cmp(&fa),
                 }
             }
+        }
+    }
+}
+
+/// What the search optimises. With a memory `budget`: the least recompute cost among plans
+/// that fit (the others by peak). Without one: the lowest peak, among plans that recompute
+/// at most `cost_cap` units when a cap is set (the others after them, by peak). The
+/// sublinear search sets the cap to Chen's sqrt(n) plan's cost (the classic overhead of
+/// about one extra forward pass) for its final pick when its lowest-peak plan recomputes
+/// more; Chen's plan is in the population, so the pick is never worse than it in either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Objective {
+    pub budget: Option<u64>,
+    pub cost_cap: Option<u64>,
+}
+
+impl Objective {
+    pub fn budget(budget: Option<u64>) -> Objective {
+        Objective {
+            budget,
+            cost_cap: None,
         }
     }
 }

@@ -25,7 +25,7 @@ pub(crate) fn refine(
     rng: &mut ChaCha8Rng,
 ) {
     let n = ev.ctx.n as u32;
-    sort_population(pop, ev.budget);
+    sort_population(pop, ev.objective);
     for gen in 0..iters {
         let survivors = select(pop, pool_size, rng);
         let mut children = Vec::with_capacity(2 * survivors.len());
@@ -50,7 +50,7 @@ pub(crate) fn refine(
                 pop.push(Member { genome, fitness });
             }
         }
-        sort_population(pop, ev.budget);
+        sort_population(pop, ev.objective);
         pop.truncate(4 * pool_size.max(1));
         ev.retain_traces(pop.iter().map(|m| &m.genome));
         ev.report("genetic refinement", gen + 1, iters);

@@ -13,7 +13,7 @@
 //! parent's recorded rest is reused; traces are kept for the current population only.
 
 use crate::context::Context;
-use crate::evaluate::{decision_key, discards, fitness_with, Fitness, Genome, Outcome};
+use crate::evaluate::{decision_key, discards, fitness_with, Fitness, Genome, Objective, Outcome};
 use crate::trace::{trace_counted, Parent, Trace};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -63,7 +63,7 @@ pub(crate) struct Evaluator<'a> {
     outcomes: HashMap<Arc<Vec<u32>>, Outcome>,
     /// Traces of the decisions that may still be parents, by decision key.
     traces: HashMap<Arc<Vec<u32>>, Arc<Trace>>,
-    pub budget: Option<u64>,
+    pub objective: Objective,
     pub progress: Option<ProgressFn<'a>>,
     pub stats: SearchStats,
     /// Evaluate children against their parents' traces (off: full walks).
@@ -84,7 +84,7 @@ impl<'a> Evaluator<'a> {
             keys: HashMap::new(),
             outcomes: HashMap::new(),
             traces: HashMap::new(),
-            budget,
+            objective: Objective::budget(budget),
             progress,
             stats: SearchStats::default(),
             incremental: true,
@@ -235,10 +235,10 @@ pub(crate) struct Member {
 }
 
 /// Sorts best first; ties by genome, so the order is total and deterministic.
-pub(crate) fn sort_population(pop: &mut [Member], budget: Option<u64>) {
+pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
     pop.sort_by(|a, b| {
         a.fitness
-            .cmp(&b.fitness, budget)
+            .cmp(&b.fitness, obj)
             .then_with(|| a.genome.cmp(&b.genome))
     });
 }

@@ -15,9 +15,12 @@
 //!    recompute cost does not rise. The bound is `lb_memory` or the budget (the smaller if
 //!    both); without either it is the best peak itself, so the plan's recompute cost drops
 //!    at no memory cost.
+//! 5. **Never worse than Chen.** Without a budget, when the best plan (after step 4)
+//!    recomputes more than Chen's sqrt(n) plan, the pick becomes the lowest-peak plan that
+//!    recomputes no more (Chen's own is in the population).
 
 use crate::context::Context;
-use crate::evaluate::{recomputed_roots_by_cost, schedule, Fitness, Genome};
+use crate::evaluate::{recomputed_roots_by_cost, schedule, Fitness, Genome, Objective};
 use crate::genetic;
 use crate::search::{sort_population, Evaluator, Member};
 use crate::PlanOptions;
@@ -42,6 +45,7 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         fitness: ev.eval(&Genome::default()),
     }];
     let chen = crate::chen::genome(ctx);
+    let chen_fit = ev.eval(&chen);
     let best_t = add_thresholds(ev, &mut pop, &thresholds);
     if let Some(bt) = best_t {
         let around: Vec<u64> = (0..n)
@@ -63,7 +67,7 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     dedup(&mut pop);
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
-    sort_population(&mut pop, ev.budget);
+    sort_population(&mut pop, ev.objective);
     let best = pop[0].clone();
     let bound = match (opts.budget, opts.lb_memory) {
         (Some(b), Some(l)) => Some(b.min(l)),
@@ -71,26 +75,34 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     };
     let Some(bound) = bound else {
         // Without a bound, trade nothing: keep only what the best peak already affords.
-        return relax(ev, best.genome, best.fitness, best.fitness.peak);
+        let relaxed = relax(ev, best.genome, best.fitness, best.fitness.peak);
+        if !chen_fit.feasible || relaxed.1.cost <= chen_fit.cost {
+            return relaxed;
+        }
+        // It recomputes more than Chen's plan: take the lowest peak among the plans that
+        // do not (Chen's own is one of them).
+        ev.objective.cost_cap = Some(chen_fit.cost);
+        let m = best_by(&pop, ev.objective);
+        return relax(ev, m.genome, m.fitness, m.fitness.peak);
     };
     // With a bound, relax both the best plan under it and the lowest-peak plan, and keep
     // the cheaper result that fits.
-    sort_population(&mut pop, None);
+    sort_population(&mut pop, Objective::default());
     let lowest = pop[0].clone();
     [best, lowest]
         .into_iter()
         .filter(|m| m.fitness.feasible && m.fitness.peak <= bound)
         .map(|m| relax(ev, m.genome, m.fitness, bound))
-        .min_by(|a, b| a.1.cmp(&b.1, Some(bound)))
+        .min_by(|a, b| a.1.cmp(&b.1, Objective::budget(Some(bound))))
         .unwrap_or_else(|| {
-            let m = best_by(&pop, ev.budget);
+            let m = best_by(&pop, ev.objective);
             (m.genome, m.fitness)
         })
 }
 
-fn best_by(pop: &[Member], budget: Option<u64>) -> Member {
+fn best_by(pop: &[Member], obj: Objective) -> Member {
     let mut v = pop.to_vec();
-    sort_population(&mut v, budget);
+    sort_population(&mut v, obj);
     v.swap_remove(0)
 }
 
@@ -108,7 +120,7 @@ fn add_thresholds(
     let fits = ev.eval_batch(&genomes);
     let mut best: Option<(Fitness, u64)> = None;
     for ((genome, fitness), &t) in genomes.into_iter().zip(fits).zip(thresholds) {
-        if best.is_none_or(|(bf, _)| fitness.cmp(&bf, ev.budget).is_lt()) {
+        if best.is_none_or(|(bf, _)| fitness.cmp(&bf, ev.objective).is_lt()) {
             best = Some((fitness, t));
         }
         pop.push(Member { genome, fitness });

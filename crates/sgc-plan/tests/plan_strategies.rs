@@ -86,6 +86,7 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
 fn every_strategy_verifies_on_every_graph() {
     let mut misses = Vec::new();
     for (name, g) in graphs() {
+        let mut chen: Option<sgc_plan::Summary> = None;
         for s in Strategy::ALL {
             let o = PlanOptions {
                 arena: true,
@@ -102,6 +103,26 @@ fn every_strategy_verifies_on_every_graph() {
             if s == Strategy::None {
                 assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
                 assert_eq!(p.summary.recompute_steps, 0);
+            }
+            // The search never ends worse than Chen's plan, in peak or in recompute.
+            match s {
+                Strategy::ChenSqrt => chen = Some(p.summary.clone()),
+                Strategy::Sublinear => {
+                    let c = chen
+                        .as_ref()
+                        .expect("chen-sqrt is planned before sublinear");
+                    let (m, slack) = (&p.summary, 1.0 + 1e-9);
+                    assert!(
+                        m.planned_peak <= c.planned_peak
+                            && m.recompute_cost <= c.recompute_cost * slack,
+                        "{name}: sublinear peak {} cost {} vs chen-sqrt {} / {}",
+                        m.planned_peak,
+                        m.recompute_cost,
+                        c.planned_peak,
+                        c.recompute_cost
+                    );
+                }
+                _ => {}
             }
             let arena = p.arena.as_ref().unwrap();
             eprintln!(
