@@ -99,6 +99,8 @@ struct Report<'a> {
     arena_time_s: f64,
     /// What the sublinear search did (absent for the other strategies).
     search: Option<SearchReport>,
+    /// Why the strategy gave up and the plan is the traced order (`dtr` only).
+    fallback: Option<String>,
     verified: bool,
     written_to: Option<String>,
 }
@@ -210,6 +212,7 @@ pub fn run(args: Args) -> CliResult {
     report.search = stats.search.map(|s| search_report(&s, &stats));
     report.schedule_time_s = stats.schedule_secs;
     report.arena_time_s = stats.arena_secs;
+    report.fallback = stats.fallback.clone();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -291,6 +294,7 @@ fn build<'a>(
         schedule_time_s: 0.0,
         arena_time_s: 0.0,
         search: None,
+        fallback: None,
         verified: true,
         written_to: out.map(|p| p.display().to_string()),
     }
@@ -354,6 +358,13 @@ fn render(r: &Report<'_>) -> String {
         "plan time          {:>11.3}s on {} workers (schedule {:.3}s, arena {:.3}s; plan verified)",
         r.plan_time_s, r.workers, r.schedule_time_s, r.arena_time_s
     );
+    if let Some(why) = &r.fallback {
+        let _ = writeln!(
+            s,
+            "fallback           {} gave up ({why}); the plan is the traced order",
+            r.strategy
+        );
+    }
     if let Some(x) = &r.search {
         let _ = writeln!(
             s,

@@ -75,7 +75,7 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
 }
 
 /// What making a plan took (nothing here is part of the plan).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct PlanStats {
     /// The sublinear search's work (`None` for the other strategies).
     pub search: Option<SearchStats>,
@@ -83,6 +83,8 @@ pub struct PlanStats {
     pub schedule_secs: f64,
     /// Wall time of placing the arena.
     pub arena_secs: f64,
+    /// Why the strategy fell back to the traced order, when it did (`dtr` only).
+    pub fallback: Option<String>,
 }
 
 /// [`plan`], with what the planner did and how long its phases took.
@@ -113,7 +115,11 @@ pub fn plan_with_stats(
             stats.search = Some(search);
             steps
         }
-        Strategy::Dtr => run_dtr(&ctx, options),
+        Strategy::Dtr => {
+            let (steps, fallback) = run_dtr(&ctx, options);
+            stats.fallback = fallback;
+            steps
+        }
     };
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
     let profile = sgc_ir::simulate(graph, &ops).map_err(|e| PlanError::Internal {
@@ -188,7 +194,8 @@ fn run_sublinear(
     ))
 }
 
-fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> Vec<(OpId, bool)> {
+/// The DTR schedule, or the traced order and why.
+fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> (Vec<(OpId, bool)>, Option<String>) {
     let lb = ctx.lower_bound.bytes;
     let threshold = options
         .eviction_threshold
@@ -200,12 +207,26 @@ fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> Vec<(OpId, bool)> {
         sqrt_sampling: options.sqrt_sampling,
         seed: options.seed,
     };
-    let steps = dtr::schedule(ctx, &params).unwrap_or_else(|_| original(ctx));
+    let steps = match dtr::schedule(ctx, &params) {
+        Ok(steps) => steps,
+        Err(schedule::Infeasible::TooCostly) => {
+            let why = format!(
+                "eviction cascaded into recomputing more than {} training steps' worth",
+                schedule::MAX_RECOMPUTE_STEPS
+            );
+            return (original(ctx), Some(why));
+        }
+        Err(_) => {
+            let why = "a tensor it evicted could not be recomputed safely".to_string();
+            return (original(ctx), Some(why));
+        }
+    };
     // A DTR pass that ends above the unplanned peak is worse than no plan at all.
     let planned = fitness_of(ctx, &steps, 0);
     if planned.feasible && planned.peak <= ctx.unplanned_peak {
-        steps
+        (steps, None)
     } else {
-        original(ctx)
+        let why = "its schedule peaked above the traced order's".to_string();
+        (original(ctx), Some(why))
     }
 }
