@@ -10,7 +10,9 @@
 //! score = recompute_cost(t) / (size(t) * steps_until_next_use(t))
 //! ```
 //!
-//! where `recompute_cost` adds the cost of producers of its inputs that are evicted too.
+//! where `recompute_cost` adds the cost of every evicted ancestor its recomputation would
+//! rebuild first (up to 64 producers), as DTR's evicted neighbourhoods do; a one-level cost
+//! made long chains thrash.
 //! Candidates are freeable (recomputable, not graph outputs), unpinned, at least
 //! `evictee_min_size` bytes, and recomputable safely at their next use. Because the pass
 //! is static, the next use is known exactly (the dynamic runtime has to use staleness).
@@ -105,18 +107,46 @@ impl Dtr<'_> {
 
 fn score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
     let ctx = st.ctx;
-    let Some(p) = ctx.g.producer(r) else {
-        return f64::INFINITY;
-    };
-    let mut cost = ctx.cost[p.index()];
-    for &u in &ctx.in_roots[p.index()] {
-        if !st.resident[u.index()] {
-            cost += ctx.g.producer(u).map_or(0.0, |q| ctx.cost[q.index()]);
-        }
-    }
+    let cost = cascade_cost(st, r);
     let dist = (next as f64 - st.pos as f64).max(1.0);
     // A tiny epsilon keeps zero-cost tensors ordered by size and distance.
     (cost + 1e-9) / (ctx.size(r).max(1) as f64 * dist)
+}
+
+/// The most producers [`cascade_cost`] follows: enough to see a long run of evicted
+/// tensors, bounded so a score stays cheap.
+const CASCADE_LIMIT: usize = 64;
+
+/// What recomputing `r` would cost now: its producer, and the producers of every evicted
+/// ancestor its recomputation would have to rebuild first (DTR's evicted neighbourhood),
+/// counted up to [`CASCADE_LIMIT`] producers. A one-level cost makes a long chain look
+/// cheap link by link, and the pass then evicts whole runs of it and recomputes them over
+/// and over.
+fn cascade_cost(st: &State<'_>, r: TensorId) -> f64 {
+    let ctx = st.ctx;
+    let Some(p) = ctx.g.producer(r) else {
+        return f64::INFINITY;
+    };
+    let mut cost = 0.0;
+    let mut stack = vec![p];
+    let mut seen = vec![p];
+    while let Some(op) = stack.pop() {
+        cost += ctx.cost[op.index()];
+        for &u in &ctx.in_roots[op.index()] {
+            if st.resident[u.index()] {
+                continue;
+            }
+            let Some(q) = ctx.g.producer(u) else { continue };
+            if seen.len() >= CASCADE_LIMIT {
+                return cost + ctx.cost[q.index()];
+            }
+            if !seen.contains(&q) {
+                seen.push(q);
+                stack.push(q);
+            }
+        }
+    }
+    cost
 }
 
 /// The DTR schedule.

@@ -225,3 +225,36 @@ fn a_budget_is_met_or_refused_with_the_lowest_peak() {
         }
     }
 }
+
+/// Static DTR on a long chain whose activations set the peak: it used to evict whole runs
+/// of the chain and recompute them over and over (16,625% of a step, 250 s). With the
+/// cascade in its score it saves memory at a small recompute share, without giving up.
+#[test]
+fn dtr_does_not_thrash_on_a_long_chain() {
+    let model = sgc_ir::zoo::models()
+        .into_iter()
+        .find(|m| m.name == "chain1000")
+        .expect("chain1000 is in the zoo");
+    let g = (model.build_at)(2048);
+    let o = PlanOptions {
+        strategy: Strategy::Dtr,
+        arena: false,
+        ..PlanOptions::default()
+    };
+    let run = RunConfig::default();
+    let (p, stats) = sgc_plan::plan_with_stats(&g, &o, &run).expect("dtr plans chain1000");
+    assert_eq!(stats.fallback, None, "dtr fell back to the traced order");
+    let s = &p.summary;
+    assert!(
+        s.planned_peak < s.unplanned_peak * 3 / 4,
+        "peak {} of {}",
+        s.planned_peak,
+        s.unplanned_peak
+    );
+    assert!(
+        s.recompute_share < 0.5,
+        "recompute share {}",
+        s.recompute_share
+    );
+    verify(&g, &p).expect("the dtr plan verifies");
+}
