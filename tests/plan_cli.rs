@@ -1,0 +1,89 @@
+//! `sgc plan`: the report a user reads (planned against unplanned peak, the bound, the
+//! search's work), the plan file it writes and `--check` accepts, and one readable error
+//! with a non-zero exit for a budget below the per-op lower bound.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sgc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(args)
+        .output()
+        .expect("sgc runs")
+}
+
+fn zoo(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("graphs/{name}.json"))
+        .display()
+        .to_string()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+}
+
+#[test]
+fn json_report_has_the_peaks_the_bound_and_the_search() {
+    let dir = std::env::temp_dir().join(format!("sgc-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out_file = dir.join("resnet50.plan.json");
+    let file = zoo("resnet50");
+    let out_path = out_file.display().to_string();
+    let r = json(&sgc(&[
+        "plan",
+        &file,
+        "--genetic-iters",
+        "2",
+        "--quiet",
+        "--json",
+        "-o",
+        &out_path,
+    ]));
+    let n = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    assert!(n("planned_peak_bytes") < n("unplanned_peak_bytes") * 0.5);
+    assert!(n("planned_peak_bytes") >= n("lower_bound_bytes"));
+    assert!(n("recompute_share") > 0.0 && n("recompute_share") < 0.35);
+    assert_eq!(r["verified"], Value::Bool(true));
+    let s = &r["search"];
+    let c = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("search.{k} in {s}"));
+    assert!(c("candidates") > 0.0);
+    assert!(c("schedules_built") > 0.0 && c("schedules_built") <= c("candidates"));
+    assert!(c("joined_parent") > 0.0 && c("joined_parent") <= c("schedules_built"));
+    assert!(c("walked_share") > 0.0 && c("walked_share") < 1.0);
+    // The plan file it wrote passes the independent check.
+    let checked = sgc(&["plan", &file, "--check", &out_path]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn text_report_names_the_search_and_other_strategies_have_none() {
+    let file = zoo("tiny_transformer");
+    let text = sgc(&["plan", &file, "--genetic-iters", "2", "--quiet"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("search "), "{text}");
+    assert!(text.contains("schedules built"), "{text}");
+    let r = json(&sgc(&["plan", &file, "--strategy", "dtr", "--json"]));
+    assert_eq!(r["search"], Value::Null);
+}
+
+#[test]
+fn a_budget_below_the_lower_bound_is_one_error_with_a_nonzero_exit() {
+    let out = sgc(&["plan", &zoo("resnet50"), "--budget", "1MiB", "--quiet"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lower bound"), "{err}");
+    assert!(err.contains("resnet50"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
