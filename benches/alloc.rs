@@ -13,6 +13,8 @@
 //! checked by the plan verifier. `cargo bench --bench alloc -- plans` runs only this table,
 //! `-- dsa` only the first.
 
+mod common;
+
 use sgc::plan::alloc::{self, csv, Algorithm, AllocOptions, Buffer, Effort};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -159,28 +161,13 @@ fn row(inst: &Instance, label: &str, run: impl Fn() -> alloc::Placement) {
     );
 }
 
-fn plan_files() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in [root.join("graphs"), root.join("../shared/data/checkmate")] {
-        if let Ok(rd) = std::fs::read_dir(&dir) {
-            files.extend(
-                rd.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "json")),
-            );
-        }
-    }
-    files.sort();
-    files
-}
-
 fn plans() {
     use sgc::plan::{PlanOptions, Strategy};
     println!(
         "\n{:<22} {:<10} {:>9} {:>14} {:>14} {:>9} {:>6} {:>9}  algorithm",
         "graph", "strategy", "lifetimes", "live peak", "arena", "arena/lp", "pairs", "ms"
     );
-    for path in plan_files() {
+    for path in common::graph_files() {
         let g = sgc::ir::load_any(&path).expect("graph loads");
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
         for (strategy, iters) in [(Strategy::None, 0), (Strategy::Sublinear, 20)] {

@@ -11,8 +11,9 @@
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
 //! points (the reference uses the peak alone); the search's final pick also requires no
-//! more recompute than Chen's sqrt(n) plan (see [`Objective`]). With a budget: plans that fit come first and
-//! among them the least recompute cost wins; plans that do not fit are ranked by peak.
+//! more recompute than Chen's sqrt(n) plan (see [`Objective`]). With a budget: plans that
+//! fit come first and among them the least recompute cost wins; plans that do not fit are
+//! ranked by peak.
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard
 //! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
 
@@ -283,7 +284,8 @@ mod tests {
     }
 
     /// The search's evaluator (cached by genome and by discard decision, in parallel
-    /// batches, children walked against their parents' traces) agrees with a from-scratch evaluation under `simulate`, genome by genome.
+    /// batches, children walked against their parents' traces) agrees with a from-scratch
+    /// evaluation under `simulate`, genome by genome.
     #[test]
     fn evaluator_matches_scratch_evaluation() {
         let pool = rayon::ThreadPoolBuilder::new()

@@ -14,7 +14,7 @@
 
 use crate::context::Context;
 use crate::evaluate::{decision_key, discards, fitness_with, Fitness, Genome, Objective, Outcome};
-use crate::trace::{trace_counted, Parent, Trace};
+use crate::trace::{trace_counted, Parent, Trace, Walked};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,7 +38,8 @@ pub type ProgressFn<'a> = &'a (dyn Fn(Progress) + Sync);
 pub struct SearchStats {
     /// Candidates proposed (repeats included).
     pub candidates: usize,
-    /// Distinct discard decisions whose schedules were built.
+    /// Schedules built: one per distinct discard decision, plus rebuilds of a dropped
+    /// trace that a child needs.
     pub evaluated: usize,
     /// Of those, how many started from a snapshot of a parent's walk, and how many were
     /// walked only until they joined a parent's schedule.
@@ -48,6 +49,8 @@ pub struct SearchStats {
     pub positions_walked: u64,
     /// Traced positions a full walk of every evaluation would have taken.
     pub positions_full: u64,
+    /// Candidates of the memory-for-speed step (part of `candidates`).
+    pub relax_candidates: usize,
 }
 
 /// A parent's trace and the boundary from which the child's decisions equal its own.
@@ -129,7 +132,7 @@ impl<'a> Evaluator<'a> {
             let ps = parents.get(fresh[j]).map_or(&[][..], |v| &v[..]);
             todo.push((j, self.best_parent(k, ps)));
         }
-        let results: Vec<Option<(Trace, crate::trace::Walked)>> = self.pool.install(|| {
+        let results: Vec<Option<(Trace, Walked)>> = self.pool.install(|| {
             todo.par_iter()
                 .map(|(j, parent)| {
                     let parent = parent.as_ref().map(|(trace, resume, from)| Parent {
@@ -142,18 +145,14 @@ impl<'a> Evaluator<'a> {
                 .collect()
         });
         for (&(j, _), r) in todo.iter().zip(results) {
-            self.stats.evaluated += 1;
-            self.stats.positions_full += ctx.n as u64;
             let outcome = r.map(|(t, walked)| {
-                self.stats.positions_walked += walked.positions as u64;
-                self.stats.joined += usize::from(walked.joined);
-                self.stats.resumed += usize::from(walked.resumed);
+                self.count(Some(walked));
                 let o = t.outcome();
                 self.traces.insert(keys[j].clone(), Arc::new(t));
                 o
             });
             if outcome.is_none() {
-                self.stats.positions_walked += ctx.n as u64;
+                self.count(None);
             }
             self.outcomes.insert(keys[j].clone(), outcome);
         }
@@ -164,6 +163,17 @@ impl<'a> Evaluator<'a> {
             self.keys.insert(g.clone(), k.clone());
         }
         genomes.iter().map(|g| self.cache[g]).collect()
+    }
+
+    /// Counts one schedule built (`None`: it could not be, after a full walk at most).
+    fn count(&mut self, walked: Option<Walked>) {
+        let n = self.ctx.n as u64;
+        let s = &mut self.stats;
+        s.evaluated += 1;
+        s.positions_full += n;
+        s.positions_walked += walked.map_or(n, |w| w.positions as u64);
+        s.joined += usize::from(walked.is_some_and(|w| w.joined));
+        s.resumed += usize::from(walked.is_some_and(|w| w.resumed));
     }
 
     /// Among the traced `parents`, the one whose walk the child `key` should join soonest:
@@ -189,9 +199,10 @@ impl<'a> Evaluator<'a> {
 
     /// Drops the traces of every decision but those of `keep`.
     pub fn retain_traces<'g>(&mut self, keep: impl IntoIterator<Item = &'g Genome>) {
-        let live: HashSet<&Arc<Vec<u32>>> =
-            keep.into_iter().filter_map(|g| self.keys.get(g)).collect();
-        let live: HashSet<Arc<Vec<u32>>> = live.into_iter().cloned().collect();
+        let live: HashSet<Arc<Vec<u32>>> = keep
+            .into_iter()
+            .filter_map(|g| self.keys.get(g).cloned())
+            .collect();
         self.traces.retain(|k, _| live.contains(k));
     }
 
@@ -205,8 +216,8 @@ impl<'a> Evaluator<'a> {
         if self.traces.contains_key(&key) || self.outcomes.get(&key).is_some_and(Option::is_none) {
             return;
         }
-        if let Some((t, _)) = trace_counted(self.ctx, &discards(self.ctx, genome), None) {
-            self.stats.positions_walked += self.ctx.n as u64;
+        if let Some((t, walked)) = trace_counted(self.ctx, &discards(self.ctx, genome), None) {
+            self.count(Some(walked));
             self.traces.insert(key, Arc::new(t));
         }
     }

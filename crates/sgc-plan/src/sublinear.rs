@@ -200,6 +200,7 @@ fn relax(
     };
     let groups = recomputed_roots_by_cost(ev.ctx, &steps);
     let total = groups.len();
+    let proposed = ev.stats.candidates;
     let with = |best: &Genome, gs: &[Vec<sgc_ir::TensorId>]| {
         let mut cand = best.clone();
         cand.keep.extend(gs.iter().flatten().map(|r| r.0));
@@ -238,6 +239,7 @@ fn relax(
         ev.retain_traces([&best]);
         ev.report("trading memory for speed", i, total);
     }
+    ev.stats.relax_candidates += ev.stats.candidates - proposed;
     (best, fit)
 }
 

@@ -71,6 +71,12 @@ impl Trace {
     pub fn outcome(&self) -> (u64, u64) {
         (self.peak, self.units)
     }
+
+    /// Whether tracked root `k` is used from `step` on before it is made anew (a graph
+    /// output with no later event runs to the end).
+    fn uses_from(&self, k: usize, step: u32, kept: bool) -> bool {
+        extends(self.events.between(k, step, u32::MAX), kept)
+    }
 }
 
 /// Boundaries between snapshots of the readable set: about 32 per walk, at least 64 apart.
@@ -351,9 +357,9 @@ impl Seams<'_> {
                 continue;
             }
             let (k, kept) = (k as usize, ctx.kept[r]);
-            let theirs = extends(pt.events.between(k, p_step, u32::MAX), kept);
+            let theirs = pt.uses_from(k, p_step, kept);
             let ours = match (own_events.of(k), self.tail) {
-                ([], Some((tt, q))) => extends(tt.events.between(k, tt.step_at[q], u32::MAX), kept),
+                ([], Some((tt, q))) => tt.uses_from(k, tt.step_at[q], kept),
                 (e, _) => extends(e, kept),
             };
             if theirs == ours {
@@ -383,10 +389,7 @@ impl Seams<'_> {
         }
         match ctx.tracked_index[r] {
             NO_INDEX => ctx.kept[r] || ctx.last_access(root).is_some_and(|l| l as usize >= q),
-            k => extends(
-                pt.events.between(k as usize, pt.step_at[q], u32::MAX),
-                ctx.kept[r],
-            ),
+            k => pt.uses_from(k as usize, pt.step_at[q], ctx.kept[r]),
         }
     }
 }
