@@ -249,7 +249,6 @@ pub fn probe(
         let run = RunConfig {
             workers: opts.workers,
             progress: None,
-            full_walks: false,
         };
         let plan = match sgc_plan::plan(&g, &o, &run) {
             Ok(plan) => plan,

@@ -91,6 +91,8 @@ struct Report<'a> {
     recomputed_ops: usize,
     recompute_steps: usize,
     steps: usize,
+    /// The most times any one op runs in the step (1: nothing is recomputed).
+    max_op_runs: u32,
     /// The plan's arena (absent with `--no-arena`).
     arena: Option<ArenaReport>,
     plan_time_s: f64,
@@ -109,12 +111,10 @@ struct Report<'a> {
 struct SearchReport {
     /// Candidates proposed, repeats included.
     candidates: usize,
-    /// Distinct discard decisions whose schedules were built.
+    /// Distinct discard plans whose schedules were built.
     schedules_built: usize,
-    /// Of those, built incrementally: walked only until they joined a parent's schedule.
-    joined_parent: usize,
-    /// Traced positions walked over what full walks of every built schedule would take.
-    walked_share: f64,
+    /// Candidates of the memory-for-speed step (part of `candidates`).
+    memory_for_speed_candidates: usize,
     /// Candidates per second of the schedule phase.
     candidates_per_s: f64,
 }
@@ -123,12 +123,7 @@ fn search_report(s: &sgc::plan::SearchStats, stats: &sgc::plan::PlanStats) -> Se
     SearchReport {
         candidates: s.candidates,
         schedules_built: s.evaluated,
-        joined_parent: s.joined,
-        walked_share: if s.positions_full == 0 {
-            1.0
-        } else {
-            s.positions_walked as f64 / s.positions_full as f64
-        },
+        memory_for_speed_candidates: s.relax_candidates,
         candidates_per_s: s.candidates as f64 / stats.schedule_secs.max(1e-9),
     }
 }
@@ -193,7 +188,6 @@ pub fn run(args: Args) -> CliResult {
     let run = RunConfig {
         workers: args.workers,
         progress: Some(&callback),
-        full_walks: false,
     };
     let start = Instant::now();
     let result = sgc::plan::plan_with_stats(&graph, &options, &run);
@@ -289,6 +283,7 @@ fn build<'a>(
         recomputed_ops: s.recomputed_ops,
         recompute_steps: s.recompute_steps,
         steps: s.steps,
+        max_op_runs: s.max_op_runs,
         arena: arena_report(plan),
         plan_time_s: secs,
         schedule_time_s: 0.0,
@@ -350,8 +345,8 @@ fn render(r: &Report<'_>) -> String {
     let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
     let _ = writeln!(
         s,
-        "recomputed ops     {:>12} ({} recompute steps of {})",
-        r.recomputed_ops, r.recompute_steps, r.steps
+        "recomputed ops     {:>12} ({} recompute steps of {}; no op runs more than {} times)",
+        r.recomputed_ops, r.recompute_steps, r.steps, r.max_op_runs
     );
     let _ = writeln!(
         s,
@@ -368,12 +363,11 @@ fn render(r: &Report<'_>) -> String {
     if let Some(x) = &r.search {
         let _ = writeln!(
             s,
-            "search             {:>12} candidates ({:.0}/s), {} schedules built, {} of them walked only until they joined a parent's ({:.1}% of all positions walked)",
+            "search             {:>12} candidates ({:.0}/s; {} trading memory for speed), {} schedules built",
             x.candidates,
             x.candidates_per_s,
-            x.schedules_built,
-            x.joined_parent,
-            100.0 * x.walked_share
+            x.memory_for_speed_candidates,
+            x.schedules_built
         );
     }
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);

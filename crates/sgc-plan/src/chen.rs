@@ -1,11 +1,14 @@
 //! Chen et al. (2016), "Training deep nets with sublinear memory cost": split the forward
 //! ops into segments of about sqrt(n) ops and keep only each segment's last output; the
 //! other activations that the backward pass reads are recomputed from the segment's
-//! checkpoint. Here it is one fixed genome for the shared split-based evaluator: a split
-//! after every k-th forward op (every op when the graph has no phases), k = ceil(sqrt(n)).
+//! checkpoint. Here it is one fixed split set for the shared split-based evaluator: a split
+//! after every k-th forward op (every op when the graph has no phases), k = ceil(sqrt(n)),
+//! under the variant of the discard rules that peaks lowest. Only forward
+//! storages are discarded and every op runs at most twice, so it recomputes at most one
+//! forward pass.
 
 use crate::context::Context;
-use crate::evaluate::Genome;
+use crate::evaluate::{fitness_with, outcome, Genome, Objective};
 
 /// The split points of Chen's sqrt(n) rule.
 pub(crate) fn genome(ctx: &Context<'_>) -> Genome {
@@ -17,4 +20,21 @@ pub(crate) fn scaled(ctx: &Context<'_>, scale: f64) -> Genome {
     let fwd = ctx.forward_ops();
     let k = (scale * (fwd.len() as f64).sqrt()).ceil().max(1.0) as usize;
     Genome::from_splits(fwd.iter().skip(k - 1).step_by(k).copied().collect())
+}
+
+/// Chen's plan: its split set under the variant of the rules ([`crate::evaluate::Rules`])
+/// that peaks lowest (then recomputes least; ties: the first variant).
+pub(crate) fn best(ctx: &Context<'_>) -> Genome {
+    let mut best: Option<(Genome, crate::evaluate::Fitness)> = None;
+    for g in genome(ctx).variants() {
+        let plan = crate::discard::plan(ctx, &g);
+        let f = fitness_with(outcome(ctx, g.bounds(), &plan), &g);
+        if best
+            .as_ref()
+            .is_none_or(|b| f.cmp(&b.1, Objective::default()).is_lt())
+        {
+            best = Some((g, f));
+        }
+    }
+    best.map_or_else(|| genome(ctx), |b| b.0)
 }

@@ -3,7 +3,7 @@
 //!
 //! - *Accesses* of a storage: the positions (in the traced order) of the ops that produce,
 //!   view or read it. The gaps between consecutive accesses are where a storage may be
-//!   freed and later recomputed; the largest gap is the one a split-based plan discards.
+//!   freed and later recomputed ([`crate::discard`] picks one per storage).
 //! - *Rerunnable* ops: recomputable ops whose outputs' views can all be remade too (a
 //!   recomputed root makes its old views stale).
 //! - *Hazard* of an op: the first traced position of a non-recomputable op that reads a
@@ -23,8 +23,6 @@ pub(crate) struct Context<'g> {
     pub cost: Vec<f64>,
     /// Per storage root (indexed by tensor id; empty for non-roots and persistent roots).
     pub accesses: Vec<Vec<u32>>,
-    /// Per root: the largest gap `(a, b)` between consecutive accesses, first one on ties.
-    pub gap: Vec<Option<(u32, u32)>>,
     pub freeable: Vec<bool>,
     /// Roots of graph outputs (resident to the end).
     pub kept: Vec<bool>,
@@ -56,40 +54,21 @@ pub(crate) struct Context<'g> {
     /// The most recompute cost units a schedule may spend
     /// ([`crate::schedule::MAX_RECOMPUTE_STEPS`] steps).
     pub max_recompute_units: u64,
-    /// Per tensor: a random 64-bit key; the walk's state hash is the XOR of the keys of
-    /// the tensors that can be read.
-    pub zobrist: Vec<u64>,
-    /// Per storage root: the views of it (transitively).
-    pub views_of: Vec<Vec<TensorId>>,
-    /// Roots whose next use cannot be told from the walk's state alone, so that a trace
-    /// records their uses and productions: roots that stay readable after their last
-    /// traced access without being counted (graph inputs, outputs of ops that cannot run
-    /// again; a later recomputation may read them), and outputs of ops with more than one
-    /// output (recomputing a sibling makes them anew, ending their instance early).
-    pub tracked: Vec<TensorId>,
-    /// Per tensor: its index in `tracked` (`NO_INDEX` if none).
-    pub tracked_index: Vec<u32>,
-    /// Persistent roots that a non-recomputable op reads (and may write), with the first
-    /// position of such an op.
-    pub dirtied: Vec<(TensorId, u32)>,
+    /// Per op: whether exactly one of its outputs is read by some op (a storage made by
+    /// such an op is not discarded right after it is made: see [`crate::discard`]).
+    pub single_output: Vec<bool>,
+    /// Per op: its distinct activation inputs (tensors, views counted on their own).
+    pub activation_inputs: Vec<u32>,
 }
-
-pub(crate) const NO_INDEX: u32 = u32::MAX;
 
 impl<'g> Context<'g> {
     pub fn new(g: &'g Graph) -> Self {
         let n = g.num_ops();
         let (in_roots, out_roots, persistent_in) = op_roots(g);
         let accesses = accesses(g, &in_roots, &out_roots);
-        let gap = accesses.iter().map(|a| largest_gap(a)).collect();
         let rerunnable = rerunnable(g);
         let first_dirty = first_dirty(g, &persistent_in);
         let hazard = hazard(g, &rerunnable, &persistent_in, &first_dirty);
-        let dirtied: Vec<(TensorId, u32)> = g
-            .tensor_ids()
-            .filter(|t| first_dirty[t.index()] != NO_HAZARD)
-            .map(|t| (t, first_dirty[t.index()]))
-            .collect();
         let mut kept = vec![false; g.num_tensors()];
         for &t in g.outputs() {
             kept[g.storage_root(t).index()] = true;
@@ -119,34 +98,22 @@ impl<'g> Context<'g> {
             .collect();
         let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost(o).0).collect();
         let cost_units = cost_units(&cost);
-        let mut views_of = vec![Vec::new(); g.num_tensors()];
-        for t in g.tensor_ids() {
-            let r = g.storage_root(t);
-            if r != t {
-                views_of[r.index()].push(t);
-            }
-        }
-        let tracked: Vec<TensorId> = g
-            .tensor_ids()
-            .filter(|&t| {
-                let lingering = !freeable[t.index()] && !kept[t.index()];
-                let sibling = g.producer(t).is_some_and(|p| g.op(p).outputs.len() > 1);
-                g.storage_root(t) == t && !g.is_persistent(t) && (lingering || sibling)
-            })
-            .collect();
-        let mut tracked_index = vec![NO_INDEX; g.num_tensors()];
-        for (k, t) in tracked.iter().enumerate() {
-            tracked_index[t.index()] = k as u32;
-        }
         let step_units: u64 = cost_units.iter().sum();
         Context {
             max_recompute_units: step_units.saturating_mul(crate::schedule::MAX_RECOMPUTE_STEPS),
             cost_units,
-            zobrist: (0..g.num_tensors() as u64).map(zobrist_key).collect(),
-            views_of,
-            tracked,
-            tracked_index,
-            dirtied,
+            single_output: g
+                .ops()
+                .iter()
+                .map(|o| {
+                    o.outputs
+                        .iter()
+                        .filter(|&&t| !g.consumers(t).is_empty())
+                        .count()
+                        == 1
+                })
+                .collect(),
+            activation_inputs: g.ops().iter().map(|o| activation_inputs(g, o)).collect(),
             bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
             validity,
             activation: g
@@ -158,7 +125,6 @@ impl<'g> Context<'g> {
             n,
             cost,
             accesses,
-            gap,
             freeable,
             kept,
             freeable_roots,
@@ -222,14 +188,6 @@ fn cost_units(cost: &[f64]) -> Vec<u64> {
     cost.iter().map(|&c| (c / unit).round() as u64).collect()
 }
 
-/// SplitMix64 of the index: fixed, well-mixed keys.
-fn zobrist_key(i: u64) -> u64 {
-    let mut z = i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// How the schedule walk decides whether a tensor can be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Validity {
@@ -279,13 +237,17 @@ fn accesses(g: &Graph, ins: &Roots, outs: &Roots) -> Vec<Vec<u32>> {
     acc
 }
 
-fn largest_gap(a: &[u32]) -> Option<(u32, u32)> {
-    a.windows(2)
-        .map(|w| (w[0], w[1]))
-        .fold(None, |best: Option<(u32, u32)>, (x, y)| match best {
-            Some((bx, by)) if by - bx >= y - x => best,
-            _ => Some((x, y)),
-        })
+/// Distinct activation tensors an op reads.
+fn activation_inputs(g: &Graph, o: &sgc_ir::Op) -> u32 {
+    let mut v: Vec<TensorId> = o
+        .inputs
+        .iter()
+        .copied()
+        .filter(|&t| g.tensor(t).kind == TensorKind::Activation)
+        .collect();
+    v.sort();
+    v.dedup();
+    v.len() as u32
 }
 
 /// Recomputable ops whose output roots have only views made by recomputable ops.

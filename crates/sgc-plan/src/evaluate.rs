@@ -1,24 +1,20 @@
 //! Candidate evaluation: a genome (split points plus storages kept on purpose) becomes a
-//! discard decision, a schedule and a fitness.
-//!
-//! **Discard rule.** Split points close blocks; the outputs of a split op are checkpoints.
-//! A freeable storage that is neither a checkpoint nor kept is discarded when its largest
-//! access gap crosses a split point (its gap-closing reader lies in a later block) and the
-//! recomputation at the gap's end is safe (before any in-place write to a persistent
-//! tensor it would read). The schedule comes from [`crate::schedule::walk_discards`]; its
-//! peak from [`peak_of`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
-//! shares, which still measures the chosen plan) that builds no instance list.
+//! discard plan ([`crate::discard`]), a schedule with bounded recomputation
+//! ([`crate::recompute`]: every op runs at most twice) and a fitness. The peak comes from
+//! [`crate::profile`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
+//! shares, which still measures the chosen plan).
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
 //! points (the reference uses the peak alone); the search's final pick also requires no
 //! more recompute than Chen's sqrt(n) plan (see [`Objective`]). With a budget: plans that
 //! fit come first and among them the least recompute cost wins; plans that do not fit are
 //! ranked by peak.
-//! Infeasible candidates rank last. Evaluations are cached by genome and by discard
-//! decision ([`decision_key`]), so a generation only pays for the decisions it has not seen.
+//! Infeasible candidates rank last. Evaluations are cached by genome and by discard plan
+//! ([`crate::discard::key`]), so a generation only pays for the plans it has not seen.
 
 use crate::context::Context;
-use crate::schedule::walk_discards;
+use crate::discard::{self, Discard};
+use crate::recompute;
 use sgc_ir::{OpId, TensorId};
 use std::cmp::Ordering;
 
@@ -29,6 +25,46 @@ pub(crate) struct Genome {
     pub splits: Vec<u32>,
     /// Sorted, distinct roots never discarded (set by the memory-for-speed relaxation).
     pub keep: Vec<u32>,
+    /// Which variant of the discard and recomputation rules applies.
+    pub rules: Rules,
+}
+
+/// Switches between variants of MegEngine's rules (all off: MegEngine's own). Each one
+/// wins on some graphs and loses on others, so they are genes the search sets per
+/// candidate, not fixed choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub(crate) struct Rules {
+    /// Recomputation reaches past the block start: a missing input made in an earlier
+    /// block is recomputed too instead of being read from its original (see
+    /// [`crate::recompute`]); still at most one recomputation per op.
+    pub unbounded: bool,
+    /// Discards whose gap closes in the very next block are kept (MegEngine cancels them).
+    pub next_block: bool,
+    /// A storage may be discarded right after it is made even when it is its producer's
+    /// only output read later (MegEngine never does).
+    pub at_creation: bool,
+}
+
+impl Rules {
+    /// Every variant, MegEngine's first.
+    pub fn all() -> [Rules; 8] {
+        std::array::from_fn(|k| Rules {
+            unbounded: k & 1 != 0,
+            next_block: k & 2 != 0,
+            at_creation: k & 4 != 0,
+        })
+    }
+
+    /// The variant with switch `k` (0..3) flipped.
+    pub fn flipped(self, k: u8) -> Rules {
+        let mut r = self;
+        match k % 3 {
+            0 => r.unbounded = !r.unbounded,
+            1 => r.next_block = !r.next_block,
+            _ => r.at_creation = !r.at_creation,
+        }
+        r
+    }
 }
 
 impl Genome {
@@ -38,6 +74,27 @@ impl Genome {
         Genome {
             splits,
             keep: Vec::new(),
+            rules: Rules::default(),
+        }
+    }
+
+    /// The same genome under `rules`.
+    pub fn with_rules(mut self, rules: Rules) -> Genome {
+        self.rules = rules;
+        self
+    }
+
+    /// The genome under every variant of the rules.
+    pub fn variants(&self) -> impl Iterator<Item = Genome> + '_ {
+        Rules::all().into_iter().map(|r| self.clone().with_rules(r))
+    }
+
+    /// The split points that bound recomputation: none when it is unbounded.
+    pub fn bounds(&self) -> &[u32] {
+        if self.rules.unbounded {
+            &[]
+        } else {
+            &self.splits
         }
     }
 }
@@ -116,37 +173,12 @@ impl Objective {
     }
 }
 
-/// Which roots a genome discards.
-pub(crate) fn discards(ctx: &Context<'_>, genome: &Genome) -> Vec<bool> {
-    let g = ctx.g;
-    let mut protected = vec![false; g.num_tensors()];
-    for &s in &genome.splits {
-        for &r in &ctx.out_roots[s as usize] {
-            protected[r.index()] = true;
-        }
-    }
-    for &k in &genome.keep {
-        protected[k as usize] = true;
-    }
-    let crosses = |a: u32, b: u32| {
-        let i = genome.splits.partition_point(|&s| s < a);
-        genome.splits.get(i).is_some_and(|&s| s < b)
-    };
-    ctx.freeable_roots
-        .iter()
-        .fold(vec![false; g.num_tensors()], |mut d, &r| {
-            if let Some((a, b)) = ctx.gap[r.index()] {
-                d[r.index()] = !protected[r.index()] && crosses(a, b) && b <= ctx.root_hazard(r);
-            }
-            d
-        })
-}
-
 /// The schedule of a genome, if it can be built.
 pub(crate) fn schedule(ctx: &Context<'_>, genome: &Genome) -> Option<Vec<(OpId, bool)>> {
-    walk_discards(ctx, &discards(ctx, genome))
+    let plan = discard::plan(ctx, genome);
+    recompute::schedule(ctx, genome.bounds(), &plan)
         .ok()
-        .map(|st| st.steps)
+        .map(|s| s.steps)
 }
 
 /// Fitness of a schedule under the IR's memory model.
@@ -163,16 +195,24 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
     }
 }
 
+/// What a discard plan yields: `(peak, recompute cost units)`, or `None` when its
+/// schedule cannot be built. The schedule depends on the genome only through its plan
+/// (and the blocks the plan names), so genomes with the same plan share one outcome.
+pub(crate) type Outcome = Option<(u64, u64)>;
+
+/// The outcome of a discard plan whose recomputation is bounded by the blocks of
+/// `bounds` ([`Genome::bounds`]), from scratch.
+pub(crate) fn outcome(ctx: &Context<'_>, bounds: &[u32], plan: &[Discard]) -> Outcome {
+    let s = recompute::schedule(ctx, bounds, plan).ok()?;
+    Some((crate::profile::peak(ctx, &s.steps)?, s.units))
+}
+
 /// Evaluates one genome from scratch.
 #[cfg(test)]
 pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
-    fitness_with(outcome(ctx, &discards(ctx, genome)), genome)
+    let plan = discard::plan(ctx, genome);
+    fitness_with(outcome(ctx, genome.bounds(), &plan), genome)
 }
-
-/// What a discard decision yields: `(peak, recompute cost units)`, or `None` when its
-/// schedule cannot be built. The schedule depends on the genome only through the
-/// decision, so genomes with the same decision share one outcome.
-pub(crate) type Outcome = Option<(u64, u64)>;
 
 /// The recompute cost of a schedule, in units.
 pub(crate) fn recompute_units(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> u64 {
@@ -183,13 +223,7 @@ pub(crate) fn recompute_units(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> u64 
         .sum()
 }
 
-/// The outcome of a discard decision, from scratch.
-#[cfg(test)]
-pub(crate) fn outcome(ctx: &Context<'_>, discard: &[bool]) -> Outcome {
-    crate::trace::trace(ctx, discard, None).map(|t| t.outcome())
-}
-
-/// The fitness of `genome` given the outcome of its decision.
+/// The fitness of `genome` given the outcome of its plan.
 pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
     outcome.map_or(Fitness::INFEASIBLE, |(peak, cost)| Fitness {
         feasible: true,
@@ -197,24 +231,6 @@ pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
         cost,
         splits: genome.splits.len(),
     })
-}
-
-/// A compact, exact key of a discard decision: the discarded roots in id order.
-pub(crate) fn decision_key(discard: &[bool]) -> Vec<u32> {
-    (0..discard.len() as u32)
-        .filter(|&r| discard[r as usize])
-        .collect()
-}
-
-/// The peak `sgc_ir::simulate` reports for `steps` (`None` where it reports an error),
-/// in one pass without building the storage instances.
-#[cfg(test)]
-pub(crate) fn peak_of(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
-    let (live, _) = crate::trace::live_profile(ctx, steps, None, |r| ctx.kept[r])?;
-    Some(
-        ctx.persistent_bytes
-            .saturating_add(live.into_iter().max().unwrap_or(0)),
-    )
 }
 
 /// Output roots of the recomputed ops of a schedule, costliest op first (ties: op order).
@@ -250,6 +266,7 @@ mod tests {
             g.keep.sort_unstable();
             g.keep.dedup();
         }
+        g.rules = Rules::all()[rng.index(8)];
         g
     }
 
@@ -258,7 +275,7 @@ mod tests {
         sgc_ir::simulate(g, &ops).ok().map(|p| p.peak)
     }
 
-    /// `peak_of` against `simulate` on planned schedules and on shuffled, truncated and
+    /// `profile::peak` against `simulate` on planned schedules and on shuffled, truncated and
     /// duplicated step sequences (which exercise the error rules).
     fn check_graph(g: &Graph, rng: &mut SplitMix64, genomes: usize) {
         let ctx = Context::new(g);
@@ -267,25 +284,28 @@ mod tests {
             let Some(mut steps) = schedule(&ctx, &genome) else {
                 continue;
             };
-            assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps), "{genome:?}");
+            assert_eq!(
+                crate::profile::peak(&ctx, &steps),
+                simulated(g, &steps),
+                "{genome:?}"
+            );
             let f = evaluate(&ctx, &genome);
             assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
             if steps.len() > 1 {
                 let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
                 steps.swap(a, b);
-                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+                assert_eq!(crate::profile::peak(&ctx, &steps), simulated(g, &steps));
                 let cut = rng.index(steps.len());
                 let dup = steps[cut];
                 steps.insert(rng.index(steps.len()), dup);
                 steps.truncate(cut.max(1));
-                assert_eq!(peak_of(&ctx, &steps), simulated(g, &steps));
+                assert_eq!(crate::profile::peak(&ctx, &steps), simulated(g, &steps));
             }
         }
     }
 
-    /// The search's evaluator (cached by genome and by discard decision, in parallel
-    /// batches, children walked against their parents' traces) agrees with a from-scratch
-    /// evaluation under `simulate`, genome by genome.
+    /// The search's evaluator (cached by genome and by discard plan, in parallel batches)
+    /// agrees with a from-scratch evaluation under `simulate`, genome by genome.
     #[test]
     fn evaluator_matches_scratch_evaluation() {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -301,7 +321,7 @@ mod tests {
                 let mut batch: Vec<Genome> = (0..8)
                     .map(|_| random_genome(&mut rng, ctx.n, g.num_tensors()))
                     .collect();
-                // Near-duplicates: the same splits plus one more, often the same decision.
+                // Near-duplicates: the same splits plus one more, often the same plan.
                 let extra: Vec<Genome> = batch
                     .iter()
                     .map(|b| {
@@ -310,15 +330,9 @@ mod tests {
                         Genome::from_splits(s)
                     })
                     .collect();
-                let parents: Vec<Vec<Genome>> = batch
-                    .iter()
-                    .map(|_| Vec::new())
-                    .chain(batch.iter().map(|b| vec![b.clone()]))
-                    .collect();
+                ev.eval_batch(&batch);
                 batch.extend(extra);
-                ev.eval_batch(&batch[..8]);
-                // The near-duplicates are evaluated against their originals' traces.
-                for (genome, f) in batch.iter().zip(ev.eval_children(&batch, &parents)) {
+                for (genome, f) in batch.iter().zip(ev.eval_batch(&batch)) {
                     let scratch = schedule(&ctx, genome).map_or(Fitness::INFEASIBLE, |s| {
                         fitness_of(&ctx, &s, genome.splits.len())
                     });

@@ -4,12 +4,12 @@
 //! quarters of the pool by fitness, the rest drawn at random from the others, so some
 //! diversity survives), and makes two children per survivor: one by two mutations (pick a
 //! split point, then insert a new point before it, delete it, move it between its
-//! neighbours, or leave it), one by crossover with another random survivor (the points
+//! neighbours, or leave it; and one time in eight, flip one switch of the discard rules),
+//! one by crossover with another random survivor (the points
 //! before a random cut from one parent, the rest from the other). Children are generated
 //! sequentially from one seeded ChaCha8 stream and evaluated in parallel, so the result is
-//! the same for any number of workers. A child is evaluated incrementally against its
-//! parents ([`crate::trace`]). The population keeps every evaluated candidate's
-//! best, so the search never ends worse than it started.
+//! the same for any number of workers. The population keeps the best candidates ever
+//! evaluated, so the search never ends worse than it started.
 
 use crate::evaluate::Genome;
 use crate::search::{sort_population, Evaluator, Member};
@@ -29,10 +29,8 @@ pub(crate) fn refine(
     for gen in 0..iters {
         let survivors = select(pop, pool_size, rng);
         let mut children = Vec::with_capacity(2 * survivors.len());
-        let mut parents = Vec::with_capacity(2 * survivors.len());
         for (i, s) in survivors.iter().enumerate() {
             children.push(mutate(&mutate(s, n, rng), n, rng));
-            parents.push(vec![s.clone()]);
             let j = if survivors.len() > 1 {
                 let j = rng.random_range(0..survivors.len() - 1);
                 j + usize::from(j >= i)
@@ -40,9 +38,8 @@ pub(crate) fn refine(
                 i
             };
             children.push(crossover(s, &survivors[j], n, rng));
-            parents.push(vec![s.clone(), survivors[j].clone()]);
         }
-        let fits = ev.eval_children(&children, &parents);
+        let fits = ev.eval_batch(&children);
         let mut known: std::collections::HashSet<Genome> =
             pop.iter().map(|m| m.genome.clone()).collect();
         for (genome, fitness) in children.into_iter().zip(fits) {
@@ -52,7 +49,6 @@ pub(crate) fn refine(
         }
         sort_population(pop, ev.objective);
         pop.truncate(4 * pool_size.max(1));
-        ev.retain_traces(pop.iter().map(|m| &m.genome));
         ev.report("genetic refinement", gen + 1, iters);
     }
 }
@@ -92,7 +88,11 @@ fn mutate(g: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
         2 if lo < hi => s[j] = rng.random_range(lo..hi),
         _ => {}
     }
-    with_splits(g, s)
+    let mut out = with_splits(g, s);
+    if rng.random_range(0..8u8) == 0 {
+        out.rules = out.rules.flipped(rng.random_range(0..3u8));
+    }
+    out
 }
 
 /// Points of `a` before a random cut, points of `b` from the cut on.
@@ -111,5 +111,6 @@ fn crossover(a: &Genome, b: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
 fn with_splits(g: &Genome, splits: Vec<u32>) -> Genome {
     let mut out = Genome::from_splits(splits);
     out.keep = g.keep.clone();
+    out.rules = g.rules;
     out
 }

@@ -4,13 +4,13 @@
 //! The pipeline, one module per phase:
 //! - [`context`](crate::context) (private): per-graph facts every candidate reuses
 //!   (accesses, gaps, what may be recomputed and until when);
-//! - `schedule`: a decision about what to free becomes a step sequence with recursive
-//!   recomputation;
-//! - `evaluate` and `search`: a candidate's schedule, its peak under the IR's memory model
-//!   and its fitness; batches evaluated in parallel, independent of the worker count;
-//! - `trace`: incremental evaluation: a child's schedule is walked only until it joins its
-//!   parent's (a hash of the walk's state at each traced position), and the parent's
-//!   recorded rest (peak, cost, uses) is reused; exact, so the plan does not change;
+//! - `discard`: a split-based candidate's discard plan (which storage is freed after which
+//!   access and recomputed before which read);
+//! - `recompute`: a discard plan becomes a step sequence with bounded recomputation
+//!   (bounded to the block; every op runs at most twice);
+//! - `profile`, `evaluate` and `search`: a candidate's peak under the IR's memory model and
+//!   its fitness; batches evaluated in parallel, independent of the worker count;
+//! - `schedule`: recomputation with eviction, for static DTR;
 //! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
 //!   refinement, `dtr` (static DTR);
 //! - [`plan`]: the plain-data [`Plan`] written to plan files;
@@ -35,15 +35,17 @@ pub mod alloc;
 pub mod arena;
 mod chen;
 mod context;
+mod discard;
 mod dtr;
 mod error;
 mod evaluate;
 mod genetic;
 pub mod plan;
+mod profile;
+mod recompute;
 mod schedule;
 mod search;
 mod sublinear;
-mod trace;
 pub mod verify;
 
 pub use arena::ArenaLayout;
@@ -63,10 +65,6 @@ pub struct RunConfig<'a> {
     pub workers: Option<usize>,
     /// Called as the search advances.
     pub progress: Option<ProgressFn<'a>>,
-    /// Walk every candidate's schedule in full instead of joining its parent's
-    /// (the `trace` module explains why that gives the same plan): the baseline the
-    /// planner benchmark measures incremental evaluation against.
-    pub full_walks: bool,
 }
 
 /// Makes a plan for `graph` and verifies it.
@@ -109,7 +107,7 @@ pub fn plan_with_stats(
     }
     let steps = match options.strategy {
         Strategy::None => original(&ctx),
-        Strategy::ChenSqrt => schedule(&ctx, &chen::genome(&ctx)).unwrap_or_else(|| original(&ctx)),
+        Strategy::ChenSqrt => schedule(&ctx, &chen::best(&ctx)).unwrap_or_else(|| original(&ctx)),
         Strategy::Sublinear => {
             let (steps, search) = run_sublinear(&ctx, options, run)?;
             stats.search = Some(search);
@@ -186,7 +184,6 @@ fn run_sublinear(
             message: e.to_string(),
         })?;
     let mut ev = search::Evaluator::new(ctx, &pool, options.budget, run.progress);
-    ev.incremental = !run.full_walks;
     let (best, _) = sublinear::search(&mut ev, options);
     Ok((
         schedule(ctx, &best).unwrap_or_else(|| original(ctx)),

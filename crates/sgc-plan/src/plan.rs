@@ -228,6 +228,10 @@ pub struct Summary {
     pub recompute_steps: usize,
     /// Distinct ops recomputed at least once.
     pub recomputed_ops: usize,
+    /// The most times any one op runs in the schedule (1 when nothing is recomputed; at
+    /// most 2 for the split-based strategies).
+    #[serde(default)]
+    pub max_op_runs: u32,
     pub checkpoints: usize,
 }
 
@@ -368,6 +372,10 @@ fn summarize(
         .fold(0.0, |a, c| a + c);
     let recompute: Vec<OpId> = schedule.iter().filter(|s| s.1).map(|s| s.0).collect();
     let recompute_cost: f64 = recompute.iter().fold(0.0, |a, &o| a + graph.op_cost(o).0);
+    let mut runs = vec![0u32; graph.num_ops()];
+    for &(op, _) in schedule {
+        runs[op.index()] += 1;
+    }
     let mut distinct = recompute.clone();
     distinct.sort();
     distinct.dedup();
@@ -391,6 +399,7 @@ fn summarize(
         steps: schedule.len(),
         recompute_steps: recompute.len(),
         recomputed_ops: distinct.len(),
+        max_op_runs: runs.into_iter().max().unwrap_or(0),
         checkpoints,
     }
 }

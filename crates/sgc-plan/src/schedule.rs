@@ -1,5 +1,4 @@
-//! Turning a decision (which storages to free early) into a step sequence with
-//! recomputation.
+//! Recomputation with eviction, the engine of static DTR ([`crate::dtr`]).
 //!
 //! [`State`] walks the traced order and keeps what is resident: each storage root's
 //! residency and version (a recomputed root gets a new version, which makes views taken
@@ -7,12 +6,13 @@
 //! have written. Before each original op, every input that is not valid is made valid by
 //! running its producer again, recursively through producers whose inputs are missing too
 //! (an explicit stack, so chains of any length work); every later reader uses the
-//! recomputed copy. A [`Policy`] decides what to free: the split-based strategies free a
-//! storage when it leaves its last access or enters its discarded gap (see
-//! [`walk_discards`]); static DTR evicts before each step.
+//! recomputed copy. A [`Policy`] decides what to evict before each step. Unlike the
+//! split-based strategies ([`crate::recompute`], where every op runs at most twice), an
+//! evicted tensor may be recomputed again and again; [`MAX_RECOMPUTE_STEPS`] bounds the
+//! total.
 //!
 //! Recomputation that cannot be done safely (a non-recomputable producer, or a persistent
-//! input already written in place) makes the candidate infeasible rather than wrong.
+//! input already written in place) makes the schedule infeasible rather than wrong.
 
 use crate::context::{Context, Validity};
 use sgc_ir::{OpId, TensorId};
@@ -30,6 +30,8 @@ pub(crate) enum Infeasible {
     /// (cascades through long chains of freed tensors): no plan worth making, and building
     /// it would take time quadratic in the graph.
     TooCostly,
+    /// A split-based schedule would run an op a third time.
+    ThirdRun,
 }
 
 /// The most recomputation a schedule may do, in units of one training step (every op
@@ -41,10 +43,6 @@ pub(crate) trait Policy {
     /// Called before every step is emitted (original or recomputed).
     fn before_step(&mut self, _st: &mut State<'_>, _op: OpId) {}
 }
-
-/// A policy that only frees after the walk's own rules (no eviction).
-pub(crate) struct NoEviction;
-impl Policy for NoEviction {}
 
 /// The schedule under construction.
 pub(crate) struct State<'c> {
@@ -61,18 +59,8 @@ pub(crate) struct State<'c> {
     pub steps: Vec<(OpId, bool)>,
     /// The recompute cost in the context's integer units.
     pub recompute_units: u64,
-    /// The tensors that can be read now, persistent tensors readable from the start left
-    /// out, in no particular order, and each one's place in it (`u32::MAX`: absent).
-    readable: Vec<u32>,
-    slot: Vec<u32>,
-    /// XOR of the Zobrist keys of the tensors in `readable`.
-    /// At the boundary between two traced positions this hash identifies everything the
-    /// rest of a split walk depends on besides the discard decisions still to come.
-    pub hash: u64,
     /// Position in the traced order of the op being scheduled.
     pub pos: usize,
-    /// Steps emitted before this state's `steps` (a walk resumed at a boundary).
-    pub step_base: usize,
     /// Roots touched since the last call to `take_touched`.
     touched: Vec<TensorId>,
     /// Roots produced by recomputation while the current op's inputs are made valid.
@@ -98,10 +86,6 @@ impl<'c> State<'c> {
             bytes: 0,
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
             recompute_units: 0,
-            hash: 0,
-            step_base: 0,
-            readable: Vec::new(),
-            slot: vec![u32::MAX; nt],
             pos: 0,
             touched: Vec::new(),
             round_made: Vec::new(),
@@ -114,93 +98,8 @@ impl<'c> State<'c> {
             st.counted[t.index()] = true;
             st.bytes += ctx.size(t);
             st.made_at[t.index()] = Some(0);
-            st.sync(t);
         }
         st
-    }
-
-    /// The state of a split walk at boundary `pos` (before op `pos`), rebuilt from the
-    /// tensors readable there (a [`Boundaries`] snapshot): everything else the walk tracks
-    /// at a boundary follows from them and the position. `units` and `step_base` are the
-    /// recompute units spent and the steps emitted before the boundary.
-    pub fn restore(
-        ctx: &'c Context<'c>,
-        pos: usize,
-        readable: &[u32],
-        units: u64,
-        step_base: usize,
-    ) -> Self {
-        let mut st = State::new(ctx);
-        let g = ctx.g;
-        for &t in &ctx.input_roots {
-            st.resident[t.index()] = false;
-            st.counted[t.index()] = false;
-            st.made_at[t.index()] = None;
-            st.sync(t);
-        }
-        st.bytes = 0;
-        for &t in readable {
-            let t = TensorId::new(t as usize);
-            st.made_at[t.index()] = Some(0);
-            if g.storage_root(t) == t {
-                st.resident[t.index()] = true;
-                let live =
-                    ctx.kept[t.index()] || ctx.last_access(t).is_some_and(|l| l as usize >= pos);
-                if ctx.validity[t.index()] == Validity::Current && live {
-                    st.counted[t.index()] = true;
-                    st.bytes += ctx.size(t);
-                }
-            }
-        }
-        for &t in readable {
-            st.sync(TensorId::new(t as usize));
-        }
-        for &(t, first) in &ctx.dirtied {
-            st.dirty[t.index()] = (first as usize) < pos;
-        }
-        st.recompute_units = units;
-        st.step_base = step_base;
-        st.pos = pos;
-        st
-    }
-
-    /// The tensors readable now that a restore needs (persistent tensors that exist from
-    /// the start are always readable and left out), in no particular order.
-    pub fn readable(&self) -> &[u32] {
-        &self.readable
-    }
-
-    /// Brings `t`'s entry in the readable set (and the hash) up to date.
-    fn sync(&mut self, t: TensorId) {
-        let i = t.index();
-        if self.ctx.validity[i] == Validity::Always {
-            return;
-        }
-        let (now, was) = (self.valid(t), self.slot[i] != u32::MAX);
-        if now == was {
-            return;
-        }
-        self.hash ^= self.ctx.zobrist[i];
-        if now {
-            self.slot[i] = self.readable.len() as u32;
-            self.readable.push(i as u32);
-        } else {
-            let k = self.slot[i] as usize;
-            self.readable.swap_remove(k);
-            if let Some(&moved) = self.readable.get(k) {
-                self.slot[moved as usize] = k as u32;
-            }
-            self.slot[i] = u32::MAX;
-        }
-    }
-
-    /// [`State::sync`] for a root and all its views.
-    fn sync_root(&mut self, r: TensorId) {
-        self.sync(r);
-        let ctx = self.ctx;
-        for &v in &ctx.views_of[r.index()] {
-            self.sync(v);
-        }
     }
 
     /// Whether `t` can be read now.
@@ -218,7 +117,6 @@ impl<'c> State<'c> {
     /// Frees a root now (it will be recomputed if read again).
     pub fn release(&mut self, r: TensorId) {
         self.resident[r.index()] = false;
-        self.sync_root(r);
         self.uncount(r);
     }
 
@@ -232,17 +130,6 @@ impl<'c> State<'c> {
 
     pub fn is_counted(&self, r: TensorId) -> bool {
         self.counted[r.index()]
-    }
-
-    /// Applies `f` to every root touched since the last call (in touch order, possibly
-    /// repeated) and forgets them.
-    pub fn drain_touched(&mut self, mut f: impl FnMut(&mut Self, TensorId)) {
-        let mut v = std::mem::take(&mut self.touched);
-        for &r in &v {
-            f(self, r);
-        }
-        v.clear();
-        self.touched = v;
     }
 
     /// Roots touched since the last call, deduplicated in order.
@@ -267,8 +154,7 @@ impl<'c> State<'c> {
                 return Err(Infeasible::NotRecomputable);
             }
             if self.recompute_units > ctx.max_recompute_units
-                || self.step_base + self.steps.len()
-                    > (MAX_RECOMPUTE_STEPS as usize + 1) * (ctx.n + 16)
+                || self.steps.len() > (MAX_RECOMPUTE_STEPS as usize + 1) * (ctx.n + 16)
             {
                 return Err(Infeasible::TooCostly);
             }
@@ -294,11 +180,6 @@ impl<'c> State<'c> {
                 }
             }
             self.made_at[t.index()] = Some(self.version[root.index()]);
-            if root == t {
-                self.sync_root(t);
-            } else {
-                self.sync(t);
-            }
         }
         self.touched.extend_from_slice(&ctx.in_roots[i]);
         self.touched.extend_from_slice(&ctx.out_roots[i]);
@@ -397,115 +278,5 @@ impl<'c> State<'c> {
             }
         }
         Ok(())
-    }
-}
-
-/// Builds the schedule of a split-based plan: `discard[r]` says that root `r` is freed at
-/// the start of its largest gap and recomputed at its end. Every freeable root is also
-/// freed after its last traced access (a recomputed copy made for another tensor's sake
-/// does not linger).
-pub(crate) fn walk_discards<'c>(
-    ctx: &'c Context<'c>,
-    discard: &[bool],
-) -> Result<State<'c>, Infeasible> {
-    walk_recorded(ctx, discard, None, None, usize::MAX).map(|w| w.state)
-}
-
-/// What the walk records at each boundary between traced positions: boundary `i` is the
-/// moment before op `i` (and its recomputations) is scheduled; boundary `n` precedes the
-/// recomputation of missing graph outputs. A walk that starts at boundary `first` records
-/// boundaries `first..`, with step indices counted from its own first step.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Boundaries {
-    pub first: usize,
-    /// Steps emitted before the boundary.
-    pub step_at: Vec<u32>,
-    /// [`State::hash`] at the boundary.
-    pub hash: Vec<u64>,
-    /// Recompute cost units spent before the boundary (from the start of the schedule).
-    pub units_at: Vec<u64>,
-    /// [`State::readable`] at every boundary that is a multiple of `stride` (after `first`).
-    pub snaps: Vec<(usize, std::sync::Arc<[u32]>)>,
-}
-
-/// Where a walk may stop early: at the first boundary `i >= from` whose state hash equals
-/// `hash[i]`, the state of another walk that makes the same decisions from `from` on.
-#[derive(Clone, Copy)]
-pub(crate) struct Join<'a> {
-    pub hash: &'a [u64],
-    pub from: usize,
-}
-
-/// A finished (or joined) walk.
-pub(crate) struct Walk<'c> {
-    pub state: State<'c>,
-    pub bounds: Boundaries,
-    /// The boundary where the walk joined the other one (`None`: it ran to the end).
-    pub joined: Option<usize>,
-}
-
-/// [`walk_discards`] from `start` (a state at a boundary; `None`: the beginning),
-/// recording every boundary and a snapshot every `stride` boundaries, and stopping where
-/// `join` allows.
-pub(crate) fn walk_recorded<'c>(
-    ctx: &'c Context<'c>,
-    discard: &[bool],
-    start: Option<State<'c>>,
-    join: Option<Join<'_>>,
-    stride: usize,
-) -> Result<Walk<'c>, Infeasible> {
-    let mut st = start.unwrap_or_else(|| State::new(ctx));
-    let first = st.pos;
-    let mut policy = NoEviction;
-    let cap = ctx.n + 1 - first;
-    let mut b = Boundaries {
-        first,
-        step_at: Vec::with_capacity(cap),
-        hash: Vec::with_capacity(cap),
-        units_at: Vec::with_capacity(cap),
-        snaps: Vec::new(),
-    };
-    for i in first..=ctx.n {
-        b.step_at.push(st.steps.len() as u32);
-        b.hash.push(st.hash);
-        b.units_at.push(st.recompute_units);
-        if join.is_some_and(|j| i >= j.from && j.hash[i] == st.hash) {
-            return Ok(Walk {
-                state: st,
-                bounds: b,
-                joined: Some(i),
-            });
-        }
-        if i > first && i % stride == 0 {
-            b.snaps.push((i, st.readable().into()));
-        }
-        if i == ctx.n {
-            break;
-        }
-        let op = OpId::new(i);
-        st.pos = i;
-        st.ensure_inputs(op, &mut policy)?;
-        st.emit(op, false, &mut policy)?;
-        // Freeing is per root and idempotent, so order and repeats do not matter.
-        st.drain_touched(|st, r| release_after(st, r, i, discard));
-    }
-    st.pos = ctx.n;
-    st.ensure_outputs(&mut policy)?;
-    Ok(Walk {
-        state: st,
-        bounds: b,
-        joined: None,
-    })
-}
-
-/// The split walk's freeing rule for a root touched at traced position `i`.
-fn release_after(st: &mut State<'_>, r: TensorId, i: usize, discard: &[bool]) {
-    let ctx = st.ctx;
-    let last = ctx.last_access(r).map_or(0, |l| l as usize);
-    let opens_gap = ctx.gap[r.index()].is_some_and(|(a, _)| a as usize == i);
-    if ctx.freeable[r.index()] && (last <= i || (discard[r.index()] && opens_gap)) {
-        st.release(r);
-    } else if last <= i && !ctx.kept[r.index()] {
-        st.uncount(r);
     }
 }

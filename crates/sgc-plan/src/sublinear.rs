@@ -6,9 +6,11 @@
 //!    threshold, close the block at that op.
 //! 2. **Threshold search.** The baseline is one block (no recomputation, peak P); then
 //!    thresholds P/2, P/4, ... down to 1 KiB; then `thresh_tries` evenly spaced thresholds
-//!    i*P/(N+1); then `thresh_tries` over [best/2, 2*best] around the best threshold. Chen's
-//!    sqrt(n) split set (and its variants with segments 1/4, 1/2, 2 and 4 times as long)
-//!    joins the population too, so the search starts at least as good as that baseline.
+//!    i*P/(N+1); then `thresh_tries` over [best/2, 2*best] around the best threshold (P:
+//!    the unplanned activation peak). Chen's sqrt(n) split set (and its variants with
+//!    segments 1/4, 1/2, 2 and 4 times as long) joins the population too, so the search
+//!    starts at least as good as that baseline. Every split set is tried under every
+//!    variant of the discard rules ([`crate::evaluate::Rules`]).
 //! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations.
 //! 4. **Memory for speed.** Recomputed ops are turned back into checkpoints, the most
 //!    expensive first, each kept only while the peak stays at or under the bound and the
@@ -31,7 +33,8 @@ use rand_chacha::ChaCha8Rng;
 pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
     let ctx = ev.ctx;
     let base = Genome::default();
-    let p = ev.eval(&base).peak;
+    // Thresholds are in activation bytes, as the block sums they are compared with.
+    let p = ev.eval(&base).peak.saturating_sub(ctx.persistent_bytes);
     let mut thresholds: Vec<u64> = Vec::new();
     let mut t = p / 2;
     while t >= 1024 {
@@ -44,7 +47,7 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         genome: base,
         fitness: ev.eval(&Genome::default()),
     }];
-    let chen = crate::chen::genome(ctx);
+    let chen = crate::chen::best(ctx);
     let chen_fit = ev.eval(&chen);
     let best_t = add_thresholds(ev, &mut pop, &thresholds);
     if let Some(bt) = best_t {
@@ -53,9 +56,11 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .collect();
         add_thresholds(ev, &mut pop, &around);
     }
-    let seeds: Vec<Genome> = [chen]
+    let seeds: Vec<Genome> = [0.25, 0.5, 1.0, 2.0, 4.0]
         .into_iter()
-        .chain([0.25, 0.5, 2.0, 4.0].map(|k| crate::chen::scaled(ctx, k)))
+        .map(|k| crate::chen::scaled(ctx, k))
+        .flat_map(|g| g.variants().collect::<Vec<_>>())
+        .chain([chen])
         .collect();
     let fits = ev.eval_batch(&seeds);
     pop.extend(
@@ -65,14 +70,38 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .map(|(genome, fitness)| Member { genome, fitness }),
     );
     dedup(&mut pop);
+    let initial = pop.clone();
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
-    sort_population(&mut pop, ev.objective);
-    let best = pop[0].clone();
     let bound = match (opts.budget, opts.lb_memory) {
         (Some(b), Some(l)) => Some(b.min(l)),
         (b, l) => b.or(l),
     };
+    let obj = Objective::budget(bound);
+    let ours = finish(ev, pop, bound, chen_fit);
+    if opts.genetic_iters == 0 {
+        return ours;
+    }
+    // The finishing steps are greedy, so refinement could end worse than no refinement
+    // after them; finishing the initial population too makes it never do.
+    let theirs = finish(ev, initial, bound, chen_fit);
+    if theirs.1.cmp(&ours.1, obj).is_lt() {
+        theirs
+    } else {
+        ours
+    }
+}
+
+/// The search's final pick from a population: the memory-for-speed step on the best plan
+/// (and its alternatives), Chen's cost as a cap without a bound.
+fn finish(
+    ev: &mut Evaluator<'_>,
+    mut pop: Vec<Member>,
+    bound: Option<u64>,
+    chen_fit: Fitness,
+) -> (Genome, Fitness) {
+    sort_population(&mut pop, ev.objective);
+    let best = pop[0].clone();
     let Some(bound) = bound else {
         // Without a bound, trade nothing: keep only what the best peak already affords.
         let relaxed = relax(ev, best.genome, best.fitness, best.fitness.peak);
@@ -81,8 +110,11 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         }
         // It recomputes more than Chen's plan: take the lowest peak among the plans that
         // do not (Chen's own is one of them).
-        ev.objective.cost_cap = Some(chen_fit.cost);
-        let m = best_by(&pop, ev.objective);
+        let capped = Objective {
+            cost_cap: Some(chen_fit.cost),
+            ..ev.objective
+        };
+        let m = best_by(&pop, capped);
         return relax(ev, m.genome, m.fitness, m.fitness.peak);
     };
     // With a bound, relax both the best plan under it and the lowest-peak plan, and keep
@@ -116,10 +148,12 @@ fn add_thresholds(
     let genomes: Vec<Genome> = thresholds
         .iter()
         .map(|&t| threshold_splits(ev.ctx, t))
+        .flat_map(|g| g.variants().collect::<Vec<_>>())
         .collect();
     let fits = ev.eval_batch(&genomes);
     let mut best: Option<(Fitness, u64)> = None;
-    for ((genome, fitness), &t) in genomes.into_iter().zip(fits).zip(thresholds) {
+    let each = thresholds.iter().flat_map(|&t| [t; 8]);
+    for ((genome, fitness), t) in genomes.into_iter().zip(fits).zip(each) {
         if best.is_none_or(|(bf, _)| fitness.cmp(&bf, ev.objective).is_lt()) {
             best = Some((fitness, t));
         }
@@ -138,39 +172,39 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     (u128::from(a) * u128::from(b) / u128::from(c.max(1))) as u64
 }
 
-/// Closes a block whenever the live bytes created in it reach `threshold`.
+/// Closes a block whenever the live bytes created in it reach `threshold`: walking the
+/// traced order, a storage made in the current block and read later adds its bytes when it
+/// is made and gives them back after its last access; the block closes after an op whose
+/// sum reaches the threshold (the last op always closes one).
 pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
     let g = ctx.g;
-    // Roots created at each position, and roots dying at each position.
+    // Roots made at each position that are read later, and roots dying at each position.
     let mut created = vec![Vec::new(); ctx.n];
     let mut dying = vec![Vec::new(); ctx.n];
     for t in g.tensor_ids() {
         let acc = &ctx.accesses[t.index()];
-        let Some(p) = g.producer(t).filter(|_| g.storage_root(t) == t) else {
+        let made = g.producer(t).filter(|_| g.storage_root(t) == t);
+        let (Some(p), [_, .., last]) = (made, &acc[..]) else {
             continue;
         };
-        if acc.is_empty() {
-            continue;
-        }
-        created[p.index()].push(t);
-        if !ctx.kept[t.index()] {
-            dying[*acc.last().unwrap_or(&0) as usize].push((t, p.index()));
+        if g.tensor(t).kind == sgc_ir::TensorKind::Activation {
+            created[p.index()].push(t);
+            dying[*last as usize].push((t, p.index()));
         }
     }
     let mut splits = Vec::new();
     let (mut sum, mut start) = (0u64, 0usize);
     for i in 0..ctx.n {
         sum += created[i].iter().map(|&t| ctx.size(t)).sum::<u64>();
-        if sum >= threshold {
-            splits.push(i as u32);
-            sum = 0;
-            start = i + 1;
-            continue;
-        }
         for &(t, made) in &dying[i] {
             if made >= start {
                 sum -= ctx.size(t);
             }
+        }
+        if sum >= threshold || i + 1 == ctx.n {
+            splits.push(i as u32);
+            sum = 0;
+            start = i + 1;
         }
     }
     Genome::from_splits(splits)
@@ -210,11 +244,10 @@ fn relax(
     };
     let (mut i, mut run, mut width, mut streak) = (0, 1, 2, 0);
     while i < total {
-        ev.ensure_trace(&best);
         if streak >= 2 {
             let end = (i + run).min(total);
             let cand = with(&best, &groups[i..end]);
-            let f = ev.eval_child(&cand, &best);
+            let f = ev.eval(&cand);
             if passes(&f, &fit, bound) {
                 (best, fit, i, run) = (cand, f, end, run * 2);
             } else {
@@ -223,8 +256,7 @@ fn relax(
         } else {
             let end = (i + width).min(total);
             let cands: Vec<Genome> = (i..end).map(|j| with(&best, &groups[j..=j])).collect();
-            let parents = vec![vec![best.clone()]; cands.len()];
-            let fits = ev.eval_children(&cands, &parents);
+            let fits = ev.eval_batch(&cands);
             match fits.iter().position(|f| passes(f, &fit, bound)) {
                 Some(k) => {
                     (fit, i, width, streak) = (fits[k], i + k + 1, 2, streak + 1);
@@ -236,7 +268,6 @@ fn relax(
                 None => (i, width, streak) = (end, (width * 2).min(32), 0),
             }
         }
-        ev.retain_traces([&best]);
         ev.report("trading memory for speed", i, total);
     }
     ev.stats.relax_candidates += ev.stats.candidates - proposed;

@@ -18,6 +18,10 @@
 //! and at the end that every graph output is resident and current, that the claimed peak
 //! equals the replayed one, and that the claimed lifetimes are the replayed ones.
 //!
+//! Plans of the split-based strategies (`sublinear`, `chen-sqrt`) promise more, and the
+//! verifier holds them to it: no op runs more than twice (one recomputation at most), and
+//! a `chen-sqrt` plan recomputes at most one forward pass (by the plan's own cost model).
+//!
 //! When the plan has an arena, it also checks that every lifetime has an offset, that
 //! offsets are multiples of the alignment, that every tensor (padded) lies inside the
 //! arena, and that no two lifetimes alive at the same step share an address, except an
@@ -43,7 +47,7 @@ pub struct VerifiedPeak {
 }
 
 /// What went wrong.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum ViolationKind {
     GraphMismatch {
@@ -72,6 +76,13 @@ pub enum ViolationKind {
     },
     FreeNotResident,
     FreePersistent,
+    RunsTooOften {
+        runs: u32,
+    },
+    RecomputeOverForward {
+        recompute: f64,
+        forward: f64,
+    },
     OutputMissing,
     PeakMismatch {
         claimed: u64,
@@ -103,7 +114,7 @@ pub enum ViolationKind {
 }
 
 /// One violation, naming the step, the op and the tensor it concerns where there are.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Violation {
     pub step: Option<usize>,
     pub op: Option<String>,
@@ -142,6 +153,8 @@ impl fmt::Display for Violation {
             K::DirtyPersistent { writer } => write!(f, ": recomputed copy reads `{t}` after non-recomputable op `{writer}` may have written it"),
             K::FreeNotResident => write!(f, ": frees `{t}`, which is not resident"),
             K::FreePersistent => write!(f, ": frees persistent `{t}`"),
+            K::RunsTooOften { runs } => write!(f, ": runs {runs} times; a split-based plan recomputes an op at most once"),
+            K::RecomputeOverForward { recompute, forward } => write!(f, ": recomputes {recompute:.4e}, more than one forward pass ({forward:.4e})"),
             K::OutputMissing => write!(f, ": graph output `{t}` is not resident (or stale) at the end"),
             K::PeakMismatch { claimed, replayed } => write!(f, ": claims a peak of {claimed} B, replay gives {replayed} B"),
             K::LifetimesMismatch { claimed, replayed, first_difference } => write!(f, ": {claimed} lifetimes claimed, {replayed} replayed; first difference: {first_difference}"),
@@ -185,6 +198,10 @@ struct Replay<'g> {
     /// Per persistent root: the non-recomputable op that read it first.
     writer: Vec<Option<OpId>>,
     original_runs: Vec<u32>,
+    /// Per op: runs of any kind.
+    runs: Vec<u32>,
+    /// Cost of the recomputed steps.
+    recompute_cost: f64,
     last_original: Option<OpId>,
     bytes: u64,
     persistent: u64,
@@ -204,6 +221,8 @@ impl<'g> Replay<'g> {
             made: vec![None; nt],
             writer: vec![None; nt],
             original_runs: vec![0; g.num_ops()],
+            runs: vec![0; g.num_ops()],
+            recompute_cost: 0.0,
             last_original: None,
             bytes: 0,
             persistent: 0,
@@ -250,6 +269,10 @@ impl<'g> Replay<'g> {
         }
         let op = step.op;
         self.check_run(s, op, step.recompute);
+        self.runs[op.index()] += 1;
+        if step.recompute {
+            self.recompute_cost += g.op_cost(op).0;
+        }
         for &t in &g.op(op).inputs {
             self.check_read(s, op, t, step.recompute);
         }
@@ -389,6 +412,7 @@ impl<'g> Replay<'g> {
                 self.violation(None, Some(op), None, K::NeverRun);
             }
         }
+        self.check_promises(plan);
         for &t in g.outputs() {
             let root = g.storage_root(t);
             let current = self.made[t.index()] == Some(self.root_version[root.index()]);
@@ -428,6 +452,30 @@ impl<'g> Replay<'g> {
             })
         } else {
             Err(self.violations)
+        }
+    }
+
+    /// What the split-based strategies promise (see the module doc).
+    fn check_promises(&mut self, plan: &Plan) {
+        use crate::plan::Strategy;
+        let g = self.g;
+        let strategy = plan.options.strategy;
+        if !matches!(strategy, Strategy::Sublinear | Strategy::ChenSqrt) {
+            return;
+        }
+        for op in g.op_ids() {
+            let runs = self.runs[op.index()];
+            if runs > 2 {
+                self.violation(None, Some(op), None, ViolationKind::RunsTooOften { runs });
+            }
+        }
+        if strategy == Strategy::ChenSqrt {
+            let forward = forward_cost(g);
+            let recompute = self.recompute_cost;
+            if recompute > forward * (1.0 + 1e-9) {
+                let kind = ViolationKind::RecomputeOverForward { recompute, forward };
+                self.violation(None, None, None, kind);
+            }
         }
     }
 
@@ -544,4 +592,14 @@ impl<'g> Replay<'g> {
             None => format!("#{}", t.0),
         }
     }
+}
+
+/// The cost of one forward pass: the forward ops (every op when the graph has no phases).
+pub fn forward_cost(g: &Graph) -> f64 {
+    let forward = |o: OpId| g.phase(o) == Some(sgc_ir::Phase::Forward);
+    let any = g.op_ids().any(forward);
+    g.op_ids()
+        .filter(|&o| !any || forward(o))
+        .map(|o| g.op_cost(o).0)
+        .sum()
 }

@@ -26,7 +26,6 @@ fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, T
         &RunConfig {
             workers: Some(1),
             progress: None,
-            full_walks: false,
         },
     ) {
         Ok(p) => {

@@ -64,7 +64,6 @@ fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan
     let run = RunConfig {
         workers,
         progress: None,
-        full_walks: false,
     };
     let p = plan(g, o, &run).unwrap_or_else(|e| panic!("{}: {e}", o.strategy));
     let peak = verify(g, &p).unwrap_or_else(|v| panic!("{}: {:?}", o.strategy, v));
@@ -103,6 +102,23 @@ fn every_strategy_verifies_on_every_graph() {
             if s == Strategy::None {
                 assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
                 assert_eq!(p.summary.recompute_steps, 0);
+            }
+            // The split strategies recompute an op at most once; Chen's plan at most one
+            // forward pass (the verifier checks both too).
+            if matches!(s, Strategy::ChenSqrt | Strategy::Sublinear) {
+                assert!(
+                    p.summary.max_op_runs <= 2,
+                    "{name} {s}: {}",
+                    p.summary.max_op_runs
+                );
+            }
+            if s == Strategy::ChenSqrt {
+                let forward = sgc_plan::verify::forward_cost(&g);
+                assert!(
+                    p.summary.recompute_cost <= forward * (1.0 + 1e-9),
+                    "{name}: chen-sqrt recomputes {} > one forward pass {forward}",
+                    p.summary.recompute_cost
+                );
             }
             // The search never ends worse than Chen's plan, in peak or in recompute.
             match s {

@@ -329,3 +329,56 @@ fn only_a_declared_in_place_pair_shares_an_address_and_only_exactly() {
     assert!(v.iter().any(|v| v.tensor.as_deref() == Some("a")
         && matches!(&v.kind, ViolationKind::AddressOverlap { other, .. } if other == "b")));
 }
+
+/// A split-based plan that runs an op a third time, or a `chen-sqrt` plan that recomputes
+/// more than one forward pass, breaks what those strategies promise.
+#[test]
+fn a_third_run_and_chen_over_one_forward_pass_are_reported() {
+    let (g, mut p) = setup();
+    assert_eq!(p.options.strategy, Strategy::Sublinear);
+    let f2 = g.op_by_name("f2").unwrap();
+    let s = step_of(&g, &p, "f2") + 1;
+    for _ in 0..2 {
+        let step = sgc_plan::Step {
+            op: f2,
+            recompute: true,
+            free: Vec::new(),
+        };
+        p.steps.insert(s, step);
+    }
+    let v = verify(&g, &p).unwrap_err();
+    let third = v
+        .iter()
+        .find(|v| matches!(v.kind, ViolationKind::RunsTooOften { runs: 3 }))
+        .expect("a third run reported");
+    assert_eq!(third.op.as_deref(), Some("f2"));
+    assert!(third.to_string().contains("runs 3 times"), "{third}");
+    // The same schedule is no violation for DTR, which makes no such promise...
+    p.options.strategy = Strategy::Dtr;
+    assert!(!kinds(&g, &p)
+        .iter()
+        .any(|k| matches!(k, ViolationKind::RunsTooOften { .. })));
+    // ...and under chen-sqrt, with the whole forward pass recomputed once more on top, it
+    // recomputes more than one forward pass.
+    p.options.strategy = Strategy::ChenSqrt;
+    let extra: Vec<_> = ["f1", "f2", "f3", "view", "l"]
+        .iter()
+        .map(|n| sgc_plan::Step {
+            op: g.op_by_name(n).unwrap(),
+            recompute: true,
+            free: Vec::new(),
+        })
+        .collect();
+    let at = step_of(&g, &p, "g3");
+    p.steps.splice(at..at, extra);
+    let forward = sgc_plan::verify::forward_cost(&g);
+    let k = kinds(&g, &p);
+    assert!(
+        k.iter().any(|k| matches!(
+            k,
+            ViolationKind::RecomputeOverForward { recompute, forward: f }
+                if *recompute > forward && *f == forward
+        )),
+        "{k:?}"
+    );
+}

@@ -1,0 +1,154 @@
+//! The discard plan of a split-based candidate: which storages are freed early, after
+//! which access, and recomputed before which read (MegEngine's `make_discard_plan`).
+//!
+//! Split points cut the traced order into *blocks*; the outputs of a block's last op are
+//! its checkpoints and are never discarded. For every other freeable storage made in a
+//! block and read after the block's end, the plan looks at the gaps between its
+//! consecutive accesses from its last access inside the block on, and discards it over
+//! the largest one: freed after the access that opens the gap, recomputed right before
+//! the read that closes it ([`crate::recompute`] does the recomputation, bounded to the
+//! block). A gap is only worth it when it is longer than the number of activations the
+//! closing reader takes (a short gap frees memory for a moment and pays a recomputation
+//! for it), and a storage is never discarded right after it is made unless its producer
+//! has other outputs that are read (recomputing it there would gain nothing). Discards
+//! whose gap closes in the very next block are cancelled: that block is where the storage
+//! is read next anyway. Storages kept on purpose (the memory-for-speed genes) are never
+//! discarded, and neither is a storage whose recomputation would come after an in-place
+//! write to persistent state that it reads ([`crate::context`]'s hazard). The genome's
+//! [`Rules`] may lift the next-block and the right-after-creation rules.
+//!
+//! The schedule depends on a genome only through this plan, so the plan's compact
+//! [`key`] caches evaluations: many genomes differ only in split points that change no
+//! discard.
+
+use crate::context::Context;
+use crate::evaluate::{Genome, Rules};
+use sgc_ir::TensorId;
+
+/// One discarded storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Discard {
+    pub root: TensorId,
+    /// Traced position of the access after which the original is freed.
+    pub open: u32,
+    /// Traced position of the read before which it is recomputed (the next access).
+    pub close: u32,
+    /// First position of the block it was made in (0 when recomputation is unbounded):
+    /// its recomputation recomputes missing inputs made at or after it and reads older
+    /// ones as they are.
+    pub block_begin: u32,
+}
+
+/// The blocks of a split set: block `k` ends at `splits[k]`; the last block ends at `n - 1`.
+pub(crate) struct Blocks<'a> {
+    splits: &'a [u32],
+    n: u32,
+}
+
+impl<'a> Blocks<'a> {
+    pub fn new(splits: &'a [u32], n: usize) -> Self {
+        Blocks {
+            splits,
+            n: n as u32,
+        }
+    }
+
+    /// `(first, last)` position of the block holding `pos`.
+    pub fn of(&self, pos: u32) -> (u32, u32) {
+        let k = self.splits.partition_point(|&s| s < pos);
+        let first = if k == 0 { 0 } else { self.splits[k - 1] + 1 };
+        let last = self
+            .splits
+            .get(k)
+            .copied()
+            .unwrap_or(self.n.saturating_sub(1));
+        (first, last)
+    }
+}
+
+/// The discard plan of `genome`, ordered by root.
+pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
+    let blocks = Blocks::new(&genome.splits, ctx.n);
+    let protected = protected(ctx, genome, &blocks);
+    ctx.freeable_roots
+        .iter()
+        .filter(|r| !protected[r.index()])
+        .filter_map(|&r| discard_of(ctx, &blocks, genome.rules, r))
+        .map(|d| Discard {
+            block_begin: if genome.rules.unbounded {
+                0
+            } else {
+                d.block_begin
+            },
+            ..d
+        })
+        .collect()
+}
+
+/// Roots never discarded: checkpoints (outputs of a block's last op made in that block)
+/// and the genome's kept roots.
+fn protected(ctx: &Context<'_>, genome: &Genome, blocks: &Blocks<'_>) -> Vec<bool> {
+    let mut p = vec![false; ctx.g.num_tensors()];
+    for &s in &genome.splits {
+        let (first, _) = blocks.of(s);
+        for &r in &ctx.out_roots[s as usize] {
+            if ctx.accesses[r.index()].first().is_some_and(|&a| a >= first) {
+                p[r.index()] = true;
+            }
+        }
+    }
+    for &k in &genome.keep {
+        if let Some(x) = p.get_mut(k as usize) {
+            *x = true;
+        }
+    }
+    p
+}
+
+/// The discard of one freeable root, if the rules of the module doc give one.
+fn discard_of(
+    ctx: &Context<'_>,
+    blocks: &Blocks<'_>,
+    rules: Rules,
+    r: TensorId,
+) -> Option<Discard> {
+    let acc = &ctx.accesses[r.index()];
+    let made = *acc.first()?;
+    let (first, last) = blocks.of(made);
+    if *acc.last()? <= last {
+        return None;
+    }
+    let i0 = acc.partition_point(|&a| a <= last) - 1;
+    let single = ctx.single_output[made as usize] && !rules.at_creation;
+    let mut best: Option<(u32, usize)> = None;
+    for i in i0..acc.len() - 1 {
+        if i == 0 && single {
+            continue;
+        }
+        let stride = acc[i + 1] - acc[i];
+        let worth = stride > ctx.activation_inputs[acc[i + 1] as usize];
+        if worth && best.is_none_or(|(b, _)| stride > b) {
+            best = Some((stride, i));
+        }
+    }
+    let (_, i) = best?;
+    let (open, close) = (acc[i], acc[i + 1]);
+    let next_block_end = blocks.of(last + 1).1;
+    let in_next_block = close > last && close <= next_block_end && last + 1 < ctx.n as u32;
+    if (in_next_block && !rules.next_block) || close > ctx.root_hazard(r) {
+        return None;
+    }
+    Some(Discard {
+        root: r,
+        open,
+        close,
+        block_begin: first,
+    })
+}
+
+/// A compact, exact key of a discard plan: `(root, open, block_begin)` of every discard.
+pub(crate) fn key(plan: &[Discard]) -> Vec<u32> {
+    plan.iter()
+        .flat_map(|d| [d.root.0, d.open, d.block_begin])
+        .collect()
+}

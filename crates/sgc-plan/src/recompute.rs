@@ -1,0 +1,269 @@
+//! Bounded recomputation: a discard plan ([`crate::discard`]) becomes a step sequence in
+//! which every op runs at most twice.
+//!
+//! The walk follows the traced order. After the access that opens a discarded storage's
+//! gap, its original is no longer readable by later ops; neither is any original after
+//! its last traced access (a recomputation that needs it makes it again). Right before the read that closes
+//! the gap, it is recomputed once: its producer runs again, after the producers of those of
+//! its inputs that are missing too, recursively, but only back to the start of the block
+//! the storage was made in. Inputs made before that block are read as they are: an older
+//! storage that was discarded meanwhile is read from its original, which keeps that
+//! original alive until the read (the memory model counts a storage from its production to
+//! its last use, so this costs memory, never correctness). A recomputed copy is never
+//! discarded: it serves every later reader, including the gap-closing reads of storages it
+//! was made for, and is freed after its last use. So an op runs again only when an output
+//! of it is missing, and once it ran again all its outputs are copies: no op runs a third
+//! time (a view made from a storage that is recomputed later is stale and is made again
+//! from the copy; should that ever need a third run, the candidate is refused).
+//!
+//! Nothing is freed explicitly here: the peak comes from the step sequence under the IR's
+//! memory model ([`crate::profile`]), the same model the verifier replays.
+//!
+//! Recomputation that cannot be done safely (a producer that may not run again, or a
+//! persistent input already written in place by a non-recomputable op) makes the candidate
+//! infeasible rather than wrong.
+
+use crate::context::{Context, Validity};
+use crate::discard::{Blocks, Discard};
+use crate::schedule::Infeasible;
+use sgc_ir::{OpId, TensorId};
+
+const NEVER: u32 = u32::MAX;
+
+/// A built schedule: `(op, recomputed?)` per step, and its recompute cost in units.
+pub(crate) struct Schedule {
+    pub steps: Vec<(OpId, bool)>,
+    pub units: u64,
+}
+
+/// The schedule of a discard plan under the blocks of `splits`.
+pub(crate) fn schedule(
+    ctx: &Context<'_>,
+    splits: &[u32],
+    plan: &[Discard],
+) -> Result<Schedule, Infeasible> {
+    let mut w = Walk::new(ctx, Blocks::new(splits, ctx.n));
+    let mut by_open: Vec<&Discard> = plan.iter().collect();
+    by_open.sort_by_key(|d| (d.open, d.root));
+    let mut by_close: Vec<&Discard> = plan.iter().collect();
+    by_close.sort_by_key(|d| (d.close, d.root));
+    let (mut o, mut c) = (0, 0);
+    for i in 0..ctx.n {
+        while let Some(d) = by_close.get(c).filter(|d| d.close as usize == i) {
+            c += 1;
+            if std::mem::take(&mut w.pending[d.root.index()]) {
+                w.ensure(d.root, d.block_begin)?;
+            }
+        }
+        let op = OpId::new(i);
+        for &t in &ctx.g.op(op).inputs {
+            if !w.readable(t) {
+                let bb = w.block_begin_of(t);
+                w.ensure(t, bb)?;
+            }
+        }
+        w.emit(op, false)?;
+        while let Some(d) = by_open.get(o).filter(|d| d.open as usize == i) {
+            o += 1;
+            w.discard(d.root);
+        }
+        w.retire(i);
+    }
+    for &t in ctx.g.outputs() {
+        if !w.readable(t) {
+            let bb = w.block_begin_of(t);
+            w.ensure(t, bb)?;
+        }
+    }
+    Ok(Schedule {
+        steps: w.steps,
+        units: w.units,
+    })
+}
+
+/// The walk's state.
+struct Walk<'c> {
+    ctx: &'c Context<'c>,
+    blocks: Blocks<'c>,
+    /// Per root: how many times it was produced.
+    version: Vec<u32>,
+    /// Per tensor: its root's version when it was last made (`NEVER`: not yet).
+    made: Vec<u32>,
+    /// Per root: its original was discarded (or retired after its last traced access)
+    /// and not recomputed since.
+    discarded: Vec<bool>,
+    /// Per root: a discarded original that its gap's closing read must recompute.
+    pending: Vec<bool>,
+    /// Per root: the current instance is a recomputed copy.
+    copy: Vec<bool>,
+    /// Per op: runs so far.
+    runs: Vec<u8>,
+    /// Per persistent root: a non-recomputable op has read it (and may have written it).
+    dirty: Vec<bool>,
+    steps: Vec<(OpId, bool)>,
+    units: u64,
+    /// The recomputation stack: (op, index of the next input to check).
+    stack: Vec<(OpId, usize)>,
+}
+
+impl<'c> Walk<'c> {
+    fn new(ctx: &'c Context<'c>, blocks: Blocks<'c>) -> Self {
+        let nt = ctx.g.num_tensors();
+        let mut made = vec![NEVER; nt];
+        for t in ctx.g.tensor_ids() {
+            if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
+                made[t.index()] = 0; // graph inputs (and their views) exist from the start
+            }
+        }
+        Walk {
+            ctx,
+            blocks,
+            version: vec![0; nt],
+            made,
+            discarded: vec![false; nt],
+            pending: vec![false; nt],
+            copy: vec![false; nt],
+            runs: vec![0; ctx.n],
+            dirty: vec![false; nt],
+            steps: Vec::with_capacity(ctx.n + ctx.n / 2),
+            units: 0,
+            stack: Vec::new(),
+        }
+    }
+
+    fn root(&self, t: TensorId) -> TensorId {
+        self.ctx.g.storage_root(t)
+    }
+
+    /// Whether the tensor's current instance exists (a view: made from its base's
+    /// current instance).
+    fn current(&self, t: TensorId) -> bool {
+        self.made[t.index()] == self.version[self.root(t).index()]
+    }
+
+    /// Whether an original op (or a recomputation inside the block) may read `t` now.
+    fn readable(&self, t: TensorId) -> bool {
+        match self.ctx.validity[t.index()] {
+            Validity::Always => true,
+            Validity::Produced => self.made[t.index()] != NEVER,
+            Validity::Current => self.current(t) && !self.discarded[self.root(t).index()],
+        }
+    }
+
+    /// Whether a recomputation bounded to the block starting at `bb` must make `t` again
+    /// (otherwise it reads `t` as it is).
+    fn needs(&self, t: TensorId, bb: u32) -> bool {
+        if self.readable(t) {
+            return false;
+        }
+        let r = self.root(t);
+        if r != t {
+            // A view is made again when it is stale, or when its base is.
+            return !self.current(t) || self.needs(r, bb);
+        }
+        if !self.current(r) {
+            return true;
+        }
+        match self.ctx.g.producer(r) {
+            Some(p) => self.ctx.rerunnable[p.index()] && p.index() as u32 >= bb,
+            None => false,
+        }
+    }
+
+    /// First position of the block that made `t`'s storage.
+    fn block_begin_of(&self, t: TensorId) -> u32 {
+        let r = self.root(t);
+        let made_at = self.ctx.g.producer(r).map_or(0, |p| p.index() as u32);
+        self.blocks.of(made_at).0
+    }
+
+    /// Makes `t` readable: recomputes its producer after the missing inputs that a
+    /// recomputation bounded to `bb` must make first.
+    fn ensure(&mut self, t: TensorId, bb: u32) -> Result<(), Infeasible> {
+        let g = self.ctx.g;
+        let p = g.producer(t).ok_or(Infeasible::NotRecomputable)?;
+        self.stack.clear();
+        self.stack.push((p, 0));
+        while let Some(&(op, k)) = self.stack.last() {
+            let inputs = &g.op(op).inputs;
+            if let Some(&u) = inputs.get(k) {
+                if self.needs(u, bb) {
+                    let q = g.producer(u).ok_or(Infeasible::NotRecomputable)?;
+                    if self.stack.len() > self.ctx.n {
+                        return Err(Infeasible::NoFixpoint);
+                    }
+                    self.stack.push((q, 0));
+                } else if let Some(top) = self.stack.last_mut() {
+                    top.1 += 1;
+                }
+                continue;
+            }
+            self.stack.pop();
+            if !g.op(op).outputs.iter().all(|&o| self.readable(o)) {
+                self.emit(op, true)?;
+            }
+        }
+        if self.readable(t) {
+            Ok(())
+        } else {
+            Err(Infeasible::NoFixpoint)
+        }
+    }
+
+    /// Appends a step and applies its effects.
+    fn emit(&mut self, op: OpId, recompute: bool) -> Result<(), Infeasible> {
+        let ctx = self.ctx;
+        let i = op.index();
+        if recompute {
+            if !ctx.rerunnable[i] {
+                return Err(Infeasible::NotRecomputable);
+            }
+            if self.runs[i] >= 2 {
+                return Err(Infeasible::ThirdRun);
+            }
+            if ctx.persistent_in[i].iter().any(|p| self.dirty[p.index()]) {
+                return Err(Infeasible::Dirty);
+            }
+            self.units += ctx.cost_units[i];
+        } else if !ctx.g.op(op).recomputable {
+            for &p in &ctx.persistent_in[i] {
+                self.dirty[p.index()] = true;
+            }
+        }
+        self.runs[i] += 1;
+        self.steps.push((op, recompute));
+        for &t in &ctx.g.op(op).outputs {
+            let r = self.root(t);
+            if r == t {
+                self.version[r.index()] += 1;
+                self.discarded[r.index()] = false;
+                self.pending[r.index()] = false;
+                self.copy[r.index()] = recompute;
+            }
+            self.made[t.index()] = self.version[r.index()];
+        }
+        Ok(())
+    }
+
+    /// Retires the originals whose last traced access was position `i`: a recomputation
+    /// in their block makes them again rather than keep them alive (older blocks still
+    /// read them as they are).
+    fn retire(&mut self, i: usize) {
+        let ctx = self.ctx;
+        for &r in ctx.in_roots[i].iter().chain(&ctx.out_roots[i]) {
+            let last = ctx.last_access(r).is_some_and(|l| l as usize == i);
+            if last && ctx.freeable[r.index()] && !self.copy[r.index()] {
+                self.discarded[r.index()] = true;
+            }
+        }
+    }
+
+    /// Discards root `r`'s original after the access opening its gap.
+    fn discard(&mut self, r: TensorId) {
+        let i = r.index();
+        if self.current(r) && !self.copy[i] && !self.discarded[i] {
+            self.discarded[i] = true;
+            self.pending[i] = true;
+        }
+    }
+}
