@@ -99,6 +99,7 @@ struct CostCounts {
     time_us: usize,
     flops: usize,
     bytes: usize,
+    roofline: usize,
 }
 
 #[derive(Serialize)]
@@ -141,6 +142,7 @@ fn build(g: &Graph, file: &str, top: usize) -> Report {
             CostSource::TimeUs => costs.time_us += 1,
             CostSource::Flops => costs.flops += 1,
             CostSource::Bytes => costs.bytes += 1,
+            CostSource::Roofline => costs.roofline += 1,
         }
     }
     let mut kinds = KindCounts::default();

@@ -2,6 +2,7 @@
 //!
 //! - [`format`]: the version-1 graph file format (load, validate, save).
 //! - [`file`]: graph files on disk, plain JSON or gzip (`.json.gz`).
+//! - [`cost`]: op costs; the opt-in roofline estimate for a [`DeviceProfile`].
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
 //! - [`rescale`]: the graph at another batch size, through the `batch_dim` of its inputs.
@@ -20,6 +21,7 @@
 //! ```
 
 pub mod checkmate;
+pub mod cost;
 pub mod error;
 pub mod file;
 pub mod format;
@@ -33,6 +35,7 @@ pub mod train;
 mod validate;
 pub mod zoo;
 
+pub use cost::{CostSources, DeviceProfile, ProfileError, Roofline};
 pub use error::{GraphError, LoadError};
 pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 pub use ids::{DType, OpId, Phase, TensorId, TensorKind};
