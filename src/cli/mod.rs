@@ -34,6 +34,18 @@ impl From<StrategyArg> for sgc::plan::Strategy {
     }
 }
 
+/// `--device-profile`, shared by `plan`, `inspect`, `compare` and `fit` (flattened into
+/// their arguments): ops without `time_us` are costed by their roofline estimate on this
+/// device (`sgc::ir::cost`) instead of `flops` or bytes moved.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DeviceProfileArg {
+    /// Cost ops without time_us by a roofline estimate on this device: v100, t4, a100, l4,
+    /// h100, rtx4090, or custom rates F32/HALF/GBPS (TFLOP/s f32, TFLOP/s f16/bf16, GB/s),
+    /// e.g. 19.5/312/2039.
+    #[arg(long, value_name = "NAME|F32/HALF/GBPS")]
+    pub device_profile: Option<sgc::ir::DeviceProfile>,
+}
+
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
