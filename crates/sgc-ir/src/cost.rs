@@ -328,6 +328,45 @@ pub fn with_estimated_times(
     Ok((Graph::from_def(def)?, estimated))
 }
 
+/// What the estimates of one graph on one device add up to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct EstimateSummary {
+    /// Ops without `time_us`, which the profile estimates.
+    pub estimated_ops: usize,
+    /// Their estimated time, microseconds.
+    pub estimated_time_us: f64,
+    /// Estimated ops whose bytes term is larger than their flops term.
+    pub memory_bound_ops: usize,
+    /// Their estimated time, microseconds.
+    pub memory_bound_time_us: f64,
+}
+
+impl EstimateSummary {
+    /// The estimates of every op without `time_us` in `graph` on `device`.
+    pub fn of(graph: &Graph, device: &DeviceProfile) -> EstimateSummary {
+        let mut s = EstimateSummary::default();
+        for op in graph.op_ids().filter(|&o| graph.op(o).time_us.is_none()) {
+            let r = Roofline::of(graph, op, device);
+            s.estimated_ops += 1;
+            s.estimated_time_us += r.time_us();
+            if r.memory_bound() {
+                s.memory_bound_ops += 1;
+                s.memory_bound_time_us += r.time_us();
+            }
+        }
+        s
+    }
+
+    /// The share of estimated time spent in memory-bound ops (0 when nothing is estimated).
+    pub fn memory_bound_share(&self) -> f64 {
+        if self.estimated_time_us > 0.0 {
+            self.memory_bound_time_us / self.estimated_time_us
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Which cost sources a set of op costs came from, described for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CostSources {

@@ -35,7 +35,7 @@ pub mod train;
 mod validate;
 pub mod zoo;
 
-pub use cost::{CostSources, DeviceProfile, ProfileError, Roofline};
+pub use cost::{CostSources, DeviceProfile, EstimateSummary, ProfileError, Roofline};
 pub use error::{GraphError, LoadError};
 pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 pub use ids::{DType, OpId, Phase, TensorId, TensorKind};

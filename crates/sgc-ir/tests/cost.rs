@@ -151,3 +151,35 @@ fn cost_sources_are_described_for_reports() {
     );
     assert_eq!(describe(&[CostSource::Flops, CostSource::Bytes]), "mixed");
 }
+
+#[test]
+fn the_estimate_summary_splits_memory_bound_time() {
+    let g = graph();
+    let d = a100();
+    let s = sgc_ir::EstimateSummary::of(&g, &d);
+    assert_eq!(
+        s.estimated_ops,
+        g.num_ops() - 1,
+        "`timed` keeps its time_us"
+    );
+    let mut total = 0.0;
+    let mut memory = 0.0;
+    let mut memory_ops = 0;
+    for o in g.op_ids().filter(|&o| g.op(o).time_us.is_none()) {
+        let r = Roofline::of(&g, o, &d);
+        total += r.time_us();
+        if r.memory_bound() {
+            memory += r.time_us();
+            memory_ops += 1;
+        }
+    }
+    // mm, add, pack, split move bytes with (almost) no flops; cast is compute-bound; the
+    // view and the empty op take no time and are neither.
+    assert_eq!(memory_ops, 4);
+    assert_eq!(
+        (s.estimated_time_us, s.memory_bound_time_us),
+        (total, memory)
+    );
+    assert_eq!(s.memory_bound_ops, memory_ops);
+    assert!(s.memory_bound_share() > 0.0 && s.memory_bound_share() < 1.0);
+}
