@@ -171,3 +171,154 @@ fn custom_rates_are_accepted_and_a_bad_profile_names_the_valid_ones() {
         );
     }
 }
+
+#[test]
+fn sgc_cost_writes_a_graph_whose_ops_all_have_time_us() {
+    let file = zoo("tiny_transformer");
+    let out = scratch("tiny_transformer.a100.json.gz");
+    let run = sgc(&[
+        "cost",
+        &file,
+        "--device-profile",
+        "a100",
+        "-o",
+        &out.display().to_string(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let raw = std::fs::read(&out).expect("written");
+    assert_eq!(&raw[..2], &[0x1f, 0x8b], "a .gz output is gzip");
+    let original = format::load(&file).expect("zoo graph");
+    let costed = sgc::ir::load_any(&out).expect("the costed graph loads");
+    let d = a100();
+    assert_eq!(costed.num_ops(), original.num_ops());
+    for o in costed.op_ids() {
+        let t = costed.op(o).time_us.expect("every op has time_us");
+        assert_eq!(t, original.op_cost_with(o, Some(&d)).0);
+    }
+    let source = &costed.meta().expect("meta")["time_us_source"];
+    assert_eq!(source["method"], "roofline");
+    assert_eq!(source["device_profile"], "a100");
+    assert_eq!(source["bandwidth_gbps"], 2039.0);
+    // The rest of the graph is unchanged.
+    let mut def = costed.to_def();
+    for op in &mut def.ops {
+        op.time_us = None;
+    }
+    def.meta.as_mut().expect("meta").remove("time_us_source");
+    assert_eq!(def, original.to_def());
+    // No temporary file is left beside the output.
+    let dir = out.parent().expect("dir");
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn sgc_cost_refuses_its_input_as_output_and_needs_a_profile() {
+    let input = scratch("self.json");
+    std::fs::copy(zoo("tiny_mlp"), &input).expect("copies");
+    let before = std::fs::read(&input).expect("reads");
+    let path = input.display().to_string();
+    let same = sgc(&["cost", &path, "--device-profile", "a100", "-o", &path]);
+    assert!(!same.status.success());
+    let err = String::from_utf8_lossy(&same.stderr);
+    assert!(
+        err.contains("input file") && err.contains("self.json"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&input).expect("reads"), before, "untouched");
+    let other = scratch("never_written.json");
+    let none = sgc(&["cost", &path, "-o", &other.display().to_string()]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("--device-profile"));
+    assert!(!other.exists());
+}
+
+#[test]
+fn sgc_inspect_names_the_source_and_the_memory_bound_share() {
+    let file = zoo("gpt2");
+    let r = ok_json(&sgc(&[
+        "inspect",
+        &file,
+        "--json",
+        "--device-profile",
+        "a100",
+    ]));
+    assert_eq!(r["cost_source"], "roofline estimate (a100)");
+    assert_eq!(r["cost_sources"]["roofline"], r["ops"]);
+    let e = &r["estimates"];
+    let share = e["memory_bound_share"].as_f64().expect("share");
+    assert!(share > 0.0 && share < 1.0, "{e}");
+    let total = r["total_cost"].as_f64().expect("total");
+    assert_eq!(e["estimated_time_us"].as_f64(), Some(total));
+    let plain = ok_json(&sgc(&["inspect", &file, "--json"]));
+    assert_eq!(plain["cost_source"], "flops");
+    assert!(plain["estimates"].is_null());
+    let text = sgc(&["inspect", &file, "--device-profile", "a100"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("from roofline estimate (a100)"), "{text}");
+    assert!(text.contains("memory-bound ops"), "{text}");
+}
+
+#[test]
+fn compare_and_fit_take_the_profile() {
+    let file = zoo("tiny_cnn");
+    let rows = ok_json(&sgc(&[
+        "compare",
+        &file,
+        "--no-exec",
+        "--genetic-iters",
+        "1",
+        "--json",
+        "--device-profile",
+        "t4",
+    ]));
+    assert_eq!(rows[0]["cost_source"], "roofline estimate (t4)");
+    let fit = ok_json(&sgc(&[
+        "fit",
+        &file,
+        "--memory",
+        "64KiB",
+        "--strategy",
+        "sublinear",
+        "--json",
+        "--device-profile",
+        "l4",
+    ]));
+    let s = &fit["strategies"][0];
+    assert_eq!(s["options"]["device_profile"]["name"], "l4");
+    assert_eq!(s["fitting"]["cost_source"], "roofline estimate (l4)");
+}
+
+#[test]
+fn rescale_writes_gzip_for_a_gz_path_and_inspect_reads_it() {
+    let out = scratch("tiny_cnn_b4.json.gz");
+    let path = out.display().to_string();
+    let run = sgc(&["rescale", &zoo("tiny_cnn"), "--batch", "4", "-o", &path]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(&std::fs::read(&out).expect("written")[..2], &[0x1f, 0x8b]);
+    let r = ok_json(&sgc(&["inspect", &path, "--json"]));
+    assert_eq!(r["file"], path.as_str());
+    let truncated = scratch("tiny_cnn_cut.json.gz");
+    let raw = std::fs::read(&out).expect("written");
+    std::fs::write(&truncated, &raw[..raw.len() / 2]).expect("writes");
+    let bad = sgc(&["plan", &truncated.display().to_string(), "--quiet"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("tiny_cnn_cut.json.gz") && err.contains("truncated"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -2,6 +2,7 @@
 
 mod alloc;
 mod compare;
+mod cost;
 mod fit;
 mod inspect;
 mod plan;
@@ -72,6 +73,8 @@ enum Command {
     Alloc(alloc::Args),
     /// Rescale a graph to another batch size through the batch_dim of its inputs.
     Rescale(rescale::Args),
+    /// Write a graph with time_us filled in by a device profile's roofline estimate.
+    Cost(cost::Args),
     /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
     Fit(fit::Args),
     /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
@@ -90,6 +93,7 @@ pub fn main() -> ExitCode {
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
         Command::Rescale(a) => rescale::run(a),
+        Command::Cost(a) => cost::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
         Command::Plot(a) => plot::run(a),
