@@ -1,7 +1,7 @@
 //! The sgc graph IR.
 //!
 //! - [`format`]: the version-1 graph file format (load, validate, save).
-//! - [`file`]: graph files on disk, plain JSON or gzip (`.json.gz`).
+//! - [`file`](mod@file): graph files on disk, plain JSON or gzip (`.json.gz`).
 //! - [`cost`]: op costs; the opt-in roofline estimate for a [`DeviceProfile`].
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
@@ -55,7 +55,7 @@ pub fn parse_any(text: &str) -> Result<Graph, GraphError> {
 }
 
 /// Loads a file that is either a version-1 graph or a Checkmate node-link graph, plain or
-/// gzip-compressed (told by its first bytes, see [`file`]).
+/// gzip-compressed (told by its first bytes, see [`file`](mod@file)).
 pub fn load_any(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let path = path.as_ref();
     let text = file::read_text(path)?;
