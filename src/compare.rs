@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 use sgc_exec::{CpuBackend, Executor};
-use sgc_ir::Graph;
+use sgc_ir::{DeviceProfile, Graph};
 use sgc_plan::{Plan, PlanOptions, Strategy};
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -35,6 +35,9 @@ pub struct CompareOptions {
     pub seed: u64,
     /// Execute small graphs (by name `tiny_*`) on the CPU backend.
     pub execute: bool,
+    /// Cost ops without `time_us` by their roofline estimate on this device (the recompute
+    /// share, and the search's trade-offs); `None`: the format's rule.
+    pub device_profile: Option<DeviceProfile>,
 }
 
 impl Default for CompareOptions {
@@ -43,6 +46,7 @@ impl Default for CompareOptions {
             genetic_iters: 20,
             seed: 0,
             execute: true,
+            device_profile: None,
         }
     }
 }
@@ -59,6 +63,9 @@ pub struct Row {
     pub arena: u64,
     pub lower_bound: u64,
     pub recompute_share: f64,
+    /// Where the recompute share's costs come from (`flops`, `roofline estimate (a100)`, ...).
+    #[serde(default)]
+    pub cost_source: String,
     pub plan_seconds: f64,
     /// Executor measurements, for graphs small enough to run.
     pub measured: Option<Measured>,
@@ -81,6 +88,7 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
     let plan_options = PlanOptions {
         genetic_iters: options.genetic_iters,
         seed: options.seed,
+        device_profile: options.device_profile.clone(),
         ..PlanOptions::default()
     };
     let started = Instant::now();
@@ -105,6 +113,7 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
         arena: device_bytes(&plan)?,
         lower_bound: plan.summary.lower_bound,
         recompute_share: plan.summary.recompute_share,
+        cost_source: plan.summary.cost_source.clone(),
         plan_seconds,
         measured,
     })
@@ -194,6 +203,33 @@ pub fn markdown(rows: &[Row]) -> String {
         }
     }
     s
+}
+
+/// The line under the table that says where the recompute shares' costs come from when a
+/// device profile estimates them: the graphs it estimated and those with measured times.
+pub fn cost_note(rows: &[Row], device: &DeviceProfile) -> String {
+    let by_source = |pick: fn(&str) -> bool| -> Vec<&str> {
+        rows.iter()
+            .filter(|r| pick(&r.cost_source))
+            .map(|r| r.graph.as_str())
+            .collect()
+    };
+    let estimated = by_source(|s| s.contains("roofline"));
+    let measured = by_source(|s| !s.contains("roofline"));
+    let mut note = format!(
+        "Recompute share: of one step's time, ops without time_us estimated by roofline on {} ({} TFLOP/s f32, {} TFLOP/s f16/bf16, {} GB/s)",
+        device.name(),
+        device.f32_tflops(),
+        device.half_tflops(),
+        device.bandwidth_gbps()
+    );
+    if !estimated.is_empty() {
+        note += &format!(": {}", estimated.join(", "));
+    }
+    if !measured.is_empty() {
+        note += &format!("; every op has time_us in {}", measured.join(", "));
+    }
+    note + "."
 }
 
 /// The committed figures of main, per graph.
@@ -323,6 +359,7 @@ mod tests {
             arena,
             lower_bound: 100,
             recompute_share: 0.1,
+            cost_source: "flops".into(),
             plan_seconds: 0.0,
             measured: None,
         }

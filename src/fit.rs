@@ -97,6 +97,8 @@ pub struct Probe {
     pub persistent: u64,
     /// Recompute cost over the cost of one unplanned step.
     pub recompute_share: f64,
+    /// Where those costs come from (the plan summary's `cost_source`; none without a plan).
+    pub cost_source: Option<String>,
     /// Wall time of planning and allocation (all tries).
     pub plan_seconds: f64,
     /// Why it does not fit, when it does not.
@@ -222,6 +224,7 @@ pub fn probe(
         arena: 0,
         persistent,
         recompute_share: 0.0,
+        cost_source: None,
         plan_seconds: 0.0,
         note: None,
     };
@@ -279,6 +282,7 @@ pub fn probe(
         p.peak = plan.summary.planned_peak;
         p.arena = layout.size;
         p.recompute_share = plan.summary.recompute_share;
+        p.cost_source = Some(plan.summary.cost_source.clone());
         let total = layout.size.saturating_add(persistent);
         p.fits = total <= limit;
         p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());

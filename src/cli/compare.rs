@@ -1,7 +1,7 @@
 //! `sgc compare FILES...`: peak memory with and without planning, as one markdown table,
 //! and the CI guard against a committed baseline (`--check`).
 
-use super::CliResult;
+use super::{CliResult, DeviceProfileArg};
 use sgc::compare::{self, Baseline, CompareOptions, Row};
 use std::path::PathBuf;
 
@@ -28,6 +28,8 @@ pub struct Args {
     /// Write the figures as a new baseline file.
     #[arg(long, value_name = "BASELINE")]
     write_baseline: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceProfileArg,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -35,6 +37,7 @@ pub fn run(args: Args) -> CliResult {
         genetic_iters: args.genetic_iters,
         seed: args.seed,
         execute: !args.no_exec,
+        device_profile: args.device.device_profile.clone(),
     };
     let rows = args
         .files
@@ -45,6 +48,9 @@ pub fn run(args: Args) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         print!("{}", compare::markdown(&rows));
+        if let Some(d) = &options.device_profile {
+            println!("\n{}", compare::cost_note(&rows, d));
+        }
     }
     if let Some(path) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::from_rows(&rows))? + "\n";

@@ -2,7 +2,7 @@
 //! the memory, unplanned and under each requested strategy, and the batch past which the
 //! per-op lower bound alone exceeds it. The method is in `sgc::fit`.
 
-use super::{CliResult, StrategyArg};
+use super::{CliResult, DeviceProfileArg, StrategyArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
 use sgc::plan::alloc::Effort;
 use sgc::plan::PlanOptions;
@@ -46,6 +46,8 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    device: DeviceProfileArg,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -69,6 +71,7 @@ pub fn run(args: Args) -> CliResult {
             seed: args.seed,
             genetic_iters: args.genetic_iters,
             thresh_tries: args.thresh_tries,
+            device_profile: args.device.device_profile.clone(),
             ..PlanOptions::default()
         })
         .collect();
@@ -153,6 +156,18 @@ fn table(file: &str, r: &FitReport) -> String {
                 f.strategy, f.non_monotone
             );
         }
+    }
+    let sources: std::collections::BTreeSet<&str> = r
+        .strategies
+        .iter()
+        .filter_map(|f| f.fitting.as_ref()?.cost_source.as_deref())
+        .collect();
+    if !sources.is_empty() {
+        let sources: Vec<&str> = sources.into_iter().collect();
+        s += &format!(
+            "recompute: share of one step's cost, from {}\n",
+            sources.join("; ")
+        );
     }
     s += &format!(
         "per-op lower bound: batch {} at most; at batch {} the bound alone is {} (> limit): no plan fits it\n",

@@ -1,9 +1,13 @@
 //! `sgc inspect FILE`: what a graph holds and what its unplanned step costs in memory,
-//! always next to the per-op lower bound.
+//! always next to the per-op lower bound, and in time, with the cost's source. With
+//! `--device-profile`, ops without `time_us` are costed by their roofline estimate and the
+//! report gives the share of estimated time spent in memory-bound ops.
 
-use super::CliResult;
+use super::{CliResult, DeviceProfileArg};
 use serde::Serialize;
-use sgc::ir::{CostSource, Graph, Phase, TensorId, TensorKind};
+use sgc::ir::{
+    CostSource, CostSources, DeviceProfile, EstimateSummary, Graph, Phase, TensorId, TensorKind,
+};
 use sgc::units::human_bytes;
 use std::path::PathBuf;
 
@@ -20,6 +24,8 @@ pub struct Args {
     /// Alignment of the unplanned arena (offsets are multiples of it, sizes padded).
     #[arg(long, value_parser = sgc::units::parse_size, default_value = "256")]
     align: u64,
+    #[command(flatten)]
+    device: DeviceProfileArg,
 }
 
 #[derive(Serialize)]
@@ -39,9 +45,38 @@ struct Report {
     peak_over_lower_bound: f64,
     /// The traced order's lifetimes placed in one arena by the same allocator as plans.
     unplanned_arena: Option<ArenaRow>,
+    /// One unplanned step: every op's cost, from `cost_source`.
     total_cost: f64,
+    /// `time_us`, `flops`, `bytes moved`, `roofline estimate (NAME)`, ... (`CostSources`).
+    cost_source: String,
     cost_sources: CostCounts,
+    /// The profile that estimates ops without `time_us` (absent without `--device-profile`).
+    device_profile: Option<DeviceProfile>,
+    /// What the estimates add up to, and the share of it in memory-bound ops.
+    estimates: Option<EstimateRow>,
     largest_tensors: Vec<TensorRow>,
+}
+
+#[derive(Serialize)]
+struct EstimateRow {
+    estimated_ops: usize,
+    estimated_time_us: f64,
+    memory_bound_ops: usize,
+    memory_bound_time_us: f64,
+    /// Share of the estimated time in ops whose bytes term exceeds their flops term.
+    memory_bound_share: f64,
+}
+
+impl From<EstimateSummary> for EstimateRow {
+    fn from(s: EstimateSummary) -> Self {
+        EstimateRow {
+            estimated_ops: s.estimated_ops,
+            estimated_time_us: s.estimated_time_us,
+            memory_bound_ops: s.memory_bound_ops,
+            memory_bound_time_us: s.memory_bound_time_us,
+            memory_bound_share: s.memory_bound_share(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -99,6 +134,7 @@ struct CostCounts {
     time_us: usize,
     flops: usize,
     bytes: usize,
+    roofline: usize,
 }
 
 #[derive(Serialize)]
@@ -113,7 +149,8 @@ struct TensorRow {
 pub fn run(args: Args) -> CliResult {
     let graph = sgc::ir::load_any(&args.file)?;
     let file = args.file.display().to_string();
-    let mut report = build(&graph, &file, args.top);
+    let device = args.device.device_profile;
+    let mut report = build(&graph, &file, args.top, device.as_ref());
     report.unplanned_arena =
         Some(unplanned_arena(&graph, args.align).map_err(|e| format!("{file}: {e}"))?);
     if args.json {
@@ -124,9 +161,10 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-fn build(g: &Graph, file: &str, top: usize) -> Report {
+fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> Report {
     let mut phases = PhaseCounts::default();
     let mut costs = CostCounts::default();
+    let mut sources = CostSources::default();
     let mut total_cost = 0.0;
     for op in g.op_ids() {
         match g.phase(op) {
@@ -135,12 +173,14 @@ fn build(g: &Graph, file: &str, top: usize) -> Report {
             Some(Phase::Update) => phases.update += 1,
             None => phases.unknown += 1,
         }
-        let (c, source) = g.op_cost(op);
+        let (c, source) = g.op_cost_with(op, device);
         total_cost += c;
+        sources.insert(source);
         match source {
             CostSource::TimeUs => costs.time_us += 1,
             CostSource::Flops => costs.flops += 1,
             CostSource::Bytes => costs.bytes += 1,
+            CostSource::Roofline => costs.roofline += 1,
         }
     }
     let mut kinds = KindCounts::default();
@@ -172,7 +212,10 @@ fn build(g: &Graph, file: &str, top: usize) -> Report {
         peak_over_lower_bound: ratio(profile.peak, lb.bytes),
         unplanned_arena: None,
         total_cost,
+        cost_source: sources.describe(device),
         cost_sources: costs,
+        device_profile: device.cloned(),
+        estimates: device.map(|d| EstimateSummary::of(g, d).into()),
         largest_tensors: largest(g, top),
     }
 }
@@ -210,6 +253,37 @@ fn largest(g: &Graph, top: usize) -> Vec<TensorRow> {
             }
         })
         .collect()
+}
+
+/// The step's total cost and its source; with estimates, how much of them is memory-bound.
+fn cost_lines(r: &Report) -> String {
+    let c = &r.cost_sources;
+    let mut s = format!(
+        "total cost  {:.4e}, from {}: time_us on {} ops, flops on {}, bytes moved on {}",
+        r.total_cost, r.cost_source, c.time_us, c.flops, c.bytes
+    );
+    if r.device_profile.is_some() {
+        s += &format!(", roofline estimate on {}", c.roofline);
+    }
+    s += "\n";
+    match (&r.device_profile, &r.estimates) {
+        (Some(d), Some(e)) if e.estimated_ops == 0 => {
+            s += &format!("estimated   nothing: every op has time_us ({} unused)\n", d.name());
+        }
+        (Some(d), Some(e)) => s += &format!(
+            "estimated   {:.4e} us on {} ops (roofline {}: {} TFLOP/s f32, {} TFLOP/s f16/bf16, {} GB/s): {:.1}% of it in {} memory-bound ops (bytes take longer than flops)\n",
+            e.estimated_time_us,
+            e.estimated_ops,
+            d.name(),
+            d.f32_tflops(),
+            d.half_tflops(),
+            d.bandwidth_gbps(),
+            100.0 * e.memory_bound_share,
+            e.memory_bound_ops
+        ),
+        _ => {}
+    }
+    s
 }
 
 fn render(r: &Report) -> String {
@@ -268,12 +342,7 @@ fn render(r: &Report) -> String {
             a.align
         );
     }
-    let c = &r.cost_sources;
-    let _ = writeln!(
-        s,
-        "total cost  {:.4e} (from time_us on {} ops, flops on {}, bytes moved on {})",
-        r.total_cost, c.time_us, c.flops, c.bytes
-    );
+    s += &cost_lines(r);
     let _ = writeln!(s, "largest tensors:");
     for (i, t) in r.largest_tensors.iter().enumerate() {
         let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();

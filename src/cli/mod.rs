@@ -2,6 +2,7 @@
 
 mod alloc;
 mod compare;
+mod cost;
 mod fit;
 mod inspect;
 mod plan;
@@ -34,6 +35,18 @@ impl From<StrategyArg> for sgc::plan::Strategy {
     }
 }
 
+/// `--device-profile`, shared by `plan`, `inspect`, `compare` and `fit` (flattened into
+/// their arguments): ops without `time_us` are costed by their roofline estimate on this
+/// device (`sgc::ir::cost`) instead of `flops` or bytes moved.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DeviceProfileArg {
+    /// Cost ops without time_us by a roofline estimate on this device: v100, t4, a100, l4,
+    /// h100, rtx4090, or custom rates F32/HALF/GBPS (TFLOP/s f32, TFLOP/s f16/bf16, GB/s),
+    /// e.g. 19.5/312/2039.
+    #[arg(long, value_name = "NAME|F32/HALF/GBPS")]
+    pub device_profile: Option<sgc::ir::DeviceProfile>,
+}
+
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -60,6 +73,8 @@ enum Command {
     Alloc(alloc::Args),
     /// Rescale a graph to another batch size through the batch_dim of its inputs.
     Rescale(rescale::Args),
+    /// Write a graph with time_us filled in by a device profile's roofline estimate.
+    Cost(cost::Args),
     /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
     Fit(fit::Args),
     /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
@@ -78,6 +93,7 @@ pub fn main() -> ExitCode {
         Command::Zoo(a) => zoo::run(a),
         Command::Alloc(a) => alloc::run(a),
         Command::Rescale(a) => rescale::run(a),
+        Command::Cost(a) => cost::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
         Command::Plot(a) => plot::run(a),

@@ -3,7 +3,7 @@
 //! before it is reported or written. `--check PLAN` verifies an existing plan file against
 //! the graph instead (and refuses a plan made for another graph).
 
-use super::{CliResult, StrategyArg};
+use super::{CliResult, DeviceProfileArg, StrategyArg};
 use serde::Serialize;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::units::{human_bytes, parse_size};
@@ -56,6 +56,8 @@ pub struct Args {
     /// Plan the schedule only: no arena offsets.
     #[arg(long)]
     no_arena: bool,
+    #[command(flatten)]
+    device: DeviceProfileArg,
     /// Write the plan to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -176,6 +178,7 @@ pub fn run(args: Args) -> CliResult {
         sqrt_sampling: args.sqrt_sampling,
         arena: !args.no_arena,
         align: args.align,
+        device_profile: args.device.device_profile.clone(),
     };
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
     let callback = |p: Progress| {
@@ -237,11 +240,13 @@ fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     match sgc::plan::verify(graph, &plan) {
         Ok(peak) => {
+            check_summary(graph, &plan).map_err(|e| format!("{}: {e}", path.display()))?;
             println!(
-                "{}: plan verified; peak {} ({} B)",
+                "{}: plan verified; peak {} ({} B); summary reproduced (costs from {})",
                 path.display(),
                 human_bytes(peak.peak_bytes),
-                peak.peak_bytes
+                peak.peak_bytes,
+                plan.summary.cost_source
             );
             Ok(())
         }
@@ -252,6 +257,36 @@ fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
             Err(format!("{}: {} violations", path.display(), violations.len()).into())
         }
     }
+}
+
+/// Recomputes a verified plan's summary from the graph and the plan's own options (its
+/// device profile included) and names every figure that differs from the stored one.
+fn check_summary(graph: &sgc::ir::Graph, plan: &Plan) -> Result<(), String> {
+    let replayed = plan
+        .summary_for(graph)
+        .map_err(|e| format!("the plan's schedule does not replay: {e}"))?;
+    if replayed == plan.summary {
+        return Ok(());
+    }
+    let as_map = |s: &sgc::plan::Summary| match serde_json::to_value(s) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let (stored, fresh) = (as_map(&plan.summary), as_map(&replayed));
+    let differ: Vec<String> = stored
+        .iter()
+        .filter(|(k, v)| fresh.get(*k) != Some(*v))
+        .map(|(k, v)| {
+            format!(
+                "{k} {v} (replayed: {})",
+                fresh.get(k).unwrap_or(&serde_json::Value::Null)
+            )
+        })
+        .collect();
+    Err(format!(
+        "the plan's summary does not match its replay under its own options: {}; the file was edited or made by another version: plan again with `sgc plan`",
+        differ.join(", ")
+    ))
 }
 
 fn build<'a>(
@@ -372,6 +407,16 @@ fn render(r: &Report<'_>) -> String {
     }
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
     let _ = writeln!(s, "strategy           {} (seed {})", r.strategy, o.seed);
+    if let Some(d) = &o.device_profile {
+        let _ = writeln!(
+            s,
+            "device profile     {} ({} TFLOP/s f32, {} TFLOP/s f16/bf16, {} GB/s): ops without time_us costed by their roofline estimate",
+            d.name(),
+            d.f32_tflops(),
+            d.half_tflops(),
+            d.bandwidth_gbps()
+        );
+    }
     let _ = writeln!(
         s,
         "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}",

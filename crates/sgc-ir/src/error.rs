@@ -160,6 +160,12 @@ pub enum LoadError {
         #[source]
         source: GraphError,
     },
+    #[error("{path}: the file starts like gzip but cannot be decompressed ({source}): it is truncated or corrupt; compress the graph again (`gzip -k FILE.json`)")]
+    Gzip {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl LoadError {
@@ -167,7 +173,7 @@ impl LoadError {
     pub fn graph_error(&self) -> Option<&GraphError> {
         match self {
             LoadError::Graph { source, .. } => Some(source),
-            LoadError::Io { .. } => None,
+            LoadError::Io { .. } | LoadError::Gzip { .. } => None,
         }
     }
 }

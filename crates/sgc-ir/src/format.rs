@@ -8,6 +8,7 @@
 //! a number is seen exactly as written and `1e999` is reported, not rounded.
 //!
 //! Writing puts every tensor and op on a line of its own: files stay small and diff well.
+//! [`load`] and [`save`] read and write gzip too (`.json.gz`, see [`crate::file`]).
 
 use crate::error::{GraphError, LoadError};
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
@@ -51,13 +52,10 @@ pub fn def_from_str(text: &str) -> Result<GraphDef, GraphError> {
     def_from_value(&value)
 }
 
-/// Reads a graph file; the error carries the path.
+/// Reads a graph file, plain or gzip ([`crate::file`]); the error carries the path.
 pub fn load(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text = crate::file::read_text(path)?;
     from_str(&text).map_err(|source| LoadError::Graph {
         path: path.display().to_string(),
         source,
@@ -69,9 +67,9 @@ pub fn to_string(graph: &Graph) -> String {
     def_to_string(&graph.to_def())
 }
 
-/// Writes a graph file.
+/// Writes a graph file, gzip-compressed when the path ends in `.gz` ([`crate::file`]).
 pub fn save(graph: &Graph, path: impl AsRef<Path>) -> std::io::Result<()> {
-    std::fs::write(path, to_string(graph))
+    crate::file::write_text(path.as_ref(), &to_string(graph))
 }
 
 /// Serialises a definition: one tensor or op per line.

@@ -9,6 +9,7 @@
 //!   activation's producer, each tensor's storage root (through `alias_of`) and an op
 //!   dependency graph (petgraph, private). Everything downstream works on `Graph`.
 
+use crate::cost::{DeviceProfile, Roofline};
 use crate::error::GraphError;
 use crate::ids::{DType, OpId, Phase, TensorId, TensorKind};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -148,13 +149,16 @@ pub struct Op {
     pub recomputable: bool,
 }
 
-/// Where an op's cost comes from (format doc: `time_us`, else `flops`, else bytes moved).
+/// Where an op's cost comes from (format doc: `time_us`, else `flops`, else bytes moved;
+/// with a device profile, `time_us`, else the roofline estimate: see [`crate::cost`]).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CostSource {
     TimeUs,
     Flops,
     Bytes,
+    /// The roofline estimate of the op's time on a device profile, in microseconds.
+    Roofline,
 }
 
 impl CostSource {
@@ -163,6 +167,16 @@ impl CostSource {
             CostSource::TimeUs => "time_us",
             CostSource::Flops => "flops",
             CostSource::Bytes => "bytes moved",
+            CostSource::Roofline => "roofline estimate",
+        }
+    }
+
+    /// The source for reports: [`Self::as_str`], with the profile's name after a roofline
+    /// estimate (`roofline estimate (a100)`).
+    pub fn describe(self, device: Option<&DeviceProfile>) -> String {
+        match (self, device) {
+            (CostSource::Roofline, Some(d)) => format!("{} ({})", self.as_str(), d.name()),
+            _ => self.as_str().to_string(),
         }
     }
 }
@@ -411,6 +425,17 @@ impl Graph {
                 .map(|&t| self.storage_bytes(t))
                 .fold(0u64, u64::saturating_add);
             (moved as f64, CostSource::Bytes)
+        }
+    }
+
+    /// Cost of one op on a device: with a profile, `time_us`, else the profile's roofline
+    /// estimate ([`crate::cost`]); without one, [`Graph::op_cost`].
+    pub fn op_cost_with(&self, op: OpId, device: Option<&DeviceProfile>) -> (f64, CostSource) {
+        match device {
+            Some(d) if self.ops[op.index()].time_us.is_none() => {
+                (Roofline::of(self, op, d).time_us(), CostSource::Roofline)
+            }
+            _ => self.op_cost(op),
         }
     }
 

@@ -1,6 +1,8 @@
 //! The sgc graph IR.
 //!
 //! - [`format`]: the version-1 graph file format (load, validate, save).
+//! - [`file`](mod@file): graph files on disk, plain JSON or gzip (`.json.gz`).
+//! - [`cost`]: op costs; the opt-in roofline estimate for a [`DeviceProfile`].
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
 //! - [`rescale`]: the graph at another batch size, through the `batch_dim` of its inputs.
@@ -19,7 +21,9 @@
 //! ```
 
 pub mod checkmate;
+pub mod cost;
 pub mod error;
+pub mod file;
 pub mod format;
 mod graph;
 mod ids;
@@ -31,6 +35,7 @@ pub mod train;
 mod validate;
 pub mod zoo;
 
+pub use cost::{CostSources, DeviceProfile, EstimateSummary, ProfileError, Roofline};
 pub use error::{GraphError, LoadError};
 pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 pub use ids::{DType, OpId, Phase, TensorId, TensorKind};
@@ -49,13 +54,11 @@ pub fn parse_any(text: &str) -> Result<Graph, GraphError> {
     }
 }
 
-/// Loads a file that is either a version-1 graph or a Checkmate node-link graph.
+/// Loads a file that is either a version-1 graph or a Checkmate node-link graph, plain or
+/// gzip-compressed (told by its first bytes, see [`file`](mod@file)).
 pub fn load_any(path: impl AsRef<Path>) -> Result<Graph, LoadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text = file::read_text(path)?;
     parse_any(&text).map_err(|source| LoadError::Graph {
         path: path.display().to_string(),
         source,

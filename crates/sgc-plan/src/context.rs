@@ -13,7 +13,7 @@
 //! - *Freeable* storage: an activation root made by a rerunnable op and not a graph output:
 //!   the planner may free it before its last use and recompute it.
 
-use sgc_ir::{Graph, LowerBound, OpId, TensorId, TensorKind};
+use sgc_ir::{DeviceProfile, Graph, LowerBound, OpId, TensorId, TensorKind};
 
 pub(crate) const NO_HAZARD: u32 = u32::MAX;
 
@@ -62,7 +62,14 @@ pub(crate) struct Context<'g> {
 }
 
 impl<'g> Context<'g> {
+    /// The context with the format's cost rule (no device profile).
+    #[cfg(test)]
     pub fn new(g: &'g Graph) -> Self {
+        Self::with_profile(g, None)
+    }
+
+    /// The context, ops costed by `Graph::op_cost_with` on `device`.
+    pub fn with_profile(g: &'g Graph, device: Option<&DeviceProfile>) -> Self {
         let n = g.num_ops();
         let (in_roots, out_roots, persistent_in) = op_roots(g);
         let accesses = accesses(g, &in_roots, &out_roots);
@@ -96,7 +103,7 @@ impl<'g> Context<'g> {
             .tensor_ids()
             .filter(|&t| g.storage_root(t) == t && g.tensor(t).kind == TensorKind::Input)
             .collect();
-        let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost(o).0).collect();
+        let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost_with(o, device).0).collect();
         let cost_units = cost_units(&cost);
         let step_units: u64 = cost_units.iter().sum();
         Context {

@@ -94,7 +94,7 @@ pub fn plan_with_stats(
     check_options(options)?;
     let mut stats = PlanStats::default();
     let start = std::time::Instant::now();
-    let ctx = Context::new(graph);
+    let ctx = Context::with_profile(graph, options.device_profile.as_ref());
     if let Some(budget) = options.budget {
         let lb = ctx.lower_bound;
         if budget < lb.bytes {

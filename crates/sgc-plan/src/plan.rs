@@ -15,7 +15,10 @@
 use crate::arena::ArenaLayout;
 use crate::error::PlanError;
 use serde::{Deserialize, Serialize};
-use sgc_ir::{Graph, MemoryProfile, OpId, StorageInstance, TensorId, TensorKind};
+use sgc_ir::{
+    CostSources, DeviceProfile, Graph, MemoryProfile, OpId, ScheduleError, StorageInstance,
+    TensorId, TensorKind,
+};
 
 /// The `format` field of every plan file.
 pub const PLAN_FORMAT: &str = "sgc-plan";
@@ -92,6 +95,10 @@ pub struct PlanOptions {
     /// Arena alignment in bytes (offsets are multiples of it, sizes padded to it).
     #[serde(default = "default_align")]
     pub align: u64,
+    /// Cost ops without `time_us` by their roofline estimate on this device
+    /// (`sgc_ir::cost`); `None`: the format's rule (`time_us`, else `flops`, else bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_profile: Option<DeviceProfile>,
 }
 
 fn yes() -> bool {
@@ -120,6 +127,7 @@ impl Default for PlanOptions {
             sqrt_sampling: false,
             arena: true,
             align: DEFAULT_ALIGN,
+            device_profile: None,
         }
     }
 }
@@ -222,7 +230,8 @@ pub struct Summary {
     pub recompute_cost: f64,
     /// `recompute_cost / step_cost`.
     pub recompute_share: f64,
-    /// Where costs come from: `time_us`, `flops`, `bytes moved` or `mixed`.
+    /// Where costs come from: `time_us`, `flops`, `bytes moved`, `roofline estimate (NAME)`,
+    /// `time_us and roofline estimate (NAME)` or `mixed` (`sgc_ir::CostSources`).
     pub cost_source: String,
     pub steps: usize,
     pub recompute_steps: usize,
@@ -284,7 +293,8 @@ impl Plan {
         }
         let lifetimes = profile.instances.iter().map(Lifetime::from).collect();
         let checkpoints = checkpoints(graph, schedule);
-        let summary = summarize(graph, schedule, profile, checkpoints.len());
+        let device = options.device_profile.as_ref();
+        let summary = summarize(graph, schedule, profile, checkpoints.len(), device);
         Plan {
             format: PLAN_FORMAT.to_string(),
             version: PLAN_VERSION,
@@ -318,6 +328,18 @@ impl Plan {
             )));
         }
         serde_json::from_value(value).map_err(|e| PlanError::NotAPlan(e.to_string()))
+    }
+
+    /// This plan's summary recomputed from the graph, its steps and its own options (their
+    /// device profile included), for a plan that [`crate::verify()`] accepted: `sgc plan
+    /// --check` compares it with the stored one.
+    pub fn summary_for(&self, graph: &Graph) -> Result<Summary, ScheduleError> {
+        let schedule: Vec<(OpId, bool)> = self.steps.iter().map(|s| (s.op, s.recompute)).collect();
+        let ops: Vec<OpId> = self.steps.iter().map(|s| s.op).collect();
+        let profile = sgc_ir::simulate(graph, &ops)?;
+        let checkpoints = checkpoints(graph, &schedule).len();
+        let device = self.options.device_profile.as_ref();
+        Ok(summarize(graph, &schedule, &profile, checkpoints, device))
     }
 
     /// Refuses a plan made for another graph.
@@ -360,18 +382,21 @@ fn summarize(
     schedule: &[(OpId, bool)],
     profile: &MemoryProfile,
     checkpoints: usize,
+    device: Option<&DeviceProfile>,
 ) -> Summary {
-    let mut sources = std::collections::BTreeSet::new();
+    let mut sources = CostSources::default();
     let step_cost: f64 = graph
         .op_ids()
         .map(|o| {
-            let (c, s) = graph.op_cost(o);
-            sources.insert(s.as_str());
+            let (c, s) = graph.op_cost_with(o, device);
+            sources.insert(s);
             c
         })
         .fold(0.0, |a, c| a + c);
     let recompute: Vec<OpId> = schedule.iter().filter(|s| s.1).map(|s| s.0).collect();
-    let recompute_cost: f64 = recompute.iter().fold(0.0, |a, &o| a + graph.op_cost(o).0);
+    let recompute_cost: f64 = recompute
+        .iter()
+        .fold(0.0, |a, &o| a + graph.op_cost_with(o, device).0);
     let mut runs = vec![0u32; graph.num_ops()];
     for &(op, _) in schedule {
         runs[op.index()] += 1;
@@ -391,11 +416,7 @@ fn summarize(
         } else {
             0.0
         },
-        cost_source: match sources.len() {
-            0 => "none".to_string(),
-            1 => sources.into_iter().next().unwrap_or_default().to_string(),
-            _ => "mixed".to_string(),
-        },
+        cost_source: sources.describe(device),
         steps: schedule.len(),
         recompute_steps: recompute.len(),
         recomputed_ops: distinct.len(),

@@ -181,6 +181,7 @@ pub fn verify(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, Vec<Violation>
         }]);
     }
     let mut r = Replay::new(graph);
+    r.device = plan.options.device_profile.clone();
     for (s, step) in plan.steps.iter().enumerate() {
         r.step(s, step);
     }
@@ -200,8 +201,9 @@ struct Replay<'g> {
     original_runs: Vec<u32>,
     /// Per op: runs of any kind.
     runs: Vec<u32>,
-    /// Cost of the recomputed steps.
+    /// Cost of the recomputed steps, by the plan's own cost model.
     recompute_cost: f64,
+    device: Option<sgc_ir::DeviceProfile>,
     last_original: Option<OpId>,
     bytes: u64,
     persistent: u64,
@@ -223,6 +225,7 @@ impl<'g> Replay<'g> {
             original_runs: vec![0; g.num_ops()],
             runs: vec![0; g.num_ops()],
             recompute_cost: 0.0,
+            device: None,
             last_original: None,
             bytes: 0,
             persistent: 0,
@@ -271,7 +274,7 @@ impl<'g> Replay<'g> {
         self.check_run(s, op, step.recompute);
         self.runs[op.index()] += 1;
         if step.recompute {
-            self.recompute_cost += g.op_cost(op).0;
+            self.recompute_cost += g.op_cost_with(op, self.device.as_ref()).0;
         }
         for &t in &g.op(op).inputs {
             self.check_read(s, op, t, step.recompute);
@@ -470,7 +473,7 @@ impl<'g> Replay<'g> {
             }
         }
         if strategy == Strategy::ChenSqrt {
-            let forward = forward_cost(g);
+            let forward = forward_cost(g, self.device.as_ref());
             let recompute = self.recompute_cost;
             if recompute > forward * (1.0 + 1e-9) {
                 let kind = ViolationKind::RecomputeOverForward { recompute, forward };
@@ -594,12 +597,13 @@ impl<'g> Replay<'g> {
     }
 }
 
-/// The cost of one forward pass: the forward ops (every op when the graph has no phases).
-pub fn forward_cost(g: &Graph) -> f64 {
+/// The cost of one forward pass: the forward ops (every op when the graph has no phases),
+/// costed as `Graph::op_cost_with` does on `device`.
+pub fn forward_cost(g: &Graph, device: Option<&sgc_ir::DeviceProfile>) -> f64 {
     let forward = |o: OpId| g.phase(o) == Some(sgc_ir::Phase::Forward);
     let any = g.op_ids().any(forward);
     g.op_ids()
         .filter(|&o| !any || forward(o))
-        .map(|o| g.op_cost(o).0)
+        .map(|o| g.op_cost_with(o, device).0)
         .sum()
 }

@@ -113,7 +113,7 @@ fn every_strategy_verifies_on_every_graph() {
                 );
             }
             if s == Strategy::ChenSqrt {
-                let forward = sgc_plan::verify::forward_cost(&g);
+                let forward = sgc_plan::verify::forward_cost(&g, None);
                 assert!(
                     p.summary.recompute_cost <= forward * (1.0 + 1e-9),
                     "{name}: chen-sqrt recomputes {} > one forward pass {forward}",

@@ -371,7 +371,7 @@ fn a_third_run_and_chen_over_one_forward_pass_are_reported() {
         .collect();
     let at = step_of(&g, &p, "g3");
     p.steps.splice(at..at, extra);
-    let forward = sgc_plan::verify::forward_cost(&g);
+    let forward = sgc_plan::verify::forward_cost(&g, None);
     let k = kinds(&g, &p);
     assert!(
         k.iter().any(|k| matches!(

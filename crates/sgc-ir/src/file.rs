@@ -1,0 +1,146 @@
+//! Graph files on disk: plain JSON text or gzip-compressed JSON (`.json.gz`).
+//!
+//! Reading decides by content, not by name: a file whose first two bytes are the gzip
+//! magic `1f 8b` is decompressed (every member, as `cat a.gz b.gz` makes), anything else
+//! is read as it is. JSON text never starts with those bytes (`0x1f` is a control
+//! character that JSON does not allow outside strings), so the test cannot mistake one
+//! for the other. A gzip stream that is truncated or corrupt (bad header, bad deflate
+//! data, a CRC or length that does not match) is a [`LoadError::Gzip`] naming the file;
+//! text that is not UTF-8 is a [`LoadError::Io`] naming it. Decompression uses `flate2`
+//! with its pure-Rust backend (`miniz_oxide`), so no C library is involved.
+//!
+//! Writing compresses when the path ends in `.gz` and writes plain text otherwise.
+
+use crate::error::LoadError;
+use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The first two bytes of every gzip stream (RFC 1952).
+pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Whether `bytes` start like a gzip stream.
+pub fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&GZIP_MAGIC)
+}
+
+/// Whether a path names a gzip file to write (its name ends in `.gz`, any case).
+pub fn wants_gzip(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// Reads a graph file's text, decompressing it when it is gzip.
+pub fn read_text(path: &Path) -> Result<String, LoadError> {
+    let shown = || path.display().to_string();
+    let raw = std::fs::read(path).map_err(|source| LoadError::Io {
+        path: shown(),
+        source,
+    })?;
+    let bytes = if is_gzip(&raw) {
+        gunzip(&raw).map_err(|source| LoadError::Gzip {
+            path: shown(),
+            source,
+        })?
+    } else {
+        raw
+    };
+    String::from_utf8(bytes).map_err(|e| LoadError::Io {
+        path: shown(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        ),
+    })
+}
+
+/// Decompresses every member of a gzip stream.
+fn gunzip(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(raw.len().saturating_mul(4));
+    MultiGzDecoder::new(raw).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Writes text to `path`, gzip-compressed when the path ends in `.gz`.
+pub fn write_text(path: &Path, text: &str) -> std::io::Result<()> {
+    if !wants_gzip(path) {
+        return std::fs::write(path, text);
+    }
+    let file = std::fs::File::create(path)?;
+    let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
+    gz.write_all(text.as_bytes())?;
+    gz.finish()?.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sgc-ir-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        dir.join(name)
+    }
+
+    #[test]
+    fn gzip_is_told_by_content_and_written_by_name() {
+        let gz = scratch("a.json.gz");
+        write_text(&gz, "{\"x\": 1}").unwrap();
+        let raw = std::fs::read(&gz).unwrap();
+        assert!(is_gzip(&raw));
+        // A gzip file under a plain name still reads as gzip.
+        let renamed = scratch("a_plain_name.json");
+        std::fs::write(&renamed, &raw).unwrap();
+        assert_eq!(read_text(&renamed).unwrap(), "{\"x\": 1}");
+        assert_eq!(read_text(&gz).unwrap(), "{\"x\": 1}");
+        let plain = scratch("b.json");
+        write_text(&plain, "{}").unwrap();
+        assert_eq!(std::fs::read(&plain).unwrap(), b"{}");
+        assert!(wants_gzip(Path::new("x.JSON.GZ")) && !wants_gzip(Path::new("x.json")));
+    }
+
+    #[test]
+    fn concatenated_members_are_all_read() {
+        let one = scratch("one.gz");
+        let two = scratch("two.gz");
+        write_text(&one, "[1,").unwrap();
+        write_text(&two, "2]").unwrap();
+        let both = scratch("both.gz");
+        let mut raw = std::fs::read(&one).unwrap();
+        raw.extend(std::fs::read(&two).unwrap());
+        std::fs::write(&both, raw).unwrap();
+        assert_eq!(read_text(&both).unwrap(), "[1,2]");
+    }
+
+    #[test]
+    fn damaged_gzip_and_non_utf8_text_name_the_file() {
+        let gz = scratch("damaged.json.gz");
+        write_text(&gz, &"{\"key\": \"value\"}\n".repeat(200)).unwrap();
+        let raw = std::fs::read(&gz).unwrap();
+        let mut corrupt = raw.clone();
+        let mid = corrupt.len() / 2;
+        corrupt[mid] ^= 0xff;
+        for (name, bytes) in [
+            ("truncated.json.gz", &raw[..raw.len() / 2]),
+            ("no_trailer.json.gz", &raw[..raw.len() - 4]),
+            ("magic_only.json.gz", &raw[..2]),
+            ("corrupt.json.gz", &corrupt[..]),
+        ] {
+            let path = scratch(name);
+            std::fs::write(&path, bytes).unwrap();
+            let err = read_text(&path).expect_err(name);
+            assert!(matches!(err, LoadError::Gzip { .. }), "{name}: {err}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+        let latin1 = scratch("latin1.json");
+        std::fs::write(&latin1, b"{\"name\": \"caf\xe9\"}").unwrap();
+        let err = read_text(&latin1).expect_err("not UTF-8");
+        assert!(err.to_string().contains("latin1.json"), "{err}");
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
+}
