@@ -36,3 +36,9 @@ check-memory:
 # Regenerate the peak-memory table in README.md.
 readme-table:
     bash scripts/readme-table.sh
+
+# The real corpus planned by every strategy beside MegEngine's search (reference results in
+# benches/real_reference.json; refresh them with scripts/real-reference.sh); updates README.md.
+real:
+    REAL_MARKDOWN=target/real.md cargo bench --bench real
+    bash scripts/readme-section.sh real target/real.md

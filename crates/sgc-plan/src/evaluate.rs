@@ -15,7 +15,7 @@
 use crate::context::Context;
 use crate::discard::{self, Discard};
 use crate::recompute;
-use sgc_ir::{OpId, TensorId};
+use sgc_ir::OpId;
 use std::cmp::Ordering;
 
 /// A split-based candidate.
@@ -231,25 +231,6 @@ pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
         cost,
         splits: genome.splits.len(),
     })
-}
-
-/// Output roots of the recomputed ops of a schedule, costliest op first (ties: op order).
-pub(crate) fn recomputed_roots_by_cost(
-    ctx: &Context<'_>,
-    steps: &[(OpId, bool)],
-) -> Vec<Vec<TensorId>> {
-    let mut ops: Vec<OpId> = steps.iter().filter(|s| s.1).map(|s| s.0).collect();
-    ops.sort();
-    ops.dedup();
-    ops.sort_by(|a, b| {
-        ctx.cost[b.index()]
-            .total_cmp(&ctx.cost[a.index()])
-            .then(a.cmp(b))
-    });
-    ops.into_iter()
-        .map(|o| ctx.out_roots[o.index()].clone())
-        .filter(|r| !r.is_empty())
-        .collect()
 }
 
 #[cfg(test)]

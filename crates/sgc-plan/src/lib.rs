@@ -10,6 +10,7 @@
 //!   (bounded to the block; every op runs at most twice);
 //! - `profile`, `evaluate` and `search`: a candidate's peak under the IR's memory model and
 //!   its fitness; batches evaluated in parallel, independent of the worker count;
+//! - `relax`: memory for speed (turning recomputations back into kept storages);
 //! - `schedule`: recomputation with eviction, for static DTR;
 //! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
 //!   refinement, `dtr` (static DTR);
@@ -41,8 +42,10 @@ mod error;
 mod evaluate;
 mod genetic;
 pub mod plan;
+mod polish;
 mod profile;
 mod recompute;
+mod relax;
 mod schedule;
 mod search;
 mod sublinear;

@@ -11,7 +11,8 @@
 //!    segments 1/4, 1/2, 2 and 4 times as long) joins the population too, so the search
 //!    starts at least as good as that baseline. Every split set is tried under every
 //!    variant of the discard rules ([`crate::evaluate::Rules`]).
-//! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations.
+//! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations, with a
+//!    local hill climb ([`crate::polish`]) on the best plan before and after it.
 //! 4. **Memory for speed.** Recomputed ops are turned back into checkpoints, the most
 //!    expensive first, each kept only while the peak stays at or under the bound and the
 //!    recompute cost does not rise. The bound is `lb_memory` or the budget (the smaller if
@@ -22,7 +23,8 @@
 //!    recomputes no more (Chen's own is in the population).
 
 use crate::context::Context;
-use crate::evaluate::{recomputed_roots_by_cost, schedule, Fitness, Genome, Objective};
+use crate::evaluate::{Fitness, Genome, Objective};
+use crate::relax::relax;
 use crate::genetic;
 use crate::search::{sort_population, Evaluator, Member};
 use crate::PlanOptions;
@@ -70,9 +72,13 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .map(|(genome, fitness)| Member { genome, fitness }),
     );
     dedup(&mut pop);
+    climb(ev, &mut pop);
     let initial = pop.clone();
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-    genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
+    if opts.genetic_iters > 0 {
+        genetic::refine(ev, &mut pop, opts.genetic_iters, opts.pool_size, &mut rng);
+        climb(ev, &mut pop);
+    }
     let bound = match (opts.budget, opts.lb_memory) {
         (Some(b), Some(l)) => Some(b.min(l)),
         (b, l) => b.or(l),
@@ -130,6 +136,15 @@ fn finish(
             let m = best_by(&pop, ev.objective);
             (m.genome, m.fitness)
         })
+}
+
+/// Adds the local refinement of the population's best member ([`crate::polish`]).
+fn climb(ev: &mut Evaluator<'_>, pop: &mut Vec<Member>) {
+    sort_population(pop, ev.objective);
+    let better = crate::polish::polish(ev, &pop[0]);
+    if better.genome != pop[0].genome {
+        pop.insert(0, better);
+    }
 }
 
 fn best_by(pop: &[Member], obj: Objective) -> Member {
@@ -208,73 +223,4 @@ pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
         }
     }
     Genome::from_splits(splits)
-}
-
-/// Keeps the costliest recomputed ops' outputs resident while the peak stays under `bound`
-/// and the recompute cost does not rise.
-///
-/// Groups (one recomputed op's outputs each) are tried one by one in order of cost, each
-/// against the plan with every group accepted before it, as a sequential greedy pass
-/// would. Two ways make it cheaper without changing what a step decides:
-/// - after two acceptances in a row, runs of groups are tried whole (doubling while they
-///   pass, halving when one fails, down to a single group again);
-/// - otherwise the next `width` single groups are evaluated in parallel against the same
-///   plan: the first that passes is taken and the rest thrown away (they were judged
-///   against a plan that no longer holds). `width` doubles after a batch with no
-///   acceptance, up to 32, and drops back to 2 after one. It depends only on the outcomes,
-///   never on the number of workers.
-fn relax(
-    ev: &mut Evaluator<'_>,
-    mut best: Genome,
-    mut fit: Fitness,
-    bound: u64,
-) -> (Genome, Fitness) {
-    let Some(steps) = schedule(ev.ctx, &best) else {
-        return (best, fit);
-    };
-    let groups = recomputed_roots_by_cost(ev.ctx, &steps);
-    let total = groups.len();
-    let proposed = ev.stats.candidates;
-    let with = |best: &Genome, gs: &[Vec<sgc_ir::TensorId>]| {
-        let mut cand = best.clone();
-        cand.keep.extend(gs.iter().flatten().map(|r| r.0));
-        cand.keep.sort_unstable();
-        cand.keep.dedup();
-        cand
-    };
-    let (mut i, mut run, mut width, mut streak) = (0, 1, 2, 0);
-    while i < total {
-        if streak >= 2 {
-            let end = (i + run).min(total);
-            let cand = with(&best, &groups[i..end]);
-            let f = ev.eval(&cand);
-            if passes(&f, &fit, bound) {
-                (best, fit, i, run) = (cand, f, end, run * 2);
-            } else {
-                (run, streak) = (1, 0);
-            }
-        } else {
-            let end = (i + width).min(total);
-            let cands: Vec<Genome> = (i..end).map(|j| with(&best, &groups[j..=j])).collect();
-            let fits = ev.eval_batch(&cands);
-            match fits.iter().position(|f| passes(f, &fit, bound)) {
-                Some(k) => {
-                    (fit, i, width, streak) = (fits[k], i + k + 1, 2, streak + 1);
-                    best = cands.into_iter().nth(k).unwrap_or(best);
-                    if k > 0 {
-                        streak = 1;
-                    }
-                }
-                None => (i, width, streak) = (end, (width * 2).min(32), 0),
-            }
-        }
-        ev.report("trading memory for speed", i, total);
-    }
-    ev.stats.relax_candidates += ev.stats.candidates - proposed;
-    (best, fit)
-}
-
-/// Whether a relaxed plan is acceptable: it fits the bound and recomputes no more.
-fn passes(f: &Fitness, fit: &Fitness, bound: u64) -> bool {
-    f.feasible && f.peak <= bound && f.cost <= fit.cost
 }

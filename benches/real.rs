@@ -1,0 +1,294 @@
+//! The real corpus: training steps traced from PyTorch by `sgc-trace` (`graphs/real/`),
+//! planned by every strategy, beside MegEngine's own search re-implemented
+//! (`../shared/tools/megengine_ref.py`, results in `benches/real_reference.json`, refreshed
+//! by `scripts/real-reference.sh`).
+//!
+//! Per graph and strategy (`chen-sqrt`, `sublinear` with 0 and 20 generations, `dtr`, and
+//! the reference with 0 and 20): planned peak, planned/unplanned, device bytes (arena +
+//! persistent, for sgc's plans), recompute share of one step's cost, most runs of one op,
+//! plan time. Then the corpus targets, each with its verdict:
+//! - `sublinear/20` peaks at most at the reference's `ga=20` peak and recomputes at most
+//!   its share;
+//! - `sgc plan --budget P`, P the reference's `ga=20` peak, succeeds (and at what share);
+//! - plan time of `sublinear/20` at least 10x below the reference's;
+//! - no split-based plan runs an op more than twice.
+//!
+//! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in
+//! README.md); `REAL_ONLY=a,b` restricts the graphs.
+
+use sgc_plan::{plan_with_stats, Plan, PlanOptions, RunConfig, Strategy};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One row of the table.
+struct Row {
+    graph: String,
+    ops: usize,
+    label: String,
+    unplanned: u64,
+    planned: u64,
+    device: Option<u64>,
+    recompute: f64,
+    max_runs: Option<u32>,
+    secs: f64,
+}
+
+/// The reference's record for one graph and genetic setting.
+struct Reference {
+    planned: u64,
+    recompute: f64,
+    secs: f64,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn corpus() -> Vec<PathBuf> {
+    let only: Option<Vec<String>> = std::env::var("REAL_ONLY")
+        .ok()
+        .map(|s| s.split(',').map(str::to_string).collect());
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("graphs/real"))
+        .expect("graphs/real/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+        .filter(|p| only.as_ref().is_none_or(|o| o.contains(&stem(p))))
+        .collect();
+    files.sort();
+    files
+}
+
+fn stem(p: &Path) -> String {
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    name.trim_end_matches(".json.gz").to_string()
+}
+
+/// `(graph name, genetic_nr_iter)` -> record, from the reference's results file.
+fn references() -> std::collections::HashMap<(String, u64), Reference> {
+    let path = root().join("benches/real_reference.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run scripts/real-reference.sh to make it)",
+            path.display()
+        )
+    });
+    let v: serde_json::Value = serde_json::from_str(&text).expect("reference results parse");
+    let num = |r: &serde_json::Value, k: &str| {
+        r[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in a reference record"))
+    };
+    v.as_array()
+        .expect("an array of records")
+        .iter()
+        .map(|r| {
+            let key = (
+                r["graph"].as_str().unwrap_or_default().to_string(),
+                num(r, "genetic_nr_iter") as u64,
+            );
+            let rec = Reference {
+                planned: num(r, "planned_peak") as u64,
+                recompute: num(r, "recompute_share"),
+                secs: num(r, "seconds"),
+            };
+            (key, rec)
+        })
+        .collect()
+}
+
+fn plan(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<(Plan, f64), sgc_plan::PlanError> {
+    let run = RunConfig {
+        workers: None,
+        progress: None,
+    };
+    let t = Instant::now();
+    let (p, _) = plan_with_stats(g, o, &run)?;
+    Ok((p, t.elapsed().as_secs_f64()))
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let refs = references();
+    let configs: [(Strategy, usize, &str); 4] = [
+        (Strategy::ChenSqrt, 0, "chen-sqrt"),
+        (Strategy::Sublinear, 0, "sublinear/0"),
+        (Strategy::Sublinear, 20, "sublinear/20"),
+        (Strategy::Dtr, 0, "dtr"),
+    ];
+    let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
+    for path in corpus() {
+        let g = sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{e}"));
+        let name = g.name().map_or_else(|| stem(&path), str::to_string);
+        let unplanned = g.memory_profile().peak;
+        let mut sub20: Option<Row> = None;
+        for (strategy, iters, label) in configs {
+            let o = PlanOptions {
+                strategy,
+                genetic_iters: iters,
+                ..PlanOptions::default()
+            };
+            let (p, secs) = plan(&g, &o).unwrap_or_else(|e| panic!("{name} {label}: {e}"));
+            let s = &p.summary;
+            let row = Row {
+                graph: name.clone(),
+                ops: g.num_ops(),
+                label: label.to_string(),
+                unplanned,
+                planned: s.planned_peak,
+                device: p.arena.as_ref().map(|a| a.size + s.persistent_bytes),
+                recompute: s.recompute_share,
+                max_runs: Some(s.max_op_runs),
+                secs,
+            };
+            eprintln!("{}", text_row(&row));
+            if label == "sublinear/20" {
+                sub20 = Some(clone_row(&row));
+            }
+            rows.push(row);
+        }
+        for ga in [0u64, 20] {
+            let Some(r) = refs.get(&(name.clone(), ga)) else {
+                eprintln!("{name}: no reference record for ga={ga}");
+                continue;
+            };
+            let row = Row {
+                graph: name.clone(),
+                ops: g.num_ops(),
+                label: format!("reference/{ga}"),
+                unplanned,
+                planned: r.planned,
+                device: None,
+                recompute: r.recompute,
+                max_runs: None,
+                secs: r.secs,
+            };
+            eprintln!("{}", text_row(&row));
+            rows.push(row);
+        }
+        if let (Some(ours), Some(r)) = (sub20, refs.get(&(name.clone(), 20))) {
+            verdicts.push(judge(&g, &name, &ours, r));
+        }
+    }
+    let tables = markdown(&rows, &verdicts);
+    println!("{tables}");
+    if let Ok(out) = std::env::var("REAL_MARKDOWN") {
+        std::fs::write(&out, &tables).unwrap_or_else(|e| panic!("{out}: {e}"));
+    }
+}
+
+fn clone_row(r: &Row) -> Row {
+    Row {
+        graph: r.graph.clone(),
+        label: r.label.clone(),
+        ..*r
+    }
+}
+
+/// The corpus targets for one graph.
+struct Verdict {
+    graph: String,
+    peak_ratio: f64,
+    recompute: (f64, f64),
+    budget: String,
+    speedup: f64,
+    max_runs: u32,
+    holds: bool,
+}
+
+fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference) -> Verdict {
+    let o = PlanOptions {
+        genetic_iters: 20,
+        budget: Some(r.planned),
+        ..PlanOptions::default()
+    };
+    let budget = match plan(g, &o) {
+        Ok((p, _)) => format!(
+            "fits at {:.1}% recompute",
+            100.0 * p.summary.recompute_share
+        ),
+        Err(e) => format!("FAILS: {e}"),
+    };
+    let speedup = r.secs / ours.secs.max(1e-9);
+    let max_runs = ours.max_runs.unwrap_or(0);
+    let holds = ours.planned <= r.planned
+        && ours.recompute <= r.recompute + 1e-12
+        && !budget.starts_with("FAILS")
+        && speedup >= 10.0
+        && max_runs <= 2;
+    Verdict {
+        graph: name.to_string(),
+        peak_ratio: ours.planned as f64 / r.planned as f64,
+        recompute: (ours.recompute, r.recompute),
+        budget,
+        speedup,
+        max_runs,
+        holds,
+    }
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.2}", b as f64 / (1u64 << 30) as f64)
+}
+
+fn text_row(r: &Row) -> String {
+    format!(
+        "{:<24} {:>6} ops {:<14} planned {:>8} GiB ({:.3}x)  recompute {:>6.2}%  runs {:>2}  {:>8.3} s",
+        r.graph,
+        r.ops,
+        r.label,
+        gib(r.planned),
+        r.planned as f64 / r.unplanned as f64,
+        100.0 * r.recompute,
+        r.max_runs.map_or("-".into(), |m| m.to_string()),
+        r.secs
+    )
+}
+
+fn markdown(rows: &[Row], verdicts: &[Verdict]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| graph | ops | unplanned (GiB) | strategy | planned (GiB) | planned / unplanned | arena + persistent (GiB) | recompute share | most runs of one op | plan time (s) |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {:.3} | {} | {:.1}% | {} | {:.2} |",
+            r.graph,
+            r.ops,
+            gib(r.unplanned),
+            r.label,
+            gib(r.planned),
+            r.planned as f64 / r.unplanned as f64,
+            r.device.map_or("-".into(), gib),
+            100.0 * r.recompute,
+            r.max_runs.map_or("-".into(), |m| m.to_string()),
+            r.secs
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "| graph | sublinear/20 peak / reference's | recompute: sublinear/20 vs reference | `--budget` at the reference's peak | plan time: reference / sgc | most runs of one op | targets |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---|");
+    for v in verdicts {
+        let _ = writeln!(
+            s,
+            "| {} | {:.4} | {:.1}% vs {:.1}% | {} | {:.0}x | {} | {} |",
+            v.graph,
+            v.peak_ratio,
+            100.0 * v.recompute.0,
+            100.0 * v.recompute.1,
+            v.budget,
+            v.speedup,
+            v.max_runs,
+            if v.holds { "hold" } else { "MISSED" }
+        );
+    }
+    s
+}

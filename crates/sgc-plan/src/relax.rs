@@ -1,0 +1,195 @@
+//! Memory for speed: a plan's costliest recomputations are turned back into kept storages
+//! while the peak stays at or under a bound and the recompute cost does not rise
+//! (MegEngine's `lb_memory` step; without a bound, the bound is the plan's own peak, so
+//! recompute drops at no memory cost).
+//!
+//! Candidates are the storages the plan discards, grouped by the op that recomputes them,
+//! costliest op first, each tried against the plan with every group accepted before it, as
+//! a sequential greedy pass would. Keeping a storage keeps its original alive over its
+//! discarded gap, so a group whose gaps cross a step where the current plan's live bytes
+//! plus the group's bytes already exceed the bound is passed over without an evaluation
+//! (a screen against the current plan's profile, rebuilt after every acceptance; the rare
+//! group it passes over wrongly is one whose kept storage would also have let another
+//! storage die earlier). The groups that pass the screen are evaluated exactly, `width`
+//! at a time in parallel against the same plan: the first that passes is taken and the
+//! rest are judged again against the new plan. `width` depends only on the outcomes, never
+//! on the number of workers.
+
+use crate::context::Context;
+use crate::discard::{self, Discard};
+use crate::evaluate::{Fitness, Genome};
+use crate::search::Evaluator;
+use sgc_ir::TensorId;
+
+/// Runs the step on `best` (fitness `fit`) under `bound`.
+pub(crate) fn relax(
+    ev: &mut Evaluator<'_>,
+    mut best: Genome,
+    mut fit: Fitness,
+    bound: u64,
+) -> (Genome, Fitness) {
+    let ctx = ev.ctx;
+    let Some(mut screen) = Screen::of(ctx, &best) else {
+        return (best, fit);
+    };
+    let groups = screen.groups(ctx);
+    let total = groups.len();
+    let proposed = ev.stats.candidates;
+    let (mut i, mut width) = (0, 2);
+    while i < total {
+        let mut picked = Vec::with_capacity(width);
+        while i < total && picked.len() < width {
+            if screen.may_fit(ctx, &groups[i], bound) {
+                picked.push(i);
+            }
+            i += 1;
+        }
+        let cands: Vec<Genome> = picked.iter().map(|&j| with(&best, &groups[j])).collect();
+        let fits = ev.eval_batch(&cands);
+        match fits.iter().position(|f| passes(f, &fit, bound)) {
+            Some(k) => {
+                fit = fits[k];
+                best = cands.into_iter().nth(k).unwrap_or(best);
+                // Groups after the accepted one are judged again against the new plan.
+                i = picked[k] + 1;
+                width = 2;
+                match Screen::of(ctx, &best) {
+                    Some(s) => screen = s,
+                    None => break,
+                }
+            }
+            None => width = (width * 2).min(32),
+        }
+        ev.report("trading memory for speed", i, total);
+    }
+    ev.stats.relax_candidates += ev.stats.candidates - proposed;
+    (best, fit)
+}
+
+/// `best` with the roots of `group` kept.
+fn with(best: &Genome, group: &[TensorId]) -> Genome {
+    let mut cand = best.clone();
+    cand.keep.extend(group.iter().map(|r| r.0));
+    cand.keep.sort_unstable();
+    cand.keep.dedup();
+    cand
+}
+
+/// Whether a relaxed plan is acceptable: it fits the bound and recomputes no more.
+fn passes(f: &Fitness, fit: &Fitness, bound: u64) -> bool {
+    f.feasible && f.peak <= bound && f.cost <= fit.cost
+}
+
+/// The current plan's discards and live bytes, for screening candidates.
+struct Screen {
+    plan: Vec<Discard>,
+    /// Per traced position: the step of its original run.
+    step_of: Vec<u32>,
+    /// Per recompute step: whether it is one.
+    recomputed: Vec<sgc_ir::OpId>,
+    live: RangeMax,
+}
+
+impl Screen {
+    fn of(ctx: &Context<'_>, genome: &Genome) -> Option<Screen> {
+        let plan = discard::plan(ctx, genome);
+        let s = crate::recompute::schedule(ctx, genome.bounds(), &plan).ok()?;
+        let live = crate::profile::live_bytes(ctx, &s.steps)?;
+        let mut step_of = vec![0; ctx.n];
+        for (k, &(op, rec)) in s.steps.iter().enumerate() {
+            if !rec {
+                step_of[op.index()] = k as u32;
+            }
+        }
+        let recomputed = s.steps.iter().filter(|x| x.1).map(|x| x.0).collect();
+        Some(Screen {
+            plan,
+            step_of,
+            recomputed,
+            live: RangeMax::new(live),
+        })
+    }
+
+    /// The discarded roots, grouped by the recomputed op that makes them again, costliest
+    /// op first (ties: op order).
+    fn groups(&self, ctx: &Context<'_>) -> Vec<Vec<TensorId>> {
+        let mut ops = self.recomputed.clone();
+        ops.sort();
+        ops.dedup();
+        ops.sort_by(|a, b| {
+            ctx.cost[b.index()]
+                .total_cmp(&ctx.cost[a.index()])
+                .then(a.cmp(b))
+        });
+        let discarded = |r: &TensorId| self.plan.binary_search_by_key(r, |d| d.root).is_ok();
+        ops.into_iter()
+            .map(|o| {
+                let mut g = ctx.out_roots[o.index()].clone();
+                g.retain(discarded);
+                g
+            })
+            .filter(|g| !g.is_empty())
+            .collect()
+    }
+
+    /// Whether keeping `group` may keep the current plan's peak under `bound`.
+    fn may_fit(&self, ctx: &Context<'_>, group: &[TensorId], bound: u64) -> bool {
+        let extra: u64 = group.iter().map(|&r| ctx.size(r)).sum();
+        let room = bound.saturating_sub(ctx.persistent_bytes);
+        group.iter().all(|r| {
+            let Ok(k) = self.plan.binary_search_by_key(r, |d| d.root) else {
+                return true;
+            };
+            let d = self.plan[k];
+            let (lo, hi) = (self.step_of[d.open as usize] + 1, self.step_of[d.close as usize]);
+            self.live.max(lo as usize, hi as usize).saturating_add(extra) <= room
+        })
+    }
+}
+
+/// Range maximum over a fixed array (a sparse table: O(n log n) to build, O(1) a query).
+struct RangeMax {
+    levels: Vec<Vec<u64>>,
+}
+
+impl RangeMax {
+    fn new(v: Vec<u64>) -> Self {
+        let mut levels = vec![v];
+        let mut w = 1;
+        while 2 * w <= levels[0].len() {
+            let prev = &levels[levels.len() - 1];
+            let next = (0..prev.len() - w).map(|i| prev[i].max(prev[i + w])).collect();
+            levels.push(next);
+            w *= 2;
+        }
+        RangeMax { levels }
+    }
+
+    /// The largest value in `lo..hi` (0 when empty).
+    fn max(&self, lo: usize, hi: usize) -> u64 {
+        let hi = hi.min(self.levels[0].len());
+        if lo >= hi {
+            return 0;
+        }
+        let k = (usize::BITS - 1 - (hi - lo).leading_zeros()) as usize;
+        let l = &self.levels[k];
+        l[lo].max(l[hi - (1 << k)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RangeMax;
+
+    #[test]
+    fn range_max_matches_a_scan() {
+        let v: Vec<u64> = (0..97u64).map(|i| (i * 7919) % 113).collect();
+        let t = RangeMax::new(v.clone());
+        for lo in 0..v.len() {
+            for hi in lo..=v.len() {
+                let want = v[lo..hi].iter().copied().max().unwrap_or(0);
+                assert_eq!(t.max(lo, hi), want, "{lo}..{hi}");
+            }
+        }
+    }
+}
