@@ -5,8 +5,7 @@
 //! shares, which still measures the chosen plan).
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
-//! points (the reference uses the peak alone); the search's final pick also requires no
-//! more recompute than Chen's sqrt(n) plan (see [`Objective`]). With a budget: plans that
+//! points (the reference uses the peak alone). With a budget: plans that
 //! fit come first and among them the least recompute cost wins; plans that do not fit are
 //! ranked by peak.
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard plan
@@ -130,12 +129,7 @@ impl Fitness {
             return first;
         }
         match obj.budget {
-            None => {
-                let over = |f: &Fitness| obj.cost_cap.is_some_and(|c| f.cost > c);
-                over(self)
-                    .cmp(&over(other))
-                    .then_with(|| by_peak(self, other))
-            }
+            None => by_peak(self, other),
             Some(b) => {
                 let (fa, fb) = (self.peak <= b, other.peak <= b);
                 match (fa, fb) {
@@ -153,23 +147,15 @@ impl Fitness {
 }
 
 /// What the search optimises. With a memory `budget`: the least recompute cost among plans
-/// that fit (the others by peak). Without one: the lowest peak, among plans that recompute
-/// at most `cost_cap` units when a cap is set (the others after them, by peak). The
-/// sublinear search sets the cap to Chen's sqrt(n) plan's cost (the classic overhead of
-/// about one extra forward pass) for its final pick when its lowest-peak plan recomputes
-/// more; Chen's plan is in the population, so the pick is never worse than it in either.
+/// that fit (the others by peak). Without one: the lowest peak, then the least recompute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Objective {
     pub budget: Option<u64>,
-    pub cost_cap: Option<u64>,
 }
 
 impl Objective {
     pub fn budget(budget: Option<u64>) -> Objective {
-        Objective {
-            budget,
-            cost_cap: None,
-        }
+        Objective { budget }
     }
 }
 

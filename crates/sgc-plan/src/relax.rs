@@ -141,8 +141,14 @@ impl Screen {
                 return true;
             };
             let d = self.plan[k];
-            let (lo, hi) = (self.step_of[d.open as usize] + 1, self.step_of[d.close as usize]);
-            self.live.max(lo as usize, hi as usize).saturating_add(extra) <= room
+            let (lo, hi) = (
+                self.step_of[d.open as usize] + 1,
+                self.step_of[d.close as usize],
+            );
+            self.live
+                .max(lo as usize, hi as usize)
+                .saturating_add(extra)
+                <= room
         })
     }
 }
@@ -158,7 +164,9 @@ impl RangeMax {
         let mut w = 1;
         while 2 * w <= levels[0].len() {
             let prev = &levels[levels.len() - 1];
-            let next = (0..prev.len() - w).map(|i| prev[i].max(prev[i + w])).collect();
+            let next = (0..prev.len() - w)
+                .map(|i| prev[i].max(prev[i + w]))
+                .collect();
             levels.push(next);
             w *= 2;
         }

@@ -51,6 +51,47 @@ pub(crate) struct Evaluator<'a> {
     pub objective: Objective,
     pub progress: Option<ProgressFn<'a>>,
     pub stats: SearchStats,
+    /// Every evaluated candidate not dominated by another in both peak and cost.
+    pub front: Front,
+}
+
+/// The memory/recompute Pareto front of the candidates evaluated so far: members by
+/// increasing peak, each recomputing strictly less than the one before. Ties (same peak
+/// and cost) keep the first member evaluated, so the front is deterministic.
+#[derive(Default)]
+pub(crate) struct Front {
+    pub members: Vec<Member>,
+}
+
+impl Front {
+    /// Adds a candidate unless a member dominates it (or equals it in both); drops the
+    /// members it dominates.
+    pub fn insert(&mut self, m: &Member) {
+        let f = m.fitness;
+        if !f.feasible {
+            return;
+        }
+        let v = &mut self.members;
+        // First member with a peak above f's.
+        let i = v.partition_point(|x| x.fitness.peak <= f.peak);
+        if i > 0 && v[i - 1].fitness.cost <= f.cost {
+            return; // a member peaks no higher and recomputes no more
+        }
+        // Members from the ones at f's peak on that recompute at least as much are dominated.
+        let start = v[..i].partition_point(|x| x.fitness.peak < f.peak);
+        let end = start
+            + v[start..]
+                .iter()
+                .take_while(|x| x.fitness.cost >= f.cost)
+                .count();
+        v.splice(start..end, [m.clone()]);
+    }
+
+    /// The member that recomputes least among those peaking at or under `bound`.
+    pub fn cheapest_under(&self, bound: u64) -> Option<&Member> {
+        let i = self.members.partition_point(|x| x.fitness.peak <= bound);
+        i.checked_sub(1).map(|k| &self.members[k])
+    }
 }
 
 impl<'a> Evaluator<'a> {
@@ -68,6 +109,7 @@ impl<'a> Evaluator<'a> {
             objective: Objective::budget(budget),
             progress,
             stats: SearchStats::default(),
+            front: Front::default(),
         }
     }
 
@@ -108,8 +150,12 @@ impl<'a> Evaluator<'a> {
         }
         for (&i, k) in fresh.iter().zip(&keys) {
             let g = &genomes[i];
-            self.cache
-                .insert(g.clone(), fitness_with(self.outcomes[k], g));
+            let fitness = fitness_with(self.outcomes[k], g);
+            self.cache.insert(g.clone(), fitness);
+            self.front.insert(&Member {
+                genome: g.clone(),
+                fitness,
+            });
         }
         genomes.iter().map(|g| self.cache[g]).collect()
     }
@@ -139,4 +185,57 @@ pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
             .cmp(&b.fitness, obj)
             .then_with(|| a.genome.cmp(&b.genome))
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::Genome;
+
+    fn member(peak: u64, cost: u64, tag: u32) -> Member {
+        Member {
+            genome: Genome::from_splits(vec![tag]),
+            fitness: Fitness {
+                feasible: true,
+                peak,
+                cost,
+                splits: 1,
+            },
+        }
+    }
+
+    /// The front keeps exactly the non-dominated candidates, by increasing peak and
+    /// strictly decreasing cost, whatever the order they come in.
+    #[test]
+    fn the_front_keeps_the_non_dominated_candidates() {
+        let pts = [
+            (10, 50),
+            (12, 40),
+            (12, 45),
+            (11, 60),
+            (15, 40),
+            (20, 10),
+            (9, 90),
+            (20, 5),
+            (10, 50),
+        ];
+        let mut orders = vec![(0..pts.len()).collect::<Vec<_>>()];
+        orders.push(orders[0].iter().rev().copied().collect());
+        orders.push(vec![4, 0, 7, 2, 8, 5, 1, 6, 3]);
+        for order in orders {
+            let mut f = Front::default();
+            for &k in &order {
+                f.insert(&member(pts[k].0, pts[k].1, k as u32));
+            }
+            let got: Vec<(u64, u64)> = f
+                .members
+                .iter()
+                .map(|m| (m.fitness.peak, m.fitness.cost))
+                .collect();
+            assert_eq!(got, vec![(9, 90), (10, 50), (12, 40), (20, 5)], "{order:?}");
+            assert_eq!(f.cheapest_under(11).map(|m| m.fitness.cost), Some(50));
+            assert_eq!(f.cheapest_under(8).map(|m| m.fitness.cost), None);
+            assert_eq!(f.cheapest_under(100).map(|m| m.fitness.cost), Some(5));
+        }
+    }
 }
