@@ -47,6 +47,22 @@ pub struct DeviceProfileArg {
     pub device_profile: Option<sgc::ir::DeviceProfile>,
 }
 
+/// `--goal` values of `plan`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum GoalArg {
+    LowestPeak,
+    Balanced,
+}
+
+impl From<GoalArg> for sgc::plan::Goal {
+    fn from(g: GoalArg) -> Self {
+        match g {
+            GoalArg::LowestPeak => sgc::plan::Goal::LowestPeak,
+            GoalArg::Balanced => sgc::plan::Goal::Balanced,
+        }
+    }
+}
+
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 

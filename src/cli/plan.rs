@@ -3,7 +3,7 @@
 //! before it is reported or written. `--check PLAN` verifies an existing plan file against
 //! the graph instead (and refuses a plan made for another graph).
 
-use super::{CliResult, DeviceProfileArg, StrategyArg};
+use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
 use serde::Serialize;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::units::{human_bytes, parse_size};
@@ -25,6 +25,11 @@ pub struct Args {
     /// checkpoints again, most expensive first, while the peak stays at or under it.
     #[arg(long, value_parser = parse_size)]
     lb_memory: Option<u64>,
+    /// sublinear without a budget: `lowest-peak` (whatever it recomputes, then the least
+    /// recompute; MegEngine's rule) or `balanced` (memory and recompute weighed equally, each
+    /// as a share of what there is to gain: the knee of the memory/recompute front).
+    #[arg(long, value_enum, default_value = "lowest-peak")]
+    goal: GoalArg,
     /// sublinear: evenly spaced thresholds to try.
     #[arg(long, default_value_t = 10)]
     thresh_tries: usize,
@@ -170,6 +175,7 @@ pub fn run(args: Args) -> CliResult {
         seed: args.seed,
         budget: args.budget,
         lb_memory: args.lb_memory,
+        goal: args.goal.into(),
         thresh_tries: args.thresh_tries,
         genetic_iters: args.genetic_iters,
         pool_size: args.pool_size,
@@ -406,7 +412,13 @@ fn render(r: &Report<'_>) -> String {
         );
     }
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
-    let _ = writeln!(s, "strategy           {} (seed {})", r.strategy, o.seed);
+    let _ = writeln!(
+        s,
+        "strategy           {} (seed {}, goal {})",
+        r.strategy,
+        o.seed,
+        o.goal.as_str()
+    );
     if let Some(d) = &o.device_profile {
         let _ = writeln!(
             s,

@@ -28,6 +28,9 @@ pub(crate) struct Context<'g> {
     pub kept: Vec<bool>,
     /// Freeable roots, in id order.
     pub freeable_roots: Vec<TensorId>,
+    /// Freeable roots with the position of the op that makes them and of their last
+    /// access, by the first (then id).
+    pub freeable_by_made: Vec<(u32, u32, TensorId)>,
     pub rerunnable: Vec<bool>,
     /// Per op.
     pub hazard: Vec<u32>,
@@ -89,7 +92,16 @@ impl<'g> Context<'g> {
                     && g.producer(t).is_some_and(|p| rerunnable[p.index()])
             })
             .collect();
-        let freeable_roots = g.tensor_ids().filter(|t| freeable[t.index()]).collect();
+        let freeable_roots: Vec<TensorId> =
+            g.tensor_ids().filter(|t| freeable[t.index()]).collect();
+        let mut freeable_by_made: Vec<(u32, u32, TensorId)> = freeable_roots
+            .iter()
+            .filter_map(|&r| {
+                let a = &accesses[r.index()];
+                Some((*a.first()?, *a.last()?, r))
+            })
+            .collect();
+        freeable_by_made.sort_unstable();
         let profile = g.memory_profile();
         let validity = g
             .tensor_ids()
@@ -135,6 +147,7 @@ impl<'g> Context<'g> {
             freeable,
             kept,
             freeable_roots,
+            freeable_by_made,
             rerunnable,
             hazard,
             out_roots,

@@ -70,51 +70,65 @@ impl<'a> Blocks<'a> {
 pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
     let blocks = Blocks::new(&genome.splits, ctx.n);
     let protected = protected(ctx, genome, &blocks);
-    ctx.freeable_roots
-        .iter()
-        .filter(|r| !protected[r.index()])
-        .filter_map(|&r| discard_of(ctx, &blocks, genome.rules, r))
-        .map(|d| Discard {
-            block_begin: if genome.rules.unbounded {
-                0
-            } else {
-                d.block_begin
-            },
-            ..d
-        })
-        .collect()
+    let s = &genome.splits;
+    let last_pos = (ctx.n as u32).saturating_sub(1);
+    let block_last = |k: usize| s.get(k).copied().unwrap_or(last_pos);
+    let mut out = Vec::new();
+    let mut k = 0; // the block of the current root: it ends at block_last(k)
+    for &(made, last, r) in &ctx.freeable_by_made {
+        while made > block_last(k) {
+            k += 1;
+        }
+        // Read only inside its block, or protected: kept.
+        if last <= block_last(k) || protected.binary_search(&r.0).is_ok() {
+            continue;
+        }
+        let block = Block {
+            first: if k == 0 { 0 } else { s[k - 1] + 1 },
+            last: block_last(k),
+            next_last: block_last(k + 1),
+        };
+        if let Some(mut d) = discard_of(ctx, &block, genome.rules, r) {
+            if genome.rules.unbounded {
+                d.block_begin = 0;
+            }
+            out.push(d);
+        }
+    }
+    out.sort_unstable_by_key(|d| d.root);
+    out
 }
 
-/// Roots never discarded: checkpoints (outputs of a block's last op made in that block)
-/// and the genome's kept roots.
-fn protected(ctx: &Context<'_>, genome: &Genome, blocks: &Blocks<'_>) -> Vec<bool> {
-    let mut p = vec![false; ctx.g.num_tensors()];
+/// The block of a storage's producer: its first and last positions, and the last position
+/// of the block after it.
+struct Block {
+    first: u32,
+    last: u32,
+    next_last: u32,
+}
+
+/// Roots never discarded, sorted: checkpoints (outputs of a block's last op made in that
+/// block) and the genome's kept roots.
+fn protected(ctx: &Context<'_>, genome: &Genome, blocks: &Blocks<'_>) -> Vec<u32> {
+    let mut p: Vec<u32> = genome.keep.clone();
     for &s in &genome.splits {
         let (first, _) = blocks.of(s);
         for &r in &ctx.out_roots[s as usize] {
             if ctx.accesses[r.index()].first().is_some_and(|&a| a >= first) {
-                p[r.index()] = true;
+                p.push(r.0);
             }
         }
     }
-    for &k in &genome.keep {
-        if let Some(x) = p.get_mut(k as usize) {
-            *x = true;
-        }
-    }
+    p.sort_unstable();
+    p.dedup();
     p
 }
 
 /// The discard of one freeable root, if the rules of the module doc give one.
-fn discard_of(
-    ctx: &Context<'_>,
-    blocks: &Blocks<'_>,
-    rules: Rules,
-    r: TensorId,
-) -> Option<Discard> {
+fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, r: TensorId) -> Option<Discard> {
     let acc = &ctx.accesses[r.index()];
     let made = *acc.first()?;
-    let (first, last) = blocks.of(made);
+    let (first, last) = (block.first, block.last);
     if *acc.last()? <= last {
         return None;
     }
@@ -133,8 +147,7 @@ fn discard_of(
     }
     let (_, i) = best?;
     let (open, close) = (acc[i], acc[i + 1]);
-    let next_block_end = blocks.of(last + 1).1;
-    let in_next_block = close > last && close <= next_block_end && last + 1 < ctx.n as u32;
+    let in_next_block = close > last && close <= block.next_last && last + 1 < ctx.n as u32;
     if (in_next_block && !rules.next_block) || close > ctx.root_hazard(r) {
         return None;
     }
@@ -151,4 +164,66 @@ pub(crate) fn key(plan: &[Discard]) -> Vec<u32> {
     plan.iter()
         .flat_map(|d| [d.root.0, d.open, d.block_begin])
         .collect()
+}
+
+#[cfg(test)]
+mod dbg {
+    use super::*;
+    #[test]
+    #[ignore]
+    fn dbg_ref_plan() {
+        let path = std::env::var("G").unwrap();
+        let g = sgc_ir::load_any(&path).unwrap();
+        let ctx = Context::with_profile(&g, None);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string("/work/tmp/ref_plan.json").unwrap())
+                .unwrap();
+        let sps: Vec<u32> = v["sps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let genome = Genome::from_splits(sps);
+        let p = plan(&ctx, &genome);
+        let mine: std::collections::BTreeSet<(String, u32, u32)> = p
+            .iter()
+            .map(|d| (g.tensor(d.root).name.clone(), d.open, d.close))
+            .collect();
+        let theirs: std::collections::BTreeSet<(String, u32, u32)> = v["discards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x[0].as_str().unwrap().to_string(),
+                    x[1].as_u64().unwrap() as u32,
+                    x[2].as_u64().unwrap() as u32,
+                )
+            })
+            .collect();
+        println!("mine {} theirs {}", mine.len(), theirs.len());
+        for x in mine.difference(&theirs).take(20) {
+            println!("only mine {x:?}");
+        }
+        for x in theirs.difference(&mine).take(20) {
+            println!("only theirs {x:?}");
+        }
+        let s = crate::recompute::schedule(&ctx, genome.bounds(), &p).unwrap();
+        let peak = crate::profile::peak(&ctx, &s.steps).unwrap();
+        let dups = s.steps.iter().filter(|x| x.1).count();
+        println!(
+            "peak {} act {} dups {}",
+            peak,
+            peak - ctx.persistent_bytes,
+            dups
+        );
+        let live = crate::profile::live_bytes(&ctx, &s.steps).unwrap();
+        let (imax, _) = live.iter().enumerate().max_by_key(|x| x.1).unwrap();
+        println!(
+            "peak at step {imax} op {:?} of {}",
+            g.op(s.steps[imax].0).name,
+            s.steps.len()
+        );
+    }
 }

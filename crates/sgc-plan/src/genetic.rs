@@ -4,8 +4,7 @@
 //! quarters of the pool by fitness, the rest drawn at random from the others, so some
 //! diversity survives), and makes two children per survivor: one by two mutations (pick a
 //! split point, then insert a new point before it, delete it, move it between its
-//! neighbours, or leave it; and one time in eight, flip one switch of the discard rules),
-//! one by crossover with another random survivor (the points
+//! neighbours, or leave it), one by crossover with another random survivor (the points
 //! before a random cut from one parent, the rest from the other). Children are generated
 //! sequentially from one seeded ChaCha8 stream and evaluated in parallel, so the result is
 //! the same for any number of workers. The population keeps the best candidates ever
@@ -88,11 +87,7 @@ fn mutate(g: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
         2 if lo < hi => s[j] = rng.random_range(lo..hi),
         _ => {}
     }
-    let mut out = with_splits(g, s);
-    if rng.random_range(0..8u8) == 0 {
-        out.rules = out.rules.flipped(rng.random_range(0..3u8));
-    }
-    out
+    with_splits(g, s)
 }
 
 /// Points of `a` before a random cut, points of `b` from the cut on.

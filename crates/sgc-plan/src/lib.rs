@@ -8,8 +8,9 @@
 //!   access and recomputed before which read);
 //! - `recompute`: a discard plan becomes a step sequence with bounded recomputation
 //!   (bounded to the block; every op runs at most twice);
-//! - `profile`, `evaluate` and `search`: a candidate's peak under the IR's memory model and
-//!   its fitness; batches evaluated in parallel, independent of the worker count;
+//! - `evaluate` and `search`: a candidate's peak under the IR's memory model (counted by
+//!   the walk as it goes; `profile`, in tests, counts it again from the steps) and its
+//!   fitness; batches evaluated in parallel, independent of the worker count;
 //! - `relax`: memory for speed (turning recomputations back into kept storages);
 //! - `schedule`: recomputation with eviction, for static DTR;
 //! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
@@ -43,6 +44,7 @@ mod evaluate;
 mod genetic;
 pub mod plan;
 mod polish;
+#[cfg(test)]
 mod profile;
 mod recompute;
 mod relax;
@@ -53,7 +55,9 @@ pub mod verify;
 
 pub use arena::ArenaLayout;
 pub use error::PlanError;
-pub use plan::{GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN};
+pub use plan::{
+    Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
+};
 pub use search::{Progress, ProgressFn, SearchStats};
 pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
 
@@ -187,6 +191,9 @@ fn run_sublinear(
             message: e.to_string(),
         })?;
     let mut ev = search::Evaluator::new(ctx, &pool, options.budget, run.progress);
+    if options.budget.is_none() && options.goal == plan::Goal::Balanced {
+        ev.objective.balance = Some(evaluate::Balance::of(ctx));
+    }
     let (best, _) = sublinear::search(&mut ev, options);
     Ok((
         schedule(ctx, &best).unwrap_or_else(|| original(ctx)),

@@ -65,6 +65,29 @@ impl std::fmt::Display for Strategy {
     }
 }
 
+/// What `sublinear` optimises when there is no budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Goal {
+    /// The lowest peak, whatever it recomputes (MegEngine's rule), then the least recompute.
+    #[default]
+    LowestPeak,
+    /// Memory and recompute weighed equally, each as a share of what there is to gain:
+    /// `(peak - lower bound) / (unplanned peak - lower bound) + recompute / one step`,
+    /// the knee of the memory/recompute front.
+    Balanced,
+}
+
+impl Goal {
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::LowestPeak => "lowest-peak",
+            Goal::Balanced => "balanced",
+        }
+    }
+}
+
 /// Every option that shapes a plan (and nothing that does not, such as thread counts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlanOptions {
@@ -76,6 +99,9 @@ pub struct PlanOptions {
     /// Memory the user is willing to spend to save recompute: recomputed ops are turned back
     /// into checkpoints, most expensive first, while the peak stays at or under it.
     pub lb_memory: Option<u64>,
+    /// `sublinear` without a budget: what the search optimises.
+    #[serde(default)]
+    pub goal: Goal,
     /// `sublinear`: evenly spaced thresholds tried (twice: over the range and around the best).
     pub thresh_tries: usize,
     /// `sublinear`: generations of genetic refinement (0 = off).
@@ -119,6 +145,7 @@ impl Default for PlanOptions {
             seed: 0,
             budget: None,
             lb_memory: None,
+            goal: Goal::default(),
             thresh_tries: 10,
             genetic_iters: 0,
             pool_size: 20,

@@ -8,7 +8,8 @@
 //! split removed, a split added in the middle of each block, and each switch of the
 //! discard rules flipped. The best neighbour under the search's objective replaces the
 //! genome when it is strictly better; the climb stops when none is, after
-//! [`MAX_ROUNDS`] rounds, or once a round would take it past [`MAX_CANDIDATES`].
+//! [`MAX_ROUNDS`] rounds, or once a round would take it past [`MAX_CANDIDATES`]; a round
+//! evaluates at most [`ROUND_CANDIDATES`] neighbours.
 //! Neighbours that change no discard are cached and cost nothing.
 
 use crate::evaluate::Genome;
@@ -17,7 +18,10 @@ use crate::search::{Evaluator, Member};
 /// The most rounds of the climb.
 pub(crate) const MAX_ROUNDS: usize = 16;
 /// The most candidates one climb proposes.
-pub(crate) const MAX_CANDIDATES: usize = 3000;
+pub(crate) const MAX_CANDIDATES: usize = 500;
+/// The most neighbours one round evaluates: a genome with more (hundreds of splits) has an
+/// evenly spaced selection of them evaluated, a different one each round.
+pub(crate) const ROUND_CANDIDATES: usize = 256;
 
 /// Climbs from `start` and returns the best member found (`start` if none is better).
 pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
@@ -25,7 +29,12 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
     let mut best = start.clone();
     let mut proposed = 0;
     for round in 0..MAX_ROUNDS {
-        let cands = neighbours(&best.genome, n);
+        let mut cands = neighbours(&best.genome, n);
+        if cands.len() > ROUND_CANDIDATES {
+            let stride = cands.len().div_ceil(ROUND_CANDIDATES);
+            let offset = round % stride;
+            cands = cands.into_iter().skip(offset).step_by(stride).collect();
+        }
         proposed += cands.len();
         if round > 0 && proposed > MAX_CANDIDATES {
             break;
@@ -44,6 +53,98 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
         }
     }
     best
+}
+
+/// Climbs from `start` by reshaping the blocks that hold the most bytes at the plan's peak:
+/// each is split at seven evenly spaced positions, and the splits that bound it are moved
+/// by 1 to 32 positions or removed. Up to [`MAX_ROUNDS`] rounds while strictly better.
+pub(crate) fn bottleneck(ev: &mut Evaluator<'_>, start: &Member) -> Member {
+    let mut best = start.clone();
+    for round in 0..2 * MAX_ROUNDS {
+        let Some(cands) = bottleneck_neighbours(ev.ctx, &best.genome) else {
+            break;
+        };
+        let fits = ev.eval_batch(&cands);
+        let mut improved = false;
+        for (genome, fitness) in cands.into_iter().zip(fits) {
+            if fitness.cmp(&best.fitness, ev.objective).is_lt() {
+                best = Member { genome, fitness };
+                improved = true;
+            }
+        }
+        ev.report("reshaping the peak's blocks", round + 1, 2 * MAX_ROUNDS);
+        if !improved {
+            break;
+        }
+    }
+    best
+}
+
+/// The neighbours [`bottleneck`] tries, or `None` when the genome has no schedule.
+fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Vec<Genome>> {
+    let steps = crate::evaluate::schedule(ctx, g)?;
+    let ops: Vec<sgc_ir::OpId> = steps.iter().map(|s| s.0).collect();
+    let profile = sgc_ir::simulate(ctx.g, &ops).ok()?;
+    let peak = profile.peak_step?;
+    let blocks = crate::discard::Blocks::new(&g.splits, ctx.n);
+    let mut weight: std::collections::BTreeMap<(u32, u32), u64> = Default::default();
+    for i in profile
+        .instances
+        .iter()
+        .filter(|i| i.start <= peak && peak <= i.end)
+    {
+        if let Some(p) = ctx.g.producer(i.root) {
+            *weight.entry(blocks.of(p.index() as u32)).or_default() += i.bytes;
+        }
+    }
+    let mut heavy: Vec<((u32, u32), u64)> = weight.into_iter().collect();
+    heavy.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let with = |splits: Vec<u32>| {
+        let mut c = Genome::from_splits(splits);
+        c.keep = g.keep.clone();
+        c.rules = g.rules;
+        c
+    };
+    let s = &g.splits;
+    let n = ctx.n as u32;
+    let mut out = Vec::new();
+    for &((first, last), _) in heavy.iter().take(2) {
+        for k in 1..8 {
+            let p = first + (last - first) * k / 8;
+            if p > first && p < last {
+                let mut v = s.clone();
+                v.push(p);
+                out.push(with(v));
+            }
+        }
+        // The splits bounding the block: the one closing it and the one before it.
+        for j in [
+            s.binary_search(&last).ok(),
+            first.checked_sub(1).and_then(|b| s.binary_search(&b).ok()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
+            let hi = s.get(j + 1).map_or(n, |&x| x);
+            for d in [1, 2, 4, 8, 16, 32] {
+                for p in [s[j].checked_sub(d), s[j].checked_add(d)]
+                    .into_iter()
+                    .flatten()
+                {
+                    if p >= lo && p < hi {
+                        let mut v = s.clone();
+                        v[j] = p;
+                        out.push(with(v));
+                    }
+                }
+            }
+            let mut v = s.clone();
+            v.remove(j);
+            out.push(with(v));
+        }
+    }
+    Some(out)
 }
 
 /// The neighbours of a genome (see the module doc), in a fixed order.

@@ -1,10 +1,10 @@
-//! The peak of a candidate's schedule under the IR's memory model, in one pass.
+//! The live bytes of a step sequence under the IR's memory model, in one pass (tests only).
 //!
 //! `sgc_ir::simulate` is the model every tool shares (a storage lives from the step that
 //! produces it to its last use; a new production starts a new instance), and it still
-//! measures the chosen plan. The search evaluates thousands of candidates, so this is the
-//! same model without building the list of instances: a difference array of live bytes
-//! over the steps. `evaluate::tests` check it against `simulate`, schedule by schedule.
+//! measures the chosen plan. The search counts live bytes inside its walk
+//! ([`crate::recompute::Schedule::live`]); this is the same model computed from the steps
+//! alone, without the walk's state, and `evaluate::tests` check all three agree.
 
 use crate::context::{Context, Validity};
 use sgc_ir::OpId;

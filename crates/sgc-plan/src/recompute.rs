@@ -30,10 +30,22 @@ use sgc_ir::{OpId, TensorId};
 
 const NEVER: u32 = u32::MAX;
 
-/// A built schedule: `(op, recomputed?)` per step, and its recompute cost in units.
+/// A built schedule: `(op, recomputed?)` per step, its recompute cost in units, and the
+/// live (non-persistent) bytes at every step under the IR's memory model (the walk counts
+/// each storage instance from its production to its last use as it goes, the same count
+/// [`crate::profile::live_bytes`] makes from the steps; tests check they agree).
 pub(crate) struct Schedule {
     pub steps: Vec<(OpId, bool)>,
     pub units: u64,
+    pub live: Vec<u64>,
+}
+
+impl Schedule {
+    /// The peak, persistent bytes included.
+    pub fn peak(&self, ctx: &Context<'_>) -> u64 {
+        let live = self.live.iter().copied().max().unwrap_or(0);
+        ctx.persistent_bytes.saturating_add(live)
+    }
 }
 
 /// The schedule of a discard plan under the blocks of `splits`.
@@ -75,9 +87,11 @@ pub(crate) fn schedule(
             w.ensure(t, bb)?;
         }
     }
+    let live = w.live();
     Ok(Schedule {
         steps: w.steps,
         units: w.units,
+        live,
     })
 }
 
@@ -104,6 +118,10 @@ struct Walk<'c> {
     units: u64,
     /// The recomputation stack: (op, index of the next input to check).
     stack: Vec<(OpId, usize)>,
+    /// Per root: its open instance's first step and last use (`NEVER`: none).
+    open: Vec<(u32, u32)>,
+    /// Per step (and one past): bytes of instances starting minus bytes ending before it.
+    delta: Vec<i128>,
 }
 
 impl<'c> Walk<'c> {
@@ -128,7 +146,49 @@ impl<'c> Walk<'c> {
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
             units: 0,
             stack: Vec::new(),
+            open: {
+                let mut open = vec![(NEVER, NEVER); nt];
+                for &t in &ctx.input_roots {
+                    open[t.index()] = (0, 0);
+                }
+                open
+            },
+            delta: Vec::with_capacity(ctx.n + ctx.n / 2 + 1),
         }
+    }
+
+    /// Closes instance `(start, last)` of root `r` (nothing if it was never used).
+    fn close(&mut self, r: usize, (start, last): (u32, u32)) {
+        if start != NEVER && last != NEVER {
+            let size = i128::from(self.ctx.bytes[r]);
+            self.delta[start as usize] += size;
+            self.delta[last as usize + 1] -= size;
+        }
+    }
+
+    /// The live bytes at every step, closing the instances still open (graph outputs run
+    /// to the end).
+    fn live(&mut self) -> Vec<u64> {
+        let n = self.steps.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        self.delta.resize(n + 1, 0);
+        for r in 0..self.open.len() {
+            let (start, last) = self.open[r];
+            if start != NEVER {
+                let last = if self.ctx.kept[r] { n as u32 - 1 } else { last };
+                self.close(r, (start, last));
+            }
+        }
+        let mut acc = 0i128;
+        self.delta[..n]
+            .iter()
+            .map(|d| {
+                acc += d;
+                u64::try_from(acc).unwrap_or(u64::MAX)
+            })
+            .collect()
     }
 
     fn root(&self, t: TensorId) -> TensorId {
@@ -231,7 +291,15 @@ impl<'c> Walk<'c> {
             }
         }
         self.runs[i] += 1;
+        let s = self.steps.len() as u32;
         self.steps.push((op, recompute));
+        self.delta.resize(s as usize + 2, 0);
+        for &t in &ctx.g.op(op).inputs {
+            if ctx.validity[t.index()] == Validity::Current {
+                let r = self.root(t).index();
+                self.open[r].1 = s;
+            }
+        }
         for &t in &ctx.g.op(op).outputs {
             let r = self.root(t);
             if r == t {
@@ -241,6 +309,14 @@ impl<'c> Walk<'c> {
                 self.copy[r.index()] = recompute;
             }
             self.made[t.index()] = self.version[r.index()];
+            if ctx.validity[t.index()] == Validity::Current {
+                if r == t {
+                    let old = std::mem::replace(&mut self.open[r.index()], (s, s));
+                    self.close(r.index(), old);
+                } else {
+                    self.open[r.index()].1 = s;
+                }
+            }
         }
         Ok(())
     }

@@ -94,7 +94,6 @@ impl Screen {
     fn of(ctx: &Context<'_>, genome: &Genome) -> Option<Screen> {
         let plan = discard::plan(ctx, genome);
         let s = crate::recompute::schedule(ctx, genome.bounds(), &plan).ok()?;
-        let live = crate::profile::live_bytes(ctx, &s.steps)?;
         let mut step_of = vec![0; ctx.n];
         for (k, &(op, rec)) in s.steps.iter().enumerate() {
             if !rec {
@@ -106,7 +105,7 @@ impl Screen {
             plan,
             step_of,
             recomputed,
-            live: RangeMax::new(live),
+            live: RangeMax::new(s.live),
         })
     }
 

@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::discard;
 use crate::evaluate::{fitness_with, outcome, Fitness, Genome, Objective, Outcome};
 use rayon::prelude::*;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
 /// Progress of a search, for progress bars.
@@ -104,8 +104,8 @@ impl<'a> Evaluator<'a> {
         Evaluator {
             ctx,
             pool,
-            cache: HashMap::new(),
-            outcomes: HashMap::new(),
+            cache: HashMap::default(),
+            outcomes: HashMap::default(),
             objective: Objective::budget(budget),
             progress,
             stats: SearchStats::default(),
@@ -117,7 +117,7 @@ impl<'a> Evaluator<'a> {
     pub fn eval_batch(&mut self, genomes: &[Genome]) -> Vec<Fitness> {
         self.stats.candidates += genomes.len();
         let mut fresh: Vec<usize> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for (i, g) in genomes.iter().enumerate() {
             if !self.cache.contains_key(g) && seen.insert(g) {
                 fresh.push(i);
@@ -133,7 +133,7 @@ impl<'a> Evaluator<'a> {
         let keys: Vec<Arc<Vec<u32>>> = plans.iter().map(|p| Arc::new(discard::key(p))).collect();
         // Distinct new plans, each evaluated once.
         let mut todo: Vec<usize> = Vec::new();
-        let mut new_keys = HashSet::new();
+        let mut new_keys = HashSet::default();
         for (j, k) in keys.iter().enumerate() {
             if !self.outcomes.contains_key(k) && new_keys.insert(k) {
                 todo.push(j);
@@ -165,6 +165,12 @@ impl<'a> Evaluator<'a> {
     }
 
     pub fn report(&self, phase: &'static str, done: usize, total: usize) {
+        if std::env::var("X_PH").is_ok() {
+            eprintln!(
+                "{phase} {done}/{total} cands {} built {}",
+                self.stats.candidates, self.stats.evaluated
+            );
+        }
         if let Some(p) = self.progress {
             p(Progress { phase, done, total });
         }
