@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-import torchvision
 
 from sgc_trace import InputSpec, export
 
 NO_STATS = "aten._native_batch_norm_legit.no_stats"
 UPDATE = "sgc.batch_norm_update_stats"
+torchvision = pytest.importorskip("torchvision")
 
 
 @pytest.fixture(scope="module")

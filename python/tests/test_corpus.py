@@ -18,6 +18,8 @@ from sgc_trace.sgc import REPO, run_sgc
 
 REAL = REPO / "graphs" / "real"
 MEMMODEL = REPO.parent / "shared" / "tools" / "memmodel.py"
+pytest.importorskip("torchvision")
+pytest.importorskip("transformers")
 META_KEYS = ("model", "batch_size", "dtype", "exporter", "torch_version", "library", "time_us_source")
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-import torchvision
-import transformers
 from torch import nn
 
 from sgc_trace import ExportError, InputSpec, export
 from sgc_trace.cli import lm_cross_entropy
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
+torchvision = pytest.importorskip("torchvision")
+transformers = pytest.importorskip("transformers")
 
 
 def _tokens(batch=2, seq=16, vocab=100):
