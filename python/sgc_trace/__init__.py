@@ -6,11 +6,15 @@
     sgc_trace.save(graph, "model.json")
 
 The model is built inside a FakeTensorMode, so its weights take no memory; see
-`trace.py` for the tracing and `convert.py` for how the joint graph maps to the format.
+`build.py` for building, `trace.py` for the tracing, `convert.py` for how the joint graph
+maps to the format and `cost.py` for the roofline `time_us`.
 """
 
-from .api import export, save, summary
-from .convert import ExportError
-from .trace import InputSpec
+__version__ = "0.2.0"
 
-__all__ = ["export", "save", "summary", "InputSpec", "ExportError"]
+from .api import export, save, summary  # noqa: E402
+from .cost import PROFILES, DeviceProfile, parse_profile  # noqa: E402
+from .errors import ExportError  # noqa: E402
+from .trace import InputSpec  # noqa: E402
+
+__all__ = ["export", "save", "summary", "InputSpec", "ExportError", "DeviceProfile", "PROFILES", "parse_profile"]

@@ -1,7 +1,9 @@
-"""The one-call API: build fake, trace the joint graph, convert, save."""
+"""The one-call API: build fake, trace the joint graph, convert, cost, save."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
 from pathlib import Path
@@ -10,8 +12,11 @@ from typing import Callable, Sequence
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .convert import to_graph
-from .trace import InputSpec, LossFn, build_fake, trace_joint
+from .build import build, prepare
+from .convert import UPDATES, to_graph
+from .cost import DEFAULT_PROFILE, DeviceProfile, parse_profile
+from .errors import ExportError, explain
+from .trace import InputSpec, LossFn, trace_joint
 
 
 def export(
@@ -23,29 +28,61 @@ def export(
     update: str = "none",
     lr: float = 0.01,
     meta: dict | None = None,
+    device_profile: str | DeviceProfile = DEFAULT_PROFILE,
+    raw_output: bool = False,
 ) -> dict:
     """Traces one training step and returns its version-1 graph as a JSON-ready dict.
 
     `model` is either a module or a zero-argument factory; a factory is called inside a
-    FakeTensorMode so the weights are never allocated (use this for large models). The
-    first `num_model_inputs` of `inputs` go to the model, the rest to `loss_fn` after the
-    model's output: `loss = loss_fn(model(*inputs[:n]), *inputs[n:])`.
+    FakeTensorMode so the weights are never allocated (use this for large models), and
+    called again for real (random weights, CPU) when its constructor needs tensor data.
+    The first `num_model_inputs` of `inputs` go to the model, the rest to `loss_fn` after
+    the model's output: `loss = loss_fn(model(*inputs[:n]), *inputs[n:])`. A model output
+    that is not a tensor (`ModelOutput`, dict, tuple) is reduced to its `logits` or first
+    tensor unless `raw_output` is true.
     `update`: `"none"` (gradients are graph outputs) or `"sgd"` (one in-place update op
     per parameter; the loss is the only output).
+    `device_profile`: the device whose roofline gives each op's `time_us` (`a100`, ...,
+    or `F32/HALF/GBPS` rates; see `cost.py`).
+
+    Every failure raises one `ExportError` whose message says what failed and where.
     """
+    profile = parse_profile(device_profile)
+    if update not in UPDATES:
+        raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
     # Factory calls in forward (torch.arange for positions) make real constants while
     # AOTAutograd collects metadata; let fake ops read them.
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    if not isinstance(model, nn.Module):
-        model = build_fake(model, mode)
-    model.train()
-    trace = trace_joint(model, loss_fn, inputs, num_model_inputs, mode)
-    extra = {"model": type(model).__name__, **(meta or {})}
-    return to_graph(trace, name=name, update=update, lr=lr, meta=extra)
+    with _failures("preparing the model"):
+        if isinstance(model, nn.Module):
+            module, built = prepare(model, mode), "given"
+        else:
+            module, built = build(model, mode)
+        module.train()
+    with _failures("tracing the training step"):
+        trace = trace_joint(module, loss_fn, inputs, num_model_inputs, mode, raw_output)
+    extra = {"model": type(module).__name__, "built": built, **(meta or {})}
+    with _failures("converting the traced graph"):
+        return to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile)
 
 
-def save(graph: dict, path: str | Path) -> None:
-    """Writes a graph as compact JSON (one tensor or op per line, so diffs stay readable)."""
+class _failures:
+    """Turns any exception but `ExportError` into one, explained (`errors.explain`)."""
+
+    def __init__(self, stage: str):
+        self.stage = stage
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is None or isinstance(e, ExportError) or not isinstance(e, Exception):
+            return False
+        raise ExportError(explain(self.stage, e)) from e
+
+
+def dumps(graph: dict) -> str:
+    """A graph as compact JSON text (one tensor or op per line, so diffs stay readable)."""
     lines = ["{"]
     head = {k: v for k, v in graph.items() if k not in ("tensors", "ops")}
     for key in ("format", "version", "name"):
@@ -57,11 +94,34 @@ def save(graph: dict, path: str | Path) -> None:
     rest = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
     lines.append(",\n".join(rest))
     lines.append("}")
-    Path(path).write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def save(graph: dict, path: str | Path) -> None:
+    """Writes a graph as JSON; gzip when the path ends in `.gz`, with a fixed header (no
+    file name, mtime 0) so that the same graph always gives the same bytes."""
+    path = Path(path)
+    text = dumps(graph).encode()
+    if path.suffix == ".gz":
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as f:
+            f.write(text)
+        path.write_bytes(buf.getvalue())
+    else:
+        path.write_bytes(text)
+
+
+def load(path: str | Path) -> dict:
+    """Reads a graph written by `save` (plain or `.gz`)."""
+    path = Path(path)
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return json.loads(data)
 
 
 def summary(graph: dict) -> dict:
-    """Counts for reports: ops per phase, tensors per kind, views, parameters, FLOPs."""
+    """Counts for reports: ops per phase, tensors per kind, views, parameters, FLOPs, time."""
     phases: dict[str, int] = {}
     for op in graph["ops"]:
         phases[op.get("phase", "none")] = phases.get(op.get("phase", "none"), 0) + 1
@@ -77,4 +137,6 @@ def summary(graph: dict) -> dict:
         "views": sum(1 for t in graph["tensors"] if "alias_of" in t),
         "param_count": sum(math.prod(t["shape"]) for t in params),
         "flops": sum(op.get("flops", 0) for op in graph["ops"]),
+        "time_us": sum(op.get("time_us", 0) for op in graph["ops"]),
+        "not_recomputable": sum(1 for op in graph["ops"] if op.get("recomputable", True) is False),
     }

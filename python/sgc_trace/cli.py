@@ -5,6 +5,8 @@
 
 MODEL is `path/to/file.py:factory` or `package.module:factory`; the factory is called with
 the `--arg KEY=VALUE` pairs inside a FakeTensorMode, so the weights are never allocated.
+A failure prints one `error:` line and exits with status 1 (`SGC_TRACE_DEBUG=1` adds the
+traceback).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import argparse
 import ast
 import importlib
 import importlib.util
-import json
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -23,6 +26,8 @@ import torch.nn.functional as F
 
 from .api import export, save, summary
 from .convert import UPDATES
+from .cost import DEFAULT_PROFILE, PROFILES, parse_profile
+from .errors import ExportError, first_line
 from .trace import InputSpec
 
 DTYPE_NAMES = {
@@ -55,22 +60,29 @@ def parse_input(text: str) -> InputSpec:
 
 
 def load_object(spec: str):
-    """`file.py:name` or `module:name` -> the object."""
+    """`file.py:name` or `module:name` -> the object (an `ExportError` saying why not)."""
     where, _, attr = spec.rpartition(":")
     if not where or not attr:
-        raise SystemExit(f"error: `{spec}`: expected FILE.py:NAME or MODULE:NAME")
-    if where.endswith(".py"):
-        path = Path(where)
-        sys.path.insert(0, str(path.resolve().parent))
-        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
+        raise ExportError(f"`{spec}`: expected FILE.py:NAME or MODULE:NAME")
+    try:
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_file():
+                raise ExportError(f"`{spec}`: no file `{where}`")
+            sys.path.insert(0, str(path.resolve().parent))
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ExportError:
+        raise
+    except Exception as e:
+        raise ExportError(f"`{spec}`: importing `{where}` failed: {first_line(e)}") from e
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise SystemExit(f"error: `{where}` has no `{attr}`") from None
+        raise ExportError(f"`{where}` has no `{attr}`") from None
 
 
 def parse_kv(text: str) -> tuple[str, object]:
@@ -96,23 +108,58 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update", choices=UPDATES, default="none",
                    help="none: gradients are outputs; sgd: in-place SGD update ops per parameter")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (recorded in attrs)")
+    p.add_argument("--device-profile", default=DEFAULT_PROFILE, type=_profile,
+                   help=f"device whose roofline gives each op's time_us: {', '.join(PROFILES)} "
+                        f"(default {DEFAULT_PROFILE}) or F32/HALF/GBPS rates, e.g. 19.5/312/2039")
+    p.add_argument("--raw-output", action="store_true",
+                   help="pass the model's output to the loss as is (default: a ModelOutput, dict "
+                        "or tuple is reduced to its logits or first tensor)")
     p.add_argument("--name", help="graph name (default: the factory's name)")
-    p.add_argument("-o", "--output", required=True, help="graph file to write")
+    p.add_argument("-o", "--output", required=True, help="graph file to write (.json, or .json.gz for gzip)")
     a = p.parse_args(argv)
+    try:
+        return _run(a)
+    except ExportError as e:
+        if os.environ.get("SGC_TRACE_DEBUG"):
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug of the exporter itself: still one line, traceback on request
+        if os.environ.get("SGC_TRACE_DEBUG"):
+            traceback.print_exc()
+        print(f"error: unexpected failure: {first_line(e)} (run with SGC_TRACE_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
 
+
+def _profile(text: str):
+    try:
+        return parse_profile(text)
+    except ExportError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _run(a: argparse.Namespace) -> int:
     factory = load_object(a.model)
+    if not callable(factory):
+        raise ExportError(f"`{a.model}` is a {type(factory).__name__}, not a callable that builds the model")
     kwargs = dict(a.arg)
     loss = LOSSES.get(a.loss) or load_object(a.loss)
     start = time.perf_counter()
     graph = export(lambda: factory(**kwargs), loss, a.input + a.target,
                    num_model_inputs=len(a.input), name=a.name or a.model.rpartition(":")[2],
-                   update=a.update, lr=a.lr, meta={"factory_args": kwargs} if kwargs else None)
+                   update=a.update, lr=a.lr, meta={"factory_args": kwargs} if kwargs else None,
+                   device_profile=a.device_profile, raw_output=a.raw_output)
     seconds = time.perf_counter() - start
-    save(graph, a.output)
+    try:
+        save(graph, a.output)
+    except OSError as e:
+        raise ExportError(f"cannot write `{a.output}`: {e.strerror or e}") from e
     s = summary(graph)
     print(f"wrote {a.output}: {s['ops']} ops {s['ops_per_phase']}, {s['tensors']} tensors "
           f"{s['tensors_per_kind']}, {s['views']} views, {s['param_count']:,} parameters, "
-          f"{s['flops']:.3e} FLOPs; traced in {seconds:.2f} s")
+          f"{s['flops']:.3e} FLOPs, {s['time_us']:.4e} us on {a.device_profile.name}; "
+          f"traced in {seconds:.2f} s")
     return 0
 
 

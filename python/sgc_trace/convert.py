@@ -22,10 +22,22 @@ The mapping, node by node:
   new values; each becomes an `aten.copy_.default` op reading the buffer and the value,
   with no outputs and `recomputable: false` (it writes persistent state), placed right
   after the op that makes the value.
-* Random ops (tag `nondeterministic_seeded`, e.g. dropout) and ops that write one of
-  their arguments are `recomputable: false`.
+* Training-mode BatchNorm (`_native_batch_norm_legit_functional`, which reads the running
+  statistics and returns their new values) is split in two so that it can be recomputed:
+  `aten._native_batch_norm_legit.no_stats` reads `[x, weight, bias]` and writes
+  `[out, save_mean, save_rstd]` (its output depends on the batch alone), and
+  `sgc.batch_norm_update_stats` reads `[running_mean, running_var, save_mean, save_rstd]`
+  and writes the new running statistics (a pure function, attrs `momentum`, `eps` and
+  `count` = elements per channel for the unbiased variance), which the `copy_` ops then
+  write into the `state` tensors. `native_batch_norm_backward` in training mode does not
+  read the running statistics it is passed, so they are left out of its inputs.
+* Random ops (tag `nondeterministic_seeded`: dropout, `rand*`, `bernoulli`) and ops that
+  write one of their arguments are `recomputable: false`. Scaled-dot-product attention
+  overloads carry the tag for their optional dropout; with `dropout_p == 0` they draw
+  nothing and stay recomputable.
 * FLOPs come from `torch.utils.flop_counter`'s formula registry, per node; ops without a
-  formula (elementwise, views, reductions) get 0.
+  formula (elementwise, views, reductions) get 0. `time_us` is the roofline estimate of
+  `cost.py` on a device profile, for every op.
 * Outputs: the loss (named `loss`) and the gradients (`<param>.grad`); or, with the SGD
   update, the loss only and one `update` op per parameter that reads the parameter and
   its gradient and writes the parameter in place (no outputs, `recomputable: false`).
@@ -43,6 +55,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
+from . import __version__
+from .cost import DeviceProfile, with_times
+from .errors import ExportError
 from .modules import META_KEY
 from .trace import JointTrace
 
@@ -60,10 +75,6 @@ DTYPES = {
 }
 
 UPDATES = ("none", "sgd")
-
-
-class ExportError(Exception):
-    """The traced graph holds something the version-1 format cannot express."""
 
 
 @dataclass
@@ -90,6 +101,7 @@ class _State:
     # Storage -> the first tensor seen on it (the one that owns its bytes).
     storage_owner: dict[StorageWeakRef, str] = field(default_factory=dict)
     kind: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, list[int]] = field(default_factory=dict)
     # Parameter path -> its tensor (tied parameters share one).
     param_of: dict[str, str] = field(default_factory=dict)
 
@@ -112,7 +124,11 @@ class _State:
                 t["bytes"] = nbytes
         self.tensors.append(t)
         self.kind[name] = kind
+        self.shapes[name] = t["shape"]
         return name
+
+    def shape_of(self, name: str) -> list[int]:
+        return self.shapes[name]
 
 
 def to_graph(
@@ -121,8 +137,10 @@ def to_graph(
     update: str = "none",
     lr: float = 0.01,
     meta: dict | None = None,
+    profile: DeviceProfile | None = None,
 ) -> dict:
-    """The version-1 graph (a JSON-ready dict) of a traced training step."""
+    """The version-1 graph (a JSON-ready dict) of a traced training step; with a device
+    `profile`, every op gets its roofline `time_us` (`cost.py`)."""
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
     gm, sig = trace.graph_module, trace.signature
@@ -136,10 +154,12 @@ def to_graph(
     for node in nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        op = _op(node, st, renames, node in forward)
-        if op is None:
-            continue
-        (fwd_ops if node in forward else bwd_ops).append(op)
+        if _is_training_batch_norm(node):
+            made = _batch_norm_ops(node, st, renames)
+        else:
+            op = _op(node, st, renames, node in forward)
+            made = [op] if op is not None else []
+        (fwd_ops if node in forward else bwd_ops).extend(made)
         for value_node in _mutated_values_of(node, mutations):
             fwd_ops.append(_copy_op(st, mutations[value_node], value_node))
     grads = [_tensor_of(st, n) for n in _grad_nodes(gm, sig)]
@@ -161,6 +181,8 @@ def to_graph(
     graph["outputs"] = outputs
     graph["loss"] = loss
     graph["meta"] = _meta(trace, st, param_names, update, lr, meta)
+    if profile is not None:
+        with_times(graph, profile)
     return graph
 
 
@@ -289,19 +311,9 @@ def _op(node: torch.fx.Node, st: _State, renames: dict[str, str], is_forward: bo
     if not slots:
         return None
     inputs = _input_tensors(node, st)
-    outputs = []
-    by_fx_name = {}
-    for fx_name, val in slots:
-        name = st.add_tensor(renames.get(fx_name, fx_name), val, "activation", f"op `{node.name}`")
-        outputs.append(name)
-        by_fx_name[fx_name] = name
-    st.of_node[node] = outputs
-    for u in node.users:
-        if u.target is operator.getitem and u.name in by_fx_name:
-            st.of_node[u] = [by_fx_name[u.name]]
-    label = node.meta.get(META_KEY)
+    outputs = _declare_outputs(node, st, [(renames.get(fx, fx), val) for fx, val in slots], slots)
     op: dict[str, Any] = {
-        "name": st.op_names.take(f"{label}:{node.name}" if label else node.name),
+        "name": st.op_names.take(_op_label(node)),
         "op": str(node.target),
         "inputs": inputs,
         "outputs": outputs,
@@ -316,22 +328,142 @@ def _op(node: torch.fx.Node, st: _State, renames: dict[str, str], is_forward: bo
     return op
 
 
+def _op_label(node: torch.fx.Node) -> str:
+    """Module path + FX name (`layer1.0.conv1:convolution`), or the FX name alone."""
+    label = node.meta.get(META_KEY)
+    return f"{label}:{node.name}" if label else node.name
+
+
+def _declare_outputs(node: torch.fx.Node, st: _State, wanted: list[tuple[str, Any]], slots) -> list[str]:
+    """Declares one activation per output slot under the wanted names; maps the node and its
+    getitem users to them."""
+    outputs = []
+    by_fx_name = {}
+    for (want, val), (fx_name, _) in zip(wanted, slots):
+        name = st.add_tensor(want, val, "activation", f"op `{node.name}`")
+        outputs.append(name)
+        by_fx_name[fx_name] = name
+    st.of_node[node] = outputs
+    for u in node.users:
+        if u.target is operator.getitem and u.name in by_fx_name:
+            st.of_node[u] = [by_fx_name[u.name]]
+    return outputs
+
+
 def _input_tensors(node: torch.fx.Node, st: _State) -> list[str]:
+    """The tensors an op reads, in argument order (None arguments have none)."""
+    unread = _unread_args(node)
     names: list[str] = []
-    for arg in tree_flatten((node.args, node.kwargs))[0]:
+    args = [a for i, a in enumerate(node.args) if i not in unread]
+    for arg in tree_flatten((args, node.kwargs))[0]:
         if isinstance(arg, torch.fx.Node):
             names.extend(st.of_node.get(arg, []))
     return names
 
 
+def _unread_args(node: torch.fx.Node) -> set[int]:
+    """Positions of tensor arguments an op is passed but does not read: the running
+    statistics of `native_batch_norm_backward` in training mode (it uses the saved batch
+    statistics). Listing them would keep the statistics update's outputs alive until the
+    backward pass for nothing."""
+    if node.target is torch.ops.aten.native_batch_norm_backward.default and _arg(node, "train") is True:
+        names = [a.name for a in node.target._schema.arguments]
+        return {names.index("running_mean"), names.index("running_var")}
+    return set()
+
+
+def _arg(node: torch.fx.Node, name: str, default: Any = None) -> Any:
+    """The value of a schema argument of an op node: given positionally or by keyword, else
+    the schema's default."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return node.kwargs.get(name, default)
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if name in node.kwargs:
+                return node.kwargs[name]
+            if i < len(node.args):
+                return node.args[i]
+            return a.default_value if a.has_default_value() else default
+    return default
+
+
 def _recomputable(node: torch.fx.Node) -> bool:
+    """False for ops that draw random numbers or write one of their arguments.
+
+    Ops tagged `nondeterministic_seeded` draw random numbers, except two kinds that carry
+    the tag for an option: scaled-dot-product attention with `dropout_p == 0` (no dropout,
+    nothing drawn) and attention backward ops that replay a recorded `philox_seed`.
+    """
     target = node.target
-    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
-        return False
     schema = getattr(target, "_schema", None)
+    if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+        names = {a.name for a in schema.arguments} if schema is not None else set()
+        if "philox_seed" in names:
+            return True
+        if "dropout_p" in names:
+            p = _arg(node, "dropout_p", 0.0)
+            return isinstance(p, (int, float)) and p == 0
+        return False
     if schema is None:
         return True
     return not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+# -- BatchNorm ------------------------------------------------------------------------
+
+_BN_FUNCTIONAL = torch.ops.aten._native_batch_norm_legit_functional.default
+BN_NO_STATS = "aten._native_batch_norm_legit.no_stats"
+BN_UPDATE_STATS = "sgc.batch_norm_update_stats"
+# Per channel: var = 1/rstd^2 - eps (3), unbiased = var * count/(count-1) (1), and two
+# lerps (1-m)*old + m*new (3 each).
+BN_UPDATE_FLOPS_PER_CHANNEL = 10
+
+
+def _is_training_batch_norm(node: torch.fx.Node) -> bool:
+    return node.target is _BN_FUNCTIONAL and _arg(node, "training") is True and len(_output_slots(node)) == 5
+
+
+def _batch_norm_ops(node: torch.fx.Node, st: _State, renames: dict[str, str]) -> list[dict]:
+    """A training-mode BatchNorm as two ops: the normalisation, which depends on the batch
+    alone (recomputable), and the update of the running statistics (see the module doc)."""
+    slots = _output_slots(node)
+    x = node.args[0]
+    running = [_arg(node, "running_mean"), _arg(node, "running_var")]
+    state = [st.of_node[r][0] for r in running]
+    prefix = node.meta.get(META_KEY) or node.name
+    wanted = [
+        (renames.get(slots[0][0], slots[0][0]), slots[0][1]),
+        (f"{prefix}.save_mean", slots[1][1]),
+        (f"{prefix}.save_rstd", slots[2][1]),
+        (f"{state[0]}.updated", slots[3][1]),
+        (f"{state[1]}.updated", slots[4][1]),
+    ]
+    out, save_mean, save_rstd, new_mean, new_var = _declare_outputs(node, st, wanted, slots)
+    inputs = [st.of_node[a][0] for a in (x, _arg(node, "weight"), _arg(node, "bias")) if isinstance(a, torch.fx.Node)]
+    momentum, eps = _arg(node, "momentum"), _arg(node, "eps")
+    xval = x.meta["val"]
+    channels = int(xval.shape[1]) if xval.dim() > 1 else 1
+    count = int(xval.numel()) // max(channels, 1)
+    norm = {
+        "name": st.op_names.take(f"{prefix}:batch_norm"),
+        "op": BN_NO_STATS,
+        "inputs": inputs,
+        "outputs": [out, save_mean, save_rstd],
+        "phase": "forward",
+        "flops": _flops(node),
+        "attrs": {"training": True, "momentum": _json_value(momentum), "eps": _json_value(eps)},
+    }
+    update = {
+        "name": st.op_names.take(f"{prefix}:batch_norm_update_stats"),
+        "op": BN_UPDATE_STATS,
+        "inputs": [state[0], state[1], save_mean, save_rstd],
+        "outputs": [new_mean, new_var],
+        "phase": "forward",
+        "flops": BN_UPDATE_FLOPS_PER_CHANNEL * channels,
+        "attrs": {"momentum": _json_value(momentum), "eps": _json_value(eps), "count": count},
+    }
+    return [norm, update]
 
 
 _FLOP_REGISTRY = FlopCounterMode().flop_registry
@@ -385,7 +517,7 @@ def _json_value(v):
 
 
 def _copy_op(st: _State, target: str, value_node: str) -> dict:
-    value = next(names[0] for n, names in st.of_node.items() if n.name == value_node)
+    value = next(names[0] for n, names in reversed(st.of_node.items()) if n.name == value_node)
     if st.kind.get(target) is None:
         raise ExportError(f"mutation of `{target}`, which is not a declared tensor")
     return {
@@ -400,7 +532,7 @@ def _copy_op(st: _State, target: str, value_node: str) -> dict:
 
 
 def _sgd_op(st: _State, param: str, grad: str, lr: float) -> dict:
-    numel = math.prod(next(t["shape"] for t in st.tensors if t["name"] == param))
+    numel = math.prod(st.shape_of(param))
     return {
         "name": st.op_names.take(f"{param}:sgd"),
         "op": "aten.add_.Tensor",
@@ -420,12 +552,25 @@ def _meta(trace: JointTrace, st: _State, params: list[str], update: str, lr: flo
     )
     meta = {
         "source": "pytorch",
+        "exporter": f"sgc_trace {__version__}",
         "tracer": "torch._functorch.aot_autograd.aot_export_module(trace_joint=True) under FakeTensorMode",
         "torch_version": torch.__version__.split("+")[0],
         "batch_size": batch,
+        "dtype": _param_dtype(st, params),
         "param_count": sum(math.prod(shapes[p]) for p in params),
         "update": update if update == "none" else {"kind": "sgd", "lr": lr},
         "flops_source": "torch.utils.flop_counter registry (0 for ops without a formula)",
     }
+    if trace.without_grad:
+        meta["params_without_grad"] = list(trace.without_grad)
     meta.update(extra or {})
     return meta
+
+
+def _param_dtype(st: _State, params: list[str]) -> str | None:
+    """The dtype holding most parameter elements (`f32` for a plain fp32 model)."""
+    elements: dict[str, int] = {}
+    for t in st.tensors:
+        if t["name"] in params:
+            elements[t["dtype"]] = elements.get(t["dtype"], 0) + math.prod(t["shape"])
+    return max(elements, key=lambda d: (elements[d], d)) if elements else None

@@ -98,6 +98,11 @@ class ModuleLabeller:
         self._stack.pop()
         self._set_label(self._stack[-1] if self._stack else None)
 
+    def current(self) -> str | None:
+        """The module being traced now: the innermost open call in forward, else the module
+        whose backward ran last (for error messages)."""
+        return self._stack[-1] if self._stack else self._label
+
     def transfer(self, graph: torch.fx.Graph) -> int:
         """Copies labels onto the final graph's nodes; returns how many were labelled."""
         if self._graph is None:

@@ -1,18 +1,37 @@
 """Tracing a training step: module + loss + input shapes -> AOTAutograd joint graph.
 
-The model is built (or converted) inside a `FakeTensorMode`: parameters and inputs are
-fake tensors that carry shapes, dtypes and storage identity but no data, so a model of
+The model's parameters and the inputs are fake tensors of one `FakeTensorMode` (see
+`build.py`): they carry shapes, dtypes and storage identity but no data, so a model of
 billions of parameters traces in seconds with almost no memory. `aot_export_module`
 with `trace_joint=True` then runs autograd symbolically and returns one functional FX
 graph holding the forward pass, the loss and the backward pass, plus a signature that
 says which placeholders are parameters, buffers and user inputs, which outputs are
 gradients and which buffers the step mutates (BatchNorm running statistics).
+
+Around that call, three things make real models trace:
+
+* The model's output may be a `transformers` `ModelOutput`, a dict or a tuple; the loss
+  gets its `logits` (or its first tensor) unless the caller asks for the raw output.
+* AOTAutograd asserts that every parameter receives a gradient. A parameter the forward
+  never uses (a registered but unused one, or the second name of a tied one, as BERT's
+  `cls.predictions.bias`) does not, so one fake forward pass first finds the parameter
+  names that the loss does not reach, and those names are traced as plain tensors that
+  need no gradient (sharing the storage of the original, so ties stay ties).
+* `transformers` skips its data-dependent attention-mask shortcuts (`padding_mask.all()`)
+  when it sees it is being traced, but recognises only bare fake tensors; inside
+  AOTAutograd they are wrapped in `FunctionalTensor`s, so the check is widened for the
+  duration of the trace.
+
+Failures become one `ExportError` naming the op and the module being traced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -20,6 +39,7 @@ from torch import nn
 from torch._functorch.aot_autograd import aot_export_module
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .errors import ExportError, explain
 from .modules import ModuleLabeller
 
 
@@ -52,18 +72,53 @@ class InputSpec:
 LossFn = Callable[..., torch.Tensor]
 
 
+def prediction(out) -> torch.Tensor:
+    """The tensor a loss compares with targets: the output itself when it is a tensor, else
+    its `logits` (a `transformers` `ModelOutput`, a dict), else its first tensor."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, Mapping):
+        if isinstance(out.get("logits"), torch.Tensor):
+            return out["logits"]
+        items = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        items = list(out)
+    else:
+        items = []
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            return item
+    raise ExportError(
+        f"the model returned a {type(out).__name__} with no tensor to compute the loss on: "
+        f"return a tensor (or an output with `logits`), or pass the raw output to a loss "
+        f"that takes it (export(..., raw_output=True), `--raw-output`)"
+    )
+
+
 class TrainStep(nn.Module):
     """`loss_fn(model(*model_inputs), *targets)` as one module whose only output is the loss."""
 
-    def __init__(self, model: nn.Module, loss_fn: LossFn, num_model_inputs: int):
+    def __init__(self, model: nn.Module, loss_fn: LossFn, num_model_inputs: int, raw_output: bool = False):
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
         self.num_model_inputs = num_model_inputs
+        self.raw_output = raw_output
 
     def forward(self, *args: torch.Tensor):
         out = self.model(*args[: self.num_model_inputs])
-        return (self.loss_fn(out, *args[self.num_model_inputs :]),)
+        if not self.raw_output:
+            out = prediction(out)
+        loss = self.loss_fn(out, *args[self.num_model_inputs :])
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise ExportError(f"the loss function returned {what}, not a scalar tensor (reduce it, e.g. with .mean())")
+        if not loss.requires_grad:
+            raise ExportError("the loss does not depend on any parameter that requires a gradient: nothing to train")
+        return (loss,)
 
 
 @dataclass
@@ -74,12 +129,8 @@ class JointTrace:
     signature: object  # torch._functorch.aot_autograd.GraphSignature
     inputs: Sequence[InputSpec]
     prefix: str  # module-path prefix of the model inside the TrainStep ("model.")
-
-
-def build_fake(factory: Callable[[], nn.Module], mode: FakeTensorMode) -> nn.Module:
-    """Builds a model inside `mode`: its parameters and buffers are fake (no memory)."""
-    with mode:
-        return factory()
+    # Parameter names (without the prefix) traced without a gradient: the loss does not use them.
+    without_grad: list[str] = field(default_factory=list)
 
 
 def trace_joint(
@@ -87,50 +138,105 @@ def trace_joint(
     loss_fn: LossFn,
     inputs: Sequence[InputSpec],
     num_model_inputs: int,
-    mode: FakeTensorMode | None = None,
+    mode: FakeTensorMode,
+    raw_output: bool = False,
 ) -> JointTrace:
     """Traces forward + loss + backward of `model` on fake `inputs`.
 
-    `model` should have been built with `build_fake` under `mode` (the cheap way for
-    large models); a model with real weights is converted to fake tensors first. The
-    model must be in the mode it trains in (`model.train()`).
+    Every parameter and buffer of `model` must be a fake tensor of `mode` (`build.build`,
+    `build.prepare`), and the model must be in the mode it trains in (`model.train()`).
     """
-    mode = mode or FakeTensorMode(allow_non_fake_inputs=True)
-    if not _is_fake(model):
-        model = _to_fake(model, mode)
-    step = TrainStep(model, loss_fn, num_model_inputs)
+    step = TrainStep(model, loss_fn, num_model_inputs, raw_output)
     fake_inputs = tuple(spec.fake(mode) for spec in inputs)
-    with warnings.catch_warnings():
+    prefix = "model."
+    with warnings.catch_warnings(), _transformers_sees_tracing():
         warnings.simplefilter("ignore")
-        with ModuleLabeller(model) as labeller:
-            gm, sig = aot_export_module(
-                step, fake_inputs, trace_joint=True, output_loss_index=0
-            )
+        unused = _params_without_grad(step, fake_inputs, mode)
+        labeller = ModuleLabeller(model)
+        try:
+            with _without_grad(step, unused), labeller:
+                gm, sig = aot_export_module(step, fake_inputs, trace_joint=True, output_loss_index=0)
+        except Exception as e:
+            raise ExportError(explain("tracing the training step", e, labeller.current())) from e
         labeller.transfer(gm.graph)
-    return JointTrace(gm, sig, list(inputs), prefix="model.")
+    names = [n[len(prefix) :] if n.startswith(prefix) else n for n in unused]
+    return JointTrace(gm, sig, list(inputs), prefix=prefix, without_grad=names)
 
 
-def _is_fake(model: nn.Module) -> bool:
+# -- parameters the loss does not use -------------------------------------------------
+
+
+def _params_without_grad(step: nn.Module, fake_inputs, mode: FakeTensorMode) -> list[str]:
+    """Names (every registration, tied ones included) of the parameters that require a
+    gradient but that the loss does not depend on, found by one fake forward pass in which
+    each name is its own leaf tensor. A forward that fails here returns [] and fails again,
+    with its own message, in the real trace."""
+    leaves = {
+        name: p.detach().requires_grad_()
+        for name, p in step.named_parameters(remove_duplicate=False)
+        if p.requires_grad
+    }
+    try:
+        with mode, torch.enable_grad():
+            (loss,) = torch.func.functional_call(step, leaves, fake_inputs, tie_weights=False, strict=False)
+    except Exception:
+        return []
+    reached: set[int] = set()
+    seen: set[int] = set()
+    todo = [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        variable = getattr(fn, "variable", None)  # AccumulateGrad: the leaf it feeds
+        if variable is not None:
+            reached.add(id(variable))
+        todo.extend(f for f, _ in fn.next_functions)
+    return [name for name, leaf in leaves.items() if id(leaf) not in reached]
+
+
+@contextlib.contextmanager
+def _without_grad(step: nn.Module, names: list[str]):
+    """Registers each named parameter as a no-grad view of itself while tracing; restores after."""
+    saved = []
+    for name in names:
+        owner_path, _, attr = name.rpartition(".")
+        owner = step.get_submodule(owner_path)
+        p = owner._parameters[attr]
+        saved.append((owner, attr, p))
+        owner._parameters[attr] = nn.Parameter(p.detach(), requires_grad=False)
+    try:
+        yield
+    finally:
+        for owner, attr, p in reversed(saved):
+            owner._parameters[attr] = p
+
+
+# -- transformers ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _transformers_sees_tracing():
+    """Makes `transformers.utils.import_utils.is_fake_tensor` (behind its `is_tracing`
+    checks) true for AOTAutograd's `FunctionalTensor` wrappers too, while tracing.
+
+    Only when `transformers` is already imported (the model uses it); a version without
+    that function is left alone, and its data-dependent checks fail with a clear error.
+    """
+    iu = sys.modules.get("transformers.utils.import_utils")
+    original = getattr(iu, "is_fake_tensor", None) if iu is not None else None
+    if original is None:
+        yield
+        return
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
 
-    tensors = list(model.parameters()) + list(model.buffers())
-    return bool(tensors) and all(isinstance(t, FakeTensor) for t in tensors)
+    def is_fake_tensor(x) -> bool:
+        return isinstance(x, (FakeTensor, FunctionalTensor)) or original(x)
 
-
-def _to_fake(model: nn.Module, mode: FakeTensorMode) -> nn.Module:
-    """A copy of `model` whose parameters and buffers are fake tensors of `mode`."""
-    import copy
-
-    fake = copy.deepcopy(model)
-    done: dict[int, torch.Tensor] = {}  # keeps tied weights tied
-    for module in fake.modules():
-        for name, p in list(module.named_parameters(recurse=False)):
-            if id(p) not in done:
-                fp = mode.from_tensor(p.detach())
-                done[id(p)] = nn.Parameter(fp, requires_grad=p.requires_grad)
-            setattr(module, name, done[id(p)])
-        for name, b in list(module.named_buffers(recurse=False)):
-            if id(b) not in done:
-                done[id(b)] = mode.from_tensor(b)
-            module._buffers[name] = done[id(b)]
-    return fake
+    iu.is_fake_tensor = is_fake_tensor
+    try:
+        yield
+    finally:
+        iu.is_fake_tensor = original
