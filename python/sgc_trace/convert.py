@@ -173,10 +173,11 @@ def to_graph(
         outputs = [loss]
     else:
         outputs = [loss] + [g for g, _ in grads]
+    ops, tensors = _tidy(ops, st.tensors, set(outputs) | {loss}, loss)
     graph: dict[str, Any] = {"format": "sgc-graph", "version": 1}
     if name:
         graph["name"] = name
-    graph["tensors"] = st.tensors
+    graph["tensors"] = tensors
     graph["ops"] = ops
     graph["outputs"] = outputs
     graph["loss"] = loss
@@ -184,6 +185,99 @@ def to_graph(
     if profile is not None:
         with_times(graph, profile)
     return graph
+
+
+# -- tidying the op list ---------------------------------------------------------------
+
+
+def _tidy(
+    ops: list[dict], tensors: list[dict], live: set[str], loss: str
+) -> tuple[list[dict], list[dict]]:
+    """Three rewrites that keep the step's meaning and make its order the one a runtime
+    would use (planners read the order as given):
+
+    * Dead ops go: AOTAutograd's joint graph holds `alias` nodes of saved activations that
+      nothing reads; a recomputable op none of whose outputs is read or is a graph output
+      computes nothing the step needs (repeated until none is left).
+    * A view names the op's own input on the same storage as its base (`alias_of`), not
+      the storage's first tensor: the same storage, and the base is read where the view
+      is made.
+    * Backward ops that need no gradient (a `clone` of a saved activation, views of it)
+      come right before their first reader instead of at the start of the backward pass,
+      where they would hold every saved activation at once. An op that reads the loss
+      (the gradient's seed) is never moved, nor is anything that depends on it.
+    """
+    ops = _drop_dead(ops, live)
+    produced = {t for op in ops for t in op["outputs"]}
+    tensors = [t for t in tensors if t.get("kind", "activation") != "activation" or t["name"] in produced]
+    _rebase_views(ops, tensors)
+    return _sink_early_backward(ops, tensors, live, loss), tensors
+
+
+def _drop_dead(ops: list[dict], live: set[str]) -> list[dict]:
+    while True:
+        read = set(live)
+        for op in ops:
+            read.update(op["inputs"])
+        kept = [
+            op
+            for op in ops
+            if not op["outputs"] or not op.get("recomputable", True) or set(op["outputs"]) & read
+        ]
+        if len(kept) == len(ops):
+            return ops
+        ops = kept
+
+
+def _rebase_views(ops: list[dict], tensors: list[dict]) -> None:
+    by_name = {t["name"]: t for t in tensors}
+
+    def root(name: str) -> str:
+        while "alias_of" in by_name[name]:
+            name = by_name[name]["alias_of"]
+        return name
+
+    for op in ops:
+        for out in op["outputs"]:
+            t = by_name[out]
+            if "alias_of" not in t:
+                continue
+            base = next((i for i in op["inputs"] if root(i) == root(out)), None)
+            if base is not None and base != out:
+                t["alias_of"] = base
+
+
+def _sink_early_backward(
+    ops: list[dict], tensors: list[dict], live: set[str], loss: str
+) -> list[dict]:
+    kind = {t["name"]: t.get("kind", "activation") for t in tensors}
+    where = [k for k, op in enumerate(ops) if op.get("phase") == "backward"]
+    if not where:
+        return ops
+    # The backward ops are one stretch (forward first, the update after).
+    first, last = where[0], where[-1]
+    forward, backward, after = ops[:first], ops[first : last + 1], ops[last + 1 :]
+    early = {t for op in forward for t in op["outputs"]}
+    read_in_backward = {t for op in backward for t in op["inputs"]}
+    sink = []
+    for op in backward:
+        acts = [t for t in op["inputs"] if kind[t] == "activation"]
+        if (
+            acts
+            and all(t in early for t in acts)
+            and loss not in op["inputs"]
+            and not set(op["outputs"]) & live
+            and any(t in read_in_backward for t in op["outputs"])
+        ):
+            sink.append(op)
+            early.update(op["outputs"])
+    moved = {id(op) for op in sink}
+    order = [op for op in backward if id(op) not in moved]
+    for op in reversed(sink):
+        outs = set(op["outputs"])
+        at = next((k for k, c in enumerate(order) if outs & set(c["inputs"])), len(order))
+        order.insert(at, op)
+    return forward + order + after
 
 
 # -- placeholders and signature -------------------------------------------------------

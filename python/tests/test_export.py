@@ -81,17 +81,26 @@ def test_inputs_batch_dim_and_kinds(exported):
     assert graph["loss"] == "loss" and tensors["loss"]["shape"] == []
 
 
-def test_views_alias_their_storage_owner(exported):
+def test_views_alias_the_input_they_view(exported):
     _, _, graph, _ = exported
     tensors = _tensors(graph)
     view_types = {"aten.t.default", "aten.view.default", "aten.transpose.int", "aten.expand.default",
                   "aten.alias.default", "aten.unsqueeze.default", "aten.permute.default"}
+
+    def root(name):
+        while "alias_of" in tensors[name]:
+            name = tensors[name]["alias_of"]
+        return name
+
     seen = 0
     for op in graph["ops"]:
         if op["op"] in view_types:
             for out in op["outputs"]:
-                owner = tensors[out]["alias_of"]
-                assert "alias_of" not in tensors[owner], f"{out} aliases a view"
+                base = tensors[out]["alias_of"]
+                # The base is what the op reads, on the same storage (a view of a view
+                # chains back to the storage's owner, which owns the bytes).
+                assert base in op["inputs"], f"{out} aliases {base}, which {op['name']} does not read"
+                assert "alias_of" not in tensors[root(out)] and "bytes" not in tensors[out]
                 seen += 1
     assert seen > 0
 
