@@ -28,6 +28,19 @@ pub(crate) struct Context<'g> {
     pub kept: Vec<bool>,
     /// Freeable roots, in id order.
     pub freeable_roots: Vec<TensorId>,
+    /// Every op's inputs then outputs, flat (see [`Context::inputs`]), for the walks' hot
+    /// loops: the graph's own op records are large and scattered.
+    io: Vec<TensorId>,
+    /// Per op: where its inputs start, where its outputs start and end in `io`.
+    io_at: Vec<(u32, u32, u32)>,
+    /// Per tensor: its storage root.
+    pub root: Vec<TensorId>,
+    /// Per tensor: whether its validity is [`Validity::Current`].
+    pub current: Vec<bool>,
+    /// The state every split walk starts from ([`crate::recompute::start_state`]).
+    pub walk_start: (Vec<u32>, Vec<(u32, u32)>),
+    /// Per traced position: the freeable roots whose last access it is.
+    pub last_of: Vec<Vec<TensorId>>,
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
     pub freeable_by_made: Vec<(u32, u32, TensorId)>,
@@ -102,6 +115,10 @@ impl<'g> Context<'g> {
             })
             .collect();
         freeable_by_made.sort_unstable();
+        let mut last_of = vec![Vec::new(); n];
+        for &(_, last, r) in &freeable_by_made {
+            last_of[last as usize].push(r);
+        }
         let profile = g.memory_profile();
         let validity = g
             .tensor_ids()
@@ -118,7 +135,7 @@ impl<'g> Context<'g> {
         let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost_with(o, device).0).collect();
         let cost_units = cost_units(&cost);
         let step_units: u64 = cost_units.iter().sum();
-        Context {
+        let mut ctx = Context {
             max_recompute_units: step_units.saturating_mul(crate::schedule::MAX_RECOMPUTE_STEPS),
             cost_units,
             single_output: g
@@ -148,6 +165,25 @@ impl<'g> Context<'g> {
             kept,
             freeable_roots,
             freeable_by_made,
+            last_of,
+            io: g
+                .ops()
+                .iter()
+                .flat_map(|o| o.inputs.iter().chain(&o.outputs).copied())
+                .collect(),
+            io_at: {
+                let mut at = 0u32;
+                g.ops()
+                    .iter()
+                    .map(|o| {
+                        let (i, m) = (o.inputs.len() as u32, o.outputs.len() as u32);
+                        at += i + m;
+                        (at - i - m, at - m, at)
+                    })
+                    .collect()
+            },
+            root: g.tensor_ids().map(|t| g.storage_root(t)).collect(),
+            current: g.tensor_ids().map(|t| !g.is_persistent(t)).collect(),
             rerunnable,
             hazard,
             out_roots,
@@ -156,7 +192,22 @@ impl<'g> Context<'g> {
             unplanned_peak: profile.peak,
             persistent_bytes: profile.persistent_bytes,
             lower_bound: g.lower_bound(),
-        }
+            walk_start: Default::default(),
+        };
+        ctx.walk_start = crate::recompute::start_state(&ctx);
+        ctx
+    }
+
+    /// The inputs of op `i`, as the graph lists them.
+    pub fn inputs(&self, i: usize) -> &[TensorId] {
+        let (a, b, _) = self.io_at[i];
+        &self.io[a as usize..b as usize]
+    }
+
+    /// The outputs of op `i`.
+    pub fn outputs(&self, i: usize) -> &[TensorId] {
+        let (_, b, c) = self.io_at[i];
+        &self.io[b as usize..c as usize]
     }
 
     /// The last traced access of a root (none for persistent roots).

@@ -10,46 +10,70 @@
 //! the same for any number of workers. The population keeps the best candidates ever
 //! evaluated, so the search never ends worse than it started.
 
-use crate::evaluate::Genome;
+use crate::evaluate::{Fitness, Genome};
 use crate::search::{sort_population, Evaluator, Member};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-/// Runs `iters` generations on `pop` (which it leaves sorted, best first).
+/// An independent run of the refinement: its population and its random stream.
+pub(crate) struct Island {
+    pub pop: Vec<Member>,
+    pub rng: ChaCha8Rng,
+}
+
+/// Runs `iters` generations on every island in lockstep: each island makes its children
+/// from its own stream, and all children of a generation are evaluated as one batch (which
+/// keeps the workers busy; the result is the same as running the islands one after the
+/// other). Leaves every population sorted, best first.
 pub(crate) fn refine(
     ev: &mut Evaluator<'_>,
-    pop: &mut Vec<Member>,
+    islands: &mut [Island],
     iters: usize,
     pool_size: usize,
-    rng: &mut ChaCha8Rng,
 ) {
     let n = ev.ctx.n as u32;
-    sort_population(pop, ev.objective);
+    for island in islands.iter_mut() {
+        sort_population(&mut island.pop, ev.objective);
+    }
     for gen in 0..iters {
-        let survivors = select(pop, pool_size, rng);
-        let mut children = Vec::with_capacity(2 * survivors.len());
-        for (i, s) in survivors.iter().enumerate() {
-            children.push(mutate(&mutate(s, n, rng), n, rng));
-            let j = if survivors.len() > 1 {
-                let j = rng.random_range(0..survivors.len() - 1);
-                j + usize::from(j >= i)
-            } else {
-                i
-            };
-            children.push(crossover(s, &survivors[j], n, rng));
-        }
-        let fits = ev.eval_batch(&children);
-        let mut known: std::collections::HashSet<Genome> =
-            pop.iter().map(|m| m.genome.clone()).collect();
-        for (genome, fitness) in children.into_iter().zip(fits) {
-            if known.insert(genome.clone()) {
-                pop.push(Member { genome, fitness });
+        let broods: Vec<Vec<Genome>> = islands
+            .iter_mut()
+            .map(|island| brood(&island.pop, pool_size, n, &mut island.rng))
+            .collect();
+        let all: Vec<Genome> = broods.iter().flatten().cloned().collect();
+        let mut fits = ev.eval_batch(&all).into_iter();
+        for (island, children) in islands.iter_mut().zip(broods) {
+            let pop = &mut island.pop;
+            let mut known: std::collections::HashSet<Genome> =
+                pop.iter().map(|m| m.genome.clone()).collect();
+            for genome in children {
+                let fitness = fits.next().unwrap_or(Fitness::INFEASIBLE);
+                if known.insert(genome.clone()) {
+                    pop.push(Member { genome, fitness });
+                }
             }
+            sort_population(pop, ev.objective);
+            pop.truncate(4 * pool_size.max(1));
         }
-        sort_population(pop, ev.objective);
-        pop.truncate(4 * pool_size.max(1));
         ev.report("genetic refinement", gen + 1, iters);
     }
+}
+
+/// One generation's children of a population: two per survivor.
+fn brood(pop: &[Member], pool_size: usize, n: u32, rng: &mut ChaCha8Rng) -> Vec<Genome> {
+    let survivors = select(pop, pool_size, rng);
+    let mut children = Vec::with_capacity(2 * survivors.len());
+    for (i, s) in survivors.iter().enumerate() {
+        children.push(mutate(&mutate(s, n, rng), n, rng));
+        let j = if survivors.len() > 1 {
+            let j = rng.random_range(0..survivors.len() - 1);
+            j + usize::from(j >= i)
+        } else {
+            i
+        };
+        children.push(crossover(s, &survivors[j], n, rng));
+    }
+    children
 }
 
 /// Survivors: the best three quarters of the pool, then random others.

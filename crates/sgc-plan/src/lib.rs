@@ -190,11 +190,26 @@ fn run_sublinear(
             workers,
             message: e.to_string(),
         })?;
-    let mut ev = search::Evaluator::new(ctx, &pool, options.budget, run.progress);
-    if options.budget.is_none() && options.goal == plan::Goal::Balanced {
+    let mut ev = search::Evaluator::new(ctx, &pool, None, run.progress);
+    if options.goal == plan::Goal::Balanced {
         ev.objective.balance = Some(evaluate::Balance::of(ctx));
     }
-    let (best, _) = sublinear::search(&mut ev, options);
+    // Without a budget: the search. With one: the search without it first, then with it
+    // (sharing every evaluation), and the cheaper of the two picks that fits, so that a
+    // budget the unbudgeted plan meets never gets a plan that recomputes more.
+    let unbounded = PlanOptions {
+        budget: None,
+        ..options.clone()
+    };
+    let (mut best, mut fit) = sublinear::search(&mut ev, &unbounded);
+    if let Some(budget) = options.budget {
+        ev.objective = evaluate::Objective::budget(Some(budget));
+        let (b, f) = sublinear::search(&mut ev, options);
+        if f.cmp(&fit, ev.objective).is_le() {
+            (best, fit) = (b, f);
+        }
+    }
+    let _ = fit;
     Ok((
         schedule(ctx, &best).unwrap_or_else(|| original(ctx)),
         ev.stats,

@@ -28,7 +28,25 @@ use crate::discard::{Blocks, Discard};
 use crate::schedule::Infeasible;
 use sgc_ir::{OpId, TensorId};
 
-const NEVER: u32 = u32::MAX;
+pub(crate) const NEVER: u32 = u32::MAX;
+
+/// The per-tensor state a split walk starts from: each tensor's version when made (graph
+/// inputs and their views exist from the start; `NEVER` for the rest) and each root's open
+/// instance (graph inputs are resident from step 0).
+pub(crate) fn start_state(ctx: &Context<'_>) -> (Vec<u32>, Vec<(u32, u32)>) {
+    let nt = ctx.g.num_tensors();
+    let mut made = vec![NEVER; nt];
+    for t in ctx.g.tensor_ids() {
+        if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
+            made[t.index()] = 0;
+        }
+    }
+    let mut open = vec![(NEVER, NEVER); nt];
+    for &t in &ctx.input_roots {
+        open[t.index()] = (0, 0);
+    }
+    (made, open)
+}
 
 /// A built schedule: `(op, recomputed?)` per step, its recompute cost in units, and the
 /// live (non-persistent) bytes at every step under the IR's memory model (the walk counts
@@ -68,7 +86,7 @@ pub(crate) fn schedule(
             }
         }
         let op = OpId::new(i);
-        for &t in &ctx.g.op(op).inputs {
+        for &t in ctx.inputs(i) {
             if !w.readable(t) {
                 let bb = w.block_begin_of(t);
                 w.ensure(t, bb)?;
@@ -127,17 +145,12 @@ struct Walk<'c> {
 impl<'c> Walk<'c> {
     fn new(ctx: &'c Context<'c>, blocks: Blocks<'c>) -> Self {
         let nt = ctx.g.num_tensors();
-        let mut made = vec![NEVER; nt];
-        for t in ctx.g.tensor_ids() {
-            if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
-                made[t.index()] = 0; // graph inputs (and their views) exist from the start
-            }
-        }
+        let (made, open) = &ctx.walk_start;
         Walk {
             ctx,
             blocks,
             version: vec![0; nt],
-            made,
+            made: made.clone(),
             discarded: vec![false; nt],
             pending: vec![false; nt],
             copy: vec![false; nt],
@@ -146,13 +159,7 @@ impl<'c> Walk<'c> {
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
             units: 0,
             stack: Vec::new(),
-            open: {
-                let mut open = vec![(NEVER, NEVER); nt];
-                for &t in &ctx.input_roots {
-                    open[t.index()] = (0, 0);
-                }
-                open
-            },
+            open: open.clone(),
             delta: Vec::with_capacity(ctx.n + ctx.n / 2 + 1),
         }
     }
@@ -192,7 +199,7 @@ impl<'c> Walk<'c> {
     }
 
     fn root(&self, t: TensorId) -> TensorId {
-        self.ctx.g.storage_root(t)
+        self.ctx.root[t.index()]
     }
 
     /// Whether the tensor's current instance exists (a view: made from its base's
@@ -245,7 +252,7 @@ impl<'c> Walk<'c> {
         self.stack.clear();
         self.stack.push((p, 0));
         while let Some(&(op, k)) = self.stack.last() {
-            let inputs = &g.op(op).inputs;
+            let inputs = self.ctx.inputs(op.index());
             if let Some(&u) = inputs.get(k) {
                 if self.needs(u, bb) {
                     let q = g.producer(u).ok_or(Infeasible::NotRecomputable)?;
@@ -259,7 +266,12 @@ impl<'c> Walk<'c> {
                 continue;
             }
             self.stack.pop();
-            if !g.op(op).outputs.iter().all(|&o| self.readable(o)) {
+            if !self
+                .ctx
+                .outputs(op.index())
+                .iter()
+                .all(|&o| self.readable(o))
+            {
                 self.emit(op, true)?;
             }
         }
@@ -294,13 +306,13 @@ impl<'c> Walk<'c> {
         let s = self.steps.len() as u32;
         self.steps.push((op, recompute));
         self.delta.resize(s as usize + 2, 0);
-        for &t in &ctx.g.op(op).inputs {
-            if ctx.validity[t.index()] == Validity::Current {
+        for &t in ctx.inputs(i) {
+            if ctx.current[t.index()] {
                 let r = self.root(t).index();
                 self.open[r].1 = s;
             }
         }
-        for &t in &ctx.g.op(op).outputs {
+        for &t in ctx.outputs(i) {
             let r = self.root(t);
             if r == t {
                 self.version[r.index()] += 1;
@@ -309,7 +321,7 @@ impl<'c> Walk<'c> {
                 self.copy[r.index()] = recompute;
             }
             self.made[t.index()] = self.version[r.index()];
-            if ctx.validity[t.index()] == Validity::Current {
+            if ctx.current[t.index()] {
                 if r == t {
                     let old = std::mem::replace(&mut self.open[r.index()], (s, s));
                     self.close(r.index(), old);
@@ -325,10 +337,8 @@ impl<'c> Walk<'c> {
     /// in their block makes them again rather than keep them alive (older blocks still
     /// read them as they are).
     fn retire(&mut self, i: usize) {
-        let ctx = self.ctx;
-        for &r in ctx.in_roots[i].iter().chain(&ctx.out_roots[i]) {
-            let last = ctx.last_access(r).is_some_and(|l| l as usize == i);
-            if last && ctx.freeable[r.index()] && !self.copy[r.index()] {
+        for &r in &self.ctx.last_of[i] {
+            if !self.copy[r.index()] {
                 self.discarded[r.index()] = true;
             }
         }

@@ -83,22 +83,17 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     climb(ev, &mut pop);
     let initial = pop.clone();
     if opts.genetic_iters > 0 {
-        let mut all = Vec::new();
-        for k in 0..ISLANDS {
-            let seed = opts
-                .seed
-                .wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let mut island = pop.clone();
-            genetic::refine(
-                ev,
-                &mut island,
-                opts.genetic_iters,
-                opts.pool_size,
-                &mut rng,
-            );
-            all.extend(island);
-        }
+        let mut islands: Vec<genetic::Island> = (0..ISLANDS)
+            .map(|k| genetic::Island {
+                pop: pop.clone(),
+                rng: ChaCha8Rng::seed_from_u64(
+                    opts.seed
+                        .wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                ),
+            })
+            .collect();
+        genetic::refine(ev, &mut islands, opts.genetic_iters, opts.pool_size);
+        let all: Vec<Member> = islands.into_iter().flat_map(|i| i.pop).collect();
         pop = all;
         dedup(&mut pop);
         climb(ev, &mut pop);
@@ -107,21 +102,6 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         (Some(b), Some(l)) => Some(b.min(l)),
         (b, l) => b.or(l),
     };
-    if std::env::var("X_FRONT").is_ok() {
-        let u = ctx.unplanned_peak as f64;
-        for m in &ev.front.members {
-            eprintln!(
-                "front {:.4} {:.4} {:?}",
-                m.fitness.peak as f64 / u,
-                m.fitness.cost as f64 / (1u64 << 40) as f64,
-                m.genome.rules
-            );
-        }
-    }
-    if std::env::var("X_BEST").is_ok() {
-        sort_population(&mut pop, ev.objective);
-        eprintln!("best {:?} {:?}", pop[0].fitness, pop[0].genome);
-    }
     let obj = ev.objective;
     let chen = Member {
         genome: chen,
