@@ -30,6 +30,11 @@ inspect FILE:
 bench:
     cargo bench
 
+# The planner benchmark; puts its search-speed table in README.md.
+scaling:
+    PLANNER_MARKDOWN=target/scaling.md cargo bench --bench planner
+    bash scripts/readme-section.sh scaling target/scaling.md
+
 # Refresh the committed peak-memory baseline that CI checks (after a deliberate change).
 baseline:
     cargo run --release -- compare graphs/*.json ../shared/data/checkmate/*.json --write-baseline benches/peak_memory.json

@@ -127,6 +127,9 @@ fn main() {
 /// plans must be identical).
 fn scaling() {
     println!("\nsearch scaling: sublinear, 20 generations; 1 vs 2 workers (same run)");
+    let mut md = String::from(
+        "| graph | ops | candidates | of them memory-for-speed | schedules built | 1 worker | 2 workers |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let chain = sgc_ir::load_any(root.join("graphs/chain1000.json")).expect("chain1000 loads");
     for (name, g) in [
@@ -163,7 +166,30 @@ fn scaling() {
             rate(two.1.schedule_secs),
             two.1.schedule_secs,
         );
+        md.push_str(&format!(
+            "| {name} | {} | {} | {} | {} | {:.0}/s ({:.2} s) | {:.0}/s ({:.2} s) |\n",
+            g.num_ops(),
+            s.candidates,
+            s.relax_candidates,
+            s.evaluated,
+            rate(one.1.schedule_secs),
+            one.1.schedule_secs,
+            rate(two.1.schedule_secs),
+            two.1.schedule_secs,
+        ));
     }
+    if let Ok(out) = std::env::var("PLANNER_MARKDOWN") {
+        std::fs::write(&out, md).unwrap_or_else(|e| panic!("{out}: {e}"));
+    }
+}
+
+/// The zoo or Checkmate graph with this file stem.
+fn graph_named(name: &str) -> Graph {
+    let path = common::graph_files()
+        .into_iter()
+        .find(|p| p.file_stem().is_some_and(|s| s == name))
+        .unwrap_or_else(|| panic!("{name}: no such graph"));
+    sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn find<'a>(rows: &'a [Row], graph: &str, label: &str) -> Option<&'a Row> {
@@ -190,21 +216,30 @@ fn targets(rows: &[Row]) {
             continue;
         };
         let (c, s) = (&chen.plan.summary, &sub.plan.summary);
+        // At Chen's own peak (as a budget), the search must recompute no more than Chen.
+        let g = graph_named(&chen.graph);
+        let o = PlanOptions {
+            genetic_iters: 20,
+            budget: Some(c.planned_peak),
+            ..PlanOptions::default()
+        };
+        let at = plan(&g, &o, &RunConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        let b = &at.summary;
         let ok =
-            s.planned_peak <= c.planned_peak && s.recompute_cost <= c.recompute_cost * (1.0 + 1e-9);
+            s.planned_peak <= c.planned_peak && b.recompute_cost <= c.recompute_cost * (1.0 + 1e-9);
         all &= ok;
         println!(
-            "  {:<28} sublinear/20 peak {:.3} / recompute {:.3} vs chen-sqrt {:.3} / {:.3}: {}",
+            "  {:<28} sublinear/20 peak {:.3} (chen-sqrt {:.3}); at chen-sqrt's peak recompute {:.3} (chen-sqrt {:.3}): {}",
             chen.graph,
             s.planned_peak as f64 / s.unplanned_peak as f64,
-            s.recompute_share,
             c.planned_peak as f64 / c.unplanned_peak as f64,
+            b.recompute_share,
             c.recompute_share,
             verdict(ok)
         );
     }
     println!(
-        "  sublinear/20 <= chen-sqrt on every graph: {}",
+        "  sublinear/20 never peaks above chen-sqrt, and at its peak never recomputes more: {}",
         verdict(all)
     );
     if let Some(r) = rows

@@ -68,8 +68,7 @@ impl<'a> Blocks<'a> {
 
 /// The discard plan of `genome`, ordered by root.
 pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
-    let blocks = Blocks::new(&genome.splits, ctx.n);
-    let protected = protected(ctx, genome, &blocks);
+    let protected = protected(ctx, genome);
     let s = &genome.splits;
     let last_pos = (ctx.n as u32).saturating_sub(1);
     let block_last = |k: usize| s.get(k).copied().unwrap_or(last_pos);
@@ -80,7 +79,7 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
             k += 1;
         }
         // Read only inside its block, or protected: kept.
-        if last <= block_last(k) || protected.binary_search(&r.0).is_ok() {
+        if last <= block_last(k) || protected.contains(r) {
             continue;
         }
         let block = Block {
@@ -107,21 +106,42 @@ struct Block {
     next_last: u32,
 }
 
-/// Roots never discarded, sorted: checkpoints (outputs of a block's last op made in that
-/// block) and the genome's kept roots.
-fn protected(ctx: &Context<'_>, genome: &Genome, blocks: &Blocks<'_>) -> Vec<u32> {
-    let mut p: Vec<u32> = genome.keep.clone();
-    for &s in &genome.splits {
-        let (first, _) = blocks.of(s);
-        for &r in &ctx.out_roots[s as usize] {
+/// Roots never discarded: checkpoints (outputs of a block's last op made in that block)
+/// and the genome's kept roots.
+fn protected(ctx: &Context<'_>, genome: &Genome) -> Bits {
+    let mut p = Bits::new(ctx.g.num_tensors());
+    let s = &genome.splits;
+    for (j, &split) in s.iter().enumerate() {
+        let first = if j == 0 { 0 } else { s[j - 1] + 1 };
+        for &r in &ctx.out_roots[split as usize] {
             if ctx.accesses[r.index()].first().is_some_and(|&a| a >= first) {
-                p.push(r.0);
+                p.insert(r);
             }
         }
     }
-    p.sort_unstable();
-    p.dedup();
+    for &k in &genome.keep {
+        if (k as usize) < ctx.g.num_tensors() {
+            p.insert(TensorId(k));
+        }
+    }
     p
+}
+
+/// A set of tensors, one bit each.
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Self {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+
+    fn insert(&mut self, t: TensorId) {
+        self.0[t.index() / 64] |= 1 << (t.index() % 64);
+    }
+
+    fn contains(&self, t: TensorId) -> bool {
+        self.0[t.index() / 64] & (1 << (t.index() % 64)) != 0
+    }
 }
 
 /// The discard of one freeable root, if the rules of the module doc give one.

@@ -57,7 +57,7 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
 
 /// Climbs from `start` by reshaping the blocks that hold the most bytes at the plan's peak:
 /// each is split at seven evenly spaced positions, and the splits that bound it are moved
-/// by 1 to 32 positions or removed. Up to [`MAX_ROUNDS`] rounds while strictly better.
+/// by 1 to 32 positions, removed, or shifted together by up to 4. Up to [`MAX_ROUNDS`] rounds while strictly better.
 pub(crate) fn bottleneck(ev: &mut Evaluator<'_>, start: &Member) -> Member {
     let mut best = start.clone();
     for round in 0..2 * MAX_ROUNDS {
@@ -142,6 +142,19 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
             let mut v = s.clone();
             v.remove(j);
             out.push(with(v));
+        }
+        // Both bounding splits shifted together (the block slides).
+        let pair = (
+            first.checked_sub(1).and_then(|b| s.binary_search(&b).ok()),
+            s.binary_search(&last).ok(),
+        );
+        if let (Some(a), Some(b)) = pair {
+            for d in [-4i64, -2, -1, 1, 2, 4] {
+                let mut v = s.clone();
+                v[a] = (i64::from(v[a]) + d).clamp(0, i64::from(n) - 1) as u32;
+                v[b] = (i64::from(v[b]) + d).clamp(0, i64::from(n) - 1) as u32;
+                out.push(with(v));
+            }
         }
     }
     Some(out)
