@@ -26,9 +26,11 @@ pub(crate) fn scaled(ctx: &Context<'_>, scale: f64) -> Genome {
 /// that peaks lowest (then recomputes least; ties: the first variant).
 pub(crate) fn best(ctx: &Context<'_>) -> Genome {
     let mut best: Option<(Genome, crate::evaluate::Fitness)> = None;
-    for g in genome(ctx).variants() {
+    let mut chen = genome(ctx);
+    chen.rules.forward_only = true;
+    for g in chen.variants() {
         let plan = crate::discard::plan(ctx, &g);
-        let f = fitness_with(outcome(ctx, g.bounds(), &plan), &g);
+        let f = fitness_with(outcome(ctx, &g, &plan), &g);
         if best
             .as_ref()
             .is_none_or(|b| f.cmp(&b.1, Objective::default()).is_lt())
@@ -36,5 +38,5 @@ pub(crate) fn best(ctx: &Context<'_>) -> Genome {
             best = Some((g, f));
         }
     }
-    best.map_or_else(|| genome(ctx), |b| b.0)
+    best.map_or(chen, |b| b.0)
 }

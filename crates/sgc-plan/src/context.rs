@@ -39,6 +39,8 @@ pub(crate) struct Context<'g> {
     pub current: Vec<bool>,
     /// The state every split walk starts from ([`crate::recompute::start_state`]).
     pub walk_start: (Vec<u32>, Vec<(u32, u32)>),
+    /// Per op: whether it is a forward op (every op when the graph has no phases).
+    pub forward: Vec<bool>,
     /// Per traced position: the freeable roots whose last access it is.
     pub last_of: Vec<Vec<TensorId>>,
     /// Freeable roots with the position of the op that makes them and of their last
@@ -193,7 +195,13 @@ impl<'g> Context<'g> {
             persistent_bytes: profile.persistent_bytes,
             lower_bound: g.lower_bound(),
             walk_start: Default::default(),
+            forward: Vec::new(),
         };
+        let fwd = ctx.forward_ops();
+        ctx.forward = vec![false; n];
+        for &i in &fwd {
+            ctx.forward[i as usize] = true;
+        }
         ctx.walk_start = crate::recompute::start_state(&ctx);
         ctx
     }

@@ -82,6 +82,9 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
         if last <= block_last(k) || protected.contains(r) {
             continue;
         }
+        if genome.rules.forward_only && !ctx.forward[made as usize] {
+            continue;
+        }
         let block = Block {
             first: if k == 0 { 0 } else { s[k - 1] + 1 },
             last: block_last(k),
@@ -179,9 +182,11 @@ fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, r: TensorId) -> Op
     })
 }
 
-/// A compact, exact key of a discard plan: `(root, open, block_begin)` of every discard.
-pub(crate) fn key(plan: &[Discard]) -> Vec<u32> {
+/// A compact, exact key of what a schedule depends on: `(root, open, block_begin)` of every
+/// discard, and whether recomputation is limited to forward ops.
+pub(crate) fn key(genome: &Genome, plan: &[Discard]) -> Vec<u32> {
     plan.iter()
         .flat_map(|d| [d.root.0, d.open, d.block_begin])
+        .chain(genome.rules.forward_only.then_some(u32::MAX))
         .collect()
 }

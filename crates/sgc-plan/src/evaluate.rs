@@ -44,6 +44,11 @@ pub(crate) struct Rules {
     /// A storage may be discarded right after it is made even when it is its producer's
     /// only output read later (MegEngine never does).
     pub at_creation: bool,
+    /// Only storages made by forward ops are discarded, and only forward ops run again
+    /// (older or other storages are read as they are): Chen's plan, which promises at most
+    /// one forward pass of recompute on any graph, phases interleaved or not. Not a gene the
+    /// search varies.
+    pub forward_only: bool,
 }
 
 impl Rules {
@@ -53,6 +58,7 @@ impl Rules {
             unbounded: k & 1 != 0,
             next_block: k & 2 != 0,
             at_creation: k & 4 != 0,
+            forward_only: false,
         })
     }
 
@@ -87,7 +93,12 @@ impl Genome {
 
     /// The genome under every variant of the rules.
     pub fn variants(&self) -> impl Iterator<Item = Genome> + '_ {
-        Rules::all().into_iter().map(|r| self.clone().with_rules(r))
+        Rules::all().into_iter().map(|r| {
+            self.clone().with_rules(Rules {
+                forward_only: self.rules.forward_only,
+                ..r
+            })
+        })
     }
 
     /// The split points that bound recomputation: none when it is unbounded.
@@ -208,7 +219,7 @@ impl Balance {
 /// The schedule of a genome, if it can be built.
 pub(crate) fn schedule(ctx: &Context<'_>, genome: &Genome) -> Option<Vec<(OpId, bool)>> {
     let plan = discard::plan(ctx, genome);
-    recompute::schedule(ctx, genome.bounds(), &plan)
+    recompute::schedule(ctx, genome, &plan)
         .ok()
         .map(|s| s.steps)
 }
@@ -232,10 +243,9 @@ pub(crate) fn fitness_of(ctx: &Context<'_>, steps: &[(OpId, bool)], splits: usiz
 /// (and the blocks the plan names), so genomes with the same plan share one outcome.
 pub(crate) type Outcome = Option<(u64, u64)>;
 
-/// The outcome of a discard plan whose recomputation is bounded by the blocks of
-/// `bounds` ([`Genome::bounds`]), from scratch.
-pub(crate) fn outcome(ctx: &Context<'_>, bounds: &[u32], plan: &[Discard]) -> Outcome {
-    let s = recompute::schedule(ctx, bounds, plan).ok()?;
+/// The outcome of `genome`'s discard plan, from scratch.
+pub(crate) fn outcome(ctx: &Context<'_>, genome: &Genome, plan: &[Discard]) -> Outcome {
+    let s = recompute::schedule(ctx, genome, plan).ok()?;
     Some((s.peak(ctx), s.units))
 }
 
@@ -243,7 +253,7 @@ pub(crate) fn outcome(ctx: &Context<'_>, bounds: &[u32], plan: &[Discard]) -> Ou
 #[cfg(test)]
 pub(crate) fn evaluate(ctx: &Context<'_>, genome: &Genome) -> Fitness {
     let plan = discard::plan(ctx, genome);
-    fitness_with(outcome(ctx, genome.bounds(), &plan), genome)
+    fitness_with(outcome(ctx, genome, &plan), genome)
 }
 
 /// The recompute cost of a schedule, in units.
@@ -298,7 +308,7 @@ mod tests {
                 continue;
             };
             let plan = discard::plan(&ctx, &genome);
-            let walked = recompute::schedule(&ctx, genome.bounds(), &plan).expect("scheduled");
+            let walked = recompute::schedule(&ctx, &genome, &plan).expect("scheduled");
             assert_eq!(
                 Some(walked.live.clone()),
                 crate::profile::live_bytes(&ctx, &steps),

@@ -25,6 +25,7 @@
 
 use crate::context::{Context, Validity};
 use crate::discard::{Blocks, Discard};
+use crate::evaluate::Genome;
 use crate::schedule::Infeasible;
 use sgc_ir::{OpId, TensorId};
 
@@ -66,13 +67,15 @@ impl Schedule {
     }
 }
 
-/// The schedule of a discard plan under the blocks of `splits`.
+/// The schedule of `genome`'s discard plan (recomputation bounded by its blocks, see
+/// [`Genome::bounds`]).
 pub(crate) fn schedule(
     ctx: &Context<'_>,
-    splits: &[u32],
+    genome: &Genome,
     plan: &[Discard],
 ) -> Result<Schedule, Infeasible> {
-    let mut w = Walk::new(ctx, Blocks::new(splits, ctx.n));
+    let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n));
+    w.forward_only = genome.rules.forward_only;
     let mut by_open: Vec<&Discard> = plan.iter().collect();
     by_open.sort_by_key(|d| (d.open, d.root));
     let mut by_close: Vec<&Discard> = plan.iter().collect();
@@ -136,6 +139,8 @@ struct Walk<'c> {
     units: u64,
     /// The recomputation stack: (op, index of the next input to check).
     stack: Vec<(OpId, usize)>,
+    /// Recompute forward ops only; storages made by other ops are read as they are.
+    forward_only: bool,
     /// Per root: its open instance's first step and last use (`NEVER`: none).
     open: Vec<(u32, u32)>,
     /// Per step (and one past): bytes of instances starting minus bytes ending before it.
@@ -160,6 +165,7 @@ impl<'c> Walk<'c> {
             units: 0,
             stack: Vec::new(),
             open: open.clone(),
+            forward_only: false,
             delta: Vec::with_capacity(ctx.n + ctx.n / 2 + 1),
         }
     }
@@ -232,7 +238,12 @@ impl<'c> Walk<'c> {
             return true;
         }
         match self.ctx.g.producer(r) {
-            Some(p) => self.ctx.rerunnable[p.index()] && p.index() as u32 >= bb,
+            Some(p) => {
+                let i = p.index();
+                self.ctx.rerunnable[i]
+                    && i as u32 >= bb
+                    && (!self.forward_only || self.ctx.forward[i])
+            }
             None => false,
         }
     }

@@ -93,7 +93,7 @@ struct Screen {
 impl Screen {
     fn of(ctx: &Context<'_>, genome: &Genome) -> Option<Screen> {
         let plan = discard::plan(ctx, genome);
-        let s = crate::recompute::schedule(ctx, genome.bounds(), &plan).ok()?;
+        let s = crate::recompute::schedule(ctx, genome, &plan).ok()?;
         let mut step_of = vec![0; ctx.n];
         for (k, &(op, rec)) in s.steps.iter().enumerate() {
             if !rec {

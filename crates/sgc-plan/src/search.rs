@@ -130,7 +130,11 @@ impl<'a> Evaluator<'a> {
                 .map(|&i| discard::plan(ctx, &genomes[i]))
                 .collect()
         });
-        let keys: Vec<Arc<Vec<u32>>> = plans.iter().map(|p| Arc::new(discard::key(p))).collect();
+        let keys: Vec<Arc<Vec<u32>>> = fresh
+            .iter()
+            .zip(&plans)
+            .map(|(&i, p)| Arc::new(discard::key(&genomes[i], p)))
+            .collect();
         // Distinct new plans, each evaluated once.
         let mut todo: Vec<usize> = Vec::new();
         let mut new_keys = HashSet::default();
@@ -141,7 +145,7 @@ impl<'a> Evaluator<'a> {
         }
         let results: Vec<Outcome> = self.pool.install(|| {
             todo.par_iter()
-                .map(|&j| outcome(ctx, genomes[fresh[j]].bounds(), &plans[j]))
+                .map(|&j| outcome(ctx, &genomes[fresh[j]], &plans[j]))
                 .collect()
         });
         self.stats.evaluated += todo.len();
