@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI entry for the PyTorch exporter: runs the pytest suite (python/tests) with the python3 on PATH.
 # Without torch it prints a SKIP line and succeeds, unless SGC_REQUIRE_TORCH=1 (CI), where a
-# missing torch, torchvision, transformers or pytest is an error. Without SGC_REQUIRE_TORCH, tests
+# missing torch, torchvision, transformers or pytest is an error, and so is any skipped test.
+# Without SGC_REQUIRE_TORCH, tests
 # that need torchvision or transformers are skipped (with the reason) when those are missing.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -22,9 +23,16 @@ if [[ " ${missing[*]} " == *" pytest "* ]]; then
   exit 1
 fi
 start=$(date +%s)
-python3 -m pytest -ra tests "$@"
-rc=$?
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+python3 -m pytest -ra tests "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
 echo "python tests: $(( $(date +%s) - start )) s"
+# In CI a skipped test tested nothing (a corpus made with another torch, a missing binary).
+if [ "${SGC_REQUIRE_TORCH:-0}" = 1 ] && [ "$rc" -eq 0 ] && tail -n 1 "$log" | grep -q " skipped"; then
+  echo "error: SGC_REQUIRE_TORCH=1 but tests were skipped (see the SKIPPED lines above)" >&2
+  exit 1
+fi
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests in python/tests" >&2
   exit 1

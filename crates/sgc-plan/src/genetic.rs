@@ -98,7 +98,7 @@ fn mutate(g: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
     }
     if s.is_empty() {
         s.push(rng.random_range(0..n));
-        return with_splits(g, s);
+        return g.with_splits(s);
     }
     let j = rng.random_range(0..s.len());
     let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
@@ -111,7 +111,7 @@ fn mutate(g: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
         2 if lo < hi => s[j] = rng.random_range(lo..hi),
         _ => {}
     }
-    with_splits(g, s)
+    g.with_splits(s)
 }
 
 /// Points of `a` before a random cut, points of `b` from the cut on.
@@ -124,12 +124,5 @@ fn crossover(a: &Genome, b: &Genome, n: u32, rng: &mut ChaCha8Rng) -> Genome {
         .filter(|&p| p < cut)
         .chain(b.splits.iter().copied().filter(|&p| p >= cut))
         .collect();
-    with_splits(a, s)
-}
-
-fn with_splits(g: &Genome, splits: Vec<u32>) -> Genome {
-    let mut out = Genome::from_splits(splits);
-    out.keep = g.keep.clone();
-    out.rules = g.rules;
-    out
+    a.with_splits(s)
 }

@@ -190,7 +190,7 @@ fn run_sublinear(
             workers,
             message: e.to_string(),
         })?;
-    let mut ev = search::Evaluator::new(ctx, &pool, None, run.progress);
+    let mut ev = search::Evaluator::new(ctx, &pool, run.progress);
     if options.goal == plan::Goal::Balanced {
         ev.objective.balance = Some(evaluate::Balance::of(ctx));
     }
@@ -201,15 +201,14 @@ fn run_sublinear(
         budget: None,
         ..options.clone()
     };
-    let (mut best, mut fit) = sublinear::search(&mut ev, &unbounded);
+    let (mut best, fit) = sublinear::search(&mut ev, &unbounded);
     if let Some(budget) = options.budget {
         ev.objective = evaluate::Objective::budget(Some(budget));
         let (b, f) = sublinear::search(&mut ev, options);
         if f.cmp(&fit, ev.objective).is_le() {
-            (best, fit) = (b, f);
+            best = b;
         }
     }
-    let _ = fit;
     Ok((
         schedule(ctx, &best).unwrap_or_else(|| original(ctx)),
         ev.stats,

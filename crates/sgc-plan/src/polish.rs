@@ -99,12 +99,6 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
     }
     let mut heavy: Vec<((u32, u32), u64)> = weight.into_iter().collect();
     heavy.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let with = |splits: Vec<u32>| {
-        let mut c = Genome::from_splits(splits);
-        c.keep = g.keep.clone();
-        c.rules = g.rules;
-        c
-    };
     let s = &g.splits;
     let n = ctx.n as u32;
     let mut out = Vec::new();
@@ -114,46 +108,22 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
             if p > first && p < last {
                 let mut v = s.clone();
                 v.push(p);
-                out.push(with(v));
+                out.push(g.with_splits(v));
             }
         }
-        // The splits bounding the block: the one closing it and the one before it.
-        for j in [
-            s.binary_search(&last).ok(),
-            first.checked_sub(1).and_then(|b| s.binary_search(&b).ok()),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
-            let hi = s.get(j + 1).map_or(n, |&x| x);
-            for d in [1, 2, 4, 8, 16, 32] {
-                for p in [s[j].checked_sub(d), s[j].checked_add(d)]
-                    .into_iter()
-                    .flatten()
-                {
-                    if p >= lo && p < hi {
-                        let mut v = s.clone();
-                        v[j] = p;
-                        out.push(with(v));
-                    }
-                }
-            }
-            let mut v = s.clone();
-            v.remove(j);
-            out.push(with(v));
+        // The splits bounding the block: the one before it and the one closing it.
+        let before = first.checked_sub(1).and_then(|b| s.binary_search(&b).ok());
+        let closing = s.binary_search(&last).ok();
+        for j in [closing, before].into_iter().flatten() {
+            moves(g, j, n, &[1, 2, 4, 8, 16, 32], &mut out);
         }
-        // Both bounding splits shifted together (the block slides).
-        let pair = (
-            first.checked_sub(1).and_then(|b| s.binary_search(&b).ok()),
-            s.binary_search(&last).ok(),
-        );
-        if let (Some(a), Some(b)) = pair {
+        // Both shifted together (the block slides).
+        if let (Some(a), Some(b)) = (before, closing) {
             for d in [-4i64, -2, -1, 1, 2, 4] {
                 let mut v = s.clone();
                 v[a] = (i64::from(v[a]) + d).clamp(0, i64::from(n) - 1) as u32;
                 v[b] = (i64::from(v[b]) + d).clamp(0, i64::from(n) - 1) as u32;
-                out.push(with(v));
+                out.push(g.with_splits(v));
             }
         }
     }
@@ -164,30 +134,8 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
 fn neighbours(g: &Genome, n: u32) -> Vec<Genome> {
     let s = &g.splits;
     let mut out = Vec::new();
-    let with = |splits: Vec<u32>| {
-        let mut c = Genome::from_splits(splits);
-        c.keep = g.keep.clone();
-        c.rules = g.rules;
-        c
-    };
     for j in 0..s.len() {
-        let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
-        let hi = s.get(j + 1).map_or(n, |&x| x); // exclusive
-        for d in [1, 4, 16, 64] {
-            for p in [s[j].checked_sub(d), s[j].checked_add(d)]
-                .into_iter()
-                .flatten()
-            {
-                if p >= lo && p < hi {
-                    let mut v = s.clone();
-                    v[j] = p;
-                    out.push(with(v));
-                }
-            }
-        }
-        let mut v = s.clone();
-        v.remove(j);
-        out.push(with(v));
+        moves(g, j, n, &[1, 4, 16, 64], &mut out);
     }
     let mut start = 0;
     for &end in s.iter().chain(std::iter::once(&n.saturating_sub(1))) {
@@ -195,7 +143,7 @@ fn neighbours(g: &Genome, n: u32) -> Vec<Genome> {
         if mid > start && mid < end {
             let mut v = s.clone();
             v.push(mid);
-            out.push(with(v));
+            out.push(g.with_splits(v));
         }
         start = end + 1;
     }
@@ -203,4 +151,27 @@ fn neighbours(g: &Genome, n: u32) -> Vec<Genome> {
         out.push(g.clone().with_rules(g.rules.flipped(k)));
     }
     out
+}
+
+/// Split `j` moved by each of `deltas` either way (staying strictly between its neighbours),
+/// then removed.
+fn moves(g: &Genome, j: usize, n: u32, deltas: &[u32], out: &mut Vec<Genome>) {
+    let s = &g.splits;
+    let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
+    let hi = s.get(j + 1).map_or(n, |&x| x); // exclusive
+    for &d in deltas {
+        for p in [s[j].checked_sub(d), s[j].checked_add(d)]
+            .into_iter()
+            .flatten()
+        {
+            if p >= lo && p < hi {
+                let mut v = s.clone();
+                v[j] = p;
+                out.push(g.with_splits(v));
+            }
+        }
+    }
+    let mut v = s.clone();
+    v.remove(j);
+    out.push(g.with_splits(v));
 }

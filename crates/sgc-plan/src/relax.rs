@@ -85,7 +85,7 @@ struct Screen {
     plan: Vec<Discard>,
     /// Per traced position: the step of its original run.
     step_of: Vec<u32>,
-    /// Per recompute step: whether it is one.
+    /// The op of every recompute step.
     recomputed: Vec<sgc_ir::OpId>,
     live: RangeMax,
 }

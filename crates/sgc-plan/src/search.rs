@@ -98,7 +98,6 @@ impl<'a> Evaluator<'a> {
     pub fn new(
         ctx: &'a Context<'a>,
         pool: &'a rayon::ThreadPool,
-        budget: Option<u64>,
         progress: Option<ProgressFn<'a>>,
     ) -> Self {
         Evaluator {
@@ -106,7 +105,7 @@ impl<'a> Evaluator<'a> {
             pool,
             cache: HashMap::default(),
             outcomes: HashMap::default(),
-            objective: Objective::budget(budget),
+            objective: Objective::default(),
             progress,
             stats: SearchStats::default(),
             front: Front::default(),

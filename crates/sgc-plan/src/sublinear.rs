@@ -34,8 +34,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// Independent runs of the genetic refinement, each from the same initial population with
 /// its own random stream; the best of all is kept. One run's result varies widely with its
-/// seed on real traces (MobileNetV3: 0.25x to 0.31x of the unplanned peak); three keep the
-/// spread small for a small multiple of the time.
+/// seed on the real corpus; three narrow the spread for a small multiple of the time.
 const ISLANDS: u64 = 3;
 
 /// Runs the whole search and returns the best genome and its fitness.

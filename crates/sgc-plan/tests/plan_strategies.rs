@@ -177,7 +177,7 @@ fn every_strategy_verifies_on_every_graph() {
             // The Checkmate random graphs are hundreds of tiny tensors of arbitrary sizes
             // (a few 256-byte units each): their aligned live peak is a looser bound. The
             // real corpus's arenas are reported by `cargo bench --bench real`; placing them
-            // within 1.01x is allocation work of its own (up to 1.13x here today).
+            // within 1.01x is allocation work of its own (the arena column of the real bench).
             let slack = if name.starts_with("random_layered") {
                 1.05
             } else if real.contains(&name) {

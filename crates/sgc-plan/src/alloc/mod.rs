@@ -96,10 +96,9 @@ impl Effort {
         search_max_buffers: 4_000,
     };
     /// What `sgc plan` spends on a plan's arena: a twentieth of the default, about a tenth of
-    /// a second. On the zoo's plans the search finds its best placement within it; on the
-    /// real corpus (`graphs/real/`) no budget up to this one improved on the heuristics, and
-    /// the rest of a larger budget goes to chasing a lower bound that in-place chains put
-    /// out of reach.
+    /// a second. On the zoo's plans the search finds its best placement within it (the CI
+    /// baseline holds it); the rest of a larger budget goes to chasing a lower bound that
+    /// in-place chains put out of reach.
     pub const PLAN: Effort = Effort {
         search_work: 50_000_000,
         search_max_buffers: 4_000,
