@@ -38,7 +38,7 @@ pub(crate) struct Context<'g> {
     /// Per tensor: whether its validity is [`Validity::Current`].
     pub current: Vec<bool>,
     /// The state every split walk starts from ([`crate::recompute::start_state`]).
-    pub walk_start: (Vec<u32>, Vec<(u32, u32)>),
+    pub walk_start: Vec<crate::recompute::Slot>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
     /// Per traced position: the freeable roots whose last access it is.

@@ -31,22 +31,53 @@ use sgc_ir::{OpId, TensorId};
 
 pub(crate) const NEVER: u32 = u32::MAX;
 
+/// One tensor's walk state, kept together so a step touches one cache line per tensor.
+/// `version`, the flags and `open` are meaningful for roots only.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    /// Per root: how many times it was produced.
+    version: u32,
+    /// Its root's version when it was last made (`NEVER`: not yet).
+    made: u32,
+    /// Per root: its open instance's first step and last use (`NEVER`: none).
+    open: (u32, u32),
+    /// Per root: `DISCARDED`, `PENDING`, `COPY`, `DIRTY`.
+    flags: u8,
+}
+
+/// The original was discarded (or retired after its last traced access) and not
+/// recomputed since.
+const DISCARDED: u8 = 1;
+/// A discarded original that its gap's closing read must recompute.
+const PENDING: u8 = 2;
+/// The current instance is a recomputed copy.
+const COPY: u8 = 4;
+/// A persistent root that a non-recomputable op has read (and may have written).
+const DIRTY: u8 = 8;
+
 /// The per-tensor state a split walk starts from: each tensor's version when made (graph
 /// inputs and their views exist from the start; `NEVER` for the rest) and each root's open
 /// instance (graph inputs are resident from step 0).
-pub(crate) fn start_state(ctx: &Context<'_>) -> (Vec<u32>, Vec<(u32, u32)>) {
+pub(crate) fn start_state(ctx: &Context<'_>) -> Vec<Slot> {
     let nt = ctx.g.num_tensors();
-    let mut made = vec![NEVER; nt];
+    let mut slots = vec![
+        Slot {
+            version: 0,
+            made: NEVER,
+            open: (NEVER, NEVER),
+            flags: 0,
+        };
+        nt
+    ];
     for t in ctx.g.tensor_ids() {
         if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
-            made[t.index()] = 0;
+            slots[t.index()].made = 0;
         }
     }
-    let mut open = vec![(NEVER, NEVER); nt];
     for &t in &ctx.input_roots {
-        open[t.index()] = (0, 0);
+        slots[t.index()].open = (0, 0);
     }
-    (made, open)
+    slots
 }
 
 /// A built schedule: `(op, recomputed?)` per step, its recompute cost in units, and the
@@ -77,14 +108,14 @@ pub(crate) fn schedule(
     let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n));
     w.forward_only = genome.rules.forward_only;
     let mut by_open: Vec<&Discard> = plan.iter().collect();
-    by_open.sort_by_key(|d| (d.open, d.root));
+    by_open.sort_unstable_by_key(|d| (d.open, d.root));
     let mut by_close: Vec<&Discard> = plan.iter().collect();
-    by_close.sort_by_key(|d| (d.close, d.root));
+    by_close.sort_unstable_by_key(|d| (d.close, d.root));
     let (mut o, mut c) = (0, 0);
     for i in 0..ctx.n {
         while let Some(d) = by_close.get(c).filter(|d| d.close as usize == i) {
             c += 1;
-            if std::mem::take(&mut w.pending[d.root.index()]) {
+            if w.take_pending(d.root) {
                 w.ensure(d.root, d.block_begin)?;
             }
         }
@@ -120,54 +151,45 @@ pub(crate) fn schedule(
 struct Walk<'c> {
     ctx: &'c Context<'c>,
     blocks: Blocks<'c>,
-    /// Per root: how many times it was produced.
-    version: Vec<u32>,
-    /// Per tensor: its root's version when it was last made (`NEVER`: not yet).
-    made: Vec<u32>,
-    /// Per root: its original was discarded (or retired after its last traced access)
-    /// and not recomputed since.
-    discarded: Vec<bool>,
-    /// Per root: a discarded original that its gap's closing read must recompute.
-    pending: Vec<bool>,
-    /// Per root: the current instance is a recomputed copy.
-    copy: Vec<bool>,
+    /// Per tensor: see [`Slot`].
+    slot: Vec<Slot>,
     /// Per op: runs so far.
     runs: Vec<u8>,
-    /// Per persistent root: a non-recomputable op has read it (and may have written it).
-    dirty: Vec<bool>,
     steps: Vec<(OpId, bool)>,
     units: u64,
     /// The recomputation stack: (op, index of the next input to check).
     stack: Vec<(OpId, usize)>,
     /// Recompute forward ops only; storages made by other ops are read as they are.
     forward_only: bool,
-    /// Per root: its open instance's first step and last use (`NEVER`: none).
-    open: Vec<(u32, u32)>,
     /// Per step (and one past): bytes of instances starting minus bytes ending before it.
     delta: Vec<i128>,
 }
 
 impl<'c> Walk<'c> {
     fn new(ctx: &'c Context<'c>, blocks: Blocks<'c>) -> Self {
-        let nt = ctx.g.num_tensors();
-        let (made, open) = &ctx.walk_start;
         Walk {
             ctx,
             blocks,
-            version: vec![0; nt],
-            made: made.clone(),
-            discarded: vec![false; nt],
-            pending: vec![false; nt],
-            copy: vec![false; nt],
+            slot: ctx.walk_start.clone(),
             runs: vec![0; ctx.n],
-            dirty: vec![false; nt],
             steps: Vec::with_capacity(ctx.n + ctx.n / 2),
             units: 0,
             stack: Vec::new(),
-            open: open.clone(),
             forward_only: false,
             delta: Vec::with_capacity(ctx.n + ctx.n / 2 + 1),
         }
+    }
+
+    fn flag(&self, r: TensorId, f: u8) -> bool {
+        self.slot[r.index()].flags & f != 0
+    }
+
+    /// Clears root `r`'s pending mark and says whether it was set.
+    fn take_pending(&mut self, r: TensorId) -> bool {
+        let s = &mut self.slot[r.index()];
+        let was = s.flags & PENDING != 0;
+        s.flags &= !PENDING;
+        was
     }
 
     /// Closes instance `(start, last)` of root `r` (nothing if it was never used).
@@ -187,8 +209,8 @@ impl<'c> Walk<'c> {
             return Vec::new();
         }
         self.delta.resize(n + 1, 0);
-        for r in 0..self.open.len() {
-            let (start, last) = self.open[r];
+        for r in 0..self.slot.len() {
+            let (start, last) = self.slot[r].open;
             if start != NEVER {
                 let last = if self.ctx.kept[r] { n as u32 - 1 } else { last };
                 self.close(r, (start, last));
@@ -211,15 +233,15 @@ impl<'c> Walk<'c> {
     /// Whether the tensor's current instance exists (a view: made from its base's
     /// current instance).
     fn current(&self, t: TensorId) -> bool {
-        self.made[t.index()] == self.version[self.root(t).index()]
+        self.slot[t.index()].made == self.slot[self.root(t).index()].version
     }
 
     /// Whether an original op (or a recomputation inside the block) may read `t` now.
     fn readable(&self, t: TensorId) -> bool {
         match self.ctx.validity[t.index()] {
             Validity::Always => true,
-            Validity::Produced => self.made[t.index()] != NEVER,
-            Validity::Current => self.current(t) && !self.discarded[self.root(t).index()],
+            Validity::Produced => self.slot[t.index()].made != NEVER,
+            Validity::Current => self.current(t) && !self.flag(self.root(t), DISCARDED),
         }
     }
 
@@ -304,13 +326,13 @@ impl<'c> Walk<'c> {
             if self.runs[i] >= 2 {
                 return Err(Infeasible::ThirdRun);
             }
-            if ctx.persistent_in[i].iter().any(|p| self.dirty[p.index()]) {
+            if ctx.persistent_in[i].iter().any(|&p| self.flag(p, DIRTY)) {
                 return Err(Infeasible::Dirty);
             }
             self.units += ctx.cost_units[i];
         } else if !ctx.g.op(op).recomputable {
             for &p in &ctx.persistent_in[i] {
-                self.dirty[p.index()] = true;
+                self.slot[p.index()].flags |= DIRTY;
             }
         }
         self.runs[i] += 1;
@@ -320,24 +342,26 @@ impl<'c> Walk<'c> {
         for &t in ctx.inputs(i) {
             if ctx.current[t.index()] {
                 let r = self.root(t).index();
-                self.open[r].1 = s;
+                self.slot[r].open.1 = s;
             }
         }
         for &t in ctx.outputs(i) {
             let r = self.root(t);
             if r == t {
-                self.version[r.index()] += 1;
-                self.discarded[r.index()] = false;
-                self.pending[r.index()] = false;
-                self.copy[r.index()] = recompute;
+                let sl = &mut self.slot[r.index()];
+                sl.version += 1;
+                sl.flags &= !(DISCARDED | PENDING | COPY);
+                if recompute {
+                    sl.flags |= COPY;
+                }
             }
-            self.made[t.index()] = self.version[r.index()];
+            self.slot[t.index()].made = self.slot[r.index()].version;
             if ctx.current[t.index()] {
                 if r == t {
-                    let old = std::mem::replace(&mut self.open[r.index()], (s, s));
+                    let old = std::mem::replace(&mut self.slot[r.index()].open, (s, s));
                     self.close(r.index(), old);
                 } else {
-                    self.open[r.index()].1 = s;
+                    self.slot[r.index()].open.1 = s;
                 }
             }
         }
@@ -349,18 +373,17 @@ impl<'c> Walk<'c> {
     /// read them as they are).
     fn retire(&mut self, i: usize) {
         for &r in &self.ctx.last_of[i] {
-            if !self.copy[r.index()] {
-                self.discarded[r.index()] = true;
+            let s = &mut self.slot[r.index()];
+            if s.flags & COPY == 0 {
+                s.flags |= DISCARDED;
             }
         }
     }
 
     /// Discards root `r`'s original after the access opening its gap.
     fn discard(&mut self, r: TensorId) {
-        let i = r.index();
-        if self.current(r) && !self.copy[i] && !self.discarded[i] {
-            self.discarded[i] = true;
-            self.pending[i] = true;
+        if self.current(r) && !self.flag(r, COPY | DISCARDED) {
+            self.slot[r.index()].flags |= DISCARDED | PENDING;
         }
     }
 }

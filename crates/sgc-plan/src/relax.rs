@@ -12,8 +12,12 @@
 //! group it passes over wrongly is one whose kept storage would also have let another
 //! storage die earlier). The groups that pass the screen are evaluated exactly, `width`
 //! at a time in parallel against the same plan: the first that passes is taken and the
-//! rest are judged again against the new plan. `width` depends only on the outcomes, never
-//! on the number of workers.
+//! rest are judged again against the new plan. When several groups of a batch pass alone,
+//! the first m of them together are evaluated too (m = all, half, a quarter, ...) and the
+//! largest set that passes is taken at once (on a recurrent net hundreds of groups pass,
+//! one round each otherwise); when all of them are taken, the batch's failing groups are
+//! passed over, as judged against the plan before. Every plan taken is evaluated
+//! exactly, and `width` depends only on the outcomes, never on the number of workers.
 
 use crate::context::Context;
 use crate::discard::{self, Discard};
@@ -44,21 +48,65 @@ pub(crate) fn relax(
             }
             i += 1;
         }
+        if picked.is_empty() {
+            break;
+        }
         let cands: Vec<Genome> = picked.iter().map(|&j| with(&best, &groups[j])).collect();
         let fits = ev.eval_batch(&cands);
-        match fits.iter().position(|f| passes(f, &fit, bound)) {
-            Some(k) => {
-                fit = fits[k];
-                best = cands.into_iter().nth(k).unwrap_or(best);
-                // Groups after the accepted one are judged again against the new plan.
-                i = picked[k] + 1;
-                width = 2;
-                match Screen::of(ctx, &best) {
-                    Some(s) => screen = s,
-                    None => break,
+        let passing: Vec<usize> = (0..fits.len())
+            .filter(|&k| passes(&fits[k], &fit, bound))
+            .collect();
+        let Some(&first) = passing.first() else {
+            width = (width * 2).min(32);
+            ev.report("trading memory for speed", i, total);
+            continue;
+        };
+        // Several passed alone: try the first m of them together (m = all, half, a
+        // quarter, ... down to 2) and take the largest set that passes; on a recurrent net
+        // hundreds of groups pass, one round each otherwise.
+        let mut sizes: Vec<usize> = std::iter::successors(Some(passing.len()), |&m| Some(m / 2))
+            .take_while(|&m| m >= 2)
+            .collect();
+        sizes.dedup();
+        let unions: Vec<Genome> = sizes
+            .iter()
+            .map(|&m| {
+                let kept: Vec<TensorId> = passing[..m]
+                    .iter()
+                    .flat_map(|&k| groups[picked[k]].iter().copied())
+                    .collect();
+                with(&best, &kept)
+            })
+            .collect();
+        let ufits = ev.eval_batch(&unions);
+        match (0..sizes.len()).find(|&u| passes(&ufits[u], &fit, bound)) {
+            Some(u) => {
+                let m = sizes[u];
+                fit = ufits[u];
+                best = unions.into_iter().nth(u).unwrap_or(best);
+                if m < passing.len() {
+                    // The rest are judged again against the new plan.
+                    i = picked[passing[m - 1]] + 1;
+                    width = 2;
+                } else {
+                    width = (width * 2).min(64);
                 }
             }
-            None => width = (width * 2).min(32),
+            None => {
+                fit = fits[first];
+                best = cands.into_iter().nth(first).unwrap_or(best);
+                // Groups after the accepted one are judged again against the new plan.
+                i = picked[first] + 1;
+                width = if passing.len() > 1 {
+                    2
+                } else {
+                    (width * 2).min(32)
+                };
+            }
+        }
+        match Screen::of(ctx, &best) {
+            Some(s) => screen = s,
+            None => break,
         }
         ev.report("trading memory for speed", i, total);
     }

@@ -168,12 +168,6 @@ impl<'a> Evaluator<'a> {
     }
 
     pub fn report(&self, phase: &'static str, done: usize, total: usize) {
-        if std::env::var("X_PH").is_ok() {
-            eprintln!(
-                "{phase} {done}/{total} cands {} built {}",
-                self.stats.candidates, self.stats.evaluated
-            );
-        }
         if let Some(p) = self.progress {
             p(Progress { phase, done, total });
         }

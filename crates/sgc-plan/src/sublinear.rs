@@ -13,7 +13,8 @@
 //!    memory budgets ([`budget_splits`]).
 //! 3. **Genetic refinement** ([`crate::genetic`]) for `genetic_iters` generations in three
 //!    independent runs ([`ISLANDS`]), with a local hill climb ([`crate::polish`]) on the
-//!    best plan before and after.
+//!    best plan before and after; one run starts from the population before the first
+//!    climb, so the search does not stay in the climb's basin.
 //! 4. **Memory for speed.** Recomputed ops are turned back into checkpoints, the most
 //!    expensive first, each kept only while the peak stays at or under the bound and the
 //!    recompute cost does not rise. The bound is `lb_memory` or the budget (the smaller if
@@ -32,9 +33,10 @@ use crate::PlanOptions;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// Independent runs of the genetic refinement, each from the same initial population with
-/// its own random stream; the best of all is kept. One run's result varies widely with its
-/// seed on the real corpus; three narrow the spread for a small multiple of the time.
+/// Independent runs of the genetic refinement, each with its own random stream; the best of
+/// all is kept. One run's result varies widely with its seed on the real corpus; three
+/// narrow the spread for a small multiple of the time. All but the last start from the
+/// climbed population, the last from the population before the climb.
 const ISLANDS: u64 = 3;
 
 /// Runs the whole search and returns the best genome and its fitness.
@@ -79,12 +81,21 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .map(|(genome, fitness)| Member { genome, fitness }),
     );
     dedup(&mut pop);
+    let unclimbed = pop.clone();
     climb(ev, &mut pop);
     let initial = pop.clone();
     if opts.genetic_iters > 0 {
         let mut islands: Vec<genetic::Island> = (0..ISLANDS)
             .map(|k| genetic::Island {
-                pop: pop.clone(),
+                // The last island starts from the population before the climb: the climb
+                // pulls every member towards one basin (on Inception-v3 the first islands
+                // never leave it), and an unclimbed island keeps the threshold plans'
+                // diversity, as MegEngine's own refinement does.
+                pop: if k + 1 < ISLANDS {
+                    pop.clone()
+                } else {
+                    unclimbed.clone()
+                },
                 rng: ChaCha8Rng::seed_from_u64(
                     opts.seed
                         .wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
