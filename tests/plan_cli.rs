@@ -88,3 +88,47 @@ fn a_budget_below_the_lower_bound_is_one_error_with_a_nonzero_exit() {
     assert!(err.contains("resnet50"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `sgc run --plan` refuses a plan file that `sgc plan --check` refuses (here one free
+/// dropped by hand), with one error naming the file and a non-zero exit, before any step
+/// runs; the file as written runs.
+#[test]
+fn run_refuses_a_plan_that_check_refuses() {
+    let dir = std::env::temp_dir().join(format!("sgc-run-refuses-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (good, bad) = (dir.join("good.json"), dir.join("bad.json"));
+    let (good, bad) = (good.to_str().unwrap(), bad.to_str().unwrap());
+    let file = zoo("tiny_cnn");
+    assert!(sgc(&["plan", &file, "-o", good]).status.success());
+    let mut plan: Value = serde_json::from_str(&std::fs::read_to_string(good).unwrap()).unwrap();
+    let steps = plan["steps"].as_array_mut().unwrap();
+    let k = steps
+        .iter()
+        .position(|s| {
+            s.get("free")
+                .is_some_and(|f| !f.as_array().unwrap().is_empty())
+        })
+        .expect("a step frees a storage");
+    steps[k]["free"].as_array_mut().unwrap().remove(0);
+    std::fs::write(bad, serde_json::to_string(&plan).unwrap()).unwrap();
+    assert!(!sgc(&["plan", &file, "--check", bad]).status.success());
+    let out = sgc(&["run", &file, "--plan", bad, "--steps", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sgc run accepted it: {err}");
+    assert!(
+        err.contains(bad) && err.contains("does not verify"),
+        "{err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "something ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let ok = sgc(&["run", &file, "--plan", good, "--steps", "1"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

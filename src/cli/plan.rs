@@ -244,9 +244,8 @@ fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
     let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     plan.check_graph(graph)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    match sgc::plan::verify(graph, &plan) {
+    match sgc::plan::check(graph, &plan) {
         Ok(peak) => {
-            check_summary(graph, &plan).map_err(|e| format!("{}: {e}", path.display()))?;
             println!(
                 "{}: plan verified; peak {} ({} B); summary reproduced (costs from {})",
                 path.display(),
@@ -256,43 +255,14 @@ fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
             );
             Ok(())
         }
-        Err(violations) => {
+        Err(sgc::plan::CheckError::Violations(violations)) => {
             for v in &violations {
                 eprintln!("  {v}");
             }
             Err(format!("{}: {} violations", path.display(), violations.len()).into())
         }
+        Err(e) => Err(format!("{}: {e}", path.display()).into()),
     }
-}
-
-/// Recomputes a verified plan's summary from the graph and the plan's own options (its
-/// device profile included) and names every figure that differs from the stored one.
-fn check_summary(graph: &sgc::ir::Graph, plan: &Plan) -> Result<(), String> {
-    let replayed = plan
-        .summary_for(graph)
-        .map_err(|e| format!("the plan's schedule does not replay: {e}"))?;
-    if replayed == plan.summary {
-        return Ok(());
-    }
-    let as_map = |s: &sgc::plan::Summary| match serde_json::to_value(s) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    let (stored, fresh) = (as_map(&plan.summary), as_map(&replayed));
-    let differ: Vec<String> = stored
-        .iter()
-        .filter(|(k, v)| fresh.get(*k) != Some(*v))
-        .map(|(k, v)| {
-            format!(
-                "{k} {v} (replayed: {})",
-                fresh.get(k).unwrap_or(&serde_json::Value::Null)
-            )
-        })
-        .collect();
-    Err(format!(
-        "the plan's summary does not match its replay under its own options: {}; the file was edited or made by another version: plan again with `sgc plan`",
-        differ.join(", ")
-    ))
 }
 
 fn build<'a>(

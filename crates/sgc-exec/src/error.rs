@@ -48,6 +48,9 @@ pub enum ExecError {
     /// The plan is not for this graph, or does not verify.
     #[error("plan: {0}")]
     Plan(#[from] sgc_plan::PlanError),
+    /// The plan does not pass `sgc_plan::check`; nothing ran.
+    #[error("plan refused before running: {0}")]
+    PlanRejected(#[from] sgc_plan::CheckError),
     /// The schedule cannot run under the memory model.
     #[error("schedule: {0}")]
     Schedule(#[from] sgc_ir::ScheduleError),

@@ -108,9 +108,12 @@ impl<B: Backend> Executor<B> {
     /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
     /// marked, every tensor at the plan's arena offset (one allocation of the plan's arena
     /// size), or laid out first-fit when the plan has no arena. Either way the layout is
-    /// verified against the steps.
+    /// verified against the steps. A plan that the verifier refuses (an early or a missing
+    /// free, a false recompute flag, a summary its steps do not give) is refused here,
+    /// before any memory is allocated or any kernel runs.
     pub fn from_plan(graph: &Graph, plan: &sgc_plan::Plan, backend: B) -> Result<Self, ExecError> {
         plan.check_graph(graph)?;
+        sgc_plan::check(graph, plan)?;
         let layout = Layout::from_plan(plan)?;
         Self::new(graph, Schedule::from_plan(plan), layout, backend)
     }

@@ -123,3 +123,56 @@ fn cuda_without_support_is_a_clear_error() {
         }
     }
 }
+
+/// The three ways a hand-edited plan file goes wrong that `sgc plan --check` catches: an
+/// early free, a dropped free, a false recompute flag. The executor refuses each before
+/// anything runs (it used to run them), and still runs the plan as the planner wrote it.
+#[test]
+fn a_plan_that_fails_the_verifier_is_refused_before_running() {
+    let g = load("tiny_cnn");
+    let good = common::plan(&g, sgc_plan::Strategy::Sublinear);
+    assert!(
+        good.steps.iter().any(|s| s.recompute),
+        "tiny_cnn's sublinear plan recomputes (the tampering below needs one)"
+    );
+    // A free at step k > 0 whose root step k read or made: freeing it one step earlier is
+    // early (or frees what is not resident yet).
+    let k = (1..good.steps.len())
+        .find(|&k| !good.steps[k].free.is_empty())
+        .expect("a step after the first frees a storage");
+    let mut early = good.clone();
+    let root = early.steps[k].free.remove(0);
+    early.steps[k - 1].free.push(root);
+    let mut dropped = good.clone();
+    dropped.steps[k].free.remove(0);
+    let mut false_flag = good.clone();
+    let r = false_flag
+        .steps
+        .iter()
+        .position(|s| s.recompute)
+        .expect("a recompute step");
+    false_flag.steps[r].recompute = false;
+    for (what, bad) in [
+        ("early free", early),
+        ("dropped free", dropped),
+        ("false recompute flag", false_flag),
+    ] {
+        let check = sgc_plan::check(&g, &bad);
+        assert!(check.is_err(), "{what}: sgc_plan::check accepts it");
+        let err = Executor::from_plan(&g, &bad, CpuBackend::new())
+            .err()
+            .unwrap_or_else(|| panic!("{what}: the executor accepts a plan the verifier refuses"));
+        assert!(
+            matches!(err, ExecError::PlanRejected(_)),
+            "{what}: refused for another reason: {err}"
+        );
+        assert!(
+            err.to_string().contains("plan again with `sgc plan`"),
+            "{what}: {err}"
+        );
+    }
+    let mut ex =
+        Executor::from_plan(&g, &good, CpuBackend::new()).expect("the plan as written runs");
+    ex.bind_seeded(0).expect("seeded init");
+    ex.step().expect("one step");
+}

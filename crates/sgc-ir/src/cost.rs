@@ -37,6 +37,31 @@
 
 use crate::error::GraphError;
 use crate::graph::{CostSource, Graph};
+
+// Costs on a device profile, beside the graph's own (the graph module knows no profiles).
+impl CostSource {
+    /// The source for reports: [`Self::as_str`], with the profile's name after a roofline
+    /// estimate (`roofline estimate (a100)`).
+    pub fn describe(self, device: Option<&DeviceProfile>) -> String {
+        match (self, device) {
+            (CostSource::Roofline, Some(d)) => format!("{} ({})", self.as_str(), d.name()),
+            _ => self.as_str().to_string(),
+        }
+    }
+}
+
+impl Graph {
+    /// Cost of one op on a device: with a profile, `time_us`, else the profile's roofline
+    /// estimate ([`crate::cost`]); without one, [`Graph::op_cost`].
+    pub fn op_cost_with(&self, op: OpId, device: Option<&DeviceProfile>) -> (f64, CostSource) {
+        match device {
+            Some(d) if self.op(op).time_us.is_none() => {
+                (Roofline::of(self, op, d).time_us(), CostSource::Roofline)
+            }
+            _ => self.op_cost(op),
+        }
+    }
+}
 use crate::ids::{DType, OpId, TensorId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

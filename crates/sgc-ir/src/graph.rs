@@ -9,8 +9,6 @@
 //!   activation's producer, each tensor's storage root (through `alias_of`) and an op
 //!   dependency graph (petgraph, private). Everything downstream works on `Graph`.
 
-use crate::cost::{DeviceProfile, Roofline};
-use crate::error::GraphError;
 use crate::ids::{DType, OpId, Phase, TensorId, TensorKind};
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::{Deserialize, Serialize};
@@ -170,15 +168,6 @@ impl CostSource {
             CostSource::Roofline => "roofline estimate",
         }
     }
-
-    /// The source for reports: [`Self::as_str`], with the profile's name after a roofline
-    /// estimate (`roofline estimate (a100)`).
-    pub fn describe(self, device: Option<&DeviceProfile>) -> String {
-        match (self, device) {
-            (CostSource::Roofline, Some(d)) => format!("{} ({})", self.as_str(), d.name()),
-            _ => self.as_str().to_string(),
-        }
-    }
 }
 
 /// A training-step graph that satisfies every rule of the format doc.
@@ -212,11 +201,6 @@ impl PartialEq for Graph {
 }
 
 impl Graph {
-    /// Validates a definition against every rule of the format doc.
-    pub fn from_def(def: GraphDef) -> Result<Graph, GraphError> {
-        crate::validate::build(def)
-    }
-
     /// Assembles a graph from parts that [`crate::validate`] has checked.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn assemble(
@@ -425,17 +409,6 @@ impl Graph {
                 .map(|&t| self.storage_bytes(t))
                 .fold(0u64, u64::saturating_add);
             (moved as f64, CostSource::Bytes)
-        }
-    }
-
-    /// Cost of one op on a device: with a profile, `time_us`, else the profile's roofline
-    /// estimate ([`crate::cost`]); without one, [`Graph::op_cost`].
-    pub fn op_cost_with(&self, op: OpId, device: Option<&DeviceProfile>) -> (f64, CostSource) {
-        match device {
-            Some(d) if self.ops[op.index()].time_us.is_none() => {
-                (Roofline::of(self, op, d).time_us(), CostSource::Roofline)
-            }
-            _ => self.op_cost(op),
         }
     }
 

@@ -6,7 +6,15 @@
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 use crate::ids::{OpId, TensorId, TensorKind};
+
 use std::collections::HashMap;
+
+impl Graph {
+    /// Validates a definition against every rule of the format doc.
+    pub fn from_def(def: GraphDef) -> Result<Graph, GraphError> {
+        build(def)
+    }
+}
 
 pub(crate) fn build(def: GraphDef) -> Result<Graph, GraphError> {
     let tensor_ids = index_tensors(&def.tensors)?;

@@ -28,45 +28,10 @@
 
 use crate::alloc::{self, AllocOptions, Buffer, Effort, InPlace};
 use crate::error::PlanError;
+pub use crate::plan::ArenaLayout;
 use crate::plan::Lifetime;
-use serde::{Deserialize, Serialize};
 use sgc_ir::{Graph, OpId, TensorId};
 use std::collections::HashMap;
-
-/// Offsets of every lifetime of a plan in one arena.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArenaLayout {
-    /// Every offset is a multiple of this (bytes), and sizes are padded to it.
-    pub align: u64,
-    /// Arena bytes, padding counted.
-    pub size: u64,
-    /// The peak of aligned live bytes: no arena without in-place sharing is smaller.
-    pub lower_bound: u64,
-    /// One offset per entry of the plan's `lifetimes`, in the same order.
-    pub offsets: Vec<u64>,
-    /// The allocation algorithm that produced the offsets.
-    pub algorithm: String,
-    /// Lifetime pairs `(output, input)` (indices into `lifetimes`) that share an address
-    /// in place.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub in_place: Vec<(usize, usize)>,
-}
-
-impl ArenaLayout {
-    /// `size / lower_bound` (1.0 when both are empty).
-    pub fn ratio(&self) -> f64 {
-        if self.lower_bound == 0 {
-            1.0
-        } else {
-            self.size as f64 / self.lower_bound as f64
-        }
-    }
-
-    /// Fragmentation in percent: `100 * (size / lower_bound - 1)`.
-    pub fn fragmentation_percent(&self) -> f64 {
-        100.0 * (self.ratio() - 1.0)
-    }
-}
 
 /// The buffers of `lifetimes`, in the same order (`upper = last_step + 1`).
 pub fn buffers(lifetimes: &[Lifetime]) -> Vec<Buffer> {

@@ -8,7 +8,8 @@
 //! forward pass.
 
 use crate::context::Context;
-use crate::evaluate::{fitness_with, outcome, Genome, Objective};
+use crate::evaluate::{fitness_with, outcome, Objective};
+use crate::genome::Genome;
 
 /// The split points of Chen's sqrt(n) rule.
 pub(crate) fn genome(ctx: &Context<'_>) -> Genome {

@@ -38,7 +38,7 @@ pub(crate) struct Context<'g> {
     /// Per tensor: whether its validity is [`Validity::Current`].
     pub current: Vec<bool>,
     /// The state every split walk starts from ([`crate::recompute::start_state`]).
-    pub walk_start: Vec<crate::recompute::Slot>,
+    pub walk_start: Vec<Slot>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
     /// Per traced position: the freeable roots whose last access it is.
@@ -70,7 +70,7 @@ pub(crate) struct Context<'g> {
     /// up exactly in any grouping and an incremental evaluation equals a full one.
     pub cost_units: Vec<u64>,
     /// The most recompute cost units a schedule may spend
-    /// ([`crate::schedule::MAX_RECOMPUTE_STEPS`] steps).
+    /// ([`MAX_RECOMPUTE_STEPS`] steps).
     pub max_recompute_units: u64,
     /// Per op: whether exactly one of its outputs is read by some op (a storage made by
     /// such an op is not discarded right after it is made: see [`crate::discard`]).
@@ -138,7 +138,7 @@ impl<'g> Context<'g> {
         let cost_units = cost_units(&cost);
         let step_units: u64 = cost_units.iter().sum();
         let mut ctx = Context {
-            max_recompute_units: step_units.saturating_mul(crate::schedule::MAX_RECOMPUTE_STEPS),
+            max_recompute_units: step_units.saturating_mul(MAX_RECOMPUTE_STEPS),
             cost_units,
             single_output: g
                 .ops()
@@ -202,7 +202,7 @@ impl<'g> Context<'g> {
         for &i in &fwd {
             ctx.forward[i as usize] = true;
         }
-        ctx.walk_start = crate::recompute::start_state(&ctx);
+        ctx.walk_start = start_state(&ctx);
         ctx
     }
 
@@ -381,4 +381,50 @@ fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots, first_dirty: &[
         h[i] = v;
     }
     h
+}
+
+/// The most recomputation a schedule may do, in units of one training step (every op
+/// once): by cost, and by number of recomputed steps.
+pub(crate) const MAX_RECOMPUTE_STEPS: u64 = 32;
+
+pub(crate) const NEVER: u32 = u32::MAX;
+
+/// One tensor's walk state, kept together so a step touches one cache line per tensor.
+/// `version`, the flags and `open` are meaningful for roots only. The walk
+/// ([`crate::recompute`]) owns its meaning; the context caches its starting value.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    /// Per root: how many times it was produced.
+    pub version: u32,
+    /// Its root's version when it was last made (`NEVER`: not yet).
+    pub made: u32,
+    /// Per root: its open instance's first step and last use (`NEVER`: none).
+    pub open: (u32, u32),
+    /// Per root: `DISCARDED`, `PENDING`, `COPY`, `DIRTY`.
+    pub flags: u8,
+}
+
+/// The per-tensor state a split walk starts from: each tensor's version when made (graph
+/// inputs and their views exist from the start; `NEVER` for the rest) and each root's open
+/// instance (graph inputs are resident from step 0).
+pub(crate) fn start_state(ctx: &Context<'_>) -> Vec<Slot> {
+    let nt = ctx.g.num_tensors();
+    let mut slots = vec![
+        Slot {
+            version: 0,
+            made: NEVER,
+            open: (NEVER, NEVER),
+            flags: 0,
+        };
+        nt
+    ];
+    for t in ctx.g.tensor_ids() {
+        if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
+            slots[t.index()].made = 0;
+        }
+    }
+    for &t in &ctx.input_roots {
+        slots[t.index()].open = (0, 0);
+    }
+    slots
 }

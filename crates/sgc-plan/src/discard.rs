@@ -22,7 +22,7 @@
 //! discard.
 
 use crate::context::Context;
-use crate::evaluate::{Genome, Rules};
+use crate::genome::{Genome, Rules};
 use sgc_ir::TensorId;
 
 /// One discarded storage.

@@ -1,7 +1,7 @@
 //! Typed errors of the planner. Each message names the op, tensor or figure at fault and
 //! ends with what to do about it.
 
-use crate::verify::Violation;
+use crate::violation::Violation;
 use thiserror::Error;
 
 /// Why a plan could not be made, read or accepted.

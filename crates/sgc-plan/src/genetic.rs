@@ -10,7 +10,8 @@
 //! the same for any number of workers. The population keeps the best candidates ever
 //! evaluated, so the search never ends worse than it started.
 
-use crate::evaluate::{Fitness, Genome};
+use crate::evaluate::Fitness;
+use crate::genome::Genome;
 use crate::search::{sort_population, Evaluator, Member};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

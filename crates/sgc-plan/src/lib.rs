@@ -42,6 +42,7 @@ mod dtr;
 mod error;
 mod evaluate;
 mod genetic;
+mod genome;
 pub mod plan;
 mod polish;
 #[cfg(test)]
@@ -52,14 +53,15 @@ mod schedule;
 mod search;
 mod sublinear;
 pub mod verify;
+mod violation;
 
-pub use arena::ArenaLayout;
 pub use error::PlanError;
+pub use plan::ArenaLayout;
 pub use plan::{
     Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
 };
 pub use search::{Progress, ProgressFn, SearchStats};
-pub use verify::{verify, VerifiedPeak, Violation, ViolationKind};
+pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};
 
 use context::Context;
 use evaluate::{fitness_of, schedule};

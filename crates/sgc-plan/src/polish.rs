@@ -12,7 +12,7 @@
 //! evaluates at most [`ROUND_CANDIDATES`] neighbours.
 //! Neighbours that change no discard are cached and cost nothing.
 
-use crate::evaluate::Genome;
+use crate::genome::Genome;
 use crate::search::{Evaluator, Member};
 
 /// The most rounds of the climb.

@@ -23,27 +23,11 @@
 //! persistent input already written in place by a non-recomputable op) makes the candidate
 //! infeasible rather than wrong.
 
-use crate::context::{Context, Validity};
+use crate::context::{Context, Slot, Validity, NEVER};
 use crate::discard::{Blocks, Discard};
-use crate::evaluate::Genome;
+use crate::genome::Genome;
 use crate::schedule::Infeasible;
 use sgc_ir::{OpId, TensorId};
-
-pub(crate) const NEVER: u32 = u32::MAX;
-
-/// One tensor's walk state, kept together so a step touches one cache line per tensor.
-/// `version`, the flags and `open` are meaningful for roots only.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Slot {
-    /// Per root: how many times it was produced.
-    version: u32,
-    /// Its root's version when it was last made (`NEVER`: not yet).
-    made: u32,
-    /// Per root: its open instance's first step and last use (`NEVER`: none).
-    open: (u32, u32),
-    /// Per root: `DISCARDED`, `PENDING`, `COPY`, `DIRTY`.
-    flags: u8,
-}
 
 /// The original was discarded (or retired after its last traced access) and not
 /// recomputed since.
@@ -54,31 +38,6 @@ const PENDING: u8 = 2;
 const COPY: u8 = 4;
 /// A persistent root that a non-recomputable op has read (and may have written).
 const DIRTY: u8 = 8;
-
-/// The per-tensor state a split walk starts from: each tensor's version when made (graph
-/// inputs and their views exist from the start; `NEVER` for the rest) and each root's open
-/// instance (graph inputs are resident from step 0).
-pub(crate) fn start_state(ctx: &Context<'_>) -> Vec<Slot> {
-    let nt = ctx.g.num_tensors();
-    let mut slots = vec![
-        Slot {
-            version: 0,
-            made: NEVER,
-            open: (NEVER, NEVER),
-            flags: 0,
-        };
-        nt
-    ];
-    for t in ctx.g.tensor_ids() {
-        if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
-            slots[t.index()].made = 0;
-        }
-    }
-    for &t in &ctx.input_roots {
-        slots[t.index()].open = (0, 0);
-    }
-    slots
-}
 
 /// A built schedule: `(op, recomputed?)` per step, its recompute cost in units, and the
 /// live (non-persistent) bytes at every step under the IR's memory model (the walk counts

@@ -21,7 +21,8 @@
 
 use crate::context::Context;
 use crate::discard::{self, Discard};
-use crate::evaluate::{Fitness, Genome};
+use crate::evaluate::Fitness;
+use crate::genome::Genome;
 use crate::search::Evaluator;
 use sgc_ir::TensorId;
 

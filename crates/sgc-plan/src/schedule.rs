@@ -34,9 +34,7 @@ pub(crate) enum Infeasible {
     ThirdRun,
 }
 
-/// The most recomputation a schedule may do, in units of one training step (every op
-/// once): by cost, and by number of recomputed steps.
-pub(crate) const MAX_RECOMPUTE_STEPS: u64 = 32;
+pub(crate) use crate::context::MAX_RECOMPUTE_STEPS;
 
 /// What a strategy decides while the schedule is built.
 pub(crate) trait Policy {

@@ -12,7 +12,8 @@
 
 use crate::context::Context;
 use crate::discard;
-use crate::evaluate::{fitness_with, outcome, Fitness, Genome, Objective, Outcome};
+use crate::evaluate::{fitness_with, outcome, Fitness, Objective, Outcome};
+use crate::genome::Genome;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
@@ -193,7 +194,7 @@ pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evaluate::Genome;
+    use crate::genome::Genome;
 
     fn member(peak: u64, cost: u64, tag: u32) -> Member {
         Member {

@@ -25,8 +25,9 @@
 //! the budget, it never recomputes more either (tests check both on every graph).
 
 use crate::context::Context;
-use crate::evaluate::{Fitness, Genome, Objective};
+use crate::evaluate::{Fitness, Objective};
 use crate::genetic;
+use crate::genome::Genome;
 use crate::relax::relax;
 use crate::search::{sort_population, Evaluator, Member};
 use crate::PlanOptions;
