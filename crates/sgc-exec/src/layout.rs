@@ -8,7 +8,7 @@
 //! aligned for its dtype, inside the arena, and no two instances alive at the same step
 //! sharing a byte, except an in-place pair: same offset, the input's instance ends at the
 //! step where the output's starts, the graph allows the pair
-//! ([`sgc_plan::arena::in_place_allowed`]) and the op's kernel
+//! ([`sgc_ir::Graph::in_place_allowed`]) and the op's kernel
 //! [runs in place](crate::Kernel::runs_in_place)), so the executor never trusts the
 //! planner that made it. [`Layout::from_plan`] takes a plan's arena offsets.
 //! [`Layout::first_fit`] makes a layout when none is given: instances by decreasing size,
@@ -117,12 +117,7 @@ fn in_place(graph: &Graph, schedule: &Schedule, a: &Placement, b: &Placement) ->
         return false;
     };
     a.offset == b.offset
-        && sgc_plan::arena::in_place_allowed(
-            graph,
-            step.op,
-            output.instance.root,
-            input.instance.root,
-        )
+        && graph.in_place_allowed(step.op, output.instance.root, input.instance.root)
         && crate::Kernel::from_op(graph, step.op).is_ok_and(|k| k.runs_in_place())
 }
 

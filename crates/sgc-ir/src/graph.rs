@@ -287,6 +287,36 @@ impl Graph {
         }
     }
 
+    /// Whether `op` may write its output tensor `output` into the storage of its input tensor
+    /// `input`, by the graph alone: the op declares the pair in `inplace`; both tensors own
+    /// their storage (no views) and are neither persistent nor the storage of a graph output
+    /// (an output must survive the step); both have the same size; and no other input of the
+    /// op reads the input's storage through another tensor (a view would see it change).
+    /// Whether the input's storage ends at this op is a property of the schedule, checked by
+    /// the callers (the planner's arena, its verifier and the executor's layout all ask here).
+    pub fn in_place_allowed(&self, op: OpId, output: TensorId, input: TensorId) -> bool {
+        let o = self.op(op);
+        let declared = o.inplace.iter().any(|&(oi, ii)| {
+            o.outputs.get(oi) == Some(&output) && o.inputs.get(ii) == Some(&input)
+        });
+        let owns = |t: TensorId| self.tensor(t).alias_of.is_none() && !self.is_persistent(t);
+        let kept = self
+            .outputs()
+            .iter()
+            .any(|&t| self.storage_root(t) == input);
+        let shared = o
+            .inputs
+            .iter()
+            .any(|&t| t != input && self.storage_root(t) == input);
+        declared
+            && output != input
+            && owns(output)
+            && owns(input)
+            && !kept
+            && !shared
+            && self.tensor(output).size == self.tensor(input).size
+    }
+
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }

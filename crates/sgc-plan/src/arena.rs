@@ -7,7 +7,7 @@
 //!    [`alloc::Buffer`] over the half-open interval `[first_step, last_step + 1)`.
 //! 2. In-place pairs come from the ops' `inplace` fields ([`in_place_pairs`]): at step `s`
 //!    an op may write output `o` into input `i`'s storage when the rule of
-//!    [`in_place_allowed`] holds and the input's lifetime ends at `s` while the output's
+//!    [`Graph::in_place_allowed`] holds and the input's lifetime ends at `s` while the output's
 //!    starts at `s`. Such a pair may share one address; the allocator is free not to use it.
 //! 3. [`alloc::allocate`] places the buffers (its portfolio: greedy by size, best-fit sweep,
 //!    pushdown, bounded exact search) with every offset a multiple of `align` and padded
@@ -45,37 +45,6 @@ pub fn buffers(lifetimes: &[Lifetime]) -> Vec<Buffer> {
         .collect()
 }
 
-/// Whether `op` may write its output tensor `output` into the storage of its input tensor
-/// `input`, by the graph alone: the op declares the pair in `inplace`; both tensors own
-/// their storage (no views) and are neither persistent nor the storage of a graph output
-/// (an output must survive the step); both have the same size; and no other input of the
-/// op reads the input's storage through another tensor (a view would see it change).
-/// Whether the input's storage ends at this op is a property of the schedule, checked by
-/// the callers.
-pub fn in_place_allowed(graph: &Graph, op: OpId, output: TensorId, input: TensorId) -> bool {
-    let o = graph.op(op);
-    let declared = o
-        .inplace
-        .iter()
-        .any(|&(oi, ii)| o.outputs.get(oi) == Some(&output) && o.inputs.get(ii) == Some(&input));
-    let owns = |t: TensorId| graph.tensor(t).alias_of.is_none() && !graph.is_persistent(t);
-    let kept = graph
-        .outputs()
-        .iter()
-        .any(|&t| graph.storage_root(t) == input);
-    let shared = o
-        .inputs
-        .iter()
-        .any(|&t| t != input && graph.storage_root(t) == input);
-    declared
-        && output != input
-        && owns(output)
-        && owns(input)
-        && !kept
-        && !shared
-        && graph.tensor(output).size == graph.tensor(input).size
-}
-
 /// The in-place pairs of a schedule (`ops[s]` runs at step `s`) over its `lifetimes`:
 /// `(output lifetime, input lifetime)` indices. Each output and each input is in at most
 /// one pair; an op's declared pairs are taken in their order.
@@ -98,7 +67,7 @@ pub fn in_place_pairs(graph: &Graph, ops: &[OpId], lifetimes: &[Lifetime]) -> Ve
             let (Some(&a), Some(&b)) = (starting.get(&(out, s)), ending.get(&(inp, s))) else {
                 continue;
             };
-            if written[a] || given[b] || !in_place_allowed(graph, op, out, inp) {
+            if written[a] || given[b] || !graph.in_place_allowed(op, out, inp) {
                 continue;
             }
             written[a] = true;

@@ -27,7 +27,7 @@
 //! arena, and that no two lifetimes alive at the same step share an address, except an
 //! in-place pair at the very same offset: the step's op declares it (`inplace`), the input
 //! lifetime ends at the step where the output's starts, and the graph-level rule of
-//! [`crate::arena::in_place_allowed`] holds.
+//! [`Graph::in_place_allowed`] (the IR's rule) holds.
 //! Persistent storage (param, state, const) is always resident; inputs are resident from
 //! step 0 until freed.
 
@@ -502,7 +502,7 @@ impl<'g> Replay<'g> {
                 .steps
                 .get(s)
                 .filter(|st| st.op.index() < g.num_ops())
-                .is_some_and(|st| crate::arena::in_place_allowed(g, st.op, output.root, input.root))
+                .is_some_and(|st| g.in_place_allowed(st.op, output.root, input.root))
     }
 
     fn known(&self, t: TensorId) -> Option<TensorId> {
