@@ -5,14 +5,15 @@
 //! - [`plan`]: the planner (checkpoint search, memory sharing, verifier);
 //! - [`exec`]: the executor (CPU reference backend, CUDA behind `--features cuda`).
 //!
-//! The largest batch that fits a memory size, with and without planning: [`fit`].
+//! The largest batch that fits a memory size, with and without planning: [`fit`] (the
+//! planner's, re-exported).
 //! Human-readable sizes for reports live in [`units`].
 
 pub use sgc_exec as exec;
 pub use sgc_ir as ir;
 pub use sgc_plan as plan;
+pub use sgc_plan::fit;
 
 pub mod compare;
-pub mod fit;
 pub mod plot;
 pub mod units;

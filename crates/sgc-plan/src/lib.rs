@@ -6,6 +6,7 @@
 //!   (accesses, gaps, what may be recomputed and until when);
 //! - `discard`: a split-based candidate's discard plan (which storage is freed after which
 //!   access and recomputed before which read);
+//! - `genome`: a split-based candidate (split points, kept roots, rule variant);
 //! - `recompute`: a discard plan becomes a step sequence with bounded recomputation
 //!   (bounded to the block; every op runs at most twice);
 //! - `evaluate` and `search`: a candidate's peak under the IR's memory model (counted by
@@ -20,7 +21,13 @@
 //!
 //! - [`alloc`]: static memory sharing: offsets in one arena for any set of buffers;
 //! - [`arena`]: the plan's arena: its lifetimes and in-place pairs placed by [`alloc`],
-//!   stored in the plan (`Plan::arena`) and checked by the verifier.
+//!   stored in the plan (`Plan::arena`) and checked by the verifier;
+//! - [`fit`]: the largest batch whose plan (arena plus persistent bytes) fits a memory
+//!   size, per strategy, and the batch no plan can pass.
+//!
+//! Module dependencies point one way (`tests/module_graph.rs` checks it): plain data
+//! (`genome`, `violation`, [`plan`]) at the bottom, then `context`, the discard plan and
+//! the walk, evaluation, the searches, and the planner entry points on top.
 //!
 //! ```
 //! let text = r#"{"format": "sgc-graph", "version": 1,
@@ -41,6 +48,7 @@ mod discard;
 mod dtr;
 mod error;
 mod evaluate;
+pub mod fit;
 mod genetic;
 mod genome;
 pub mod plan;

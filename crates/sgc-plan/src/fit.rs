@@ -3,7 +3,7 @@
 //! # What "fits" means
 //! A batch `b` fits memory `M` with reserve `R` under a strategy when the graph rescaled to
 //! `b` ([`sgc_ir::rescale`]) has a plan whose arena plus persistent bytes is at most
-//! `M - R`. The arena is what the plan's arena stage ([`sgc_plan::arena::assign`]) packs
+//! `M - R`. The arena is what the plan's arena stage ([`crate::arena::assign`]) packs
 //! the plan's storage lifetimes into (closed `[first, last]` steps become half-open
 //! `[first, last + 1)`), offsets aligned to `align` bytes (256, as CUDA allocators do), so
 //! fragmentation and padding count, not only the peak. Each probe plans with
@@ -29,11 +29,11 @@
 //! are deterministic (same graph, options and seed give the same plan), so each batch is
 //! planned once per strategy.
 
+use crate::alloc::Effort;
+use crate::{PlanError, PlanOptions, RunConfig};
 use serde::Serialize;
 use sgc_ir::rescale::{self, RescaleError};
 use sgc_ir::Graph;
-use sgc_plan::alloc::Effort;
-use sgc_plan::{PlanError, PlanOptions, RunConfig};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use thiserror::Error;
@@ -240,7 +240,7 @@ pub fn probe(
     // plan without one, since in-place sharing can pack an arena below the live peak.
     let budget_aware = matches!(
         plan_opts.strategy,
-        sgc_plan::Strategy::Sublinear | sgc_plan::Strategy::Dtr
+        crate::Strategy::Sublinear | crate::Strategy::Dtr
     );
     for _ in 0..3 {
         let o = PlanOptions {
@@ -253,7 +253,7 @@ pub fn probe(
             workers: opts.workers,
             progress: None,
         };
-        let plan = match sgc_plan::plan(&g, &o, &run) {
+        let plan = match crate::plan(&g, &o, &run) {
             Ok(plan) => plan,
             Err(PlanError::BudgetNotMet { best_peak, .. }) => {
                 if p.arena == 0 {
@@ -273,7 +273,7 @@ pub fn probe(
         };
         // The plan's own arena stage, at the fit's alignment and allocator effort.
         let ops: Vec<_> = plan.steps.iter().map(|s| s.op).collect();
-        let layout = sgc_plan::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
+        let layout = crate::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
             .map_err(|source| FitError::Plan {
                 batch,
                 strategy: o.strategy.to_string(),
