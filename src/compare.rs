@@ -18,7 +18,6 @@ use sgc_exec::{CpuBackend, Executor};
 use sgc_ir::{DeviceProfile, Graph};
 use sgc_plan::{Plan, PlanOptions, Strategy};
 use std::collections::BTreeMap;
-use std::error::Error;
 use std::path::Path;
 use std::time::Instant;
 
@@ -82,9 +81,29 @@ pub struct Measured {
     pub loss_equal: bool,
 }
 
+/// Why one graph of a comparison failed; each names the graph file.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error(transparent)]
+    Load(#[from] sgc_ir::LoadError),
+    #[error("{file}: {source}")]
+    Plan {
+        file: String,
+        source: sgc_plan::PlanError,
+    },
+    #[error("{file}: running one step: {source}")]
+    Exec {
+        file: String,
+        source: sgc_exec::ExecError,
+    },
+    #[error("{file}: the plan carries no arena layout (planned with `arena: false`)")]
+    NoArena { file: String },
+}
+
 /// Plans (and maybe executes) one graph file.
-pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<dyn Error>> {
+pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, CompareError> {
     let graph = sgc_ir::load_any(path)?;
+    let file = path.display().to_string();
     let plan_options = PlanOptions {
         genetic_iters: options.genetic_iters,
         seed: options.seed,
@@ -92,8 +111,12 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
         ..PlanOptions::default()
     };
     let started = Instant::now();
-    let plan = sgc_plan::plan(&graph, &plan_options, &Default::default())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let plan = sgc_plan::plan(&graph, &plan_options, &Default::default()).map_err(|source| {
+        CompareError::Plan {
+            file: file.clone(),
+            source,
+        }
+    })?;
     let plan_seconds = started.elapsed().as_secs_f64();
     let stem = path
         .file_stem()
@@ -101,7 +124,7 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
         .unwrap_or_else(|| path.display().to_string());
     let measured =
         if options.execute && stem.starts_with("tiny") && graph.num_ops() <= EXECUTE_MAX_OPS {
-            Some(measure(&graph, &plan).map_err(|e| format!("{}: {e}", path.display()))?)
+            Some(measure(&graph, &plan, &file)?)
         } else {
             None
         };
@@ -110,7 +133,7 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
         ops: graph.num_ops(),
         unplanned_peak: plan.summary.unplanned_peak,
         planned_peak: plan.summary.planned_peak,
-        arena: device_bytes(&plan)?,
+        arena: device_bytes(&plan).ok_or(CompareError::NoArena { file })?,
         lower_bound: plan.summary.lower_bound,
         recompute_share: plan.summary.recompute_share,
         cost_source: plan.summary.cost_source.clone(),
@@ -119,18 +142,14 @@ pub fn compare_graph(path: &Path, options: &CompareOptions) -> Result<Row, Box<d
     })
 }
 
-/// Device bytes a plan needs: its arena after memory sharing plus persistent bytes.
-pub fn device_bytes(plan: &Plan) -> Result<u64, Box<dyn Error>> {
-    let arena = plan
-        .arena
-        .as_ref()
-        .ok_or("the plan carries no arena layout")?
-        .size;
-    Ok(arena + plan.summary.persistent_bytes)
+/// Device bytes a plan needs: its arena after memory sharing plus persistent bytes (`None`
+/// for a plan made without an arena).
+pub fn device_bytes(plan: &Plan) -> Option<u64> {
+    Some(plan.arena.as_ref()?.size + plan.summary.persistent_bytes)
 }
 
 /// Runs one step unplanned (the `none` plan's layout) and one step planned on the CPU.
-fn measure(graph: &Graph, plan: &Plan) -> Result<Measured, Box<dyn Error>> {
+fn measure(graph: &Graph, plan: &Plan, file: &str) -> Result<Measured, CompareError> {
     let none = sgc_plan::plan(
         graph,
         &PlanOptions {
@@ -138,19 +157,30 @@ fn measure(graph: &Graph, plan: &Plan) -> Result<Measured, Box<dyn Error>> {
             ..PlanOptions::default()
         },
         &Default::default(),
-    )?;
-    let (unplanned_measured, unplanned_loss) = run_one_step(graph, &none)?;
-    let (planned_measured, planned_loss) = run_one_step(graph, plan)?;
+    )
+    .map_err(|source| CompareError::Plan {
+        file: file.to_string(),
+        source,
+    })?;
+    let exec = |source| CompareError::Exec {
+        file: file.to_string(),
+        source,
+    };
+    let no_arena = || CompareError::NoArena {
+        file: file.to_string(),
+    };
+    let (unplanned_measured, unplanned_loss) = run_one_step(graph, &none).map_err(exec)?;
+    let (planned_measured, planned_loss) = run_one_step(graph, plan).map_err(exec)?;
     Ok(Measured {
-        unplanned_predicted: device_bytes(&none)?,
+        unplanned_predicted: device_bytes(&none).ok_or_else(no_arena)?,
         unplanned_measured,
-        planned_predicted: device_bytes(plan)?,
+        planned_predicted: device_bytes(plan).ok_or_else(no_arena)?,
         planned_measured,
         loss_equal: unplanned_loss.to_bits() == planned_loss.to_bits(),
     })
 }
 
-fn run_one_step(graph: &Graph, plan: &Plan) -> Result<(u64, f32), Box<dyn Error>> {
+fn run_one_step(graph: &Graph, plan: &Plan) -> Result<(u64, f32), sgc_exec::ExecError> {
     let mut exec = Executor::from_plan(graph, plan, CpuBackend::new())?;
     exec.bind_seeded(0)?;
     let losses = exec.run(1)?;
