@@ -132,3 +132,49 @@ fn run_refuses_a_plan_that_check_refuses() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The default a subcommand shows for `--flag` in its help (`[default: X]`).
+fn help_default(cmd: &str, flag: &str) -> Option<String> {
+    let out = sgc(&[cmd, "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    let at = help.find(&format!("--{flag} "))?;
+    let rest = &help[at..];
+    let next = rest[2..].find("\n  -").map_or(rest.len(), |k| k + 2);
+    let d = rest[..next].find("[default: ")?;
+    let v = &rest[d + "[default: ".len()..];
+    Some(v[..v.find(']')?].to_string())
+}
+
+/// Every subcommand that plans shows the same defaults for the knobs it shares (one
+/// declaration each): 20 generations, seed 0, the library's thresholds and alignment.
+#[test]
+fn subcommands_share_their_planning_defaults() {
+    let lib = sgc::plan::PlanOptions::default();
+    for cmd in ["plan", "fit", "compare"] {
+        assert_eq!(
+            help_default(cmd, "genetic-iters").as_deref(),
+            Some("20"),
+            "{cmd}"
+        );
+        assert_eq!(
+            help_default(cmd, "seed"),
+            Some(lib.seed.to_string()),
+            "{cmd}"
+        );
+    }
+    for cmd in ["plan", "fit"] {
+        let t = help_default(cmd, "thresh-tries");
+        assert_eq!(t, Some(lib.thresh_tries.to_string()), "{cmd}");
+    }
+    for cmd in ["plan", "fit", "inspect"] {
+        assert_eq!(
+            help_default(cmd, "align"),
+            Some(lib.align.to_string()),
+            "{cmd}"
+        );
+    }
+    assert_eq!(
+        help_default("plan", "pool-size"),
+        Some(lib.pool_size.to_string())
+    );
+}

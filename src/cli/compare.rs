@@ -1,6 +1,7 @@
 //! `sgc compare FILES...`: peak memory with and without planning, as one markdown table,
 //! and the CI guard against a committed baseline (`--check`).
 
+use super::defaults;
 use super::{CliResult, DeviceProfileArg};
 use sgc::compare::{self, Baseline, CompareOptions, Row};
 use std::path::PathBuf;
@@ -10,11 +11,11 @@ pub struct Args {
     /// Graph files (version-1 or Checkmate node-link).
     #[arg(required = true)]
     files: Vec<PathBuf>,
-    /// Generations of genetic refinement (the comparison's setting: 20).
-    #[arg(long, default_value_t = 20)]
+    /// Generations of genetic refinement (0 = off).
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
     genetic_iters: usize,
     /// Seed of the search.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults::seed())]
     seed: u64,
     /// Do not execute the tiny graphs on the CPU backend.
     #[arg(long)]

@@ -2,6 +2,7 @@
 //! the memory, unplanned and under each requested strategy, and the batch past which the
 //! per-op lower bound alone exceeds it. The method is in `sgc::fit`.
 
+use super::defaults;
 use super::{CliResult, DeviceProfileArg, StrategyArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
 use sgc::plan::alloc::Effort;
@@ -22,17 +23,17 @@ pub struct Args {
     /// Strategies to search, comma-separated or repeated, in this order.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["none", "chen-sqrt", "sublinear"])]
     strategy: Vec<StrategyArg>,
-    /// sublinear: generations of genetic refinement.
-    #[arg(long, default_value_t = 0)]
+    /// sublinear: generations of genetic refinement (0 = off).
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
     genetic_iters: usize,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = defaults::thresh_tries())]
     thresh_tries: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults::seed())]
     seed: u64,
     /// Arena offsets are multiples of this many bytes.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = defaults::ALIGN)]
     align: u64,
     /// Arena allocator effort: fast (heuristics only), default or thorough.
     #[arg(long, default_value = "fast")]

@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     top: usize,
     /// Alignment of the unplanned arena (offsets are multiples of it, sizes padded).
-    #[arg(long, value_parser = sgc::units::parse_size, default_value = "256")]
+    #[arg(long, value_parser = sgc::units::parse_size, default_value_t = super::defaults::ALIGN)]
     align: u64,
     #[command(flatten)]
     device: DeviceProfileArg,

@@ -3,6 +3,7 @@
 mod alloc;
 mod compare;
 mod cost;
+mod defaults;
 mod fit;
 mod inspect;
 mod plan;

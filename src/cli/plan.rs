@@ -3,6 +3,7 @@
 //! before it is reported or written. `--check PLAN` verifies an existing plan file against
 //! the graph instead (and refuses a plan made for another graph).
 
+use super::defaults;
 use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
 use serde::Serialize;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
@@ -31,16 +32,16 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "lowest-peak")]
     goal: GoalArg,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = defaults::thresh_tries())]
     thresh_tries: usize,
-    /// sublinear: generations of genetic refinement (20 is recommended; 0 = off).
-    #[arg(long, default_value_t = 0)]
+    /// sublinear: generations of genetic refinement (0 = off).
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
     genetic_iters: usize,
     /// sublinear: survivors per generation.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = defaults::pool_size())]
     pool_size: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults::seed())]
     seed: u64,
     /// Worker threads for the search (default: all cores); the plan does not depend on it.
     #[arg(long)]
@@ -50,13 +51,13 @@ pub struct Args {
     #[arg(long, value_parser = parse_size)]
     eviction_threshold: Option<u64>,
     /// dtr: smallest tensor that may be evicted.
-    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    #[arg(long, value_parser = parse_size, default_value_t = defaults::evictee_min_size())]
     evictee_min_size: u64,
     /// dtr: score only ~sqrt(N) sampled candidates.
     #[arg(long)]
     sqrt_sampling: bool,
     /// Arena alignment: offsets are multiples of it and sizes are padded to it (e.g. 256, 512B).
-    #[arg(long, value_parser = parse_size, default_value = "256")]
+    #[arg(long, value_parser = parse_size, default_value_t = defaults::ALIGN)]
     align: u64,
     /// Plan the schedule only: no arena offsets.
     #[arg(long)]

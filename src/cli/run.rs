@@ -50,9 +50,11 @@ pub fn run(args: Args) -> CliResult {
     let plan = match (&args.plan, args.strategy) {
         (Some(path), _) => Some(read_plan(path, &graph)?),
         (None, Some(s)) => {
+            // The same search `sgc plan` runs by default.
             let options = PlanOptions {
                 strategy: s.into(),
                 seed: args.seed,
+                genetic_iters: super::defaults::GENETIC_ITERS,
                 ..Default::default()
             };
             Some(sgc::plan::plan(&graph, &options, &Default::default())?)

@@ -1,0 +1,30 @@
+//! Every default the command line shows, declared once. The planner's knobs come from the
+//! library (`PlanOptions::default()`), so `sgc plan`, `sgc fit`, `sgc compare` and
+//! `sgc inspect` agree with it and with each other. One exception, on purpose: the genetic
+//! refinement. The library's default is 0 (a caller asks for the search it pays for); the
+//! command line refines for [`GENETIC_ITERS`] generations, the setting every table in
+//! README uses and the one users were told to type.
+
+use sgc::plan::PlanOptions;
+
+/// Generations of genetic refinement of `sgc plan`, `sgc fit` and `sgc compare`.
+pub const GENETIC_ITERS: usize = 20;
+
+/// Arena alignment in bytes (CUDA allocators hand out 256-byte aligned blocks).
+pub const ALIGN: u64 = sgc::plan::DEFAULT_ALIGN;
+
+pub fn thresh_tries() -> usize {
+    PlanOptions::default().thresh_tries
+}
+
+pub fn pool_size() -> usize {
+    PlanOptions::default().pool_size
+}
+
+pub fn seed() -> u64 {
+    PlanOptions::default().seed
+}
+
+pub fn evictee_min_size() -> u64 {
+    PlanOptions::default().evictee_min_size
+}
