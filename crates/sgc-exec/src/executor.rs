@@ -100,9 +100,16 @@ pub struct Executor<B: Backend> {
 }
 
 impl<B: Backend> Executor<B> {
-    /// The unplanned executor: the traced order, a first-fit layout of its lifetimes.
+    /// The unplanned executor: the plan of strategy `none` (the traced order, every
+    /// storage freed after its last use, at the planner's arena offsets), so unplanned and
+    /// planned runs go through the same path and the same verifier.
     pub fn unplanned(graph: &Graph, backend: B) -> Result<Self, ExecError> {
-        Self::new(graph, Schedule::traced(graph), None, backend)
+        let options = sgc_plan::PlanOptions {
+            strategy: sgc_plan::Strategy::None,
+            ..Default::default()
+        };
+        let plan = sgc_plan::plan(graph, &options, &Default::default())?;
+        Self::from_plan(graph, &plan, backend)
     }
 
     /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
