@@ -72,7 +72,8 @@ fn read_plan(path: &PathBuf, graph: &Graph) -> Result<Plan, Box<dyn std::error::
     let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     plan.check_graph(graph)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    // Refused before anything runs (the executor checks again).
+    // Refused here, before a backend starts (a CUDA context is slow to make and its error
+    // would hide this one); the executor checks again for library callers.
     sgc::plan::check(graph, &plan).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(plan)
 }

@@ -37,7 +37,7 @@ pub(crate) struct Context<'g> {
     pub root: Vec<TensorId>,
     /// Per tensor: whether its validity is [`Validity::Current`].
     pub current: Vec<bool>,
-    /// The state every split walk starts from ([`crate::recompute::start_state`]).
+    /// The state every split walk starts from ([`start_state`]).
     pub walk_start: Vec<Slot>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
@@ -387,9 +387,11 @@ fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots, first_dirty: &[
 /// once): by cost, and by number of recomputed steps.
 pub(crate) const MAX_RECOMPUTE_STEPS: u64 = 32;
 
+/// "Not yet" in a [`Slot`]: never made, no open instance.
 pub(crate) const NEVER: u32 = u32::MAX;
 
-/// One tensor's walk state, kept together so a step touches one cache line per tensor.
+/// One tensor's walk state, kept together so that a step reads and writes one place in
+/// memory per tensor (seven arrays before).
 /// `version`, the flags and `open` are meaningful for roots only. The walk
 /// ([`crate::recompute`]) owns its meaning; the context caches its starting value.
 #[derive(Clone, Copy, Debug)]

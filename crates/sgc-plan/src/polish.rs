@@ -39,20 +39,26 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
         if round > 0 && proposed > MAX_CANDIDATES {
             break;
         }
-        let fits = ev.eval_batch(&cands);
-        let mut improved = false;
-        for (genome, fitness) in cands.into_iter().zip(fits) {
-            if fitness.cmp(&best.fitness, ev.objective).is_lt() {
-                best = Member { genome, fitness };
-                improved = true;
-            }
-        }
+        let improved = step(ev, &mut best, cands);
         ev.report("local refinement", round + 1, MAX_ROUNDS);
         if !improved {
             break;
         }
     }
     best
+}
+
+/// Evaluates `cands` and moves `best` to the best of them that beats it; whether one did.
+fn step(ev: &mut Evaluator<'_>, best: &mut Member, cands: Vec<Genome>) -> bool {
+    let fits = ev.eval_batch(&cands);
+    let mut improved = false;
+    for (genome, fitness) in cands.into_iter().zip(fits) {
+        if fitness.cmp(&best.fitness, ev.objective).is_lt() {
+            *best = Member { genome, fitness };
+            improved = true;
+        }
+    }
+    improved
 }
 
 /// Climbs from `start` by reshaping the blocks that hold the most bytes at the plan's peak:
@@ -64,14 +70,7 @@ pub(crate) fn bottleneck(ev: &mut Evaluator<'_>, start: &Member) -> Member {
         let Some(cands) = bottleneck_neighbours(ev.ctx, &best.genome) else {
             break;
         };
-        let fits = ev.eval_batch(&cands);
-        let mut improved = false;
-        for (genome, fitness) in cands.into_iter().zip(fits) {
-            if fitness.cmp(&best.fitness, ev.objective).is_lt() {
-                best = Member { genome, fitness };
-                improved = true;
-            }
-        }
+        let improved = step(ev, &mut best, cands);
         ev.report("reshaping the peak's blocks", round + 1, 2 * MAX_ROUNDS);
         if !improved {
             break;

@@ -65,10 +65,9 @@ pub(crate) fn relax(
         // Several passed alone: try the first m of them together (m = all, half, a
         // quarter, ... down to 2) and take the largest set that passes; on a recurrent net
         // hundreds of groups pass, one round each otherwise.
-        let mut sizes: Vec<usize> = std::iter::successors(Some(passing.len()), |&m| Some(m / 2))
+        let sizes: Vec<usize> = std::iter::successors(Some(passing.len()), |&m| Some(m / 2))
             .take_while(|&m| m >= 2)
             .collect();
-        sizes.dedup();
         let unions: Vec<Genome> = sizes
             .iter()
             .map(|&m| {
