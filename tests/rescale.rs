@@ -150,8 +150,18 @@ fn an_unknown_op_type_on_the_batch_path_is_named() {
         }
     );
     let torch = sgc::ir::load_any(root().join("tests/fixtures/torch_tiny_resnet.json")).unwrap();
-    let msg = rescale(&torch, 4).unwrap_err().to_string();
-    assert!(msg.contains("aten.convolution.default"), "{msg}");
+    let mut def = torch.to_def();
+    let conv = def
+        .ops
+        .iter_mut()
+        .find(|o| o.op == "aten.convolution.default")
+        .unwrap();
+    conv.op = "mylib.conv".into();
+    let name = conv.name.clone();
+    let msg = rescale(&Graph::from_def(def).unwrap(), 4)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("mylib.conv") && msg.contains(&name), "{msg}");
 }
 
 #[test]
@@ -228,14 +238,97 @@ fn cli_writes_a_graph_at_the_new_batch() {
     );
     let g = format::load(&out).unwrap();
     assert_eq!(batch_size(&g).unwrap(), 5);
+    let mut def = def_of("tiny_cnn");
+    let conv = def.ops.iter_mut().find(|o| o.op == "conv2d").unwrap();
+    conv.op = "mylib.conv".into();
+    let conv_name = conv.name.clone();
+    let custom = dir.join("custom.json");
+    format::save(&Graph::from_def(def).unwrap(), &custom).unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_sgc"))
         .args(["rescale", "--batch", "5", "-o"])
         .arg(dir.join("never.json"))
-        .arg(root().join("tests/fixtures/torch_tiny_resnet.json"))
+        .arg(&custom)
         .output()
         .unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("stem.0:convolution"), "{err}");
+    assert!(
+        err.contains(&conv_name) && err.contains("mylib.conv"),
+        "{err}"
+    );
     assert!(!dir.join("never.json").exists());
+}
+
+fn real_graphs() -> Vec<(String, Graph)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("graphs/real"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12, "the real corpus is in graphs/real");
+    files
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, sgc::ir::load_any(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The exporter traces every real model twice (batch B and B+1) and writes `batch_dim` on
+/// every tensor whose shape changed: the typed rules must find exactly those tensors, on
+/// exactly those axes.
+#[test]
+fn the_typed_rules_find_the_batch_pytorch_shows_on_every_real_graph() {
+    for (name, g) in real_graphs() {
+        let axes = batch_axes(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for t in g.tensor_ids() {
+            let tensor = g.tensor(t);
+            assert_eq!(
+                axes[t.index()].map(|a| a.axis),
+                tensor.batch_dim,
+                "{name}: tensor `{}` {:?}",
+                tensor.name,
+                tensor.shape
+            );
+        }
+    }
+}
+
+/// Every real graph rescales down and up; rescaling back gives the graph it came from
+/// (costs within float rounding), and every batch-dependent tensor scales exactly.
+#[test]
+fn every_real_graph_rescales_and_comes_back() {
+    for (name, g) in real_graphs() {
+        let b = batch_size(&g).unwrap();
+        let axes = batch_axes(&g).unwrap();
+        for to in [1, b / 2 + 1, 2 * b] {
+            let s = rescale(&g, to).unwrap_or_else(|e| panic!("{name} at {to}: {e}"));
+            assert_eq!(batch_size(&s).unwrap(), to, "{name}");
+            for t in g.tensor_ids() {
+                let (old, new) = (g.tensor(t), s.tensor(t));
+                let (n0, n1): (u64, u64) = (old.shape.iter().product(), new.shape.iter().product());
+                match axes[t.index()] {
+                    Some(_) => assert_eq!(n0 * to, n1 * b, "{name}: {}", old.name),
+                    None => assert_eq!(old.shape, new.shape, "{name}: {}", old.name),
+                }
+            }
+            let back = rescale(&s, b).unwrap();
+            let (d0, d1) = (g.to_def(), back.to_def());
+            assert_eq!(d0.tensors, d1.tensors, "{name} via {to}");
+            for (o0, o1) in d0.ops.iter().zip(&d1.ops) {
+                assert_eq!(o0.attrs, o1.attrs, "{name} via {to}: op {}", o0.name);
+                let close = |a: Option<f64>, c: Option<f64>| match (a, c) {
+                    (Some(a), Some(c)) => (a - c).abs() <= 1e-9 * a.abs().max(1.0),
+                    (a, c) => a == c,
+                };
+                assert!(
+                    close(o0.time_us, o1.time_us) && close(o0.flops, o1.flops),
+                    "{name}: {}",
+                    o0.name
+                );
+            }
+        }
+    }
 }

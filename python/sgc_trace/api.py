@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -30,6 +31,7 @@ def export(
     meta: dict | None = None,
     device_profile: str | DeviceProfile = DEFAULT_PROFILE,
     raw_output: bool = False,
+    mark_batch: bool = True,
 ) -> dict:
     """Traces one training step and returns its version-1 graph as a JSON-ready dict.
 
@@ -44,12 +46,24 @@ def export(
     per parameter; the loss is the only output).
     `device_profile`: the device whose roofline gives each op's `time_us` (`a100`, ...,
     or `F32/HALF/GBPS` rates; see `cost.py`).
+    `mark_batch`: trace the step a second time with every input's batch axis one larger
+    and write `batch_dim` on each tensor whose shape changes on exactly one axis, so that
+    tools can rescale the graph even where the batch enters through a constant (the
+    zero initial state of an LSTM, a class token expanded to the batch).
 
     Every failure raises one `ExportError` whose message says what failed and where.
     """
     profile = parse_profile(device_profile)
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
+    args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output)
+    graph = _export_once(model, inputs, *args)
+    if mark_batch and any(spec.batch_dim is not None for spec in inputs):
+        _mark_batch_dims(graph, _export_once(model, _grown(inputs), *args))
+    return graph
+
+
+def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output) -> dict:
     # Factory calls in forward (torch.arange for positions) make real constants while
     # AOTAutograd collects metadata; let fake ops read them.
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -64,6 +78,29 @@ def export(
     extra = {"model": type(module).__name__, "built": built, **(meta or {})}
     with _failures("converting the traced graph"):
         return to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile)
+
+
+def _grown(inputs: Sequence[InputSpec]) -> list[InputSpec]:
+    """The inputs with their batch axis one larger."""
+    out = []
+    for spec in inputs:
+        shape = list(spec.shape)
+        if spec.batch_dim is not None:
+            shape[spec.batch_dim] += 1
+        out.append(dataclasses.replace(spec, shape=tuple(shape)))
+    return out
+
+
+def _mark_batch_dims(graph: dict, grown: dict) -> None:
+    """`batch_dim` on every tensor of `graph` whose shape in `grown` differs on one axis."""
+    shapes = {t["name"]: t["shape"] for t in grown["tensors"]}
+    for t in graph["tensors"]:
+        other = shapes.get(t["name"])
+        if other is None or len(other) != len(t["shape"]) or "batch_dim" in t:
+            continue
+        diff = [i for i, (a, b) in enumerate(zip(t["shape"], other)) if a != b]
+        if len(diff) == 1:
+            t["batch_dim"] = diff[0]
 
 
 class _failures:

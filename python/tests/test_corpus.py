@@ -4,6 +4,7 @@ verifier) accept; the committed `graphs/real/*.json.gz` are complete and current
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -12,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from sgc_trace.api import dumps, load, save
+from sgc_trace.api import dumps, export, load, save
 from sgc_trace.corpus import BY_NAME, CORPUS, export_entry, library_version
 from sgc_trace.sgc import REPO, run_sgc
 
@@ -109,3 +110,26 @@ def test_committed_corpus_is_current(name, tmp_path):
     assert path.read_bytes() == (REAL / f"{name}.json.gz").read_bytes(), (
         "stale: regenerate with `just real-corpus`"
         if dumps(load(path)) != dumps(committed) else "same graph, different gzip bytes")
+
+
+def test_small_export_rescales_to_what_pytorch_traces_at_another_batch(small, tmp_path):
+    """The typed batch rules agree with PyTorch itself: `sgc rescale` of the small graph to
+    batch B+2 gives every tensor the shape, and every op the attributes, that a fresh trace
+    of the model at B+2 has."""
+    entry, graph, path = small
+    batch = graph["meta"]["batch_size"]
+    out = tmp_path / "rescaled.json"
+    run_sgc("rescale", "--batch", str(batch + 2), "-o", str(out), str(path))
+    rescaled = load(out)
+    spec = entry.make(True)
+    inputs = [
+        dataclasses.replace(s, shape=tuple(d + 2 if i == s.batch_dim else d for i, d in enumerate(s.shape)))
+        for s in spec.inputs
+    ]
+    traced = export(spec.factory, spec.loss, inputs, num_model_inputs=spec.num_model_inputs,
+                    name=entry.name, raw_output=spec.raw_output, mark_batch=False)
+    shapes = {t["name"]: t["shape"] for t in traced["tensors"]}
+    assert {t["name"]: t["shape"] for t in rescaled["tensors"]} == shapes
+    # Ops by position (module labels of a few ops differ between two traces).
+    attrs = [(o["op"], o.get("attrs")) for o in traced["ops"]]
+    assert [(o["op"], o.get("attrs")) for o in rescaled["ops"]] == attrs

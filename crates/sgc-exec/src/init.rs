@@ -13,6 +13,7 @@
 
 use crate::host::HostTensor;
 use crate::ExecError;
+use sgc_ir::ops::Init;
 use sgc_ir::{DType, Graph, TensorId, TensorKind};
 
 /// The splitmix64 generator.
@@ -100,39 +101,55 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
     }
 }
 
-/// The class count of an integer input, from the op that reads it.
+/// The class count of an integer input: the size of the axis it indexes in the op that
+/// reads it (the op vocabulary's `ids`).
 fn class_count(graph: &Graph, t: TensorId) -> Option<u64> {
     graph
         .consumers(t)
         .iter()
         .find_map(|&o| {
             let op = graph.op(o);
-            let slot = op.inputs.iter().position(|&x| x == t)?;
-            match (op.op_type.as_str(), slot) {
-                ("embedding", 0) => graph.tensor(op.inputs[1]).shape.first().copied(),
-                ("cross_entropy" | "cross_entropy_grad", 1) => {
-                    graph.tensor(op.inputs[0]).shape.last().copied()
-                }
-                _ => None,
+            let ids = op.kind?.spec().ids?;
+            if op.inputs.get(usize::from(ids.ids)) != Some(&t) {
+                return None;
             }
+            let shape = &graph.tensor(*op.inputs.get(usize::from(ids.of))?).shape;
+            let axis = if ids.axis < 0 {
+                shape.len().checked_sub(ids.axis.unsigned_abs().into())?
+            } else {
+                usize::from(ids.axis.unsigned_abs())
+            };
+            shape.get(axis).copied()
         })
         .filter(|&c| c > 0)
 }
 
+/// How parameter `t` is initialised: as the first op that reads it says (the op
+/// vocabulary's `params`).
+fn param_init(graph: &Graph, t: TensorId) -> Option<Init> {
+    graph.consumers(t).iter().find_map(|&o| {
+        let op = graph.op(o);
+        let spec = op.kind?.spec();
+        (0..op.inputs.len())
+            .filter(|&slot| op.inputs[slot] == t)
+            .find_map(|slot| spec.init(slot))
+    })
+}
+
+/// A parameter's values: ones or zeros, else uniform in `±1/sqrt(fan_in)`. Without an op
+/// that says, a vector is zeros, a 4-D filter has fan-in `prod(shape[1..])`, any other
+/// weight `shape[0]`.
 fn param_values(graph: &Graph, t: TensorId, shape: &[usize], rng: &mut SplitMix64) -> Vec<f32> {
     let n: usize = shape.iter().product();
-    if shape.len() <= 1 {
-        let is_scale = graph.consumers(t).iter().any(|&o| {
-            let op = graph.op(o);
-            matches!(op.op_type.as_str(), "batch_norm" | "layer_norm")
-                && op.inputs.get(1) == Some(&t)
-        });
-        return vec![if is_scale { 1.0 } else { 0.0 }; n];
-    }
-    let fan_in = if shape.len() == 4 {
-        shape[1..].iter().product()
-    } else {
-        shape[0]
+    let init = param_init(graph, t);
+    let fan_in = match init {
+        Some(Init::Ones) => return vec![1.0; n],
+        Some(Init::Zeros) => return vec![0.0; n],
+        None if shape.len() <= 1 => return vec![0.0; n],
+        Some(Init::FanInCols) => shape.get(1).copied().unwrap_or(1),
+        Some(Init::FanInFilter) => shape.iter().skip(1).product(),
+        None if shape.len() == 4 => shape[1..].iter().product(),
+        Some(Init::FanInRows) | None => shape[0],
     };
     let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
     (0..n)

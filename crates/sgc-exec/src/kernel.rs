@@ -8,6 +8,7 @@
 
 use crate::ExecError;
 use serde_json::{Map, Value};
+use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, OpId};
 
 /// One op, ready to launch: its type and parsed attributes.
@@ -123,43 +124,45 @@ pub enum Kernel {
     },
 }
 
-/// Every op type the executor knows, in the order of [`Kernel`]'s variants.
-pub const OP_TYPES: &[&str] = &[
-    "matmul",
-    "matmul_tn",
-    "batched_matmul",
-    "bias_add",
-    "bias_add_grad",
-    "add",
-    "mul",
-    "relu",
-    "relu_grad",
-    "gelu",
-    "gelu_grad",
-    "conv2d",
-    "conv2d_grad_input",
-    "conv2d_grad_weight",
-    "max_pool2d",
-    "max_pool2d_grad",
-    "global_avg_pool",
-    "global_avg_pool_grad",
-    "batch_norm",
-    "batch_norm_grad",
-    "layer_norm",
-    "layer_norm_grad",
-    "softmax",
-    "softmax_grad",
-    "embedding",
-    "embedding_grad",
-    "reshape",
-    "transpose",
-    "concat",
-    "slice",
-    "upsample_nearest2x",
-    "upsample_nearest2x_grad",
-    "cross_entropy",
-    "cross_entropy_grad",
-    "sgd_update",
+/// The one table of the op kinds the executor runs: both backends implement a kernel for
+/// each (the CUDA backend with the limits its `supports` names), and [`Kernel::from_op`]
+/// refuses every other kind by name. A test checks the table against `from_op`.
+pub const KERNELS: &[OpKind] = &[
+    OpKind::MatMul,
+    OpKind::MatMulTn,
+    OpKind::BatchedMatMul,
+    OpKind::BiasAdd,
+    OpKind::BiasAddGrad,
+    OpKind::Add,
+    OpKind::Mul,
+    OpKind::Relu,
+    OpKind::ReluGrad,
+    OpKind::Gelu,
+    OpKind::GeluGrad,
+    OpKind::Conv2d,
+    OpKind::Conv2dGradInput,
+    OpKind::Conv2dGradWeight,
+    OpKind::MaxPool2d,
+    OpKind::MaxPool2dGrad,
+    OpKind::GlobalAvgPool,
+    OpKind::GlobalAvgPoolGrad,
+    OpKind::BatchNorm,
+    OpKind::BatchNormGrad,
+    OpKind::LayerNorm,
+    OpKind::LayerNormGrad,
+    OpKind::Softmax,
+    OpKind::SoftmaxGrad,
+    OpKind::Embedding,
+    OpKind::EmbeddingGrad,
+    OpKind::Reshape,
+    OpKind::Transpose,
+    OpKind::Concat,
+    OpKind::Slice,
+    OpKind::Upsample2x,
+    OpKind::Upsample2xGrad,
+    OpKind::CrossEntropy,
+    OpKind::CrossEntropyGrad,
+    OpKind::SgdUpdate,
 ];
 
 /// Reads attributes of one op, with errors naming it.
@@ -239,40 +242,46 @@ impl Kernel {
         let conv = || -> Result<(usize, usize), ExecError> {
             Ok((a.usize("stride")?, a.usize("padding")?))
         };
-        Ok(match o.op_type.as_str() {
-            "matmul" => Kernel::MatMul {
+        let unknown = || ExecError::UnknownOpType {
+            op: o.name.clone(),
+            op_type: o.op_type.clone(),
+            backend: "any".to_string(),
+        };
+        use OpKind as K;
+        Ok(match o.kind.ok_or_else(unknown)? {
+            K::MatMul => Kernel::MatMul {
                 transpose_b: a.bool_or("transpose_b", false)?,
             },
-            "matmul_tn" => Kernel::MatMulTn,
-            "batched_matmul" => Kernel::BatchedMatMul {
+            K::MatMulTn => Kernel::MatMulTn,
+            K::BatchedMatMul => Kernel::BatchedMatMul {
                 transpose_a: a.bool_or("transpose_a", false)?,
                 transpose_b: a.bool_or("transpose_b", false)?,
             },
-            "bias_add" => Kernel::BiasAdd {
+            K::BiasAdd => Kernel::BiasAdd {
                 axis: a.usize("axis")?,
             },
-            "bias_add_grad" => Kernel::BiasAddGrad {
+            K::BiasAddGrad => Kernel::BiasAddGrad {
                 axis: a.usize("axis")?,
             },
-            "add" => Kernel::Add,
-            "mul" => Kernel::Mul,
-            "relu" => Kernel::Relu,
-            "relu_grad" => Kernel::ReluGrad,
-            "gelu" => Kernel::Gelu,
-            "gelu_grad" => Kernel::GeluGrad,
-            "conv2d" => {
+            K::Add => Kernel::Add,
+            K::Mul => Kernel::Mul,
+            K::Relu => Kernel::Relu,
+            K::ReluGrad => Kernel::ReluGrad,
+            K::Gelu => Kernel::Gelu,
+            K::GeluGrad => Kernel::GeluGrad,
+            K::Conv2d => {
                 let (stride, padding) = conv()?;
                 Kernel::Conv2d { stride, padding }
             }
-            "conv2d_grad_input" => {
+            K::Conv2dGradInput => {
                 let (stride, padding) = conv()?;
                 Kernel::Conv2dGradInput { stride, padding }
             }
-            "conv2d_grad_weight" => {
+            K::Conv2dGradWeight => {
                 let (stride, padding) = conv()?;
                 Kernel::Conv2dGradWeight { stride, padding }
             }
-            "max_pool2d" => {
+            K::MaxPool2d => {
                 let (kernel, stride, padding) = a.window()?;
                 Kernel::MaxPool2d {
                     kernel,
@@ -280,7 +289,7 @@ impl Kernel {
                     padding,
                 }
             }
-            "max_pool2d_grad" => {
+            K::MaxPool2dGrad => {
                 let (kernel, stride, padding) = a.window()?;
                 Kernel::MaxPool2dGrad {
                     kernel,
@@ -288,112 +297,143 @@ impl Kernel {
                     padding,
                 }
             }
-            "global_avg_pool" => Kernel::GlobalAvgPool,
-            "global_avg_pool_grad" => Kernel::GlobalAvgPoolGrad,
-            "batch_norm" => Kernel::BatchNorm {
+            K::GlobalAvgPool => Kernel::GlobalAvgPool,
+            K::GlobalAvgPoolGrad => Kernel::GlobalAvgPoolGrad,
+            K::BatchNorm => Kernel::BatchNorm {
                 eps: a.f32_or("eps", Some(1e-5))?,
             },
-            "batch_norm_grad" => Kernel::BatchNormGrad,
-            "layer_norm" => Kernel::LayerNorm {
+            K::BatchNormGrad => Kernel::BatchNormGrad,
+            K::LayerNorm => Kernel::LayerNorm {
                 eps: a.f32_or("eps", Some(1e-5))?,
             },
-            "layer_norm_grad" => Kernel::LayerNormGrad,
-            "softmax" => Kernel::Softmax {
+            K::LayerNormGrad => Kernel::LayerNormGrad,
+            K::Softmax => Kernel::Softmax {
                 scale: a.f32_or("scale", Some(1.0))?,
                 causal: a.bool_or("causal", false)?,
             },
-            "softmax_grad" => Kernel::SoftmaxGrad {
+            K::SoftmaxGrad => Kernel::SoftmaxGrad {
                 scale: a.f32_or("scale", Some(1.0))?,
             },
-            "embedding" => Kernel::Embedding,
-            "embedding_grad" => Kernel::EmbeddingGrad,
-            "reshape" => Kernel::Reshape,
-            "transpose" => Kernel::Transpose { perm: a.perm()? },
-            "concat" => Kernel::Concat {
+            K::Embedding => Kernel::Embedding,
+            K::EmbeddingGrad => Kernel::EmbeddingGrad,
+            K::Reshape => Kernel::Reshape,
+            K::Transpose => Kernel::Transpose { perm: a.perm()? },
+            K::Concat => Kernel::Concat {
                 axis: a.usize("axis")?,
             },
-            "slice" => Kernel::Slice {
+            K::Slice => Kernel::Slice {
                 axis: a.usize("axis")?,
                 start: a.usize("start")?,
                 end: a.usize("end")?,
             },
-            "upsample_nearest2x" => Kernel::Upsample2x,
-            "upsample_nearest2x_grad" => Kernel::Upsample2xGrad,
-            "cross_entropy" => Kernel::CrossEntropy,
-            "cross_entropy_grad" => Kernel::CrossEntropyGrad,
-            "sgd_update" => Kernel::SgdUpdate {
+            K::Upsample2x => Kernel::Upsample2x,
+            K::Upsample2xGrad => Kernel::Upsample2xGrad,
+            K::CrossEntropy => Kernel::CrossEntropy,
+            K::CrossEntropyGrad => Kernel::CrossEntropyGrad,
+            K::SgdUpdate => Kernel::SgdUpdate {
                 lr: a.f32_or("lr", None)?,
             },
-            other => {
-                return Err(ExecError::UnknownOpType {
-                    op: o.name.clone(),
-                    op_type: other.to_string(),
-                    backend: "any".to_string(),
-                })
-            }
+            _ => return Err(unknown()),
         })
     }
 
-    /// The op type this kernel runs (its name in both backends).
     /// Whether the kernel stays correct when its output is the very buffer of one of its
-    /// inputs (an in-place pair of the plan): element-wise kernels, and `softmax_grad`,
-    /// whose row sum is read before the row is written.
+    /// inputs (an in-place pair of the plan): the op vocabulary's `in_place`.
     pub fn runs_in_place(&self) -> bool {
-        matches!(
-            self,
-            Kernel::BiasAdd { .. }
-                | Kernel::Add
-                | Kernel::Mul
-                | Kernel::Relu
-                | Kernel::ReluGrad
-                | Kernel::Gelu
-                | Kernel::GeluGrad
-                | Kernel::SoftmaxGrad { .. }
-        )
+        self.kind().spec().in_place
     }
 
+    /// The op type this kernel runs (its name in both backends).
     pub fn name(&self) -> &'static str {
-        OP_TYPES[self.index()]
+        self.kind().name()
     }
 
-    fn index(&self) -> usize {
+    /// The op kind this kernel runs.
+    pub fn kind(&self) -> OpKind {
         use Kernel::*;
+        use OpKind as K;
         match self {
-            MatMul { .. } => 0,
-            MatMulTn => 1,
-            BatchedMatMul { .. } => 2,
-            BiasAdd { .. } => 3,
-            BiasAddGrad { .. } => 4,
-            Add => 5,
-            Mul => 6,
-            Relu => 7,
-            ReluGrad => 8,
-            Gelu => 9,
-            GeluGrad => 10,
-            Conv2d { .. } => 11,
-            Conv2dGradInput { .. } => 12,
-            Conv2dGradWeight { .. } => 13,
-            MaxPool2d { .. } => 14,
-            MaxPool2dGrad { .. } => 15,
-            GlobalAvgPool => 16,
-            GlobalAvgPoolGrad => 17,
-            BatchNorm { .. } => 18,
-            BatchNormGrad => 19,
-            LayerNorm { .. } => 20,
-            LayerNormGrad => 21,
-            Softmax { .. } => 22,
-            SoftmaxGrad { .. } => 23,
-            Embedding => 24,
-            EmbeddingGrad => 25,
-            Reshape => 26,
-            Transpose { .. } => 27,
-            Concat { .. } => 28,
-            Slice { .. } => 29,
-            Upsample2x => 30,
-            Upsample2xGrad => 31,
-            CrossEntropy => 32,
-            CrossEntropyGrad => 33,
-            SgdUpdate { .. } => 34,
+            MatMul { .. } => K::MatMul,
+            MatMulTn => K::MatMulTn,
+            BatchedMatMul { .. } => K::BatchedMatMul,
+            BiasAdd { .. } => K::BiasAdd,
+            BiasAddGrad { .. } => K::BiasAddGrad,
+            Add => K::Add,
+            Mul => K::Mul,
+            Relu => K::Relu,
+            ReluGrad => K::ReluGrad,
+            Gelu => K::Gelu,
+            GeluGrad => K::GeluGrad,
+            Conv2d { .. } => K::Conv2d,
+            Conv2dGradInput { .. } => K::Conv2dGradInput,
+            Conv2dGradWeight { .. } => K::Conv2dGradWeight,
+            MaxPool2d { .. } => K::MaxPool2d,
+            MaxPool2dGrad { .. } => K::MaxPool2dGrad,
+            GlobalAvgPool => K::GlobalAvgPool,
+            GlobalAvgPoolGrad => K::GlobalAvgPoolGrad,
+            BatchNorm { .. } => K::BatchNorm,
+            BatchNormGrad => K::BatchNormGrad,
+            LayerNorm { .. } => K::LayerNorm,
+            LayerNormGrad => K::LayerNormGrad,
+            Softmax { .. } => K::Softmax,
+            SoftmaxGrad { .. } => K::SoftmaxGrad,
+            Embedding => K::Embedding,
+            EmbeddingGrad => K::EmbeddingGrad,
+            Reshape => K::Reshape,
+            Transpose { .. } => K::Transpose,
+            Concat { .. } => K::Concat,
+            Slice { .. } => K::Slice,
+            Upsample2x => K::Upsample2x,
+            Upsample2xGrad => K::Upsample2xGrad,
+            CrossEntropy => K::CrossEntropy,
+            CrossEntropyGrad => K::CrossEntropyGrad,
+            SgdUpdate { .. } => K::SgdUpdate,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use sgc_ir::{format, OpId};
+
+    /// A one-op graph of type `op_type` with every attribute any kernel reads.
+    fn one_op(op_type: &str) -> Graph {
+        let text = json!({
+            "format": "sgc-graph", "version": 1,
+            "tensors": [{"name": "x", "dtype": "f32", "shape": [2, 2], "kind": "input"},
+                        {"name": "y", "dtype": "f32", "shape": [2, 2]}],
+            "ops": [{"name": "op", "op": op_type, "inputs": ["x"], "outputs": ["y"],
+                     "attrs": {"stride": 1, "padding": 0, "kernel": 1, "axis": 0,
+                               "perm": [1, 0], "start": 0, "end": 1, "lr": 0.1}}],
+            "outputs": ["y"]
+        });
+        format::from_str(&text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn the_kernel_table_is_what_from_op_accepts() {
+        for &kind in OpKind::ALL {
+            let g = one_op(kind.name());
+            let parsed = Kernel::from_op(&g, OpId::new(0));
+            assert_eq!(
+                parsed.is_ok(),
+                KERNELS.contains(&kind),
+                "{}: {parsed:?}",
+                kind.name()
+            );
+            if let Ok(k) = parsed {
+                assert_eq!(k.kind(), kind);
+                assert_eq!(k.name(), kind.name());
+            } else {
+                assert!(matches!(parsed, Err(ExecError::UnknownOpType { .. })));
+            }
+        }
+        let g = one_op("not_an_op");
+        assert!(matches!(
+            Kernel::from_op(&g, OpId::new(0)),
+            Err(ExecError::UnknownOpType { .. })
+        ));
     }
 }

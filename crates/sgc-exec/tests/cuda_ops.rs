@@ -463,7 +463,7 @@ fn cpu_kernels_write_every_output_byte_of_every_case() {
     let covered: std::collections::BTreeSet<&str> = all.iter().map(|c| c.kernel.name()).collect();
     assert_eq!(
         covered.len(),
-        sgc_exec::kernel::OP_TYPES.len(),
+        sgc_exec::kernel::KERNELS.len(),
         "every op type has a case"
     );
     for c in &all {

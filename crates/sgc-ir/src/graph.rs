@@ -10,6 +10,7 @@
 //!   dependency graph (petgraph, private). Everything downstream works on `Graph`.
 
 use crate::ids::{DType, OpId, Phase, TensorId, TensorKind};
+use crate::ops::OpKind;
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -135,6 +136,9 @@ pub struct Op {
     pub name: String,
     /// The operation type (opaque to planning).
     pub op_type: String,
+    /// The type's entry in the op vocabulary, parsed once at load; `None` for a type the
+    /// vocabulary does not have (still plannable: sizes come from the file).
+    pub kind: Option<OpKind>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
     /// The phase as written; [`Graph::phase`] gives the effective one.

@@ -5,6 +5,8 @@
 //! - [`cost`]: op costs; the opt-in roofline estimate for a [`DeviceProfile`].
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.
 //! - [`Graph`]: a validated training-step graph with typed ids ([`OpId`], [`TensorId`]).
+//! - [`ops`]: the op vocabulary: every op type the builder and the exporter write, typed,
+//!   with its batch rule, in-place and recompute facts and parameter initialisation.
 //! - [`rescale`]: the graph at another batch size, through the `batch_dim` of its inputs.
 //! - [`memory`]: the memory model (resident bytes per step, peak, lower bound), the one
 //!   implementation that the planner and every report use.
@@ -28,6 +30,7 @@ pub mod format;
 mod graph;
 mod ids;
 pub mod memory;
+pub mod ops;
 pub mod rescale;
 #[cfg(feature = "testgen")]
 pub mod testgen;

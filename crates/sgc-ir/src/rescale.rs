@@ -8,19 +8,25 @@
 //! outer and an inner factor. Inputs have `outer = inner = 1`; merged axes such as the
 //! `[B*T, d]` rows of a transformer have `inner = T`.
 //!
-//! Each op type of `docs/ops.md` has a rule from its inputs' axes to its outputs' axes:
-//! element-wise, row-wise and image ops carry the axis over (images only on axis 0, row
-//! ops only on a leading axis); `transpose` moves it with its permutation; reductions over
-//! the batch (`matmul_tn`, `bias_add_grad`, `conv2d_grad_weight`, `embedding_grad`,
-//! `cross_entropy`, the `dgamma`/`dbeta` of the norm gradients) give batch-independent
-//! outputs; `batch_norm` statistics are per channel, `layer_norm` statistics per row. A
-//! `reshape` keeps the batch at the same element stride: with `s = inner * prod(x.shape[axis+1..])`,
-//! the output axis `j` is the first whose suffix product `p_j = prod(y.shape[j+1..])`
-//! divides `s` and whose size is a multiple of `B * s / p_j`; that covers flatten
-//! `[N, C, H, W] -> [N, C*H*W]` and `[B*T, d] <-> [B, T, d]`. An op whose inputs do not
-//! depend on the batch is never inspected, whatever its type; any other op whose type has
-//! no rule, or whose operands break its rule (the batch on a channel axis, a weight that
-//! depends on the batch, ...), is an error naming the op.
+//! Each op kind of the vocabulary ([`crate::ops`]) has a [`BatchRule`] from its inputs'
+//! axes to its outputs' axes: element-wise ops broadcast (operands aligned on their last
+//! axes; an operand that does not depend on the batch but is as long as the batch on the
+//! batch axis is refused, as its size would disagree at another batch); row-wise and image
+//! ops carry the axis over, with a [`Keep`] saying where it may not be (a channel axis,
+//! the rows a softmax or norm works on, the axis of a `dim` attribute); permutations move
+//! it; reductions over it, weight gradients and losses give batch-independent outputs;
+//! `mm`/`addmm` carry it from the rows of the first operand or the columns of the second
+//! and contract it away when both carry it on the inner axis. A view keeps the batch at
+//! the same element stride: with `s = inner * prod(x.shape[axis+1..])`, the output axis
+//! `j` is one whose suffix product `p_j = prod(y.shape[j+1..])` divides `s` and whose size
+//! is a multiple of `B * s / p_j` (the first such, or the output's declared `batch_dim`
+//! when it qualifies); that covers flatten `[N, C, H, W] -> [N, C*H*W]` and
+//! `[B*T, d] <-> [B, T, d]`. An op whose inputs do not depend on the batch is not
+//! inspected: its outputs carry the batch only where the file declares `batch_dim` (the
+//! batch entering through a constant: an LSTM's zero state, a class token expanded to the
+//! batch; the PyTorch exporter marks them by tracing twice). An op type outside the
+//! vocabulary, or whose operands break its rule, is an error naming the op. Every
+//! declared `batch_dim` must agree with the rules.
 //!
 //! [`rescale`] then replaces every batch-carrying axis of size `outer * B * inner` by
 //! `outer * B' * inner`, scales a `bytes` override by `B'/B` when that is exact (else an
@@ -28,11 +34,15 @@
 //! batch-dependent tensor by `B'/B`. **Assumption:** an op's cost is linear in the batch.
 //! It holds exactly for the flops formulas of `docs/ops.md` (each is a multiple of the
 //! batch-carrying element counts); for measured times it is an approximation. `meta.batch_size`
-//! becomes `B'`. Rescaling to `B' = B` returns a graph equal to the input.
+//! becomes `B'`, and attributes follow: a shape attribute (`size`, `input_sizes`) gets the
+//! new extent where it held the old one, `stride` beside it scales outside the batch axis,
+//! and element counts (`count` of the batch-norm statistics update) scale with the batch.
+//! Rescaling to `B' = B` returns a graph equal to the input.
 
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, Op};
 use crate::ids::{OpId, TensorId};
+use crate::ops::{BatchRule, Keep, PermAttr, Slots, BATCH_COUNT_ATTRS, SHAPE_ATTRS};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -149,7 +159,7 @@ pub fn batch_axes(graph: &Graph) -> R<Vec<Option<BatchAxis>>> {
         let op = graph.op(id);
         let ins: Vec<Option<BatchAxis>> = op.inputs.iter().map(|t| axes[t.index()]).collect();
         let outs = if ins.iter().all(Option::is_none) {
-            vec![None; op.outputs.len()]
+            declared_sources(graph, op, batch)
         } else {
             OpCtx { graph, id, batch }.infer(&ins)?
         };
@@ -160,6 +170,24 @@ pub fn batch_axes(graph: &Graph) -> R<Vec<Option<BatchAxis>>> {
     }
     check_declared(graph, &axes)?;
     Ok(axes)
+}
+
+/// The outputs of an op that reads nothing batch-dependent carry the batch only where the
+/// file declares `batch_dim` (a constant sized by the batch: an LSTM's zero state, a class
+/// token expanded to the batch); the axis may merge the batch with inner elements.
+fn declared_sources(graph: &Graph, op: &Op, batch: u64) -> Vec<Option<BatchAxis>> {
+    op.outputs
+        .iter()
+        .map(|&t| {
+            let tensor = graph.tensor(t);
+            let axis = tensor.batch_dim?;
+            let inner = tensor
+                .shape
+                .get(axis)
+                .map_or(1, |&d| (d / batch.max(1)).max(1));
+            Some(BatchAxis { axis, inner })
+        })
+        .collect()
 }
 
 fn check_divisible(graph: &Graph, t: TensorId, a: Option<BatchAxis>, batch: u64) -> R<()> {
@@ -231,6 +259,9 @@ pub fn rescale(graph: &Graph, batch: u64) -> R<Graph> {
             o.flops = o.flops.map(|f| scale_cost(f, old, batch));
             o.time_us = o.time_us.map(|f| scale_cost(f, old, batch));
         }
+        if let (Some(attrs), Some(_)) = (o.attrs.as_mut(), op.kind) {
+            rescale_attrs(graph, op, &axes, attrs, old, batch);
+        }
     }
     if let Some(meta) = def.meta.as_mut() {
         if meta.get("batch_size").and_then(Value::as_u64) != Some(batch)
@@ -240,6 +271,52 @@ pub fn rescale(graph: &Graph, batch: u64) -> R<Graph> {
         }
     }
     Ok(Graph::from_def(def)?)
+}
+
+/// The attributes of a known op that hold a shape ([`SHAPE_ATTRS`]: the size of output 0)
+/// or count batch elements ([`BATCH_COUNT_ATTRS`]) follow the batch: an entry equal to the
+/// old extent of the batch axis becomes the new one (a `-1` stays), counts scale exactly,
+/// and a `stride` beside a shape scales on the axes outside the batch.
+fn rescale_attrs(
+    graph: &Graph,
+    op: &Op,
+    axes: &[Option<BatchAxis>],
+    attrs: &mut serde_json::Map<String, Value>,
+    old: u64,
+    new: u64,
+) {
+    let scale = |v: u64| {
+        (u128::from(v) * u128::from(new) % u128::from(old) == 0)
+            .then(|| u64::try_from(u128::from(v) * u128::from(new) / u128::from(old)).ok())
+            .flatten()
+    };
+    for key in BATCH_COUNT_ATTRS {
+        if let Some(v) = attrs.get(*key).and_then(Value::as_u64).and_then(scale) {
+            attrs.insert((*key).to_string(), Value::from(v));
+        }
+    }
+    let Some((&out, Some(a))) = op.outputs.first().map(|t| (t, axes[t.index()])) else {
+        return;
+    };
+    let shape = &graph.tensor(out).shape;
+    for key in SHAPE_ATTRS {
+        let Some(Value::Array(dims)) = attrs.get_mut(*key) else {
+            continue;
+        };
+        if dims.len() != shape.len() || dims[a.axis].as_u64() != Some(shape[a.axis]) {
+            continue;
+        }
+        if let Some(v) = scale(shape[a.axis]) {
+            dims[a.axis] = Value::from(v);
+        }
+        if let Some(Value::Array(stride)) = attrs.get_mut("stride") {
+            for s in stride.iter_mut().take(a.axis) {
+                if let Some(v) = s.as_u64().and_then(scale) {
+                    *s = Value::from(v);
+                }
+            }
+        }
+    }
 }
 
 fn touches_batch(op: &Op, axes: &[Option<BatchAxis>]) -> bool {
@@ -296,115 +373,273 @@ impl OpCtx<'_> {
         vec![a; self.op().outputs.len()]
     }
 
-    /// Output axes from input axes, by op type.
+    /// Output axes from input axes, by the op kind's [`BatchRule`].
     fn infer(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
-        let ty = self.op().op_type.as_str();
-        match ty {
-            "relu" | "gelu" | "add" | "mul" | "relu_grad" | "gelu_grad" => {
-                Ok(self.outputs_like(Some(self.all_same(ins, 0..ins.len())?)))
-            }
-            "softmax" | "softmax_grad" => {
-                let a = self.all_same(ins, 0..ins.len())?;
-                self.leading(a, 0, 1)?;
-                Ok(self.outputs_like(Some(a)))
-            }
-            "bias_add" => self.bias_add(ins),
-            "bias_add_grad" => {
-                let a = self.dependent(ins, 0)?;
-                self.not_axis(a, self.attr_axis(0)?, "the bias axis")?;
-                Ok(self.outputs_like(None))
-            }
-            "matmul" => {
-                self.independent(ins, 1, "the weight operand")?;
-                let a = self.dependent(ins, 0)?;
-                self.leading(a, 0, 1)?;
-                Ok(self.outputs_like(Some(a)))
-            }
-            "matmul_tn" => {
-                let a = self.all_same(ins, 0..2)?;
-                self.leading(a, 0, 1)?;
-                Ok(self.outputs_like(None))
-            }
-            "batched_matmul" => {
-                let a = self.all_same(ins, 0..2)?;
-                self.leading(a, 0, 2)?;
-                Ok(self.outputs_like(Some(a)))
-            }
-            "conv2d" | "conv2d_grad_input" => {
-                self.independent(ins, 1, "the weight operand")?;
-                let a = self.dependent(ins, 0)?;
-                Ok(self.outputs_like(Some(self.on_axis0(a)?)))
-            }
-            "conv2d_grad_weight" => {
-                self.on_axis0(self.all_same(ins, 0..2)?)?;
-                Ok(self.outputs_like(None))
-            }
-            "max_pool2d"
-            | "global_avg_pool"
-            | "global_avg_pool_grad"
-            | "upsample_nearest2x"
-            | "upsample_nearest2x_grad"
-            | "max_pool2d_grad" => {
-                let a = self.all_same(ins, 0..ins.len())?;
-                Ok(self.outputs_like(Some(self.on_axis0(a)?)))
-            }
-            "batch_norm" | "batch_norm_grad" => self.batch_norm(ins),
-            "layer_norm" | "layer_norm_grad" => self.layer_norm(ins),
-            "embedding" => {
-                self.independent(ins, 1, "the embedding table")?;
-                Ok(self.outputs_like(Some(self.dependent(ins, 0)?)))
-            }
-            "embedding_grad" => {
-                self.all_same(ins, 0..2)?;
-                Ok(self.outputs_like(None))
-            }
-            "cross_entropy" | "cross_entropy_grad" => {
-                let a = self.all_same(ins, 0..2)?;
-                self.leading(a, 0, 1)?;
-                let out = if ty == "cross_entropy" { None } else { Some(a) };
-                Ok(self.outputs_like(out))
-            }
-            "transpose" => self.transpose(ins),
-            "concat" => {
-                let a = self.all_same(ins, 0..ins.len())?;
-                self.not_axis(a, self.attr_axis(0)?, "the concatenation axis")?;
-                Ok(self.outputs_like(Some(a)))
-            }
-            "slice" => {
-                let a = self.dependent(ins, 0)?;
-                self.not_axis(a, self.attr_axis(0)?, "the sliced axis")?;
-                Ok(self.outputs_like(Some(a)))
-            }
-            "reshape" => self.reshape(ins),
-            "sgd_update" => {
-                Err(self
-                    .fail("the parameter update reads a tensor whose shape depends on the batch"))
-            }
-            _ => Err(RescaleError::UnknownOp {
+        let Some(kind) = self.op().kind else {
+            return Err(RescaleError::UnknownOp {
                 op: self.op().name.clone(),
-                op_type: ty.to_string(),
-            }),
+                op_type: self.op().op_type.clone(),
+            });
+        };
+        match kind.spec().batch {
+            BatchRule::Map => self.map(ins),
+            BatchRule::Rows { data, outs, keep } => self.rows(ins, data, outs, keep),
+            BatchRule::Reshape => self.reshape(ins),
+            BatchRule::Permute(attr) => self.permute(ins, attr),
+            BatchRule::Reduce => self.reduce(ins),
+            BatchRule::MatMul { first } => self.matmul(ins, usize::from(first)),
+            BatchRule::Remove => self.remove(ins),
+            BatchRule::Insert => self.insert(ins),
+            BatchRule::Source => Ok(self.outputs_like(None)),
+            BatchRule::Refuse(reason) => Err(self.fail(reason)),
         }
     }
 
-    /// Inputs `range` (equal shapes, or equal leading axes) must all carry the batch alike.
-    fn all_same(&self, ins: &[Option<BatchAxis>], range: std::ops::Range<usize>) -> R<BatchAxis> {
-        let (start, end) = (range.start, range.end.min(ins.len()));
-        let first = (start..end)
-            .find(|&i| ins[i].is_some())
-            .ok_or_else(|| self.fail("none of its operands depends on the batch"))?;
-        for i in start..end {
-            if ins[i] != ins[first] {
+    fn output_rank(&self, i: usize) -> usize {
+        self.graph.tensor(self.op().outputs[i]).shape.len()
+    }
+
+    /// Element-wise with broadcasting: operands aligned on their last axes.
+    fn map(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
+        let mut first: Option<(usize, usize, BatchAxis)> = None; // (operand, axes from the end, axis)
+        for (i, a) in ins.iter().enumerate() {
+            let Some(a) = *a else { continue };
+            let from_end = self.input_rank(i) - a.axis;
+            match first {
+                None => first = Some((i, from_end, a)),
+                Some((j, e, b)) if e != from_end || b.inner != a.inner => {
+                    return Err(self.fail(format!(
+                        "its operands must carry the batch on the same broadcast axis, but `{}` has {} and `{}` has {}",
+                        self.input_name(j),
+                        describe(Some(b)),
+                        self.input_name(i),
+                        describe(Some(a))
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let Some((j, from_end, a)) = first else {
+            return Ok(self.outputs_like(None));
+        };
+        for (i, b) in ins.iter().enumerate() {
+            let shape = &self.graph.tensor(self.op().inputs[i]).shape;
+            let unbatched_extent = shape.len().checked_sub(from_end).map(|k| shape[k]);
+            if b.is_none() && unbatched_extent.is_some_and(|d| d != 1) {
                 return Err(self.fail(format!(
-                    "its operands must carry the batch alike, but `{}` has {} and `{}` has {}",
-                    self.input_name(first),
-                    describe(ins[first]),
+                    "operand `{}` does not depend on the batch, but it is broadcast against `{}` on the batch axis (size {}), so their sizes would disagree at another batch; re-export the graph with `batch_dim` on the tensors the batch reaches",
                     self.input_name(i),
-                    describe(ins[i])
+                    self.input_name(j),
+                    unbatched_extent.unwrap_or(0)
                 )));
             }
         }
-        Ok(ins[first].unwrap_or(BatchAxis { axis: 0, inner: 1 }))
+        (0..self.op().outputs.len())
+            .map(|o| match self.output_rank(o).checked_sub(from_end) {
+                Some(axis) => Ok(Some(BatchAxis {
+                    axis,
+                    inner: a.inner,
+                })),
+                None => Err(self.fail("an output has fewer axes than the batch needs")),
+            })
+            .collect()
+    }
+
+    /// The operands in `data` carry the batch alike, the others not; results in `outs`
+    /// carry it as they do.
+    fn rows(&self, ins: &[Option<BatchAxis>], data: Slots, outs: Slots, keep: Keep) -> R<Axes> {
+        let idx: Vec<usize> = (0..ins.len()).filter(|&i| data.contains(i)).collect();
+        if idx.is_empty() {
+            return Err(self.fail("none of its operands may depend on the batch"));
+        }
+        let a = self.same_at(ins, &idx)?;
+        for i in (0..ins.len()).filter(|i| !data.contains(*i)) {
+            self.independent(ins, i, "operand")?;
+        }
+        let lead = idx
+            .iter()
+            .copied()
+            .find(|&i| !self.is_empty(i))
+            .unwrap_or(idx[0]);
+        self.keep(a, keep, lead)?;
+        Ok(self
+            .result_slots()
+            .into_iter()
+            .map(|slot| outs.contains(slot).then_some(a))
+            .collect())
+    }
+
+    /// The result slot of each output: through `output_mask` when the op has one.
+    fn result_slots(&self) -> Vec<usize> {
+        let n = self.op().outputs.len();
+        let mask = self
+            .op()
+            .attrs
+            .as_ref()
+            .and_then(|m| m.get("output_mask"))
+            .and_then(Value::as_array);
+        if let Some(mask) = mask {
+            let present: Vec<usize> = (0..mask.len())
+                .filter(|&i| mask[i].as_bool() == Some(true))
+                .collect();
+            if present.len() == n {
+                return present;
+            }
+        }
+        (0..n).collect()
+    }
+
+    fn keep(&self, a: BatchAxis, keep: Keep, i: usize) -> R<()> {
+        match keep {
+            Keep::Any => Ok(()),
+            Keep::Axis0 => self.on_axis0(a).map(|_| ()),
+            Keep::NotAxis(k) => self.not_axis(a, usize::from(k), "an axis the op works on"),
+            Keep::NotTrailing(n) => self.leading(a, i, usize::from(n)),
+            Keep::NotAttr(name) => {
+                self.not_axis(a, self.attr_axis(name, i)?, &format!("the `{name}` axis"))
+            }
+        }
+    }
+
+    /// A permutation of the axes: the batch moves with its axis.
+    fn permute(&self, ins: &[Option<BatchAxis>], attr: PermAttr) -> R<Axes> {
+        let a = self.dependent(ins, 0)?;
+        let rank = self.input_rank(0);
+        let mut perm: Vec<usize> = (0..rank).collect();
+        match attr {
+            PermAttr::Perm | PermAttr::Dims => {
+                let key = if attr == PermAttr::Perm {
+                    "perm"
+                } else {
+                    "dims"
+                };
+                let list = self.attr(key).and_then(Value::as_array);
+                let parsed: Option<Vec<usize>> = list.map(|l| {
+                    l.iter()
+                        .filter_map(|v| v.as_i64().and_then(|d| norm_axis(d, rank)))
+                        .collect()
+                });
+                match parsed {
+                    Some(p) if p.len() == rank => perm = p,
+                    _ => {
+                        return Err(self.fail(format!(
+                            "attribute `{key}` is missing or not a permutation of {rank} axes"
+                        )))
+                    }
+                }
+            }
+            PermAttr::Swap => {
+                let (d0, d1) = (self.attr_axis("dim0", 0)?, self.attr_axis("dim1", 0)?);
+                perm.swap(d0, d1);
+            }
+            PermAttr::Matrix if rank == 2 => perm.swap(0, 1),
+            PermAttr::Matrix => {}
+        }
+        let axis = perm
+            .iter()
+            .position(|&p| p == a.axis)
+            .ok_or_else(|| self.fail(format!("its permutation does not move axis {}", a.axis)))?;
+        Ok(self.outputs_like(Some(BatchAxis {
+            axis,
+            inner: a.inner,
+        })))
+    }
+
+    /// A reduction over attribute `dim` (all axes when absent), `keepdim` keeping them.
+    fn reduce(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
+        let a = self.dependent(ins, 0)?;
+        let rank = self.input_rank(0);
+        let dims: Vec<usize> = match self.attr("dim") {
+            None | Some(Value::Null) => (0..rank).collect(),
+            Some(Value::Array(l)) => l
+                .iter()
+                .filter_map(|v| v.as_i64().and_then(|d| norm_axis(d, rank)))
+                .collect(),
+            Some(v) => v
+                .as_i64()
+                .and_then(|d| norm_axis(d, rank))
+                .into_iter()
+                .collect(),
+        };
+        if dims.contains(&a.axis) {
+            return Ok(self.outputs_like(None));
+        }
+        let keepdim = self
+            .attr("keepdim")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let axis = if keepdim {
+            a.axis
+        } else {
+            a.axis - dims.iter().filter(|&&d| d < a.axis).count()
+        };
+        Ok(self.outputs_like(Some(BatchAxis {
+            axis,
+            inner: a.inner,
+        })))
+    }
+
+    /// `a [M, K] @ b [K, N]` over operands `first` and `first + 1`.
+    fn matmul(&self, ins: &[Option<BatchAxis>], first: usize) -> R<Axes> {
+        for i in (0..ins.len()).filter(|&i| i != first && i != first + 1) {
+            self.independent(ins, i, "operand")?;
+        }
+        let (a, b) = (
+            ins.get(first).copied().flatten(),
+            ins.get(first + 1).copied().flatten(),
+        );
+        let out = match (a, b) {
+            (Some(a), None) if a.axis == 0 => Some(a),
+            (None, Some(b)) if b.axis == 1 => Some(b),
+            (Some(a), Some(b)) if a.axis == 1 && b.axis == 0 && a.inner == b.inner => None,
+            _ => {
+                return Err(self.fail(format!(
+                    "its operands carry the batch as {} and {}: only on the rows of the first, the columns of the second, or the contracted axis of both",
+                    describe(a),
+                    describe(b)
+                )))
+            }
+        };
+        Ok(self.outputs_like(out))
+    }
+
+    /// Removes axis `dim` (default 0).
+    fn remove(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
+        let a = self.dependent(ins, 0)?;
+        let dim = self.attr_axis_or0("dim", self.input_rank(0))?;
+        self.not_axis(a, dim, "the removed axis")?;
+        let axis = if a.axis > dim { a.axis - 1 } else { a.axis };
+        Ok(self.outputs_like(Some(BatchAxis {
+            axis,
+            inner: a.inner,
+        })))
+    }
+
+    /// Inserts axis `dim` (default 0) into the operands' shape.
+    fn insert(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
+        let idx: Vec<usize> = (0..ins.len()).collect();
+        let a = self.same_at(ins, &idx)?;
+        let dim = self.attr_axis_or0("dim", self.output_rank(0))?;
+        let axis = if a.axis >= dim { a.axis + 1 } else { a.axis };
+        Ok(self.outputs_like(Some(BatchAxis {
+            axis,
+            inner: a.inner,
+        })))
+    }
+
+    fn attr(&self, key: &str) -> Option<&Value> {
+        self.op().attrs.as_ref().and_then(|m| m.get(key))
+    }
+
+    fn attr_axis_or0(&self, key: &str, rank: usize) -> R<usize> {
+        match self.attr(key) {
+            None => Ok(0),
+            Some(v) => v.as_i64().and_then(|d| norm_axis(d, rank)).ok_or_else(|| {
+                self.fail(format!(
+                    "attribute `{key}` is not an axis of a rank-{rank} shape"
+                ))
+            }),
+        }
     }
 
     fn dependent(&self, ins: &[Option<BatchAxis>], i: usize) -> R<BatchAxis> {
@@ -454,93 +689,46 @@ impl OpCtx<'_> {
         Err(self.fail(format!("the batch is on {what} ({axis})")))
     }
 
-    /// The `axis` attribute, negative values counting from the end of input `i`'s shape.
-    fn attr_axis(&self, i: usize) -> R<usize> {
-        let attr = self.op().attrs.as_ref().and_then(|m| m.get("axis"));
-        let rank = self.input_rank(i) as i64;
-        match attr.and_then(Value::as_i64) {
-            Some(a) if (0..rank).contains(&a) => Ok(a as usize),
-            Some(a) if (-rank..0).contains(&a) => Ok((a + rank) as usize),
-            _ => Err(self.fail("attribute `axis` is missing or not an axis of the operand")),
+    /// Attribute `key` as an axis of input `i` (negative values count from the end);
+    /// an absent `dim` is axis 0, as in ATen.
+    fn attr_axis(&self, key: &str, i: usize) -> R<usize> {
+        let rank = self.input_rank(i);
+        match self.attr(key) {
+            None if key == "dim" => Ok(0),
+            attr => attr
+                .and_then(Value::as_i64)
+                .and_then(|d| norm_axis(d, rank))
+                .ok_or_else(|| {
+                    self.fail(format!(
+                        "attribute `{key}` is missing or not an axis of the operand"
+                    ))
+                }),
         }
     }
 
-    fn bias_add(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
-        self.independent(ins, 1, "the bias")?;
-        let a = self.dependent(ins, 0)?;
-        self.not_axis(a, self.attr_axis(0)?, "the bias axis")?;
-        Ok(self.outputs_like(Some(a)))
-    }
-
-    /// `batch_norm (x, gamma, beta) -> (y, mean, invstd)` and
-    /// `batch_norm_grad (x, gamma, mean, invstd, dy) -> (dx, dgamma, dbeta)`: statistics and
-    /// parameter gradients are per channel (axis 1).
-    fn batch_norm(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
-        let grad = self.op().op_type == "batch_norm_grad";
-        let data: &[usize] = if grad { &[0, 4] } else { &[0] };
-        let a = self.same_at(ins, data)?;
-        for i in (0..ins.len()).filter(|i| !data.contains(i)) {
-            self.independent(ins, i, "a per-channel operand")?;
-        }
-        self.not_axis(a, 1, "the channel axis")?;
-        let mut out = self.outputs_like(None);
-        out[0] = Some(a);
-        Ok(out)
-    }
-
-    /// `layer_norm (x, gamma, beta) -> (y, mean, rstd)`, statistics per row;
-    /// `layer_norm_grad (x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)`.
-    fn layer_norm(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
-        let grad = self.op().op_type == "layer_norm_grad";
-        let data: &[usize] = if grad { &[0, 2, 3, 4] } else { &[0] };
-        let a = self.same_at(ins, data)?;
-        self.independent(ins, 1, "gamma")?;
-        if !grad {
-            self.independent(ins, 2, "beta")?;
-        }
-        self.leading(a, 0, 1)?;
-        Ok(if grad {
-            let mut out = self.outputs_like(None);
-            out[0] = Some(a);
-            out
-        } else {
-            self.outputs_like(Some(a))
-        })
+    /// Operands `idx` carry the batch alike, the first of them (skipping empty tensors:
+    /// a legacy `[0]`-shaped operand of a concatenation holds nothing) at least.
+    fn is_empty(&self, i: usize) -> bool {
+        self.graph.tensor(self.op().inputs[i]).shape.contains(&0)
     }
 
     fn same_at(&self, ins: &[Option<BatchAxis>], idx: &[usize]) -> R<BatchAxis> {
-        let first = self.dependent(ins, idx[0])?;
+        let idx: Vec<usize> = idx.iter().copied().filter(|&i| !self.is_empty(i)).collect();
+        let Some(&lead) = idx.first() else {
+            return Err(self.fail("its operands are empty"));
+        };
+        let first = self.dependent(ins, lead)?;
         for &i in &idx[1..] {
             if ins.get(i).copied().flatten() != Some(first) {
                 return Err(self.fail(format!(
                     "operand `{}` must carry the batch as `{}` does ({})",
                     self.input_name(i),
-                    self.input_name(idx[0]),
+                    self.input_name(lead),
                     describe(Some(first))
                 )));
             }
         }
         Ok(first)
-    }
-
-    /// `y.shape[i] = x.shape[perm[i]]`: the batch moves to the `i` with `perm[i] = axis`.
-    fn transpose(&self, ins: &[Option<BatchAxis>]) -> R<Axes> {
-        let a = self.dependent(ins, 0)?;
-        let perm = self
-            .op()
-            .attrs
-            .as_ref()
-            .and_then(|m| m.get("perm"))
-            .and_then(Value::as_array)
-            .ok_or_else(|| self.fail("attribute `perm` is missing"))?;
-        let axis = perm
-            .iter()
-            .position(|p| p.as_u64() == Some(a.axis as u64))
-            .ok_or_else(|| self.fail(format!("attribute `perm` does not move axis {}", a.axis)))?;
-        Ok(self.outputs_like(Some(BatchAxis {
-            axis,
-            inner: a.inner,
-        })))
     }
 
     /// A view with another shape: the batch keeps its element stride (module docs).
@@ -553,18 +741,24 @@ impl OpCtx<'_> {
         let mut out = Vec::new();
         for &t in &self.op().outputs {
             let y = &self.graph.tensor(t).shape;
-            out.push(Some(self.reshaped_axis(stride, y).ok_or_else(|| {
-                self.fail(format!(
+            let declared = self.graph.tensor(t).batch_dim;
+            out.push(Some(self.reshaped_axis(stride, y, declared).ok_or_else(
+                || {
+                    self.fail(format!(
                     "the batch (axis {} of {x:?}) is split across axes of the output shape {y:?}",
                     a.axis
                 ))
-            })?));
+                },
+            )?));
         }
         Ok(out)
     }
 
-    fn reshaped_axis(&self, stride: u64, y: &[u64]) -> Option<BatchAxis> {
-        (0..y.len()).find_map(|j| {
+    /// The output axis that keeps the batch at element stride `stride`: the first that
+    /// can, unless the output declares a `batch_dim` that can too (with size-1 axes around
+    /// the batch, or at batch 1, several axes can; the file's word breaks the tie).
+    fn reshaped_axis(&self, stride: u64, y: &[u64], declared: Option<usize>) -> Option<BatchAxis> {
+        let fits = |j: usize| {
             let suffix: u64 = y[j + 1..].iter().product();
             if suffix == 0 || stride == 0 || stride % suffix != 0 {
                 return None;
@@ -572,8 +766,19 @@ impl OpCtx<'_> {
             let inner = stride / suffix;
             let unit = inner.checked_mul(self.batch)?;
             (y[j] % unit == 0 && y[j] > 0).then_some(BatchAxis { axis: j, inner })
-        })
+        };
+        declared
+            .filter(|&j| j < y.len())
+            .and_then(fits)
+            .or_else(|| (0..y.len()).find_map(fits))
     }
+}
+
+/// Axis `d` of a rank-`rank` shape, negative values counting from the end.
+fn norm_axis(d: i64, rank: usize) -> Option<usize> {
+    let r = i64::try_from(rank).ok()?;
+    let d = if d < 0 { d + r } else { d };
+    (0..r).contains(&d).then_some(d as usize)
 }
 
 fn describe(a: Option<BatchAxis>) -> String {

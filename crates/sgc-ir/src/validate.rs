@@ -6,6 +6,7 @@
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 use crate::ids::{OpId, TensorId, TensorKind};
+use crate::ops::OpKind;
 
 use std::collections::HashMap;
 
@@ -195,6 +196,7 @@ fn check_op(o: &OpDef, ids: &HashMap<String, TensorId>) -> Result<Op, GraphError
     Ok(Op {
         name: o.name.clone(),
         op_type: o.op.clone(),
+        kind: OpKind::parse(&o.op),
         inputs,
         outputs,
         phase: o.phase,

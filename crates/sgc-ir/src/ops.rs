@@ -1,0 +1,446 @@
+//! The op vocabulary: every op type the training builder (`docs/ops.md`) and the PyTorch
+//! exporter (`aten.*`, `sgc.*`) write, as one typed [`OpKind`], with what each stage needs
+//! to know about it in one [`OpSpec`]:
+//!
+//! - [`BatchRule`]: how its outputs carry the batch given its inputs' (used by
+//!   [`crate::rescale`] to follow the batch through the graph);
+//! - `in_place`: whether a kernel stays correct when an output is the very buffer of an
+//!   input (element-wise ops);
+//! - [`Effect`]: whether running it again gives the same result and changes nothing else
+//!   (`Pure`), draws random numbers (`Random`: a recomputation would draw others) or writes
+//!   state (`Writes`: it must run once per step);
+//! - [`Init`]: how a parameter it reads is initialised for a run (fan-in, ones, zeros), and
+//!   which integer input indexes which axis of which operand (class ids, token ids).
+//!
+//! The table is the one invocation of `vocabulary!` below: adding an op type is one line there
+//! (plus its kernels, if the executor should run it). The op type of a graph file is parsed
+//! into a kind once, when the graph loads ([`crate::Op::kind`]); a type that is not in the
+//! table stays plannable (its sizes come from the file) and is named in an error only by a
+//! stage that needs more (rescale, run).
+
+/// A set of operand or result positions (bit `i` = position `i`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slots(u64);
+
+impl Slots {
+    pub const ALL: Slots = Slots(u64::MAX);
+    pub const NONE: Slots = Slots(0);
+
+    /// The positions in `list`.
+    pub const fn of(list: &[u8]) -> Slots {
+        let mut bits = 0u64;
+        let mut i = 0;
+        while i < list.len() {
+            bits |= 1 << list[i];
+            i += 1;
+        }
+        Slots(bits)
+    }
+
+    pub fn contains(self, i: usize) -> bool {
+        i < 64 && self.0 & (1 << i) != 0
+    }
+
+    /// The first position of the set (`None` when it is empty).
+    pub fn first(self) -> Option<usize> {
+        (self.0 != 0).then(|| self.0.trailing_zeros() as usize)
+    }
+}
+
+/// Where the batch must not be in an op that works on some axes of its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Anywhere.
+    Any,
+    /// Only on axis 0 (N of an NCHW image op).
+    Axis0,
+    /// Not on this axis (the channel axis 1 of a batch norm, the classes of a loss).
+    NotAxis(u8),
+    /// Not on the last `n` axes (the rows a matmul, a softmax or a norm works on).
+    NotTrailing(u8),
+    /// Not on the axis named by this attribute (negative values count from the end).
+    NotAttr(&'static str),
+}
+
+/// Which attributes name the axes of a permutation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermAttr {
+    /// `perm`: `y.shape[i] = x.shape[perm[i]]` (the builder's `transpose`).
+    Perm,
+    /// `dims`, like `perm` (`aten.permute`).
+    Dims,
+    /// `dim0` and `dim1` swapped (`aten.transpose.int`).
+    Swap,
+    /// The two axes of a matrix swapped (`aten.t`).
+    Matrix,
+}
+
+/// How an op's outputs carry the batch, given where its inputs carry it (see
+/// [`crate::rescale`] for how each rule is applied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchRule {
+    /// Element-wise with broadcasting: operands aligned on their last axes must carry the
+    /// batch on the same aligned axis; every output carries it there.
+    Map,
+    /// The operands in `data` carry the batch alike (the first of them must carry it), the
+    /// other operands must not depend on it; the results in `outs` carry it as `data`'s
+    /// first does, the others do not depend on it. Result positions count the slots of an
+    /// `output_mask` attribute when the op has one (absent results are skipped).
+    Rows {
+        data: Slots,
+        outs: Slots,
+        keep: Keep,
+    },
+    /// A view with another shape: the batch keeps its element stride.
+    Reshape,
+    /// A permutation of the axes; the batch moves with its axis.
+    Permute(PermAttr),
+    /// A reduction over the axes of attribute `dim` (with `keepdim`): an output of a
+    /// reduction over the batch does not depend on it.
+    Reduce,
+    /// `a [M, K] @ b [K, N]` over operands `first` and `first + 1` (any other operand, a
+    /// bias, must not depend on the batch): the batch on M or N carries over; the batch on
+    /// K of both is contracted away.
+    MatMul { first: u8 },
+    /// Removes axis `dim` (default 0), which must not carry the batch (`select`, `unbind`).
+    Remove,
+    /// Inserts axis `dim` (default 0) into operand 0's shape (`stack`, `select_backward`).
+    Insert,
+    /// No operand: the output carries the batch only where the file declares `batch_dim`.
+    Source,
+    /// The op cannot read a batch-dependent tensor; the reason says why.
+    Refuse(&'static str),
+}
+
+/// What running an op does besides computing its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Outputs depend on the inputs alone; running it again is harmless.
+    Pure,
+    /// Draws random numbers (dropout masks): a recomputation would draw different ones.
+    Random,
+    /// Writes state in place (a parameter update, a running-statistics copy).
+    Writes,
+}
+
+/// How a parameter is initialised for a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Uniform in `±1/sqrt(fan_in)`, the fan-in being `shape[0]` (a `[K, N]` weight).
+    FanInRows,
+    /// The fan-in being `shape[1]` (a PyTorch `[out, in]` weight).
+    FanInCols,
+    /// The fan-in being `prod(shape[1..])` (an `[O, C, kh, kw]` filter).
+    FanInFilter,
+    /// All ones (the scale of a norm).
+    Ones,
+    /// All zeros (a bias, the shift of a norm).
+    Zeros,
+}
+
+/// An integer operand that indexes an axis of another operand: ids must stay below its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ids {
+    pub ids: u8,
+    pub of: u8,
+    /// The indexed axis of operand `of` (negative counts from the end).
+    pub axis: i8,
+}
+
+/// Everything the stages know about one op kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpSpec {
+    pub batch: BatchRule,
+    pub in_place: bool,
+    pub effect: Effect,
+    /// `(operand, init)` for up to two parameter operands.
+    pub params: [Option<(u8, Init)>; 2],
+    pub ids: Option<Ids>,
+}
+
+impl OpSpec {
+    const fn new(batch: BatchRule) -> OpSpec {
+        OpSpec {
+            batch,
+            in_place: false,
+            effect: Effect::Pure,
+            params: [None, None],
+            ids: None,
+        }
+    }
+
+    const fn in_place(mut self) -> OpSpec {
+        self.in_place = true;
+        self
+    }
+
+    const fn effect(mut self, effect: Effect) -> OpSpec {
+        self.effect = effect;
+        self
+    }
+
+    const fn param(mut self, slot: u8, init: Init) -> OpSpec {
+        if self.params[0].is_none() {
+            self.params[0] = Some((slot, init));
+        } else {
+            self.params[1] = Some((slot, init));
+        }
+        self
+    }
+
+    const fn ids(mut self, ids: u8, of: u8, axis: i8) -> OpSpec {
+        self.ids = Some(Ids { ids, of, axis });
+        self
+    }
+
+    /// Whether a planner may run the op again to rebuild a freed output.
+    pub fn recomputable(&self) -> bool {
+        self.effect == Effect::Pure
+    }
+
+    /// How parameter operand `slot` is initialised, if the op says.
+    pub fn init(&self, slot: usize) -> Option<Init> {
+        self.params
+            .iter()
+            .flatten()
+            .find(|(s, _)| usize::from(*s) == slot)
+            .map(|&(_, init)| init)
+    }
+}
+
+const fn map() -> OpSpec {
+    OpSpec::new(BatchRule::Map)
+}
+
+/// An element-wise op that may write its output over its first operand.
+const fn pointwise() -> OpSpec {
+    map().in_place()
+}
+
+const fn rows(data: &[u8], outs: Slots, keep: Keep) -> OpSpec {
+    OpSpec::new(BatchRule::Rows {
+        data: Slots::of(data),
+        outs,
+        keep,
+    })
+}
+
+/// Every operand carries the batch alike, and so does every result.
+const fn each(keep: Keep) -> OpSpec {
+    OpSpec::new(BatchRule::Rows {
+        data: Slots::ALL,
+        outs: Slots::ALL,
+        keep,
+    })
+}
+
+const fn rule(batch: BatchRule) -> OpSpec {
+    OpSpec::new(batch)
+}
+
+const ALL: Slots = Slots::ALL;
+const NONE: Slots = Slots::NONE;
+const FIRST: Slots = Slots::of(&[0]);
+
+macro_rules! vocabulary {
+    ($( $(#[$doc:meta])* $kind:ident = $name:literal => $spec:expr; )*) => {
+        /// An op type this project knows (module docs).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OpKind { $( $(#[$doc])* $kind, )* }
+
+        impl OpKind {
+            /// Every kind, in table order.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$kind,)*];
+
+            /// The op type as a graph file writes it.
+            pub fn name(self) -> &'static str {
+                match self { $(OpKind::$kind => $name,)* }
+            }
+
+            /// The kind of a graph file's op type, if the table has it.
+            pub fn parse(op_type: &str) -> Option<OpKind> {
+                match op_type { $($name => Some(OpKind::$kind),)* _ => None }
+            }
+
+            /// What the stages know about this kind.
+            pub fn spec(self) -> OpSpec {
+                match self { $(OpKind::$kind => $spec,)* }
+            }
+        }
+    };
+}
+
+use BatchRule as B;
+use Effect::{Random, Writes};
+use Init::{FanInCols, FanInFilter, FanInRows, Ones, Zeros};
+use Keep::{Any, Axis0, NotAttr, NotAxis, NotTrailing};
+
+vocabulary! {
+    // The training builder's ops (`docs/ops.md`).
+    /// `a [*, K] @ b [K, N]` (`b [N, K]` when `transpose_b`).
+    MatMul = "matmul" => rows(&[0], ALL, NotTrailing(1)).param(1, FanInRows);
+    /// `p [*, M]^T @ q [*, N]` over the flattened rows (a weight gradient).
+    MatMulTn = "matmul_tn" => rows(&[0, 1], NONE, NotTrailing(1));
+    BatchedMatMul = "batched_matmul" => rows(&[0, 1], ALL, NotTrailing(2));
+    BiasAdd = "bias_add" => rows(&[0], ALL, NotAttr("axis")).in_place().param(1, Zeros);
+    BiasAddGrad = "bias_add_grad" => rows(&[0], NONE, NotAttr("axis"));
+    Add = "add" => pointwise();
+    Mul = "mul" => pointwise();
+    Relu = "relu" => pointwise();
+    ReluGrad = "relu_grad" => pointwise();
+    Gelu = "gelu" => pointwise();
+    GeluGrad = "gelu_grad" => pointwise();
+    Conv2d = "conv2d" => rows(&[0], ALL, Axis0).param(1, FanInFilter);
+    Conv2dGradInput = "conv2d_grad_input" => rows(&[0], ALL, Axis0);
+    Conv2dGradWeight = "conv2d_grad_weight" => rows(&[0, 1], NONE, Axis0);
+    MaxPool2d = "max_pool2d" => each(Axis0);
+    MaxPool2dGrad = "max_pool2d_grad" => each(Axis0);
+    GlobalAvgPool = "global_avg_pool" => each(Axis0);
+    GlobalAvgPoolGrad = "global_avg_pool_grad" => each(Axis0);
+    BatchNorm = "batch_norm" => rows(&[0], FIRST, NotAxis(1)).param(1, Ones).param(2, Zeros);
+    BatchNormGrad = "batch_norm_grad" => rows(&[0, 4], FIRST, NotAxis(1));
+    LayerNorm = "layer_norm" => rows(&[0], ALL, NotTrailing(1)).param(1, Ones).param(2, Zeros);
+    LayerNormGrad = "layer_norm_grad" => rows(&[0, 2, 3, 4], FIRST, NotTrailing(1));
+    Softmax = "softmax" => each(NotTrailing(1));
+    SoftmaxGrad = "softmax_grad" => each(NotTrailing(1)).in_place();
+    Embedding = "embedding" => rows(&[0], ALL, Any).param(1, FanInRows).ids(0, 1, 0);
+    EmbeddingGrad = "embedding_grad" => rows(&[0, 1], NONE, Any);
+    Reshape = "reshape" => rule(B::Reshape);
+    Transpose = "transpose" => rule(B::Permute(PermAttr::Perm));
+    Concat = "concat" => each(NotAttr("axis"));
+    Slice = "slice" => rows(&[0], ALL, NotAttr("axis"));
+    Upsample2x = "upsample_nearest2x" => each(Axis0);
+    Upsample2xGrad = "upsample_nearest2x_grad" => each(Axis0);
+    CrossEntropy = "cross_entropy" => rows(&[0, 1], NONE, NotTrailing(1)).ids(1, 0, -1);
+    CrossEntropyGrad = "cross_entropy_grad" => rows(&[0, 1], ALL, NotTrailing(1)).ids(1, 0, -1);
+    SgdUpdate = "sgd_update" => rule(B::Refuse("the parameter update reads a tensor whose shape depends on the batch")).effect(Writes);
+
+    // The PyTorch exporter's ops (`python/sgc_trace`, ATen's core set and two of its own).
+    AtenAddTensor = "aten.add.Tensor" => pointwise();
+    AtenAddScalar = "aten.add.Scalar" => pointwise();
+    AtenSubTensor = "aten.sub.Tensor" => pointwise();
+    AtenMulTensor = "aten.mul.Tensor" => pointwise();
+    AtenMulScalar = "aten.mul.Scalar" => pointwise();
+    AtenDivTensor = "aten.div.Tensor" => pointwise();
+    AtenDivScalar = "aten.div.Scalar" => pointwise();
+    AtenPow = "aten.pow.Tensor_Scalar" => pointwise();
+    AtenWhere = "aten.where.self" => map();
+    AtenRelu = "aten.relu.default" => pointwise();
+    AtenThresholdBackward = "aten.threshold_backward.default" => pointwise();
+    AtenGelu = "aten.gelu.default" => pointwise();
+    AtenGeluBackward = "aten.gelu_backward.default" => pointwise();
+    AtenSigmoid = "aten.sigmoid.default" => pointwise();
+    AtenSigmoidBackward = "aten.sigmoid_backward.default" => pointwise();
+    AtenTanh = "aten.tanh.default" => pointwise();
+    AtenTanhBackward = "aten.tanh_backward.default" => pointwise();
+    AtenSilu = "aten.silu.default" => pointwise();
+    AtenHardswish = "aten.hardswish.default" => pointwise();
+    AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
+    AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();
+    AtenHardsigmoidBackward = "aten.hardsigmoid_backward.default" => pointwise();
+    AtenDropout = "aten.native_dropout.default" => map().effect(Random);
+    AtenDropoutBackward = "aten.native_dropout_backward.default" => pointwise();
+    AtenBernoulli = "aten.bernoulli.p" => map().effect(Random);
+    AtenClone = "aten.clone.default" => map();
+    AtenAlias = "aten.alias.default" => map();
+    AtenCopy = "aten.copy.default" => map();
+    AtenCopyInPlace = "aten.copy_.default" => map().effect(Writes);
+    AtenFill = "aten.fill.Scalar" => map();
+    AtenOnesLike = "aten.ones_like.default" => map();
+    AtenEmptyLike = "aten.empty_like.default" => map();
+    AtenNewEmptyStrided = "aten.new_empty_strided.default" => map();
+    AtenLiftFreshCopy = "aten.lift_fresh_copy.default" => map();
+    AtenExpand = "aten.expand.default" => map();
+    AtenView = "aten.view.default" => rule(B::Reshape);
+    AtenUnsafeView = "aten._unsafe_view.default" => rule(B::Reshape);
+    AtenUnsqueeze = "aten.unsqueeze.default" => rule(B::Reshape);
+    AtenSqueezeDim = "aten.squeeze.dim" => rule(B::Reshape);
+    AtenT = "aten.t.default" => rule(B::Permute(PermAttr::Matrix)).param(0, FanInCols);
+    AtenTranspose = "aten.transpose.int" => rule(B::Permute(PermAttr::Swap));
+    AtenPermute = "aten.permute.default" => rule(B::Permute(PermAttr::Dims));
+    AtenSum = "aten.sum.dim_IntList" => rule(B::Reduce);
+    AtenMean = "aten.mean.dim" => rule(B::Reduce);
+    AtenCat = "aten.cat.default" => each(NotAttr("dim"));
+    AtenStack = "aten.stack.default" => rule(B::Insert);
+    AtenSlice = "aten.slice.Tensor" => rows(&[0], ALL, NotAttr("dim"));
+    AtenSplit = "aten.split.Tensor" => rows(&[0], ALL, NotAttr("dim"));
+    AtenSelect = "aten.select.int" => rule(B::Remove);
+    AtenSelectBackward = "aten.select_backward.default" => rule(B::Insert);
+    AtenUnbind = "aten.unbind.int" => rule(B::Remove);
+    AtenGather = "aten.gather.default" => each(NotAttr("dim"));
+    AtenTril = "aten.tril.default" => each(NotTrailing(2));
+    AtenMm = "aten.mm.default" => rule(B::MatMul { first: 0 });
+    AtenAddmm = "aten.addmm.default" => rule(B::MatMul { first: 1 }).param(0, Zeros);
+    AtenBmm = "aten.bmm.default" => each(NotTrailing(2));
+    AtenConvolution = "aten.convolution.default" => rows(&[0], ALL, Axis0).param(1, FanInFilter).param(2, Zeros);
+    AtenConvolutionBackward = "aten.convolution_backward.default" => rows(&[0, 1], FIRST, Axis0);
+    AtenMaxPool2d = "aten.max_pool2d_with_indices.default" => each(Axis0);
+    AtenMaxPool2dBackward = "aten.max_pool2d_with_indices_backward.default" => each(Axis0);
+    AtenAvgPool2d = "aten.avg_pool2d.default" => each(Axis0);
+    AtenAvgPool2dBackward = "aten.avg_pool2d_backward.default" => each(Axis0);
+    /// Training-mode batch norm: `(x, weight, bias) -> (y, save_mean, save_invstd)`.
+    AtenBatchNorm = "aten._native_batch_norm_legit.no_stats" => rows(&[0], FIRST, NotAxis(1)).param(1, Ones).param(2, Zeros);
+    AtenBatchNormBackward = "aten.native_batch_norm_backward.default" => rows(&[0, 1], FIRST, NotAxis(1));
+    /// The running-statistics update the exporter splits off a training-mode batch norm:
+    /// `(running_mean, running_var, save_mean, save_invstd) -> (new_mean, new_var)`,
+    /// attribute `count` = the elements per channel (it scales with the batch).
+    BatchNormUpdateStats = "sgc.batch_norm_update_stats" => rows(&[], NONE, Any);
+    AtenLayerNorm = "aten.native_layer_norm.default" => rows(&[0], ALL, NotTrailing(1)).param(1, Ones).param(2, Zeros);
+    AtenLayerNormBackward = "aten.native_layer_norm_backward.default" => rows(&[0, 1, 2, 3], FIRST, NotTrailing(1));
+    AtenSoftmax = "aten._softmax.default" => each(NotAttr("dim"));
+    AtenSafeSoftmax = "aten._safe_softmax.default" => each(NotAttr("dim"));
+    AtenSoftmaxBackward = "aten._softmax_backward_data.default" => each(NotAttr("dim"));
+    AtenLogSoftmax = "aten._log_softmax.default" => each(NotAttr("dim"));
+    AtenLogSoftmaxBackward = "aten._log_softmax_backward_data.default" => each(NotAttr("dim"));
+    AtenNllLoss = "aten.nll_loss_forward.default" => rows(&[0, 1], NONE, NotAxis(1)).ids(1, 0, 1);
+    AtenNllLossBackward = "aten.nll_loss_backward.default" => rows(&[1, 2], ALL, NotAxis(1)).ids(2, 1, 1);
+    AtenNllLoss2d = "aten.nll_loss2d_forward.default" => rows(&[0, 1], NONE, NotAxis(1)).ids(1, 0, 1);
+    AtenNllLoss2dBackward = "aten.nll_loss2d_backward.default" => rows(&[1, 2], ALL, NotAxis(1)).ids(2, 1, 1);
+    AtenEmbedding = "aten.embedding.default" => rows(&[1], ALL, Any).param(0, FanInRows).ids(1, 0, 0);
+    AtenEmbeddingBackward = "aten.embedding_dense_backward.default" => rows(&[0, 1], NONE, Any);
+    AtenSdpa = "aten._scaled_dot_product_flash_attention_for_cpu.default" => each(NotTrailing(2));
+    AtenSdpaBackward = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" => each(NotTrailing(2));
+    AtenArange = "aten.arange.default" => rule(B::Source);
+    AtenOnes = "aten.ones.default" => rule(B::Source);
+    AtenZeros = "aten.zeros.default" => rule(B::Source);
+    AtenEmpty = "aten.empty.memory_format" => rule(B::Source);
+    AtenScalarTensor = "aten.scalar_tensor.default" => rule(B::Source);
+}
+
+/// Attributes that hold a shape, rewritten by [`crate::rescale`] to the rescaled output's.
+pub const SHAPE_ATTRS: &[&str] = &["size", "input_sizes"];
+
+/// Attributes that count elements of the batch, scaled by [`crate::rescale`] with it.
+pub const BATCH_COUNT_ATTRS: &[&str] = &["count"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn names_parse_back_and_are_unique() {
+        let mut seen = HashSet::new();
+        for &k in OpKind::ALL {
+            assert!(seen.insert(k.name()), "{} listed twice", k.name());
+            assert_eq!(OpKind::parse(k.name()), Some(k));
+        }
+        assert_eq!(OpKind::parse("no_such_op"), None);
+    }
+
+    #[test]
+    fn stateful_and_random_ops_are_not_recomputable() {
+        assert!(!OpKind::SgdUpdate.spec().recomputable());
+        assert!(!OpKind::AtenCopyInPlace.spec().recomputable());
+        assert!(!OpKind::AtenDropout.spec().recomputable());
+        assert!(OpKind::AtenBatchNorm.spec().recomputable());
+    }
+
+    #[test]
+    fn slots() {
+        let s = Slots::of(&[1, 3]);
+        assert!(s.contains(1) && s.contains(3) && !s.contains(0) && !s.contains(64));
+        assert_eq!(s.first(), Some(1));
+        assert_eq!(Slots::NONE.first(), None);
+    }
+}
