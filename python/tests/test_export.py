@@ -13,6 +13,7 @@ import torch
 import gpt
 import resnet_cnn
 from fixture import PATH as FIXTURE, make_fixture
+from values_fixture import PATH as VALUES, make_fixture as make_values
 from sgc_trace import InputSpec, export, save
 from sgc_trace.sgc import has_plan, run_sgc
 
@@ -169,6 +170,14 @@ def test_committed_fixture_is_current():
     if committed["meta"]["torch_version"] != torch.__version__.split("+")[0]:
         pytest.skip(f"fixture made with torch {committed['meta']['torch_version']}, this is {torch.__version__}")
     assert make_fixture() == committed, "regenerate with: python3 python/tests/fixture.py"
+
+
+def test_committed_values_fixture_is_current():
+    """The PyTorch values the Rust test `tests/torch_values.rs` compares against."""
+    committed = json.loads(VALUES.read_text())
+    if committed["torch_version"] != torch.__version__.split("+")[0]:
+        pytest.skip(f"fixture made with torch {committed['torch_version']}, this is {torch.__version__}")
+    assert json.loads(json.dumps(make_values())) == committed, "regenerate with: python3 python/tests/values_fixture.py"
 
 
 def test_cli_exports(tmp_path):

@@ -21,6 +21,7 @@ use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::host::HostTensor;
 use crate::kernel::Kernel;
 use crate::layout::{Layout, Schedule};
+use crate::view;
 use crate::{shapes, ExecError};
 use serde::Serialize;
 use sgc_ir::{DType, Graph, TensorId, TensorKind};
@@ -461,12 +462,12 @@ fn check_ops<B: Backend>(
 
 fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand {
     let d = graph.tensor(t);
-    Operand {
+    Operand::new(
         buffer,
         offset,
-        dtype: d.dtype,
-        shape: d.shape.iter().map(|&x| x as usize).collect(),
-    }
+        d.dtype,
+        d.shape.iter().map(|&x| x as usize).collect(),
+    )
 }
 
 /// Walks the schedule, tracking the arena offset of each root's current instance.
@@ -504,16 +505,19 @@ impl<'a> Resolver<'a> {
 
     fn locate(&self, t: TensorId) -> Result<Operand, ExecError> {
         let root = self.graph.storage_root(t);
-        if let Some(buf) = self.persistent[root.index()] {
-            return Ok(operand(self.graph, t, buf, 0));
-        }
-        let off = self.current[root.index()].ok_or_else(|| {
-            ExecError::Layout(format!(
-                "tensor `{}` is used before its storage is placed",
-                self.graph.tensor(t).name
-            ))
-        })?;
-        Ok(operand(self.graph, t, self.arena, off))
+        let mut op = if let Some(buf) = self.persistent[root.index()] {
+            operand(self.graph, t, buf, 0)
+        } else {
+            let off = self.current[root.index()].ok_or_else(|| {
+                ExecError::Layout(format!(
+                    "tensor `{}` is used before its storage is placed",
+                    self.graph.tensor(t).name
+                ))
+            })?;
+            operand(self.graph, t, self.arena, off)
+        };
+        op.view = view::view_of(self.graph, t)?.map(Box::new);
+        Ok(op)
     }
 
     fn resolve(
@@ -546,9 +550,16 @@ impl<'a> Resolver<'a> {
                 .iter()
                 .map(|&t| self.locate(t))
                 .collect::<Result<Vec<_>, _>>()?;
-            let no_op = kernel == Kernel::Reshape
-                && inputs[0].buffer == outputs[0].buffer
-                && inputs[0].offset == outputs[0].offset;
+            // A view op whose outputs alias its input moves no data: its readers get a view
+            // operand (crate::view).
+            let view_op = matches!(
+                kernel,
+                Kernel::Reshape | Kernel::Transpose { .. } | Kernel::Expand | Kernel::Slice { .. }
+            );
+            let no_op = view_op
+                && o.outputs
+                    .iter()
+                    .all(|&t| self.graph.storage_root(t) == self.graph.storage_root(o.inputs[0]));
             launches.push(Launch {
                 kernel,
                 inputs,

@@ -93,6 +93,8 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
             param_values(graph, t, &shape, rng),
         )),
         (_, DType::F32) => Ok(HostTensor::f32(shape, vec![0.0; n])),
+        // A counter kept across steps (BatchNorm's `num_batches_tracked`).
+        (TensorKind::State, DType::I64) => Ok(HostTensor::i64(shape, vec![0; n])),
         _ => Err(err(&format!(
             "no initialiser for a {} {}",
             d.kind.as_str(),

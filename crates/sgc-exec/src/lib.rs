@@ -21,9 +21,10 @@ pub mod init;
 pub mod kernel;
 pub mod layout;
 pub mod shapes;
+mod view;
 mod window;
 
-pub use backend::{AllocStats, Backend, BufferId, Operand};
+pub use backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
 pub use cpu_backend::CpuBackend;
 pub use cuda_backend::CudaBackend;
 pub use error::ExecError;

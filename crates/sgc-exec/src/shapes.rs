@@ -33,7 +33,20 @@ pub fn is_index_slot(k: &Kernel, i: usize) -> bool {
         (k, i),
         (Kernel::Embedding | Kernel::EmbeddingGrad, 0)
             | (Kernel::CrossEntropy | Kernel::CrossEntropyGrad, 1)
+            | (Kernel::NllLoss { .. }, 1)
+            | (Kernel::NllLossBackward { .. }, 2)
+            | (Kernel::MaxPool2dIndicesBackward { .. }, 2)
     )
+}
+
+/// Whether output slot `i` of `k` holds i64 indices.
+fn is_index_output(k: &Kernel, i: usize) -> bool {
+    matches!((k, i), (Kernel::MaxPool2dIndices { .. }, 1))
+}
+
+/// Kernels whose operands may be of any dtype, all alike (byte copies, integer counters).
+fn any_dtype(k: &Kernel) -> bool {
+    matches!(k, Kernel::CopyInto | Kernel::AddScalar { .. })
 }
 
 /// Number of (inputs, outputs) a kernel takes; `None` inputs for variadic `concat`.
@@ -55,7 +68,31 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         BatchNorm { .. } | LayerNorm { .. } => (Some(3), 3),
         BatchNormGrad | LayerNormGrad => (Some(5), 3),
         Concat { .. } => (None, 1),
-        SgdUpdate { .. } => (Some(2), 0),
+        SgdUpdate { .. } | CopyInto => (Some(2), 0),
+        ConvBackward { mask, .. } | BatchNormBackward { mask } => {
+            let n = mask.iter().filter(|m| **m).count();
+            (
+                Some(if matches!(k, ConvBackward { .. }) {
+                    3
+                } else {
+                    5
+                }),
+                n,
+            )
+        }
+        BatchNormUpdateStats { .. } => (Some(4), 2),
+        AddScalar { .. }
+        | MulScalar { .. }
+        | DivScalar { .. }
+        | AvgPool2d { .. }
+        | Reduce { .. }
+        | Expand
+        | Fill { .. }
+        | LogSoftmax => (Some(1), 1),
+        MaxPool2dIndices { .. } => (Some(1), 2),
+        MaxPool2dIndicesBackward { .. } | AddMm => (Some(3), 1),
+        NllLoss { .. } => (Some(2), 2),
+        NllLossBackward { .. } => (Some(4), 1),
         _ => (Some(2), 1),
     }
 }
@@ -70,6 +107,16 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     expect(outs.len() == n_out, || {
         format!("takes {n_out} outputs, got {}", outs.len())
     })?;
+    if any_dtype(k) {
+        let d = ins[0].dtype;
+        expect(
+            matches!(d, DType::F32 | DType::I64) && ins.iter().chain(outs).all(|o| o.dtype == d),
+            || format!("operands must all be f32 or all i64, got {}", d.as_str()),
+        )?;
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        return check_shapes(k, ins.len(), &s, &o);
+    }
     for (i, o) in ins.iter().enumerate() {
         if is_index_slot(k, i) {
             expect(matches!(o.dtype, DType::I64 | DType::I32), || {
@@ -85,8 +132,17 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
         }
     }
     for (i, o) in outs.iter().enumerate() {
-        expect(o.dtype == DType::F32, || {
-            format!("output {i} must be f32, got {}", o.dtype.as_str())
+        let want = if is_index_output(k, i) {
+            DType::I64
+        } else {
+            DType::F32
+        };
+        expect(o.dtype == want, || {
+            format!(
+                "output {i} must be {}, got {}",
+                want.as_str(),
+                o.dtype.as_str()
+            )
         })?;
     }
     let s = |i: usize| ins[i].shape.as_slice();
@@ -313,7 +369,138 @@ fn check_shapes<'a>(
             )
         }
         SgdUpdate { .. } => eq("gradient", s(1), s(0)),
+        ConvBackward {
+            stride,
+            padding,
+            mask,
+        } => {
+            let (dy, x, w) = (s(0), s(1), s(2));
+            expect(x.len() == 4 && w.len() == 4 && x[1] == w[1], || {
+                format!("x {x:?} and weight {w:?}")
+            })?;
+            eq("dy", dy, &conv_out(x, w, *stride, *padding)?)?;
+            let wanted: [&[usize]; 3] = [x, w, &[w[0]]];
+            masked(mask, &wanted, o)
+        }
+        BatchNormBackward { mask } => {
+            let x = s(1);
+            expect(x.len() >= 2, || format!("batch norm of {x:?}"))?;
+            eq("dy", s(0), x)?;
+            for (i, what) in [(2, "gamma"), (3, "mean"), (4, "invstd")] {
+                eq(what, s(i), &[x[1]])?;
+            }
+            masked(mask, &[x, &[x[1]], &[x[1]]], o)
+        }
+        BatchNormUpdateStats { .. } => {
+            for i in 1..4 {
+                eq("statistic", s(i), s(0))?;
+            }
+            expect(s(0).len() == 1, || {
+                format!("statistics {:?} must be [C]", s(0))
+            })?;
+            eq("mean", o(0), s(0))?;
+            eq("var", o(1), s(0))
+        }
+        CopyInto => eq("source", s(1), s(0)),
+        AddScalar { .. } | MulScalar { .. } | DivScalar { .. } | Fill { .. } | LogSoftmax => {
+            eq("output", o(0), s(0))
+        }
+        ThresholdBackward { .. } | LogSoftmaxBackward => {
+            eq("input 1", s(1), s(0))?;
+            eq("output", o(0), s(0))
+        }
+        MaxPool2dIndices {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let y = pool_out(s(0), *kernel, *stride, *padding)?;
+            eq("output", o(0), &y)?;
+            eq("indices", o(1), &y)
+        }
+        MaxPool2dIndicesBackward {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let y = pool_out(s(1), *kernel, *stride, *padding)?;
+            eq("dy", s(0), &y)?;
+            eq("indices", s(2), &y)?;
+            eq("output", o(0), s(1))
+        }
+        AvgPool2d {
+            kernel,
+            stride,
+            padding,
+        } => eq("output", o(0), &pool_out(s(0), *kernel, *stride, *padding)?),
+        AvgPool2dBackward {
+            kernel,
+            stride,
+            padding,
+        } => {
+            eq("dy", s(0), &pool_out(s(1), *kernel, *stride, *padding)?)?;
+            eq("output", o(0), s(1))
+        }
+        Reduce { start, end, .. } => {
+            let x = s(0);
+            expect(start <= end && *end <= x.len(), || {
+                format!("axes {start}..{end} of {x:?}")
+            })?;
+            let kept: usize = x[..*start].iter().chain(&x[*end..]).product();
+            expect(o(0).iter().product::<usize>() == kept, || {
+                format!(
+                    "output {:?} of a reduction of {x:?} over axes {start}..{end}",
+                    o(0)
+                )
+            })
+        }
+        Expand => {
+            let (x, y) = (s(0), o(0));
+            let fits = x.len() <= y.len()
+                && x.iter()
+                    .rev()
+                    .zip(y.iter().rev())
+                    .all(|(a, b)| a == b || *a == 1);
+            expect(fits, || format!("{x:?} does not broadcast to {y:?}"))
+        }
+        AddMm => {
+            let (bias, a, b) = (s(0), s(1), s(2));
+            expect(a.len() == 2 && b.len() == 2 && a[1] == b[0], || {
+                format!("addmm of {a:?} @ {b:?}")
+            })?;
+            expect(
+                bias.iter().product::<usize>() == b[1] && bias.last() == Some(&b[1]),
+                || format!("bias {bias:?} for {} columns", b[1]),
+            )?;
+            eq("output", o(0), &[a[0], b[1]])
+        }
+        NllLoss { .. } => {
+            let (logp, t) = (s(0), s(1));
+            expect(logp.len() == 2 && t == [logp[0]], || {
+                format!("log-probabilities {logp:?} need targets [N], got {t:?}")
+            })?;
+            expect(o(0).is_empty() && o(1).is_empty(), || {
+                "loss and total weight are scalars".into()
+            })
+        }
+        NllLossBackward { .. } => {
+            let (dl, logp, t, tw) = (s(0), s(1), s(2), s(3));
+            expect(
+                dl.is_empty() && tw.is_empty() && logp.len() == 2 && t == [logp[0]],
+                || format!("nll_loss_backward of {logp:?} with targets {t:?}"),
+            )?;
+            eq("output", o(0), logp)
+        }
     }
+}
+
+/// The results a mask asks for, in order, have the wanted shapes.
+fn masked<'a>(mask: &[bool; 3], wanted: &[&[usize]; 3], o: &dyn Fn(usize) -> &'a [usize]) -> R {
+    let present = (0..3).filter(|&i| mask[i]);
+    for (slot, i) in present.enumerate() {
+        eq("result", o(slot), wanted[i])?;
+    }
+    Ok(())
 }
 
 fn conv_out(x: &[usize], w: &[usize], stride: usize, pad: usize) -> Result<Vec<usize>, String> {

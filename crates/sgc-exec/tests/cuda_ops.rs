@@ -418,6 +418,7 @@ fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError>
     let outs: Vec<_> = c.outputs.iter().map(|s| place(s, DType::F32)).collect();
     let buffer = b.alloc(at)?;
     let operand = |(offset, shape, dtype): &(u64, Vec<usize>, DType)| Operand {
+        view: None,
         buffer,
         offset: *offset,
         dtype: *dtype,
@@ -463,7 +464,10 @@ fn cpu_kernels_write_every_output_byte_of_every_case() {
     let covered: std::collections::BTreeSet<&str> = all.iter().map(|c| c.kernel.name()).collect();
     assert_eq!(
         covered.len(),
-        sgc_exec::kernel::KERNELS.len(),
+        sgc_exec::kernel::KERNELS
+            .iter()
+            .filter(|(k, cuda)| *cuda && !k.name().starts_with("aten."))
+            .count(),
         "every op type has a case"
     );
     for c in &all {

@@ -114,8 +114,15 @@ pub(crate) fn conv2d_grad_weight(x: &[f32], dy: &[f32], dw: &mut [f32], g: &Wind
     }
 }
 
+/// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
+pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..g.kh).flat_map(move |ki| {
+        (0..g.kw).filter_map(move |kj| Some((g.src(oi, ki, g.h)?, g.src(oj, kj, g.w)?)))
+    })
+}
+
 /// Flat index of the first maximum of window `(plane, oi, oj)`, if any tap is inside.
-fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) -> Option<usize> {
+pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) -> Option<usize> {
     let mut best: Option<usize> = None;
     for ki in 0..g.kh {
         for kj in 0..g.kw {

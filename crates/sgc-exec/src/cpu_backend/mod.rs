@@ -8,13 +8,14 @@
 //! names. Everything is single-threaded with a fixed reduction order, so a recomputed
 //! tensor is bitwise identical to the first computation.
 
+mod aten;
 mod conv;
 mod elementwise;
 mod linalg;
 mod norm;
 mod shape;
 
-use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
+use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
 use crate::kernel::Kernel;
 use crate::ExecError;
 use sgc_ir::DType;
@@ -32,6 +33,14 @@ impl Indices<'_> {
         match self {
             Indices::I64(v) => v.len(),
             Indices::I32(v) => v.len(),
+        }
+    }
+
+    /// Index `r` as written.
+    fn raw(&self, r: usize) -> i64 {
+        match self {
+            Indices::I64(v) => v[r],
+            Indices::I32(v) => i64::from(v[r]),
         }
     }
 
@@ -182,7 +191,10 @@ impl Backend for CpuBackend {
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
         check_disjoint(NAME, kernel, inputs, outputs)?;
-        let sgd = matches!(kernel, Kernel::SgdUpdate { .. });
+        if self.launch_bytes(kernel, inputs, outputs)? {
+            return Ok(());
+        }
+        let sgd = kernel.writes_first_input();
         let (read, written) = if sgd {
             (&inputs[1..], &inputs[..1])
         } else {
@@ -193,7 +205,9 @@ impl Backend for CpuBackend {
         let copies: Vec<Option<Vec<f32>>> = read
             .iter()
             .map(|o| {
-                if written.iter().any(|w| w == o) {
+                if let Some(view) = &o.view {
+                    self.materialize(o, view).map(Some)
+                } else if written.iter().any(|w| w == o) {
                     match self.read_slice(o)? {
                         Slice::F32(v) => Ok(Some(v.to_vec())),
                         Slice::Idx(_) => Err(ExecError::backend(NAME, "in-place index operand")),
@@ -228,13 +242,156 @@ impl Backend for CpuBackend {
     }
 }
 
-fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {
-    Operand {
-        buffer,
-        offset,
-        dtype: DType::U8,
-        shape: vec![len],
+impl CpuBackend {
+    /// The elements of a view operand, row-major in its shape: the stored tensor read, then
+    /// each step of the view applied.
+    fn materialize(&mut self, o: &Operand, view: &View) -> Result<Vec<f32>, ExecError> {
+        if o.dtype != DType::F32 {
+            return Err(ExecError::backend(
+                NAME,
+                "views of integer tensors are not supported",
+            ));
+        }
+        let mut raw = vec![0u8; o.bytes() as usize];
+        self.read(o.buffer, o.offset, &mut raw)?;
+        let mut data: Vec<f32> = raw
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect();
+        let mut shape = view.base.clone();
+        for step in &view.steps {
+            if !step_fits(step, &shape) {
+                return Err(ExecError::backend(
+                    NAME,
+                    format!("view step {step:?} does not fit {shape:?}"),
+                ));
+            }
+            let (next, out): (Vec<usize>, Vec<f32>) = match step {
+                ViewStep::Reshape(to) => (to.clone(), data),
+                ViewStep::Permute(perm) => {
+                    let to: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+                    let mut y = vec![0.0; data.len()];
+                    shape::transpose(&data, &mut y, &shape, perm);
+                    (to, y)
+                }
+                ViewStep::Expand(to) => {
+                    let mut y = vec![0.0; to.iter().product()];
+                    aten::expand(&data, &mut y, &shape, to);
+                    (to.clone(), y)
+                }
+                ViewStep::Slice { axis, start, end } => {
+                    let mut to = shape.clone();
+                    to[*axis] = end - start;
+                    let mut y = vec![0.0; to.iter().product()];
+                    shape::slice(&data, &mut y, &shape, *axis, *start, *end);
+                    (to, y)
+                }
+            };
+            if next.iter().product::<usize>() != out.len() {
+                return Err(ExecError::backend(
+                    NAME,
+                    format!("view step {step:?} of {shape:?} does not fit"),
+                ));
+            }
+            shape = next;
+            data = out;
+        }
+        if data.len() != o.numel() {
+            return Err(ExecError::backend(
+                NAME,
+                format!("a view of {:?} read as {:?}", view.base, o.shape),
+            ));
+        }
+        Ok(data)
     }
+
+    /// Kernels that write something other than f32 (a byte copy, an i64 counter, pooling
+    /// indices), through copies of their operands; `false` for every other kernel.
+    fn launch_bytes(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<bool, ExecError> {
+        let bytes_of = |me: &mut Self, o: &Operand| -> Result<Vec<u8>, ExecError> {
+            let mut v = vec![0u8; o.bytes() as usize];
+            me.read(o.buffer, o.offset, &mut v)?;
+            Ok(v)
+        };
+        match kernel {
+            Kernel::CopyInto => {
+                let src = bytes_of(self, &inputs[1])?;
+                self.write(inputs[0].buffer, inputs[0].offset, &src)?;
+            }
+            Kernel::AddScalar { value } if inputs[0].dtype == DType::I64 => {
+                if value.fract() != 0.0 {
+                    return Err(ExecError::backend(
+                        NAME,
+                        format!("{}: adds {value} to an integer tensor", kernel.name()),
+                    ));
+                }
+                let x = bytes_of(self, &inputs[0])?;
+                let y: Vec<u8> = x
+                    .chunks_exact(8)
+                    .flat_map(|c| {
+                        let v = i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+                        v.wrapping_add(*value as i64).to_ne_bytes()
+                    })
+                    .collect();
+                self.write(outputs[0].buffer, outputs[0].offset, &y)?;
+            }
+            Kernel::MaxPool2dIndices {
+                kernel: k,
+                stride,
+                padding,
+            } => {
+                let x: Vec<f32> = bytes_of(self, &inputs[0])?
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
+                    .collect();
+                let g =
+                    conv::Window::pool(&inputs[0].shape, &outputs[0].shape, *k, *stride, *padding);
+                let mut y = vec![0.0f32; outputs[0].numel()];
+                let mut idx = vec![0i64; outputs[1].numel()];
+                aten::max_pool2d_indices(&x, &mut y, &mut idx, &g);
+                let yb: Vec<u8> = y.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
+                self.write(outputs[1].buffer, outputs[1].offset, &ib)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
+fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
+    match step {
+        ViewStep::Reshape(to) => to.iter().product::<usize>() == shape.iter().product::<usize>(),
+        ViewStep::Permute(perm) => {
+            let mut seen = vec![false; shape.len()];
+            perm.len() == shape.len()
+                && perm
+                    .iter()
+                    .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
+        }
+        ViewStep::Expand(to) => {
+            to.len() >= shape.len()
+                && shape
+                    .iter()
+                    .rev()
+                    .zip(to.iter().rev())
+                    .all(|(a, b)| a == b || *a == 1)
+        }
+        ViewStep::Slice { axis, start, end } => {
+            *axis < shape.len() && start <= end && *end <= shape[*axis]
+        }
+    }
+}
+
+fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {
+    Operand::new(buffer, offset, DType::U8, vec![len])
 }
 
 fn f<'a>(s: &'a Slice<'a>) -> Result<&'a [f32], String> {
@@ -384,6 +541,83 @@ fn run(
             return norm::cross_entropy_grad(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
         }
         SgdUpdate { lr } => elementwise::sgd_update(outs[0], f(&ins[0])?, *lr),
+        ConvBackward {
+            stride,
+            padding,
+            mask,
+        } => {
+            let (x, w) = (sh(1), sh(2));
+            let g = conv::Window::conv(x, w, sh(0), *stride, *padding);
+            let (dy, xv, wv) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
+            aten::conv_backward(dy, xv, wv, outs, *mask, &g, w[0])
+        }
+        BatchNormBackward { mask } => {
+            aten::batch_norm_backward(five(ins)?, bn_dims(sh(1)), *mask, outs)
+        }
+        BatchNormUpdateStats {
+            momentum,
+            eps,
+            count,
+        } => {
+            let four = [f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, f(&ins[3])?];
+            aten::batch_norm_update_stats(four, *momentum, *eps, *count, outs)
+        }
+        AddScalar { value } => aten::add_scalar(f(&ins[0])?, outs[0], *value as f32),
+        MulScalar { value } => aten::mul_scalar(f(&ins[0])?, outs[0], *value),
+        DivScalar { value } => aten::div_scalar(f(&ins[0])?, outs[0], *value),
+        ThresholdBackward { threshold } => {
+            aten::threshold_backward(f(&ins[0])?, f(&ins[1])?, outs[0], *threshold)
+        }
+        MaxPool2dIndicesBackward {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = conv::Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
+            return aten::max_pool2d_indices_backward(f(&ins[0])?, idx(&ins[2])?, outs[0], &g);
+        }
+        AvgPool2d {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = conv::Window::pool(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
+            aten::avg_pool2d(f(&ins[0])?, outs[0], &g)
+        }
+        AvgPool2dBackward {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let g = conv::Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
+            aten::avg_pool2d_backward(f(&ins[0])?, outs[0], &g)
+        }
+        Reduce { start, end, mean } => {
+            let x = sh(0);
+            let red = x[*start..*end].iter().product();
+            let inner = x[*end..].iter().product();
+            aten::reduce(f(&ins[0])?, outs[0], red, inner, *mean)
+        }
+        Expand => aten::expand(f(&ins[0])?, outs[0], sh(0), &ops_out[0].shape),
+        Fill { value } => outs[0].fill(*value),
+        AddMm => {
+            let b = sh(2);
+            aten::addmm(f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, outs[0], b[0], b[1])
+        }
+        LogSoftmax => aten::log_softmax(f(&ins[0])?, outs[0], last(sh(0))),
+        LogSoftmaxBackward => {
+            aten::log_softmax_backward(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)))
+        }
+        NllLoss { ignore_index } => {
+            return aten::nll_loss(f(&ins[0])?, idx(&ins[1])?, outs, last(sh(0)), *ignore_index)
+        }
+        NllLossBackward { ignore_index } => {
+            let (dl, t, tw) = (f(&ins[0])?, idx(&ins[2])?, f(&ins[3])?);
+            return aten::nll_loss_backward(dl, t, tw, outs[0], last(sh(1)), *ignore_index);
+        }
+        CopyInto | MaxPool2dIndices { .. } => {
+            return Err("runs through the byte path of `launch`".into())
+        }
     }
     Ok(())
 }

@@ -111,7 +111,7 @@ impl Backend for CudaBackend {
     fn supports(&self, kernel: &Kernel) -> bool {
         match kernel {
             Kernel::Transpose { perm } => perm.len() <= sources::MAX_RANK,
-            _ => true,
+            k => k.on_cuda(),
         }
     }
 
@@ -363,6 +363,8 @@ fn run(
             norm::cross_entropy_grad(d, ins[0], labels, outs[0], numel(1), last(sh(0)))
         }
         SgdUpdate { lr } => elementwise::sgd_update(d, ins[0], ins[1], *lr, numel(0)),
+        // `supports` refuses these before any launch (`Kernel::on_cuda`).
+        other => Err(format!("{} has no CUDA kernel", other.name())),
     }
 }
 
