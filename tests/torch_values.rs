@@ -1,8 +1,8 @@
-//! sgc's CPU backend against PyTorch on the same step: the committed fixture
-//! (`tests/fixtures/torch_values_tiny_resnet.json`, made by
-//! `python3 python/tests/values_fixture.py`) holds a small ResNet-style CNN as the exporter
-//! traces it, the inputs, weights and state PyTorch ran it on, and PyTorch's float32 loss
-//! and parameter gradients. The graph runs here with the same values, unplanned and under
+//! sgc's CPU backend against PyTorch on the same step: the committed fixtures
+//! (`tests/fixtures/torch_values_*.json`, made by `python3 python/tests/values_fixture.py`)
+//! hold a small ResNet-style CNN and a one-block transformer language model as the exporter
+//! traces them, the inputs, weights and state PyTorch ran them on, and PyTorch's float32
+//! loss and parameter gradients. The graph runs here with the same values, unplanned and under
 //! every strategy's plan: the loss and every gradient agree with PyTorch within 1e-5 of
 //! the tensor's largest magnitude, and all runs agree with each other bit for bit.
 
@@ -14,9 +14,9 @@ use std::path::PathBuf;
 
 const TOLERANCE: f64 = 1e-5;
 
-fn fixture() -> Value {
+fn fixture(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/torch_values_tiny_resnet.json");
+        .join(format!("tests/fixtures/torch_values_{name}.json"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -58,8 +58,17 @@ fn run(g: &Graph, fx: &Value, mut ex: Executor<CpuBackend>) -> Vec<(String, Vec<
 }
 
 #[test]
-fn the_cpu_backend_matches_pytorch_on_a_real_export() {
-    let fx = fixture();
+fn the_cpu_backend_matches_pytorch_on_a_cnn() {
+    matches_pytorch("tiny_resnet");
+}
+
+#[test]
+fn the_cpu_backend_matches_pytorch_on_a_transformer() {
+    matches_pytorch("tiny_lm");
+}
+
+fn matches_pytorch(name: &str) {
+    let fx = fixture(name);
     let g: Graph = format::from_str(&fx["graph"].to_string()).unwrap();
     let ours = run(&g, &fx, Executor::unplanned(&g, CpuBackend::new()).unwrap());
     let expected = fx["expected"].as_object().unwrap();
@@ -69,7 +78,8 @@ fn the_cpu_backend_matches_pytorch_on_a_real_export() {
         "the loss and one gradient per parameter"
     );
     let mut worst = 0.0f64;
-    for (name, got) in &ours {
+    for (tensor, got) in &ours {
+        let name = tensor.as_str();
         let want: Vec<f64> = expected[name]["data"]
             .as_array()
             .unwrap()
@@ -89,7 +99,7 @@ fn the_cpu_backend_matches_pytorch_on_a_real_export() {
             "`{name}`: max error {err:e} is {rel:e} of its largest value {scale:e}"
         );
     }
-    eprintln!("largest error against PyTorch: {worst:e} of the tensor's largest value");
+    eprintln!("{name}: largest error against PyTorch: {worst:e} of the tensor's largest value");
     for strategy in [Strategy::Sublinear, Strategy::ChenSqrt, Strategy::Dtr] {
         let opts = PlanOptions {
             strategy,
@@ -103,7 +113,10 @@ fn the_cpu_backend_matches_pytorch_on_a_real_export() {
         );
         for ((n, a), (_, b)) in ours.iter().zip(&planned) {
             let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{strategy}: `{n}` differs from the unplanned run");
+            assert!(
+                same,
+                "{name} / {strategy}: `{n}` differs from the unplanned run"
+            );
         }
     }
 }

@@ -13,7 +13,7 @@ import torch
 import gpt
 import resnet_cnn
 from fixture import PATH as FIXTURE, make_fixture
-from values_fixture import PATH as VALUES, make_fixture as make_values
+from values_fixture import LM_PATH, PATH as VALUES, make_fixture as make_values, make_lm_fixture
 from sgc_trace import InputSpec, export, save
 from sgc_trace.sgc import has_plan, run_sgc
 
@@ -172,12 +172,13 @@ def test_committed_fixture_is_current():
     assert make_fixture() == committed, "regenerate with: python3 python/tests/fixture.py"
 
 
-def test_committed_values_fixture_is_current():
+@pytest.mark.parametrize("path,make", [(VALUES, make_values), (LM_PATH, make_lm_fixture)], ids=["cnn", "lm"])
+def test_committed_values_fixtures_are_current(path, make):
     """The PyTorch values the Rust test `tests/torch_values.rs` compares against."""
-    committed = json.loads(VALUES.read_text())
+    committed = json.loads(path.read_text())
     if committed["torch_version"] != torch.__version__.split("+")[0]:
         pytest.skip(f"fixture made with torch {committed['torch_version']}, this is {torch.__version__}")
-    assert json.loads(json.dumps(make_values())) == committed, "regenerate with: python3 python/tests/values_fixture.py"
+    assert json.loads(json.dumps(make())) == committed, "regenerate with: python3 python/tests/values_fixture.py"
 
 
 def test_cli_exports(tmp_path):

@@ -1,9 +1,11 @@
-"""The committed fixture `tests/fixtures/torch_values_tiny_resnet.json`: a small
-ResNet-style CNN (7x7 stem, BatchNorm, max pooling, two residual stages, global average
-pooling, a linear head, cross-entropy) traced by `sgc_trace`, with the inputs, weights
-and state it was run on and what PyTorch computed in float32: the loss and the gradient of
-every parameter. The Rust test `tests/torch_values.rs` runs the graph on sgc's CPU backend
-with the same values and compares.
+"""The committed fixtures `tests/fixtures/torch_values_*.json`: small models traced by
+`sgc_trace`, with the inputs, weights and state they were run on and what PyTorch computed
+in float32: the loss and the gradient of every parameter. `tiny_resnet` is a ResNet-style
+CNN (7x7 stem, BatchNorm, max pooling, two residual stages, global average pooling, a
+linear head, cross-entropy); `tiny_lm` a one-block transformer language model (embedding,
+learned positions, LayerNorm, causal-free multi-head attention through matmul and softmax,
+an exact-GELU MLP, a linear head). The Rust test `tests/torch_values.rs` runs each graph on
+sgc's CPU backend with the same values and compares.
 
 Regenerate: python3 python/tests/values_fixture.py
 """
@@ -24,10 +26,13 @@ from torch import nn  # noqa: E402
 
 import resnet_cnn  # noqa: E402
 
-from sgc_trace import export  # noqa: E402
+from sgc_trace import InputSpec, export  # noqa: E402
 
-PATH = HERE.parents[1] / "tests" / "fixtures" / "torch_values_tiny_resnet.json"
+FIXTURES = HERE.parents[1] / "tests" / "fixtures"
+PATH = FIXTURES / "torch_values_tiny_resnet.json"
+LM_PATH = FIXTURES / "torch_values_tiny_lm.json"
 BATCH, IMAGE, CLASSES = 4, 16, 10
+VOCAB, SEQ, WIDTH, HEADS = 50, 8, 16, 2
 
 
 class Tiny(nn.Module):
@@ -44,30 +49,72 @@ class Tiny(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.pos = nn.Parameter(0.1 * torch.randn(SEQ, WIDTH))
+        self.ln1, self.ln2, self.lnf = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
+        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
+        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.fc1 = nn.Linear(WIDTH, 4 * WIDTH)
+        self.fc2 = nn.Linear(4 * WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens):
+        h = self.embed(tokens) + self.pos
+        b, t, d = h.shape
+        q, k, v = self.qkv(self.ln1(h)).chunk(3, dim=-1)
+        split = lambda x: x.reshape(b, t, HEADS, d // HEADS).transpose(1, 2)  # noqa: E731
+        q, k, v = split(q), split(k), split(v)
+        att = torch.softmax(q @ k.transpose(-2, -1) / (d // HEADS) ** 0.5, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        h = h + self.proj(y)
+        h = h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+        return self.head(self.lnf(h))
+
+
+def lm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+
+
 def _values(t: torch.Tensor) -> dict:
     flat = t.detach().reshape(-1)
     data = [int(v) for v in flat.tolist()] if not t.dtype.is_floating_point else flat.tolist()
     return {"shape": list(t.shape), "data": data}
 
 
-def make_fixture() -> dict:
-    torch.manual_seed(0)
-    model = Tiny().train()
-    image = torch.randn(BATCH, 3, IMAGE, IMAGE)
-    label = torch.randint(0, CLASSES, (BATCH,))
-    graph = export(model, F.cross_entropy, resnet_cnn.inputs(BATCH, image=IMAGE, classes=CLASSES),
-                   name="torch_values_tiny_resnet", mark_batch=False)
-    values = {"image": _values(image), "label": _values(label)}
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        values[name] = _values(t)
-    loss = F.cross_entropy(model(image), label)
+def _record(model, loss_fn, specs, real: dict, name: str) -> dict:
+    graph = export(model, loss_fn, specs, num_model_inputs=1, name=name, mark_batch=False)
+    values = {k: _values(v) for k, v in real.items()}
+    for pname, t in list(model.named_parameters()) + list(model.named_buffers()):
+        values[pname] = _values(t)
+    args = list(real.values())
+    loss = loss_fn(model(args[0]), *args[1:])
     loss.backward()
     expected = {"loss": _values(loss)}
-    for name, p in model.named_parameters():
-        expected[f"{name}.grad"] = _values(p.grad)
+    for pname, p in model.named_parameters():
+        expected[f"{pname}.grad"] = _values(p.grad)
     return {"torch_version": torch.__version__.split("+")[0], "graph": graph, "values": values, "expected": expected}
 
 
+def make_fixture() -> dict:
+    torch.manual_seed(0)
+    model = Tiny().train()
+    real = {"image": torch.randn(BATCH, 3, IMAGE, IMAGE), "label": torch.randint(0, CLASSES, (BATCH,))}
+    specs = resnet_cnn.inputs(BATCH, image=IMAGE, classes=CLASSES)
+    return _record(model, F.cross_entropy, specs, real, "torch_values_tiny_resnet")
+
+
+def make_lm_fixture() -> dict:
+    torch.manual_seed(0)
+    model = TinyLM().train()
+    real = {"tokens": torch.randint(0, VOCAB, (BATCH, SEQ)), "target": torch.randint(0, VOCAB, (BATCH, SEQ))}
+    specs = [InputSpec(n, (BATCH, SEQ), torch.int64, high=VOCAB) for n in real]
+    return _record(model, lm_loss, specs, real, "torch_values_tiny_lm")
+
+
 if __name__ == "__main__":
-    PATH.write_text(json.dumps(make_fixture()) + "\n")
-    print(f"wrote {PATH} ({PATH.stat().st_size} bytes)")
+    for path, make in ((PATH, make_fixture), (LM_PATH, make_lm_fixture)):
+        path.write_text(json.dumps(make()) + "\n")
+        print(f"wrote {path} ({path.stat().st_size} bytes)")

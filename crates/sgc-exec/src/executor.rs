@@ -554,7 +554,11 @@ impl<'a> Resolver<'a> {
             // operand (crate::view).
             let view_op = matches!(
                 kernel,
-                Kernel::Reshape | Kernel::Transpose { .. } | Kernel::Expand | Kernel::Slice { .. }
+                Kernel::Reshape
+                    | Kernel::Transpose { .. }
+                    | Kernel::Expand
+                    | Kernel::Slice { .. }
+                    | Kernel::Split { .. }
             );
             let no_op = view_op
                 && o.outputs

@@ -211,6 +211,80 @@ pub enum Kernel {
     NllLossBackward {
         ignore_index: i64,
     },
+    /// An element-wise function of one tensor.
+    Pointwise(Unary),
+    /// `(dy, v) -> dy * f'(...)`, `v` being the input or the output as [`Unary::grad`] says.
+    PointwiseBackward(Unary),
+    /// `(weight [V, D], ids [*]) -> [*, D]` (ATen's operand order).
+    EmbeddingRows,
+    /// `(dy [*, D], ids [*]) -> dw [V, D]`, the row `padding_idx` (if any) left zero.
+    EmbeddingDenseBackward {
+        padding_idx: Option<usize>,
+    },
+    /// `native_layer_norm_backward`: `(dy, x, mean, rstd, gamma, beta)` -> the results
+    /// `mask` asks for, of `(dx, dgamma, dbeta)`.
+    LayerNormBackward {
+        mask: [bool; 3],
+    },
+    /// `_softmax_backward_data`: `(dy, y) -> y * (dy - sum(dy * y))` over the last axis.
+    SoftmaxBackward,
+    /// `aten.split`: consecutive slices of `size` along `axis`, one per output.
+    Split {
+        axis: usize,
+        size: usize,
+    },
+    /// `a + b` or `a * b` with broadcasting (axes aligned on the right) to the output shape.
+    Broadcast {
+        mul: bool,
+    },
+}
+
+/// The element-wise functions of [`Kernel::Pointwise`]: adding one is a variant, its
+/// formula and its derivative here, plus a line in `aten` mapping the op kinds onto it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unary {
+    Sigmoid,
+    Tanh,
+    Silu,
+    Hardswish,
+    Hardsigmoid,
+    /// `x * Phi(x)` with the exact normal CDF (PyTorch's default `approximate="none"`).
+    GeluErf,
+}
+
+impl Unary {
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Unary::Tanh => x.tanh(),
+            Unary::Silu => x / (1.0 + (-x).exp()),
+            Unary::Hardswish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+            Unary::Hardsigmoid => (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            Unary::GeluErf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        }
+    }
+
+    /// `dy * f'`, from the value the backward op reads.
+    pub fn grad(self, dy: f32, v: f32) -> f32 {
+        match self {
+            Unary::Sigmoid => dy * (1.0 - v) * v,
+            Unary::Tanh => dy * (1.0 - v * v),
+            Unary::Silu => {
+                let s = 1.0 / (1.0 + (-v).exp());
+                dy * s * (1.0 + v * (1.0 - s))
+            }
+            Unary::Hardswish if v < -3.0 => 0.0,
+            Unary::Hardswish if v <= 3.0 => dy * (v / 3.0 + 0.5),
+            Unary::Hardswish => dy,
+            Unary::Hardsigmoid if v > -3.0 && v < 3.0 => dy / 6.0,
+            Unary::Hardsigmoid => 0.0,
+            Unary::GeluErf => {
+                let cdf = 0.5 * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2));
+                let pdf = (-0.5 * v * v).exp() * 0.398_942_3;
+                dy * (cdf + v * pdf)
+            }
+        }
+    }
 }
 
 /// The one table of the op kinds the executor runs, and whether the CUDA backend runs them
@@ -254,9 +328,9 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::CrossEntropy, true),
     (OpKind::CrossEntropyGrad, true),
     (OpKind::SgdUpdate, true),
-    (OpKind::AtenConvolution, false),
+    (OpKind::AtenConvolution, true),
     (OpKind::AtenConvolutionBackward, false),
-    (OpKind::AtenBatchNorm, false),
+    (OpKind::AtenBatchNorm, true),
     (OpKind::AtenBatchNormBackward, false),
     (OpKind::BatchNormUpdateStats, false),
     (OpKind::AtenCopyInPlace, false),
@@ -264,7 +338,7 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::AtenAddScalar, false),
     (OpKind::AtenMulScalar, false),
     (OpKind::AtenDivScalar, false),
-    (OpKind::AtenRelu, false),
+    (OpKind::AtenRelu, true),
     (OpKind::AtenThresholdBackward, false),
     (OpKind::AtenMaxPool2d, false),
     (OpKind::AtenMaxPool2dBackward, false),
@@ -272,21 +346,48 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::AtenAvgPool2dBackward, false),
     (OpKind::AtenSum, false),
     (OpKind::AtenMean, false),
-    (OpKind::AtenView, false),
-    (OpKind::AtenUnsafeView, false),
-    (OpKind::AtenAlias, false),
-    (OpKind::AtenClone, false),
+    (OpKind::AtenView, true),
+    (OpKind::AtenUnsafeView, true),
+    (OpKind::AtenAlias, true),
+    (OpKind::AtenClone, true),
     (OpKind::AtenExpand, false),
     (OpKind::AtenOnesLike, false),
-    (OpKind::AtenT, false),
-    (OpKind::AtenMm, false),
+    (OpKind::AtenT, true),
+    (OpKind::AtenMm, true),
     (OpKind::AtenAddmm, false),
     (OpKind::AtenLogSoftmax, false),
     (OpKind::AtenLogSoftmaxBackward, false),
     (OpKind::AtenNllLoss, false),
     (OpKind::AtenNllLossBackward, false),
-    (OpKind::AtenCat, false),
-    (OpKind::AtenSlice, false),
+    (OpKind::AtenCat, true),
+    (OpKind::AtenSlice, true),
+    (OpKind::AtenSigmoid, false),
+    (OpKind::AtenSigmoidBackward, false),
+    (OpKind::AtenTanh, false),
+    (OpKind::AtenTanhBackward, false),
+    (OpKind::AtenSilu, false),
+    (OpKind::AtenSiluBackward, false),
+    (OpKind::AtenHardswish, false),
+    (OpKind::AtenHardswishBackward, false),
+    (OpKind::AtenHardsigmoid, false),
+    (OpKind::AtenHardsigmoidBackward, false),
+    (OpKind::AtenGelu, false),
+    (OpKind::AtenGeluBackward, false),
+    (OpKind::AtenMulTensor, false),
+    (OpKind::AtenDivTensor, false),
+    (OpKind::AtenSplit, false),
+    (OpKind::AtenEmbedding, false),
+    (OpKind::AtenEmbeddingBackward, false),
+    (OpKind::AtenLayerNormBackward, false),
+    (OpKind::AtenSoftmaxBackward, false),
+    (OpKind::AtenLayerNorm, true),
+    (OpKind::AtenSoftmax, true),
+    (OpKind::AtenSafeSoftmax, true),
+    (OpKind::AtenBmm, true),
+    (OpKind::AtenTranspose, true),
+    (OpKind::AtenPermute, true),
+    (OpKind::AtenUnsqueeze, true),
+    (OpKind::AtenSqueezeDim, true),
 ];
 
 /// Reads attributes of one op, with errors naming it.
@@ -438,6 +539,7 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
     use OpKind as K;
     let o = graph.op(op);
     let rank = |i: usize| o.inputs.get(i).map_or(0, |&t| graph.tensor(t).shape.len());
+    let shape = |i: usize| o.inputs.get(i).map(|&t| graph.tensor(t).shape.clone());
     let window = || -> Result<(usize, usize, usize), ExecError> {
         let kernel = a.square("kernel_size")?;
         let stride = a.square_or("stride", kernel)?;
@@ -497,7 +599,13 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 .ok_or_else(|| a.err("`count` must be an integer above 1".into()))?,
         },
         K::AtenCopyInPlace => Kernel::CopyInto,
-        K::AtenAddTensor if o.inputs.len() == 2 => {
+        K::AtenMulTensor | K::AtenAddTensor if o.inputs.len() == 2 && shape(0) != shape(1) => {
+            a.require("alpha", |v| v.as_f64() == Some(1.0), "alpha = 1")?;
+            Kernel::Broadcast {
+                mul: kind == K::AtenMulTensor,
+            }
+        }
+        K::AtenAddTensor if o.inputs.len() == 2 && shape(0) == shape(1) => {
             a.require("alpha", |v| v.as_f64() == Some(1.0), "alpha = 1")?;
             Kernel::Add
         }
@@ -646,6 +754,125 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 Kernel::NllLossBackward { ignore_index }
             }
         }
+        K::AtenSigmoid => Kernel::Pointwise(Unary::Sigmoid),
+        K::AtenSigmoidBackward => Kernel::PointwiseBackward(Unary::Sigmoid),
+        K::AtenTanh => Kernel::Pointwise(Unary::Tanh),
+        K::AtenTanhBackward => Kernel::PointwiseBackward(Unary::Tanh),
+        K::AtenSilu => Kernel::Pointwise(Unary::Silu),
+        K::AtenSiluBackward => Kernel::PointwiseBackward(Unary::Silu),
+        K::AtenHardswish => Kernel::Pointwise(Unary::Hardswish),
+        K::AtenHardswishBackward => Kernel::PointwiseBackward(Unary::Hardswish),
+        K::AtenHardsigmoid => Kernel::Pointwise(Unary::Hardsigmoid),
+        K::AtenHardsigmoidBackward => Kernel::PointwiseBackward(Unary::Hardsigmoid),
+        K::AtenGelu | K::AtenGeluBackward => {
+            let tanh = match a.get("approximate") {
+                None => false,
+                Some(v) if v.as_str() == Some("none") => false,
+                Some(v) if v.as_str() == Some("tanh") => true,
+                Some(v) => {
+                    return Err(a.err(format!(
+                        "`approximate` = {v}: only \"none\" and \"tanh\" run"
+                    )))
+                }
+            };
+            match (kind == K::AtenGelu, tanh) {
+                (true, false) => Kernel::Pointwise(Unary::GeluErf),
+                (false, false) => Kernel::PointwiseBackward(Unary::GeluErf),
+                (true, true) => Kernel::Gelu,
+                (false, true) => {
+                    return Err(a.err("the tanh GELU's backward is not wired yet".into()))
+                }
+            }
+        }
+        K::AtenMulTensor if o.inputs.len() == 2 => Kernel::Mul,
+        K::AtenMulTensor => Kernel::MulScalar {
+            value: a.f64_of("other")? as f32,
+        },
+        K::AtenDivTensor if o.inputs.len() == 1 => Kernel::DivScalar {
+            value: a.f64_of("other")? as f32,
+        },
+        K::AtenEmbedding => Kernel::EmbeddingRows,
+        K::AtenEmbeddingBackward => {
+            let p = a.i64_or("padding_idx", -1)?;
+            Kernel::EmbeddingDenseBackward {
+                padding_idx: usize::try_from(p).ok(),
+            }
+        }
+        K::AtenLayerNorm => {
+            let ns = a
+                .get("normalized_shape")
+                .and_then(Value::as_array)
+                .map_or(1, Vec::len);
+            if ns != 1 {
+                return Err(a.err("`normalized_shape`: only a norm over the last axis runs".into()));
+            }
+            Kernel::LayerNorm {
+                eps: a.f32_or("eps", Some(1e-5))?,
+            }
+        }
+        K::AtenLayerNormBackward => {
+            let ns = a
+                .get("normalized_shape")
+                .and_then(Value::as_array)
+                .map_or(1, Vec::len);
+            if ns != 1 || o.inputs.len() != 6 {
+                return Err(
+                    a.err("only a norm over the last axis with weight and bias runs".into())
+                );
+            }
+            Kernel::LayerNormBackward { mask: a.mask()? }
+        }
+        K::AtenSoftmax | K::AtenSafeSoftmax | K::AtenSoftmaxBackward => {
+            let r = rank(0);
+            if a.axis_of("dim", r)? + 1 != r {
+                return Err(a.err("`dim`: only the last axis runs".into()));
+            }
+            if kind == K::AtenSoftmaxBackward {
+                Kernel::SoftmaxBackward
+            } else {
+                Kernel::Softmax {
+                    scale: 1.0,
+                    causal: false,
+                }
+            }
+        }
+        K::AtenBmm => Kernel::BatchedMatMul {
+            transpose_a: false,
+            transpose_b: false,
+        },
+        K::AtenTranspose => {
+            let r = rank(0);
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(a.axis_of("dim0", r)?, a.axis_of("dim1", r)?);
+            Kernel::Transpose { perm }
+        }
+        K::AtenPermute => {
+            let r = rank(0) as i64;
+            let dims = a
+                .get("dims")
+                .and_then(Value::as_array)
+                .ok_or_else(|| a.err("`dims` is missing".into()))?;
+            let perm = dims
+                .iter()
+                .map(|d| {
+                    d.as_i64()
+                        .map(|d| if d < 0 { d + r } else { d })
+                        .and_then(|d| usize::try_from(d).ok())
+                })
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| a.err("`dims` must list axes".into()))?;
+            Kernel::Transpose { perm }
+        }
+        K::AtenUnsqueeze | K::AtenSqueezeDim => Kernel::Reshape,
+        K::AtenSplit => Kernel::Split {
+            axis: a.axis_of("dim", rank(0))?,
+            size: a
+                .get("split_size")
+                .and_then(Value::as_u64)
+                .filter(|&s| s > 0)
+                .ok_or_else(|| a.err("`split_size` must be a positive integer".into()))?
+                as usize,
+        },
         K::AtenCat => Kernel::Concat {
             axis: a.axis_of("dim", rank(0))?,
         },
@@ -842,6 +1069,29 @@ impl Kernel {
             LogSoftmaxBackward => K::AtenLogSoftmaxBackward,
             NllLoss { .. } => K::AtenNllLoss,
             NllLossBackward { .. } => K::AtenNllLossBackward,
+            Pointwise(u) => match u {
+                Unary::Sigmoid => K::AtenSigmoid,
+                Unary::Tanh => K::AtenTanh,
+                Unary::Silu => K::AtenSilu,
+                Unary::Hardswish => K::AtenHardswish,
+                Unary::Hardsigmoid => K::AtenHardsigmoid,
+                Unary::GeluErf => K::AtenGelu,
+            },
+            PointwiseBackward(u) => match u {
+                Unary::Sigmoid => K::AtenSigmoidBackward,
+                Unary::Tanh => K::AtenTanhBackward,
+                Unary::Silu => K::AtenSiluBackward,
+                Unary::Hardswish => K::AtenHardswishBackward,
+                Unary::Hardsigmoid => K::AtenHardsigmoidBackward,
+                Unary::GeluErf => K::AtenGeluBackward,
+            },
+            EmbeddingRows => K::AtenEmbedding,
+            EmbeddingDenseBackward { .. } => K::AtenEmbeddingBackward,
+            LayerNormBackward { .. } => K::AtenLayerNormBackward,
+            SoftmaxBackward => K::AtenSoftmaxBackward,
+            Split { .. } => K::AtenSplit,
+            Broadcast { mul: true } => K::AtenMulTensor,
+            Broadcast { mul: false } => K::AtenAddTensor,
         }
     }
 
@@ -888,10 +1138,12 @@ mod tests {
             let listed = KERNELS.iter().find(|(k, _)| *k == kind);
             assert_eq!(implemented, listed.is_some(), "{}: {parsed:?}", kind.name());
             if let (Ok(k), Some(&(_, cuda))) = (&parsed, listed) {
-                if cuda {
-                    assert_eq!(k.kind(), kind, "a builder kind runs its own kernel");
-                    assert!(k.on_cuda());
-                }
+                assert_eq!(
+                    k.on_cuda(),
+                    cuda,
+                    "{}: the table's CUDA column",
+                    kind.name()
+                );
             }
         }
         let g = one_op("not_an_op");

@@ -36,6 +36,10 @@ pub fn is_index_slot(k: &Kernel, i: usize) -> bool {
             | (Kernel::NllLoss { .. }, 1)
             | (Kernel::NllLossBackward { .. }, 2)
             | (Kernel::MaxPool2dIndicesBackward { .. }, 2)
+            | (
+                Kernel::EmbeddingRows | Kernel::EmbeddingDenseBackward { .. },
+                1
+            )
     )
 }
 
@@ -46,10 +50,17 @@ fn is_index_output(k: &Kernel, i: usize) -> bool {
 
 /// Kernels whose operands may be of any dtype, all alike (byte copies, integer counters).
 fn any_dtype(k: &Kernel) -> bool {
-    matches!(k, Kernel::CopyInto | Kernel::AddScalar { .. })
+    matches!(
+        k,
+        Kernel::CopyInto | Kernel::AddScalar { .. } | Kernel::Reshape
+    )
 }
 
-/// Number of (inputs, outputs) a kernel takes; `None` inputs for variadic `concat`.
+/// Outputs of a kernel that takes as many as the op has (`split`).
+const VARIADIC: usize = usize::MAX;
+
+/// Number of (inputs, outputs) a kernel takes; `None` inputs for variadic `concat`,
+/// [`VARIADIC`] outputs for `split`.
 fn arity(k: &Kernel) -> (Option<usize>, usize) {
     use Kernel::*;
     match k {
@@ -68,6 +79,7 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         BatchNorm { .. } | LayerNorm { .. } => (Some(3), 3),
         BatchNormGrad | LayerNormGrad => (Some(5), 3),
         Concat { .. } => (None, 1),
+        Split { .. } => (Some(1), VARIADIC),
         SgdUpdate { .. } | CopyInto => (Some(2), 0),
         ConvBackward { mask, .. } | BatchNormBackward { mask } => {
             let n = mask.iter().filter(|m| **m).count();
@@ -88,7 +100,9 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         | Reduce { .. }
         | Expand
         | Fill { .. }
+        | Pointwise(_)
         | LogSoftmax => (Some(1), 1),
+        LayerNormBackward { mask } => (Some(6), mask.iter().filter(|m| **m).count()),
         MaxPool2dIndices { .. } => (Some(1), 2),
         MaxPool2dIndicesBackward { .. } | AddMm => (Some(3), 1),
         NllLoss { .. } => (Some(2), 2),
@@ -100,6 +114,11 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
 /// Checks the operands of `k`; the error says what does not fit.
 pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     let (n_in, n_out) = arity(k);
+    let n_out = if n_out == VARIADIC {
+        outs.len().max(1)
+    } else {
+        n_out
+    };
     expect(
         n_in.is_none_or(|n| n == ins.len()) && !ins.is_empty(),
         || format!("takes {} inputs, got {}", n_in.unwrap_or(1), ins.len()),
@@ -115,7 +134,7 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
         )?;
         let s = |i: usize| ins[i].shape.as_slice();
         let o = |i: usize| outs[i].shape.as_slice();
-        return check_shapes(k, ins.len(), &s, &o);
+        return check_shapes(k, ins.len(), outs.len(), &s, &o);
     }
     for (i, o) in ins.iter().enumerate() {
         if is_index_slot(k, i) {
@@ -147,12 +166,13 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     }
     let s = |i: usize| ins[i].shape.as_slice();
     let o = |i: usize| outs[i].shape.as_slice();
-    check_shapes(k, ins.len(), &s, &o)
+    check_shapes(k, ins.len(), outs.len(), &s, &o)
 }
 
 fn check_shapes<'a>(
     k: &Kernel,
     n_in: usize,
+    n_out: usize,
     s: &dyn Fn(usize) -> &'a [usize],
     o: &dyn Fn(usize) -> &'a [usize],
 ) -> R {
@@ -269,8 +289,17 @@ fn check_shapes<'a>(
             eq("gamma", s(1), &[feat])?;
             eq("beta", s(2), &[feat])?;
             eq("output", o(0), x)?;
-            eq("mean", o(1), &stat)?;
-            eq("spread", o(2), &stat)
+            // ATen keeps the normalised axis as 1 (`[B, T, 1]`); the builder drops it.
+            let kept: Vec<usize> = [stat.as_slice(), &[1]].concat();
+            let stat_ok = |t: &[usize]| {
+                t == stat.as_slice() || (matches!(k, LayerNorm { .. }) && t == kept.as_slice())
+            };
+            expect(stat_ok(o(1)), || {
+                format!("mean has shape {:?}, expected {stat:?}", o(1))
+            })?;
+            expect(stat_ok(o(2)), || {
+                format!("spread has shape {:?}, expected {stat:?}", o(2))
+            })
         }
         BatchNormGrad | LayerNormGrad => {
             let x = s(0);
@@ -482,6 +511,74 @@ fn check_shapes<'a>(
             expect(o(0).is_empty() && o(1).is_empty(), || {
                 "loss and total weight are scalars".into()
             })
+        }
+        Pointwise(_) => eq("output", o(0), s(0)),
+        Split { axis, size } => {
+            let x = s(0);
+            expect(*axis < x.len(), || format!("axis {axis} of {x:?}"))?;
+            let pieces = x[*axis].div_ceil(*size).max(1);
+            expect(pieces == n_out, || {
+                format!("{pieces} pieces of {x:?}, {n_out} outputs")
+            })?;
+            for i in 0..n_out {
+                let mut want = x.to_vec();
+                want[*axis] = (*size).min(x[*axis] - i * size);
+                eq("piece", o(i), &want)?;
+            }
+            Ok(())
+        }
+        Broadcast { .. } => {
+            let y = o(0);
+            for i in 0..2 {
+                let x = s(i);
+                let fits = x.len() <= y.len()
+                    && x.iter()
+                        .rev()
+                        .zip(y.iter().rev())
+                        .all(|(a, b)| a == b || *a == 1);
+                expect(fits, || {
+                    format!("input {i} {x:?} does not broadcast to {y:?}")
+                })?;
+            }
+            let want: Vec<usize> = (0..y.len())
+                .map(|d| {
+                    let at = |x: &[usize]| (d + x.len()).checked_sub(y.len()).map_or(1, |k| x[k]);
+                    at(s(0)).max(at(s(1)))
+                })
+                .collect();
+            eq("output", y, &want)
+        }
+        PointwiseBackward(_) | SoftmaxBackward => {
+            eq("input 1", s(1), s(0))?;
+            eq("output", o(0), s(0))
+        }
+        EmbeddingRows => {
+            let (w, ids) = (s(0), s(1));
+            expect(w.len() == 2, || format!("weight {w:?} must be [V, D]"))?;
+            eq("output", o(0), &[ids, &[w[1]]].concat())
+        }
+        EmbeddingDenseBackward { padding_idx } => {
+            let (ids, dw) = (s(1), o(0));
+            expect(
+                dw.len() == 2 && padding_idx.is_none_or(|p| p < dw[0]),
+                || format!("output {dw:?} must be [V, D] (padding row {padding_idx:?})"),
+            )?;
+            eq("dy", s(0), &[ids, &[dw[1]]].concat())
+        }
+        LayerNormBackward { mask } => {
+            let x = s(1);
+            expect(!x.is_empty(), || "layer norm of a scalar".into())?;
+            let d = x[x.len() - 1];
+            let rows = x.iter().product::<usize>() / d.max(1);
+            eq("dy", s(0), x)?;
+            for (i, what) in [(2, "mean"), (3, "rstd")] {
+                expect(s(i).iter().product::<usize>() == rows, || {
+                    format!("{what} {:?} needs one value per row of {x:?}", s(i))
+                })?;
+            }
+            eq("gamma", s(4), &[d])?;
+            eq("beta", s(5), &[d])?;
+            masked(mask, &[x, &[d], &[d]], o)
         }
         NllLossBackward { .. } => {
             let (dl, logp, t, tw) = (s(0), s(1), s(2), s(3));

@@ -334,6 +334,7 @@ vocabulary! {
     AtenTanh = "aten.tanh.default" => pointwise();
     AtenTanhBackward = "aten.tanh_backward.default" => pointwise();
     AtenSilu = "aten.silu.default" => pointwise();
+    AtenSiluBackward = "aten.silu_backward.default" => pointwise();
     AtenHardswish = "aten.hardswish.default" => pointwise();
     AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
     AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();

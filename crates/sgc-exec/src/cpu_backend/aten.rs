@@ -55,6 +55,33 @@ pub(crate) fn batch_norm_backward(
 ) {
     let [dy, x, gamma, mean, invstd] = ins;
     let sizes = [x.len(), d.feat, d.feat];
+    with_masked(mask, sizes, outs, |all| {
+        norm::batch_norm_grad([x, gamma, mean, invstd, dy], d, all)
+    });
+}
+
+/// `native_layer_norm_backward`: `(dy, x, mean, rstd, gamma)` -> the masked results of
+/// `(dx, dgamma, dbeta)` (the builder's `layer_norm_grad`, absent results discarded).
+pub(crate) fn layer_norm_backward(
+    ins: [&[f32]; 5],
+    feat: usize,
+    mask: [bool; 3],
+    outs: &mut [&mut [f32]],
+) {
+    let [dy, x, mean, rstd, gamma] = ins;
+    let sizes = [x.len(), feat, feat];
+    with_masked(mask, sizes, outs, |all| {
+        norm::layer_norm_grad([x, gamma, mean, rstd, dy], feat, all)
+    });
+}
+
+/// Runs `f` on all three results, the ones `mask` leaves out in scratch buffers.
+fn with_masked(
+    mask: [bool; 3],
+    sizes: [usize; 3],
+    outs: &mut [&mut [f32]],
+    f: impl FnOnce(&mut [&mut [f32]]),
+) {
     let mut scratch: Vec<Vec<f32>> = (0..3)
         .map(|i| vec![0.0; if mask[i] { 0 } else { sizes[i] }])
         .collect();
@@ -67,7 +94,7 @@ pub(crate) fn batch_norm_backward(
             all.push(s.as_mut_slice());
         }
     }
-    norm::batch_norm_grad([x, gamma, mean, invstd, dy], d, &mut all);
+    f(&mut all);
 }
 
 /// `sgc.batch_norm_update_stats`: `var = 1/invstd^2 - eps`, unbiased by

@@ -163,11 +163,11 @@ pub(crate) fn max_pool2d_grad(x: &[f32], dy: &[f32], dx: &mut [f32], g: &Window)
     }
 }
 
-/// `global_avg_pool`: the mean of each `H*W` plane.
+/// `global_avg_pool`: the mean of each `H*W` plane, accumulated in f64.
 pub(crate) fn global_avg_pool(x: &[f32], y: &mut [f32], hw: usize) {
     for (p, y) in y.iter_mut().enumerate() {
-        let s: f32 = x[p * hw..(p + 1) * hw].iter().sum();
-        *y = s / hw as f32;
+        let s: f64 = x[p * hw..(p + 1) * hw].iter().map(|&v| f64::from(v)).sum();
+        *y = (s / hw as f64) as f32;
     }
 }
 

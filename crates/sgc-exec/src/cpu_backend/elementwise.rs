@@ -5,18 +5,29 @@ fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
     (shape[axis], shape[axis + 1..].iter().product())
 }
 
+/// `x + bias` along `axis`: rows of `inner` elements share one bias value (no division
+/// per element).
 pub(crate) fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32], shape: &[usize], axis: usize) {
     let (dim, inner) = axis_split(shape, axis);
-    for (i, (yv, xv)) in y.iter_mut().zip(x).enumerate() {
-        *yv = xv + bias[(i / inner.max(1)) % dim.max(1)];
+    let rows = y.chunks_mut(inner.max(1)).zip(x.chunks(inner.max(1)));
+    for (r, (yr, xr)) in rows.enumerate() {
+        let b = bias[r % dim.max(1)];
+        for (y, x) in yr.iter_mut().zip(xr) {
+            *y = x + b;
+        }
     }
 }
 
+/// `dy` summed over every axis but `axis`, in f64 (a sum over the batch: f32 drifts from
+/// PyTorch by 100x on millions of rows), rounded once.
 pub(crate) fn bias_add_grad(dy: &[f32], db: &mut [f32], shape: &[usize], axis: usize) {
     let (dim, inner) = axis_split(shape, axis);
-    db.fill(0.0);
-    for (i, g) in dy.iter().enumerate() {
-        db[(i / inner.max(1)) % dim.max(1)] += g;
+    let mut acc = vec![0.0f64; db.len()];
+    for (r, row) in dy.chunks(inner.max(1)).enumerate() {
+        acc[r % dim.max(1)] += row.iter().map(|&g| f64::from(g)).sum::<f64>();
+    }
+    for (d, a) in db.iter_mut().zip(acc) {
+        *d = a as f32;
     }
 }
 

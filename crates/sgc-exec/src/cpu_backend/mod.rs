@@ -5,8 +5,11 @@
 //! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
 //! hands the kernel plain slices. Each op type is one function of the same name, in
 //! `linalg`, `elementwise`, `conv`, `norm` and `shape`; the CUDA backend has the same
-//! names. Everything is single-threaded with a fixed reduction order, so a recomputed
-//! tensor is bitwise identical to the first computation.
+//! names. Every reduction runs in a fixed order (the GEMM splits its output among threads,
+//! never a sum), so a recomputed tensor is bitwise identical to the first computation
+//! whatever the thread count. Reductions over the batch (bias gradients, pooling means,
+//! norm statistics, losses) accumulate in f64. `aten` holds the exporter's ops that no
+//! builder kernel computes; views of exported graphs are materialised on read.
 
 mod aten;
 mod conv;
@@ -323,6 +326,10 @@ impl CpuBackend {
                 let src = bytes_of(self, &inputs[1])?;
                 self.write(inputs[0].buffer, inputs[0].offset, &src)?;
             }
+            Kernel::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
+                let src = bytes_of(self, &inputs[0])?;
+                self.write(outputs[0].buffer, outputs[0].offset, &src)?;
+            }
             Kernel::AddScalar { value } if inputs[0].dtype == DType::I64 => {
                 if value.fract() != 0.0 {
                     return Err(ExecError::backend(
@@ -614,6 +621,58 @@ fn run(
         NllLossBackward { ignore_index } => {
             let (dl, t, tw) = (f(&ins[0])?, idx(&ins[2])?, f(&ins[3])?);
             return aten::nll_loss_backward(dl, t, tw, outs[0], last(sh(1)), *ignore_index);
+        }
+        Pointwise(u) => {
+            for (y, &x) in outs[0].iter_mut().zip(f(&ins[0])?) {
+                *y = u.apply(x);
+            }
+        }
+        PointwiseBackward(u) => {
+            let (dy, v) = (f(&ins[0])?, f(&ins[1])?);
+            for ((d, &g), &v) in outs[0].iter_mut().zip(dy).zip(v) {
+                *d = u.grad(g, v);
+            }
+        }
+        EmbeddingRows => {
+            let w = sh(0);
+            return shape::embedding(idx(&ins[1])?, f(&ins[0])?, outs[0], w[0], w[1]);
+        }
+        EmbeddingDenseBackward { padding_idx } => {
+            let dw = &ops_out[0].shape;
+            shape::embedding_grad(idx(&ins[1])?, f(&ins[0])?, outs[0], dw[0], dw[1])?;
+            if let Some(p) = padding_idx {
+                outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
+            }
+        }
+        LayerNormBackward { mask } => {
+            let ins6 = [
+                f(&ins[0])?,
+                f(&ins[1])?,
+                f(&ins[2])?,
+                f(&ins[3])?,
+                f(&ins[4])?,
+            ];
+            aten::layer_norm_backward(ins6, last(sh(1)), *mask, outs)
+        }
+        SoftmaxBackward => norm::softmax_grad(f(&ins[1])?, f(&ins[0])?, outs[0], last(sh(0)), 1.0),
+        Split { axis, size } => {
+            let x = sh(0);
+            for (i, out) in outs.iter_mut().enumerate() {
+                let start = i * size;
+                let end = (start + size).min(x[*axis]);
+                shape::slice(f(&ins[0])?, out, x, *axis, start, end);
+            }
+        }
+        Broadcast { mul } => {
+            let y = &ops_out[0].shape;
+            let n = outs[0].len();
+            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+            aten::expand(f(&ins[0])?, &mut a, sh(0), y);
+            aten::expand(f(&ins[1])?, &mut b, sh(1), y);
+            let op = |(a, b): (&f32, &f32)| if *mul { a * b } else { a + b };
+            for (o, v) in outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
+                *o = v;
+            }
         }
         CopyInto | MaxPool2dIndices { .. } => {
             return Err("runs through the byte path of `launch`".into())
