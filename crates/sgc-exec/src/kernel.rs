@@ -239,8 +239,10 @@ pub enum Kernel {
     },
 }
 
-/// The element-wise functions of [`Kernel::Pointwise`]: adding one is a variant, its
-/// formula and its derivative here, plus a line in `aten` mapping the op kinds onto it.
+/// The element-wise functions of [`Kernel::Pointwise`]. Adding one takes its op kinds in
+/// the vocabulary (`sgc_ir::ops`) and, here, a variant with its kinds, formula and
+/// derivative, plus its rows in [`KERNELS`]; a test checks every derivative against
+/// finite differences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unary {
     Sigmoid,
@@ -253,6 +255,43 @@ pub enum Unary {
 }
 
 impl Unary {
+    pub const ALL: &'static [Unary] = &[
+        Unary::Sigmoid,
+        Unary::Tanh,
+        Unary::Silu,
+        Unary::Hardswish,
+        Unary::Hardsigmoid,
+        Unary::GeluErf,
+    ];
+
+    /// The op kinds of the function and of its gradient.
+    pub fn kinds(self) -> (OpKind, OpKind) {
+        use OpKind as K;
+        match self {
+            Unary::Sigmoid => (K::AtenSigmoid, K::AtenSigmoidBackward),
+            Unary::Tanh => (K::AtenTanh, K::AtenTanhBackward),
+            Unary::Silu => (K::AtenSilu, K::AtenSiluBackward),
+            Unary::Hardswish => (K::AtenHardswish, K::AtenHardswishBackward),
+            Unary::Hardsigmoid => (K::AtenHardsigmoid, K::AtenHardsigmoidBackward),
+            Unary::GeluErf => (K::AtenGelu, K::AtenGeluBackward),
+        }
+    }
+
+    /// The pointwise kernel of op kind `kind`, if it is one of these functions or gradients.
+    fn kernel_of(kind: OpKind) -> Option<Kernel> {
+        Unary::ALL.iter().find_map(|&u| match u.kinds() {
+            (f, _) if f == kind => Some(Kernel::Pointwise(u)),
+            (_, g) if g == kind => Some(Kernel::PointwiseBackward(u)),
+            _ => None,
+        })
+    }
+
+    /// Whether the backward op reads the forward output (`sigmoid`, `tanh`: ATen's
+    /// `(grad_output, output)`) rather than the input (`(grad_output, self)`).
+    pub fn grad_reads_output(self) -> bool {
+        matches!(self, Unary::Sigmoid | Unary::Tanh)
+    }
+
     pub fn apply(self, x: f32) -> f32 {
         match self {
             Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
@@ -754,16 +793,6 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 Kernel::NllLossBackward { ignore_index }
             }
         }
-        K::AtenSigmoid => Kernel::Pointwise(Unary::Sigmoid),
-        K::AtenSigmoidBackward => Kernel::PointwiseBackward(Unary::Sigmoid),
-        K::AtenTanh => Kernel::Pointwise(Unary::Tanh),
-        K::AtenTanhBackward => Kernel::PointwiseBackward(Unary::Tanh),
-        K::AtenSilu => Kernel::Pointwise(Unary::Silu),
-        K::AtenSiluBackward => Kernel::PointwiseBackward(Unary::Silu),
-        K::AtenHardswish => Kernel::Pointwise(Unary::Hardswish),
-        K::AtenHardswishBackward => Kernel::PointwiseBackward(Unary::Hardswish),
-        K::AtenHardsigmoid => Kernel::Pointwise(Unary::Hardsigmoid),
-        K::AtenHardsigmoidBackward => Kernel::PointwiseBackward(Unary::Hardsigmoid),
         K::AtenGelu | K::AtenGeluBackward => {
             let tanh = match a.get("approximate") {
                 None => false,
@@ -885,7 +914,7 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
             let end = clamp(a.i64_or("end", len)?).max(start);
             Kernel::Slice { axis, start, end }
         }
-        _ => return Ok(None),
+        _ => return Ok(Unary::kernel_of(kind)),
     }))
 }
 
@@ -1069,22 +1098,8 @@ impl Kernel {
             LogSoftmaxBackward => K::AtenLogSoftmaxBackward,
             NllLoss { .. } => K::AtenNllLoss,
             NllLossBackward { .. } => K::AtenNllLossBackward,
-            Pointwise(u) => match u {
-                Unary::Sigmoid => K::AtenSigmoid,
-                Unary::Tanh => K::AtenTanh,
-                Unary::Silu => K::AtenSilu,
-                Unary::Hardswish => K::AtenHardswish,
-                Unary::Hardsigmoid => K::AtenHardsigmoid,
-                Unary::GeluErf => K::AtenGelu,
-            },
-            PointwiseBackward(u) => match u {
-                Unary::Sigmoid => K::AtenSigmoidBackward,
-                Unary::Tanh => K::AtenTanhBackward,
-                Unary::Silu => K::AtenSiluBackward,
-                Unary::Hardswish => K::AtenHardswishBackward,
-                Unary::Hardsigmoid => K::AtenHardsigmoidBackward,
-                Unary::GeluErf => K::AtenGeluBackward,
-            },
+            Pointwise(u) => u.kinds().0,
+            PointwiseBackward(u) => u.kinds().1,
             EmbeddingRows => K::AtenEmbedding,
             EmbeddingDenseBackward { .. } => K::AtenEmbeddingBackward,
             LayerNormBackward { .. } => K::AtenLayerNormBackward,
@@ -1126,6 +1141,31 @@ mod tests {
             "outputs": ["y"]
         });
         format::from_str(&text.to_string()).unwrap()
+    }
+
+    /// Every pointwise derivative against a central difference of its function (in f64
+    /// steps around f32 values, away from the kinks of the hard functions).
+    #[test]
+    fn pointwise_derivatives_match_finite_differences() {
+        for &u in Unary::ALL {
+            for i in -40..=40 {
+                let x = i as f32 * 0.1 + 0.013;
+                if matches!(u, Unary::Hardswish | Unary::Hardsigmoid)
+                    && (x.abs() - 3.0).abs() < 0.05
+                {
+                    continue;
+                }
+                let h = 1e-2f32;
+                let numeric =
+                    (f64::from(u.apply(x + h)) - f64::from(u.apply(x - h))) / (2.0 * f64::from(h));
+                let v = if u.grad_reads_output() { u.apply(x) } else { x };
+                let analytic = f64::from(u.grad(1.0, v));
+                assert!(
+                    (numeric - analytic).abs() <= 2e-3 * numeric.abs().max(1.0),
+                    "{u:?} at {x}: derivative {analytic}, central difference {numeric}"
+                );
+            }
+        }
     }
 
     #[test]
