@@ -2,7 +2,7 @@
 `sgc_trace`, with the inputs, weights and state they were run on and what PyTorch computed
 in float32: the loss and the gradient of every parameter. `tiny_resnet` is a ResNet-style
 CNN (7x7 stem, BatchNorm, max pooling, two residual stages, global average pooling, a
-linear head, cross-entropy); `tiny_lm` a one-block transformer language model (embedding,
+Mish, a linear head, cross-entropy); `tiny_lm` a one-block transformer language model (embedding,
 learned positions, LayerNorm, causal-free multi-head attention through matmul and softmax,
 an exact-GELU MLP, a linear head). The Rust test `tests/torch_values.rs` runs each graph on
 sgc's CPU backend with the same values and compares.
@@ -46,7 +46,7 @@ class Tiny(nn.Module):
 
     def forward(self, x):
         h = self.layers(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
+        return self.fc(F.mish(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)))
 
 
 class TinyLM(nn.Module):

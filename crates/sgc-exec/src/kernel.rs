@@ -233,10 +233,18 @@ pub enum Kernel {
         axis: usize,
         size: usize,
     },
-    /// `a + b` or `a * b` with broadcasting (axes aligned on the right) to the output shape.
+    /// `a op b` with broadcasting (axes aligned on the right) to the output shape.
     Broadcast {
-        mul: bool,
+        op: BinOp,
     },
+}
+
+/// The operation of [`Kernel::Broadcast`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
 }
 
 /// The element-wise functions of [`Kernel::Pointwise`]. Adding one takes its op kinds in
@@ -252,6 +260,10 @@ pub enum Unary {
     Hardsigmoid,
     /// `x * Phi(x)` with the exact normal CDF (PyTorch's default `approximate="none"`).
     GeluErf,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `ln(1 + e^x)`, `x` itself above 20 (ATen's default `beta = 1`, `threshold = 20`).
+    Softplus,
 }
 
 impl Unary {
@@ -262,6 +274,8 @@ impl Unary {
         Unary::Hardswish,
         Unary::Hardsigmoid,
         Unary::GeluErf,
+        Unary::Mish,
+        Unary::Softplus,
     ];
 
     /// The op kinds of the function and of its gradient.
@@ -274,6 +288,8 @@ impl Unary {
             Unary::Hardswish => (K::AtenHardswish, K::AtenHardswishBackward),
             Unary::Hardsigmoid => (K::AtenHardsigmoid, K::AtenHardsigmoidBackward),
             Unary::GeluErf => (K::AtenGelu, K::AtenGeluBackward),
+            Unary::Mish => (K::AtenMish, K::AtenMishBackward),
+            Unary::Softplus => (K::AtenSoftplus, K::AtenSoftplusBackward),
         }
     }
 
@@ -300,6 +316,9 @@ impl Unary {
             Unary::Hardswish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
             Unary::Hardsigmoid => (x / 6.0 + 0.5).clamp(0.0, 1.0),
             Unary::GeluErf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+            Unary::Mish => x * x.exp().ln_1p().tanh(),
+            Unary::Softplus if x > 20.0 => x,
+            Unary::Softplus => x.exp().ln_1p(),
         }
     }
 
@@ -322,6 +341,12 @@ impl Unary {
                 let pdf = (-0.5 * v * v).exp() * 0.398_942_3;
                 dy * (cdf + v * pdf)
             }
+            Unary::Mish => {
+                let (t, s) = (v.exp().ln_1p().tanh(), 1.0 / (1.0 + (-v).exp()));
+                dy * (t + v * s * (1.0 - t * t))
+            }
+            Unary::Softplus if v > 20.0 => dy,
+            Unary::Softplus => dy / (1.0 + (-v).exp()),
         }
     }
 }
@@ -406,6 +431,13 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::AtenTanhBackward, false),
     (OpKind::AtenSilu, false),
     (OpKind::AtenSiluBackward, false),
+    (OpKind::AtenMish, false),
+    (OpKind::AtenMishBackward, false),
+    (OpKind::AtenSoftplus, false),
+    (OpKind::AtenSoftplusBackward, false),
+    (OpKind::AtenSubTensor, false),
+    (OpKind::AtenEmptyLike, false),
+    (OpKind::AtenFill, false),
     (OpKind::AtenHardswish, false),
     (OpKind::AtenHardswishBackward, false),
     (OpKind::AtenHardsigmoid, false),
@@ -638,11 +670,21 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 .ok_or_else(|| a.err("`count` must be an integer above 1".into()))?,
         },
         K::AtenCopyInPlace => Kernel::CopyInto,
-        K::AtenMulTensor | K::AtenAddTensor if o.inputs.len() == 2 && shape(0) != shape(1) => {
+        K::AtenSoftplus | K::AtenSoftplusBackward => {
+            a.require("beta", |v| v.as_f64() == Some(1.0), "beta = 1")?;
+            a.require("threshold", |v| v.as_f64() == Some(20.0), "threshold = 20")?;
+            return Ok(Unary::kernel_of(kind));
+        }
+        K::AtenMulTensor | K::AtenAddTensor | K::AtenSubTensor
+            if o.inputs.len() == 2 && (shape(0) != shape(1) || kind == K::AtenSubTensor) =>
+        {
             a.require("alpha", |v| v.as_f64() == Some(1.0), "alpha = 1")?;
-            Kernel::Broadcast {
-                mul: kind == K::AtenMulTensor,
-            }
+            let op = match kind {
+                K::AtenMulTensor => BinOp::Mul,
+                K::AtenSubTensor => BinOp::Sub,
+                _ => BinOp::Add,
+            };
+            Kernel::Broadcast { op }
         }
         K::AtenAddTensor if o.inputs.len() == 2 && shape(0) == shape(1) => {
             a.require("alpha", |v| v.as_f64() == Some(1.0), "alpha = 1")?;
@@ -650,6 +692,14 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
         }
         K::AtenAddTensor | K::AtenAddScalar => Kernel::AddScalar {
             value: a.f64_of("other")?,
+        },
+        // `x - c` is `x + (-c)` in IEEE arithmetic, bit for bit.
+        K::AtenSubTensor => Kernel::AddScalar {
+            value: -a.f64_of("other")?,
+        },
+        K::AtenEmptyLike => Kernel::Fill { value: 0.0 },
+        K::AtenFill => Kernel::Fill {
+            value: a.f64_of("value")? as f32,
         },
         K::AtenMulScalar => Kernel::MulScalar {
             value: a.f64_of("other")? as f32,
@@ -1105,8 +1155,9 @@ impl Kernel {
             LayerNormBackward { .. } => K::AtenLayerNormBackward,
             SoftmaxBackward => K::AtenSoftmaxBackward,
             Split { .. } => K::AtenSplit,
-            Broadcast { mul: true } => K::AtenMulTensor,
-            Broadcast { mul: false } => K::AtenAddTensor,
+            Broadcast { op: BinOp::Mul } => K::AtenMulTensor,
+            Broadcast { op: BinOp::Sub } => K::AtenSubTensor,
+            Broadcast { op: BinOp::Add } => K::AtenAddTensor,
         }
     }
 

@@ -335,6 +335,10 @@ vocabulary! {
     AtenTanhBackward = "aten.tanh_backward.default" => pointwise();
     AtenSilu = "aten.silu.default" => pointwise();
     AtenSiluBackward = "aten.silu_backward.default" => pointwise();
+    AtenSoftplus = "aten.softplus.default" => pointwise();
+    AtenSoftplusBackward = "aten.softplus_backward.default" => pointwise();
+    AtenMish = "aten.mish.default" => pointwise();
+    AtenMishBackward = "aten.mish_backward.default" => pointwise();
     AtenHardswish = "aten.hardswish.default" => pointwise();
     AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
     AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();

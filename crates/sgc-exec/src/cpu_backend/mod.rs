@@ -19,7 +19,7 @@ mod norm;
 mod shape;
 
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
-use crate::kernel::Kernel;
+use crate::kernel::{BinOp, Kernel};
 use crate::ExecError;
 use sgc_ir::DType;
 
@@ -663,13 +663,17 @@ fn run(
                 shape::slice(f(&ins[0])?, out, x, *axis, start, end);
             }
         }
-        Broadcast { mul } => {
+        Broadcast { op } => {
             let y = &ops_out[0].shape;
             let n = outs[0].len();
             let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
             aten::expand(f(&ins[0])?, &mut a, sh(0), y);
             aten::expand(f(&ins[1])?, &mut b, sh(1), y);
-            let op = |(a, b): (&f32, &f32)| if *mul { a * b } else { a + b };
+            let op = |(a, b): (&f32, &f32)| match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+            };
             for (o, v) in outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
                 *o = v;
             }
