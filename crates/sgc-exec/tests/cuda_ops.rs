@@ -1,8 +1,10 @@
 //! Every kernel on small operands, driven through the `Backend` trait: the CPU backend
 //! writes every output byte (outputs are poisoned with NaN first), and where a CUDA device
 //! exists, the CUDA backend matches the CPU reference within a tolerance and repeats its
-//! own bits exactly. Without a device (or without `--features cuda`) the CUDA half prints
-//! `SKIP:` with the reason.
+//! own bits exactly. Without a device (or without `--features cuda`) the CUDA half is
+//! skipped with the reason and counted as ignored (harness `skip`).
+
+mod skip;
 
 use sgc_exec::kernel::Kernel;
 use sgc_exec::{Backend, CpuBackend, CudaBackend, ExecError, Operand};
@@ -458,7 +460,6 @@ fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError>
         .collect()
 }
 
-#[test]
 fn cpu_kernels_write_every_output_byte_of_every_case() {
     let all = cases();
     let covered: std::collections::BTreeSet<&str> = all.iter().map(|c| c.kernel.name()).collect();
@@ -487,14 +488,10 @@ fn close(a: f32, b: f32) -> bool {
     (a - b).abs() <= 1e-5 + 2e-4 * a.abs().max(b.abs())
 }
 
-#[test]
 fn cuda_kernels_match_the_cpu_reference() {
     let mut gpu = match CudaBackend::new(0) {
         Ok(b) => b,
-        Err(e) => {
-            println!("SKIP: no CUDA backend here: {e}");
-            return;
-        }
+        Err(e) => panic!("{e}"),
     };
     println!("running on {}", gpu.name());
     for c in &cases() {
@@ -520,10 +517,9 @@ fn cuda_kernels_match_the_cpu_reference() {
     }
 }
 
-#[test]
 fn cuda_backend_without_a_driver_is_an_error_naming_the_cause() {
     match CudaBackend::new(0) {
-        Ok(b) => println!("SKIP: a CUDA device is present ({})", b.name()),
+        Ok(b) => panic!("a CUDA device is present ({})", b.name()),
         Err(e) => {
             assert!(matches!(e, ExecError::CudaUnavailable(_)), "{e}");
             let msg = e.to_string();
@@ -541,4 +537,33 @@ fn cuda_backend_without_a_driver_is_an_error_naming_the_cause() {
             println!("CUDA unavailable: {msg}");
         }
     }
+}
+
+fn main() {
+    let no_device = CudaBackend::new(0)
+        .err()
+        .map(|e| format!("no CUDA device here: {e}"));
+    let device = CudaBackend::new(0)
+        .ok()
+        .map(|b| format!("a CUDA device is present ({})", b.name()));
+    skip::run(vec![
+        skip::test(
+            "cpu_kernels_write_every_output_byte_of_every_case",
+            cpu_kernels_write_every_output_byte_of_every_case,
+        ),
+        skip::unless(
+            skip::test(
+                "cuda_kernels_match_the_cpu_reference",
+                cuda_kernels_match_the_cpu_reference,
+            ),
+            &no_device,
+        ),
+        skip::unless(
+            skip::test(
+                "cuda_backend_without_a_driver_is_an_error_naming_the_cause",
+                cuda_backend_without_a_driver_is_an_error_naming_the_cause,
+            ),
+            &device,
+        ),
+    ])
 }
