@@ -1,12 +1,14 @@
-//! The executor: runs a [`Schedule`] of a graph on a [`Backend`], every tensor at the
-//! offset its [`Layout`] gives it, and measures what it used.
+//! The executor: runs an [`sgc_plan::Plan`] of a graph on a [`Backend`] (its steps in
+//! order, every tensor at the plan's arena offset) and measures what it used.
 //!
 //! # Method
 //!
-//! Building an executor does every check before any kernel runs: each op type is parsed
-//! into a [`Kernel`] (unknown types are refused by name), the backend is asked whether it
-//! has the kernel, every operand's dtype and shape is checked against the kernel, and the
-//! layout is verified against the schedule. Then it makes exactly one allocation for the
+//! Building an executor does every check before any kernel runs: the plan goes through
+//! the plan verifier (`sgc_plan::check`: frees, recompute flags, summary, arena offsets),
+//! each op type is parsed into a [`Kernel`] (unknown types are refused by name), the
+//! backend is asked whether it has the kernel, and every operand's dtype and shape is
+//! checked against the kernel. There is no second model of the schedule or the layout:
+//! what runs is the plan that was verified. Then it makes exactly one allocation for the
 //! arena and one per persistent storage (params, state, consts), and resolves, for every
 //! step, each operand to (buffer, offset): a storage root's current instance changes each
 //! time its producer runs (recomputation), a view reads its root's bytes at the root's
@@ -20,11 +22,12 @@
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::host::HostTensor;
 use crate::kernel::Kernel;
-use crate::layout::{Layout, Schedule};
 use crate::view;
 use crate::{shapes, ExecError};
 use serde::Serialize;
-use sgc_ir::{DType, Graph, TensorId, TensorKind};
+use sgc_ir::{DType, Graph, OpId, TensorId, TensorKind};
+use sgc_plan::Plan;
+use std::collections::HashMap;
 use std::time::Instant;
 
 /// One step, resolved: the kernel and where each operand lives.
@@ -56,7 +59,7 @@ pub struct RunReport {
     pub schedule_len: usize,
     /// Ops run more than once per step.
     pub recompute_steps: usize,
-    /// The layout's arena size.
+    /// The plan's arena size.
     pub arena_bytes: u64,
     /// Bytes of the persistent allocations.
     pub persistent_bytes: u64,
@@ -79,8 +82,7 @@ pub struct RunReport {
 /// Runs a graph's schedule on backend `B`: see the [module docs](self).
 pub struct Executor<B: Backend> {
     graph: Graph,
-    schedule: Schedule,
-    layout: Layout,
+    plan: Plan,
     backend: B,
     arena: BufferId,
     /// Allocation of each persistent storage root.
@@ -115,47 +117,44 @@ impl<B: Backend> Executor<B> {
 
     /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
     /// marked, every tensor at the plan's arena offset (one allocation of the plan's arena
-    /// size), or laid out first-fit when the plan has no arena. Either way the layout is
-    /// verified against the steps. A plan that the verifier refuses (an early or a missing
-    /// free, a false recompute flag, a summary its steps do not give) is refused here,
-    /// before any memory is allocated or any kernel runs.
-    pub fn from_plan(graph: &Graph, plan: &sgc_plan::Plan, backend: B) -> Result<Self, ExecError> {
+    /// size; a plan made without an arena is placed by the planner's allocator first). A
+    /// plan that the verifier refuses (an early or a missing free, a false recompute flag,
+    /// a summary its steps do not give, overlapping offsets) is refused here, before any
+    /// memory is allocated or any kernel runs.
+    pub fn from_plan(graph: &Graph, plan: &Plan, mut backend: B) -> Result<Self, ExecError> {
         plan.check_graph(graph)?;
-        sgc_plan::check(graph, plan)?;
-        let layout = Layout::from_plan(plan)?;
-        Self::new(graph, Schedule::from_plan(plan), layout, backend)
-    }
-
-    /// An executor for `schedule`, with `layout` (verified) or a first-fit layout.
-    pub fn new(
-        graph: &Graph,
-        schedule: Schedule,
-        layout: Option<Layout>,
-        mut backend: B,
-    ) -> Result<Self, ExecError> {
-        let kernels = check_ops(graph, &schedule, &backend)?;
-        let layout = match layout {
-            Some(l) => l,
-            None => Layout::first_fit(graph, &schedule)?,
-        };
-        layout.verify(graph, &schedule)?;
-        let model_peak = sgc_ir::simulate(graph, &schedule.ops())?.peak;
-        let arena = backend.alloc(layout.arena_bytes)?;
+        let ops: Vec<OpId> = plan.steps.iter().map(|s| s.op).collect();
+        let mut plan = plan.clone();
+        if plan.arena.is_none() {
+            let arena = sgc_plan::arena::assign(
+                graph,
+                &ops,
+                &plan.lifetimes,
+                plan.options.align,
+                sgc_plan::alloc::Effort::PLAN,
+            )?;
+            plan.arena = Some(arena);
+        }
+        sgc_plan::check(graph, &plan)?;
+        let kernels = check_ops(graph, &ops, &backend)?;
+        let model_peak = sgc_ir::simulate(graph, &ops)?.peak;
+        let places = Places::of(&plan);
+        let arena = backend.alloc(places.arena_bytes)?;
         let mut persistent = vec![None; graph.num_tensors()];
         for t in graph.tensor_ids() {
             if graph.storage_root(t) == t && graph.is_persistent(t) {
                 persistent[t.index()] = Some(backend.alloc(graph.tensor(t).size)?);
             }
         }
-        let mut resolver = Resolver::new(graph, &layout, arena, &persistent);
-        let launches = resolver.resolve(&schedule, kernels)?;
+        let mut resolver = Resolver::new(graph, &places, arena, &persistent);
+        let launches = resolver.resolve(&ops, kernels)?;
         let n = graph.num_tensors();
-        let mut ex = Executor {
+        let final_offsets = places.resident_at_end(&plan, resolver.current);
+        Ok(Executor {
             graph: graph.clone(),
             input_offsets: resolver.input_offsets,
-            final_offsets: resolver.current,
-            schedule,
-            layout,
+            final_offsets,
+            plan,
             backend,
             arena,
             persistent,
@@ -167,42 +166,16 @@ impl<B: Backend> Executor<B> {
             op_seconds: vec![0.0; graph.num_ops()],
             op_runs: vec![0; graph.num_ops()],
             recompute_seconds: 0.0,
-        };
-        ex.keep_only_outputs_resident();
-        Ok(ex)
-    }
-
-    /// Forgets final offsets of storage not resident at the end (freed before it).
-    fn keep_only_outputs_resident(&mut self) {
-        let last = self.schedule.steps.len().saturating_sub(1);
-        let resident: Vec<TensorId> = self
-            .layout
-            .placements
-            .iter()
-            .filter(|p| p.instance.end == last)
-            .map(|p| p.instance.root)
-            .collect();
-        let mut keep = vec![false; self.final_offsets.len()];
-        for r in resident {
-            keep[r.index()] = true;
-        }
-        for (i, o) in self.final_offsets.iter_mut().enumerate() {
-            if !keep[i] {
-                *o = None;
-            }
-        }
+        })
     }
 
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
 
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    pub fn layout(&self) -> &Layout {
-        &self.layout
+    /// The plan being run (with its arena, placed if the given plan had none).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     fn tensor_id(&self, name: &str) -> Result<TensorId, ExecError> {
@@ -293,7 +266,7 @@ impl<B: Backend> Executor<B> {
             self.backend
                 .launch(&l.kernel, &l.inputs, &l.outputs)
                 .map_err(|e| {
-                    let op = self.graph.op(self.schedule.steps[i].op);
+                    let op = self.graph.op(self.plan.steps[i].op);
                     ExecError::backend(
                         &self.backend.name(),
                         format!("step {i} (op `{}`): {e}", op.name),
@@ -301,7 +274,7 @@ impl<B: Backend> Executor<B> {
                 })?;
             self.backend.synchronize()?;
             let secs = start.elapsed().as_secs_f64();
-            let step = self.schedule.steps[i];
+            let step = &self.plan.steps[i];
             self.op_seconds[step.op.index()] += secs;
             self.op_runs[step.op.index()] += 1;
             if step.recompute {
@@ -364,6 +337,11 @@ impl<B: Backend> Executor<B> {
             })
     }
 
+    /// Bytes of the arena allocation.
+    pub fn arena_bytes(&self) -> u64 {
+        self.plan.arena.as_ref().map_or(0, |a| a.size)
+    }
+
     /// Measured memory and time so far.
     pub fn report(&self) -> RunReport {
         let g = &self.graph;
@@ -381,11 +359,11 @@ impl<B: Backend> Executor<B> {
         RunReport {
             device: self.backend.name(),
             steps: self.steps_run,
-            schedule_len: self.schedule.steps.len(),
-            recompute_steps: self.schedule.steps.iter().filter(|s| s.recompute).count(),
-            arena_bytes: self.layout.arena_bytes,
+            schedule_len: self.plan.steps.len(),
+            recompute_steps: self.plan.steps.iter().filter(|s| s.recompute).count(),
+            arena_bytes: self.arena_bytes(),
             persistent_bytes: persistent,
-            planned_bytes: self.layout.arena_bytes + persistent,
+            planned_bytes: self.arena_bytes() + persistent,
             allocator: self.backend.memory(),
             model_peak_bytes: self.model_peak,
             lower_bound_bytes: g.lower_bound().bytes,
@@ -396,26 +374,19 @@ impl<B: Backend> Executor<B> {
     }
 }
 
-/// Parses and checks every op of the schedule before anything runs.
+/// Parses and checks every op of the plan before anything runs.
 fn check_ops<B: Backend>(
     graph: &Graph,
-    schedule: &Schedule,
+    ops: &[OpId],
     backend: &B,
 ) -> Result<Vec<Kernel>, ExecError> {
     let mut kernels: Vec<Option<Kernel>> = vec![None; graph.num_ops()];
-    for step in &schedule.steps {
-        if step.op.index() >= graph.num_ops() {
-            return Err(ExecError::Layout(format!(
-                "step names op {} of a {}-op graph",
-                step.op.index(),
-                graph.num_ops()
-            )));
-        }
-        if kernels[step.op.index()].is_some() {
+    for &op in ops {
+        if kernels[op.index()].is_some() {
             continue;
         }
-        let o = graph.op(step.op);
-        let k = Kernel::from_op(graph, step.op).map_err(|e| match e {
+        let o = graph.op(op);
+        let k = Kernel::from_op(graph, op).map_err(|e| match e {
             ExecError::UnknownOpType { op, op_type, .. } => ExecError::UnknownOpType {
                 op,
                 op_type,
@@ -451,12 +422,11 @@ fn check_ops<B: Backend>(
                 detail,
             }
         })?;
-        kernels[step.op.index()] = Some(k);
+        kernels[op.index()] = Some(k);
     }
-    Ok(schedule
-        .steps
+    Ok(ops
         .iter()
-        .filter_map(|s| kernels[s.op.index()].clone())
+        .filter_map(|op| kernels[op.index()].clone())
         .collect())
 }
 
@@ -470,10 +440,57 @@ fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand
     )
 }
 
-/// Walks the schedule, tracking the arena offset of each root's current instance.
+/// The plan's arena offsets, by storage instance (root and first step).
+struct Places {
+    arena_bytes: u64,
+    offsets: HashMap<(TensorId, usize), u64>,
+}
+
+impl Places {
+    /// From a plan whose arena is present (`from_plan` places it when it is not).
+    fn of(plan: &Plan) -> Places {
+        let arena = plan.arena.as_ref();
+        let offsets = plan
+            .lifetimes
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let off = arena.and_then(|a| a.offsets.get(i)).copied().unwrap_or(0);
+                ((l.root, l.first_step), off)
+            })
+            .collect();
+        Places {
+            arena_bytes: arena.map_or(0, |a| a.size),
+            offsets,
+        }
+    }
+
+    /// The offset of the instance of `root` that starts at step `start`.
+    fn offset_of(&self, root: TensorId, start: usize) -> Option<u64> {
+        self.offsets.get(&(root, start)).copied()
+    }
+
+    /// `current` (each root's last offset) kept only for the storages resident when the
+    /// step ends (graph outputs, whose lifetimes reach the last step).
+    fn resident_at_end(&self, plan: &Plan, mut current: Vec<Option<u64>>) -> Vec<Option<u64>> {
+        let last = plan.steps.len().saturating_sub(1);
+        let mut keep = vec![false; current.len()];
+        for l in plan.lifetimes.iter().filter(|l| l.last_step == last) {
+            keep[l.root.index()] = true;
+        }
+        for (i, o) in current.iter_mut().enumerate() {
+            if !keep[i] {
+                *o = None;
+            }
+        }
+        current
+    }
+}
+
+/// Walks the plan's steps, tracking the arena offset of each root's current instance.
 struct Resolver<'a> {
     graph: &'a Graph,
-    layout: &'a Layout,
+    places: &'a Places,
     arena: BufferId,
     persistent: &'a [Option<BufferId>],
     current: Vec<Option<u64>>,
@@ -483,19 +500,19 @@ struct Resolver<'a> {
 impl<'a> Resolver<'a> {
     fn new(
         graph: &'a Graph,
-        layout: &'a Layout,
+        places: &'a Places,
         arena: BufferId,
         persistent: &'a [Option<BufferId>],
     ) -> Self {
         let mut current = vec![None; graph.num_tensors()];
-        for p in layout.placements.iter().filter(|p| p.instance.start == 0) {
-            if graph.tensor(p.instance.root).kind == TensorKind::Input {
-                current[p.instance.root.index()] = Some(p.offset);
+        for t in graph.tensor_ids() {
+            if graph.tensor(t).kind == TensorKind::Input && graph.storage_root(t) == t {
+                current[t.index()] = places.offset_of(t, 0);
             }
         }
         Resolver {
             graph,
-            layout,
+            places,
             arena,
             persistent,
             input_offsets: current.clone(),
@@ -520,14 +537,10 @@ impl<'a> Resolver<'a> {
         Ok(op)
     }
 
-    fn resolve(
-        &mut self,
-        schedule: &Schedule,
-        kernels: Vec<Kernel>,
-    ) -> Result<Vec<Launch>, ExecError> {
+    fn resolve(&mut self, ops: &[OpId], kernels: Vec<Kernel>) -> Result<Vec<Launch>, ExecError> {
         let mut launches = Vec::with_capacity(kernels.len());
-        for (s, (step, kernel)) in schedule.steps.iter().zip(kernels).enumerate() {
-            let o = self.graph.op(step.op);
+        for (s, (&op, kernel)) in ops.iter().zip(kernels).enumerate() {
+            let o = self.graph.op(op);
             let inputs = o
                 .inputs
                 .iter()
@@ -536,7 +549,7 @@ impl<'a> Resolver<'a> {
             for &t in &o.outputs {
                 let root = self.graph.storage_root(t);
                 if root == t && self.persistent[root.index()].is_none() {
-                    let off = self.layout.offset_of(root, s).ok_or_else(|| {
+                    let off = self.places.offset_of(root, s).ok_or_else(|| {
                         ExecError::Layout(format!(
                             "no placement for `{}` produced at step {s}",
                             self.graph.tensor(t).name

@@ -5,10 +5,9 @@
 //!   `cuda_backend/`, behind the `cuda` feature; without it a stand-in returns an error).
 //! - [`Kernel`] (in [`kernel`]): the op-type dispatch table; unknown op types are refused
 //!   by name before anything runs.
-//! - [`Schedule`] and [`Layout`] (in [`layout`]): the order in which ops run (with
-//!   recomputation) and the byte offset of every storage instance in one arena.
-//! - [`Executor`]: binds inputs and parameters by name, runs steps, reads outputs and
-//!   gradients, and reports measured memory and time ([`RunReport`]).
+//! - [`Executor`]: runs an `sgc_plan::Plan` (the plan of strategy `none` when unplanned):
+//!   binds inputs and parameters by name, runs steps, reads outputs and gradients, and
+//!   reports measured memory and time ([`RunReport`]).
 //! - [`init`]: deterministic, seeded values for every input and parameter.
 
 pub mod backend;
@@ -19,7 +18,6 @@ pub mod executor;
 pub mod host;
 pub mod init;
 pub mod kernel;
-pub mod layout;
 pub mod shapes;
 mod view;
 mod window;
@@ -31,4 +29,3 @@ pub use error::ExecError;
 pub use executor::{Executor, OpTime, RunReport};
 pub use host::{HostData, HostTensor};
 pub use kernel::Kernel;
-pub use layout::{Layout, Placement, Schedule, Step};

@@ -81,8 +81,8 @@ fn cuda_runs_match_the_cpu_reference_for_every_strategy() {
         let mut base = Executor::unplanned(&g, CudaBackend::new(0).unwrap()).unwrap();
         let got = run(&g, &mut base, 2);
         assert_close(&format!("{name} / unplanned"), &want, &got);
-        for (strategy, schedule, layout) in strategies(&g) {
-            let mut ex = Executor::new(&g, schedule, layout, CudaBackend::new(0).unwrap()).unwrap();
+        for (strategy, plan) in strategies(&g) {
+            let mut ex = Executor::from_plan(&g, &plan, CudaBackend::new(0).unwrap()).unwrap();
             let planned = run(&g, &mut ex, 2);
             assert_close(&format!("{name} / {strategy}"), &want, &planned);
         }
@@ -93,16 +93,9 @@ fn cuda_runs_repeat_bitwise_and_allocate_what_the_plan_promised() {
     let Some(_) = cuda() else { return };
     for name in TINY {
         let g = load(name);
-        for (strategy, schedule, layout) in strategies(&g) {
-            let mut first = Executor::new(
-                &g,
-                schedule.clone(),
-                layout.clone(),
-                CudaBackend::new(0).unwrap(),
-            )
-            .unwrap();
-            let mut second =
-                Executor::new(&g, schedule, layout, CudaBackend::new(0).unwrap()).unwrap();
+        for (strategy, plan) in strategies(&g) {
+            let mut first = Executor::from_plan(&g, &plan, CudaBackend::new(0).unwrap()).unwrap();
+            let mut second = Executor::from_plan(&g, &plan, CudaBackend::new(0).unwrap()).unwrap();
             let (a, b) = (run(&g, &mut first, 2), run(&g, &mut second, 2));
             for ((n, x), (_, y)) in a.iter().zip(&b) {
                 assert!(

@@ -4,7 +4,7 @@
 mod common;
 
 use common::load;
-use sgc_exec::{CpuBackend, CudaBackend, ExecError, Executor, HostTensor, Layout, Schedule};
+use sgc_exec::{CpuBackend, CudaBackend, ExecError, Executor, HostTensor};
 
 #[test]
 fn unknown_op_type_is_refused_by_name_before_running() {
@@ -96,20 +96,18 @@ fn only_resident_tensors_can_be_read() {
 }
 
 #[test]
-fn overlapping_layout_is_rejected_naming_both_tensors() {
+fn overlapping_arena_offsets_are_refused_before_running() {
     let g = load("tiny_mlp");
-    let schedule = Schedule::traced(&g);
-    let mut layout = Layout::first_fit(&g, &schedule).unwrap();
-    for p in &mut layout.placements {
-        p.offset = 0;
+    let mut plan = common::plan(&g, sgc_plan::Strategy::None);
+    for o in &mut plan.arena.as_mut().unwrap().offsets {
+        *o = 0;
     }
-    let err = Executor::new(&g, schedule, Some(layout), CpuBackend::new())
+    let err = Executor::from_plan(&g, &plan, CpuBackend::new())
         .err()
         .unwrap();
-    assert!(
-        matches!(&err, ExecError::Layout(m) if m.contains("share bytes")),
-        "{err}"
-    );
+    assert!(matches!(&err, ExecError::PlanRejected(_)), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("overlap") || msg.contains("share"), "{msg}");
 }
 
 #[test]

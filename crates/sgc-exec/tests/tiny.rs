@@ -38,8 +38,8 @@ fn planned_runs_equal_unplanned_bitwise() {
         assert!(expected
             .iter()
             .all(|(_, t)| t.as_f32().unwrap().iter().all(|v| v.is_finite())));
-        for (strategy, schedule, layout) in strategies(&g) {
-            let mut ex = Executor::new(&g, schedule, layout, CpuBackend::new()).unwrap();
+        for (strategy, plan) in strategies(&g) {
+            let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
             let got = run(&g, &mut ex, 2);
             for ((n, a), (_, b)) in expected.iter().zip(&got) {
                 assert!(
@@ -60,9 +60,11 @@ fn allocator_bytes_equal_arena_plus_persistent() {
             .filter(|&t| g.storage_root(t) == t && g.is_persistent(t))
             .count() as u64;
         let mut all = strategies(&g);
-        all.push(("traced+first-fit", sgc_exec::Schedule::traced(&g), None));
-        for (strategy, schedule, layout) in all {
-            let mut ex = Executor::new(&g, schedule, layout, CpuBackend::new()).unwrap();
+        let mut no_arena = common::plan(&g, sgc_plan::Strategy::None);
+        no_arena.arena = None;
+        all.push(("traced, arena placed by the executor", no_arena));
+        for (strategy, plan) in all {
+            let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
             ex.bind_seeded(SEED).unwrap();
             ex.step().unwrap();
             let r = ex.report();
@@ -89,9 +91,9 @@ fn allocator_bytes_equal_arena_plus_persistent() {
 }
 
 #[test]
-fn first_fit_packs_the_traced_order_to_the_model_peak() {
-    // Tiny graphs are small enough for first-fit to reach the memory model's peak
-    // (sizes are few and aligned); a regression in the layout shows here.
+fn the_unplanned_arena_packs_the_traced_order_near_the_model_peak() {
+    // Tiny graphs are small enough for the planner's allocator to reach the memory
+    // model's peak (sizes are few and aligned); a regression in the arena shows here.
     for name in TINY {
         let g = load(name);
         let ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
@@ -118,8 +120,8 @@ fn tiny_mlp_loss_decreases_identically_with_and_without_plan() {
         curve[0],
         curve[39]
     );
-    for (strategy, schedule, layout) in strategies(&g) {
-        let mut ex = Executor::new(&g, schedule, layout, CpuBackend::new()).unwrap();
+    for (strategy, plan) in strategies(&g) {
+        let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
         ex.bind_seeded(SEED).unwrap();
         let planned = ex.run(40).unwrap();
         let bits = |c: &[f32]| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -130,11 +132,11 @@ fn tiny_mlp_loss_decreases_identically_with_and_without_plan() {
 #[test]
 fn recomputation_is_timed_separately() {
     let g = load("tiny_cnn");
-    let (_, schedule, layout) = strategies(&g)
+    let (_, plan) = strategies(&g)
         .into_iter()
-        .find(|s| s.0 == "recompute+first-fit")
+        .find(|s| s.0 == "recompute+arena")
         .unwrap();
-    let mut ex = Executor::new(&g, schedule, layout, CpuBackend::new()).unwrap();
+    let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
     ex.bind_seeded(SEED).unwrap();
     ex.step().unwrap();
     let r = ex.report();
@@ -155,7 +157,7 @@ fn plans_run_at_their_own_offsets_with_in_place_pairs() {
         let p = common::plan(&g, sgc_plan::Strategy::None);
         let arena = p.arena.clone().unwrap();
         let ex = Executor::from_plan(&g, &p, CpuBackend::new()).unwrap();
-        assert_eq!(ex.layout().arena_bytes, arena.size, "{name}");
+        assert_eq!(ex.arena_bytes(), arena.size, "{name}");
         for &(o, i) in &arena.in_place {
             assert_eq!(arena.offsets[o], arena.offsets[i], "{name}");
         }

@@ -27,6 +27,8 @@ pub enum PlanError {
     Internal { strategy: String, message: String },
     #[error("cannot place the plan's tensors in an arena: {0}")]
     Arena(String),
+    #[error("the schedule does not run: {0}")]
+    Schedule(#[from] sgc_ir::ScheduleError),
     #[error("internal error: the {strategy} planner made a plan the verifier rejects ({} violations; first: {})", .violations.len(), .violations.first().map(|v| v.to_string()).unwrap_or_default())]
     Rejected {
         strategy: String,

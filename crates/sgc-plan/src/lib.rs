@@ -89,6 +89,41 @@ pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result
     plan_with_stats(graph, options, run).map(|p| p.0)
 }
 
+/// The plan of an explicit schedule, `ops` in order (every run of an op after its first is
+/// a recomputation): every storage freed after its last use, the arena placed by the
+/// planner's allocator (unless `options.arena` is off), the summary computed, and the whole
+/// verified. For tools and tests that choose their own order: what the executor runs is
+/// always a plan. The verifier applies `options.strategy`'s rules (a split-based strategy
+/// may recompute an op once; `dtr` any number of times).
+pub fn plan_schedule(
+    graph: &Graph,
+    options: &PlanOptions,
+    ops: &[OpId],
+) -> Result<Plan, PlanError> {
+    let profile = sgc_ir::simulate(graph, ops)?;
+    let mut seen = vec![false; graph.num_ops()];
+    let steps: Vec<(OpId, bool)> = ops
+        .iter()
+        .map(|&op| (op, std::mem::replace(&mut seen[op.index()], true)))
+        .collect();
+    let mut plan = Plan::assemble(graph, options, &steps, &profile);
+    if options.arena {
+        let layout = arena::assign(
+            graph,
+            ops,
+            &plan.lifetimes,
+            options.align,
+            alloc::Effort::PLAN,
+        )?;
+        plan.arena = Some(layout);
+    }
+    verify(graph, &plan).map_err(|violations| PlanError::Rejected {
+        strategy: format!("{} (explicit schedule)", options.strategy),
+        violations,
+    })?;
+    Ok(plan)
+}
+
 /// What making a plan took (nothing here is part of the plan).
 #[derive(Clone, Debug, Default)]
 pub struct PlanStats {

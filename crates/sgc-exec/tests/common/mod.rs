@@ -1,10 +1,11 @@
-//! Shared by the tests and the benchmark: the tiny zoo graphs and schedules to run them
-//! with until the planner's strategies land.
+//! Shared by the tests and the benchmark: the tiny zoo graphs, and plans to run them with
+//! beside the planner's: hand-made schedules (recompute before every use) and arenas
+//! (no sharing), each a verified `sgc_plan::Plan`, the one thing the executor runs.
 
 #![allow(dead_code)]
 
-use sgc_exec::{Layout, Placement, Schedule, Step};
 use sgc_ir::{Graph, OpId, Phase, TensorId};
+use sgc_plan::Plan;
 
 /// The tiny zoo graphs, executed in tests (the big ones are not).
 pub const TINY: [&str; 3] = ["tiny_mlp", "tiny_cnn", "tiny_transformer"];
@@ -34,8 +35,8 @@ fn producers_of(g: &Graph, mut t: TensorId, out: &mut Vec<OpId>) {
 /// A schedule that recomputes, right before every backward or update op, each forward
 /// op producing a tensor it reads (views with their bases): every backward read is of a
 /// recomputed instance, at a new place in the arena.
-pub fn recompute_before_use(g: &Graph) -> Schedule {
-    let mut steps = Vec::new();
+pub fn recompute_before_use(g: &Graph) -> Vec<OpId> {
+    let mut ops = Vec::new();
     for op in g.op_ids() {
         if g.phase(op) != Some(Phase::Forward) {
             let mut again = Vec::new();
@@ -44,55 +45,54 @@ pub fn recompute_before_use(g: &Graph) -> Schedule {
             }
             again.sort();
             again.dedup();
-            steps.extend(again.into_iter().map(|op| Step {
-                op,
-                recompute: true,
-            }));
+            ops.extend(again);
         }
-        steps.push(Step {
-            op,
-            recompute: false,
-        });
+        ops.push(op);
     }
-    Schedule { steps }
+    ops
 }
 
-/// A layout without sharing: every instance at its own offset.
-pub fn bump_layout(g: &Graph, s: &Schedule) -> Layout {
-    let profile = sgc_ir::simulate(g, &s.ops()).expect("schedule runs");
+/// The plan of an explicit op order, arena placed by the planner's allocator (labelled
+/// `dtr`, the strategy whose plans may recompute an op any number of times).
+pub fn plan_of(g: &Graph, ops: &[OpId]) -> Plan {
+    let options = sgc_plan::PlanOptions {
+        strategy: sgc_plan::Strategy::Dtr,
+        ..Default::default()
+    };
+    sgc_plan::plan_schedule(g, &options, ops).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `plan` with an arena without sharing: every storage instance at its own offset (the
+/// plan verifier accepts it: nothing overlaps).
+pub fn bump_arena(mut plan: Plan) -> Plan {
+    let arena = plan.arena.as_mut().expect("an arena");
     let mut offset = 0u64;
-    let placements = profile
-        .instances
-        .iter()
-        .map(|&instance| {
-            let p = Placement { instance, offset };
-            offset += instance.bytes.next_multiple_of(8);
-            p
-        })
-        .collect();
-    Layout {
-        arena_bytes: offset,
-        placements,
+    for (o, l) in arena.offsets.iter_mut().zip(&plan.lifetimes) {
+        *o = offset;
+        offset += l.bytes.next_multiple_of(arena.align);
     }
+    arena.size = offset;
+    arena.in_place.clear();
+    plan
 }
 
-/// Every (schedule, layout) pair the tests compare with the unplanned run.
-pub fn strategies(g: &Graph) -> Vec<(&'static str, Schedule, Option<Layout>)> {
-    let traced = Schedule::traced(g);
+/// Every plan the tests compare with the unplanned run: the planner's strategies, and
+/// hand-made schedules and arenas.
+pub fn strategies(g: &Graph) -> Vec<(&'static str, Plan)> {
+    let traced: Vec<OpId> = g.op_ids().collect();
     let rec = recompute_before_use(g);
-    let mut all: Vec<(&'static str, Schedule, Option<Layout>)> = sgc_plan::Strategy::ALL
+    let mut all: Vec<(&'static str, Plan)> = sgc_plan::Strategy::ALL
         .iter()
         .map(|&s| {
             let p = plan(g, s);
-            let layout = Layout::from_plan(&p).expect("the plan's arena");
-            assert!(layout.is_some(), "plans carry an arena");
-            (s.as_str(), Schedule::from_plan(&p), layout)
+            assert!(p.arena.is_some(), "plans carry an arena");
+            (s.as_str(), p)
         })
         .collect();
     all.extend([
-        ("traced+bump", traced.clone(), Some(bump_layout(g, &traced))),
-        ("recompute+first-fit", rec.clone(), None),
-        ("recompute+bump", rec.clone(), Some(bump_layout(g, &rec))),
+        ("traced+bump", bump_arena(plan_of(g, &traced))),
+        ("recompute+arena", plan_of(g, &rec)),
+        ("recompute+bump", bump_arena(plan_of(g, &rec))),
     ]);
     all
 }
