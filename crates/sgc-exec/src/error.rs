@@ -2,6 +2,59 @@
 
 use thiserror::Error;
 
+/// What a kernel found wrong: in its operands (checked before anything runs, see
+/// [`crate::shapes`]) or while running (an index out of range, a device call that failed).
+/// The executor wraps it with the op or kernel concerned ([`ExecError::BadOperands`],
+/// [`ExecError::Kernel`]).
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum KernelError {
+    /// The kernel takes another number of inputs or outputs.
+    #[error("takes {expected} {what}, got {found}")]
+    Arity {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    /// An operand of the wrong dtype.
+    #[error("{what} must be {expected}, got {found}")]
+    DType {
+        what: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// An operand of the wrong shape.
+    #[error("{what} has shape {found:?}, expected {expected:?}")]
+    Shape {
+        what: &'static str,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// Operand shapes that break the kernel's rule (described).
+    #[error("{0}")]
+    Operands(String),
+    /// An integer index (a token id, a class, a pooling index) outside its range.
+    #[error("index {index} at position {position} is outside 0..{bound}")]
+    Index {
+        index: i64,
+        position: usize,
+        bound: usize,
+    },
+    /// A device call (CUDA driver, NVRTC, cuBLAS) failed; the call and its error.
+    #[error("{call}: {error}")]
+    Device { call: String, error: String },
+}
+
+impl KernelError {
+    /// A failed device call.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn device(call: impl Into<String>, error: impl std::fmt::Display) -> Self {
+        KernelError::Device {
+            call: call.into(),
+            error: error.to_string(),
+        }
+    }
+}
+
 /// What went wrong while building or running an executor.
 #[derive(Debug, Error)]
 pub enum ExecError {
@@ -24,7 +77,21 @@ pub enum ExecError {
     BadOperands {
         op: String,
         op_type: String,
-        detail: String,
+        detail: Box<KernelError>,
+    },
+    /// A step of the plan failed; the cause says how.
+    #[error("step {step} (op `{op}`): {source}")]
+    Step {
+        step: usize,
+        op: String,
+        source: Box<ExecError>,
+    },
+    /// A kernel failed while running (an index out of range, a device error).
+    #[error("{backend} backend: {kernel}: {error}")]
+    Kernel {
+        backend: String,
+        kernel: &'static str,
+        error: Box<KernelError>,
     },
     /// A name given to `bind`/`read` is not a tensor of the graph.
     #[error("no tensor named `{0}` in the graph")]

@@ -265,12 +265,10 @@ impl<B: Backend> Executor<B> {
             let start = Instant::now();
             self.backend
                 .launch(&l.kernel, &l.inputs, &l.outputs)
-                .map_err(|e| {
-                    let op = self.graph.op(self.plan.steps[i].op);
-                    ExecError::backend(
-                        &self.backend.name(),
-                        format!("step {i} (op `{}`): {e}", op.name),
-                    )
+                .map_err(|e| ExecError::Step {
+                    step: i,
+                    op: self.graph.op(self.plan.steps[i].op).name.clone(),
+                    source: Box::new(e),
                 })?;
             self.backend.synchronize()?;
             let secs = start.elapsed().as_secs_f64();
@@ -419,7 +417,7 @@ fn check_ops<B: Backend>(
             ExecError::BadOperands {
                 op: o.name.clone(),
                 op_type: o.op_type.clone(),
-                detail,
+                detail: Box::new(detail),
             }
         })?;
         kernels[op.index()] = Some(k);

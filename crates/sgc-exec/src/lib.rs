@@ -25,7 +25,7 @@ mod window;
 pub use backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
 pub use cpu_backend::CpuBackend;
 pub use cuda_backend::CudaBackend;
-pub use error::ExecError;
+pub use error::{ExecError, KernelError};
 pub use executor::{Executor, OpTime, RunReport};
 pub use host::{HostData, HostTensor};
 pub use kernel::Kernel;

@@ -3,21 +3,38 @@
 
 use crate::backend::Operand;
 use crate::kernel::Kernel;
+use crate::KernelError;
 use sgc_ir::DType;
 
-type R = Result<(), String>;
+type R = Result<(), KernelError>;
 
 fn expect(cond: bool, msg: impl FnOnce() -> String) -> R {
     if cond {
         Ok(())
     } else {
-        Err(msg())
+        Err(KernelError::Operands(msg()))
     }
 }
 
-fn eq(what: &str, found: &[usize], expected: &[usize]) -> R {
-    expect(found == expected, || {
-        format!("{what} has shape {found:?}, expected {expected:?}")
+fn eq(what: &'static str, found: &[usize], expected: &[usize]) -> R {
+    if found == expected {
+        return Ok(());
+    }
+    Err(KernelError::Shape {
+        what,
+        found: found.to_vec(),
+        expected: expected.to_vec(),
+    })
+}
+
+fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
+    if ok {
+        return Ok(());
+    }
+    Err(KernelError::DType {
+        what,
+        expected,
+        found: found.as_str(),
     })
 }
 
@@ -119,50 +136,44 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     } else {
         n_out
     };
-    expect(
-        n_in.is_none_or(|n| n == ins.len()) && !ins.is_empty(),
-        || format!("takes {} inputs, got {}", n_in.unwrap_or(1), ins.len()),
-    )?;
-    expect(outs.len() == n_out, || {
-        format!("takes {n_out} outputs, got {}", outs.len())
-    })?;
-    if any_dtype(k) {
-        let d = ins[0].dtype;
-        expect(
-            matches!(d, DType::F32 | DType::I64) && ins.iter().chain(outs).all(|o| o.dtype == d),
-            || format!("operands must all be f32 or all i64, got {}", d.as_str()),
-        )?;
-        let s = |i: usize| ins[i].shape.as_slice();
-        let o = |i: usize| outs[i].shape.as_slice();
-        return check_shapes(k, ins.len(), outs.len(), &s, &o);
-    }
-    for (i, o) in ins.iter().enumerate() {
-        if is_index_slot(k, i) {
-            expect(matches!(o.dtype, DType::I64 | DType::I32), || {
-                format!(
-                    "input {i} must be i64 or i32 indices, got {}",
-                    o.dtype.as_str()
-                )
-            })?;
-        } else {
-            expect(o.dtype == DType::F32, || {
-                format!("input {i} must be f32, got {}", o.dtype.as_str())
-            })?;
+    let n_in = n_in.unwrap_or(ins.len().max(1));
+    for (what, expected, found) in [("inputs", n_in, ins.len()), ("outputs", n_out, outs.len())] {
+        if expected != found {
+            return Err(KernelError::Arity {
+                what,
+                expected,
+                found,
+            });
         }
     }
-    for (i, o) in outs.iter().enumerate() {
-        let want = if is_index_output(k, i) {
-            DType::I64
-        } else {
-            DType::F32
-        };
-        expect(o.dtype == want, || {
-            format!(
-                "output {i} must be {}, got {}",
-                want.as_str(),
-                o.dtype.as_str()
-            )
-        })?;
+    if any_dtype(k) {
+        let d = ins[0].dtype;
+        for (i, o) in ins.iter().chain(outs).enumerate() {
+            let ok = matches!(d, DType::F32 | DType::I64) && o.dtype == d;
+            dtype(
+                format!("operand {i}"),
+                ok,
+                "f32 like the others, or i64 like the others",
+                o.dtype,
+            )?;
+        }
+    } else {
+        for (i, o) in ins.iter().enumerate() {
+            if is_index_slot(k, i) {
+                let ok = matches!(o.dtype, DType::I64 | DType::I32);
+                dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
+            } else {
+                dtype(format!("input {i}"), o.dtype == DType::F32, "f32", o.dtype)?;
+            }
+        }
+        for (i, o) in outs.iter().enumerate() {
+            let (want, name) = if is_index_output(k, i) {
+                (DType::I64, "i64")
+            } else {
+                (DType::F32, "f32")
+            };
+            dtype(format!("output {i}"), o.dtype == want, name, o.dtype)?;
+        }
     }
     let s = |i: usize| ins[i].shape.as_slice();
     let o = |i: usize| outs[i].shape.as_slice();
@@ -600,16 +611,23 @@ fn masked<'a>(mask: &[bool; 3], wanted: &[&[usize]; 3], o: &dyn Fn(usize) -> &'a
     Ok(())
 }
 
-fn conv_out(x: &[usize], w: &[usize], stride: usize, pad: usize) -> Result<Vec<usize>, String> {
+fn conv_out(
+    x: &[usize],
+    w: &[usize],
+    stride: usize,
+    pad: usize,
+) -> Result<Vec<usize>, KernelError> {
     let ho = window_out(x[2], w[2], stride, pad);
     let wo = window_out(x[3], w[3], stride, pad);
     match (ho, wo) {
         (Some(ho), Some(wo)) => Ok(vec![x[0], w[0], ho, wo]),
-        _ => Err(format!("window {w:?} does not fit {x:?}")),
+        _ => Err(KernelError::Operands(format!(
+            "window {w:?} does not fit {x:?}"
+        ))),
     }
 }
 
-fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usize>, String> {
+fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usize>, KernelError> {
     expect(x.len() == 4 && 2 * pad <= k, || {
         format!("pool {k}x{k} (padding {pad}) of {x:?}")
     })?;
@@ -618,12 +636,14 @@ fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usiz
         window_out(x[3], k, stride, pad),
     ) {
         (Some(ho), Some(wo)) => Ok(vec![x[0], x[1], ho, wo]),
-        _ => Err(format!("window {k} does not fit {x:?}")),
+        _ => Err(KernelError::Operands(format!(
+            "window {k} does not fit {x:?}"
+        ))),
     }
 }
 
 /// (features, statistics shape) of a norm over `x`.
-fn norm_shapes(k: &Kernel, x: &[usize]) -> Result<(usize, Vec<usize>), String> {
+fn norm_shapes(k: &Kernel, x: &[usize]) -> Result<(usize, Vec<usize>), KernelError> {
     if matches!(k, Kernel::BatchNorm { .. } | Kernel::BatchNormGrad) {
         expect(x.len() >= 2, || format!("batch norm of {x:?}"))?;
         Ok((x[1], vec![x[1]]))

@@ -4,7 +4,7 @@
 mod common;
 
 use common::load;
-use sgc_exec::{CpuBackend, CudaBackend, ExecError, Executor, HostTensor};
+use sgc_exec::{CpuBackend, CudaBackend, ExecError, Executor, HostTensor, KernelError};
 
 #[test]
 fn unknown_op_type_is_refused_by_name_before_running() {
@@ -44,8 +44,39 @@ fn operand_shapes_are_checked_before_running() {
     let g = sgc_ir::format::from_str(text).unwrap();
     let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
     assert!(
-        matches!(&err, ExecError::BadOperands { op, .. } if op == "mm"),
+        matches!(&err, ExecError::BadOperands { op, detail, .. }
+            if op == "mm" && matches!(**detail, KernelError::Operands(_))),
         "{err}"
+    );
+}
+
+/// A class id outside the logits' classes stops the step with a typed error naming the
+/// kernel, the id and its position (never an out-of-bounds read).
+#[test]
+fn an_index_out_of_range_is_a_typed_error_naming_it() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [{"name": "logits", "dtype": "f32", "shape": [2, 3], "kind": "input"},
+                  {"name": "label", "dtype": "i64", "shape": [2], "kind": "input"},
+                  {"name": "loss", "dtype": "f32", "shape": []}],
+      "ops": [{"name": "ce", "op": "cross_entropy", "inputs": ["logits", "label"], "outputs": ["loss"]}],
+      "outputs": ["loss"], "loss": "loss"}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    ex.bind("logits", &HostTensor::f32(vec![2, 3], vec![0.0; 6]))
+        .unwrap();
+    ex.bind("label", &HostTensor::i64(vec![2], vec![1, 7]))
+        .unwrap();
+    let err = ex.step().unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("`ce`") && msg.contains("index 7"), "{msg}");
+    let ExecError::Step { op, source, .. } = err else {
+        panic!("{msg}")
+    };
+    assert_eq!(op, "ce");
+    assert!(
+        matches!(*source, ExecError::Kernel { ref error, .. }
+            if **error == KernelError::Index { index: 7, position: 1, bound: 3 }),
+        "{source}"
     );
 }
 

@@ -8,6 +8,7 @@ use super::conv::{self, Window};
 use super::linalg;
 use super::norm::{self, NormDims};
 use super::Indices;
+use crate::KernelError;
 
 /// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`.
 #[allow(clippy::too_many_arguments)]
@@ -170,7 +171,7 @@ pub(crate) fn max_pool2d_indices_backward(
     idx: &Indices,
     dx: &mut [f32],
     g: &Window,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     dx.fill(0.0);
     let plane_in = g.h * g.w;
     let plane_out = g.ho * g.wo;
@@ -288,7 +289,7 @@ pub(crate) fn nll_loss(
     outs: &mut [&mut [f32]],
     c: usize,
     ignore: i64,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     let (mut s, mut count) = (0.0f64, 0usize);
     for r in 0..t.len() {
         if t.raw(r) == ignore {
@@ -310,7 +311,7 @@ pub(crate) fn nll_loss_backward(
     dx: &mut [f32],
     c: usize,
     ignore: i64,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     dx.fill(0.0);
     let g = -dloss[0] / total[0];
     for r in 0..t.len() {

@@ -20,7 +20,7 @@ mod shape;
 
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
 use crate::kernel::{BinOp, Kernel};
-use crate::ExecError;
+use crate::{ExecError, KernelError};
 use sgc_ir::DType;
 
 const NAME: &str = "cpu";
@@ -48,7 +48,7 @@ impl Indices<'_> {
     }
 
     /// Index `r`, checked to lie in `0..bound`.
-    fn get(&self, r: usize, bound: usize) -> Result<usize, String> {
+    fn get(&self, r: usize, bound: usize) -> Result<usize, KernelError> {
         let v = match self {
             Indices::I64(v) => v[r],
             Indices::I32(v) => i64::from(v[r]),
@@ -56,7 +56,11 @@ impl Indices<'_> {
         usize::try_from(v)
             .ok()
             .filter(|&u| u < bound)
-            .ok_or_else(|| format!("index {v} at position {r} is outside 0..{bound}"))
+            .ok_or(KernelError::Index {
+                index: v,
+                position: r,
+                bound,
+            })
     }
 }
 
@@ -232,8 +236,11 @@ impl Backend for CpuBackend {
             .iter()
             .map(|o| self.write_slice(o))
             .collect::<Result<Vec<_>, _>>()?;
-        run(kernel, &ins, &mut outs, inputs, outputs)
-            .map_err(|e| ExecError::backend(NAME, format!("{}: {e}", kernel.name())))
+        run(kernel, &ins, &mut outs, inputs, outputs).map_err(|error| ExecError::Kernel {
+            backend: NAME.to_string(),
+            kernel: kernel.name(),
+            error: Box::new(error),
+        })
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
@@ -401,17 +408,25 @@ fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {
     Operand::new(buffer, offset, DType::U8, vec![len])
 }
 
-fn f<'a>(s: &'a Slice<'a>) -> Result<&'a [f32], String> {
+fn f<'a>(s: &'a Slice<'a>) -> Result<&'a [f32], KernelError> {
     match s {
         Slice::F32(v) => Ok(v),
-        Slice::Idx(_) => Err("expected f32 data, got indices".into()),
+        Slice::Idx(_) => Err(wrong_dtype("f32 data", "integer indices")),
     }
 }
 
-fn idx<'a>(s: &'a Slice) -> Result<&'a Indices<'a>, String> {
+fn idx<'a>(s: &'a Slice) -> Result<&'a Indices<'a>, KernelError> {
     match s {
         Slice::Idx(v) => Ok(v),
-        Slice::F32(_) => Err("expected integer indices, got f32".into()),
+        Slice::F32(_) => Err(wrong_dtype("integer indices", "f32")),
+    }
+}
+
+fn wrong_dtype(expected: &'static str, found: &'static str) -> KernelError {
+    KernelError::DType {
+        what: "an operand".to_string(),
+        expected,
+        found,
     }
 }
 
@@ -423,7 +438,7 @@ fn run(
     outs: &mut [&mut [f32]],
     ops_in: &[Operand],
     ops_out: &[Operand],
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     use Kernel::*;
     let sh = |i: usize| ops_in[i].shape.as_slice();
     let last = |s: &[usize]| s.last().copied().unwrap_or(1);
@@ -530,7 +545,7 @@ fn run(
                 .iter()
                 .zip(ops_in)
                 .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect::<Result<Vec<_>, KernelError>>()?;
             shape::concat(&xs, outs[0], *axis)
         }
         Slice { axis, start, end } => {
@@ -679,13 +694,15 @@ fn run(
             }
         }
         CopyInto | MaxPool2dIndices { .. } => {
-            return Err("runs through the byte path of `launch`".into())
+            return Err(KernelError::Operands(
+                "runs through the byte path of `launch`".to_string(),
+            ))
         }
     }
     Ok(())
 }
 
-fn five<'a>(ins: &'a [Slice]) -> Result<[&'a [f32]; 5], String> {
+fn five<'a>(ins: &'a [Slice]) -> Result<[&'a [f32]; 5], KernelError> {
     Ok([
         f(&ins[0])?,
         f(&ins[1])?,

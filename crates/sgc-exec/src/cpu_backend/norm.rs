@@ -1,6 +1,7 @@
 //! Normalisations, softmax and cross-entropy: reductions in f64, in a fixed order.
 
 use super::Indices;
+use crate::KernelError;
 
 /// Layout of a norm: `outer x feat x inner` for batch norm (features on axis 1, stats over
 /// outer and inner), `rows x feat` with `inner = 1` per row for layer norm.
@@ -160,7 +161,7 @@ pub(crate) fn cross_entropy(
     labels: &Indices,
     loss: &mut [f32],
     c: usize,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     let rows = labels.len();
     let mut total = 0f64;
     for r in 0..rows {
@@ -178,7 +179,7 @@ pub(crate) fn cross_entropy_grad(
     labels: &Indices,
     dx: &mut [f32],
     c: usize,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     let rows = labels.len();
     for r in 0..rows {
         let row = &logits[r * c..(r + 1) * c];

@@ -1,6 +1,7 @@
 //! Data movement: embedding lookups, transpose, concat, slice, reshape copies.
 
 use super::Indices;
+use crate::KernelError;
 
 /// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
 pub(crate) fn embedding(
@@ -9,7 +10,7 @@ pub(crate) fn embedding(
     y: &mut [f32],
     v: usize,
     d: usize,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;
         y[r * d..(r + 1) * d].copy_from_slice(&w[id * d..(id + 1) * d]);
@@ -24,7 +25,7 @@ pub(crate) fn embedding_grad(
     dw: &mut [f32],
     v: usize,
     d: usize,
-) -> Result<(), String> {
+) -> Result<(), KernelError> {
     dw.fill(0.0);
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;

@@ -8,6 +8,7 @@
 
 use super::{loader, sources};
 use crate::ExecError;
+use crate::KernelError;
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
@@ -17,8 +18,8 @@ use sources::{ParamKind, BLOCK, MAX_RANK};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Result of an op function: the error names what failed (the caller adds the op type).
-pub(crate) type R = Result<(), String>;
+/// Result of an op function: the error says what failed (the caller adds the kernel).
+pub(crate) type R = Result<(), KernelError>;
 
 /// At most this many blocks per launch; every kernel loops (grid-stride or over rows), so
 /// any size is covered.
@@ -103,8 +104,9 @@ pub(crate) struct Gemm {
     pub stride_b: usize,
 }
 
-fn int(v: usize, what: &str) -> Result<i32, String> {
-    i32::try_from(v).map_err(|_| format!("{what} = {v} is too large for cuBLAS"))
+fn int(v: usize, what: &str) -> Result<i32, KernelError> {
+    i32::try_from(v)
+        .map_err(|_| KernelError::Operands(format!("{what} = {v} is too large for cuBLAS")))
 }
 
 fn op(t: bool) -> blas_sys::cublasOperation_t {
@@ -194,13 +196,17 @@ impl Device {
         let v = self
             .stream
             .clone_dtoh(&self.flag)
-            .map_err(|e| e.to_string())?;
-        self.stream.synchronize().map_err(|e| e.to_string())?;
+            .map_err(|e| KernelError::device("reading the index-error flag", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| KernelError::device("synchronising", e))?;
         if v.first().is_some_and(|&f| f != 0) {
             self.stream
                 .memset_zeros(&mut self.flag)
-                .map_err(|e| e.to_string())?;
-            return Err("an index (id or label) is outside its range".to_string());
+                .map_err(|e| KernelError::device("clearing the index-error flag", e))?;
+            return Err(KernelError::Operands(
+                "an index (id or label) is outside its range".to_string(),
+            ));
         }
         Ok(())
     }
@@ -213,15 +219,15 @@ impl Device {
         }
         let kinds: Vec<ParamKind> = args.iter().map(Arg::kind).collect();
         if sources::signature(name) != Some(kinds.as_slice()) {
-            return Err(format!(
+            return Err(KernelError::Operands(format!(
                 "kernel `{name}` launched with arguments {kinds:?}, expected {:?}",
                 sources::signature(name)
-            ));
+            )));
         }
         let f = self
             .funcs
             .get(name)
-            .ok_or_else(|| format!("kernel `{name}` is not loaded"))?;
+            .ok_or_else(|| KernelError::device(format!("kernel `{name}`"), "not loaded"))?;
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -240,7 +246,8 @@ impl Device {
         // SAFETY: the arguments match the kernel's C parameters (checked above against
         // SIGNATURES, which the kernel-compile test checks against the sources); every
         // pointer was bounds-checked by the backend for the extent the kernel addresses.
-        unsafe { b.launch(cfg) }.map_err(|e| format!("launching `{name}`: {e}"))?;
+        unsafe { b.launch(cfg) }
+            .map_err(|e| KernelError::device(format!("launching `{name}`"), e))?;
         Ok(())
     }
 
@@ -287,23 +294,29 @@ impl Device {
                 int(g.batch, "batch")?,
             )
         }
-        .map_err(|e| format!("cuBLAS sgemm: {e}"))
+        .map_err(|e| KernelError::device("cuBLAS sgemm", e))
     }
 
     /// Address of an internal workspace of at least `bytes` bytes (grown on demand, not
     /// counted in the allocator's statistics, like the CPU backend's im2col buffer).
-    pub(crate) fn scratch(&mut self, bytes: usize) -> Result<u64, String> {
+    pub(crate) fn scratch(&mut self, bytes: usize) -> Result<u64, KernelError> {
         let have = self.scratch.as_ref().map_or(0, |s| s.len());
         if have < bytes.max(1) {
             // The old workspace may still be read by queued kernels.
-            self.stream.synchronize().map_err(|e| e.to_string())?;
+            self.stream
+                .synchronize()
+                .map_err(|e| KernelError::device("synchronising", e))?;
             self.scratch = None;
             // SAFETY: a workspace every user writes before reading.
-            let mem = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-                .map_err(|e| format!("allocating a {bytes}-byte workspace: {e}"))?;
+            let mem = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| {
+                KernelError::device(format!("allocating a {bytes}-byte workspace"), e)
+            })?;
             self.scratch = Some(mem);
         }
-        let mem = self.scratch.as_ref().ok_or("no workspace")?;
+        let mem = self
+            .scratch
+            .as_ref()
+            .ok_or_else(|| KernelError::device("the workspace", "missing"))?;
         Ok(self.address(mem))
     }
 }

@@ -10,7 +10,7 @@
 //! CUBIN: no PTX JIT at load time, so an NVRTC newer than the driver works too.
 
 use super::sources;
-use crate::ExecError;
+use crate::{ExecError, KernelError};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -97,7 +97,7 @@ fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, ExecError> {
 unsafe fn compile_and_read(
     prog: nvrtc_sys::nvrtcProgram,
     options: &[String],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, KernelError> {
     if let Err(e) = unsafe { nvrtc::compile_program(prog, options) } {
         let log = unsafe { nvrtc::get_program_log(prog) }.unwrap_or_default();
         let log: Vec<u8> = log
@@ -105,15 +105,16 @@ unsafe fn compile_and_read(
             .take_while(|&&c| c != 0)
             .map(|&c| c as u8)
             .collect();
-        return Err(format!("{e}\n{}", String::from_utf8_lossy(&log)));
+        let log = String::from_utf8_lossy(&log);
+        return Err(KernelError::device("NVRTC compile", format!("{e}\n{log}")));
     }
     let mut size = 0usize;
     unsafe { nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size) }
         .result()
-        .map_err(|e| format!("nvrtcGetCUBINSize: {e}"))?;
+        .map_err(|e| KernelError::device("nvrtcGetCUBINSize", e))?;
     let mut cubin = vec![0u8; size];
     unsafe { nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut std::ffi::c_char) }
         .result()
-        .map_err(|e| format!("nvrtcGetCUBIN: {e}"))?;
+        .map_err(|e| KernelError::device("nvrtcGetCUBIN", e))?;
     Ok(cubin)
 }

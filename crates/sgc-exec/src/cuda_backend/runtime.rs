@@ -14,7 +14,7 @@ use super::{elementwise, loader, shape, sources};
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
 use crate::kernel::Kernel;
 use crate::shapes::is_index_slot;
-use crate::ExecError;
+use crate::{ExecError, KernelError};
 use cudarc::driver::CudaSlice;
 use sgc_ir::DType;
 
@@ -60,6 +60,14 @@ impl CudaBackend {
             name: format!("{NAME}:{ordinal} ({device})"),
             dev: opened,
         })
+    }
+
+    fn kernel_err(kernel: &Kernel, error: KernelError) -> ExecError {
+        ExecError::Kernel {
+            backend: NAME.to_string(),
+            kernel: kernel.name(),
+            error: Box::new(error),
+        }
     }
 
     fn err(detail: impl Into<String>) -> ExecError {
@@ -174,7 +182,7 @@ impl Backend for CudaBackend {
         // Kernels index device memory from the shapes: an unchecked shape would be an
         // out-of-bounds access on the device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
-            .map_err(|e| Self::err(format!("{}: {e}", kernel.name())))?;
+            .map_err(|error| Self::kernel_err(kernel, error))?;
         for (i, o) in inputs.iter().enumerate() {
             let index = is_index_slot(kernel, i) && matches!(o.dtype, DType::I64 | DType::I32);
             if !index && o.dtype != DType::F32 {
@@ -198,7 +206,7 @@ impl Backend for CudaBackend {
             .collect::<Result<Vec<_>, _>>()?;
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
         run(kernel, &mut self.dev, &ins, &outs, inputs, outputs)
-            .map_err(|e| Self::err(format!("{}: {e}", kernel.name())))
+            .map_err(|error| Self::kernel_err(kernel, error))
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
@@ -364,7 +372,10 @@ fn run(
         }
         SgdUpdate { lr } => elementwise::sgd_update(d, ins[0], ins[1], *lr, numel(0)),
         // `supports` refuses these before any launch (`Kernel::on_cuda`).
-        other => Err(format!("{} has no CUDA kernel", other.name())),
+        other => Err(KernelError::Operands(format!(
+            "{} has no CUDA kernel",
+            other.name()
+        ))),
     }
 }
 

@@ -4,6 +4,7 @@
 use super::device::{n, Arg, Device, DimsArg, Grid, R};
 use super::norm::Idx;
 use super::sources::MAX_RANK;
+use crate::KernelError;
 
 /// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
 pub(crate) fn embedding(
@@ -66,7 +67,9 @@ pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
 pub(crate) fn transpose(d: &Device, x: u64, y: u64, shape: &[usize], perm: &[usize]) -> R {
     let r = shape.len();
     if r > MAX_RANK || perm.len() != r {
-        return Err(format!("rank {r} (perm {perm:?}); at most {MAX_RANK} axes"));
+        return Err(KernelError::Operands(format!(
+            "rank {r} (perm {perm:?}); at most {MAX_RANK} axes"
+        )));
     }
     let mut strides = vec![1usize; r];
     for a in (0..r.saturating_sub(1)).rev() {
