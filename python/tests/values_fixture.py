@@ -1,10 +1,11 @@
 """The committed fixtures `tests/fixtures/torch_values_*.json`: small models traced by
 `sgc_trace`, with the inputs, weights and state they were run on and what PyTorch computed
 in float32: the loss and the gradient of every parameter. `tiny_resnet` is a ResNet-style
-CNN (7x7 stem, BatchNorm, max pooling, two residual stages, global average pooling, a
-Mish, a linear head, cross-entropy); `tiny_lm` a one-block transformer language model (embedding,
-learned positions, LayerNorm, causal-free multi-head attention through matmul and softmax,
-an exact-GELU MLP, a linear head). The Rust test `tests/torch_values.rs` runs each graph on
+CNN (7x7 stem, BatchNorm, max pooling, a depthwise convolution with bias and hardswish,
+two residual stages, global average pooling, Mish, a linear head, cross-entropy);
+`tiny_lm` a one-block transformer language model (embedding, learned positions,
+LayerNorm, multi-head attention through matmul and softmax without a mask, an exact-GELU
+MLP, a linear head). The Rust test `tests/torch_values.rs` runs each graph on
 sgc's CPU backend with the same values and compares.
 
 Regenerate: python3 python/tests/values_fixture.py
@@ -41,11 +42,12 @@ class Tiny(nn.Module):
         self.stem = nn.Sequential(
             nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
         )
+        self.depthwise = nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=True)
         self.layers = resnet_cnn.build(widths=(8, 16), blocks=1, classes=CLASSES).layers
         self.fc = nn.Linear(16, CLASSES)
 
     def forward(self, x):
-        h = self.layers(self.stem(x))
+        h = self.layers(F.hardswish(self.depthwise(self.stem(x))))
         return self.fc(F.mish(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)))
 
 

@@ -125,12 +125,35 @@ pub enum Kernel {
     // Kernels of the PyTorch exporter's ops (`aten.*`, `sgc.*`) that the ones above do not
     // already compute (those lower onto them: `aten.relu` is `Relu`, `aten.mm` is `MatMul`,
     // `aten.view` is `Reshape`, ...). CPU only (see [`Kernel::on_cuda`]).
+    /// `aten.convolution` with groups or a bias: `(x, w[, bias])`, `w [O, C/groups, kh, kw]`.
+    ConvGrouped {
+        stride: usize,
+        padding: usize,
+        groups: usize,
+        bias: bool,
+    },
     /// `aten.convolution_backward`: `(dy, x, w)` -> the results `mask` asks for, of
     /// `(dx, dw, dbias)`.
     ConvBackward {
         stride: usize,
         padding: usize,
+        groups: usize,
         mask: [bool; 3],
+    },
+    /// A fresh tensor of zeros (`aten.zeros`, `aten.empty`, `new_empty_strided`: ATen
+    /// leaves `empty` undefined; zeros is one definition, the same in every run); its
+    /// `inputs` operands only lend a dtype.
+    Zeros {
+        inputs: usize,
+    },
+    /// `aten.copy`: `(dst, src) -> src` broadcast to `dst`'s shape (a functional copy).
+    Assign,
+    /// `aten.bernoulli.p`: ones with probability `p` (drawn from a counter-based stream
+    /// keyed by `seed` and the run: the op is never recomputed, so planned and unplanned
+    /// runs draw the same values).
+    Bernoulli {
+        p: f64,
+        seed: u64,
     },
     /// `aten.native_batch_norm_backward`: `(dy, x, gamma, mean, invstd)` -> the results
     /// `mask` asks for, of `(dx, dgamma, dbeta)`.
@@ -437,6 +460,11 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::AtenSoftplusBackward, false),
     (OpKind::AtenSubTensor, false),
     (OpKind::AtenEmptyLike, false),
+    (OpKind::AtenBernoulli, false),
+    (OpKind::AtenZeros, false),
+    (OpKind::AtenEmpty, false),
+    (OpKind::AtenNewEmptyStrided, false),
+    (OpKind::AtenCopy, false),
     (OpKind::AtenFill, false),
     (OpKind::AtenHardswish, false),
     (OpKind::AtenHardswishBackward, false),
@@ -605,6 +633,13 @@ impl Attrs<'_> {
     }
 }
 
+/// A seed from an op's name (FNV-1a): the same op draws the same stream in every run.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// The kernel of an exporter op (`None`: no kernel runs it).
 fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kernel>, ExecError> {
     use OpKind as K;
@@ -616,8 +651,8 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
         let stride = a.square_or("stride", kernel)?;
         Ok((kernel, stride, a.square_or("padding", 0)?))
     };
+    let groups = a.get("groups").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
     let conv = || -> Result<(usize, usize), ExecError> {
-        a.require("groups", |v| v.as_u64() == Some(1), "groups = 1")?;
         a.require(
             "transposed",
             |v| v.as_bool() == Some(false),
@@ -633,26 +668,38 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
         )?;
         Ok((a.square("stride")?, a.square("padding")?))
     };
-    let no_bias = |n: usize| -> Result<(), ExecError> {
-        if o.inputs.len() > n {
-            return Err(a.err("a bias operand: only convolutions without bias run".into()));
-        }
-        Ok(())
-    };
     Ok(Some(match kind {
         K::AtenConvolution => {
-            no_bias(2)?;
             let (stride, padding) = conv()?;
-            Kernel::Conv2d { stride, padding }
+            let bias = o.inputs.len() > 2;
+            if groups == 1 && !bias {
+                Kernel::Conv2d { stride, padding }
+            } else {
+                Kernel::ConvGrouped {
+                    stride,
+                    padding,
+                    groups,
+                    bias,
+                }
+            }
         }
         K::AtenConvolutionBackward => {
             let (stride, padding) = conv()?;
             Kernel::ConvBackward {
                 stride,
                 padding,
+                groups,
                 mask: a.mask()?,
             }
         }
+        K::AtenZeros | K::AtenEmpty | K::AtenNewEmptyStrided => Kernel::Zeros {
+            inputs: o.inputs.len(),
+        },
+        K::AtenCopy => Kernel::Assign,
+        K::AtenBernoulli => Kernel::Bernoulli {
+            p: a.f64_of("p")?,
+            seed: name_seed(&o.name),
+        },
         K::AtenBatchNorm => Kernel::BatchNorm {
             eps: a.f32_or("eps", Some(1e-5))?,
         },
@@ -1128,6 +1175,10 @@ impl Kernel {
             CrossEntropyGrad => K::CrossEntropyGrad,
             SgdUpdate { .. } => K::SgdUpdate,
             ConvBackward { .. } => K::AtenConvolutionBackward,
+            ConvGrouped { .. } => K::AtenConvolution,
+            Bernoulli { .. } => K::AtenBernoulli,
+            Zeros { .. } => K::AtenZeros,
+            Assign => K::AtenCopy,
             BatchNormBackward { .. } => K::AtenBatchNormBackward,
             BatchNormUpdateStats { .. } => K::BatchNormUpdateStats,
             CopyInto => K::AtenCopyInPlace,

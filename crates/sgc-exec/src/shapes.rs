@@ -98,6 +98,10 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         Concat { .. } => (None, 1),
         Split { .. } => (Some(1), VARIADIC),
         SgdUpdate { .. } | CopyInto => (Some(2), 0),
+        ConvGrouped { bias, .. } => (Some(2 + usize::from(*bias)), 1),
+        Bernoulli { .. } => (Some(1), 1),
+        Zeros { inputs } => (Some(*inputs), 1),
+        Assign => (Some(2), 1),
         ConvBackward { mask, .. } | BatchNormBackward { mask } => {
             let n = mask.iter().filter(|m| **m).count();
             (
@@ -409,15 +413,39 @@ fn check_shapes<'a>(
             )
         }
         SgdUpdate { .. } => eq("gradient", s(1), s(0)),
+        ConvGrouped {
+            stride,
+            padding,
+            groups,
+            bias,
+        } => {
+            let (x, w) = (s(0), s(1));
+            grouped(x, w, *groups)?;
+            if *bias {
+                eq("bias", s(2), &[w[0]])?;
+            }
+            eq("output", o(0), &conv_out(x, w, *stride, *padding)?)
+        }
+        Bernoulli { .. } => eq("output", o(0), s(0)),
+        Zeros { .. } => Ok(()),
+        Assign => {
+            let (x, y) = (s(1), o(0));
+            eq("output", y, s(0))?;
+            let fits = x.len() <= y.len()
+                && x.iter()
+                    .rev()
+                    .zip(y.iter().rev())
+                    .all(|(a, b)| a == b || *a == 1);
+            expect(fits, || format!("source {x:?} does not broadcast to {y:?}"))
+        }
         ConvBackward {
             stride,
             padding,
+            groups,
             mask,
         } => {
             let (dy, x, w) = (s(0), s(1), s(2));
-            expect(x.len() == 4 && w.len() == 4 && x[1] == w[1], || {
-                format!("x {x:?} and weight {w:?}")
-            })?;
+            grouped(x, w, *groups)?;
             eq("dy", dy, &conv_out(x, w, *stride, *padding)?)?;
             let wanted: [&[usize]; 3] = [x, w, &[w[0]]];
             masked(mask, &wanted, o)
@@ -600,6 +628,14 @@ fn check_shapes<'a>(
             eq("output", o(0), logp)
         }
     }
+}
+
+/// `x [N, C, H, W]` and `w [O, C/groups, kh, kw]` with `groups` dividing `C` and `O`.
+fn grouped(x: &[usize], w: &[usize], groups: usize) -> R {
+    expect(
+        x.len() == 4 && w.len() == 4 && groups > 0 && x[1] == w[1] * groups && w[0] % groups == 0,
+        || format!("conv of {x:?} by {w:?} in {groups} groups"),
+    )
 }
 
 /// The results a mask asks for, in order, have the wanted shapes.

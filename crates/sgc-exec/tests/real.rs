@@ -1,10 +1,13 @@
-//! Real PyTorch exports run on the CPU backend: ResNet-18, ResNet-50 and DenseNet-121 as
-//! `sgc_trace` traces them (torchvision models, random weights, batch 2 at 64x64; made by
-//! `python -m sgc_trace.corpus --small --only resnet18 resnet50 densenet121 --out
+//! Real PyTorch exports run on the CPU backend: ResNet-18, ResNet-50, DenseNet-121,
+//! MobileNetV3-Large and EfficientNet-B0 as `sgc_trace` traces them (torchvision models,
+//! random weights, batch 2 at 64x64; made by `python -m sgc_trace.corpus --small --only
+//! resnet18 resnet50 densenet121 mobilenet_v3_large efficientnet_b0 --out
 //! tests/fixtures/real_small` from `python/`). Every plan the planner makes for them
 //! passes the verifier and gives the loss and every gradient bit for bit as the unplanned
-//! run does, while the view ops (`t`, `expand`, `slice` of the dense blocks) run as
-//! aliases read through views.
+//! run does: the view ops (`t`, `expand`, `slice` of the dense blocks) run as aliases read
+//! through views, depthwise and biased convolutions per group, and the random ops
+//! (MobileNet's dropout, EfficientNet's stochastic depth: `bernoulli`) draw the same values
+//! in both runs because a plan never recomputes them.
 
 mod common;
 
@@ -13,7 +16,13 @@ use sgc_ir::Graph;
 use sgc_plan::Strategy;
 use std::path::PathBuf;
 
-const GRAPHS: &[&str] = &["resnet18", "resnet50", "densenet121"];
+const GRAPHS: &[&str] = &[
+    "resnet18",
+    "resnet50",
+    "densenet121",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+];
 
 fn load(name: &str) -> Graph {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

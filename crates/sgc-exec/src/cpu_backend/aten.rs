@@ -10,7 +10,68 @@ use super::norm::{self, NormDims};
 use super::Indices;
 use crate::KernelError;
 
-/// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`.
+/// Channels `[grp * c, (grp + 1) * c)` of every image of `x` (`[n, total, plane]`),
+/// contiguous.
+fn gather(x: &[f32], n: usize, total: usize, c: usize, grp: usize, plane: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * c * plane);
+    for img in 0..n {
+        let start = (img * total + grp * c) * plane;
+        out.extend_from_slice(&x[start..start + c * plane]);
+    }
+    out
+}
+
+/// The inverse of [`gather`]: `part` written back into its channels of `y`.
+fn scatter(
+    y: &mut [f32],
+    part: &[f32],
+    n: usize,
+    total: usize,
+    c: usize,
+    grp: usize,
+    plane: usize,
+) {
+    for img in 0..n {
+        let start = (img * total + grp * c) * plane;
+        y[start..start + c * plane].copy_from_slice(&part[img * c * plane..(img + 1) * c * plane]);
+    }
+}
+
+/// `convolution` with `groups` (each group's output channels see only its input
+/// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
+/// the builder's `conv2d` over that group's channels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_grouped(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    g: &Window,
+    o: usize,
+    groups: usize,
+) {
+    let (cg, og) = (g.c / groups, o / groups);
+    let gw = Window { c: cg, ..*g };
+    let (pin, pout) = (g.h * g.w, g.ho * g.wo);
+    let wlen = og * cg * g.kh * g.kw;
+    for grp in 0..groups {
+        let xs = gather(x, g.n, g.c, cg, grp, pin);
+        let mut ys = vec![0.0; g.n * og * pout];
+        conv::conv2d(&xs, &w[grp * wlen..(grp + 1) * wlen], &mut ys, &gw, og);
+        scatter(y, &ys, g.n, o, og, grp, pout);
+    }
+    if let Some(b) = bias {
+        for (i, plane) in y.chunks_mut(pout.max(1)).enumerate() {
+            let v = b[i % o.max(1)];
+            for y in plane {
+                *y += v;
+            }
+        }
+    }
+}
+
+/// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
+/// group when `groups > 1`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_backward(
     dy: &[f32],
@@ -20,29 +81,63 @@ pub(crate) fn conv_backward(
     mask: [bool; 3],
     g: &Window,
     o: usize,
+    groups: usize,
 ) {
+    let (cg, og) = (g.c / groups, o / groups);
+    let gw = Window { c: cg, ..*g };
+    let (pin, pout) = (g.h * g.w, g.ho * g.wo);
+    let wlen = og * cg * g.kh * g.kw;
     let mut slot = 0;
     if mask[0] {
-        conv::conv2d_grad_input(dy, w, outs[slot], g, o);
+        if groups == 1 {
+            conv::conv2d_grad_input(dy, w, outs[slot], g, o);
+        } else {
+            for grp in 0..groups {
+                let dys = gather(dy, g.n, o, og, grp, pout);
+                let mut dxs = vec![0.0; g.n * cg * pin];
+                conv::conv2d_grad_input(&dys, &w[grp * wlen..(grp + 1) * wlen], &mut dxs, &gw, og);
+                scatter(outs[slot], &dxs, g.n, g.c, cg, grp, pin);
+            }
+        }
         slot += 1;
     }
     if mask[1] {
-        conv::conv2d_grad_weight(x, dy, outs[slot], g, o);
+        if groups == 1 {
+            conv::conv2d_grad_weight(x, dy, outs[slot], g, o);
+        } else {
+            for grp in 0..groups {
+                let (xs, dys) = (
+                    gather(x, g.n, g.c, cg, grp, pin),
+                    gather(dy, g.n, o, og, grp, pout),
+                );
+                let dw = &mut outs[slot][grp * wlen..(grp + 1) * wlen];
+                conv::conv2d_grad_weight(&xs, &dys, dw, &gw, og);
+            }
+        }
         slot += 1;
     }
     if mask[2] {
-        let plane = g.ho * g.wo;
         for (c, db) in outs[slot].iter_mut().enumerate() {
             let mut s = 0.0f64;
             for n in 0..g.n {
-                let start = (n * o + c) * plane;
-                s += dy[start..start + plane]
+                let start = (n * o + c) * pout;
+                s += dy[start..start + pout]
                     .iter()
                     .map(|&v| f64::from(v))
                     .sum::<f64>();
             }
             *db = s as f32;
         }
+    }
+}
+
+/// `bernoulli.p`: ones with probability `p`, from the counter-based stream of `seed` at
+/// run `run` (SplitMix64; 53 random bits per draw).
+pub(crate) fn bernoulli(y: &mut [f32], p: f64, seed: u64, run: u64) {
+    let mut rng = crate::init::SplitMix64::new(seed ^ run.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for v in y.iter_mut() {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        *v = if u < p { 1.0 } else { 0.0 };
     }
 }
 

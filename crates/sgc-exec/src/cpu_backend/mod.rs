@@ -75,6 +75,8 @@ enum Slice<'a> {
 pub struct CpuBackend {
     buffers: Vec<(Vec<u64>, u64)>,
     stats: AllocStats,
+    /// Runs so far of each random op (by its seed): the stream position of its next draw.
+    draws: std::collections::HashMap<u64, u64>,
 }
 
 impl CpuBackend {
@@ -373,6 +375,14 @@ impl CpuBackend {
                 self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
                 self.write(outputs[1].buffer, outputs[1].offset, &ib)?;
             }
+            Kernel::Bernoulli { p, seed } => {
+                let run = self.draws.entry(*seed).or_insert(0);
+                let mut y = vec![0.0f32; outputs[0].numel()];
+                aten::bernoulli(&mut y, *p, *seed, *run);
+                *run += 1;
+                let yb: Vec<u8> = y.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -566,12 +576,24 @@ fn run(
         ConvBackward {
             stride,
             padding,
+            groups,
             mask,
         } => {
             let (x, w) = (sh(1), sh(2));
             let g = conv::Window::conv(x, w, sh(0), *stride, *padding);
             let (dy, xv, wv) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
-            aten::conv_backward(dy, xv, wv, outs, *mask, &g, w[0])
+            aten::conv_backward(dy, xv, wv, outs, *mask, &g, w[0], *groups)
+        }
+        ConvGrouped {
+            stride,
+            padding,
+            groups,
+            bias,
+        } => {
+            let (x, w) = (sh(0), sh(1));
+            let g = conv::Window::conv(x, w, &ops_out[0].shape, *stride, *padding);
+            let b = if *bias { Some(f(&ins[2])?) } else { None };
+            aten::conv_grouped(f(&ins[0])?, f(&ins[1])?, b, outs[0], &g, w[0], *groups)
         }
         BatchNormBackward { mask } => {
             aten::batch_norm_backward(five(ins)?, bn_dims(sh(1)), *mask, outs)
@@ -693,7 +715,9 @@ fn run(
                 *o = v;
             }
         }
-        CopyInto | MaxPool2dIndices { .. } => {
+        Zeros { .. } => outs[0].fill(0.0),
+        Assign => aten::expand(f(&ins[1])?, outs[0], sh(1), &ops_out[0].shape),
+        CopyInto | MaxPool2dIndices { .. } | Bernoulli { .. } => {
             return Err(KernelError::Operands(
                 "runs through the byte path of `launch`".to_string(),
             ))
