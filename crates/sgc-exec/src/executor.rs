@@ -401,7 +401,7 @@ fn check_ops<B: Backend>(
         }
         for &t in o.inputs.iter().chain(&o.outputs) {
             let d = graph.tensor(t);
-            if !matches!(d.dtype, DType::F32 | DType::I64 | DType::I32) {
+            if !matches!(d.dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool) {
                 return Err(ExecError::UnsupportedDType {
                     tensor: d.name.clone(),
                     dtype: d.dtype.as_str().to_string(),
@@ -570,6 +570,7 @@ impl<'a> Resolver<'a> {
                     | Kernel::Expand
                     | Kernel::Slice { .. }
                     | Kernel::Split { .. }
+                    | Kernel::Unbind { .. }
             );
             let no_op = view_op
                 && o.outputs

@@ -104,26 +104,47 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
 }
 
 /// The class count of an integer input: the size of the axis it indexes in the op that
-/// reads it (the op vocabulary's `ids`).
+/// reads it (the op vocabulary's `ids`), looking through views of it (a target reshaped
+/// before the loss).
 fn class_count(graph: &Graph, t: TensorId) -> Option<u64> {
-    graph
-        .consumers(t)
-        .iter()
-        .find_map(|&o| {
+    let mut todo = vec![t];
+    let mut seen = 0;
+    while let Some(t) = todo.pop() {
+        seen += 1;
+        if seen > graph.num_tensors() {
+            return None;
+        }
+        for &o in graph.consumers(t) {
             let op = graph.op(o);
-            let ids = op.kind?.spec().ids?;
-            if op.inputs.get(usize::from(ids.ids)) != Some(&t) {
-                return None;
+            if let Some(c) = indexed_axis(graph, o, t) {
+                return Some(c);
             }
-            let shape = &graph.tensor(*op.inputs.get(usize::from(ids.of))?).shape;
-            let axis = if ids.axis < 0 {
-                shape.len().checked_sub(ids.axis.unsigned_abs().into())?
-            } else {
-                usize::from(ids.axis.unsigned_abs())
-            };
-            shape.get(axis).copied()
-        })
-        .filter(|&c| c > 0)
+            // Follow views: outputs that share the integer tensor's storage.
+            todo.extend(
+                op.outputs
+                    .iter()
+                    .copied()
+                    .filter(|&out| graph.storage_root(out) == graph.storage_root(t)),
+            );
+        }
+    }
+    None
+}
+
+/// The size of the axis `t` indexes as an operand of op `o`, if `o` reads ids there.
+fn indexed_axis(graph: &Graph, o: sgc_ir::OpId, t: TensorId) -> Option<u64> {
+    let op = graph.op(o);
+    let ids = op.kind?.spec().ids?;
+    if op.inputs.get(usize::from(ids.ids)) != Some(&t) {
+        return None;
+    }
+    let shape = &graph.tensor(*op.inputs.get(usize::from(ids.of))?).shape;
+    let axis = if ids.axis < 0 {
+        shape.len().checked_sub(ids.axis.unsigned_abs().into())?
+    } else {
+        usize::from(ids.axis.unsigned_abs())
+    };
+    shape.get(axis).copied().filter(|&c| c > 0)
 }
 
 /// How parameter `t` is initialised: as the first op that reads it says (the op

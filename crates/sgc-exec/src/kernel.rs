@@ -140,6 +140,24 @@ pub enum Kernel {
         groups: usize,
         mask: [bool; 3],
     },
+    /// `aten.native_dropout`: `x -> (x * mask / (1 - p), mask)`, `mask` (bool) one with
+    /// probability `1 - p`, drawn like [`Kernel::Bernoulli`].
+    Dropout {
+        p: f64,
+        seed: u64,
+    },
+    /// `aten.native_dropout_backward`: `(dy, mask) -> dy * mask * scale`.
+    DropoutBackward {
+        scale: f32,
+    },
+    /// `aten.unbind`: one output per index of `axis`, the axis dropped.
+    Unbind {
+        axis: usize,
+    },
+    /// `aten.stack`: the inputs along a new axis `axis`.
+    Stack {
+        axis: usize,
+    },
     /// A fresh tensor of zeros (`aten.zeros`, `aten.empty`, `new_empty_strided`: ATen
     /// leaves `empty` undefined; zeros is one definition, the same in every run); its
     /// `inputs` operands only lend a dtype.
@@ -219,8 +237,10 @@ pub enum Kernel {
     Fill {
         value: f32,
     },
-    /// `(bias [N], a [M, K], b [K, N]) -> a @ b + bias`.
-    AddMm,
+    /// `(bias [N], a [M, K], b [K, N]) -> a @ b + bias` (`b [N, K]` when `transpose_b`).
+    AddMm {
+        transpose_b: bool,
+    },
     /// Log-softmax over the last axis.
     LogSoftmax,
     /// `(dy, y) -> dy - exp(y) * sum(dy)` over the last axis.
@@ -462,6 +482,10 @@ pub const KERNELS: &[(OpKind, bool)] = &[
     (OpKind::AtenEmptyLike, false),
     (OpKind::AtenBernoulli, false),
     (OpKind::AtenZeros, false),
+    (OpKind::AtenDropout, false),
+    (OpKind::AtenDropoutBackward, false),
+    (OpKind::AtenUnbind, false),
+    (OpKind::AtenStack, false),
     (OpKind::AtenEmpty, false),
     (OpKind::AtenNewEmptyStrided, false),
     (OpKind::AtenCopy, false),
@@ -692,6 +716,22 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 mask: a.mask()?,
             }
         }
+        K::AtenDropout => {
+            a.require("train", |v| v.as_bool() == Some(true), "training mode")?;
+            Kernel::Dropout {
+                p: a.f64_of("p")?,
+                seed: name_seed(&o.name),
+            }
+        }
+        K::AtenDropoutBackward => Kernel::DropoutBackward {
+            scale: a.f64_of("scale")? as f32,
+        },
+        K::AtenUnbind => Kernel::Unbind {
+            axis: a.axis_of("dim", rank(0))?,
+        },
+        K::AtenStack => Kernel::Stack {
+            axis: a.axis_of("dim", rank(0) + 1)?,
+        },
         K::AtenZeros | K::AtenEmpty | K::AtenNewEmptyStrided => Kernel::Zeros {
             inputs: o.inputs.len(),
         },
@@ -858,7 +898,7 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
         K::AtenAddmm => {
             a.require("beta", |v| v.as_f64() == Some(1.0), "beta = 1")?;
             a.require("alpha", |v| v.as_f64() == Some(1.0), "alpha = 1")?;
-            Kernel::AddMm
+            Kernel::AddMm { transpose_b: false }
         }
         K::AtenLogSoftmax | K::AtenLogSoftmaxBackward => {
             let r = rank(0);
@@ -1178,6 +1218,10 @@ impl Kernel {
             ConvGrouped { .. } => K::AtenConvolution,
             Bernoulli { .. } => K::AtenBernoulli,
             Zeros { .. } => K::AtenZeros,
+            Dropout { .. } => K::AtenDropout,
+            DropoutBackward { .. } => K::AtenDropoutBackward,
+            Unbind { .. } => K::AtenUnbind,
+            Stack { .. } => K::AtenStack,
             Assign => K::AtenCopy,
             BatchNormBackward { .. } => K::AtenBatchNormBackward,
             BatchNormUpdateStats { .. } => K::BatchNormUpdateStats,
@@ -1194,7 +1238,7 @@ impl Kernel {
             Reduce { mean: false, .. } => K::AtenSum,
             Expand => K::AtenExpand,
             Fill { .. } => K::AtenOnesLike,
-            AddMm => K::AtenAddmm,
+            AddMm { .. } => K::AtenAddmm,
             LogSoftmax => K::AtenLogSoftmax,
             LogSoftmaxBackward => K::AtenLogSoftmaxBackward,
             NllLoss { .. } => K::AtenNllLoss,

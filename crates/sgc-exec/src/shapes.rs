@@ -60,9 +60,18 @@ pub fn is_index_slot(k: &Kernel, i: usize) -> bool {
     )
 }
 
-/// Whether output slot `i` of `k` holds i64 indices.
-fn is_index_output(k: &Kernel, i: usize) -> bool {
-    matches!((k, i), (Kernel::MaxPool2dIndices { .. }, 1))
+/// The dtype of output slot `i` of `k` (f32 but for pooling indices and dropout masks).
+fn output_dtype(k: &Kernel, i: usize) -> DType {
+    match (k, i) {
+        (Kernel::MaxPool2dIndices { .. }, 1) => DType::I64,
+        (Kernel::Dropout { .. }, 1) => DType::Bool,
+        _ => DType::F32,
+    }
+}
+
+/// Whether input slot `i` of `k` is a boolean mask.
+fn is_mask_slot(k: &Kernel, i: usize) -> bool {
+    matches!((k, i), (Kernel::DropoutBackward { .. }, 1))
 }
 
 /// Kernels whose operands may be of any dtype, all alike (byte copies, integer counters).
@@ -101,6 +110,10 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         ConvGrouped { bias, .. } => (Some(2 + usize::from(*bias)), 1),
         Bernoulli { .. } => (Some(1), 1),
         Zeros { inputs } => (Some(*inputs), 1),
+        Dropout { .. } => (Some(1), 2),
+        DropoutBackward { .. } => (Some(2), 1),
+        Unbind { .. } => (Some(1), VARIADIC),
+        Stack { .. } => (None, 1),
         Assign => (Some(2), 1),
         ConvBackward { mask, .. } | BatchNormBackward { mask } => {
             let n = mask.iter().filter(|m| **m).count();
@@ -125,7 +138,7 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         | LogSoftmax => (Some(1), 1),
         LayerNormBackward { mask } => (Some(6), mask.iter().filter(|m| **m).count()),
         MaxPool2dIndices { .. } => (Some(1), 2),
-        MaxPool2dIndicesBackward { .. } | AddMm => (Some(3), 1),
+        MaxPool2dIndicesBackward { .. } | AddMm { .. } => (Some(3), 1),
         NllLoss { .. } => (Some(2), 2),
         NllLossBackward { .. } => (Some(4), 1),
         _ => (Some(2), 1),
@@ -166,17 +179,25 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
             if is_index_slot(k, i) {
                 let ok = matches!(o.dtype, DType::I64 | DType::I32);
                 dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
+            } else if is_mask_slot(k, i) {
+                dtype(
+                    format!("input {i}"),
+                    o.dtype == DType::Bool,
+                    "a bool mask",
+                    o.dtype,
+                )?;
             } else {
                 dtype(format!("input {i}"), o.dtype == DType::F32, "f32", o.dtype)?;
             }
         }
         for (i, o) in outs.iter().enumerate() {
-            let (want, name) = if is_index_output(k, i) {
-                (DType::I64, "i64")
-            } else {
-                (DType::F32, "f32")
-            };
-            dtype(format!("output {i}"), o.dtype == want, name, o.dtype)?;
+            let want = output_dtype(k, i);
+            dtype(
+                format!("output {i}"),
+                o.dtype == want,
+                want.as_str(),
+                o.dtype,
+            )?;
         }
     }
     let s = |i: usize| ins[i].shape.as_slice();
@@ -428,6 +449,36 @@ fn check_shapes<'a>(
         }
         Bernoulli { .. } => eq("output", o(0), s(0)),
         Zeros { .. } => Ok(()),
+        Dropout { .. } => {
+            eq("output", o(0), s(0))?;
+            eq("mask", o(1), s(0))
+        }
+        DropoutBackward { .. } => {
+            eq("mask", s(1), s(0))?;
+            eq("output", o(0), s(0))
+        }
+        Unbind { axis } => {
+            let x = s(0);
+            expect(*axis < x.len() && x[*axis] == n_out, || {
+                format!("{n_out} outputs from axis {axis} of {x:?}")
+            })?;
+            let mut want = x.to_vec();
+            want.remove(*axis);
+            for i in 0..n_out {
+                eq("piece", o(i), &want)?;
+            }
+            Ok(())
+        }
+        Stack { axis } => {
+            let x = s(0);
+            expect(*axis <= x.len(), || format!("axis {axis} of {x:?} stacked"))?;
+            for i in 1..n_in {
+                eq("input", s(i), x)?;
+            }
+            let mut want = x.to_vec();
+            want.insert(*axis, n_in);
+            eq("output", o(0), &want)
+        }
         Assign => {
             let (x, y) = (s(1), o(0));
             eq("output", y, s(0))?;
@@ -531,16 +582,22 @@ fn check_shapes<'a>(
                     .all(|(a, b)| a == b || *a == 1);
             expect(fits, || format!("{x:?} does not broadcast to {y:?}"))
         }
-        AddMm => {
+        AddMm { transpose_b } => {
             let (bias, a, b) = (s(0), s(1), s(2));
-            expect(a.len() == 2 && b.len() == 2 && a[1] == b[0], || {
+            expect(a.len() == 2 && b.len() == 2, || {
                 format!("addmm of {a:?} @ {b:?}")
             })?;
+            let (k, n) = if *transpose_b {
+                (b[1], b[0])
+            } else {
+                (b[0], b[1])
+            };
+            expect(a[1] == k, || format!("addmm of {a:?} @ {b:?}"))?;
             expect(
-                bias.iter().product::<usize>() == b[1] && bias.last() == Some(&b[1]),
-                || format!("bias {bias:?} for {} columns", b[1]),
+                bias.iter().product::<usize>() == n && bias.last() == Some(&n),
+                || format!("bias {bias:?} for {n} columns"),
             )?;
-            eq("output", o(0), &[a[0], b[1]])
+            eq("output", o(0), &[a[0], n])
         }
         NllLoss { .. } => {
             let (logp, t) = (s(0), s(1));

@@ -90,7 +90,7 @@ fn step(
             ViewStep::Permute(perm)
         }
         K::AtenExpand => ViewStep::Expand(y),
-        K::AtenSlice | K::AtenSplit | K::AtenSelect => {
+        K::AtenSlice | K::AtenSplit | K::AtenSelect | K::AtenUnbind => {
             let a = axis("dim", x.len()).ok_or_else(bad)?;
             let len = x[a];
             let (start, end) = match o.kind {
@@ -107,6 +107,7 @@ fn step(
                         clamp(attr("end").and_then(Value::as_i64).unwrap_or(len as i64)).max(start),
                     )
                 }
+                Some(K::AtenUnbind) => (slot, slot + 1),
                 Some(K::AtenSplit) => {
                     let size = attr("split_size").and_then(Value::as_u64).ok_or_else(bad)? as usize;
                     ((slot * size).min(len), ((slot + 1) * size).min(len))

@@ -1,13 +1,15 @@
 //! Real PyTorch exports run on the CPU backend: ResNet-18, ResNet-50, DenseNet-121,
-//! MobileNetV3-Large and EfficientNet-B0 as `sgc_trace` traces them (torchvision models,
-//! random weights, batch 2 at 64x64; made by `python -m sgc_trace.corpus --small --only
-//! resnet18 resnet50 densenet121 mobilenet_v3_large efficientnet_b0 --out
-//! tests/fixtures/real_small` from `python/`). Every plan the planner makes for them
+//! MobileNetV3-Large, EfficientNet-B0 (torchvision, batch 2 at 64x64) and the two-layer
+//! LSTM language model (batch 2, 8 tokens) as `sgc_trace` traces them, random weights;
+//! made by `python -m sgc_trace.corpus --small --only resnet18 resnet50 densenet121
+//! mobilenet_v3_large efficientnet_b0 lstm_lm --out tests/fixtures/real_small` from
+//! `python/`. Every plan the planner makes for them
 //! passes the verifier and gives the loss and every gradient bit for bit as the unplanned
 //! run does: the view ops (`t`, `expand`, `slice` of the dense blocks) run as aliases read
 //! through views, depthwise and biased convolutions per group, and the random ops
 //! (MobileNet's dropout, EfficientNet's stochastic depth: `bernoulli`) draw the same values
-//! in both runs because a plan never recomputes them.
+//! in both runs because a plan never recomputes them (the LSTM's dropout masks are `bool`
+//! tensors).
 
 mod common;
 
@@ -22,6 +24,7 @@ const GRAPHS: &[&str] = &[
     "densenet121",
     "mobilenet_v3_large",
     "efficientnet_b0",
+    "lstm_lm",
 ];
 
 fn load(name: &str) -> Graph {
@@ -61,7 +64,10 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
             .1
             .as_f32()
             .unwrap()[0];
-        assert!(l > 0.0 && l < 20.0, "{name}: loss {l} of 1000 classes");
+        assert!(
+            l > 0.0 && l < 20.0,
+            "{name}: loss {l} of 1000 classes (10000 words)"
+        );
         for strategy in [Strategy::Sublinear, Strategy::ChenSqrt, Strategy::Dtr] {
             let plan = common::plan(&g, strategy);
             let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();

@@ -344,9 +344,17 @@ pub(crate) fn expand(x: &[f32], y: &mut [f32], xs: &[usize], ys: &[usize]) {
     }
 }
 
-/// `addmm`: `a [M, K] @ b [K, N] + bias [N]`.
-pub(crate) fn addmm(bias: &[f32], a: &[f32], b: &[f32], y: &mut [f32], k: usize, n: usize) {
-    linalg::matmul(a, b, y, k, n, false);
+/// `addmm`: `a [M, K] @ b [K, N] + bias [N]` (`b [N, K]` when `transpose_b`).
+pub(crate) fn addmm(
+    bias: &[f32],
+    a: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
+    linalg::matmul(a, b, y, k, n, transpose_b);
     for row in y.chunks_mut(n.max(1)) {
         for (v, b) in row.iter_mut().zip(bias) {
             *v += b;

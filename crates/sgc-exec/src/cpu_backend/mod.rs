@@ -200,6 +200,9 @@ impl Backend for CpuBackend {
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
         check_disjoint(NAME, kernel, inputs, outputs)?;
+        if let Some((k, ins)) = fold_transpose(kernel, inputs) {
+            return self.launch(&k, &ins, outputs);
+        }
         if self.launch_bytes(kernel, inputs, outputs)? {
             return Ok(());
         }
@@ -317,6 +320,19 @@ impl CpuBackend {
         Ok(data)
     }
 
+    /// The f32 elements of `o` (a view materialised), copied.
+    fn f32_of(&mut self, o: &Operand) -> Result<Vec<f32>, ExecError> {
+        if let Some(view) = &o.view {
+            return self.materialize(o, view);
+        }
+        let mut raw = vec![0u8; o.bytes() as usize];
+        self.read(o.buffer, o.offset, &mut raw)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
+            .collect())
+    }
+
     /// Kernels that write something other than f32 (a byte copy, an i64 counter, pooling
     /// indices), through copies of their operands; `false` for every other kernel.
     fn launch_bytes(
@@ -375,6 +391,32 @@ impl CpuBackend {
                 self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
                 self.write(outputs[1].buffer, outputs[1].offset, &ib)?;
             }
+            Kernel::Dropout { p, seed } => {
+                let x = self.f32_of(&inputs[0])?;
+                let run = self.draws.entry(*seed).or_insert(0);
+                let mut keep = vec![0.0f32; x.len()];
+                aten::bernoulli(&mut keep, 1.0 - *p, *seed, *run);
+                *run += 1;
+                let scale = (1.0 / (1.0 - *p)) as f32;
+                let y: Vec<u8> = x
+                    .iter()
+                    .zip(&keep)
+                    .flat_map(|(v, k)| (v * k * scale).to_ne_bytes())
+                    .collect();
+                let mask: Vec<u8> = keep.iter().map(|&k| u8::from(k != 0.0)).collect();
+                self.write(outputs[0].buffer, outputs[0].offset, &y)?;
+                self.write(outputs[1].buffer, outputs[1].offset, &mask)?;
+            }
+            Kernel::DropoutBackward { scale } => {
+                let dy = self.f32_of(&inputs[0])?;
+                let mask = bytes_of(self, &inputs[1])?;
+                let dx: Vec<u8> = dy
+                    .iter()
+                    .zip(&mask)
+                    .flat_map(|(g, &m)| (if m != 0 { g * scale } else { 0.0 }).to_ne_bytes())
+                    .collect();
+                self.write(outputs[0].buffer, outputs[0].offset, &dx)?;
+            }
             Kernel::Bernoulli { p, seed } => {
                 let run = self.draws.entry(*seed).or_insert(0);
                 let mut y = vec![0.0f32; outputs[0].numel()];
@@ -387,6 +429,34 @@ impl CpuBackend {
         }
         Ok(true)
     }
+}
+
+/// A product whose right operand is the transpose of a stored matrix (`mm(x, t(w))`, the
+/// exporter's linear layer) reads the stored matrix with `transpose_b` rather than
+/// materialising the transpose: the kernel and operands to launch instead, if so. The
+/// product is the same sum in the same order.
+fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Operand>)> {
+    let slot = match kernel {
+        Kernel::MatMul { transpose_b: false } => 1,
+        Kernel::AddMm { transpose_b: false } => 2,
+        _ => return None,
+    };
+    let view = inputs.get(slot)?.view.as_ref()?;
+    if view.base.len() != 2 || view.steps != [ViewStep::Permute(vec![1, 0])] {
+        return None;
+    }
+    let mut ins = inputs.to_vec();
+    ins[slot] = Operand::new(
+        ins[slot].buffer,
+        ins[slot].offset,
+        ins[slot].dtype,
+        view.base.clone(),
+    );
+    let k = match kernel {
+        Kernel::MatMul { .. } => Kernel::MatMul { transpose_b: true },
+        _ => Kernel::AddMm { transpose_b: true },
+    };
+    Some((k, ins))
 }
 
 /// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
@@ -644,9 +714,22 @@ fn run(
         }
         Expand => aten::expand(f(&ins[0])?, outs[0], sh(0), &ops_out[0].shape),
         Fill { value } => outs[0].fill(*value),
-        AddMm => {
+        AddMm { transpose_b } => {
             let b = sh(2);
-            aten::addmm(f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, outs[0], b[0], b[1])
+            let (k, n) = if *transpose_b {
+                (b[1], b[0])
+            } else {
+                (b[0], b[1])
+            };
+            aten::addmm(
+                f(&ins[0])?,
+                f(&ins[1])?,
+                f(&ins[2])?,
+                outs[0],
+                k,
+                n,
+                *transpose_b,
+            )
         }
         LogSoftmax => aten::log_softmax(f(&ins[0])?, outs[0], last(sh(0))),
         LogSoftmaxBackward => {
@@ -717,7 +800,33 @@ fn run(
         }
         Zeros { .. } => outs[0].fill(0.0),
         Assign => aten::expand(f(&ins[1])?, outs[0], sh(1), &ops_out[0].shape),
-        CopyInto | MaxPool2dIndices { .. } | Bernoulli { .. } => {
+        Unbind { axis } => {
+            let x = sh(0);
+            for (i, out) in outs.iter_mut().enumerate() {
+                shape::slice(f(&ins[0])?, out, x, *axis, i, i + 1);
+            }
+        }
+        Stack { axis } => {
+            let shapes: Vec<Vec<usize>> = ops_in
+                .iter()
+                .map(|o| {
+                    let mut s = o.shape.clone();
+                    s.insert(*axis, 1);
+                    s
+                })
+                .collect();
+            let xs = ins
+                .iter()
+                .zip(&shapes)
+                .map(|(s, sh)| Ok((f(s)?, sh.as_slice())))
+                .collect::<Result<Vec<_>, KernelError>>()?;
+            shape::concat(&xs, outs[0], *axis)
+        }
+        CopyInto
+        | MaxPool2dIndices { .. }
+        | Bernoulli { .. }
+        | Dropout { .. }
+        | DropoutBackward { .. } => {
             return Err(KernelError::Operands(
                 "runs through the byte path of `launch`".to_string(),
             ))
