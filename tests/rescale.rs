@@ -332,3 +332,43 @@ fn every_real_graph_rescales_and_comes_back() {
         }
     }
 }
+
+/// The op vocabulary's cost rule reproduces the flops every producer wrote: the builder's
+/// formulas on every zoo graph, PyTorch's flop counter for matrix products and
+/// convolutions on every real graph.
+#[test]
+fn the_vocabulary_flop_formulas_match_the_recorded_counts() {
+    let mut checked = 0;
+    let mut graphs = zoo_files();
+    graphs.extend(real_graphs());
+    for (name, g) in graphs {
+        for op in g.op_ids() {
+            let (Some(recorded), Some(estimate)) =
+                (g.op(op).flops, sgc::ir::cost::estimated_flops(&g, op))
+            else {
+                continue;
+            };
+            // PyTorch's counter prices a grouped convolution's backward as if ungrouped
+            // (576x too much on EfficientNet's depthwise layers); the formula does not.
+            let grouped = g
+                .op(op)
+                .attrs
+                .as_ref()
+                .and_then(|a| a.get("groups"))
+                .and_then(|v| v.as_u64())
+                .is_some_and(|v| v > 1);
+            if grouped && g.op(op).op_type == "aten.convolution_backward.default" {
+                continue;
+            }
+            let close = (recorded - estimate).abs() <= 1e-9 * recorded.abs().max(1.0);
+            assert!(
+                close,
+                "{name}: op `{}` ({}) recorded {recorded}, formula {estimate}",
+                g.op(op).name,
+                g.op(op).op_type
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 10_000, "{checked} ops checked");
+}

@@ -26,7 +26,8 @@
 //!   input) is `f16` or `bf16`, else the f32 rate; an op with no inputs and no outputs
 //!   takes 0;
 //! - `time_us = max(flops / (TFLOP/s * 1e12), bytes_moved / (GB/s * 1e9)) * 1e6` in f64
-//!   (missing flops count as 0; GB = 1e9 bytes).
+//!   (missing flops come from the op vocabulary's formula for the op kind, else count as 0;
+//!   GB = 1e9 bytes).
 //!
 //! An op that has `time_us` keeps it. The Python exporter (`python/`) computes the same
 //! expression in the same order, so the two agree to the bit. [`Roofline`] keeps both terms,
@@ -289,7 +290,11 @@ impl Roofline {
         let half = matches!(graph.tensor(first).dtype, DType::F16 | DType::Bf16);
         let bytes_moved = bytes_moved(graph, op);
         Roofline {
-            compute_s: o.flops.unwrap_or(0.0) / device.peak_flops_per_s(half),
+            compute_s: o
+                .flops
+                .or_else(|| estimated_flops(graph, op))
+                .unwrap_or(0.0)
+                / device.peak_flops_per_s(half),
             memory_s: bytes_moved as f64 / device.bandwidth_bytes_per_s(),
             bytes_moved,
         }
@@ -304,6 +309,16 @@ impl Roofline {
     pub fn memory_bound(&self) -> bool {
         self.memory_s > self.compute_s
     }
+}
+
+/// The op vocabulary's flop count for `op` from its shapes ([`crate::ops::Flops`]), when
+/// its kind has a formula; the roofline uses it for ops whose file gives no `flops`.
+pub fn estimated_flops(graph: &Graph, op: OpId) -> Option<f64> {
+    let o = graph.op(op);
+    let shape = |t: &TensorId| graph.tensor(*t).shape.as_slice();
+    let ins: Vec<&[u64]> = o.inputs.iter().map(shape).collect();
+    let outs: Vec<&[u64]> = o.outputs.iter().map(shape).collect();
+    o.kind?.spec().flops.count(&ins, &outs, o.attrs.as_ref())
 }
 
 /// Logical bytes of a tensor: `bytes` if given, else `product(shape) * size_of(dtype)`.

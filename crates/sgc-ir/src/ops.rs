@@ -10,7 +10,9 @@
 //!   (`Pure`), draws random numbers (`Random`: a recomputation would draw others) or writes
 //!   state (`Writes`: it must run once per step);
 //! - [`Init`]: how a parameter it reads is initialised for a run (fan-in, ones, zeros), and
-//!   which integer input indexes which axis of which operand (class ids, token ids).
+//!   which integer input indexes which axis of which operand (class ids, token ids);
+//! - [`Flops`]: its cost rule, the flop count from its shapes (the builder's formulas, the
+//!   flop counter's for PyTorch's products and convolutions), used where a file gives none.
 //!
 //! The table is the one invocation of `vocabulary!` below: adding an op type is one line there
 //! (plus its kernels, if the executor should run it). The op type of a graph file is parsed
@@ -147,6 +149,95 @@ pub struct Ids {
     pub axis: i8,
 }
 
+/// How many floating-point operations an op does, from its shapes (a multiply-add counts
+/// 2): the builder's formulas of `docs/ops.md` for its op types, and the flop counter's
+/// for PyTorch's matrix products and convolutions (`torch.utils.flop_counter`). Used where
+/// a file gives no `flops` (the roofline estimate of [`crate::cost`]); a test checks it
+/// against every zoo and real graph's recorded counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flops {
+    /// No formula: the file's count, else nothing.
+    Unknown,
+    Zero,
+    /// `k * numel(output 0)`.
+    Out(u8),
+    /// `k * numel(input i)`.
+    In(u8, u8),
+    /// A matrix product: `2 * numel(input a) * N`, `N` the output's last axis.
+    Gemm(u8),
+    /// A convolution: `2 * numel(output 0) * prod(input w [1..])` (a transposed one:
+    /// `numel(input 0)`).
+    Conv(u8),
+    /// A convolution's gradient from `dy`: `2 * numel(input dy) * prod(input w [1..])`.
+    ConvDy(u8, u8),
+    /// A convolution's weight gradient: `2 * numel(input dy) * prod(output 0 [1..])`.
+    ConvDw(u8),
+    /// Pooling: `numel(y) * kernel^2`, `y` the output or the input given.
+    Pool(Option<u8>),
+    /// `aten.convolution_backward (dy, x, w)`: one `ConvDy` per gradient of `dx`, `dw` that
+    /// `output_mask` asks for (a transposed convolution's from `x`'s positions).
+    ConvBackward,
+}
+
+impl Flops {
+    /// The count for an op with these operand shapes and attributes, if there is a formula.
+    pub fn count(
+        self,
+        ins: &[&[u64]],
+        outs: &[&[u64]],
+        attrs: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<f64> {
+        let numel = |s: &[u64]| s.iter().map(|&d| d as f64).product::<f64>();
+        let tail = |s: &[u64]| s.iter().skip(1).map(|&d| d as f64).product::<f64>();
+        let input = |i: u8| ins.get(usize::from(i)).copied();
+        let out0 = outs.first().copied();
+        Some(match self {
+            Flops::Unknown => return None,
+            Flops::Zero => 0.0,
+            Flops::Out(k) => f64::from(k) * numel(out0?),
+            Flops::In(i, k) => f64::from(k) * numel(input(i)?),
+            Flops::Gemm(a) => 2.0 * numel(input(a)?) * *out0?.last()? as f64,
+            Flops::Conv(w) => {
+                // A transposed convolution runs the products from its input's positions.
+                let transposed = attrs
+                    .and_then(|a| a.get("transposed"))
+                    .and_then(|v| v.as_bool());
+                let positions = if transposed == Some(true) {
+                    input(0)?
+                } else {
+                    out0?
+                };
+                2.0 * numel(positions) * tail(input(w)?)
+            }
+            Flops::ConvDy(dy, w) => 2.0 * numel(input(dy)?) * tail(input(w)?),
+            Flops::ConvDw(dy) => 2.0 * numel(input(dy)?) * tail(out0?),
+            Flops::Pool(y) => {
+                let k = attrs?.get("kernel")?.as_u64()? as f64;
+                let y = match y {
+                    Some(i) => input(i)?,
+                    None => out0?,
+                };
+                numel(y) * k * k
+            }
+            Flops::ConvBackward => {
+                let mask = attrs?.get("output_mask")?.as_array()?;
+                let passes = mask
+                    .iter()
+                    .take(2)
+                    .filter(|m| m.as_bool() == Some(true))
+                    .count();
+                let transposed = attrs?.get("transposed").and_then(|v| v.as_bool());
+                let positions = if transposed == Some(true) {
+                    input(1)?
+                } else {
+                    input(0)?
+                };
+                passes as f64 * 2.0 * numel(positions) * tail(input(2)?)
+            }
+        })
+    }
+}
+
 /// Everything the stages know about one op kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpSpec {
@@ -156,6 +247,8 @@ pub struct OpSpec {
     /// `(operand, init)` for up to two parameter operands.
     pub params: [Option<(u8, Init)>; 2],
     pub ids: Option<Ids>,
+    /// Its cost rule.
+    pub flops: Flops,
 }
 
 impl OpSpec {
@@ -166,7 +259,13 @@ impl OpSpec {
             effect: Effect::Pure,
             params: [None, None],
             ids: None,
+            flops: Flops::Unknown,
         }
+    }
+
+    const fn flops(mut self, flops: Flops) -> OpSpec {
+        self.flops = flops;
+        self
     }
 
     const fn in_place(mut self) -> OpSpec {
@@ -278,42 +377,42 @@ use Keep::{Any, Axis0, NotAttr, NotAxis, NotTrailing};
 vocabulary! {
     // The training builder's ops (`docs/ops.md`).
     /// `a [*, K] @ b [K, N]` (`b [N, K]` when `transpose_b`).
-    MatMul = "matmul" => rows(&[0], ALL, NotTrailing(1)).param(1, FanInRows);
+    MatMul = "matmul" => rows(&[0], ALL, NotTrailing(1)).param(1, FanInRows).flops(Flops::Gemm(0));
     /// `p [*, M]^T @ q [*, N]` over the flattened rows (a weight gradient).
-    MatMulTn = "matmul_tn" => rows(&[0, 1], NONE, NotTrailing(1));
-    BatchedMatMul = "batched_matmul" => rows(&[0, 1], ALL, NotTrailing(2));
-    BiasAdd = "bias_add" => rows(&[0], ALL, NotAttr("axis")).in_place().param(1, Zeros);
-    BiasAddGrad = "bias_add_grad" => rows(&[0], NONE, NotAttr("axis"));
-    Add = "add" => pointwise();
-    Mul = "mul" => pointwise();
-    Relu = "relu" => pointwise();
-    ReluGrad = "relu_grad" => pointwise();
-    Gelu = "gelu" => pointwise();
-    GeluGrad = "gelu_grad" => pointwise();
-    Conv2d = "conv2d" => rows(&[0], ALL, Axis0).param(1, FanInFilter);
-    Conv2dGradInput = "conv2d_grad_input" => rows(&[0], ALL, Axis0);
-    Conv2dGradWeight = "conv2d_grad_weight" => rows(&[0, 1], NONE, Axis0);
-    MaxPool2d = "max_pool2d" => each(Axis0);
-    MaxPool2dGrad = "max_pool2d_grad" => each(Axis0);
-    GlobalAvgPool = "global_avg_pool" => each(Axis0);
-    GlobalAvgPoolGrad = "global_avg_pool_grad" => each(Axis0);
-    BatchNorm = "batch_norm" => rows(&[0], FIRST, NotAxis(1)).param(1, Ones).param(2, Zeros);
-    BatchNormGrad = "batch_norm_grad" => rows(&[0, 4], FIRST, NotAxis(1));
-    LayerNorm = "layer_norm" => rows(&[0], ALL, NotTrailing(1)).param(1, Ones).param(2, Zeros);
-    LayerNormGrad = "layer_norm_grad" => rows(&[0, 2, 3, 4], FIRST, NotTrailing(1));
-    Softmax = "softmax" => each(NotTrailing(1));
-    SoftmaxGrad = "softmax_grad" => each(NotTrailing(1)).in_place();
-    Embedding = "embedding" => rows(&[0], ALL, Any).param(1, FanInRows).ids(0, 1, 0);
-    EmbeddingGrad = "embedding_grad" => rows(&[0, 1], NONE, Any);
-    Reshape = "reshape" => rule(B::Reshape);
-    Transpose = "transpose" => rule(B::Permute(PermAttr::Perm));
-    Concat = "concat" => each(NotAttr("axis"));
-    Slice = "slice" => rows(&[0], ALL, NotAttr("axis"));
-    Upsample2x = "upsample_nearest2x" => each(Axis0);
-    Upsample2xGrad = "upsample_nearest2x_grad" => each(Axis0);
-    CrossEntropy = "cross_entropy" => rows(&[0, 1], NONE, NotTrailing(1)).ids(1, 0, -1);
-    CrossEntropyGrad = "cross_entropy_grad" => rows(&[0, 1], ALL, NotTrailing(1)).ids(1, 0, -1);
-    SgdUpdate = "sgd_update" => rule(B::Refuse("the parameter update reads a tensor whose shape depends on the batch")).effect(Writes);
+    MatMulTn = "matmul_tn" => rows(&[0, 1], NONE, NotTrailing(1)).flops(Flops::Gemm(0));
+    BatchedMatMul = "batched_matmul" => rows(&[0, 1], ALL, NotTrailing(2)).flops(Flops::Gemm(0));
+    BiasAdd = "bias_add" => rows(&[0], ALL, NotAttr("axis")).in_place().param(1, Zeros).flops(Flops::In(0, 1));
+    BiasAddGrad = "bias_add_grad" => rows(&[0], NONE, NotAttr("axis")).flops(Flops::In(0, 1));
+    Add = "add" => pointwise().flops(Flops::Out(1));
+    Mul = "mul" => pointwise().flops(Flops::Out(1));
+    Relu = "relu" => pointwise().flops(Flops::Out(1));
+    ReluGrad = "relu_grad" => pointwise().flops(Flops::Out(1));
+    Gelu = "gelu" => pointwise().flops(Flops::Out(8));
+    GeluGrad = "gelu_grad" => pointwise().flops(Flops::Out(16));
+    Conv2d = "conv2d" => rows(&[0], ALL, Axis0).param(1, FanInFilter).flops(Flops::Conv(1));
+    Conv2dGradInput = "conv2d_grad_input" => rows(&[0], ALL, Axis0).flops(Flops::ConvDy(0, 1));
+    Conv2dGradWeight = "conv2d_grad_weight" => rows(&[0, 1], NONE, Axis0).flops(Flops::ConvDw(1));
+    MaxPool2d = "max_pool2d" => each(Axis0).flops(Flops::Pool(None));
+    MaxPool2dGrad = "max_pool2d_grad" => each(Axis0).flops(Flops::Pool(Some(1)));
+    GlobalAvgPool = "global_avg_pool" => each(Axis0).flops(Flops::In(0, 1));
+    GlobalAvgPoolGrad = "global_avg_pool_grad" => each(Axis0).flops(Flops::Out(1));
+    BatchNorm = "batch_norm" => rows(&[0], FIRST, NotAxis(1)).param(1, Ones).param(2, Zeros).flops(Flops::In(0, 8));
+    BatchNormGrad = "batch_norm_grad" => rows(&[0, 4], FIRST, NotAxis(1)).flops(Flops::In(0, 12));
+    LayerNorm = "layer_norm" => rows(&[0], ALL, NotTrailing(1)).param(1, Ones).param(2, Zeros).flops(Flops::In(0, 8));
+    LayerNormGrad = "layer_norm_grad" => rows(&[0, 2, 3, 4], FIRST, NotTrailing(1)).flops(Flops::In(0, 12));
+    Softmax = "softmax" => each(NotTrailing(1)).flops(Flops::In(0, 5));
+    SoftmaxGrad = "softmax_grad" => each(NotTrailing(1)).in_place().flops(Flops::In(0, 4));
+    Embedding = "embedding" => rows(&[0], ALL, Any).param(1, FanInRows).ids(0, 1, 0).flops(Flops::Out(1));
+    EmbeddingGrad = "embedding_grad" => rows(&[0, 1], NONE, Any).flops(Flops::In(1, 1));
+    Reshape = "reshape" => rule(B::Reshape).flops(Flops::Zero);
+    Transpose = "transpose" => rule(B::Permute(PermAttr::Perm)).flops(Flops::Out(1));
+    Concat = "concat" => each(NotAttr("axis")).flops(Flops::Out(1));
+    Slice = "slice" => rows(&[0], ALL, NotAttr("axis")).flops(Flops::Out(1));
+    Upsample2x = "upsample_nearest2x" => each(Axis0).flops(Flops::Out(1));
+    Upsample2xGrad = "upsample_nearest2x_grad" => each(Axis0).flops(Flops::In(0, 1));
+    CrossEntropy = "cross_entropy" => rows(&[0, 1], NONE, NotTrailing(1)).ids(1, 0, -1).flops(Flops::In(0, 5));
+    CrossEntropyGrad = "cross_entropy_grad" => rows(&[0, 1], ALL, NotTrailing(1)).ids(1, 0, -1).flops(Flops::In(0, 5));
+    SgdUpdate = "sgd_update" => rule(B::Refuse("the parameter update reads a tensor whose shape depends on the batch")).effect(Writes).flops(Flops::In(0, 2));
 
     // The PyTorch exporter's ops (`python/sgc_trace`, ATen's core set and two of its own).
     AtenAddTensor = "aten.add.Tensor" => pointwise();
@@ -374,11 +473,11 @@ vocabulary! {
     AtenUnbind = "aten.unbind.int" => rule(B::Remove);
     AtenGather = "aten.gather.default" => each(NotAttr("dim"));
     AtenTril = "aten.tril.default" => each(NotTrailing(2));
-    AtenMm = "aten.mm.default" => rule(B::MatMul { first: 0 });
-    AtenAddmm = "aten.addmm.default" => rule(B::MatMul { first: 1 }).param(0, Zeros);
-    AtenBmm = "aten.bmm.default" => each(NotTrailing(2));
-    AtenConvolution = "aten.convolution.default" => rows(&[0], ALL, Axis0).param(1, FanInFilter).param(2, Zeros);
-    AtenConvolutionBackward = "aten.convolution_backward.default" => rows(&[0, 1], FIRST, Axis0);
+    AtenMm = "aten.mm.default" => rule(B::MatMul { first: 0 }).flops(Flops::Gemm(0));
+    AtenAddmm = "aten.addmm.default" => rule(B::MatMul { first: 1 }).param(0, Zeros).flops(Flops::Gemm(1));
+    AtenBmm = "aten.bmm.default" => each(NotTrailing(2)).flops(Flops::Gemm(0));
+    AtenConvolution = "aten.convolution.default" => rows(&[0], ALL, Axis0).param(1, FanInFilter).param(2, Zeros).flops(Flops::Conv(1));
+    AtenConvolutionBackward = "aten.convolution_backward.default" => rows(&[0, 1], FIRST, Axis0).flops(Flops::ConvBackward);
     AtenMaxPool2d = "aten.max_pool2d_with_indices.default" => each(Axis0);
     AtenMaxPool2dBackward = "aten.max_pool2d_with_indices_backward.default" => each(Axis0);
     AtenAvgPool2d = "aten.avg_pool2d.default" => each(Axis0);
