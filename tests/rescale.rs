@@ -372,3 +372,21 @@ fn the_vocabulary_flop_formulas_match_the_recorded_counts() {
     }
     assert!(checked > 10_000, "{checked} ops checked");
 }
+
+/// The vocabulary covers every op type the builder and the exporter wrote: every op of the
+/// zoo and of the real corpus parses to a kind when its graph loads.
+#[test]
+fn every_op_of_the_zoo_and_the_real_corpus_has_a_kind() {
+    let mut graphs = zoo_files();
+    graphs.extend(real_graphs());
+    for (name, g) in graphs {
+        for op in g.ops() {
+            assert!(
+                op.kind.is_some(),
+                "{name}: op `{}` has type `{}`, not in sgc_ir::ops",
+                op.name,
+                op.op_type
+            );
+        }
+    }
+}
