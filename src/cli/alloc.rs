@@ -1,7 +1,7 @@
 //! `sgc alloc FILE.csv`: static offsets for a minimalloc-format buffer list, reported
 //! against the lower bound; the placement is validated before anything is written.
 
-use super::CliResult;
+use super::{output, CliResult};
 use serde::Serialize;
 use sgc::plan::alloc::{self, csv, AllocOptions, Effort, Trial};
 use std::path::PathBuf;
@@ -40,6 +40,9 @@ struct Report {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let Some(out) = &args.output {
+        output::refuse_input(out, &[&args.file])?;
+    }
     let effort = match args.effort.as_str() {
         "fast" => Effort::FAST,
         "default" => Effort::DEFAULT,
@@ -72,8 +75,7 @@ pub fn run(args: Args) -> CliResult {
         .into());
     }
     if let Some(out) = &args.output {
-        std::fs::write(out, csv::write(&rows, &placement.offsets))
-            .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        output::write(out, csv::write(&rows, &placement.offsets).as_bytes())?;
     }
     let report = Report {
         file: args.file.display().to_string(),

@@ -64,8 +64,8 @@ pub fn run(args: Args) -> CliResult {
     }
 }
 
-fn check(rows: &[Row], path: &PathBuf) -> CliResult {
-    let text = std::fs::read_to_string(path)
+fn check(rows: &[Row], path: &std::path::Path) -> CliResult {
+    let text = sgc::ir::file::read_limited(path)
         .map_err(|e| format!("{}: cannot read the baseline: {e}", path.display()))?;
     let baseline: Baseline = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;

@@ -5,7 +5,7 @@
 //! and renamed over it, so a failed write never leaves half a graph; it is gzip when `OUT`
 //! ends in `.gz`. `OUT` may not be the input file.
 
-use super::{CliResult, DeviceProfileArg};
+use super::{output, CliResult, DeviceProfileArg};
 use sgc::ir::cost::with_estimated_times;
 use sgc::ir::{format, DeviceProfile, EstimateSummary};
 use std::path::{Path, PathBuf};
@@ -26,18 +26,13 @@ pub fn run(args: Args) -> CliResult {
     let device = args.device.device_profile.clone().ok_or(
         "sgc cost needs --device-profile NAME|F32/HALF/GBPS (v100, t4, a100, l4, h100, rtx4090, or rates such as 19.5/312/2039)",
     )?;
-    if same_file(&args.file, &args.output) {
-        return Err(format!(
-            "{}: -o names the input file; write the costed graph to another path",
-            args.output.display()
-        )
-        .into());
-    }
+    output::refuse_input(&args.output, &[&args.file])?;
     let graph = sgc::ir::load_any(&args.file)?;
     let summary = EstimateSummary::of(&graph, &device);
     let (costed, estimated) =
         with_estimated_times(&graph, &device).map_err(|e| format!("{file}: {e}"))?;
-    write_atomically(&costed, &args.output)?;
+    format::save(&costed, &args.output)
+        .map_err(|e| format!("{}: cannot write: {e}", args.output.display()))?;
     println!(
         "{}",
         report(
@@ -49,30 +44,6 @@ pub fn run(args: Args) -> CliResult {
             graph.num_ops()
         )
     );
-    Ok(())
-}
-
-/// Whether two paths name the same file (the output may not exist yet).
-fn same_file(input: &Path, output: &Path) -> bool {
-    match (input.canonicalize(), output.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => input == output,
-    }
-}
-
-/// Writes the graph to a temporary file beside `out` (same suffix, so `.gz` compresses
-/// alike), then renames it over `out`.
-fn write_atomically(graph: &sgc::ir::Graph, out: &Path) -> CliResult {
-    let name = out
-        .file_name()
-        .ok_or_else(|| format!("{}: not a file path", out.display()))?
-        .to_string_lossy();
-    let tmp = out.with_file_name(format!(".{}.tmp.{name}", std::process::id()));
-    let written = format::save(graph, &tmp).and_then(|()| std::fs::rename(&tmp, out));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("{}: cannot write: {e}", out.display()).into());
-    }
     Ok(())
 }
 

@@ -10,6 +10,12 @@ use sgc::plan::PlanOptions;
 /// Generations of genetic refinement of `sgc plan`, `sgc fit` and `sgc compare`.
 pub const GENETIC_ITERS: usize = 20;
 
+/// The largest input file read (the library's limit, 4 GiB).
+pub const MAX_INPUT: u64 = sgc::ir::file::DEFAULT_MAX_INPUT_BYTES;
+
+/// Planner worker threads accepted by `--workers`.
+pub const WORKERS: std::ops::RangeInclusive<u64> = 1..=1024;
+
 /// Arena alignment in bytes (CUDA allocators hand out 256-byte aligned blocks).
 pub const ALIGN: u64 = sgc::plan::DEFAULT_ALIGN;
 

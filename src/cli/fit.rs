@@ -40,7 +40,8 @@ pub struct Args {
     alloc_effort: String,
     /// Planner worker threads (default: all cores); results do not depend on it.
     #[arg(long)]
-    workers: Option<usize>,
+    #[arg(value_parser = clap::value_parser!(u64).range(defaults::WORKERS))]
+    workers: Option<u64>,
     /// Print every probe to stderr as it completes.
     #[arg(long, short)]
     verbose: bool,
@@ -81,7 +82,7 @@ pub fn run(args: Args) -> CliResult {
         reserve: args.reserve,
         align: args.align,
         effort,
-        workers: args.workers,
+        workers: args.workers.map(|w| w as usize),
     };
     let verbose = args.verbose;
     let mut observe = |strategy: &str, p: &Probe| {

@@ -6,6 +6,7 @@ mod cost;
 mod defaults;
 mod fit;
 mod inspect;
+mod output;
 mod plan;
 mod plot;
 mod rescale;
@@ -76,6 +77,10 @@ pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Refuse input files (and decompressed graphs) larger than this many bytes (accepts
+    /// sizes such as 16GiB)
+    #[arg(long, global = true, value_name = "SIZE", value_parser = sgc::units::parse_size, default_value_t = defaults::MAX_INPUT)]
+    max_input: u64,
 }
 
 #[derive(Subcommand)]
@@ -104,6 +109,7 @@ enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    sgc::ir::file::set_max_input_bytes(cli.max_input);
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Plan(a) => plan::run(a),

@@ -3,7 +3,7 @@
 //! before it is reported or written. `--check PLAN` verifies an existing plan file against
 //! the graph instead (and refuses a plan made for another graph).
 
-use super::defaults;
+use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
 use serde::Serialize;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
@@ -45,7 +45,8 @@ pub struct Args {
     seed: u64,
     /// Worker threads for the search (default: all cores); the plan does not depend on it.
     #[arg(long)]
-    workers: Option<usize>,
+    #[arg(value_parser = clap::value_parser!(u64).range(defaults::WORKERS))]
+    workers: Option<u64>,
     /// dtr: resident memory above which tensors are evicted (default: the budget, else
     /// halfway between the lower bound and the unplanned peak).
     #[arg(long, value_parser = parse_size)]
@@ -166,6 +167,9 @@ fn arena_report(plan: &Plan) -> Option<ArenaReport> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let Some(out) = &args.output {
+        output::refuse_input(out, &[&args.file])?;
+    }
     let graph = sgc::ir::load_any(&args.file)?;
     let file = args.file.display().to_string();
     if let Some(path) = &args.check {
@@ -196,7 +200,7 @@ pub fn run(args: Args) -> CliResult {
         }
     };
     let run = RunConfig {
-        workers: args.workers,
+        workers: args.workers.map(|w| w as usize),
         progress: Some(&callback),
     };
     let start = Instant::now();
@@ -208,10 +212,9 @@ pub fn run(args: Args) -> CliResult {
     let (mut plan, stats) = result.map_err(|e| format!("{file}: {e}"))?;
     plan.graph.path = Some(file.clone());
     if let Some(out) = &args.output {
-        std::fs::write(out, plan.to_json())
-            .map_err(|e| format!("{}: cannot write the plan: {e}", out.display()))?;
+        output::write(out, plan.to_json().as_bytes())?;
     }
-    let workers = args.workers.unwrap_or_else(rayon_threads);
+    let workers = args.workers.map_or_else(rayon_threads, |w| w as usize);
     let mut report = build(&plan, file, workers, secs, args.output.as_ref());
     report.search = stats.search.map(|s| search_report(&s, &stats));
     report.schedule_time_s = stats.schedule_secs;
@@ -239,8 +242,8 @@ fn progress_bar() -> indicatif::ProgressBar {
     bar
 }
 
-fn check(graph: &sgc::ir::Graph, path: &PathBuf) -> CliResult {
-    let text = std::fs::read_to_string(path)
+fn check(graph: &sgc::ir::Graph, path: &std::path::Path) -> CliResult {
+    let text = sgc::ir::file::read_limited(path)
         .map_err(|e| format!("{}: cannot read the plan: {e}", path.display()))?;
     let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     plan.check_graph(graph)

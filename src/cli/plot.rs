@@ -7,7 +7,7 @@
 //! The graph is the file the plan names (`graph.path`, recorded by `sgc plan`) or
 //! `--graph`; a graph whose fingerprint differs from the plan's is refused.
 
-use super::CliResult;
+use super::{output, CliResult};
 use sgc::ir::Graph;
 use sgc::plan::Plan;
 use sgc::plot::{render_svg, Block, Chart, Level, Series};
@@ -26,8 +26,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    let mut inputs: Vec<&std::path::Path> = vec![&args.plan];
+    inputs.extend(args.graph.as_deref());
+    output::refuse_input(&args.output, &inputs)?;
     let at = args.plan.display().to_string();
-    let text = std::fs::read_to_string(&args.plan)
+    let text = sgc::ir::file::read_limited(&args.plan)
         .map_err(|e| format!("{at}: cannot read the plan: {e}"))?;
     let plan = Plan::from_json(&text).map_err(|e| format!("{at}: {e}"))?;
     let graph_path = match (&args.graph, &plan.graph.path) {
@@ -50,8 +53,7 @@ pub fn run(args: Args) -> CliResult {
         )
     })?;
     let chart = chart(&graph, &plan)?;
-    std::fs::write(&args.output, render_svg(&chart))
-        .map_err(|e| format!("{}: cannot write: {e}", args.output.display()))?;
+    output::write(&args.output, render_svg(&chart).as_bytes())?;
     println!(
         "{}: {} steps planned ({} unplanned), {} tensor lifetimes drawn",
         args.output.display(),

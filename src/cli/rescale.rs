@@ -2,7 +2,7 @@
 //! the op types, `bytes` overrides and op costs scaled), validated before it is written.
 //! The method is in `sgc_ir::rescale`.
 
-use super::CliResult;
+use super::{output, CliResult};
 use sgc::ir::{format, rescale};
 use sgc::units::human_bytes;
 use std::path::PathBuf;
@@ -20,6 +20,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    output::refuse_input(&args.output, &[&args.file])?;
     let file = args.file.display().to_string();
     let graph = sgc::ir::load_any(&args.file)?;
     let old = rescale::batch_size(&graph).map_err(|e| format!("{file}: {e}"))?;

@@ -67,8 +67,8 @@ pub fn run(args: Args) -> CliResult {
     }
 }
 
-fn read_plan(path: &PathBuf, graph: &Graph) -> Result<Plan, Box<dyn std::error::Error>> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn read_plan(path: &std::path::Path, graph: &Graph) -> Result<Plan, Box<dyn std::error::Error>> {
+    let text = sgc::ir::file::read_limited(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let plan = Plan::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     plan.check_graph(graph)
         .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -9,7 +9,10 @@
 //! text that is not UTF-8 is a [`LoadError::Io`] naming it. Decompression uses `flate2`
 //! with its pure-Rust backend (`miniz_oxide`), so no C library is involved.
 //!
-//! Writing compresses when the path ends in `.gz` and writes plain text otherwise.
+//! Writing compresses when the path ends in `.gz` and writes plain text otherwise, always
+//! through a temporary file renamed into place. Reading stops at a size limit (4 GiB by
+//! default, for the file and for its decompressed text), so an endless or enormous input
+//! is an error, not an exhausted machine.
 
 use crate::error::LoadError;
 use flate2::read::MultiGzDecoder;
@@ -17,6 +20,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The first two bytes of every gzip stream (RFC 1952).
 pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -35,12 +39,14 @@ pub fn wants_gzip(path: &Path) -> bool {
 /// Reads a graph file's text, decompressing it when it is gzip.
 pub fn read_text(path: &Path) -> Result<String, LoadError> {
     let shown = || path.display().to_string();
-    let raw = std::fs::read(path).map_err(|source| LoadError::Io {
+    let io = |source| LoadError::Io {
         path: shown(),
         source,
-    })?;
+    };
+    let limit = max_input_bytes();
+    let raw = read_file_capped(path, limit).map_err(io)?;
     let bytes = if is_gzip(&raw) {
-        gunzip(&raw).map_err(|source| LoadError::Gzip {
+        gunzip(&raw, limit).map_err(|source| LoadError::Gzip {
             path: shown(),
             source,
         })?
@@ -59,22 +65,108 @@ pub fn read_text(path: &Path) -> Result<String, LoadError> {
     })
 }
 
-/// Decompresses every member of a gzip stream.
-fn gunzip(raw: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw.len().saturating_mul(4));
-    MultiGzDecoder::new(raw).read_to_end(&mut out)?;
-    Ok(out)
+/// Decompresses every member of a gzip stream, at most `limit` bytes of it.
+fn gunzip(raw: &[u8], limit: u64) -> std::io::Result<Vec<u8>> {
+    read_capped(MultiGzDecoder::new(raw), limit, "the decompressed text")
 }
 
-/// Writes text to `path`, gzip-compressed when the path ends in `.gz`.
+/// Writes text to `path`, gzip-compressed when the path ends in `.gz`, atomically
+/// ([`write_atomic`]).
 pub fn write_text(path: &Path, text: &str) -> std::io::Result<()> {
     if !wants_gzip(path) {
-        return std::fs::write(path, text);
+        return write_atomic(path, text.as_bytes());
     }
-    let file = std::fs::File::create(path)?;
-    let mut gz = GzEncoder::new(std::io::BufWriter::new(file), Compression::default());
+    let mut gz = GzEncoder::new(Vec::new(), Compression::default());
     gz.write_all(text.as_bytes())?;
-    gz.finish()?.flush()
+    write_atomic(path, &gz.finish()?)
+}
+
+/// Writes `bytes` to a temporary file beside `path`, flushes it to disk and renames it
+/// over `path`: a reader (or an interrupted run) sees the old file or the new one, never
+/// a part. The temporary file is removed when anything fails.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.sgc-tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// The largest input file (and decompressed graph) read, in bytes; see
+/// [`set_max_input_bytes`].
+static MAX_INPUT_BYTES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_INPUT_BYTES);
+
+/// Inputs above 4 GiB are refused unless the limit is raised (`sgc --max-input SIZE`).
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 4 << 30;
+
+/// Sets the input size limit for every read from now on (the CLI's `--max-input`).
+pub fn set_max_input_bytes(limit: u64) {
+    MAX_INPUT_BYTES.store(limit, Ordering::Relaxed);
+}
+
+/// The input size limit.
+pub fn max_input_bytes() -> u64 {
+    MAX_INPUT_BYTES.load(Ordering::Relaxed)
+}
+
+/// A UTF-8 text file (a plan, a CSV list, a baseline), read up to the input limit; errors
+/// are I/O errors saying what went wrong (the caller names the file).
+pub fn read_limited(path: &Path) -> std::io::Result<String> {
+    let bytes = read_file_capped(path, max_input_bytes())?;
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
+/// A file's bytes: refused before reading when its size is known to pass `limit` (a regular
+/// file), read up to `limit` otherwise (a device, a pipe).
+fn read_file_capped(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the file has {len} bytes, above the input limit of {limit}; raise it with --max-input SIZE"
+            ),
+        ));
+    }
+    read_capped(file, limit, "the file")
+}
+
+/// Reads at most `limit` bytes of `r`; more is an error saying so (a device such as
+/// `/dev/zero` or a decompression bomb ends here instead of filling memory).
+fn read_capped(r: impl Read, limit: u64, what: &str) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    r.take(limit.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{what} is larger than the input limit of {limit} bytes; raise it with --max-input SIZE"
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

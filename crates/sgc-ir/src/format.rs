@@ -48,6 +48,7 @@ pub fn from_str(text: &str) -> Result<Graph, GraphError> {
 
 /// Parses JSON text into a definition without the semantic rules.
 pub fn def_from_str(text: &str) -> Result<GraphDef, GraphError> {
+    crate::json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e))?;
     let value: Value = serde_json::from_str(text).map_err(|e| GraphError::from_json(&e))?;
     def_from_value(&value)
 }

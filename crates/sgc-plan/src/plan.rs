@@ -341,6 +341,7 @@ impl Plan {
 
     /// Reads a plan file's text, checking its format and version.
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+        sgc_ir::json::check_duplicate_keys(text).map_err(|e| PlanError::NotAPlan(e.to_string()))?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| PlanError::NotAPlan(e.to_string()))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(PLAN_FORMAT) {

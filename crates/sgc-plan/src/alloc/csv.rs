@@ -61,7 +61,7 @@ const COLUMNS: [&str; 5] = ["id", "lower", "upper", "size", "offset"];
 /// Reads and parses a CSV file.
 pub fn read(path: impl AsRef<Path>) -> Result<Vec<Row>, CsvError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|source| CsvError::Io {
+    let text = sgc_ir::file::read_limited(path).map_err(|source| CsvError::Io {
         path: path.display().to_string(),
         source,
     })?;
