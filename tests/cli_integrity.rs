@@ -131,3 +131,50 @@ fn a_duplicate_key_is_refused_with_its_line() {
         "{err}"
     );
 }
+
+/// `--check` refuses what a plan file cannot honestly say: a field the format does not
+/// have, a summary figure its steps do not give, a peak above the budget it states.
+#[test]
+fn check_refuses_unknown_fields_edited_figures_and_broken_budgets() {
+    let dir = scratch("check");
+    let g = Path::new(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_mlp.json");
+    let gs = g.to_str().unwrap();
+    let plan = dir.join("plan.json");
+    assert!(sgc(&["plan", gs, "-o", plan.to_str().unwrap()])
+        .status
+        .success());
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let cases: [(&str, fn(&mut serde_json::Value), &str); 3] = [
+        (
+            "unknown field",
+            |p| p["bogus"] = 1.into(),
+            "unknown field `bogus`",
+        ),
+        (
+            "edited figure",
+            |p| {
+                let v = p["summary"]["recompute_cost"].as_f64().unwrap();
+                p["summary"]["recompute_cost"] = (v + 1.0).into();
+            },
+            "summary",
+        ),
+        (
+            "broken budget",
+            |p| p["options"]["budget"] = 100.into(),
+            "above its budget",
+        ),
+    ];
+    for (what, edit, expect) in cases {
+        let mut p = good.clone();
+        edit(&mut p);
+        let path = dir.join(format!("{}.json", what.replace(' ', "_")));
+        std::fs::write(&path, p.to_string()).unwrap();
+        let out = sgc(&["plan", gs, "--check", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{what} accepted");
+        assert!(stderr(&out).contains(expect), "{what}: {}", stderr(&out));
+    }
+    assert!(sgc(&["plan", gs, "--check", plan.to_str().unwrap()])
+        .status
+        .success());
+}

@@ -263,7 +263,16 @@ fn check(graph: &sgc::ir::Graph, path: &std::path::Path) -> CliResult {
             for v in &violations {
                 eprintln!("  {v}");
             }
-            Err(format!("{}: {} violations", path.display(), violations.len()).into())
+            let first = violations
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let n = violations.len();
+            Err(format!(
+                "{}: the plan does not verify ({n} violation(s), listed above; the first: {first})",
+                path.display()
+            )
+            .into())
         }
         Err(e) => Err(format!("{}: {e}", path.display()).into()),
     }

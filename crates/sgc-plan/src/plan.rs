@@ -89,6 +89,7 @@ impl Goal {
 
 /// Every option that shapes a plan (and nothing that does not, such as thread counts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PlanOptions {
     pub strategy: Strategy,
     /// Seed of every random choice (genetic search, DTR sampling).
@@ -160,6 +161,7 @@ impl Default for PlanOptions {
 
 /// Which graph a plan belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GraphRef {
     pub name: Option<String>,
     /// The graph file the plan was made from, as given on the command line (not part of
@@ -209,6 +211,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// One step of the schedule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     pub op: OpId,
     /// `true` for a recomputed copy, `false` for the op's one original run.
@@ -221,6 +224,7 @@ pub struct Step {
 /// One storage instance: `bytes` of `root`'s storage, resident from step `first_step` to
 /// step `last_step`, both inclusive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Lifetime {
     pub root: TensorId,
     pub first_step: usize,
@@ -242,6 +246,7 @@ impl From<&StorageInstance> for Lifetime {
 
 /// The figures of a plan, each next to its baseline or bound.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Summary {
     /// Peak of the traced order with free-after-last-use.
     pub unplanned_peak: u64,
@@ -272,6 +277,7 @@ pub struct Summary {
 
 /// A checkpointing plan for one graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
     pub format: String,
     pub version: u32,
@@ -454,6 +460,7 @@ fn summarize(
 
 /// Offsets of every lifetime of a plan in one arena.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ArenaLayout {
     /// Every offset is a multiple of this (bytes), and sizes are padded to it.
     pub align: u64,
