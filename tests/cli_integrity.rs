@@ -145,7 +145,8 @@ fn check_refuses_unknown_fields_edited_figures_and_broken_budgets() {
         .success());
     let good: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
-    let cases: [(&str, fn(&mut serde_json::Value), &str); 3] = [
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 3] = [
         (
             "unknown field",
             |p| p["bogus"] = 1.into(),
