@@ -179,3 +179,35 @@ fn check_refuses_unknown_fields_edited_figures_and_broken_budgets() {
         .status
         .success());
 }
+
+/// The Checkmate importer's errors name the file, the node and the field, and a
+/// non-boolean `backward` is refused rather than read as absent.
+#[test]
+fn checkmate_errors_name_the_file_node_and_field() {
+    let dir = scratch("checkmate");
+    let node = |extra: &str| {
+        format!(
+            r#"{{"directed": true, "multigraph": false, "graph": {{}}, "nodes": [{{"id": 0, "name": "conv1", {extra}}}], "links": []}}"#
+        )
+    };
+    for (extra, field) in [
+        (
+            r#""cost_ram": 8, "cost_cpu": 1, "backward": "yes""#,
+            "backward",
+        ),
+        (
+            r#""cost_ram": -8, "cost_cpu": 1, "backward": false"#,
+            "cost_ram",
+        ),
+    ] {
+        let path = dir.join(format!("{field}.json"));
+        std::fs::write(&path, node(extra)).unwrap();
+        let out = sgc(&["inspect", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{extra} accepted");
+        let err = stderr(&out);
+        let named = err.contains(path.to_str().unwrap())
+            && err.contains("`conv1`")
+            && err.contains(&format!("`{field}`"));
+        assert!(named, "{err}");
+    }
+}

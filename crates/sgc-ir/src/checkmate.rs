@@ -125,14 +125,15 @@ fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
     } else {
         format!("node{name}")
     };
+    // From here on, errors name the node as well as its position.
+    let ctx = format!("node #{i} (`{name}`)");
     let bytes_v = n
         .get("cost_ram")
         .or_else(|| n.get("out_cost"))
         .ok_or_else(|| missing(&ctx, "cost_ram"))?;
-    let bytes = bytes_v.as_u64().ok_or_else(|| GraphError::BadShape {
-        tensor: format!("{name}:out"),
-        value: bytes_v.to_string(),
-    })?;
+    let bytes = bytes_v
+        .as_u64()
+        .ok_or_else(|| wrong(&ctx, "cost_ram", "a whole number of bytes"))?;
     let cost_v = n
         .get("cost_cpu")
         .or_else(|| n.get("duration"))
@@ -147,7 +148,13 @@ fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
             field: "cost_cpu".into(),
             value: cost_v.to_string(),
         })?;
-    let backward = n.get("backward").and_then(Value::as_bool);
+    let backward = match n.get("backward") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_bool()
+                .ok_or_else(|| wrong(&ctx, "backward", "true or false"))?,
+        ),
+    };
     Ok((
         key,
         Node {
