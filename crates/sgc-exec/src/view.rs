@@ -1,5 +1,5 @@
-//! Views of an exported graph: PyTorch's `t`, `transpose`, `permute`, `expand`, `slice`
-//! and `select` return views of their input, and the exporter declares their outputs as
+//! Views of an exported graph: PyTorch's `t`, `transpose`, `permute`, `expand`, `slice`,
+//! `split`, `select` and `unbind` return views of their input, and the exporter declares their outputs as
 //! aliases (`alias_of`), so they take no memory of their own. The executor runs such an op
 //! as a no-op and hands each reader of the view a [`View`] operand: the stored tensor of
 //! the alias chain's root plus the steps from it to the view, which the CPU backend
