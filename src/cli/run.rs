@@ -10,6 +10,7 @@ use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor, RunReport
 use sgc::ir::Graph;
 use sgc::plan::{Plan, PlanOptions};
 use sgc::units::human_bytes;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -144,7 +145,25 @@ fn execute<B: Backend>(
     args: &Args,
 ) -> Result<Outcome, ExecError> {
     ex.bind_seeded(args.seed)?;
-    let losses = ex.run(args.steps)?;
+    // Steps of a large graph take seconds each: a bar on a terminal says how far it is.
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(args.steps as u64);
+        let style = indicatif::ProgressStyle::with_template("{msg:>12} step {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar.set_message(label.clone());
+        bar
+    });
+    let mut losses = Vec::with_capacity(args.steps);
+    for _ in 0..args.steps {
+        losses.extend(ex.run(1)?);
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
     Ok(Outcome {
         label,
         losses,
