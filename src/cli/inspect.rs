@@ -334,10 +334,10 @@ fn render(r: &Report) -> String {
     if let Some(a) = &r.unplanned_arena {
         let _ = writeln!(
             s,
-            "unplanned arena    {}  (aligned live peak {}, fragmentation {:+.2}%; arena + persistent {}, align {} B)",
+            "unplanned arena    {}  (aligned live peak {}, {}; arena + persistent {}, align {} B)",
             bytes(a.arena_bytes),
             human_bytes(a.live_peak_bytes),
-            a.fragmentation_percent,
+            super::plan::fragmentation(a.fragmentation_percent),
             human_bytes(a.device_bytes),
             a.align
         );

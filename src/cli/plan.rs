@@ -232,6 +232,19 @@ fn rayon_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The arena's excess over the aligned live peak; an arena below it (in-place sharing
+/// packs outputs over their inputs) has none.
+pub fn fragmentation(percent: f64) -> String {
+    if percent < 0.0 {
+        format!(
+            "{:.2}% below it through in-place sharing, no fragmentation",
+            -percent
+        )
+    } else {
+        format!("fragmentation {percent:.2}%")
+    }
+}
+
 fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(1);
     let style =
@@ -343,11 +356,11 @@ fn render(r: &Report<'_>) -> String {
     if let Some(a) = &r.arena {
         let _ = writeln!(
             s,
-            "arena              {}  ({:.4}x the aligned live peak {}: fragmentation {:+.2}%)",
+            "arena              {}  ({:.4}x the aligned live peak {}: {})",
             bytes(a.arena_bytes),
             a.arena_over_live_peak,
             human_bytes(a.live_peak_bytes),
-            a.fragmentation_percent
+            fragmentation(a.fragmentation_percent)
         );
         let _ = writeln!(
             s,

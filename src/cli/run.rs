@@ -126,14 +126,14 @@ fn run_on<B: Backend>(
     if let [a, b] = outcomes.as_slice() {
         let bits = |l: &[f32]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         let same = bits(&a.losses) == bits(&b.losses);
-        let saved =
-            b.report.allocator.peak_bytes as f64 / a.report.allocator.peak_bytes.max(1) as f64;
-        let slower = a.report.seconds / b.report.seconds.max(f64::MIN_POSITIVE);
+        let memory =
+            a.report.allocator.peak_bytes as f64 / b.report.allocator.peak_bytes.max(1) as f64;
+        let time = a.report.seconds / b.report.seconds.max(f64::MIN_POSITIVE);
         println!(
-            "planned vs unplanned: loss curves bitwise {}, memory {:.2}x less, time {:.2}x",
+            "planned vs unplanned: loss curves bitwise {}; planned / unplanned: memory {:.3}x, time {:.3}x",
             if same { "equal" } else { "DIFFERENT" },
-            saved,
-            slower
+            memory,
+            time
         );
     }
     Ok(())
