@@ -639,13 +639,8 @@ impl Attrs<'_> {
     /// An axis attribute of a rank-`rank` operand (negative counts from the end).
     fn axis_of(&self, key: &str, rank: usize) -> Result<usize, ExecError> {
         let d = self.i64_or(key, 0)?;
-        let r = rank as i64;
-        let d = if d < 0 { d + r } else { d };
-        if (0..r).contains(&d) {
-            Ok(d as usize)
-        } else {
-            Err(self.err(format!("`{key}` is not an axis of a rank-{rank} operand")))
-        }
+        sgc_ir::ops::axis(d, rank)
+            .ok_or_else(|| self.err(format!("`{key}` is not an axis of a rank-{rank} operand")))
     }
 
     fn window(&self) -> Result<(usize, usize, usize), ExecError> {
@@ -860,8 +855,7 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 None | Some(Value::Null) => (0..r).collect(),
                 Some(Value::Array(v)) => v
                     .iter()
-                    .map(|d| d.as_i64().map(|d| if d < 0 { d + r as i64 } else { d }))
-                    .map(|d| d.filter(|d| (0..r as i64).contains(d)).map(|d| d as usize))
+                    .map(|d| d.as_i64().and_then(|d| sgc_ir::ops::axis(d, r)))
                     .collect::<Option<Vec<_>>>()
                     .ok_or_else(|| a.err("`dim` must list axes of the operand".into()))?,
                 Some(_) => return Err(a.err("`dim` must be a list of axes".into())),
@@ -1013,18 +1007,14 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
             Kernel::Transpose { perm }
         }
         K::AtenPermute => {
-            let r = rank(0) as i64;
+            let r = rank(0);
             let dims = a
                 .get("dims")
                 .and_then(Value::as_array)
                 .ok_or_else(|| a.err("`dims` is missing".into()))?;
             let perm = dims
                 .iter()
-                .map(|d| {
-                    d.as_i64()
-                        .map(|d| if d < 0 { d + r } else { d })
-                        .and_then(|d| usize::try_from(d).ok())
-                })
+                .map(|d| d.as_i64().and_then(|d| sgc_ir::ops::axis(d, r)))
                 .collect::<Option<Vec<usize>>>()
                 .ok_or_else(|| a.err("`dims` must list axes".into()))?;
             Kernel::Transpose { perm }

@@ -482,11 +482,7 @@ fn check_shapes<'a>(
         Assign => {
             let (x, y) = (s(1), o(0));
             eq("output", y, s(0))?;
-            let fits = x.len() <= y.len()
-                && x.iter()
-                    .rev()
-                    .zip(y.iter().rev())
-                    .all(|(a, b)| a == b || *a == 1);
+            let fits = broadcasts(x, y);
             expect(fits, || format!("source {x:?} does not broadcast to {y:?}"))
         }
         ConvBackward {
@@ -575,11 +571,7 @@ fn check_shapes<'a>(
         }
         Expand => {
             let (x, y) = (s(0), o(0));
-            let fits = x.len() <= y.len()
-                && x.iter()
-                    .rev()
-                    .zip(y.iter().rev())
-                    .all(|(a, b)| a == b || *a == 1);
+            let fits = broadcasts(x, y);
             expect(fits, || format!("{x:?} does not broadcast to {y:?}"))
         }
         AddMm { transpose_b } => {
@@ -627,11 +619,7 @@ fn check_shapes<'a>(
             let y = o(0);
             for i in 0..2 {
                 let x = s(i);
-                let fits = x.len() <= y.len()
-                    && x.iter()
-                        .rev()
-                        .zip(y.iter().rev())
-                        .all(|(a, b)| a == b || *a == 1);
+                let fits = broadcasts(x, y);
                 expect(fits, || {
                     format!("input {i} {x:?} does not broadcast to {y:?}")
                 })?;
@@ -685,6 +673,15 @@ fn check_shapes<'a>(
             eq("output", o(0), logp)
         }
     }
+}
+
+/// Whether `x` broadcasts to `y`: axes aligned on the right, each equal or 1 in `x`.
+pub(crate) fn broadcasts(x: &[usize], y: &[usize]) -> bool {
+    x.len() <= y.len()
+        && x.iter()
+            .rev()
+            .zip(y.iter().rev())
+            .all(|(a, b)| a == b || *a == 1)
 }
 
 /// `x [N, C, H, W]` and `w [O, C/groups, kh, kw]` with `groups` dividing `C` and `O`.

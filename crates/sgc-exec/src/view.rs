@@ -49,9 +49,7 @@ fn step(
     let (x, y) = (shape(o.inputs[0]), shape(out));
     let attr = |k: &str| o.attrs.as_ref().and_then(|m| m.get(k));
     let axis = |k: &str, rank: usize| -> Option<usize> {
-        let d = attr(k).map_or(Some(0), Value::as_i64)?;
-        let d = if d < 0 { d + rank as i64 } else { d };
-        (0..rank as i64).contains(&d).then_some(d as usize)
+        sgc_ir::ops::axis(attr(k).map_or(Some(0), Value::as_i64)?, rank)
     };
     let bad = || ExecError::BadAttr {
         op: o.name.clone(),
@@ -81,10 +79,7 @@ fn step(
             let dims = attr("dims").and_then(Value::as_array).ok_or_else(bad)?;
             let perm = dims
                 .iter()
-                .map(|d| {
-                    d.as_i64()
-                        .map(|d| if d < 0 { d + x.len() as i64 } else { d } as usize)
-                })
+                .map(|d| d.as_i64().and_then(|d| sgc_ir::ops::axis(d, x.len())))
                 .collect::<Option<Vec<usize>>>()
                 .ok_or_else(bad)?;
             ViewStep::Permute(perm)

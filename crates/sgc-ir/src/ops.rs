@@ -20,6 +20,14 @@
 //! table stays plannable (its sizes come from the file) and is named in an error only by a
 //! stage that needs more (rescale, run).
 
+/// Axis `d` of a rank-`rank` shape, negative values counting from the end (ATen's and
+/// the builder's attribute convention); `None` outside the shape.
+pub fn axis(d: i64, rank: usize) -> Option<usize> {
+    let r = i64::try_from(rank).ok()?;
+    let d = if d < 0 { d + r } else { d };
+    (0..r).contains(&d).then_some(d as usize)
+}
+
 /// A set of operand or result positions (bit `i` = position `i`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slots(u64);

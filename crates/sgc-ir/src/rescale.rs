@@ -42,7 +42,7 @@
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, Op};
 use crate::ids::{OpId, TensorId};
-use crate::ops::{BatchRule, Keep, PermAttr, Slots, BATCH_COUNT_ATTRS, SHAPE_ATTRS};
+use crate::ops::{self, BatchRule, Keep, PermAttr, Slots, BATCH_COUNT_ATTRS, SHAPE_ATTRS};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -516,7 +516,7 @@ impl OpCtx<'_> {
                 let list = self.attr(key).and_then(Value::as_array);
                 let parsed: Option<Vec<usize>> = list.map(|l| {
                     l.iter()
-                        .filter_map(|v| v.as_i64().and_then(|d| norm_axis(d, rank)))
+                        .filter_map(|v| v.as_i64().and_then(|d| ops::axis(d, rank)))
                         .collect()
                 });
                 match parsed {
@@ -553,11 +553,11 @@ impl OpCtx<'_> {
             None | Some(Value::Null) => (0..rank).collect(),
             Some(Value::Array(l)) => l
                 .iter()
-                .filter_map(|v| v.as_i64().and_then(|d| norm_axis(d, rank)))
+                .filter_map(|v| v.as_i64().and_then(|d| ops::axis(d, rank)))
                 .collect(),
             Some(v) => v
                 .as_i64()
-                .and_then(|d| norm_axis(d, rank))
+                .and_then(|d| ops::axis(d, rank))
                 .into_iter()
                 .collect(),
         };
@@ -634,7 +634,7 @@ impl OpCtx<'_> {
     fn attr_axis_or0(&self, key: &str, rank: usize) -> R<usize> {
         match self.attr(key) {
             None => Ok(0),
-            Some(v) => v.as_i64().and_then(|d| norm_axis(d, rank)).ok_or_else(|| {
+            Some(v) => v.as_i64().and_then(|d| ops::axis(d, rank)).ok_or_else(|| {
                 self.fail(format!(
                     "attribute `{key}` is not an axis of a rank-{rank} shape"
                 ))
@@ -697,7 +697,7 @@ impl OpCtx<'_> {
             None if key == "dim" => Ok(0),
             attr => attr
                 .and_then(Value::as_i64)
-                .and_then(|d| norm_axis(d, rank))
+                .and_then(|d| ops::axis(d, rank))
                 .ok_or_else(|| {
                     self.fail(format!(
                         "attribute `{key}` is missing or not an axis of the operand"
@@ -772,13 +772,6 @@ impl OpCtx<'_> {
             .and_then(fits)
             .or_else(|| (0..y.len()).find_map(fits))
     }
-}
-
-/// Axis `d` of a rank-`rank` shape, negative values counting from the end.
-fn norm_axis(d: i64, rank: usize) -> Option<usize> {
-    let r = i64::try_from(rank).ok()?;
-    let d = if d < 0 { d + r } else { d };
-    (0..r).contains(&d).then_some(d as usize)
 }
 
 fn describe(a: Option<BatchAxis>) -> String {

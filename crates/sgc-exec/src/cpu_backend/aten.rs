@@ -37,6 +37,31 @@ fn scatter(
     }
 }
 
+/// One group of a grouped convolution: its input and output channels, its window (the
+/// group's channels), the input and output plane sizes and its slice of the weight.
+struct Groups {
+    cg: usize,
+    og: usize,
+    gw: Window,
+    pin: usize,
+    pout: usize,
+    wlen: usize,
+}
+
+impl Groups {
+    fn of(g: &Window, o: usize, groups: usize) -> Groups {
+        let (cg, og) = (g.c / groups, o / groups);
+        Groups {
+            cg,
+            og,
+            gw: Window { c: cg, ..*g },
+            pin: g.h * g.w,
+            pout: g.ho * g.wo,
+            wlen: og * cg * g.kh * g.kw,
+        }
+    }
+}
+
 /// `convolution` with `groups` (each group's output channels see only its input
 /// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
 /// the builder's `conv2d` over that group's channels.
@@ -50,10 +75,14 @@ pub(crate) fn conv_grouped(
     o: usize,
     groups: usize,
 ) {
-    let (cg, og) = (g.c / groups, o / groups);
-    let gw = Window { c: cg, ..*g };
-    let (pin, pout) = (g.h * g.w, g.ho * g.wo);
-    let wlen = og * cg * g.kh * g.kw;
+    let Groups {
+        cg,
+        og,
+        gw,
+        pin,
+        pout,
+        wlen,
+    } = Groups::of(g, o, groups);
     for grp in 0..groups {
         let xs = gather(x, g.n, g.c, cg, grp, pin);
         let mut ys = vec![0.0; g.n * og * pout];
@@ -83,10 +112,14 @@ pub(crate) fn conv_backward(
     o: usize,
     groups: usize,
 ) {
-    let (cg, og) = (g.c / groups, o / groups);
-    let gw = Window { c: cg, ..*g };
-    let (pin, pout) = (g.h * g.w, g.ho * g.wo);
-    let wlen = og * cg * g.kh * g.kw;
+    let Groups {
+        cg,
+        og,
+        gw,
+        pin,
+        pout,
+        wlen,
+    } = Groups::of(g, o, groups);
     let mut slot = 0;
     if mask[0] {
         if groups == 1 {

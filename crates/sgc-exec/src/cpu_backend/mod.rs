@@ -267,12 +267,7 @@ impl CpuBackend {
                 "views of integer tensors are not supported",
             ));
         }
-        let mut raw = vec![0u8; o.bytes() as usize];
-        self.read(o.buffer, o.offset, &mut raw)?;
-        let mut data: Vec<f32> = raw
-            .chunks_exact(4)
-            .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
-            .collect();
+        let mut data = decode_f32(&self.bytes(o)?);
         let mut shape = view.base.clone();
         for step in &view.steps {
             if !step_fits(step, &shape) {
@@ -325,12 +320,20 @@ impl CpuBackend {
         if let Some(view) = &o.view {
             return self.materialize(o, view);
         }
-        let mut raw = vec![0u8; o.bytes() as usize];
-        self.read(o.buffer, o.offset, &mut raw)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
-            .collect())
+        Ok(decode_f32(&self.bytes(o)?))
+    }
+
+    /// The bytes `o` spans (a view: its stored tensor's), copied.
+    fn bytes(&mut self, o: &Operand) -> Result<Vec<u8>, ExecError> {
+        let mut v = vec![0u8; o.bytes() as usize];
+        self.read(o.buffer, o.offset, &mut v)?;
+        Ok(v)
+    }
+
+    /// Writes f32 values at `o`.
+    fn write_f32(&mut self, o: &Operand, values: &[f32]) -> Result<(), ExecError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.write(o.buffer, o.offset, &bytes)
     }
 
     /// Kernels that write something other than f32 (a byte copy, an i64 counter, pooling
@@ -341,18 +344,13 @@ impl CpuBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<bool, ExecError> {
-        let bytes_of = |me: &mut Self, o: &Operand| -> Result<Vec<u8>, ExecError> {
-            let mut v = vec![0u8; o.bytes() as usize];
-            me.read(o.buffer, o.offset, &mut v)?;
-            Ok(v)
-        };
         match kernel {
             Kernel::CopyInto => {
-                let src = bytes_of(self, &inputs[1])?;
+                let src = self.bytes(&inputs[1])?;
                 self.write(inputs[0].buffer, inputs[0].offset, &src)?;
             }
             Kernel::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
-                let src = bytes_of(self, &inputs[0])?;
+                let src = self.bytes(&inputs[0])?;
                 self.write(outputs[0].buffer, outputs[0].offset, &src)?;
             }
             Kernel::AddScalar { value } if inputs[0].dtype == DType::I64 => {
@@ -362,7 +360,7 @@ impl CpuBackend {
                         format!("{}: adds {value} to an integer tensor", kernel.name()),
                     ));
                 }
-                let x = bytes_of(self, &inputs[0])?;
+                let x = self.bytes(&inputs[0])?;
                 let y: Vec<u8> = x
                     .chunks_exact(8)
                     .flat_map(|c| {
@@ -377,18 +375,14 @@ impl CpuBackend {
                 stride,
                 padding,
             } => {
-                let x: Vec<f32> = bytes_of(self, &inputs[0])?
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes(c.try_into().unwrap_or([0; 4])))
-                    .collect();
+                let x = self.f32_of(&inputs[0])?;
                 let g =
                     conv::Window::pool(&inputs[0].shape, &outputs[0].shape, *k, *stride, *padding);
                 let mut y = vec![0.0f32; outputs[0].numel()];
                 let mut idx = vec![0i64; outputs[1].numel()];
                 aten::max_pool2d_indices(&x, &mut y, &mut idx, &g);
-                let yb: Vec<u8> = y.iter().flat_map(|v| v.to_ne_bytes()).collect();
                 let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
+                self.write_f32(&outputs[0], &y)?;
                 self.write(outputs[1].buffer, outputs[1].offset, &ib)?;
             }
             Kernel::Dropout { p, seed } => {
@@ -398,32 +392,27 @@ impl CpuBackend {
                 aten::bernoulli(&mut keep, 1.0 - *p, *seed, *run);
                 *run += 1;
                 let scale = (1.0 / (1.0 - *p)) as f32;
-                let y: Vec<u8> = x
-                    .iter()
-                    .zip(&keep)
-                    .flat_map(|(v, k)| (v * k * scale).to_ne_bytes())
-                    .collect();
+                let y: Vec<f32> = x.iter().zip(&keep).map(|(v, k)| v * k * scale).collect();
                 let mask: Vec<u8> = keep.iter().map(|&k| u8::from(k != 0.0)).collect();
-                self.write(outputs[0].buffer, outputs[0].offset, &y)?;
+                self.write_f32(&outputs[0], &y)?;
                 self.write(outputs[1].buffer, outputs[1].offset, &mask)?;
             }
             Kernel::DropoutBackward { scale } => {
                 let dy = self.f32_of(&inputs[0])?;
-                let mask = bytes_of(self, &inputs[1])?;
-                let dx: Vec<u8> = dy
+                let mask = self.bytes(&inputs[1])?;
+                let dx: Vec<f32> = dy
                     .iter()
                     .zip(&mask)
-                    .flat_map(|(g, &m)| (if m != 0 { g * scale } else { 0.0 }).to_ne_bytes())
+                    .map(|(g, &m)| if m != 0 { g * scale } else { 0.0 })
                     .collect();
-                self.write(outputs[0].buffer, outputs[0].offset, &dx)?;
+                self.write_f32(&outputs[0], &dx)?;
             }
             Kernel::Bernoulli { p, seed } => {
                 let run = self.draws.entry(*seed).or_insert(0);
                 let mut y = vec![0.0f32; outputs[0].numel()];
                 aten::bernoulli(&mut y, *p, *seed, *run);
                 *run += 1;
-                let yb: Vec<u8> = y.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                self.write(outputs[0].buffer, outputs[0].offset, &yb)?;
+                self.write_f32(&outputs[0], &y)?;
             }
             _ => return Ok(false),
         }
@@ -459,6 +448,14 @@ fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Op
     Some((k, ins))
 }
 
+/// f32 values from their native-endian bytes.
+fn decode_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
 /// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
 fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
     match step {
@@ -470,14 +467,7 @@ fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
                     .iter()
                     .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
         }
-        ViewStep::Expand(to) => {
-            to.len() >= shape.len()
-                && shape
-                    .iter()
-                    .rev()
-                    .zip(to.iter().rev())
-                    .all(|(a, b)| a == b || *a == 1)
-        }
+        ViewStep::Expand(to) => crate::shapes::broadcasts(shape, to),
         ViewStep::Slice { axis, start, end } => {
             *axis < shape.len() && start <= end && *end <= shape[*axis]
         }
