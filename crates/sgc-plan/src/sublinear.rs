@@ -21,6 +21,9 @@
 //!    both); without either it is the best peak itself, so the plan's recompute cost drops
 //!    at no memory cost.
 //!
+//! 5. **Least recompute at the peak** ([`at_peak`]): without a budget, the peak reached
+//!    becomes one, and the plan that recomputes least under it is searched for again.
+//!
 //! Chen's plan is in the population, so the pick never peaks above it; with Chen's peak as
 //! the budget, it never recomputes more either (tests check both on every graph).
 
@@ -39,6 +42,12 @@ use rand_chacha::ChaCha8Rng;
 /// narrow the spread for a small multiple of the time. All but the last start from the
 /// climbed population, the last from the population before the climb.
 const ISLANDS: u64 = 3;
+
+/// Islands of the fixed-peak refinement ([`at_peak`]).
+const AT_PEAK_ISLANDS: u64 = 3;
+
+/// Offset of the fixed-peak refinement's random streams from the main search's.
+const AT_PEAK_STREAM: u64 = 0x5EED_0FA7_BEA4;
 
 /// Runs the whole search and returns the best genome and its fitness.
 pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
@@ -118,18 +127,101 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
         genome: chen,
         fitness: chen_fit,
     };
-    let ours = finish(ev, pop, bound, &chen);
-    if opts.genetic_iters == 0 {
-        return ours;
-    }
+    let ours = finish(ev, pop.clone(), bound, &chen);
     // The finishing steps are greedy, so refinement could end worse than no refinement
     // after them; finishing the initial population too makes it never do.
-    let theirs = finish(ev, initial, bound, &chen);
-    if theirs.1.cmp(&ours.1, obj).is_lt() {
-        theirs
-    } else {
+    let picked = if opts.genetic_iters == 0 {
         ours
+    } else {
+        let theirs = finish(ev, initial, bound, &chen);
+        if theirs.1.cmp(&ours.1, obj).is_lt() {
+            theirs
+        } else {
+            ours
+        }
+    };
+    if bound.is_some() || obj.balance.is_some() {
+        // A budget is already the fixed-peak objective; a balance weighs the peak itself.
+        return picked;
     }
+    at_peak(ev, opts, pop, picked)
+}
+
+/// Fixed-peak refinement: the least recompute at the peak the search reached. The
+/// lowest-peak search ranks any lower peak above any saving in recompute, so it ends on the
+/// first plan that reaches its best peak, not the cheapest one there (on the real ResNet-50,
+/// seeds ended between 25.1% and 26.7% of a step at the same peak). Here the peak is a
+/// budget and recompute the objective, from three starts, each climbed
+/// ([`crate::polish`]) and relaxed ([`relax`]) under it:
+/// 1. the pick itself;
+/// 2. with `genetic_iters` > 0, the best of a genetic refinement ([`AT_PEAK_ISLANDS`]
+///    islands, half as many generations as the main search) bred from every plan of the
+///    population at or under the peak;
+/// 3. the cheapest plans evaluated so far that peak just above it (by at most 1/2000,
+///    1/500 and 1/100): the climb pushes them under the peak when a small change can.
+/// The cheapest result that fits wins, the pick if none is cheaper, so the stage never
+/// raises the peak or the recompute.
+fn at_peak(
+    ev: &mut Evaluator<'_>,
+    opts: &PlanOptions,
+    pop: Vec<Member>,
+    picked: (Genome, Fitness),
+) -> (Genome, Fitness) {
+    let peak = picked.1.peak;
+    let obj = Objective::budget(Some(peak));
+    let saved = std::mem::replace(&mut ev.objective, obj);
+    let pick = Member {
+        genome: picked.0,
+        fitness: picked.1,
+    };
+    let mut starts = vec![pick.clone()];
+    if opts.genetic_iters > 0 {
+        let mut pop: Vec<Member> = pop
+            .into_iter()
+            .filter(|m| m.fitness.feasible && m.fitness.peak <= peak)
+            .chain([pick.clone()])
+            .collect();
+        dedup(&mut pop);
+        let mut islands: Vec<genetic::Island> = (0..AT_PEAK_ISLANDS)
+            .map(|k| genetic::Island {
+                pop: pop.clone(),
+                rng: ChaCha8Rng::seed_from_u64(
+                    opts.seed
+                        .wrapping_add(AT_PEAK_STREAM)
+                        .wrapping_add(k.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                ),
+            })
+            .collect();
+        genetic::refine(
+            ev,
+            &mut islands,
+            opts.genetic_iters.div_ceil(2),
+            opts.pool_size,
+        );
+        let mut bred: Vec<Member> = islands.into_iter().flat_map(|i| i.pop).collect();
+        sort_population(&mut bred, obj);
+        starts.extend(bred.into_iter().next());
+    }
+    for e in [2000u64, 500, 100] {
+        let above = ev
+            .front
+            .cheapest_under(peak.saturating_add(peak / e))
+            .cloned();
+        starts.extend(above.filter(|m| m.fitness.peak > peak));
+    }
+    let mut best = (pick.genome, pick.fitness);
+    for m in starts {
+        let c = crate::polish::bottleneck(ev, &m);
+        let c = crate::polish::polish(ev, &c);
+        if c.fitness.feasible && c.fitness.peak <= peak {
+            let r = relax(ev, c.genome, c.fitness, peak);
+            if r.1.cmp(&best.1, obj).is_lt() {
+                best = r;
+            }
+        }
+    }
+    ev.objective = saved;
+    best
 }
 
 /// The search's final pick from a population (Chen's plan added): the memory-for-speed
