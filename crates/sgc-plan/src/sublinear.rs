@@ -159,6 +159,7 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
 ///    population at or under the peak;
 /// 3. the cheapest plans evaluated so far that peak just above it (by at most 1/2000,
 ///    1/500 and 1/100): the climb pushes them under the peak when a small change can.
+///
 /// The cheapest result that fits wins, the pick if none is cheaper, so the stage never
 /// raises the peak or the recompute.
 fn at_peak(
