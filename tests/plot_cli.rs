@@ -33,7 +33,7 @@ fn plots_a_plan_with_one_rect_per_lifetime() {
     let plan = scratch("cnn.plan.json");
     let svg = scratch("cnn.svg");
     ok(sgc()
-        .args(["plan", "-q", "--budget", "11KiB", "-o"])
+        .args(["plan", "-q", "--budget", "13KiB", "-o"])
         .arg(&plan)
         .arg(graph("tiny_cnn")));
     ok(sgc().arg("plot").arg(&plan).arg("-o").arg(&svg));
@@ -51,7 +51,7 @@ fn plots_a_plan_with_one_rect_per_lifetime() {
         );
     }
     assert_eq!(text.matches("fill-opacity=\"0.75\"").count(), lifetimes);
-    assert!(text.contains("budget 11.00 KiB"), "the budget line");
+    assert!(text.contains("budget 13.00 KiB"), "the budget line");
     assert!(text.contains("per-op lower bound"));
     assert!(text.contains("resident bytes (persistent included)"));
     assert!(

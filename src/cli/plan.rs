@@ -19,7 +19,9 @@ pub struct Args {
     /// Checkpointing strategy.
     #[arg(long, value_enum, default_value = "sublinear")]
     strategy: StrategyArg,
-    /// Peak memory the plan must fit (e.g. 5GB, 5GiB, 512MiB); the cheapest plan that fits wins.
+    /// Device memory the plan must fit (e.g. 5GB, 5GiB, 512MiB): its arena plus persistent
+    /// bytes, what `sgc run` allocates; the plan that recomputes least wins, and a larger
+    /// budget never recomputes more.
     #[arg(long, value_parser = parse_size)]
     budget: Option<u64>,
     /// Memory you are willing to spend to save recompute (sublinear): recomputed ops become
@@ -112,6 +114,8 @@ struct Report<'a> {
     search: Option<SearchReport>,
     /// Why the strategy gave up and the plan is the traced order (`dtr` only).
     fallback: Option<String>,
+    /// A `sublinear` budget that no split plan met was met by eviction (strategy `dtr`).
+    met_by_eviction: bool,
     verified: bool,
     written_to: Option<String>,
 }
@@ -220,6 +224,7 @@ pub fn run(args: Args) -> CliResult {
     report.schedule_time_s = stats.schedule_secs;
     report.arena_time_s = stats.arena_secs;
     report.fallback = stats.fallback.clone();
+    report.met_by_eviction = stats.met_by_eviction;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -327,6 +332,7 @@ fn build<'a>(
         arena_time_s: 0.0,
         search: None,
         fallback: None,
+        met_by_eviction: false,
         verified: true,
         written_to: out.map(|p| p.display().to_string()),
     }
@@ -395,6 +401,12 @@ fn render(r: &Report<'_>) -> String {
             s,
             "fallback           {} gave up ({why}); the plan is the traced order",
             r.strategy
+        );
+    }
+    if r.met_by_eviction {
+        let _ = writeln!(
+            s,
+            "budget             met by static DTR (eviction): no split plan's device bytes fit it"
         );
     }
     if let Some(x) = &r.search {

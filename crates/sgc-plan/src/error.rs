@@ -13,8 +13,15 @@ pub enum PlanError {
         lower_bound: u64,
         op: String,
     },
-    #[error("no plan found whose peak fits the budget of {}; the lowest peak reached was {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), bytes(*.best_peak))]
-    BudgetNotMet { budget: u64, best_peak: u64 },
+    #[error("no plan fits the budget of {} in device bytes (arena + persistent); {}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), reached(*.best_device, *.best_peak), bytes(*.lower_bound))]
+    BudgetNotMet {
+        budget: u64,
+        /// The lowest memory-model peak of any plan made.
+        best_peak: u64,
+        /// The lowest device bytes of the lowest-peak plans placed (when any was).
+        best_device: Option<u64>,
+        lower_bound: u64,
+    },
     #[error("this plan was made for graph {expected}, not for graph {found}: make a new plan for this graph with `sgc plan`")]
     GraphMismatch { expected: String, found: String },
     #[error("not a plan file: {0}")]
@@ -51,5 +58,17 @@ fn bytes(b: u64) -> String {
     match unit {
         Some(u) => format!("{b} B ({v:.2} {u})"),
         None => format!("{b} B"),
+    }
+}
+
+/// What the lowest plans reached, for [`PlanError::BudgetNotMet`].
+fn reached(device: Option<u64>, peak: u64) -> String {
+    match device {
+        Some(d) => format!(
+            "the lowest reached was {} (memory-model peak {})",
+            bytes(d),
+            bytes(peak)
+        ),
+        None => format!("the lowest memory-model peak reached was {}", bytes(peak)),
     }
 }

@@ -7,10 +7,9 @@
 //! the plan's storage lifetimes into (closed `[first, last]` steps become half-open
 //! `[first, last + 1)`), offsets aligned to `align` bytes (256, as CUDA allocators do), so
 //! fragmentation and padding count, not only the peak. Each probe plans with
-//! `budget = M - R`, so a planner that can trade memory for recomputation picks the
-//! cheapest plan under the limit rather than the smallest peak; when the packed arena
-//! overshoots the limit that the peak met, a budget-aware planner (sublinear, dtr) plans
-//! again with the budget set to that plan's peak minus the overshoot (twice at most).
+//! `budget = M - R`, so a planner that can trade memory for recomputation (sublinear,
+//! dtr) picks the cheapest plan whose device bytes (arena plus persistent, at the fit's
+//! alignment) fit the limit rather than the smallest peak.
 //!
 //! # The bound no plan can pass
 //! Every plan's peak is at least the per-op lower bound ([`sgc_ir::Graph::lower_bound`]:
@@ -235,63 +234,63 @@ pub fn probe(
         return Ok(p);
     }
     let t0 = Instant::now();
-    let mut budget = limit;
-    // Only a budget-aware planner can answer a lower budget with another plan; the others
-    // plan without one, since in-place sharing can pack an arena below the live peak.
+    // A budget-aware planner answers the limit itself, in device bytes (its arena at the
+    // fit's alignment plus persistent bytes); the others plan without one (in-place
+    // sharing can pack an arena below the live peak) and are placed here.
     let budget_aware = matches!(
         plan_opts.strategy,
         crate::Strategy::Sublinear | crate::Strategy::Dtr
     );
-    for _ in 0..3 {
-        let o = PlanOptions {
-            budget: budget_aware.then_some(budget),
-            // The arena is assigned below with the fit's own alignment and effort.
-            arena: false,
-            ..plan_opts.clone()
-        };
-        let run = RunConfig {
-            workers: opts.workers,
-            progress: None,
-        };
-        let plan = match crate::plan(&g, &o, &run) {
-            Ok(plan) => plan,
-            Err(PlanError::BudgetNotMet { best_peak, .. }) => {
-                if p.arena == 0 {
-                    p.peak = best_peak;
-                    p.note = Some("no plan's peak fits the limit".into());
-                }
-                break;
-            }
-            Err(PlanError::BudgetBelowLowerBound { .. }) => break,
-            Err(source) => {
-                return Err(FitError::Plan {
-                    batch,
-                    strategy: o.strategy.to_string(),
-                    source,
-                })
-            }
-        };
-        // The plan's own arena stage, at the fit's alignment and allocator effort.
-        let ops: Vec<_> = plan.steps.iter().map(|s| s.op).collect();
-        let layout = crate::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
-            .map_err(|source| FitError::Plan {
-                batch,
-                strategy: o.strategy.to_string(),
-                source,
-            })?;
-        p.peak = plan.summary.planned_peak;
-        p.arena = layout.size;
-        p.recompute_share = plan.summary.recompute_share;
-        p.cost_source = Some(plan.summary.cost_source.clone());
-        let total = layout.size.saturating_add(persistent);
-        p.fits = total <= limit;
-        p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());
-        if p.fits || !budget_aware || budget <= lb {
-            break;
+    let o = PlanOptions {
+        budget: budget_aware.then_some(limit),
+        align: opts.align,
+        arena: budget_aware,
+        ..plan_opts.clone()
+    };
+    let run = RunConfig {
+        workers: opts.workers,
+        progress: None,
+    };
+    let plan_err = |source| FitError::Plan {
+        batch,
+        strategy: o.strategy.to_string(),
+        source,
+    };
+    let plan = match crate::plan(&g, &o, &run) {
+        Ok(plan) => plan,
+        Err(PlanError::BudgetNotMet {
+            best_peak,
+            best_device,
+            ..
+        }) => {
+            p.peak = best_peak;
+            p.arena = best_device.map_or(0, |d| d.saturating_sub(persistent));
+            p.note = Some("no plan's device bytes fit the limit".into());
+            p.plan_seconds = t0.elapsed().as_secs_f64();
+            return Ok(p);
         }
-        // The peak must drop by the overshoot for the arena to have a chance.
-        budget = p.peak.saturating_sub(total - limit).max(lb);
-    }
+        Err(PlanError::BudgetBelowLowerBound { .. }) => {
+            p.plan_seconds = t0.elapsed().as_secs_f64();
+            return Ok(p);
+        }
+        Err(source) => return Err(plan_err(source)),
+    };
+    let size = match &plan.arena {
+        Some(layout) => layout.size,
+        None => {
+            let ops: Vec<_> = plan.steps.iter().map(|s| s.op).collect();
+            crate::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
+                .map_err(plan_err)?
+                .size
+        }
+    };
+    p.peak = plan.summary.planned_peak;
+    p.arena = size;
+    p.recompute_share = plan.summary.recompute_share;
+    p.cost_source = Some(plan.summary.cost_source.clone());
+    let total = size.saturating_add(persistent);
+    p.fits = total <= limit;
+    p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());
     p.plan_seconds = t0.elapsed().as_secs_f64();
     Ok(p)
 }

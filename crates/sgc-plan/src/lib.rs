@@ -42,6 +42,7 @@
 
 pub mod alloc;
 pub mod arena;
+mod budget;
 mod chen;
 mod context;
 mod discard;
@@ -135,6 +136,9 @@ pub struct PlanStats {
     pub arena_secs: f64,
     /// Why the strategy fell back to the traced order, when it did (`dtr` only).
     pub fallback: Option<String>,
+    /// A `sublinear` budget that no split plan met was met by static DTR (the plan's
+    /// strategy is then `dtr`).
+    pub met_by_eviction: bool,
 }
 
 /// [`plan`], with what the planner did and how long its phases took.
@@ -148,44 +152,130 @@ pub fn plan_with_stats(
     let start = std::time::Instant::now();
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
     if let Some(budget) = options.budget {
-        let lb = ctx.lower_bound;
-        if budget < lb.bytes {
-            return Err(PlanError::BudgetBelowLowerBound {
-                budget,
-                lower_bound: lb.bytes,
-                op: lb.op.map(|o| graph.op(o).name.clone()).unwrap_or_default(),
-            });
-        }
+        below_bound(&ctx, budget)?;
     }
+    let mut strategy = options.strategy;
     let steps = match options.strategy {
         Strategy::None => original(&ctx),
         Strategy::ChenSqrt => schedule(&ctx, &chen::best(&ctx)).unwrap_or_else(|| original(&ctx)),
         Strategy::Sublinear => {
-            let (steps, search) = run_sublinear(&ctx, options, run)?;
+            let (chosen, search) = run_sublinear(&ctx, options, run)?;
             stats.search = Some(search);
-            steps
+            stats.met_by_eviction = chosen.strategy == Strategy::Dtr;
+            strategy = chosen.strategy;
+            chosen.steps
         }
         Strategy::Dtr => {
-            let (steps, fallback) = run_dtr(&ctx, options);
+            let (steps, fallback) = run_dtr_budgeted(&ctx, options)?;
             stats.fallback = fallback;
             steps
         }
+    };
+    stats.schedule_secs = start.elapsed().as_secs_f64();
+    let plan = finish_plan(&ctx, options, strategy, &steps, &mut stats)?;
+    Ok((plan, stats))
+}
+
+/// Plans for every budget in `budgets` (`options.budget` is ignored): the plan
+/// [`plan`] makes with that budget, or why there is none. Only `sublinear` takes a
+/// budget this way: its candidate set does not depend on the budget (see `budget.rs`), so
+/// it is built once and every budget selects from it: the plans are those of separate
+/// [`plan`] calls, recompute never rises as the budget grows, and a sweep of many budgets
+/// costs one search plus the arenas.
+pub fn plan_budgets(
+    graph: &Graph,
+    options: &PlanOptions,
+    budgets: &[u64],
+    run: &RunConfig<'_>,
+) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
+    check_options(options)?;
+    if options.strategy != Strategy::Sublinear {
+        return Err(PlanError::InvalidOption(format!(
+            "a sweep of budgets plans with sublinear, not {}",
+            options.strategy
+        )));
+    }
+    let ctx = Context::with_profile(graph, options.device_profile.as_ref());
+    let pool = pool(run)?;
+    let mut ev = search::Evaluator::new(&ctx, &pool, run.progress);
+    let (best, fit) = sublinear::search(&mut ev, &unbudgeted(options));
+    let cands = budget::candidates(&mut ev, options, &best, fit.peak);
+    Ok(budgets
+        .iter()
+        .map(|&b| {
+            let o = PlanOptions {
+                budget: Some(b),
+                ..options.clone()
+            };
+            below_bound(&ctx, b)?;
+            let chosen = budget::choose(&ctx, &o, &cands, b)?;
+            finish_plan(
+                &ctx,
+                &o,
+                chosen.strategy,
+                &chosen.steps,
+                &mut PlanStats::default(),
+            )
+        })
+        .collect())
+}
+
+/// A budget below the per-op lower bound, refused with the op that sets the bound.
+fn below_bound(ctx: &Context<'_>, budget: u64) -> Result<(), PlanError> {
+    let lb = ctx.lower_bound;
+    if budget < lb.bytes {
+        return Err(PlanError::BudgetBelowLowerBound {
+            budget,
+            lower_bound: lb.bytes,
+            op: lb.op.map(|o| ctx.g.op(o).name.clone()).unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
+
+/// The options without their budget.
+fn unbudgeted(options: &PlanOptions) -> PlanOptions {
+    PlanOptions {
+        budget: None,
+        ..options.clone()
+    }
+}
+
+/// The worker pool of a run.
+fn pool(run: &RunConfig<'_>) -> Result<rayon::ThreadPool, PlanError> {
+    let workers = run.workers.unwrap_or(0);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| PlanError::Workers {
+            workers,
+            message: e.to_string(),
+        })
+}
+
+/// The plan of a chosen schedule: summary, arena (checked against the budget in device
+/// bytes) and the verifier. The plan records the rules its schedule follows (a budget met
+/// by eviction is `dtr`).
+fn finish_plan(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    strategy: Strategy,
+    steps: &[(OpId, bool)],
+    stats: &mut PlanStats,
+) -> Result<Plan, PlanError> {
+    let graph = ctx.g;
+    let options = &PlanOptions {
+        strategy,
+        ..options.clone()
     };
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
     let profile = sgc_ir::simulate(graph, &ops).map_err(|e| PlanError::Internal {
         strategy: options.strategy.to_string(),
         message: e.to_string(),
     })?;
-    if let Some(budget) = options.budget.filter(|&b| profile.peak > b) {
-        return Err(PlanError::BudgetNotMet {
-            budget,
-            best_peak: profile.peak,
-        });
-    }
-    let mut plan = Plan::assemble(graph, options, &steps, &profile);
-    stats.schedule_secs = start.elapsed().as_secs_f64();
+    let mut plan = Plan::assemble(graph, options, steps, &profile);
     let start = std::time::Instant::now();
-    if options.arena {
+    if options.arena || options.budget.is_some() {
         let layout = arena::assign(
             graph,
             &ops,
@@ -193,14 +283,23 @@ pub fn plan_with_stats(
             options.align,
             alloc::Effort::PLAN,
         )?;
-        plan.arena = Some(layout);
+        let device = layout.size.saturating_add(graph.persistent_bytes());
+        if let Some(budget) = options.budget.filter(|&b| device > b) {
+            return Err(PlanError::BudgetNotMet {
+                budget,
+                best_peak: profile.peak,
+                best_device: Some(device),
+                lower_bound: ctx.lower_bound.bytes,
+            });
+        }
+        plan.arena = options.arena.then_some(layout);
     }
     stats.arena_secs = start.elapsed().as_secs_f64();
     verify(graph, &plan).map_err(|violations| PlanError::Rejected {
         strategy: options.strategy.to_string(),
         violations,
     })?;
-    Ok((plan, stats))
+    Ok(plan)
 }
 
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
@@ -222,46 +321,64 @@ fn original(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
     (0..ctx.n).map(|i| (OpId::new(i), false)).collect()
 }
 
+/// The sublinear search; with a budget, the cheapest plan of the budget-independent
+/// candidate set ([`budget`]) whose device bytes fit it.
 fn run_sublinear(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
-) -> Result<(Vec<(OpId, bool)>, SearchStats), PlanError> {
-    let workers = run.workers.unwrap_or(0);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(workers)
-        .build()
-        .map_err(|e| PlanError::Workers {
-            workers,
-            message: e.to_string(),
-        })?;
+) -> Result<(budget::Chosen, SearchStats), PlanError> {
+    let pool = pool(run)?;
     let mut ev = search::Evaluator::new(ctx, &pool, run.progress);
     if options.goal == plan::Goal::Balanced {
         ev.objective.balance = Some(evaluate::Balance::of(ctx));
     }
-    // Without a budget: the search. With one: the search without it first, then with it
-    // (sharing every evaluation), and the cheaper of the two picks that fits, so that a
-    // budget the unbudgeted plan meets never gets a plan that recomputes more.
-    let unbounded = PlanOptions {
-        budget: None,
-        ..options.clone()
+    // The search never sees the budget: with one, it only selects among the candidates
+    // that the unbudgeted search and the fixed ladder made, so that a larger budget never
+    // costs more recompute.
+    let (best, fit) = sublinear::search(&mut ev, &unbudgeted(options));
+    let Some(limit) = options.budget else {
+        let steps = schedule(ctx, &best).unwrap_or_else(|| original(ctx));
+        let chosen = budget::Chosen {
+            steps,
+            strategy: Strategy::Sublinear,
+        };
+        return Ok((chosen, ev.stats));
     };
-    let (mut best, fit) = sublinear::search(&mut ev, &unbounded);
-    if let Some(budget) = options.budget {
-        ev.objective = evaluate::Objective::budget(Some(budget));
-        let (b, f) = sublinear::search(&mut ev, options);
-        if f.cmp(&fit, ev.objective).is_le() {
-            best = b;
-        }
-    }
-    Ok((
-        schedule(ctx, &best).unwrap_or_else(|| original(ctx)),
-        ev.stats,
-    ))
+    let cands = budget::candidates(&mut ev, options, &best, fit.peak);
+    let stats = ev.stats;
+    Ok((budget::choose(ctx, options, &cands, limit)?, stats))
 }
 
+/// Static DTR; with a budget, the threshold is lowered by the arena's overshoot (twice at
+/// most) until the device bytes fit.
+fn run_dtr_budgeted(ctx: &Context<'_>, options: &PlanOptions) -> Result<DtrOutcome, PlanError> {
+    let mut out = run_dtr(ctx, options);
+    let Some(limit) = options.budget else {
+        return Ok(out);
+    };
+    let lb = ctx.lower_bound.bytes;
+    let mut threshold = options.eviction_threshold.unwrap_or(limit);
+    for _ in 0..2 {
+        let device = budget::device_bytes(ctx, options, &out.0)?;
+        if device <= limit || threshold <= lb {
+            break;
+        }
+        threshold = threshold.saturating_sub(device - limit).max(lb);
+        let o = PlanOptions {
+            eviction_threshold: Some(threshold),
+            ..options.clone()
+        };
+        out = run_dtr(ctx, &o);
+    }
+    Ok(out)
+}
+
+/// A DTR schedule, and why it is the traced order when it is.
+type DtrOutcome = (Vec<(OpId, bool)>, Option<String>);
+
 /// The DTR schedule, or the traced order and why.
-fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> (Vec<(OpId, bool)>, Option<String>) {
+fn run_dtr(ctx: &Context<'_>, options: &PlanOptions) -> DtrOutcome {
     let lb = ctx.lower_bound.bytes;
     let threshold = options
         .eviction_threshold

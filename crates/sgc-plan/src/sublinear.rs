@@ -225,6 +225,26 @@ fn at_peak(
     best
 }
 
+/// The plan recomputing least under `level` reachable from `start` by the local climbs
+/// and the memory-for-speed step, with `level` as the budget (for the budget ladder of
+/// [`crate::budget`]); everything it evaluates joins the evaluator's front.
+pub(crate) fn refine_under(
+    ev: &mut Evaluator<'_>,
+    start: &Member,
+    level: u64,
+) -> (Genome, Fitness) {
+    let saved = std::mem::replace(&mut ev.objective, Objective::budget(Some(level)));
+    let c = crate::polish::bottleneck(ev, start);
+    let c = crate::polish::polish(ev, &c);
+    let out = if c.fitness.feasible && c.fitness.peak <= level {
+        relax(ev, c.genome, c.fitness, level)
+    } else {
+        (c.genome, c.fitness)
+    };
+    ev.objective = saved;
+    out
+}
+
 /// The search's final pick from a population (Chen's plan added): the memory-for-speed
 /// step on the best plan, and with a bound on the lowest-peak plan too.
 fn finish(

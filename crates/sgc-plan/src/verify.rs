@@ -52,23 +52,36 @@ pub enum CheckError {
     /// The replay found violations (all of them, in step order).
     #[error("the plan does not verify: {} violation(s), the first: {}; `sgc plan --check` lists them all: plan again with `sgc plan`", .0.len(), .0.first().map_or(String::new(), ToString::to_string))]
     Violations(Vec<Violation>),
-    /// The plan verifies, but its peak is above the budget its options state.
-    #[error("the plan's peak {peak} B is above its budget of {budget} B: plan again with `sgc plan --budget`")]
-    OverBudget { peak: u64, budget: u64 },
+    /// The plan verifies, but the device bytes it needs (arena plus persistent bytes, or
+    /// its peak when it has no arena) are above the budget its options state.
+    #[error("the plan needs {device} B of device memory ({what}), above its budget of {budget} B: plan again with `sgc plan --budget`")]
+    OverBudget {
+        device: u64,
+        what: &'static str,
+        budget: u64,
+    },
     /// The plan verifies, but its summary's figures are not what its steps give.
     #[error("the plan's summary does not match its replay under its own options: {0}; the file was edited or made by another version: plan again with `sgc plan`")]
     Summary(String),
 }
 
 /// Everything a plan file promises, checked before anyone relies on it: the replay of its
-/// steps ([`verify`]), its peak within the budget its options state, and every figure of
+/// steps ([`verify`]), its device bytes within the budget its options state, and every figure of
 /// its summary recomputed from the graph and the plan's own options (a field the plan
 /// format does not have is refused when the file is read). `sgc plan --check` and the executor both call it.
 pub fn check(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, CheckError> {
     let peak = verify(graph, plan).map_err(CheckError::Violations)?;
-    if let Some(budget) = plan.options.budget.filter(|&b| peak.peak_bytes > b) {
+    let (device, what) = match &plan.arena {
+        Some(a) => (
+            a.size.saturating_add(graph.persistent_bytes()),
+            "arena + persistent",
+        ),
+        None => (peak.peak_bytes, "peak; the plan has no arena"),
+    };
+    if let Some(budget) = plan.options.budget.filter(|&b| device > b) {
         return Err(CheckError::OverBudget {
-            peak: peak.peak_bytes,
+            device,
+            what,
             budget,
         });
     }

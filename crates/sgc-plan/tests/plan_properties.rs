@@ -32,10 +32,19 @@ fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, T
             let v = verify(g, &p);
             prop_assert!(v.is_ok(), "{}: {:?}", o.strategy, v.err());
             prop_assert_eq!(v.unwrap().peak_bytes, p.summary.planned_peak);
+            if let (Some(b), Some(a)) = (o.budget, &p.arena) {
+                // A budget bounds device bytes: the arena plus persistent bytes.
+                prop_assert!(a.size + g.persistent_bytes() <= b);
+            }
             Ok(Some(p))
         }
-        Err(PlanError::BudgetNotMet { best_peak, budget }) => {
-            prop_assert!(best_peak > budget);
+        Err(PlanError::BudgetNotMet {
+            best_peak,
+            best_device,
+            budget,
+            ..
+        }) => {
+            prop_assert!(best_device.map_or(best_peak > budget, |d| d > budget));
             Ok(None)
         }
         Err(e) => Err(TestCaseError::fail(format!("{}: {e}", o.strategy))),

@@ -70,6 +70,11 @@ fn options(g: &Graph, strategy: Strategy, genetic_iters: usize) -> PlanOptions {
     }
 }
 
+/// What a plan needs on the device: its arena plus the persistent bytes.
+fn device(g: &Graph, p: &sgc_plan::Plan) -> u64 {
+    p.arena.as_ref().expect("planned with an arena").size + g.persistent_bytes()
+}
+
 fn checked(g: &Graph, o: &PlanOptions, workers: Option<usize>) -> sgc_plan::Plan {
     let run = RunConfig {
         workers,
@@ -103,7 +108,7 @@ fn every_strategy_verifies_on_every_graph() {
         .unwrap_or_default();
     let mut misses = Vec::new();
     for (name, g) in graphs() {
-        let mut chen: Option<sgc_plan::Summary> = None;
+        let mut chen: Option<(sgc_plan::Summary, u64)> = None;
         for s in Strategy::ALL {
             let o = PlanOptions {
                 arena: true,
@@ -141,9 +146,9 @@ fn every_strategy_verifies_on_every_graph() {
             // The search never peaks above Chen's plan, and with Chen's peak as its
             // budget it never recomputes more either.
             match s {
-                Strategy::ChenSqrt => chen = Some(p.summary.clone()),
+                Strategy::ChenSqrt => chen = Some((p.summary.clone(), device(&g, &p))),
                 Strategy::Sublinear => {
-                    let c = chen
+                    let (c, chen_device) = chen
                         .as_ref()
                         .expect("chen-sqrt is planned before sublinear");
                     assert!(
@@ -152,14 +157,15 @@ fn every_strategy_verifies_on_every_graph() {
                         p.summary.planned_peak,
                         c.planned_peak
                     );
+                    // A budget is in device bytes (the arena plus persistent bytes).
                     let at_chen = PlanOptions {
-                        budget: Some(c.planned_peak),
+                        budget: Some(*chen_device),
                         ..options(&g, s, 3)
                     };
                     let b = checked(&g, &at_chen, None);
                     assert!(
                         b.summary.recompute_cost <= c.recompute_cost * (1.0 + 1e-9),
-                        "{name}: at chen-sqrt's peak, sublinear recomputes {} > {}",
+                        "{name}: at chen-sqrt's device bytes, sublinear recomputes {} > {}",
                         b.summary.recompute_cost,
                         c.recompute_cost
                     );
@@ -252,28 +258,39 @@ fn a_budget_below_the_lower_bound_is_refused() {
 #[test]
 fn a_budget_is_met_or_refused_with_the_lowest_peak() {
     for (name, g) in graphs() {
-        let best = checked(&g, &options(&g, Strategy::Sublinear, 0), None);
-        // Between the best peak found and the unplanned peak: must be met, cheaply.
-        let s = &best.summary;
-        let budget = s.planned_peak + (s.unplanned_peak - s.planned_peak) / 2;
-        let o = PlanOptions {
-            budget: Some(budget),
+        let with_arena = PlanOptions {
+            arena: true,
             ..options(&g, Strategy::Sublinear, 0)
         };
-        let p = checked(&g, &o, None);
-        assert!(p.summary.planned_peak <= budget, "{name}");
-        assert!(
-            p.summary.recompute_cost <= s.recompute_cost,
-            "{name}: budget plan costs more"
-        );
-        // Just above the lower bound: met or refused naming the lowest peak.
+        let best = checked(&g, &with_arena, None);
+        // At the unbudgeted plan's own device bytes, and halfway from there to the
+        // unplanned peak: met, within the budget in device bytes, never costlier.
+        let s = &best.summary;
+        let own = device(&g, &best);
+        for budget in [own, own + s.unplanned_peak.saturating_sub(own) / 2] {
+            let o = PlanOptions {
+                budget: Some(budget),
+                ..with_arena.clone()
+            };
+            let p = checked(&g, &o, None);
+            assert!(device(&g, &p) <= budget, "{name}");
+            assert!(
+                p.summary.recompute_cost <= s.recompute_cost,
+                "{name}: budget plan costs more"
+            );
+        }
+        // At the lower bound: met or refused naming the lowest device bytes reached.
         let o = PlanOptions {
             budget: Some(s.lower_bound),
-            ..o
+            ..with_arena
         };
         match plan(&g, &o, &RunConfig::default()) {
-            Ok(p) => assert!(p.summary.planned_peak <= s.lower_bound),
-            Err(PlanError::BudgetNotMet { best_peak, .. }) => assert!(best_peak > s.lower_bound),
+            Ok(p) => assert!(device(&g, &p) <= s.lower_bound),
+            Err(PlanError::BudgetNotMet {
+                best_peak,
+                best_device,
+                ..
+            }) => assert!(best_device.map_or(best_peak, |d| d) > s.lower_bound),
             Err(e) => panic!("{name}: {e}"),
         }
     }

@@ -1,0 +1,289 @@
+//! Planning under a memory budget (`--budget`), in device bytes.
+//!
+//! **What a budget bounds.** What `sgc run` allocates: the plan's arena (offsets aligned
+//! to `align`, sizes padded, as [`crate::arena`] places them) plus the persistent bytes.
+//! The arena holds the aligned live bytes of every step, less what in-place sharing saves
+//! at one op (an output written over a dying input), so a plan is screened by its peak
+//! less that saving first ([`in_place_slack`]) and placed only when that fits.
+//!
+//! **Monotone by construction.** A search run once per budget ends wherever its greedy
+//! steps lead, so a larger budget could cost more recompute (a sweep of 101 budgets on
+//! ResNet-50 found 11 such pairs). Here the planner builds a set of candidate plans that
+//! does not depend on the budget, and the budget only selects from it: the candidate with
+//! the least recompute (then the lower peak) whose device bytes fit. A larger budget
+//! admits every plan a smaller one admitted, so it never costs more. The set:
+//! 1. the memory/recompute front of every candidate the unbudgeted sublinear search
+//!    evaluated ([`crate::search::Front`]: thousands of plans over the whole range of
+//!    peaks), and that search's pick and Chen's plan by name (the front ranks by the
+//!    memory model's peak, and device bytes can order plans otherwise);
+//! 2. refinements at a fixed ladder of [`LADDER`] peak levels, geometrically spaced from
+//!    the lowest peak that search reached to the unplanned peak: at each level the
+//!    front's cheapest plan under it is climbed and relaxed with the level as its budget
+//!    ([`crate::sublinear::refine_under`]); what they evaluate joins the front;
+//! 3. when no split plan fits, static DTR ([`crate::dtr`]) at [`DTR_LEVELS`] eviction
+//!    thresholds from the per-op lower bound up to that lowest split peak: eviction
+//!    reaches below what split points can, for more recompute. Such a plan is recorded
+//!    with strategy `dtr` (the verifier's rules for eviction: an op may run more than
+//!    twice). They are made only then because a pass costs seconds on a large graph;
+//!    the one place monotonicity could then fail is the boundary, should an eviction plan
+//!    recompute less than the lowest split plan (tests check it does not on the corpus).
+//!
+//! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
+//! When none fits, the error states the lowest device bytes reached (among the plans
+//! with the lowest peaks) and the per-op lower bound.
+
+use crate::context::Context;
+use crate::evaluate::{fitness_of, schedule, Fitness};
+use crate::genome::Genome;
+use crate::search::Evaluator;
+use crate::{alloc, arena, dtr, Plan, PlanError, PlanOptions, Strategy};
+use sgc_ir::OpId;
+
+/// Peak levels of the refinement ladder.
+pub(crate) const LADDER: u32 = 16;
+/// Eviction thresholds tried below the lowest split peak.
+pub(crate) const DTR_LEVELS: u32 = 8;
+/// How many of the lowest-peak candidates a refusal places to report the lowest device
+/// bytes reached.
+const REFUSAL_PLACED: usize = 4;
+
+/// A plan the budget may select.
+enum Source {
+    Split(Genome),
+    Eviction(Vec<(OpId, bool)>),
+}
+
+pub(crate) struct Candidate {
+    source: Source,
+    fitness: Fitness,
+}
+
+/// What the budget selected: the schedule and the strategy whose rules it follows.
+pub(crate) struct Chosen {
+    pub steps: Vec<(OpId, bool)>,
+    pub strategy: Strategy,
+}
+
+/// Geometric levels strictly between `lo` and `hi` and `hi` itself (`k / n` of the way
+/// in log space, k = 1..=n).
+fn levels(lo: u64, hi: u64, n: u32) -> Vec<u64> {
+    if lo == 0 || hi <= lo {
+        return vec![hi];
+    }
+    let ratio = hi as f64 / lo as f64;
+    let mut v: Vec<u64> = (1..=n)
+        .map(|k| ((lo as f64) * ratio.powf(f64::from(k) / f64::from(n))).round() as u64)
+        .map(|l| l.clamp(lo, hi))
+        .collect();
+    v.dedup();
+    v
+}
+
+/// The budget-independent candidate set (see the module doc). `lowest` is the peak of the
+/// unbudgeted search's pick; the evaluator holds that search's front.
+pub(crate) fn candidates(
+    ev: &mut Evaluator<'_>,
+    opts: &PlanOptions,
+    pick: &Genome,
+    lowest: u64,
+) -> Candidates {
+    let ctx = ev.ctx;
+    for level in levels(lowest, ctx.unplanned_peak, LADDER) {
+        if let Some(start) = ev.front.cheapest_under(level).cloned() {
+            crate::sublinear::refine_under(ev, &start, level);
+        }
+    }
+    // The front ranks by the memory model's peak; the unbudgeted pick and Chen's plan join
+    // it by name, so that a budget at their own device bytes is always met.
+    let named = [pick.clone(), crate::chen::best(ctx)];
+    let fits = ev.eval_batch(&named);
+    let split = ev
+        .front
+        .members
+        .iter()
+        .map(|m| (m.genome.clone(), m.fitness))
+        .chain(named.into_iter().zip(fits))
+        .map(|(g, fitness)| Candidate {
+            source: Source::Split(g),
+            fitness,
+        })
+        .collect();
+    Candidates {
+        split,
+        evictions: std::sync::OnceLock::new(),
+        lowest,
+        opts: opts.clone(),
+    }
+}
+
+/// The candidate set: split plans, and eviction plans made when first needed.
+pub(crate) struct Candidates {
+    split: Vec<Candidate>,
+    evictions: std::sync::OnceLock<Vec<Candidate>>,
+    /// The lowest split peak (the top of the eviction thresholds).
+    lowest: u64,
+    opts: PlanOptions,
+}
+
+impl Candidates {
+    fn evictions(&self, ctx: &Context<'_>) -> &[Candidate] {
+        self.evictions
+            .get_or_init(|| evictions(ctx, &self.opts, self.lowest))
+    }
+}
+
+/// Static DTR at thresholds from the per-op lower bound up to `lowest`.
+fn evictions(ctx: &Context<'_>, opts: &PlanOptions, lowest: u64) -> Vec<Candidate> {
+    let lb = ctx.lower_bound.bytes;
+    let mut thresholds = vec![lb];
+    thresholds.extend(levels(lb, lowest, DTR_LEVELS));
+    thresholds.dedup();
+    thresholds
+        .into_iter()
+        .filter_map(|threshold| {
+            let params = dtr::DtrParams {
+                threshold,
+                min_size: opts.evictee_min_size,
+                sqrt_sampling: opts.sqrt_sampling,
+                seed: opts.seed,
+            };
+            let steps = dtr::schedule(ctx, &params).ok()?;
+            let fitness = fitness_of(ctx, &steps, 0);
+            fitness.feasible.then_some(Candidate {
+                source: Source::Eviction(steps),
+                fitness,
+            })
+        })
+        .collect()
+}
+
+impl Candidate {
+    fn chosen(&self, ctx: &Context<'_>) -> Option<Chosen> {
+        match &self.source {
+            Source::Split(g) => schedule(ctx, g).map(|steps| Chosen {
+                steps,
+                strategy: Strategy::Sublinear,
+            }),
+            Source::Eviction(steps) => Some(Chosen {
+                steps: steps.clone(),
+                strategy: Strategy::Dtr,
+            }),
+        }
+    }
+}
+
+/// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)
+/// plus the persistent bytes.
+pub(crate) fn device_bytes(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    steps: &[(OpId, bool)],
+) -> Result<u64, PlanError> {
+    let g = ctx.g;
+    let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+    let profile = sgc_ir::simulate(g, &ops).map_err(|e| PlanError::Internal {
+        strategy: opts.strategy.to_string(),
+        message: e.to_string(),
+    })?;
+    let plan = Plan::assemble(g, opts, steps, &profile);
+    let layout = arena::assign(g, &ops, &plan.lifetimes, opts.align, alloc::Effort::PLAN)?;
+    Ok(layout.size.saturating_add(g.persistent_bytes()))
+}
+
+/// The candidate that recomputes least among those whose device bytes fit `budget`.
+pub(crate) fn choose(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    cands: &Candidates,
+    budget: u64,
+) -> Result<Chosen, PlanError> {
+    if let Some(c) = cheapest(ctx, opts, &cands.split, budget)? {
+        return Ok(c);
+    }
+    if let Some(c) = cheapest(ctx, opts, cands.evictions(ctx), budget)? {
+        return Ok(c);
+    }
+    let all = cands.split.iter().chain(cands.evictions(ctx)).collect();
+    Err(refusal(ctx, opts, all, budget))
+}
+
+/// The candidate of `cands` recomputing least whose device bytes fit `budget`.
+fn cheapest(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    cands: &[Candidate],
+    budget: u64,
+) -> Result<Option<Chosen>, PlanError> {
+    let slack = in_place_slack(ctx);
+    let mut order: Vec<&Candidate> = cands
+        .iter()
+        .filter(|c| c.fitness.peak.saturating_sub(slack) <= budget)
+        .collect();
+    order.sort_by_key(|c| (c.fitness.cost, c.fitness.peak, c.fitness.splits));
+    for c in order {
+        let Some(chosen) = c.chosen(ctx) else {
+            continue;
+        };
+        if device_bytes(ctx, opts, &chosen.steps)? <= budget {
+            return Ok(Some(chosen));
+        }
+    }
+    Ok(None)
+}
+
+/// How far in-place sharing can put a plan's device bytes below its peak: an op that
+/// writes an output over a dying input saves at most that output's bytes, at its own step
+/// only (elsewhere the two never overlap in time), so device bytes are at least the peak
+/// minus the largest such saving of one op. Candidates are screened by it.
+fn in_place_slack(ctx: &Context<'_>) -> u64 {
+    let g = ctx.g;
+    g.op_ids()
+        .map(|op| {
+            let o = g.op(op);
+            o.inplace
+                .iter()
+                .filter_map(|&(oi, ii)| Some((*o.outputs.get(oi)?, *o.inputs.get(ii)?)))
+                .filter(|&(out, inp)| g.in_place_allowed(op, out, inp))
+                .map(|(out, _)| ctx.size(out))
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The error for a budget no candidate meets: the lowest device bytes among the
+/// lowest-peak candidates, and the bound.
+fn refusal(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    mut cands: Vec<&Candidate>,
+    budget: u64,
+) -> PlanError {
+    cands.sort_by_key(|c| (c.fitness.peak, c.fitness.cost));
+    let lowest_peak = cands.first().map_or(ctx.unplanned_peak, |c| c.fitness.peak);
+    let lowest_device = cands
+        .iter()
+        .take(REFUSAL_PLACED)
+        .filter_map(|c| c.chosen(ctx))
+        .filter_map(|c| device_bytes(ctx, opts, &c.steps).ok())
+        .min();
+    PlanError::BudgetNotMet {
+        budget,
+        best_peak: lowest_peak,
+        best_device: lowest_device,
+        lower_bound: ctx.lower_bound.bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::levels;
+
+    #[test]
+    fn levels_rise_geometrically_to_the_top() {
+        let v = levels(100, 1600, 4);
+        assert_eq!(v, vec![200, 400, 800, 1600]);
+        assert_eq!(levels(100, 100, 4), vec![100]);
+        assert_eq!(levels(0, 50, 4), vec![50]);
+    }
+}

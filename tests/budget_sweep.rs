@@ -1,0 +1,131 @@
+//! `--budget` bounds device bytes and is monotone: for 101 budgets from the per-op lower
+//! bound to the unplanned peak, on the ResNet-50 zoo graph and two real traced graphs
+//! (ResNet-50 and U-Net from PyTorch), every plan's arena plus persistent bytes is within
+//! its budget, every plan verifies, a budget refused is refused for a reason (below the
+//! bound, or nothing fits), no budget is refused above one that was met, and recompute
+//! never rises as the budget grows. A few budgets are planned again one at a time through
+//! `sgc_plan::plan` (what `sgc plan --budget` runs) and must give the same plans as the
+//! sweep.
+
+use sgc::ir::{load_any, Graph};
+use sgc::plan::{check, plan, plan_budgets, Plan, PlanError, PlanOptions, RunConfig};
+use std::path::PathBuf;
+
+const POINTS: u64 = 101;
+
+fn graph(rel: &str) -> Graph {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel);
+    load_any(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn device(g: &Graph, p: &Plan) -> u64 {
+    p.arena.as_ref().expect("planned with an arena").size + g.persistent_bytes()
+}
+
+fn sweep(rel: &str) {
+    let g = graph(rel);
+    let lb = g.lower_bound().bytes;
+    let top = sgc::ir::simulate(&g, &g.op_ids().collect::<Vec<_>>())
+        .unwrap()
+        .peak;
+    let budgets: Vec<u64> = (0..POINTS)
+        .map(|i| lb + (top - lb) / (POINTS - 1) * i)
+        .collect();
+    // `sgc plan`'s settings (the library's default runs no genetic refinement).
+    let opts = PlanOptions {
+        genetic_iters: 20,
+        ..PlanOptions::default()
+    };
+    let run = RunConfig::default();
+    let plans = plan_budgets(&g, &opts, &budgets, &run).unwrap();
+    let mut last_cost = f64::INFINITY;
+    let mut met_below = None;
+    let mut met = 0;
+    for (&b, res) in budgets.iter().zip(&plans) {
+        match res {
+            Ok(p) => {
+                let d = device(&g, p);
+                assert!(d <= b, "{rel}: budget {b}: the plan needs {d} device bytes");
+                check(&g, p).unwrap_or_else(|e| panic!("{rel}: budget {b}: {e}"));
+                let cost = p.summary.recompute_cost;
+                assert!(
+                    cost <= last_cost,
+                    "{rel}: budget {b} recomputes {cost}, more than {last_cost} at a smaller budget"
+                );
+                last_cost = cost;
+                met_below.get_or_insert(b);
+                met += 1;
+            }
+            Err(e @ (PlanError::BudgetNotMet { .. } | PlanError::BudgetBelowLowerBound { .. })) => {
+                if std::env::var("SWEEP_DEBUG").is_ok() {
+                    println!("{b}: {e}");
+                }
+                assert!(
+                    met_below.is_none(),
+                    "{rel}: budget {b} refused above the budget {met_below:?} that was met"
+                );
+            }
+            Err(e) => panic!("{rel}: budget {b}: {e}"),
+        }
+    }
+    let shares: Vec<f64> = plans
+        .iter()
+        .flatten()
+        .map(|p| p.summary.recompute_share)
+        .collect();
+    let evicting = plans
+        .iter()
+        .flatten()
+        .filter(|p| p.options.strategy == sgc::plan::Strategy::Dtr)
+        .count();
+    println!(
+        "{rel}: {met} of {POINTS} budgets met, from {} B (lower bound {lb} B); recompute {:.1}% down to {:.1}%; {evicting} met by eviction",
+        met_below.unwrap_or(0),
+        100.0 * shares.first().copied().unwrap_or(0.0),
+        100.0 * shares.last().copied().unwrap_or(0.0),
+    );
+    assert!(
+        met > POINTS / 2,
+        "{rel}: only {met} of {POINTS} budgets met"
+    );
+    // The unplanned peak itself is always met (no recomputation needed).
+    assert!(
+        plans.last().unwrap().is_ok(),
+        "{rel}: the unplanned peak is refused"
+    );
+    for i in [
+        met_below_index(&plans),
+        (POINTS / 2) as usize,
+        POINTS as usize - 1,
+    ] {
+        let o = PlanOptions {
+            budget: Some(budgets[i]),
+            ..opts.clone()
+        };
+        let single = plan(&g, &o, &run);
+        match (&plans[i], single) {
+            (Ok(a), Ok(b)) => assert_eq!(a.steps, b.steps, "{rel}: budget {}", budgets[i]),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{rel}: budget {}: sweep {a:?} vs plan {b:?}", budgets[i]),
+        }
+    }
+}
+
+fn met_below_index(plans: &[Result<Plan, PlanError>]) -> usize {
+    plans.iter().position(Result::is_ok).unwrap_or(0)
+}
+
+#[test]
+fn budgets_on_the_resnet50_zoo_graph_are_device_bytes_and_monotone() {
+    sweep("graphs/resnet50.json");
+}
+
+#[test]
+fn budgets_on_real_resnet50_are_device_bytes_and_monotone() {
+    sweep("graphs/real/resnet50.json.gz");
+}
+
+#[test]
+fn budgets_on_real_unet_are_device_bytes_and_monotone() {
+    sweep("graphs/real/unet.json.gz");
+}
