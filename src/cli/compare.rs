@@ -31,6 +31,9 @@ pub struct Args {
     write_baseline: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceProfileArg,
+    /// No progress bar.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -40,11 +43,30 @@ pub fn run(args: Args) -> CliResult {
         execute: !args.no_exec,
         device_profile: args.device.device_profile.clone(),
     };
-    let rows = args
-        .files
-        .iter()
-        .map(|f| compare::compare_graph(f, &options))
-        .collect::<Result<Vec<Row>, _>>()?;
+    // Every graph is planned (and the tiny ones run): seconds in all.
+    let bar = super::progress::bar(
+        args.quiet,
+        args.files.len() as u64,
+        "{msg:>24} [{bar:30}] {pos}/{len} {elapsed}",
+    );
+    let mut rows = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        if let Some(b) = &bar {
+            b.set_message(
+                f.file_stem()
+                    .map_or(String::new(), |s| s.to_string_lossy().into()),
+            );
+        }
+        let row = compare::compare_graph(f, &options);
+        if row.is_err() {
+            super::progress::done(&bar);
+        }
+        rows.push(row?);
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    super::progress::done(&bar);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -55,7 +77,9 @@ pub fn run(args: Args) -> CliResult {
     }
     if let Some(path) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::from_rows(&rows))? + "\n";
-        std::fs::write(path, text).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+        let inputs: Vec<&std::path::Path> = args.files.iter().map(|f| f.as_path()).collect();
+        super::output::refuse_input(path, &inputs)?;
+        super::output::write(path, text.as_bytes())?;
         eprintln!("baseline written to {}", path.display());
     }
     match &args.check {

@@ -45,6 +45,9 @@ pub struct Args {
     /// Print every probe to stderr as it completes.
     #[arg(long, short)]
     verbose: bool,
+    /// No progress bar.
+    #[arg(short, long)]
+    quiet: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -85,7 +88,14 @@ pub fn run(args: Args) -> CliResult {
         workers: args.workers.map(|w| w as usize),
     };
     let verbose = args.verbose;
+    // Each probe plans the rescaled graph: seconds in all on a large one.
+    let bar = super::progress::bar(args.quiet, 0, "{spinner} {msg} {elapsed}");
     let mut observe = |strategy: &str, p: &Probe| {
+        if let Some(b) = &bar {
+            let fits = if p.fits { "fits" } else { "does not fit" };
+            b.set_message(format!("{strategy}: batch {} {fits}", p.batch));
+            b.tick();
+        }
         if verbose {
             eprintln!(
                 "{strategy:>10} batch {:>6}: {} (arena {}, peak {}, {:.2}s)",
@@ -97,8 +107,9 @@ pub fn run(args: Args) -> CliResult {
             );
         }
     };
-    let report =
-        fit(&graph, &strategies, &opts, &mut observe).map_err(|e| format!("{file}: {e}"))?;
+    let report = fit(&graph, &strategies, &opts, &mut observe);
+    super::progress::done(&bar);
+    let report = report.map_err(|e| format!("{file}: {e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -9,6 +9,7 @@ mod inspect;
 mod output;
 mod plan;
 mod plot;
+mod progress;
 mod rescale;
 mod run;
 mod zoo;

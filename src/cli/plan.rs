@@ -8,7 +8,6 @@ use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
 use serde::Serialize;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::units::{human_bytes, parse_size};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -195,7 +194,7 @@ pub fn run(args: Args) -> CliResult {
         align: args.align,
         device_profile: args.device.device_profile.clone(),
     };
-    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(progress_bar);
+    let bar = super::progress::bar(args.quiet, 1, "{msg:>26} [{bar:30}] {pos}/{len} {elapsed}");
     let callback = |p: Progress| {
         if let Some(b) = &bar {
             b.set_length(p.total as u64);
@@ -248,16 +247,6 @@ pub fn fragmentation(percent: f64) -> String {
     } else {
         format!("fragmentation {percent:.2}%")
     }
-}
-
-fn progress_bar() -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(1);
-    let style =
-        indicatif::ProgressStyle::with_template("{msg:>26} [{bar:30}] {pos}/{len} {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> ");
-    bar.set_style(style);
-    bar
 }
 
 fn check(graph: &sgc::ir::Graph, path: &std::path::Path) -> CliResult {
@@ -386,10 +375,15 @@ fn render(r: &Report<'_>) -> String {
         r.cost_source
     );
     let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
+    let runs = match r.max_op_runs {
+        0 | 1 => "no op runs twice".to_string(),
+        2 => "no op runs more than twice".to_string(),
+        n => format!("no op runs more than {n} times"),
+    };
     let _ = writeln!(
         s,
-        "recomputed ops     {:>12} ({} recompute steps of {}; no op runs more than {} times)",
-        r.recomputed_ops, r.recompute_steps, r.steps, r.max_op_runs
+        "recomputed ops     {:>12} ({} of {} steps recompute; {runs})",
+        r.recomputed_ops, r.recompute_steps, r.steps
     );
     let _ = writeln!(
         s,

@@ -10,7 +10,6 @@ use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor, RunReport
 use sgc::ir::Graph;
 use sgc::plan::{Plan, PlanOptions};
 use sgc::units::human_bytes;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -114,10 +113,11 @@ fn run_on<B: Backend>(
         return Ok(());
     }
     println!(
-        "{} on {}, {} steps, seed {}",
+        "{} on {}, {} step{}, seed {}",
         args.file.display(),
         outcomes[0].report.device,
         args.steps,
+        if args.steps == 1 { "" } else { "s" },
         args.seed
     );
     for o in &outcomes {
@@ -146,14 +146,14 @@ fn execute<B: Backend>(
 ) -> Result<Outcome, ExecError> {
     ex.bind_seeded(args.seed)?;
     // Steps of a large graph take seconds each: a bar on a terminal says how far it is.
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(args.steps as u64);
-        let style = indicatif::ProgressStyle::with_template("{msg:>12} step {pos}/{len} {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.set_message(label.clone());
-        bar
-    });
+    let bar = super::progress::bar(
+        false,
+        args.steps as u64,
+        "{msg:>12} step {pos}/{len} {elapsed}",
+    );
+    if let Some(b) = &bar {
+        b.set_message(label.clone());
+    }
     let mut losses = Vec::with_capacity(args.steps);
     for _ in 0..args.steps {
         losses.extend(ex.run(1)?);
@@ -161,9 +161,7 @@ fn execute<B: Backend>(
             b.inc(1);
         }
     }
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    super::progress::done(&bar);
     Ok(Outcome {
         label,
         losses,
