@@ -6,12 +6,16 @@ use thiserror::Error;
 /// Why a graph could not be loaded, validated or built.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum GraphError {
-    #[error("JSON syntax error at line {line}, column {column}: {message}")]
+    #[error("invalid JSON at line {line}, column {column}: {message}")]
     Json {
         line: usize,
         column: usize,
         message: String,
     },
+    #[error("the text is empty: a graph file is one JSON object with \"format\": \"sgc-graph\"")]
+    Empty,
+    #[error("{context} must be a JSON object, found {found}")]
+    NotAnObject { context: String, found: String },
     #[error("{context}: missing required field `{field}`")]
     MissingField { context: String, field: String },
     #[error("{context}: field `{field}` must be {expected}")]
@@ -22,7 +26,7 @@ pub enum GraphError {
     },
     #[error("{context}: unknown field `{field}` (a version-1 reader accepts only the fields of the format doc)")]
     UnknownField { context: String, field: String },
-    #[error("unknown format {0:?}: a graph file has \"format\": \"sgc-graph\"")]
+    #[error("unknown format {0}: a graph file has \"format\": \"sgc-graph\"")]
     UnknownFormat(String),
     #[error("unsupported version {0}: this reader understands version 1")]
     UnsupportedVersion(String),
@@ -68,8 +72,13 @@ pub enum GraphError {
     UndeclaredLoss(String),
     #[error("tensor `{tensor}`: {what} overflows 64 bits")]
     SizeOverflow { tensor: String, what: String },
-    #[error("tensor `{tensor}`: shape entry {value} is not an integer >= 0")]
-    BadShape { tensor: String, value: String },
+    #[error("tensor `{tensor}`: {what} {value} is not an integer >= 0")]
+    BadShape {
+        tensor: String,
+        /// `shape entry` or `bytes`.
+        what: String,
+        value: String,
+    },
     #[error("tensor `{tensor}`: batch_dim {batch_dim} is not an axis of its {rank}-d shape")]
     BadBatchDim {
         tensor: String,

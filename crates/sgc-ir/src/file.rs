@@ -53,15 +53,31 @@ pub fn read_text(path: &Path) -> Result<String, LoadError> {
     } else {
         raw
     };
-    String::from_utf8(bytes).map_err(|e| LoadError::Io {
-        path: shown(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        ),
+    utf8_text(bytes).map_err(io)
+}
+
+/// The bytes as text: UTF-8 without a byte order mark. A BOM is refused (JSON texts must
+/// not start with one, RFC 8259; and a CSV header would not read as `id,...` with it);
+/// an invalid byte is named by its line and column.
+fn utf8_text(bytes: Vec<u8>) -> std::io::Result<String> {
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    if bytes.starts_with(&[0xef, 0xbb, 0xbf]) {
+        return Err(invalid(
+            "the text starts with a UTF-8 byte order mark (bytes EF BB BF): save it as UTF-8 without a BOM".into(),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // Characters, not bytes, before the invalid byte on its line (that part is valid).
+        let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        invalid(format!(
+            "not UTF-8 text: invalid byte 0x{:02X} at line {line}, column {column} (byte offset {at}); save the file as UTF-8",
+            bytes[at]
+        ))
     })
 }
 
@@ -125,16 +141,7 @@ pub fn max_input_bytes() -> u64 {
 /// A UTF-8 text file (a plan, a CSV list, a baseline), read up to the input limit; errors
 /// are I/O errors saying what went wrong (the caller names the file).
 pub fn read_limited(path: &Path) -> std::io::Result<String> {
-    let bytes = read_file_capped(path, max_input_bytes())?;
-    String::from_utf8(bytes).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        )
-    })
+    utf8_text(read_file_capped(path, max_input_bytes())?)
 }
 
 /// A file's bytes: refused before reading when its size is known to pass `limit` (a regular
@@ -234,5 +241,21 @@ mod tests {
         let err = read_text(&latin1).expect_err("not UTF-8");
         assert!(err.to_string().contains("latin1.json"), "{err}");
         assert!(err.to_string().contains("not UTF-8"), "{err}");
+        let second_line = scratch("latin1_line2.csv");
+        std::fs::write(&second_line, b"id,lower\n\xc3\xa9t\xe9\n").unwrap();
+        let err = read_limited(&second_line).expect_err("not UTF-8");
+        assert!(
+            err.to_string()
+                .contains("invalid byte 0xE9 at line 2, column 3 (byte offset 12)"),
+            "{err}"
+        );
+        let bom = scratch("bom.json");
+        std::fs::write(&bom, b"\xef\xbb\xbf{}").unwrap();
+        for err in [
+            read_text(&bom).expect_err("a BOM").to_string(),
+            read_limited(&bom).expect_err("a BOM").to_string(),
+        ] {
+            assert!(err.contains("byte order mark"), "{err}");
+        }
     }
 }

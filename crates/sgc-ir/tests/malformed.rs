@@ -457,7 +457,11 @@ fn unknown_op_field() {
 
 #[test]
 fn top_level_wrong_types() {
-    rejects!("[]", GraphError::WrongType { .. }, ["JSON object"]);
+    rejects!(
+        "[]",
+        GraphError::NotAnObject { .. },
+        ["top level", "JSON object", "[]"]
+    );
     for (from, to, field) in [
         (r#""name": "tiny""#, r#""name": 7"#, "name"),
         (
@@ -496,7 +500,7 @@ fn top_level_lists_of_the_wrong_type() {
         rejects!(text, GraphError::WrongType { ref context, field: ref f, .. } if context == "graph" && f == field, [field]);
     }
     let text = with_top_level("ops", "[7]");
-    rejects!(text, GraphError::WrongType { ref context, .. } if context == "op #0", ["op #0"]);
+    rejects!(text, GraphError::NotAnObject { ref context, .. } if context.starts_with("op #0"), ["op #0", "`ops`", "7"]);
 }
 
 #[test]
@@ -559,7 +563,7 @@ fn tensor_entry_without_a_usable_name_is_named_by_position() {
     let text = edit(&[(r#"{"name": "h",  "dtype""#, r#"{"dtype""#)]);
     rejects!(text, GraphError::MissingField { ref context, ref field } if context == "tensor #2" && field == "name", ["tensor #2"]);
     let text = edit(&[(H, "\"h\"")]);
-    rejects!(text, GraphError::WrongType { ref context, .. } if context == "tensor #2", ["tensor #2"]);
+    rejects!(text, GraphError::NotAnObject { ref context, .. } if context.starts_with("tensor #2"), ["tensor #2", "`tensors`"]);
 }
 
 #[test]
