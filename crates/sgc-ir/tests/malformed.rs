@@ -296,9 +296,26 @@ fn shape_product_times_dtype_size_overflows() {
     rejects!(text, GraphError::SizeOverflow { ref tensor, ref what } if tensor == "h" && what.contains("size_of(dtype)"), [q("h")]);
     let text = with_h(r#"{"name": "h",  "dtype": "u8", "shape": [4611686018427387904, 4]}"#);
     rejects!(text, GraphError::SizeOverflow { ref what, .. } if what.contains("product of its shape"), [q("h")]);
-    // The largest size that fits is accepted.
-    let text = with_h(r#"{"name": "h",  "dtype": "u8", "shape": [18446744073709551615]}"#);
+    // The largest size that fits, with every other storage of the example (456 bytes), is
+    // accepted; one byte more passes 64 bits in the sum, and the error names the tensor at
+    // which the sum overflows (the last one, `dw`, in file order).
+    let others: u64 = format::from_str(DOC_EXAMPLE)
+        .unwrap()
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "h")
+        .map(|t| t.size)
+        .sum();
+    let fits = u64::MAX - others;
+    let text = with_h(&format!(
+        r#"{{"name": "h",  "dtype": "u8", "shape": [{fits}]}}"#
+    ));
     assert!(format::from_str(&text).is_ok());
+    let text = with_h(&format!(
+        r#"{{"name": "h",  "dtype": "u8", "shape": [{}]}}"#,
+        fits + 1
+    ));
+    rejects!(text, GraphError::SizeOverflow { ref tensor, ref what } if tensor == "dw" && what.contains("storage"), [q("dw"), "64 bits"]);
 }
 
 #[test]
