@@ -110,6 +110,31 @@ pub enum GraphError {
         base: String,
         producer: String,
     },
+    #[error("link #{link}: {end} `{node}` is not the id of any node")]
+    UnknownNode {
+        link: usize,
+        /// `source` or `target`.
+        end: &'static str,
+        node: String,
+    },
+    #[error("{context}: {what} `{value}` is also the {what} of node #{first}: node ids and names must be unique")]
+    DuplicateNode {
+        context: String,
+        /// `id` or `name`.
+        what: &'static str,
+        value: String,
+        first: usize,
+    },
+    #[error("link #{link} from node `{from}` to node `{to}` {why}: a node reads only nodes that run before it ({order})")]
+    LinkAgainstOrder {
+        link: usize,
+        from: String,
+        to: String,
+        /// `goes backwards` or `is a self-loop`.
+        why: &'static str,
+        /// How the execution order was given (`graph.order` or ascending node ids).
+        order: &'static str,
+    },
 }
 
 impl GraphError {
@@ -149,6 +174,9 @@ impl GraphError {
             | BadCost { op, .. }
             | BadInplace { op, .. } => Some(op),
             DuplicateOp(o) => Some(o),
+            LinkAgainstOrder { to, .. } => Some(to),
+            UnknownNode { node, .. } => Some(node),
+            DuplicateNode { value, .. } => Some(value),
             _ => None,
         }
     }
