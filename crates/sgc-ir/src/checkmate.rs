@@ -200,7 +200,10 @@ fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
         wrong(
             &ctx,
             bytes_field,
-            &format!("a whole number of bytes (found {})", short(bytes_v)),
+            &format!(
+                "a whole number of bytes within 64 bits (found {})",
+                short(bytes_v)
+            ),
         )
     })?;
     let (cost_field, cost_v) =
