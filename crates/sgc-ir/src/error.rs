@@ -138,17 +138,26 @@ pub enum GraphError {
 }
 
 impl GraphError {
-    /// Builds a [`GraphError::Json`] from a serde_json error.
-    pub fn from_json(e: &serde_json::Error) -> Self {
+    /// Builds a [`GraphError::Json`] from a serde_json error on `text`. serde_json counts
+    /// columns in bytes; the error counts characters, as editors show them (a line with
+    /// `é` before the error would otherwise point one column too far).
+    pub fn from_json(e: &serde_json::Error, text: &str) -> Self {
         let message = e.to_string();
         // serde_json appends " at line L column C"; keep the message without it.
         let message = match message.rfind(" at line ") {
             Some(i) => message[..i].to_string(),
             None => message,
         };
+        let line = e.line();
+        let bytes = text
+            .split('\n')
+            .nth(line.saturating_sub(1))
+            .map_or(&[][..], str::as_bytes);
+        // A byte column inside a character counts that character.
+        let prefix = &bytes[..e.column().min(bytes.len())];
         GraphError::Json {
-            line: e.line(),
-            column: e.column(),
+            line,
+            column: String::from_utf8_lossy(prefix).chars().count(),
             message,
         }
     }

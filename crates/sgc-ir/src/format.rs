@@ -64,8 +64,8 @@ pub(crate) fn parse_json(text: &str) -> Result<Value, GraphError> {
     if text.trim().is_empty() {
         return Err(GraphError::Empty);
     }
-    crate::json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e))?;
-    serde_json::from_str(text).map_err(|e| GraphError::from_json(&e))
+    crate::json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e, text))?;
+    serde_json::from_str(text).map_err(|e| GraphError::from_json(&e, text))
 }
 
 /// Reads a graph file, plain or gzip ([`crate::file`]); the error carries the path.

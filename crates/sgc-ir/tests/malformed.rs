@@ -66,7 +66,10 @@ fn the_unmodified_example_is_valid() {
 fn line_col(text: &str, at: usize) -> (usize, usize) {
     let before = &text[..at];
     let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
     (line, col)
 }
 
@@ -113,6 +116,13 @@ fn json_nan_and_infinity_are_not_json() {
 fn json_trailing_garbage_is_an_error() {
     let text = format!("{DOC_EXAMPLE}\n{{}}");
     json_error_at(&text, text.len() - 2);
+}
+
+#[test]
+fn json_columns_count_characters_not_bytes() {
+    // `é` and `ü` are two bytes each: serde_json's column would be two too far.
+    let text = edit(&[(r#""name": "tiny""#, r#""name": "tiny café ü" 7"#)]);
+    json_error_at(&text, text.find(" 7").unwrap() + 1);
 }
 
 // ----- format, version, vocabularies -----
