@@ -3,16 +3,22 @@
 //! - `parse_any` returns `Ok` or `Err` on any input, never panics: arbitrary bytes, JSON-ish
 //!   strings, and byte-level and structural mutations of valid graph texts (generated
 //!   graphs, the format doc's example, a Checkmate graph).
+//! - Every error says where: a line and column within the text, a blank text, or a context
+//!   and an op, tensor, node or field name that occurs in the document (never a name the
+//!   file does not have).
 //! - Whatever it accepts is a graph that every downstream function handles: it round-trips
-//!   through the saver and obeys the memory-model invariants below.
+//!   through the saver (and through files, plain and gzip) and obeys the memory-model
+//!   invariants below.
 //! - Generated graphs always validate and obey the same invariants: the per-op lower bound
 //!   is at most the peak, every op's inputs and outputs are resident while it runs, the
 //!   resident bytes are exactly the sum of the live storage instances, and `simulate` of the
 //!   traced order is `memory_profile()`.
 
 use proptest::prelude::*;
+use serde_json::Value;
 use sgc_ir::testgen::{mutate_bytes, mutate_json, random_graph, GenConfig, DOC_EXAMPLE};
-use sgc_ir::{format, parse_any, simulate, Graph, OpId};
+use sgc_ir::{format, load_any, parse_any, simulate, Graph, GraphError, OpId};
+use std::collections::HashSet;
 
 /// Memory-model invariants of a valid graph, checked without trusting the profile's peak.
 fn check_memory(g: &Graph) {
@@ -63,10 +69,92 @@ fn check_accepted(g: &Graph) {
     }
 }
 
-/// Feeds text to the loader; an accepted graph goes through every check.
+/// Feeds text to the loader; an accepted graph goes through every check, an error must say
+/// where.
 fn exercise(text: &str) {
-    if let Ok(g) = parse_any(text) {
-        check_accepted(&g);
+    match parse_any(text) {
+        Ok(g) => check_accepted(&g),
+        Err(e) => check_names_where(&e, text),
+    }
+}
+
+/// Every key, string and number (as written) of a JSON document.
+fn scalars(v: &Value, out: &mut HashSet<String>) {
+    match v {
+        Value::String(s) => {
+            out.insert(s.clone());
+        }
+        Value::Number(n) => {
+            out.insert(n.to_string());
+        }
+        Value::Array(a) => a.iter().for_each(|x| scalars(x, out)),
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.insert(k.clone());
+                scalars(x, out);
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// The error locates its cause: a JSON error at a line and column inside the text; a blank
+/// text called empty; a context (graph, entry, op, tensor, node or link) and field; and any
+/// op, tensor or node it names is one the document has (a Checkmate random layered graph
+/// names node `7` as `node7`).
+fn check_names_where(e: &GraphError, text: &str) {
+    let msg = e.to_string();
+    match e {
+        GraphError::Json { line, column, .. } => {
+            let lines = text.split('\n').count();
+            assert!((1..=lines).contains(line), "{msg}: line {line} of {lines}");
+            let width = text
+                .split('\n')
+                .nth(line - 1)
+                .map_or(0, |l| l.chars().count());
+            assert!(*column <= width + 1, "{msg}: column {column} of {width}");
+            return;
+        }
+        GraphError::Empty => {
+            assert!(text.trim().is_empty(), "{msg}");
+            return;
+        }
+        GraphError::MissingField { context, field }
+        | GraphError::WrongType { context, field, .. } => {
+            assert!(!context.is_empty() && !field.is_empty(), "{msg}");
+        }
+        // The unknown field is a key of the document (possibly ``).
+        GraphError::UnknownField { context, .. } => assert!(!context.is_empty(), "{msg}"),
+        GraphError::NotAnObject { context, .. } => assert!(!context.is_empty(), "{msg}"),
+        GraphError::UnknownFormat(_) => assert!(msg.contains("\"format\""), "{msg}"),
+        GraphError::UnsupportedVersion(_) => assert!(msg.contains("version"), "{msg}"),
+        _ => {}
+    }
+    let doc: Value = serde_json::from_str(text).expect("only JSON errors come before parsing");
+    let mut known = HashSet::new();
+    scalars(&doc, &mut known);
+    if let Some(name) = e.subject() {
+        assert!(
+            msg.contains(&format!("`{name}`")),
+            "{msg}: does not quote {name:?}"
+        );
+        let bare = name.strip_prefix("node").unwrap_or(name);
+        assert!(
+            known.contains(name) || known.contains(bare),
+            "{msg}: names {name:?}, which the document does not have"
+        );
+    }
+}
+
+/// A graph saved to a file (plain or gzip) loads back equal.
+fn check_file_round_trip(g: &Graph, tag: &str) {
+    let dir = std::env::temp_dir().join(format!("sgc-ir-props-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [format!("{tag}.json"), format!("{tag}.json.gz")] {
+        let path = dir.join(name);
+        format::save(g, &path).unwrap();
+        assert_eq!(&load_any(&path).unwrap(), g, "{}", path.display());
+        std::fs::remove_file(&path).unwrap();
     }
 }
 
@@ -151,6 +239,16 @@ proptest! {
     #[test]
     fn small_generated_graphs_obey_the_memory_model(seed in any::<u64>()) {
         check_accepted(&random_graph(seed, &GenConfig::small()));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Save -> load through real files, plain and gzip, gives the same graph.
+    #[test]
+    fn generated_graphs_round_trip_through_files(seed in any::<u64>()) {
+        check_file_round_trip(&random_graph(seed, &GenConfig::default()), &format!("g{seed}"));
     }
 }
 
