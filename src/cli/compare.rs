@@ -67,7 +67,8 @@ pub fn run(args: Args) -> CliResult {
 fn check(rows: &[Row], path: &std::path::Path) -> CliResult {
     let text = sgc::ir::file::read_limited(path)
         .map_err(|e| format!("{}: cannot read the baseline: {e}", path.display()))?;
-    let baseline: Baseline = serde_json::from_str(&text)
+    let baseline: Baseline = sgc::ir::json::check_duplicate_keys(&text)
+        .and_then(|()| serde_json::from_str(&text))
         .map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;
     let outcome = compare::check(rows, &baseline);
     for line in &outcome.improvements {
