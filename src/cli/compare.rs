@@ -1,7 +1,7 @@
 //! `sgc compare FILES...`: peak memory with and without planning, as one markdown table,
 //! and the CI guard against a committed baseline (`--check`).
 
-use super::defaults;
+use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg};
 use sgc::compare::{self, Baseline, CompareOptions, Row};
 use std::path::PathBuf;
@@ -34,6 +34,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let Some(out) = &args.write_baseline {
+        // The graphs, and the baseline it would then check against (vacuously).
+        let inputs: Vec<&std::path::Path> = args
+            .files
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(args.check.as_deref())
+            .collect();
+        output::refuse_input(out, &inputs)?;
+    }
     let options = CompareOptions {
         genetic_iters: args.genetic_iters,
         seed: args.seed,
@@ -55,7 +65,7 @@ pub fn run(args: Args) -> CliResult {
     }
     if let Some(path) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::from_rows(&rows))? + "\n";
-        std::fs::write(path, text).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+        output::write(path, text.as_bytes())?;
         eprintln!("baseline written to {}", path.display());
     }
     match &args.check {
