@@ -15,10 +15,10 @@
 //!   traced order is `memory_profile()`.
 
 use proptest::prelude::*;
-use serde_json::Value;
-use sgc_ir::testgen::{mutate_bytes, mutate_json, random_graph, GenConfig, DOC_EXAMPLE};
-use sgc_ir::{format, load_any, parse_any, simulate, Graph, GraphError, OpId};
-use std::collections::HashSet;
+use sgc_ir::testgen::{
+    check_error_locates, mutate_bytes, mutate_json, random_graph, GenConfig, DOC_EXAMPLE,
+};
+use sgc_ir::{format, load_any, parse_any, simulate, Graph, OpId};
 
 /// Memory-model invariants of a valid graph, checked without trusting the profile's peak.
 fn check_memory(g: &Graph) {
@@ -74,75 +74,7 @@ fn check_accepted(g: &Graph) {
 fn exercise(text: &str) {
     match parse_any(text) {
         Ok(g) => check_accepted(&g),
-        Err(e) => check_names_where(&e, text),
-    }
-}
-
-/// Every key, string and number (as written) of a JSON document.
-fn scalars(v: &Value, out: &mut HashSet<String>) {
-    match v {
-        Value::String(s) => {
-            out.insert(s.clone());
-        }
-        Value::Number(n) => {
-            out.insert(n.to_string());
-        }
-        Value::Array(a) => a.iter().for_each(|x| scalars(x, out)),
-        Value::Object(m) => {
-            for (k, x) in m {
-                out.insert(k.clone());
-                scalars(x, out);
-            }
-        }
-        Value::Bool(_) | Value::Null => {}
-    }
-}
-
-/// The error locates its cause: a JSON error at a line and column inside the text; a blank
-/// text called empty; a context (graph, entry, op, tensor, node or link) and field; and any
-/// op, tensor or node it names is one the document has (a Checkmate random layered graph
-/// names node `7` as `node7`).
-fn check_names_where(e: &GraphError, text: &str) {
-    let msg = e.to_string();
-    match e {
-        GraphError::Json { line, column, .. } => {
-            let lines = text.split('\n').count();
-            assert!((1..=lines).contains(line), "{msg}: line {line} of {lines}");
-            let width = text
-                .split('\n')
-                .nth(line - 1)
-                .map_or(0, |l| l.chars().count());
-            assert!(*column <= width + 1, "{msg}: column {column} of {width}");
-            return;
-        }
-        GraphError::Empty => {
-            assert!(text.trim().is_empty(), "{msg}");
-            return;
-        }
-        GraphError::MissingField { context, field }
-        | GraphError::WrongType { context, field, .. } => {
-            assert!(!context.is_empty() && !field.is_empty(), "{msg}");
-        }
-        // The unknown field is a key of the document (possibly ``).
-        GraphError::UnknownField { context, .. } => assert!(!context.is_empty(), "{msg}"),
-        GraphError::NotAnObject { context, .. } => assert!(!context.is_empty(), "{msg}"),
-        GraphError::UnknownFormat(_) => assert!(msg.contains("\"format\""), "{msg}"),
-        GraphError::UnsupportedVersion(_) => assert!(msg.contains("version"), "{msg}"),
-        _ => {}
-    }
-    let doc: Value = serde_json::from_str(text).expect("only JSON errors come before parsing");
-    let mut known = HashSet::new();
-    scalars(&doc, &mut known);
-    if let Some(name) = e.subject() {
-        assert!(
-            msg.contains(&format!("`{name}`")),
-            "{msg}: does not quote {name:?}"
-        );
-        let bare = name.strip_prefix("node").unwrap_or(name);
-        assert!(
-            known.contains(name) || known.contains(bare),
-            "{msg}: names {name:?}, which the document does not have"
-        );
+        Err(e) => check_error_locates(&e, text),
     }
 }
 
