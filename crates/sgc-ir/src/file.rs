@@ -46,10 +46,19 @@ pub fn read_text(path: &Path) -> Result<String, LoadError> {
     let limit = max_input_bytes();
     let raw = read_file_capped(path, limit).map_err(io)?;
     let bytes = if is_gzip(&raw) {
-        gunzip(&raw, limit).map_err(|source| LoadError::Gzip {
-            path: shown(),
-            source,
-        })?
+        let mut out = Vec::new();
+        MultiGzDecoder::new(&raw[..])
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|source| LoadError::Gzip {
+                path: shown(),
+                source,
+            })?;
+        // Above the limit is not a damaged stream: it says so, not "truncated or corrupt".
+        if out.len() as u64 > limit {
+            return Err(io(too_large("the decompressed text", limit)));
+        }
+        out
     } else {
         raw
     };
@@ -79,11 +88,6 @@ fn utf8_text(bytes: Vec<u8>) -> std::io::Result<String> {
             bytes[at]
         ))
     })
-}
-
-/// Decompresses every member of a gzip stream, at most `limit` bytes of it.
-fn gunzip(raw: &[u8], limit: u64) -> std::io::Result<Vec<u8>> {
-    read_capped(MultiGzDecoder::new(raw), limit, "the decompressed text")
 }
 
 /// Writes text to `path`, gzip-compressed when the path ends in `.gz`, atomically
@@ -166,14 +170,18 @@ fn read_capped(r: impl Read, limit: u64, what: &str) -> std::io::Result<Vec<u8>>
     let mut out = Vec::new();
     r.take(limit.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{what} is larger than the input limit of {limit} bytes; raise it with --max-input SIZE"
-            ),
-        ));
+        return Err(too_large(what, limit));
     }
     Ok(out)
+}
+
+fn too_large(what: &str, limit: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{what} is larger than the input limit of {limit} bytes; raise it with --max-input SIZE"
+        ),
+    )
 }
 
 #[cfg(test)]
