@@ -262,8 +262,10 @@ pub fn cost_note(rows: &[Row], device: &DeviceProfile) -> String {
     note + "."
 }
 
-/// The committed figures of main, per graph.
+/// The committed figures of main, per graph. Reading refuses a field it does not know (and
+/// the CLI a key named twice), so a misspelt figure is an error, not a figure left unchecked.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
 pub struct Baseline {
     /// How to refresh this file.
     pub refresh: String,
@@ -272,6 +274,7 @@ pub struct Baseline {
 
 /// One graph's committed figures.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct BaselineEntry {
     pub unplanned_peak: u64,
     pub planned_peak: u64,

@@ -47,6 +47,7 @@ fn an_output_naming_an_input_is_refused_and_the_input_survives() {
         vec!["plan", gs, "-o", os],
         vec!["rescale", gs, "--batch", "3", "-o", os],
         vec!["cost", gs, "--device-profile", "a100", "-o", os],
+        vec!["compare", gs, "--no-exec", "--write-baseline", os],
     ] {
         let out = sgc(&args);
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -67,6 +68,24 @@ fn an_output_naming_an_input_is_refused_and_the_input_survives() {
         .success());
     let plot = sgc(&["plot", plan.to_str().unwrap(), "-o", plan.to_str().unwrap()]);
     assert!(!plot.status.success() && stderr(&plot).contains("names the input file"));
+    // A baseline written over the one it is checked against would pass vacuously.
+    let base = dir.join("base.json");
+    let bs = base.to_str().unwrap();
+    assert!(sgc(&["compare", gs, "--no-exec", "--write-baseline", bs])
+        .status
+        .success());
+    let before_base = std::fs::read(&base).unwrap();
+    let both = sgc(&[
+        "compare",
+        gs,
+        "--no-exec",
+        "--check",
+        bs,
+        "--write-baseline",
+        bs,
+    ]);
+    assert!(!both.status.success() && stderr(&both).contains("names the input file"));
+    assert_eq!(std::fs::read(&base).unwrap(), before_base);
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok())

@@ -71,6 +71,26 @@ fn the_check_passes_on_fresh_figures_and_bites_on_a_worse_plan() {
     assert!(String::from_utf8(better.stderr)
         .unwrap()
         .contains("just baseline"));
+
+    // A graph named twice (the last would win) or a misspelt figure (it would go unchecked)
+    // is refused, not read.
+    let text = std::fs::read_to_string(&base).unwrap();
+    let twice = text.replacen(
+        "\"tiny_cnn\": {",
+        "\"tiny_cnn\": {\"unplanned_peak\": 1, \"planned_peak\": 1, \"arena\": 1},\n    \"tiny_cnn\": {",
+        1,
+    );
+    let misspelt = text.replacen("\"planned_peak\"", "\"planed_peak\"", 1);
+    for (doctored_text, says) in [
+        (twice, "duplicate key `tiny_cnn`"),
+        (misspelt, "unknown field `planed_peak`"),
+    ] {
+        assert_ne!(doctored_text, text);
+        std::fs::write(&doctored, doctored_text).unwrap();
+        let out = compare(&["--check", doctored.to_str().unwrap()]);
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    }
 }
 
 #[test]

@@ -207,6 +207,39 @@ fn bytes_overrides_scale_only_when_exact() {
     ));
 }
 
+/// A batch whose storage passes 64 bits (in one tensor or summed over the graph) is an
+/// `Overflow`, which `fit` reads as "too large", never an invalid graph or a peak reported
+/// saturated at `u64::MAX`.
+#[test]
+fn batches_whose_storage_passes_64_bits_overflow() {
+    let g = zoo_file("tiny_mlp");
+    let mut first_overflow = None;
+    for k in 0..64 {
+        match rescale(&g, 1 << k) {
+            Ok(s) => {
+                assert!(
+                    first_overflow.is_none(),
+                    "batch 2^{k} fits after a smaller one overflowed"
+                );
+                assert!(s.memory_profile().peak < u64::MAX, "batch 2^{k}");
+            }
+            Err(RescaleError::Overflow { .. }) => {
+                first_overflow.get_or_insert(k);
+            }
+            Err(e) => panic!("batch 2^{k}: {e}"),
+        }
+    }
+    // Each tensor of tiny_mlp still fits at 2^k for some k that overflows in the sum.
+    let k = first_overflow.expect("some batch overflows");
+    let per_tensor_max = g
+        .tensors()
+        .iter()
+        .map(|t| t.size / batch_size(&g).unwrap())
+        .max()
+        .unwrap();
+    assert!(u128::from(per_tensor_max) << k <= u128::from(u64::MAX));
+}
+
 #[test]
 fn inputs_that_disagree_on_the_batch_are_refused() {
     let mut def = def_of("tiny_mlp");

@@ -51,7 +51,11 @@ pub fn run(args: Args) -> CliResult {
             return Err(format!("unknown effort {other:?}: use fast, default or thorough").into())
         }
     };
-    let rows = csv::read(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let file = args.file.display();
+    let rows = csv::read(&args.file).map_err(|e| match e {
+        csv::CsvError::Io { .. } => e.to_string(), // names the file already
+        _ => format!("{file}: {e}"),
+    })?;
     let buffers = csv::buffers(&rows);
     let options = AllocOptions {
         align: args.align,
@@ -59,7 +63,7 @@ pub fn run(args: Args) -> CliResult {
         in_place: Vec::new(),
     };
     let start = Instant::now();
-    let placement = alloc::allocate(&buffers, &options)?;
+    let placement = alloc::allocate(&buffers, &options).map_err(|e| format!("{file}: {e}"))?;
     let seconds = start.elapsed().as_secs_f64();
     if let Err(violations) = alloc::validate(&buffers, &placement, args.align) {
         let shown: Vec<String> = violations

@@ -1,7 +1,7 @@
 //! `sgc compare FILES...`: peak memory with and without planning, as one markdown table,
 //! and the CI guard against a committed baseline (`--check`).
 
-use super::defaults;
+use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg};
 use sgc::compare::{self, Baseline, CompareOptions, Row};
 use std::path::PathBuf;
@@ -37,6 +37,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let Some(out) = &args.write_baseline {
+        // The graphs, and the baseline it would then check against (vacuously).
+        let inputs: Vec<&std::path::Path> = args
+            .files
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(args.check.as_deref())
+            .collect();
+        output::refuse_input(out, &inputs)?;
+    }
     let options = CompareOptions {
         genetic_iters: args.genetic_iters,
         seed: args.seed,
@@ -77,9 +87,7 @@ pub fn run(args: Args) -> CliResult {
     }
     if let Some(path) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::from_rows(&rows))? + "\n";
-        let inputs: Vec<&std::path::Path> = args.files.iter().map(|f| f.as_path()).collect();
-        super::output::refuse_input(path, &inputs)?;
-        super::output::write(path, text.as_bytes())?;
+        output::write(path, text.as_bytes())?;
         eprintln!("baseline written to {}", path.display());
     }
     match &args.check {
@@ -91,7 +99,8 @@ pub fn run(args: Args) -> CliResult {
 fn check(rows: &[Row], path: &std::path::Path) -> CliResult {
     let text = sgc::ir::file::read_limited(path)
         .map_err(|e| format!("{}: cannot read the baseline: {e}", path.display()))?;
-    let baseline: Baseline = serde_json::from_str(&text)
+    let baseline: Baseline = sgc::ir::json::check_duplicate_keys(&text)
+        .and_then(|()| serde_json::from_str(&text))
         .map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;
     let outcome = compare::check(rows, &baseline);
     for line in &outcome.improvements {

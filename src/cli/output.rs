@@ -1,7 +1,7 @@
 //! Writing a command's output file: never over one of its inputs, always whole.
 //!
 //! Every command that writes a file (`plan -o`, `rescale -o`, `cost -o`, `alloc -o`,
-//! `plot -o`) first refuses an output path that names one of its inputs (the same file by
+//! `plot -o`, `compare --write-baseline`) first refuses an output path that names one of its inputs (the same file by
 //! any path: it would lose the input), then writes through `sgc_ir::file::write_atomic`:
 //! a temporary file beside the output, renamed into place, so an interrupted run leaves the
 //! old file.
@@ -21,7 +21,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 pub fn refuse_input(output: &Path, inputs: &[&Path]) -> CliResult {
     match inputs.iter().find(|i| same_file(i, output)) {
         Some(input) => Err(format!(
-            "{}: -o names the input file {}; write the output to another path",
+            "{}: the output path names the input file {}; write the output to another path",
             output.display(),
             input.display()
         )

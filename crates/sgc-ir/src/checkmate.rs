@@ -17,7 +17,7 @@ use crate::format::{missing, wrong};
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Whether a parsed JSON document looks like NetworkX node-link data.
 pub fn is_node_link(v: &Value) -> bool {
@@ -30,13 +30,36 @@ pub fn import(v: &Value) -> Result<Graph, GraphError> {
 }
 
 struct Node {
+    /// Position in `nodes`.
+    index: usize,
     name: String,
     bytes: u64,
+    /// The field the bytes came from (`cost_ram` or `out_cost`).
+    bytes_field: &'static str,
     cost: f64,
     backward: Option<bool>,
 }
 
-/// Converts a node-link document into a graph definition.
+fn duplicate(ctx: &str, what: &'static str, value: &str, first: usize) -> GraphError {
+    GraphError::DuplicateNode {
+        context: ctx.to_string(),
+        what,
+        value: value.to_string(),
+        first,
+    }
+}
+
+/// `n[a]`, else `n[b]`, with the name of the field found.
+fn field<'v>(n: &'v Value, a: &'static str, b: &'static str) -> Option<(&'static str, &'v Value)> {
+    n.get(a)
+        .map(|v| (a, v))
+        .or_else(|| n.get(b).map(|v| (b, v)))
+}
+
+/// Converts a node-link document into a graph definition. Every error is in the file's
+/// own terms (node #position and name, link #position, the field as written): the
+/// definition it returns always validates, so no error speaks of ops and tensors that the
+/// file never mentions.
 pub fn import_def(v: &Value) -> Result<GraphDef, GraphError> {
     let nodes_v = v["nodes"]
         .as_array()
@@ -46,24 +69,59 @@ pub fn import_def(v: &Value) -> Result<GraphDef, GraphError> {
         .ok_or_else(|| wrong("graph", "links", "an array"))?;
     let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
     let mut key_order: Vec<(KeyOrd, String)> = Vec::new();
+    let mut first_with_name: HashMap<String, usize> = HashMap::new();
+    let mut total = 0u64;
     for (i, n) in nodes_v.iter().enumerate() {
         let (key, node) = node(n, i)?;
-        key_order.push((KeyOrd::of(n.get("id").unwrap_or(&n["name"])), key.clone()));
-        if nodes.insert(key.clone(), node).is_some() {
-            return Err(GraphError::DuplicateOp(key));
+        let ctx = format!("node #{i} (`{}`)", node.name);
+        if let Some(first) = nodes.get(&key).map(|f| f.index) {
+            return Err(duplicate(&ctx, "id", &key, first));
         }
+        if let Some(&first) = first_with_name.get(&node.name) {
+            return Err(duplicate(&ctx, "name", &node.name, first));
+        }
+        total = total.checked_add(node.bytes).ok_or_else(|| {
+            wrong(
+                &ctx,
+                node.bytes_field,
+                "a size that, added to the nodes before it, fits in 64 bits (the sum overflows)",
+            )
+        })?;
+        key_order.push((KeyOrd::of(n.get("id").unwrap_or(&n["name"])), key.clone()));
+        first_with_name.insert(node.name.clone(), i);
+        nodes.insert(key, node);
     }
-    let order = execution_order(v, key_order)?;
+    let (order, order_source) = execution_order(v, key_order)?;
+    let position: HashMap<&str, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(p, k)| (k.as_str(), p))
+        .collect();
     let mut preds: HashMap<String, Vec<String>> = HashMap::new();
     for (i, l) in links_v.iter().enumerate() {
         let (s, t) = link(l, i)?;
-        for end in [&s, &t] {
-            if !nodes.contains_key(end) {
-                return Err(GraphError::UndeclaredTensor {
-                    op: format!("link #{i}"),
-                    tensor: end.clone(),
+        for (end, key) in [("source", &s), ("target", &t)] {
+            if !nodes.contains_key(key) {
+                return Err(GraphError::UnknownNode {
+                    link: i,
+                    end,
+                    node: key.clone(),
                 });
             }
+        }
+        if position[s.as_str()] >= position[t.as_str()] {
+            let why = if s == t {
+                "is a self-loop"
+            } else {
+                "goes backwards"
+            };
+            return Err(GraphError::LinkAgainstOrder {
+                link: i,
+                from: nodes[&s].name.clone(),
+                to: nodes[&t].name.clone(),
+                why,
+                order: order_source,
+            });
         }
         preds.entry(t).or_default().push(s);
     }
@@ -110,6 +168,9 @@ pub fn import_def(v: &Value) -> Result<GraphDef, GraphError> {
 }
 
 fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
+    if !n.is_object() {
+        return Err(wrong("graph", &format!("nodes[{i}]"), "an object"));
+    }
     let ctx = format!("node #{i}");
     let key_v = n
         .get("id")
@@ -127,26 +188,36 @@ fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
     };
     // From here on, errors name the node as well as its position.
     let ctx = format!("node #{i} (`{name}`)");
-    let bytes_v = n
-        .get("cost_ram")
-        .or_else(|| n.get("out_cost"))
-        .ok_or_else(|| missing(&ctx, "cost_ram"))?;
-    let bytes = bytes_v
-        .as_u64()
-        .ok_or_else(|| wrong(&ctx, "cost_ram", "a whole number of bytes"))?;
-    let cost_v = n
-        .get("cost_cpu")
-        .or_else(|| n.get("duration"))
-        .ok_or_else(|| missing(&ctx, "cost_cpu"))?;
+    // A missing field is named as the file's variant spells it.
+    let (ram, cpu) = if n.get("id").is_some() {
+        ("cost_ram", "cost_cpu")
+    } else {
+        ("out_cost", "duration")
+    };
+    let (bytes_field, bytes_v) =
+        field(n, "cost_ram", "out_cost").ok_or_else(|| missing(&ctx, ram))?;
+    let bytes = bytes_v.as_u64().ok_or_else(|| {
+        wrong(
+            &ctx,
+            bytes_field,
+            &format!(
+                "a whole number of bytes within 64 bits (found {})",
+                short(bytes_v)
+            ),
+        )
+    })?;
+    let (cost_field, cost_v) =
+        field(n, "cost_cpu", "duration").ok_or_else(|| missing(&ctx, cpu))?;
     let cost = cost_v
-        .to_string()
-        .parse::<f64>()
-        .ok()
+        .as_number()
+        .and_then(|c| c.to_string().parse::<f64>().ok())
         .filter(|c| c.is_finite() && *c >= 0.0)
-        .ok_or_else(|| GraphError::BadCost {
-            op: name.clone(),
-            field: "cost_cpu".into(),
-            value: cost_v.to_string(),
+        .ok_or_else(|| {
+            wrong(
+                &ctx,
+                cost_field,
+                &format!("a finite number >= 0 (found {})", short(cost_v)),
+            )
         })?;
     let backward = match n.get("backward") {
         None | Some(Value::Null) => None,
@@ -158,27 +229,48 @@ fn node(n: &Value, i: usize) -> Result<(String, Node), GraphError> {
     Ok((
         key,
         Node {
+            index: i,
             name,
             bytes,
+            bytes_field,
             cost,
             backward,
         },
     ))
 }
 
+/// A value's JSON text for a message, cut at 40 characters.
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 40 {
+        format!("{}...", s.chars().take(37).collect::<String>())
+    } else {
+        s
+    }
+}
+
 fn link(l: &Value, i: usize) -> Result<(String, String), GraphError> {
     let ctx = format!("link #{i}");
-    let end = |a: &str, b: &str| {
-        l.get(a)
-            .or_else(|| l.get(b))
-            .and_then(scalar_key)
-            .ok_or_else(|| missing(&ctx, a))
+    if !l.is_object() {
+        return Err(wrong(
+            "graph",
+            &format!("links[{i}]"),
+            "an object with source and target",
+        ));
+    }
+    let end = |a: &'static str, b: &'static str| {
+        let (name, v) = field(l, a, b).ok_or_else(|| missing(&ctx, a))?;
+        scalar_key(v).ok_or_else(|| wrong(&ctx, name, "a node id (a number or string)"))
     };
     Ok((end("source", "0")?, end("target", "1")?))
 }
 
-/// Node ids in numeric order when they are numbers (`graph.order` wins when present).
-fn execution_order(v: &Value, mut keys: Vec<(KeyOrd, String)>) -> Result<Vec<String>, GraphError> {
+/// Node ids in numeric order when they are numbers (`graph.order` wins when present), and
+/// how the order was given, for messages.
+fn execution_order(
+    v: &Value,
+    mut keys: Vec<(KeyOrd, String)>,
+) -> Result<(Vec<String>, &'static str), GraphError> {
     if let Some(order) = v.get("graph").and_then(|g| g.get("order")) {
         let arr = order
             .as_array()
@@ -189,6 +281,24 @@ fn execution_order(v: &Value, mut keys: Vec<(KeyOrd, String)>) -> Result<Vec<Str
                 scalar_key(k).ok_or_else(|| wrong("graph", "graph.order", "an array of node ids"))
             })
             .collect::<Result<_, _>>()?;
+        let known: HashSet<&String> = keys.iter().map(|(_, k)| k).collect();
+        let mut listed = HashSet::new();
+        for k in &order {
+            if !known.contains(k) {
+                return Err(wrong(
+                    "graph",
+                    "graph.order",
+                    &format!("a list of the node ids (`{k}` is not a node)"),
+                ));
+            }
+            if !listed.insert(k) {
+                return Err(wrong(
+                    "graph",
+                    "graph.order",
+                    &format!("a list of the node ids, each once (`{k}` is listed twice)"),
+                ));
+            }
+        }
         if order.len() != keys.len() {
             return Err(wrong(
                 "graph",
@@ -200,20 +310,13 @@ fn execution_order(v: &Value, mut keys: Vec<(KeyOrd, String)>) -> Result<Vec<Str
                 ),
             ));
         }
-        if let Some(unknown) = order
-            .iter()
-            .find(|k| !keys.iter().any(|(_, key)| key == *k))
-        {
-            return Err(wrong(
-                "graph",
-                "graph.order",
-                &format!("a list of the node ids (`{unknown}` is not a node)"),
-            ));
-        }
-        return Ok(order);
+        return Ok((order, "the order of `graph.order`"));
     }
     keys.sort();
-    Ok(keys.into_iter().map(|(_, k)| k).collect())
+    Ok((
+        keys.into_iter().map(|(_, k)| k).collect(),
+        "node ids in ascending order",
+    ))
 }
 
 /// Sort key: numbers by value, then strings.

@@ -6,12 +6,16 @@ use thiserror::Error;
 /// Why a graph could not be loaded, validated or built.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum GraphError {
-    #[error("JSON syntax error at line {line}, column {column}: {message}")]
+    #[error("invalid JSON at line {line}, column {column}: {message}")]
     Json {
         line: usize,
         column: usize,
         message: String,
     },
+    #[error("the text is empty: a graph file is one JSON object with \"format\": \"sgc-graph\"")]
+    Empty,
+    #[error("{context} must be a JSON object, found {found}")]
+    NotAnObject { context: String, found: String },
     #[error("{context}: missing required field `{field}`")]
     MissingField { context: String, field: String },
     #[error("{context}: field `{field}` must be {expected}")]
@@ -22,7 +26,7 @@ pub enum GraphError {
     },
     #[error("{context}: unknown field `{field}` (a version-1 reader accepts only the fields of the format doc)")]
     UnknownField { context: String, field: String },
-    #[error("unknown format {0:?}: a graph file has \"format\": \"sgc-graph\"")]
+    #[error("unknown format {0}: a graph file has \"format\": \"sgc-graph\"")]
     UnknownFormat(String),
     #[error("unsupported version {0}: this reader understands version 1")]
     UnsupportedVersion(String),
@@ -68,8 +72,13 @@ pub enum GraphError {
     UndeclaredLoss(String),
     #[error("tensor `{tensor}`: {what} overflows 64 bits")]
     SizeOverflow { tensor: String, what: String },
-    #[error("tensor `{tensor}`: shape entry {value} is not an integer >= 0")]
-    BadShape { tensor: String, value: String },
+    #[error("tensor `{tensor}`: {what} {value} is not an integer >= 0")]
+    BadShape {
+        tensor: String,
+        /// `shape entry` or `bytes`.
+        what: String,
+        value: String,
+    },
     #[error("tensor `{tensor}`: batch_dim {batch_dim} is not an axis of its {rank}-d shape")]
     BadBatchDim {
         tensor: String,
@@ -101,20 +110,54 @@ pub enum GraphError {
         base: String,
         producer: String,
     },
+    #[error("link #{link}: {end} `{node}` is not the id of any node")]
+    UnknownNode {
+        link: usize,
+        /// `source` or `target`.
+        end: &'static str,
+        node: String,
+    },
+    #[error("{context}: {what} `{value}` is also the {what} of node #{first}: node ids and names must be unique")]
+    DuplicateNode {
+        context: String,
+        /// `id` or `name`.
+        what: &'static str,
+        value: String,
+        first: usize,
+    },
+    #[error("link #{link} from node `{from}` to node `{to}` {why}: a node reads only nodes that run before it ({order})")]
+    LinkAgainstOrder {
+        link: usize,
+        from: String,
+        to: String,
+        /// `goes backwards` or `is a self-loop`.
+        why: &'static str,
+        /// How the execution order was given (`graph.order` or ascending node ids).
+        order: &'static str,
+    },
 }
 
 impl GraphError {
-    /// Builds a [`GraphError::Json`] from a serde_json error.
-    pub fn from_json(e: &serde_json::Error) -> Self {
+    /// Builds a [`GraphError::Json`] from a serde_json error on `text`. serde_json counts
+    /// columns in bytes; the error counts characters, as editors show them (a line with
+    /// `é` before the error would otherwise point one column too far).
+    pub fn from_json(e: &serde_json::Error, text: &str) -> Self {
         let message = e.to_string();
         // serde_json appends " at line L column C"; keep the message without it.
         let message = match message.rfind(" at line ") {
             Some(i) => message[..i].to_string(),
             None => message,
         };
+        let line = e.line();
+        let bytes = text
+            .split('\n')
+            .nth(line.saturating_sub(1))
+            .map_or(&[][..], str::as_bytes);
+        // A byte column inside a character counts that character.
+        let prefix = &bytes[..e.column().min(bytes.len())];
         GraphError::Json {
-            line: e.line(),
-            column: e.column(),
+            line,
+            column: String::from_utf8_lossy(prefix).chars().count(),
             message,
         }
     }
@@ -140,6 +183,9 @@ impl GraphError {
             | BadCost { op, .. }
             | BadInplace { op, .. } => Some(op),
             DuplicateOp(o) => Some(o),
+            LinkAgainstOrder { to, .. } => Some(to),
+            UnknownNode { node, .. } => Some(node),
+            DuplicateNode { value, .. } => Some(value),
             _ => None,
         }
     }

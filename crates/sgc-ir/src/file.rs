@@ -46,28 +46,48 @@ pub fn read_text(path: &Path) -> Result<String, LoadError> {
     let limit = max_input_bytes();
     let raw = read_file_capped(path, limit).map_err(io)?;
     let bytes = if is_gzip(&raw) {
-        gunzip(&raw, limit).map_err(|source| LoadError::Gzip {
-            path: shown(),
-            source,
-        })?
+        let mut out = Vec::new();
+        MultiGzDecoder::new(&raw[..])
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|source| LoadError::Gzip {
+                path: shown(),
+                source,
+            })?;
+        // Above the limit is not a damaged stream: it says so, not "truncated or corrupt".
+        if out.len() as u64 > limit {
+            return Err(io(too_large("the decompressed text", limit)));
+        }
+        out
     } else {
         raw
     };
-    String::from_utf8(bytes).map_err(|e| LoadError::Io {
-        path: shown(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        ),
-    })
+    utf8_text(bytes).map_err(io)
 }
 
-/// Decompresses every member of a gzip stream, at most `limit` bytes of it.
-fn gunzip(raw: &[u8], limit: u64) -> std::io::Result<Vec<u8>> {
-    read_capped(MultiGzDecoder::new(raw), limit, "the decompressed text")
+/// The bytes as text: UTF-8 without a byte order mark. A BOM is refused (JSON texts must
+/// not start with one, RFC 8259; and a CSV header would not read as `id,...` with it);
+/// an invalid byte is named by its line and column.
+fn utf8_text(bytes: Vec<u8>) -> std::io::Result<String> {
+    let invalid = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    if bytes.starts_with(&[0xef, 0xbb, 0xbf]) {
+        return Err(invalid(
+            "the text starts with a UTF-8 byte order mark (bytes EF BB BF): save it as UTF-8 without a BOM".into(),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // Characters, not bytes, before the invalid byte on its line (that part is valid).
+        let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        invalid(format!(
+            "not UTF-8 text: invalid byte 0x{:02X} at line {line}, column {column} (byte offset {at}); save the file as UTF-8",
+            bytes[at]
+        ))
+    })
 }
 
 /// Writes text to `path`, gzip-compressed when the path ends in `.gz`, atomically
@@ -125,16 +145,7 @@ pub fn max_input_bytes() -> u64 {
 /// A UTF-8 text file (a plan, a CSV list, a baseline), read up to the input limit; errors
 /// are I/O errors saying what went wrong (the caller names the file).
 pub fn read_limited(path: &Path) -> std::io::Result<String> {
-    let bytes = read_file_capped(path, max_input_bytes())?;
-    String::from_utf8(bytes).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "not UTF-8 text (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ),
-        )
-    })
+    utf8_text(read_file_capped(path, max_input_bytes())?)
 }
 
 /// A file's bytes: refused before reading when its size is known to pass `limit` (a regular
@@ -159,14 +170,18 @@ fn read_capped(r: impl Read, limit: u64, what: &str) -> std::io::Result<Vec<u8>>
     let mut out = Vec::new();
     r.take(limit.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "{what} is larger than the input limit of {limit} bytes; raise it with --max-input SIZE"
-            ),
-        ));
+        return Err(too_large(what, limit));
     }
     Ok(out)
+}
+
+fn too_large(what: &str, limit: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{what} is larger than the input limit of {limit} bytes; raise it with --max-input SIZE"
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -234,5 +249,21 @@ mod tests {
         let err = read_text(&latin1).expect_err("not UTF-8");
         assert!(err.to_string().contains("latin1.json"), "{err}");
         assert!(err.to_string().contains("not UTF-8"), "{err}");
+        let second_line = scratch("latin1_line2.csv");
+        std::fs::write(&second_line, b"id,lower\n\xc3\xa9t\xe9\n").unwrap();
+        let err = read_limited(&second_line).expect_err("not UTF-8");
+        assert!(
+            err.to_string()
+                .contains("invalid byte 0xE9 at line 2, column 3 (byte offset 12)"),
+            "{err}"
+        );
+        let bom = scratch("bom.json");
+        std::fs::write(&bom, b"\xef\xbb\xbf{}").unwrap();
+        for err in [
+            read_text(&bom).expect_err("a BOM").to_string(),
+            read_limited(&bom).expect_err("a BOM").to_string(),
+        ] {
+            assert!(err.contains("byte order mark"), "{err}");
+        }
     }
 }

@@ -48,9 +48,24 @@ pub fn from_str(text: &str) -> Result<Graph, GraphError> {
 
 /// Parses JSON text into a definition without the semantic rules.
 pub fn def_from_str(text: &str) -> Result<GraphDef, GraphError> {
-    crate::json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e))?;
-    let value: Value = serde_json::from_str(text).map_err(|e| GraphError::from_json(&e))?;
-    def_from_value(&value)
+    def_from_value(&parse_json(text)?)
+}
+
+/// JSON text as a value, strictly ([`crate::json`]): no byte order mark, no duplicate keys,
+/// no object posing as a number; an empty text says so.
+pub(crate) fn parse_json(text: &str) -> Result<Value, GraphError> {
+    if text.starts_with('\u{feff}') {
+        return Err(GraphError::Json {
+            line: 1,
+            column: 1,
+            message: "the text starts with a byte order mark (U+FEFF): save the file as UTF-8 without a BOM".into(),
+        });
+    }
+    if text.trim().is_empty() {
+        return Err(GraphError::Empty);
+    }
+    crate::json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e, text))?;
+    serde_json::from_str(text).map_err(|e| GraphError::from_json(&e, text))
 }
 
 /// Reads a graph file, plain or gzip ([`crate::file`]); the error carries the path.
@@ -118,7 +133,7 @@ mod erased {
 
 /// Converts a parsed JSON document into a definition.
 pub fn def_from_value(v: &Value) -> Result<GraphDef, GraphError> {
-    let obj = as_object(v, "graph", "the top level", "a JSON object")?;
+    let obj = as_object(v, "the top level of a graph file")?;
     check_fields(obj, GRAPH_FIELDS, "graph")?;
     match obj.get("format") {
         Some(Value::String(f)) if f == "sgc-graph" => {}
@@ -152,7 +167,7 @@ pub fn def_from_value(v: &Value) -> Result<GraphDef, GraphError> {
 
 fn tensor_def(v: &Value, index: usize) -> Result<TensorDef, GraphError> {
     let fallback = format!("tensor #{index}");
-    let obj = as_object(v, &fallback, "the entry", "a JSON object")?;
+    let obj = as_object(v, &format!("{fallback} (an entry of `tensors`)"))?;
     let name = required_string(obj, &fallback, "name")?;
     let ctx = format!("tensor `{name}`");
     check_fields(obj, TENSOR_FIELDS, &ctx)?;
@@ -202,11 +217,13 @@ fn tensor_def(v: &Value, index: usize) -> Result<TensorDef, GraphError> {
 
 /// A size (shape entry or byte count): an integer >= 0 that fits in 64 bits.
 fn size_value(v: &Value, tensor: &str, what: &str) -> Result<u64, GraphError> {
+    let bad = |value: String| GraphError::BadShape {
+        tensor: tensor.to_string(),
+        what: what.to_string(),
+        value,
+    };
     let Value::Number(n) = v else {
-        return Err(GraphError::BadShape {
-            tensor: tensor.to_string(),
-            value: display(v),
-        });
+        return Err(bad(display(v)));
     };
     if let Some(x) = n.as_u64() {
         return Ok(x);
@@ -218,16 +235,13 @@ fn size_value(v: &Value, tensor: &str, what: &str) -> Result<u64, GraphError> {
             what: format!("{what} {text}"),
         })
     } else {
-        Err(GraphError::BadShape {
-            tensor: tensor.to_string(),
-            value: text,
-        })
+        Err(bad(text))
     }
 }
 
 fn op_def(v: &Value, index: usize) -> Result<OpDef, GraphError> {
     let fallback = format!("op #{index}");
-    let obj = as_object(v, &fallback, "the entry", "a JSON object")?;
+    let obj = as_object(v, &format!("{fallback} (an entry of `ops`)"))?;
     let name = required_string(obj, &fallback, "name")?;
     let ctx = format!("op `{name}`");
     check_fields(obj, OP_FIELDS, &ctx)?;
@@ -317,13 +331,11 @@ fn check_fields(obj: &Map<String, Value>, allowed: &[&str], ctx: &str) -> Result
     }
 }
 
-fn as_object<'a>(
-    v: &'a Value,
-    ctx: &str,
-    field: &str,
-    expected: &str,
-) -> Result<&'a Map<String, Value>, GraphError> {
-    v.as_object().ok_or_else(|| wrong(ctx, field, expected))
+fn as_object<'a>(v: &'a Value, ctx: &str) -> Result<&'a Map<String, Value>, GraphError> {
+    v.as_object().ok_or_else(|| GraphError::NotAnObject {
+        context: ctx.to_string(),
+        found: display(v),
+    })
 }
 
 fn required_array<'a>(
@@ -395,7 +407,14 @@ pub(crate) fn wrong(ctx: &str, field: &str, expected: &str) -> GraphError {
     }
 }
 
+/// A value as a message shows it: its JSON text, cut at 60 characters; a large array or
+/// object by its length (not serialised whole only to be cut).
 fn display(v: &Value) -> String {
+    match v {
+        Value::Array(a) if a.len() > 8 => return format!("an array of {} entries", a.len()),
+        Value::Object(m) if m.len() > 8 => return format!("an object of {} fields", m.len()),
+        _ => {}
+    }
     let s = v.to_string();
     if s.chars().count() > 60 {
         format!("{}...", s.chars().take(57).collect::<String>())

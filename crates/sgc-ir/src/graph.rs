@@ -436,12 +436,14 @@ impl Graph {
         } else if let Some(f) = o.flops {
             (f, CostSource::Flops)
         } else {
-            let moved: u64 = o
+            // u128: an op may read one tensor several times, so its bytes moved can pass
+            // the graph's total storage (which fits in 64 bits).
+            let moved: u128 = o
                 .inputs
                 .iter()
                 .chain(&o.outputs)
-                .map(|&t| self.storage_bytes(t))
-                .fold(0u64, u64::saturating_add);
+                .map(|&t| u128::from(self.storage_bytes(t)))
+                .sum();
             (moved as f64, CostSource::Bytes)
         }
     }

@@ -49,9 +49,7 @@ use std::path::Path;
 
 /// Parses JSON text that is either a version-1 graph or a Checkmate node-link graph.
 pub fn parse_any(text: &str) -> Result<Graph, GraphError> {
-    json::check_duplicate_keys(text).map_err(|e| GraphError::from_json(&e))?;
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| GraphError::from_json(&e))?;
+    let value = format::parse_json(text)?;
     if value.get("format").is_none() && checkmate::is_node_link(&value) {
         checkmate::import(&value)
     } else {

@@ -101,7 +101,7 @@ pub enum RescaleError {
         from: u64,
         to: u64,
     },
-    #[error("tensor `{tensor}`: at batch {batch} its size overflows 64 bits")]
+    #[error("tensor `{tensor}`: at batch {batch} its size (or the graph's storage summed up to it) overflows 64 bits")]
     Overflow { tensor: String, batch: u64 },
     #[error("the rescaled graph is invalid: {0}")]
     Invalid(#[from] GraphError),
@@ -270,7 +270,13 @@ pub fn rescale(graph: &Graph, batch: u64) -> R<Graph> {
             meta.insert("batch_size".into(), Value::from(batch));
         }
     }
-    Ok(Graph::from_def(def)?)
+    // The graph was valid at its own batch: a size that overflows now is the batch's doing
+    // (a shape product, or the graph's total storage), which callers such as `fit` treat as
+    // "too large" rather than as a broken graph.
+    Graph::from_def(def).map_err(|e| match e {
+        GraphError::SizeOverflow { tensor, .. } => RescaleError::Overflow { tensor, batch },
+        e => e.into(),
+    })
 }
 
 /// The attributes of a known op that hold a shape ([`SHAPE_ATTRS`]: the size of output 0)

@@ -21,11 +21,14 @@
 //! `loss`, or absent; `meta` and `attrs` keys come in shuffled order. Everything is drawn
 //! from [`SplitMix64`] seeded by the caller, so a seed always gives the same graph.
 //!
-//! [`mutate_bytes`] and [`mutate_json`] damage a valid graph text for loader property tests.
+//! [`mutate_bytes`] and [`mutate_json`] damage a valid graph text for loader property tests;
+//! [`check_error_locates`] is what those tests and the fuzz target ask of every error.
 
+use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase, TensorKind};
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 /// The example graph of `shared/docs/graph-format.md`, verbatim.
 pub const DOC_EXAMPLE: &str = r#"{
@@ -825,5 +828,73 @@ fn random_value(rng: &mut SplitMix64) -> Value {
         7 => Value::Array(Vec::new()),
         8 => Value::Object(Map::new()),
         _ => Value::from(rng.next_u64()),
+    }
+}
+
+/// Every key, string and number (as written) of a JSON document.
+fn scalars(v: &Value, out: &mut HashSet<String>) {
+    match v {
+        Value::String(s) => {
+            out.insert(s.clone());
+        }
+        Value::Number(n) => {
+            out.insert(n.to_string());
+        }
+        Value::Array(a) => a.iter().for_each(|x| scalars(x, out)),
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.insert(k.clone());
+                scalars(x, out);
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// Panics unless a loader error ([`crate::parse_any`] on `text`) locates its cause: a JSON error at a line and column inside the text; a blank
+/// text called empty; a context (graph, entry, op, tensor, node or link) and field; and any
+/// op, tensor or node it names is one the document has (a Checkmate random layered graph
+/// names node `7` as `node7`).
+pub fn check_error_locates(e: &GraphError, text: &str) {
+    let msg = e.to_string();
+    match e {
+        GraphError::Json { line, column, .. } => {
+            let lines = text.split('\n').count();
+            assert!((1..=lines).contains(line), "{msg}: line {line} of {lines}");
+            let width = text
+                .split('\n')
+                .nth(line - 1)
+                .map_or(0, |l| l.chars().count());
+            assert!(*column <= width + 1, "{msg}: column {column} of {width}");
+            return;
+        }
+        GraphError::Empty => {
+            assert!(text.trim().is_empty(), "{msg}");
+            return;
+        }
+        GraphError::MissingField { context, field }
+        | GraphError::WrongType { context, field, .. } => {
+            assert!(!context.is_empty() && !field.is_empty(), "{msg}");
+        }
+        // The unknown field is a key of the document (possibly ``).
+        GraphError::UnknownField { context, .. } => assert!(!context.is_empty(), "{msg}"),
+        GraphError::NotAnObject { context, .. } => assert!(!context.is_empty(), "{msg}"),
+        GraphError::UnknownFormat(_) => assert!(msg.contains("\"format\""), "{msg}"),
+        GraphError::UnsupportedVersion(_) => assert!(msg.contains("version"), "{msg}"),
+        _ => {}
+    }
+    let doc: Value = serde_json::from_str(text).expect("only JSON errors come before parsing");
+    let mut known = HashSet::new();
+    scalars(&doc, &mut known);
+    if let Some(name) = e.subject() {
+        assert!(
+            msg.contains(&format!("`{name}`")),
+            "{msg}: does not quote {name:?}"
+        );
+        let bare = name.strip_prefix("node").unwrap_or(name);
+        assert!(
+            known.contains(name) || known.contains(bare),
+            "{msg}: names {name:?}, which the document does not have"
+        );
     }
 }

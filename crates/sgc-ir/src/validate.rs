@@ -24,6 +24,7 @@ pub(crate) fn build(def: GraphDef) -> Result<Graph, GraphError> {
         tensors.push(check_tensor(t, &tensor_ids)?);
     }
     let root = resolve_aliases(&tensors)?;
+    check_total_storage(&tensors)?;
     let op_ids = index_ops(&def.ops)?;
     let mut ops = Vec::with_capacity(def.ops.len());
     for o in &def.ops {
@@ -117,6 +118,24 @@ fn check_tensor(t: &TensorDef, ids: &HashMap<String, TensorId>) -> Result<Tensor
         batch_dim,
         size: t.bytes.unwrap_or(computed),
     })
+}
+
+/// The bytes of every storage (each tensor that is not a view) add up within 64 bits.
+/// Every figure of the memory model (resident bytes at a step, peak, lower bound, an
+/// arena's live bytes) is a sum of distinct storages, so none of them can overflow, and
+/// none is reported saturated at `u64::MAX` instead of its true value. The error names the
+/// tensor at which the running sum passes `u64::MAX`.
+fn check_total_storage(tensors: &[Tensor]) -> Result<(), GraphError> {
+    let mut total = 0u64;
+    for t in tensors.iter().filter(|t| t.alias_of.is_none()) {
+        total = total
+            .checked_add(t.size)
+            .ok_or_else(|| GraphError::SizeOverflow {
+                tensor: t.name.clone(),
+                what: "the graph's storage (the bytes of every tensor that is not a view, added up to this one)".into(),
+            })?;
+    }
+    Ok(())
 }
 
 /// Follows every `alias_of` chain to the tensor that owns the storage. A chain that

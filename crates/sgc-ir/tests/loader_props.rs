@@ -3,16 +3,22 @@
 //! - `parse_any` returns `Ok` or `Err` on any input, never panics: arbitrary bytes, JSON-ish
 //!   strings, and byte-level and structural mutations of valid graph texts (generated
 //!   graphs, the format doc's example, a Checkmate graph).
+//! - Every error says where: a line and column within the text, a blank text, or a context
+//!   and an op, tensor, node or field name that occurs in the document (never a name the
+//!   file does not have).
 //! - Whatever it accepts is a graph that every downstream function handles: it round-trips
-//!   through the saver and obeys the memory-model invariants below.
+//!   through the saver (and through files, plain and gzip) and obeys the memory-model
+//!   invariants below.
 //! - Generated graphs always validate and obey the same invariants: the per-op lower bound
 //!   is at most the peak, every op's inputs and outputs are resident while it runs, the
 //!   resident bytes are exactly the sum of the live storage instances, and `simulate` of the
 //!   traced order is `memory_profile()`.
 
 use proptest::prelude::*;
-use sgc_ir::testgen::{mutate_bytes, mutate_json, random_graph, GenConfig, DOC_EXAMPLE};
-use sgc_ir::{format, parse_any, simulate, Graph, OpId};
+use sgc_ir::testgen::{
+    check_error_locates, mutate_bytes, mutate_json, random_graph, GenConfig, DOC_EXAMPLE,
+};
+use sgc_ir::{format, load_any, parse_any, simulate, Graph, OpId};
 
 /// Memory-model invariants of a valid graph, checked without trusting the profile's peak.
 fn check_memory(g: &Graph) {
@@ -63,10 +69,24 @@ fn check_accepted(g: &Graph) {
     }
 }
 
-/// Feeds text to the loader; an accepted graph goes through every check.
+/// Feeds text to the loader; an accepted graph goes through every check, an error must say
+/// where.
 fn exercise(text: &str) {
-    if let Ok(g) = parse_any(text) {
-        check_accepted(&g);
+    match parse_any(text) {
+        Ok(g) => check_accepted(&g),
+        Err(e) => check_error_locates(&e, text),
+    }
+}
+
+/// A graph saved to a file (plain or gzip) loads back equal.
+fn check_file_round_trip(g: &Graph, tag: &str) {
+    let dir = std::env::temp_dir().join(format!("sgc-ir-props-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [format!("{tag}.json"), format!("{tag}.json.gz")] {
+        let path = dir.join(name);
+        format::save(g, &path).unwrap();
+        assert_eq!(&load_any(&path).unwrap(), g, "{}", path.display());
+        std::fs::remove_file(&path).unwrap();
     }
 }
 
@@ -151,6 +171,16 @@ proptest! {
     #[test]
     fn small_generated_graphs_obey_the_memory_model(seed in any::<u64>()) {
         check_accepted(&random_graph(seed, &GenConfig::small()));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Save -> load through real files, plain and gzip, gives the same graph.
+    #[test]
+    fn generated_graphs_round_trip_through_files(seed in any::<u64>()) {
+        check_file_round_trip(&random_graph(seed, &GenConfig::default()), &format!("g{seed}"));
     }
 }
 

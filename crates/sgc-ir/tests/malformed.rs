@@ -66,7 +66,10 @@ fn the_unmodified_example_is_valid() {
 fn line_col(text: &str, at: usize) -> (usize, usize) {
     let before = &text[..at];
     let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
     (line, col)
 }
 
@@ -113,6 +116,13 @@ fn json_nan_and_infinity_are_not_json() {
 fn json_trailing_garbage_is_an_error() {
     let text = format!("{DOC_EXAMPLE}\n{{}}");
     json_error_at(&text, text.len() - 2);
+}
+
+#[test]
+fn json_columns_count_characters_not_bytes() {
+    // `é` and `ü` are two bytes each: serde_json's column would be two too far.
+    let text = edit(&[(r#""name": "tiny""#, r#""name": "tiny café ü" 7"#)]);
+    json_error_at(&text, text.find(" 7").unwrap() + 1);
 }
 
 // ----- format, version, vocabularies -----
@@ -296,9 +306,26 @@ fn shape_product_times_dtype_size_overflows() {
     rejects!(text, GraphError::SizeOverflow { ref tensor, ref what } if tensor == "h" && what.contains("size_of(dtype)"), [q("h")]);
     let text = with_h(r#"{"name": "h",  "dtype": "u8", "shape": [4611686018427387904, 4]}"#);
     rejects!(text, GraphError::SizeOverflow { ref what, .. } if what.contains("product of its shape"), [q("h")]);
-    // The largest size that fits is accepted.
-    let text = with_h(r#"{"name": "h",  "dtype": "u8", "shape": [18446744073709551615]}"#);
+    // The largest size that fits, with every other storage of the example (456 bytes), is
+    // accepted; one byte more passes 64 bits in the sum, and the error names the tensor at
+    // which the sum overflows (the last one, `dw`, in file order).
+    let others: u64 = format::from_str(DOC_EXAMPLE)
+        .unwrap()
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "h")
+        .map(|t| t.size)
+        .sum();
+    let fits = u64::MAX - others;
+    let text = with_h(&format!(
+        r#"{{"name": "h",  "dtype": "u8", "shape": [{fits}]}}"#
+    ));
     assert!(format::from_str(&text).is_ok());
+    let text = with_h(&format!(
+        r#"{{"name": "h",  "dtype": "u8", "shape": [{}]}}"#,
+        fits + 1
+    ));
+    rejects!(text, GraphError::SizeOverflow { ref tensor, ref what } if tensor == "dw" && what.contains("storage"), [q("dw"), "64 bits"]);
 }
 
 #[test]
@@ -457,7 +484,11 @@ fn unknown_op_field() {
 
 #[test]
 fn top_level_wrong_types() {
-    rejects!("[]", GraphError::WrongType { .. }, ["JSON object"]);
+    rejects!(
+        "[]",
+        GraphError::NotAnObject { .. },
+        ["top level", "JSON object", "[]"]
+    );
     for (from, to, field) in [
         (r#""name": "tiny""#, r#""name": 7"#, "name"),
         (
@@ -496,7 +527,7 @@ fn top_level_lists_of_the_wrong_type() {
         rejects!(text, GraphError::WrongType { ref context, field: ref f, .. } if context == "graph" && f == field, [field]);
     }
     let text = with_top_level("ops", "[7]");
-    rejects!(text, GraphError::WrongType { ref context, .. } if context == "op #0", ["op #0"]);
+    rejects!(text, GraphError::NotAnObject { ref context, .. } if context.starts_with("op #0"), ["op #0", "`ops`", "7"]);
 }
 
 #[test]
@@ -559,7 +590,7 @@ fn tensor_entry_without_a_usable_name_is_named_by_position() {
     let text = edit(&[(r#"{"name": "h",  "dtype""#, r#"{"dtype""#)]);
     rejects!(text, GraphError::MissingField { ref context, ref field } if context == "tensor #2" && field == "name", ["tensor #2"]);
     let text = edit(&[(H, "\"h\"")]);
-    rejects!(text, GraphError::WrongType { ref context, .. } if context == "tensor #2", ["tensor #2"]);
+    rejects!(text, GraphError::NotAnObject { ref context, .. } if context.starts_with("tensor #2"), ["tensor #2", "`tensors`"]);
 }
 
 #[test]

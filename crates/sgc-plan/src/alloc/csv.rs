@@ -1,6 +1,13 @@
 //! The minimalloc CSV format: a header `id,lower,upper,size` (optionally `,offset`), then
 //! one buffer per line, live over `[lower, upper)` and `size` bytes. Ids are strings and
-//! must be unique. Blank lines are skipped; errors name the (1-based) line.
+//! must be unique. Blank lines are skipped; errors name the (1-based) line, and show the
+//! text they quote with control characters escaped and cut to 80 characters.
+//!
+//! Lines end in LF or CRLF; a carriage return anywhere else (old Mac line ends) is an
+//! error, as is a byte order mark, rather than a header that prints as the expected one but
+//! does not match. The sizes must add up within 64 bits (any arena holding every buffer is
+//! at most their sum, so no figure of an allocation can overflow): the error names the
+//! line where the sum passes `u64::MAX`.
 
 use super::Buffer;
 use std::collections::HashMap;
@@ -25,6 +32,12 @@ pub enum CsvError {
     },
     #[error("the file is empty: expected the header `id,lower,upper,size`")]
     Empty,
+    #[error("line 1: the text starts with a byte order mark (U+FEFF): save the file as UTF-8 without a BOM")]
+    ByteOrderMark,
+    #[error("line {line}: a carriage return (\\r) that does not end a CRLF line break: lines must end in LF or CRLF")]
+    CarriageReturn { line: usize },
+    #[error("line {line}: with buffer `{id}` the sizes add up past 64 bits (u64::MAX bytes): no arena can hold them")]
+    TotalSize { line: usize, id: String },
     #[error("line {line}: header must be `id,lower,upper,size` or `id,lower,upper,size,offset`, found `{found}`")]
     Header { line: usize, found: String },
     #[error("line {line}: expected {expected} fields, found {found}")]
@@ -70,6 +83,18 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<Row>, CsvError> {
 
 /// Parses CSV text (see the module docs).
 pub fn parse(text: &str) -> Result<Vec<Row>, CsvError> {
+    if text.starts_with('\u{feff}') {
+        return Err(CsvError::ByteOrderMark);
+    }
+    if let Some(at) = text
+        .match_indices('\r')
+        .map(|(i, _)| i)
+        .find(|&i| !text[i + 1..].starts_with('\n'))
+    {
+        return Err(CsvError::CarriageReturn {
+            line: text[..at].matches('\n').count() + 1,
+        });
+    }
     let mut lines = text
         .lines()
         .enumerate()
@@ -81,11 +106,12 @@ pub fn parse(text: &str) -> Result<Vec<Row>, CsvError> {
     if !(columns == 4 || columns == 5) || names[..] != COLUMNS[..columns] {
         return Err(CsvError::Header {
             line: header_line,
-            found: header.to_string(),
+            found: shown(header),
         });
     }
     let mut rows = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut total = 0u64;
     for (line, text) in lines {
         let row = parse_row(line, text, columns)?;
         if let Some(&first) = seen.get(&row.id) {
@@ -95,10 +121,24 @@ pub fn parse(text: &str) -> Result<Vec<Row>, CsvError> {
                 first,
             });
         }
+        total = match total.checked_add(row.buffer.size) {
+            Some(t) => t,
+            None => return Err(CsvError::TotalSize { line, id: row.id }),
+        };
         seen.insert(row.id.clone(), line);
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Text quoted in a message: control characters escaped, at most 80 characters.
+fn shown(text: &str) -> String {
+    let escaped: String = text.escape_debug().collect();
+    if escaped.chars().count() > 80 {
+        format!("{}...", escaped.chars().take(77).collect::<String>())
+    } else {
+        escaped
+    }
 }
 
 fn parse_row(line: usize, text: &str, columns: usize) -> Result<Row, CsvError> {
@@ -118,7 +158,7 @@ fn parse_row(line: usize, text: &str, columns: usize) -> Result<Row, CsvError> {
         fields[k].parse::<u64>().map_err(|_| CsvError::Integer {
             line,
             column: COLUMNS[k],
-            text: fields[k].to_string(),
+            text: shown(fields[k]),
         })
     };
     let (lower, upper, size) = (int(1)?, int(2)?, int(3)?);
@@ -199,6 +239,14 @@ mod tests {
                 "line 4: id `a` was already used on line 2",
             ),
             ("id,lower,upper,size\n,0,1,4\n", "line 2: empty id"),
+            ("\u{feff}id,lower,upper,size\n", "line 1: the text starts with a byte order mark"),
+            ("id,lower,upper,size\ra,0,1,4\r", "line 1: a carriage return"),
+            ("id,lower,upper,size\r\na,0,1,4\r\nb,0\r,1,4\n", "line 3: a carriage return"),
+            (
+                "id,lower,upper,size\na,0,1,18446744073709551615\nb,5,6,1\n",
+                "line 3: with buffer `b` the sizes add up past 64 bits",
+            ),
+            ("id,lower,upper,size\na,0,1,4\x07\n", "line 2: `size` must be a non-negative integer that fits in 64 bits, found `4\\u{7}`"),
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err().to_string();
@@ -208,5 +256,9 @@ mod tests {
             );
         }
         assert!(matches!(parse("\n\n"), Err(CsvError::Empty)));
+        // CRLF line ends are fine; the largest sum that fits is accepted.
+        let rows =
+            parse("id,lower,upper,size\r\na,0,1,18446744073709551614\r\nb,0,1,1\r\n").unwrap();
+        assert_eq!(rows.len(), 2);
     }
 }
