@@ -23,35 +23,70 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| {
-        format!("invalid size {text:?}: expected e.g. 11GB, 11GiB, 512MiB or 1048576")
-    })?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024f64.powi(2),
-        "gib" => 1024f64.powi(3),
-        "tib" => 1024f64.powi(4),
+    let bad = || format!("invalid size {text:?}: expected e.g. 11GB, 11GiB, 512MiB or 1048576");
+    let scale: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
         other => {
             return Err(format!(
                 "invalid size {text:?}: unknown unit {other:?} (use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB)"
             ))
         }
     };
-    let bytes = (value * scale).round();
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
-        return Err(format!("invalid size {text:?}: too large"));
+    // Exact decimal arithmetic (a float would round sizes above 2^53 bytes): the digits as
+    // one integer, scaled, divided by 10^(digits after the point), rounded half up.
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') {
+        return Err(bad());
     }
-    Ok(bytes as u64)
+    let too_large = || {
+        format!(
+            "invalid size {text:?}: too large (at most {} bytes)",
+            u64::MAX
+        )
+    };
+    let digits: String = int.chars().chain(frac.chars()).collect();
+    let digits = digits.trim_start_matches('0');
+    if digits.len() > 30 {
+        return Err(too_large());
+    }
+    let mantissa: u128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| bad())?
+    };
+    let div = 10u128
+        .checked_pow(frac.len() as u32)
+        .ok_or_else(too_large)?;
+    let scaled = mantissa.checked_mul(scale).ok_or_else(too_large)?;
+    let bytes = (scaled + div / 2) / div;
+    u64::try_from(bytes).map_err(|_| too_large())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_exact_beyond_float_precision() {
+        assert_eq!(
+            parse_size("16140901064495857000").unwrap(),
+            16_140_901_064_495_857_000
+        );
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_size("18446744073709551616").is_err());
+        assert_eq!(parse_size("1.5KiB").unwrap(), 1536);
+        assert_eq!(parse_size("0.0005KB").unwrap(), 1);
+        assert!(parse_size("1.2.3GB").is_err());
+        assert!(parse_size(".").is_err());
+    }
 
     #[test]
     fn parses_decimal_and_binary_units() {

@@ -72,7 +72,13 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     let best_t = add_thresholds(ev, &mut pop, &thresholds);
     if let Some(bt) = best_t {
         let around: Vec<u64> = (0..n)
-            .map(|i| bt / 2 + mul_div(bt + bt / 2, i, n.saturating_sub(1).max(1)))
+            .map(|i| {
+                (bt / 2).saturating_add(mul_div(
+                    bt.saturating_add(bt / 2),
+                    i,
+                    n.saturating_sub(1).max(1),
+                ))
+            })
             .collect();
         add_thresholds(ev, &mut pop, &around);
     }

@@ -78,3 +78,30 @@ proptest! {
         prop_assert!(verify(&g, &p).is_err());
     }
 }
+
+/// A valid graph whose storage nearly fills 64 bits (a fuzzing find: the threshold search
+/// overflowed) plans under every strategy, with and without a budget, without panicking.
+#[test]
+fn storage_near_u64_max_plans_without_overflow() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+     "tensors": [{"name": "x", "dtype": "u8", "shape": [4611686018427387904], "kind": "input"},
+                 {"name": "a0", "dtype": "u8", "shape": [11529215046068469760]},
+                 {"name": "g0", "dtype": "u8", "shape": [1]}],
+     "ops": [{"name": "r", "op": "relu", "inputs": ["x"], "outputs": ["a0"]},
+             {"name": "g", "op": "relu_grad", "inputs": ["a0"], "outputs": ["g0"]}],
+     "outputs": ["g0"]}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    for s in Strategy::ALL {
+        for budget in [None, Some(u64::MAX), Some(g.lower_bound().bytes)] {
+            let o = PlanOptions {
+                budget,
+                ..options(s, 0)
+            };
+            match plan(&g, &o, &RunConfig::default()) {
+                Ok(p) => assert!(verify(&g, &p).is_ok(), "{s}"),
+                Err(PlanError::BudgetNotMet { .. }) => {}
+                Err(e) => panic!("{s} {budget:?}: {e}"),
+            }
+        }
+    }
+}
