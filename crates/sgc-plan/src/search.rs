@@ -8,15 +8,17 @@
 //! cached by discard plan ([`crate::discard::key`]), the only thing a schedule depends on:
 //! many genomes differ only in split points that change no discard (a split moved within
 //! a stretch where no chosen gap starts or ends, a split after the forward pass), so they
-//! are not walked or profiled again.
+//! are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
+//! ([`crate::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
+//! caches live as long as the search.
 
 use crate::context::Context;
 use crate::discard;
 use crate::evaluate::{fitness_with, outcome, Fitness, Objective, Outcome};
+use crate::fingerprint::Fingerprint;
 use crate::genome::Genome;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::sync::Arc;
 
 /// Progress of a search, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -46,9 +48,10 @@ pub struct SearchStats {
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
     pool: &'a rayon::ThreadPool,
-    cache: HashMap<Genome, Fitness>,
-    /// Outcomes by discard-plan key.
-    outcomes: HashMap<Arc<Vec<u32>>, Outcome>,
+    /// Fitness by genome fingerprint.
+    cache: HashMap<Fingerprint, Fitness>,
+    /// Outcomes by discard-plan fingerprint ([`discard::key`]).
+    outcomes: HashMap<Fingerprint, Outcome>,
     pub objective: Objective,
     pub progress: Option<ProgressFn<'a>>,
     pub stats: SearchStats,
@@ -116,30 +119,31 @@ impl<'a> Evaluator<'a> {
     /// Fitness of each genome, in order.
     pub fn eval_batch(&mut self, genomes: &[Genome]) -> Vec<Fitness> {
         self.stats.candidates += genomes.len();
+        let ctx = self.ctx;
+        let prints: Vec<Fingerprint> = genomes.iter().map(Genome::fingerprint).collect();
         let mut fresh: Vec<usize> = Vec::new();
         let mut seen = HashSet::default();
-        for (i, g) in genomes.iter().enumerate() {
-            if !self.cache.contains_key(g) && seen.insert(g) {
+        for (i, f) in prints.iter().enumerate() {
+            if !self.cache.contains_key(f) && seen.insert(*f) {
                 fresh.push(i);
             }
         }
-        let ctx = self.ctx;
         let plans: Vec<Vec<discard::Discard>> = self.pool.install(|| {
             fresh
                 .par_iter()
                 .map(|&i| discard::plan(ctx, &genomes[i]))
                 .collect()
         });
-        let keys: Vec<Arc<Vec<u32>>> = fresh
+        let keys: Vec<Fingerprint> = fresh
             .iter()
             .zip(&plans)
-            .map(|(&i, p)| Arc::new(discard::key(&genomes[i], p)))
+            .map(|(&i, p)| discard::key(&genomes[i], p))
             .collect();
         // Distinct new plans, each evaluated once.
         let mut todo: Vec<usize> = Vec::new();
         let mut new_keys = HashSet::default();
         for (j, k) in keys.iter().enumerate() {
-            if !self.outcomes.contains_key(k) && new_keys.insert(k) {
+            if !self.outcomes.contains_key(k) && new_keys.insert(*k) {
                 todo.push(j);
             }
         }
@@ -150,18 +154,18 @@ impl<'a> Evaluator<'a> {
         });
         self.stats.evaluated += todo.len();
         for (&j, r) in todo.iter().zip(results) {
-            self.outcomes.insert(keys[j].clone(), r);
+            self.outcomes.insert(keys[j], r);
         }
         for (&i, k) in fresh.iter().zip(&keys) {
             let g = &genomes[i];
             let fitness = fitness_with(self.outcomes[k], g);
-            self.cache.insert(g.clone(), fitness);
+            self.cache.insert(prints[i], fitness);
             self.front.insert(&Member {
                 genome: g.clone(),
                 fitness,
             });
         }
-        genomes.iter().map(|g| self.cache[g]).collect()
+        prints.iter().map(|f| self.cache[f]).collect()
     }
 
     pub fn eval(&mut self, genome: &Genome) -> Fitness {
