@@ -152,8 +152,7 @@ pub(crate) type Outcome = Option<(u64, u64)>;
 
 /// The outcome of `genome`'s discard plan, from scratch.
 pub(crate) fn outcome(ctx: &Context<'_>, genome: &Genome, plan: &[Discard]) -> Outcome {
-    let s = recompute::schedule(ctx, genome, plan).ok()?;
-    Some((s.peak(ctx), s.units))
+    recompute::peak_and_units(ctx, genome, plan).ok()
 }
 
 /// Evaluates one genome from scratch.
@@ -229,6 +228,11 @@ mod tests {
             );
             let f = evaluate(&ctx, &genome);
             assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
+            assert_eq!(
+                recompute::peak_and_units(&ctx, &genome, &plan).ok(),
+                crate::profile::peak(&ctx, &steps).map(|p| (p, recompute_units(&ctx, &steps))),
+                "{genome:?}"
+            );
             if steps.len() > 1 {
                 let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
                 steps.swap(a, b);
