@@ -30,7 +30,6 @@ use crate::discard::{Blocks, Discard};
 use crate::genome::Genome;
 use crate::schedule::Infeasible;
 use sgc_ir::{OpId, TensorId};
-use std::cell::RefCell;
 
 /// The original was discarded (or retired after its last traced access) and not
 /// recomputed since.
@@ -56,37 +55,33 @@ pub(crate) fn schedule(
     genome: &Genome,
     plan: &[Discard],
 ) -> Result<Schedule, Infeasible> {
-    with_walk(ctx, genome, plan, |w| {
-        Ok(Schedule {
-            steps: w.scratch.steps.clone(),
-            live: w.live(),
-        })
+    let mut scratch = Scratch::default();
+    let mut w = walk(ctx, genome, plan, &mut scratch)?;
+    Ok(Schedule {
+        steps: w.scratch.steps.clone(),
+        live: w.live(),
     })
 }
 
 /// The peak (persistent bytes included) and the recompute cost in units of `genome`'s
-/// schedule: [`schedule`] without keeping the steps.
+/// schedule: [`schedule`] without keeping the steps, in `scratch`'s buffers.
 pub(crate) fn peak_and_units(
     ctx: &Context<'_>,
     genome: &Genome,
     plan: &[Discard],
+    scratch: &mut Scratch,
 ) -> Result<(u64, u64), Infeasible> {
-    with_walk(ctx, genome, plan, |w| {
-        let live = w.peak_live();
-        Ok((ctx.persistent_bytes.saturating_add(live), w.units))
-    })
+    let mut w = walk(ctx, genome, plan, scratch)?;
+    let live = w.peak_live();
+    Ok((ctx.persistent_bytes.saturating_add(live), w.units))
 }
 
-thread_local! {
-    /// Each thread's walk buffers, reused from one evaluation to the next: a walk touches
-    /// O(n) memory, and fresh buffers every time cost page faults and allocator traffic
-    /// that grow with the graph (and that two workers contend on).
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
-
-/// A walk's buffers (see [`SCRATCH`]).
+/// A walk's buffers, reused from one evaluation to the next (see
+/// [`crate::search::Evaluator`]): a walk touches O(n) memory, and fresh buffers every time
+/// cost page faults and allocator traffic that grow with the graph (and that two workers
+/// contend on).
 #[derive(Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     /// Per tensor: see [`Slot`].
     slot: Vec<Slot>,
     /// Per op: runs so far.
@@ -104,20 +99,17 @@ struct Scratch {
     by_close: Vec<u32>,
 }
 
-/// Walks `plan` in this thread's buffers and hands the finished walk to `finish`.
-fn with_walk<T>(
-    ctx: &Context<'_>,
-    genome: &Genome,
+/// The finished walk of `plan` in `scratch`'s buffers.
+fn walk<'c, 's>(
+    ctx: &'c Context<'c>,
+    genome: &'c Genome,
     plan: &[Discard],
-    finish: impl FnOnce(&mut Walk<'_, '_>) -> Result<T, Infeasible>,
-) -> Result<T, Infeasible> {
-    SCRATCH.with(|cell| {
-        let mut scratch = cell.borrow_mut();
-        let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n), &mut scratch);
-        w.forward_only = genome.rules.forward_only;
-        w.run(plan)?;
-        finish(&mut w)
-    })
+    scratch: &'s mut Scratch,
+) -> Result<Walk<'c, 's>, Infeasible> {
+    let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n), scratch);
+    w.forward_only = genome.rules.forward_only;
+    w.run(plan)?;
+    Ok(w)
 }
 
 /// Fills `at` (n + 1 offsets) and `order` (indices into `plan`) so that position `i`'s

@@ -14,11 +14,13 @@
 
 use crate::context::Context;
 use crate::discard;
-use crate::evaluate::{fitness_with, outcome, Fitness, Objective, Outcome};
+use crate::evaluate::{fitness_with, outcome_in, Fitness, Objective, Outcome};
 use crate::fingerprint::Fingerprint;
 use crate::genome::Genome;
+use crate::recompute;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::Mutex;
 
 /// Progress of a search, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +59,28 @@ pub(crate) struct Evaluator<'a> {
     pub stats: SearchStats,
     /// Every evaluated candidate not dominated by another in both peak and cost.
     pub front: Front,
+    /// Walk buffers, one per worker busy at once (see [`Scratches`]).
+    scratch: Scratches,
+}
+
+/// The walks' buffers ([`recompute::Scratch`]), kept for the search's lifetime: a walk
+/// takes one (or makes one) and gives it back, so each worker reuses O(n) buffers instead
+/// of allocating them for every candidate. Which buffers a walk gets never changes its
+/// result (a walk resets them first).
+#[derive(Default)]
+struct Scratches(Mutex<Vec<recompute::Scratch>>);
+
+impl Scratches {
+    fn take(&self) -> recompute::Scratch {
+        let spare = self.0.lock().ok().and_then(|mut v| v.pop());
+        spare.unwrap_or_default()
+    }
+
+    fn give(&self, s: recompute::Scratch) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(s);
+        }
+    }
 }
 
 /// The memory/recompute Pareto front of the candidates evaluated so far: members by
@@ -113,6 +137,7 @@ impl<'a> Evaluator<'a> {
             progress,
             stats: SearchStats::default(),
             front: Front::default(),
+            scratch: Scratches::default(),
         }
     }
 
@@ -147,9 +172,15 @@ impl<'a> Evaluator<'a> {
                 todo.push(j);
             }
         }
+        let scratch = &self.scratch;
         let results: Vec<Outcome> = self.pool.install(|| {
             todo.par_iter()
-                .map(|&j| outcome(ctx, &genomes[fresh[j]], &plans[j]))
+                .map(|&j| {
+                    let mut s = scratch.take();
+                    let r = outcome_in(ctx, &genomes[fresh[j]], &plans[j], &mut s);
+                    scratch.give(s);
+                    r
+                })
                 .collect()
         });
         self.stats.evaluated += todo.len();
