@@ -159,6 +159,8 @@ const MODELS: [Model; 2] = [
 struct Scaled {
     ops: usize,
     secs: f64,
+    /// CPU time of planning, all threads (user and system).
+    cpu_secs: f64,
     search_secs: f64,
     arena_secs: f64,
     /// Peak resident set of the process (graph included), bytes.
@@ -176,6 +178,21 @@ fn proc_status_bytes(key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU time of this process so far (user and system, all threads), from `/proc/self/stat`
+/// in clock ticks of 1/100 s (Linux's USER_HZ); 0 elsewhere.
+fn cpu_secs() -> f64 {
+    let text = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is field 3, utime 14.
+    let rest = text.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
 }
 
 /// The child's side: plans `model` at about `ops` ops with 20 generations on 2 workers and
@@ -198,12 +215,13 @@ fn scaling_child(spec: &str) {
         workers: Some(2),
         progress: None,
     };
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_secs());
     let (_, stats) = sgc_plan::plan_with_stats(&g, &o, &run).unwrap_or_else(|e| panic!("{e}"));
     let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu;
     let s = stats.search.expect("sublinear reports its search");
     println!(
-        "scaled {} {secs} {} {} {} {graph_rss} {} {}",
+        "scaled {} {secs} {cpu} {} {} {} {graph_rss} {} {}",
         g.num_ops(),
         stats.schedule_secs,
         stats.arena_secs,
@@ -240,12 +258,13 @@ fn scaled(model: &Model, ops: usize) -> Option<Scaled> {
     Some(Scaled {
         ops: f[0] as usize,
         secs: f[1],
-        search_secs: f[2],
-        arena_secs: f[3],
-        peak_rss: f[4] as u64,
-        graph_rss: f[5] as u64,
-        candidates: f[6] as usize,
-        evaluated: f[7] as usize,
+        cpu_secs: f[2],
+        search_secs: f[3],
+        arena_secs: f[4],
+        peak_rss: f[5] as u64,
+        graph_rss: f[6] as u64,
+        candidates: f[7] as usize,
+        evaluated: f[8] as usize,
     })
 }
 
@@ -291,7 +310,7 @@ fn scaling() {
         g.num_ops()
     );
     let mut md = String::from(
-        "| graph | ops | plan time | of it search | of it arena | peak RSS | of it the graph | candidates | schedules built |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| graph | ops | plan time | of it search | of it arena | CPU time | peak RSS | of it the graph | candidates | schedules built |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut fits = String::new();
     for model in &MODELS {
@@ -299,30 +318,32 @@ fn scaling() {
         for &ops in &sizes {
             let Some(r) = scaled(model, ops) else {
                 md.push_str(&format!(
-                    "| {} | about {ops} | failed | | | | | | |\n",
+                    "| {} | about {ops} | failed | | | | | | | |\n",
                     model.name
                 ));
                 continue;
             };
             println!(
-                "  {:<10} {:>7} ops  {:>8.2} s (search {:.2} s, arena {:.2} s)  peak RSS {:>7.1} MiB (graph {:.1} MiB)  {} candidates, {} schedules built",
+                "  {:<10} {:>7} ops  {:>8.2} s (search {:.2} s, arena {:.2} s; CPU {:.2} s)  peak RSS {:>7.1} MiB (graph {:.1} MiB)  {} candidates, {} schedules built",
                 model.name,
                 r.ops,
                 r.secs,
                 r.search_secs,
                 r.arena_secs,
+                r.cpu_secs,
                 mib(r.peak_rss),
                 mib(r.graph_rss),
                 r.candidates,
                 r.evaluated
             );
             md.push_str(&format!(
-                "| {} | {} | {:.2} s | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB | {} | {} |\n",
+                "| {} | {} | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB | {} | {} |\n",
                 model.name,
                 r.ops,
                 r.secs,
                 r.search_secs,
                 r.arena_secs,
+                r.cpu_secs,
                 mib(r.peak_rss),
                 mib(r.graph_rss),
                 r.candidates,
@@ -333,20 +354,20 @@ fn scaling() {
         if rows.len() < 2 {
             continue;
         }
-        let time = fitted_exponent(
-            &rows
-                .iter()
-                .map(|r| (r.ops as f64, r.secs))
-                .collect::<Vec<_>>(),
-        );
-        let rss = fitted_exponent(
-            &rows
-                .iter()
-                .map(|r| (r.ops as f64, r.peak_rss as f64))
-                .collect::<Vec<_>>(),
-        );
+        let fit = |y: &dyn Fn(&Scaled) -> f64| {
+            fitted_exponent(
+                &rows
+                    .iter()
+                    .map(|r| (r.ops as f64, y(r)))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let time = fit(&|r| r.secs);
+        let search = fit(&|r| r.search_secs);
+        let cpu = fit(&|r| r.cpu_secs);
+        let rss = fit(&|r| r.peak_rss as f64);
         let line = format!(
-            "{}: plan time grows as ops^{time:.2} (target <= {TARGET_EXPONENT}: {}), peak RSS as ops^{rss:.2}",
+            "{}: plan time grows as ops^{time:.2} (target <= {TARGET_EXPONENT}: {}; the search alone as ops^{search:.2}, CPU time as ops^{cpu:.2}), peak RSS as ops^{rss:.2}",
             model.name,
             verdict(time <= TARGET_EXPONENT)
         );
