@@ -35,14 +35,20 @@ pub(crate) struct Context<'g> {
     io_at: Vec<(u32, u32, u32)>,
     /// Per tensor: its storage root.
     pub root: Vec<TensorId>,
-    /// Per tensor: whether its validity is [`Validity::Current`].
-    pub current: Vec<bool>,
     /// The state every split walk starts from ([`start_state`]).
     pub walk_start: Vec<Slot>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
-    /// Per traced position: the freeable roots whose last access it is.
-    pub last_of: Vec<Vec<TensorId>>,
+    /// The freeable roots by the traced position of their last access (see
+    /// [`Context::last_of`]), flat: position `i`'s are `last_roots[last_at[i]..last_at[i + 1]]`.
+    last_roots: Vec<TensorId>,
+    last_at: Vec<u32>,
+    /// Per op: [`OP_RERUNNABLE`], [`OP_FORWARD`].
+    pub op_bits: Vec<u8>,
+    /// Per op: the first traced position of a non-recomputable op that reads one of its
+    /// persistent inputs ([`NO_HAZARD`]: none). A recomputation of the op after that position
+    /// could read state written in place.
+    pub dirty_at: Vec<u32>,
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
     pub freeable_by_made: Vec<(u32, u32, TensorId)>,
@@ -94,6 +100,15 @@ impl<'g> Context<'g> {
         let rerunnable = rerunnable(g);
         let first_dirty = first_dirty(g, &persistent_in);
         let hazard = hazard(g, &rerunnable, &persistent_in, &first_dirty);
+        let dirty_at = persistent_in
+            .iter()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| first_dirty[p.index()])
+                    .min()
+                    .unwrap_or(NO_HAZARD)
+            })
+            .collect();
         let mut kept = vec![false; g.num_tensors()];
         for &t in g.outputs() {
             kept[g.storage_root(t).index()] = true;
@@ -117,10 +132,17 @@ impl<'g> Context<'g> {
             })
             .collect();
         freeable_by_made.sort_unstable();
-        let mut last_of = vec![Vec::new(); n];
-        for &(_, last, r) in &freeable_by_made {
-            last_of[last as usize].push(r);
+        let mut by_last: Vec<(u32, TensorId)> =
+            freeable_by_made.iter().map(|&(_, l, r)| (l, r)).collect();
+        by_last.sort_unstable();
+        let mut last_at = vec![0u32; n + 1];
+        for &(l, _) in &by_last {
+            last_at[l as usize + 1] += 1;
         }
+        for i in 0..n {
+            last_at[i + 1] += last_at[i];
+        }
+        let last_roots = by_last.into_iter().map(|(_, r)| r).collect();
         let profile = g.memory_profile();
         let validity = g
             .tensor_ids()
@@ -167,7 +189,10 @@ impl<'g> Context<'g> {
             kept,
             freeable_roots,
             freeable_by_made,
-            last_of,
+            last_roots,
+            last_at,
+            dirty_at,
+            op_bits: Vec::new(),
             io: g
                 .ops()
                 .iter()
@@ -185,7 +210,6 @@ impl<'g> Context<'g> {
                     .collect()
             },
             root: g.tensor_ids().map(|t| g.storage_root(t)).collect(),
-            current: g.tensor_ids().map(|t| !g.is_persistent(t)).collect(),
             rerunnable,
             hazard,
             out_roots,
@@ -203,7 +227,24 @@ impl<'g> Context<'g> {
             ctx.forward[i as usize] = true;
         }
         ctx.walk_start = start_state(&ctx);
+        ctx.op_bits = (0..n)
+            .map(|i| {
+                let mut bits = 0;
+                if ctx.rerunnable[i] {
+                    bits |= OP_RERUNNABLE;
+                }
+                if ctx.forward[i] {
+                    bits |= OP_FORWARD;
+                }
+                bits
+            })
+            .collect();
         ctx
+    }
+
+    /// The freeable roots whose last traced access is position `i`.
+    pub fn last_of(&self, i: usize) -> &[TensorId] {
+        &self.last_roots[self.last_at[i] as usize..self.last_at[i + 1] as usize]
     }
 
     /// The inputs of op `i`, as the graph lists them.
@@ -383,44 +424,65 @@ fn hazard(g: &Graph, rerunnable: &[bool], persistent_in: &Roots, first_dirty: &[
     h
 }
 
+/// [`Context::op_bits`]: the op may run again ([`Context::rerunnable`]).
+pub(crate) const OP_RERUNNABLE: u8 = 1;
+/// A forward op ([`Context::forward`]).
+pub(crate) const OP_FORWARD: u8 = 2;
+
+/// "No producer" in [`Slot::producer`].
+pub(crate) const NO_OP: u32 = u32::MAX;
+
 /// The most recomputation a schedule may do, in units of one training step (every op
 /// once): by cost, and by number of recomputed steps.
 pub(crate) const MAX_RECOMPUTE_STEPS: u64 = 32;
 
-/// "Not yet" in a [`Slot`]: never made, no open instance.
+/// "Not yet" in a [`Slot`]: no open instance.
 pub(crate) const NEVER: u32 = u32::MAX;
 
-/// One tensor's walk state, kept together so that a step reads and writes one place in
-/// memory per tensor (seven arrays before).
+/// "Never made" in [`Slot::made`].
+pub(crate) const NEVER_MADE: u8 = u8::MAX;
+
+/// One tensor's walk state and the facts the walk reads with it, kept together so that a
+/// step reads and writes one place in memory per tensor (20 bytes; eleven arrays before).
 /// `version`, the flags and `open` are meaningful for roots only. The walk
 /// ([`crate::recompute`]) owns its meaning; the context caches its starting value.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
-    /// Per root: how many times it was produced.
-    pub version: u32,
-    /// Its root's version when it was last made (`NEVER`: not yet).
-    pub made: u32,
+    /// Its storage root.
+    pub root: TensorId,
+    /// The op that makes it ([`NO_OP`]: none).
+    pub producer: u32,
     /// Per root: its open instance's first step and last use (`NEVER`: none).
     pub open: (u32, u32),
-    /// Per root: `DISCARDED`, `PENDING`, `COPY`, `DIRTY`.
+    /// Per root: how many times it was produced (at most twice: an op runs at most twice
+    /// in a split walk).
+    pub version: u8,
+    /// Its root's version when it was last made (`NEVER_MADE`: not yet).
+    pub made: u8,
+    /// Per root: `DISCARDED`, `PENDING`, `COPY`.
     pub flags: u8,
+    /// How its validity is decided.
+    pub validity: Validity,
 }
 
 /// The per-tensor state a split walk starts from: each tensor's version when made (graph
-/// inputs and their views exist from the start; `NEVER` for the rest) and each root's open
-/// instance (graph inputs are resident from step 0).
+/// inputs and their views exist from the start; `NEVER_MADE` for the rest) and each root's
+/// open instance (graph inputs are resident from step 0).
 pub(crate) fn start_state(ctx: &Context<'_>) -> Vec<Slot> {
-    let nt = ctx.g.num_tensors();
-    let mut slots = vec![
-        Slot {
-            version: 0,
-            made: NEVER,
+    let g = ctx.g;
+    let mut slots: Vec<Slot> = g
+        .tensor_ids()
+        .map(|t| Slot {
+            root: ctx.root[t.index()],
+            producer: g.producer(t).map_or(NO_OP, |p| p.index() as u32),
             open: (NEVER, NEVER),
+            version: 0,
+            made: NEVER_MADE,
             flags: 0,
-        };
-        nt
-    ];
-    for t in ctx.g.tensor_ids() {
+            validity: ctx.validity[t.index()],
+        })
+        .collect();
+    for t in g.tensor_ids() {
         if ctx.validity[t.index()] == Validity::Current && !ctx.activation[t.index()] {
             slots[t.index()].made = 0;
         }

@@ -17,11 +17,12 @@
 //! write to persistent state that it reads ([`crate::context`]'s hazard). The genome's
 //! [`Rules`] may lift the next-block and the right-after-creation rules.
 //!
-//! The schedule depends on a genome only through this plan, so the plan's compact
-//! [`key`] caches evaluations: many genomes differ only in split points that change no
+//! The schedule depends on a genome only through this plan, so the plan's fingerprint
+//! ([`key`]) caches evaluations: many genomes differ only in split points that change no
 //! discard.
 
 use crate::context::Context;
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::genome::{Genome, Rules};
 use sgc_ir::TensorId;
 
@@ -182,11 +183,13 @@ fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, r: TensorId) -> Op
     })
 }
 
-/// A compact, exact key of what a schedule depends on: `(root, open, block_begin)` of every
-/// discard, and whether recomputation is limited to forward ops.
-pub(crate) fn key(genome: &Genome, plan: &[Discard]) -> Vec<u32> {
-    plan.iter()
-        .flat_map(|d| [d.root.0, d.open, d.block_begin])
-        .chain(genome.rules.forward_only.then_some(u32::MAX))
-        .collect()
+/// The fingerprint of what a schedule depends on ([`crate::fingerprint`]): `(root, open,
+/// block_begin)` of every discard, and whether recomputation is limited to forward ops.
+pub(crate) fn key(genome: &Genome, plan: &[Discard]) -> Fingerprint {
+    let mut f = Fingerprinter::default();
+    for d in plan {
+        f.words(&[d.root.0, d.open, d.block_begin]);
+    }
+    f.word(u32::from(genome.rules.forward_only));
+    f.finish()
 }

@@ -152,8 +152,17 @@ pub(crate) type Outcome = Option<(u64, u64)>;
 
 /// The outcome of `genome`'s discard plan, from scratch.
 pub(crate) fn outcome(ctx: &Context<'_>, genome: &Genome, plan: &[Discard]) -> Outcome {
-    let s = recompute::schedule(ctx, genome, plan).ok()?;
-    Some((s.peak(ctx), s.units))
+    outcome_in(ctx, genome, plan, &mut Default::default())
+}
+
+/// [`outcome`], walked in `scratch`'s buffers.
+pub(crate) fn outcome_in(
+    ctx: &Context<'_>,
+    genome: &Genome,
+    plan: &[Discard],
+    scratch: &mut recompute::Scratch,
+) -> Outcome {
+    recompute::peak_and_units(ctx, genome, plan, scratch).ok()
 }
 
 /// Evaluates one genome from scratch.
@@ -229,6 +238,11 @@ mod tests {
             );
             let f = evaluate(&ctx, &genome);
             assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
+            assert_eq!(
+                outcome(&ctx, &genome, &plan),
+                crate::profile::peak(&ctx, &steps).map(|p| (p, recompute_units(&ctx, &steps))),
+                "{genome:?}"
+            );
             if steps.len() > 1 {
                 let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
                 steps.swap(a, b);

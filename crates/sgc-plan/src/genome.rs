@@ -2,6 +2,8 @@
 //! variant of the discard and recomputation rules it runs under. Plain data, read by the
 //! discard plan ([`crate::discard`]), the walk ([`crate::recompute`]) and the searches.
 
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+
 /// A split-based candidate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub(crate) struct Genome {
@@ -92,6 +94,23 @@ impl Genome {
                 ..r
             })
         })
+    }
+
+    /// The genome's fingerprint (the evaluator's cache key: see [`crate::fingerprint`]).
+    pub fn fingerprint(&self) -> Fingerprint {
+        let r = self.rules;
+        let mut f = Fingerprinter::default();
+        f.word(self.splits.len() as u32);
+        f.words(&self.splits);
+        f.word(self.keep.len() as u32);
+        f.words(&self.keep);
+        f.word(
+            u32::from(r.unbounded)
+                | u32::from(r.next_block) << 1
+                | u32::from(r.at_creation) << 2
+                | u32::from(r.forward_only) << 3,
+        );
+        f.finish()
     }
 
     /// The split points that bound recomputation: none when it is unbounded.

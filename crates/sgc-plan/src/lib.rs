@@ -49,6 +49,7 @@ mod discard;
 mod dtr;
 mod error;
 mod evaluate;
+mod fingerprint;
 pub mod fit;
 mod genetic;
 mod genome;

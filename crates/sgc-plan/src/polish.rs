@@ -29,12 +29,15 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
     let mut best = start.clone();
     let mut proposed = 0;
     for round in 0..MAX_ROUNDS {
-        let mut cands = neighbours(&best.genome, n);
-        if cands.len() > ROUND_CANDIDATES {
-            let stride = cands.len().div_ceil(ROUND_CANDIDATES);
+        // Edits first, genomes for the chosen ones only: a genome with thousands of splits
+        // has ten times as many neighbours, each a copy of its splits.
+        let mut edits = neighbours(&best.genome, n);
+        if edits.len() > ROUND_CANDIDATES {
+            let stride = edits.len().div_ceil(ROUND_CANDIDATES);
             let offset = round % stride;
-            cands = cands.into_iter().skip(offset).step_by(stride).collect();
+            edits = edits.into_iter().skip(offset).step_by(stride).collect();
         }
+        let cands: Vec<Genome> = edits.iter().map(|e| e.apply(&best.genome)).collect();
         proposed += cands.len();
         if round > 0 && proposed > MAX_CANDIDATES {
             break;
@@ -105,16 +108,16 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
         for k in 1..8 {
             let p = first + (last - first) * k / 8;
             if p > first && p < last {
-                let mut v = s.clone();
-                v.push(p);
-                out.push(g.with_splits(v));
+                out.push(Edit::Insert(p).apply(g));
             }
         }
         // The splits bounding the block: the one before it and the one closing it.
         let before = first.checked_sub(1).and_then(|b| s.binary_search(&b).ok());
         let closing = s.binary_search(&last).ok();
         for j in [closing, before].into_iter().flatten() {
-            moves(g, j, n, &[1, 2, 4, 8, 16, 32], &mut out);
+            let mut edits = Vec::new();
+            moves(g, j, n, &[1, 2, 4, 8, 16, 32], &mut edits);
+            out.extend(edits.iter().map(|e| e.apply(g)));
         }
         // Both shifted together (the block slides).
         if let (Some(a), Some(b)) = (before, closing) {
@@ -129,8 +132,41 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
     Some(out)
 }
 
+/// One neighbour of a genome, as an edit of it: made into a genome only when chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edit {
+    /// Split `j` moved to position `p` (strictly between its neighbours).
+    Move(usize, u32),
+    /// Split `j` removed.
+    Remove(usize),
+    /// A split added at position `p` (not already a split).
+    Insert(u32),
+    /// Switch `k` of the rules flipped ([`crate::genome::Rules::flipped`]).
+    Flip(u8),
+}
+
+impl Edit {
+    /// The genome `g` with this edit made (its splits stay sorted and distinct).
+    fn apply(self, g: &Genome) -> Genome {
+        let mut out = g.clone();
+        match self {
+            Edit::Move(j, p) => out.splits[j] = p,
+            Edit::Remove(j) => {
+                out.splits.remove(j);
+            }
+            Edit::Insert(p) => {
+                if let Err(k) = out.splits.binary_search(&p) {
+                    out.splits.insert(k, p);
+                }
+            }
+            Edit::Flip(k) => out.rules = g.rules.flipped(k),
+        }
+        out
+    }
+}
+
 /// The neighbours of a genome (see the module doc), in a fixed order.
-fn neighbours(g: &Genome, n: u32) -> Vec<Genome> {
+fn neighbours(g: &Genome, n: u32) -> Vec<Edit> {
     let s = &g.splits;
     let mut out = Vec::new();
     for j in 0..s.len() {
@@ -140,21 +176,19 @@ fn neighbours(g: &Genome, n: u32) -> Vec<Genome> {
     for &end in s.iter().chain(std::iter::once(&n.saturating_sub(1))) {
         let mid = start + (end.saturating_sub(start)) / 2;
         if mid > start && mid < end {
-            let mut v = s.clone();
-            v.push(mid);
-            out.push(g.with_splits(v));
+            out.push(Edit::Insert(mid));
         }
         start = end + 1;
     }
     for k in 0..3 {
-        out.push(g.clone().with_rules(g.rules.flipped(k)));
+        out.push(Edit::Flip(k));
     }
     out
 }
 
 /// Split `j` moved by each of `deltas` either way (staying strictly between its neighbours),
 /// then removed.
-fn moves(g: &Genome, j: usize, n: u32, deltas: &[u32], out: &mut Vec<Genome>) {
+fn moves(g: &Genome, j: usize, n: u32, deltas: &[u32], out: &mut Vec<Edit>) {
     let s = &g.splits;
     let lo = if j == 0 { 0 } else { s[j - 1] + 1 };
     let hi = s.get(j + 1).map_or(n, |&x| x); // exclusive
@@ -164,13 +198,65 @@ fn moves(g: &Genome, j: usize, n: u32, deltas: &[u32], out: &mut Vec<Genome>) {
             .flatten()
         {
             if p >= lo && p < hi {
-                let mut v = s.clone();
-                v[j] = p;
-                out.push(g.with_splits(v));
+                out.push(Edit::Move(j, p));
             }
         }
     }
-    let mut v = s.clone();
-    v.remove(j);
-    out.push(g.with_splits(v));
+    out.push(Edit::Remove(j));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::genome::Rules;
+
+    /// Every neighbour, built from its edit, is the genome the edit describes, with its
+    /// splits sorted and distinct (as `Genome::with_splits` makes them).
+    #[test]
+    fn edits_make_the_neighbours_they_describe() {
+        let n = 200;
+        let mut seed = 7u64;
+        for _ in 0..200 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = (seed >> 33) as usize % 12;
+            let splits: Vec<u32> = (0..k)
+                .map(|i| ((seed >> (i * 5)) % u64::from(n)) as u32)
+                .collect();
+            let mut g = Genome::from_splits(splits);
+            g.keep = vec![3, 9];
+            g.rules = Rules::all()[(seed >> 60) as usize % 8];
+            let mut edits = neighbours(&g, n);
+            let mut v = Vec::new();
+            for j in 0..g.splits.len() {
+                moves(&g, j, n, &[1, 2, 4, 8, 16, 32], &mut v);
+            }
+            edits.extend(v);
+            edits.push(Edit::Insert(n / 3));
+            for e in edits {
+                let s = &g.splits;
+                let want = match e {
+                    Edit::Move(j, p) => {
+                        let mut v = s.clone();
+                        v[j] = p;
+                        assert!(v.windows(2).all(|w| w[0] < w[1]), "{e:?} of {s:?}");
+                        g.with_splits(v)
+                    }
+                    Edit::Remove(j) => {
+                        let mut v = s.clone();
+                        v.remove(j);
+                        g.with_splits(v)
+                    }
+                    Edit::Insert(p) => {
+                        let mut v = s.clone();
+                        v.push(p);
+                        g.with_splits(v)
+                    }
+                    Edit::Flip(k) => g.clone().with_rules(g.rules.flipped(k)),
+                };
+                assert_eq!(e.apply(&g), want, "{e:?} of {g:?}");
+            }
+        }
+    }
 }

@@ -23,7 +23,9 @@
 //! persistent input already written in place by a non-recomputable op) makes the candidate
 //! infeasible rather than wrong.
 
-use crate::context::{Context, Slot, Validity, NEVER};
+use crate::context::{
+    Context, Slot, Validity, NEVER, NEVER_MADE, NO_OP, OP_FORWARD, OP_RERUNNABLE,
+};
 use crate::discard::{Blocks, Discard};
 use crate::genome::Genome;
 use crate::schedule::Infeasible;
@@ -36,25 +38,14 @@ const DISCARDED: u8 = 1;
 const PENDING: u8 = 2;
 /// The current instance is a recomputed copy.
 const COPY: u8 = 4;
-/// A persistent root that a non-recomputable op has read (and may have written).
-const DIRTY: u8 = 8;
 
-/// A built schedule: `(op, recomputed?)` per step, its recompute cost in units, and the
-/// live (non-persistent) bytes at every step under the IR's memory model (the walk counts
-/// each storage instance from its production to its last use as it goes, the same count
-/// [`crate::profile::live_bytes`] makes from the steps; tests check they agree).
+/// A built schedule: `(op, recomputed?)` per step and the live (non-persistent) bytes at
+/// every step under the IR's memory model (the walk counts each storage instance from its
+/// production to its last use as it goes, the same count [`crate::profile::live_bytes`]
+/// makes from the steps; tests check they agree).
 pub(crate) struct Schedule {
     pub steps: Vec<(OpId, bool)>,
-    pub units: u64,
     pub live: Vec<u64>,
-}
-
-impl Schedule {
-    /// The peak, persistent bytes included.
-    pub fn peak(&self, ctx: &Context<'_>) -> u64 {
-        let live = self.live.iter().copied().max().unwrap_or(0);
-        ctx.persistent_bytes.saturating_add(live)
-    }
 }
 
 /// The schedule of `genome`'s discard plan (recomputation bounded by its blocks, see
@@ -64,119 +55,217 @@ pub(crate) fn schedule(
     genome: &Genome,
     plan: &[Discard],
 ) -> Result<Schedule, Infeasible> {
-    let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n));
-    w.forward_only = genome.rules.forward_only;
-    let mut by_open: Vec<&Discard> = plan.iter().collect();
-    by_open.sort_unstable_by_key(|d| (d.open, d.root));
-    let mut by_close: Vec<&Discard> = plan.iter().collect();
-    by_close.sort_unstable_by_key(|d| (d.close, d.root));
-    let (mut o, mut c) = (0, 0);
-    for i in 0..ctx.n {
-        while let Some(d) = by_close.get(c).filter(|d| d.close as usize == i) {
-            c += 1;
-            if w.take_pending(d.root) {
-                w.ensure(d.root, d.block_begin)?;
-            }
-        }
-        let op = OpId::new(i);
-        for &t in ctx.inputs(i) {
-            if !w.readable(t) {
-                let bb = w.block_begin_of(t);
-                w.ensure(t, bb)?;
-            }
-        }
-        w.emit(op, false)?;
-        while let Some(d) = by_open.get(o).filter(|d| d.open as usize == i) {
-            o += 1;
-            w.discard(d.root);
-        }
-        w.retire(i);
-    }
-    for &t in ctx.g.outputs() {
-        if !w.readable(t) {
-            let bb = w.block_begin_of(t);
-            w.ensure(t, bb)?;
-        }
-    }
-    let live = w.live();
+    let mut scratch = Scratch::default();
+    let mut w = walk(ctx, genome, plan, &mut scratch)?;
     Ok(Schedule {
-        steps: w.steps,
-        units: w.units,
-        live,
+        steps: w.scratch.steps.clone(),
+        live: w.live(),
     })
 }
 
-/// The walk's state.
-struct Walk<'c> {
-    ctx: &'c Context<'c>,
-    blocks: Blocks<'c>,
+/// The peak (persistent bytes included) and the recompute cost in units of `genome`'s
+/// schedule: [`schedule`] without keeping the steps, in `scratch`'s buffers.
+pub(crate) fn peak_and_units(
+    ctx: &Context<'_>,
+    genome: &Genome,
+    plan: &[Discard],
+    scratch: &mut Scratch,
+) -> Result<(u64, u64), Infeasible> {
+    let mut w = walk(ctx, genome, plan, scratch)?;
+    let live = w.peak_live();
+    Ok((ctx.persistent_bytes.saturating_add(live), w.units))
+}
+
+/// A walk's buffers, reused from one evaluation to the next (see
+/// [`crate::search::Evaluator`]): a walk touches O(n) memory, and fresh buffers every time
+/// cost page faults and allocator traffic that grow with the graph (and that two workers
+/// contend on).
+#[derive(Default)]
+pub(crate) struct Scratch {
     /// Per tensor: see [`Slot`].
     slot: Vec<Slot>,
     /// Per op: runs so far.
     runs: Vec<u8>,
     steps: Vec<(OpId, bool)>,
-    units: u64,
-    /// The recomputation stack: (op, index of the next input to check).
-    stack: Vec<(OpId, usize)>,
-    /// Recompute forward ops only; storages made by other ops are read as they are.
-    forward_only: bool,
     /// Per step (and one past): bytes of instances starting minus bytes ending before it.
     delta: Vec<i128>,
+    /// The recomputation stack: (op, index of the next input to check).
+    stack: Vec<(OpId, usize)>,
+    /// The plan's discards by opening and by closing position (counting sort, stable, so
+    /// ties stay in root order): position `i`'s are `by_open[open_at[i]..open_at[i + 1]]`.
+    open_at: Vec<u32>,
+    by_open: Vec<u32>,
+    close_at: Vec<u32>,
+    by_close: Vec<u32>,
 }
 
-impl<'c> Walk<'c> {
-    fn new(ctx: &'c Context<'c>, blocks: Blocks<'c>) -> Self {
+/// The finished walk of `plan` in `scratch`'s buffers.
+fn walk<'c, 's>(
+    ctx: &'c Context<'c>,
+    genome: &'c Genome,
+    plan: &[Discard],
+    scratch: &'s mut Scratch,
+) -> Result<Walk<'c, 's>, Infeasible> {
+    let mut w = Walk::new(ctx, Blocks::new(genome.bounds(), ctx.n), scratch);
+    w.forward_only = genome.rules.forward_only;
+    w.run(plan)?;
+    Ok(w)
+}
+
+/// Fills `at` (n + 1 offsets) and `order` (indices into `plan`) so that position `i`'s
+/// discards by `pos` are `order[at[i]..at[i + 1]]`, in plan (root) order.
+fn bucket(
+    n: usize,
+    plan: &[Discard],
+    pos: impl Fn(&Discard) -> u32,
+    at: &mut Vec<u32>,
+    order: &mut Vec<u32>,
+) {
+    at.clear();
+    at.resize(n + 2, 0);
+    for d in plan {
+        at[pos(d) as usize + 2] += 1;
+    }
+    for i in 2..at.len() {
+        at[i] += at[i - 1];
+    }
+    order.clear();
+    order.resize(plan.len(), 0);
+    for (k, d) in plan.iter().enumerate() {
+        let slot = &mut at[pos(d) as usize + 1];
+        order[*slot as usize] = k as u32;
+        *slot += 1;
+    }
+    at.truncate(n + 1);
+}
+
+/// Counts an instance `(start, last)` of `bytes` in the live-bytes deltas (nothing if it
+/// was never used).
+fn close(delta: &mut [i128], bytes: u64, (start, last): (u32, u32)) {
+    if start != NEVER && last != NEVER {
+        delta[start as usize] += i128::from(bytes);
+        delta[last as usize + 1] -= i128::from(bytes);
+    }
+}
+
+/// The walk's state: the context, the blocks and the buffers it fills.
+struct Walk<'c, 's> {
+    ctx: &'c Context<'c>,
+    blocks: Blocks<'c>,
+    scratch: &'s mut Scratch,
+    units: u64,
+    /// Recompute forward ops only; storages made by other ops are read as they are.
+    forward_only: bool,
+    /// The traced position being walked (`n` after the last op): a recomputation here
+    /// comes after every original op before it.
+    pos: u32,
+}
+
+impl<'c, 's> Walk<'c, 's> {
+    fn new(ctx: &'c Context<'c>, blocks: Blocks<'c>, scratch: &'s mut Scratch) -> Self {
+        scratch.slot.clear();
+        scratch.slot.extend_from_slice(&ctx.walk_start);
+        scratch.runs.clear();
+        scratch.runs.resize(ctx.n, 0);
+        scratch.steps.clear();
+        scratch.delta.clear();
+        scratch.delta.push(0);
+        scratch.stack.clear();
         Walk {
             ctx,
             blocks,
-            slot: ctx.walk_start.clone(),
-            runs: vec![0; ctx.n],
-            steps: Vec::with_capacity(ctx.n + ctx.n / 2),
+            scratch,
             units: 0,
-            stack: Vec::new(),
             forward_only: false,
-            delta: Vec::with_capacity(ctx.n + ctx.n / 2 + 1),
+            pos: 0,
         }
     }
 
+    /// The walk over the traced order (see the module docs).
+    fn run(&mut self, plan: &[Discard]) -> Result<(), Infeasible> {
+        let ctx = self.ctx;
+        let n = ctx.n;
+        {
+            let s = &mut *self.scratch;
+            bucket(n, plan, |d| d.open, &mut s.open_at, &mut s.by_open);
+            bucket(n, plan, |d| d.close, &mut s.close_at, &mut s.by_close);
+        }
+        for i in 0..n {
+            self.pos = i as u32;
+            let (a, b) = (self.scratch.close_at[i], self.scratch.close_at[i + 1]);
+            for k in a..b {
+                let d = &plan[self.scratch.by_close[k as usize] as usize];
+                if self.take_pending(d.root) {
+                    self.ensure(d.root, d.block_begin)?;
+                }
+            }
+            for &t in ctx.inputs(i) {
+                if !self.readable(t) {
+                    let bb = self.block_begin_of(t);
+                    self.ensure(t, bb)?;
+                }
+            }
+            self.emit(OpId::new(i), false)?;
+            let (a, b) = (self.scratch.open_at[i], self.scratch.open_at[i + 1]);
+            for k in a..b {
+                let d = &plan[self.scratch.by_open[k as usize] as usize];
+                self.discard(d.root);
+            }
+            self.retire(i);
+        }
+        self.pos = n as u32;
+        for &t in ctx.g.outputs() {
+            if !self.readable(t) {
+                let bb = self.block_begin_of(t);
+                self.ensure(t, bb)?;
+            }
+        }
+        Ok(())
+    }
+
     fn flag(&self, r: TensorId, f: u8) -> bool {
-        self.slot[r.index()].flags & f != 0
+        self.scratch.slot[r.index()].flags & f != 0
+    }
+
+    fn slot(&self, t: TensorId) -> &Slot {
+        &self.scratch.slot[t.index()]
     }
 
     /// Clears root `r`'s pending mark and says whether it was set.
     fn take_pending(&mut self, r: TensorId) -> bool {
-        let s = &mut self.slot[r.index()];
+        let s = &mut self.scratch.slot[r.index()];
         let was = s.flags & PENDING != 0;
         s.flags &= !PENDING;
         was
     }
 
-    /// Closes instance `(start, last)` of root `r` (nothing if it was never used).
-    fn close(&mut self, r: usize, (start, last): (u32, u32)) {
-        if start != NEVER && last != NEVER {
-            let size = i128::from(self.ctx.bytes[r]);
-            self.delta[start as usize] += size;
-            self.delta[last as usize + 1] -= size;
-        }
+    /// Closes instance `(start, last)` of root `r` (see [`close`]).
+    fn close(&mut self, r: usize, instance: (u32, u32)) {
+        close(&mut self.scratch.delta, self.ctx.bytes[r], instance);
     }
 
-    /// The live bytes at every step, closing the instances still open (graph outputs run
-    /// to the end).
-    fn live(&mut self) -> Vec<u64> {
-        let n = self.steps.len();
+    /// Closes the instances still open at the end (graph outputs run to the end); the
+    /// number of steps.
+    fn close_all(&mut self) -> usize {
+        let n = self.scratch.steps.len();
         if n == 0 {
-            return Vec::new();
+            return 0;
         }
-        self.delta.resize(n + 1, 0);
-        for r in 0..self.slot.len() {
-            let (start, last) = self.slot[r].open;
+        for r in 0..self.scratch.slot.len() {
+            let (start, last) = self.scratch.slot[r].open;
             if start != NEVER {
                 let last = if self.ctx.kept[r] { n as u32 - 1 } else { last };
                 self.close(r, (start, last));
             }
         }
+        n
+    }
+
+    /// The live bytes at every step.
+    fn live(&mut self) -> Vec<u64> {
+        let n = self.close_all();
         let mut acc = 0i128;
-        self.delta[..n]
+        self.scratch.delta[..n]
             .iter()
             .map(|d| {
                 acc += d;
@@ -185,22 +274,38 @@ impl<'c> Walk<'c> {
             .collect()
     }
 
+    /// The most live bytes at any step ([`Walk::live`]'s maximum).
+    fn peak_live(&mut self) -> u64 {
+        let n = self.close_all();
+        let (mut acc, mut max) = (0i128, 0i128);
+        for d in &self.scratch.delta[..n] {
+            acc += d;
+            max = max.max(acc);
+        }
+        u64::try_from(max).unwrap_or(u64::MAX)
+    }
+
     fn root(&self, t: TensorId) -> TensorId {
-        self.ctx.root[t.index()]
+        self.slot(t).root
     }
 
     /// Whether the tensor's current instance exists (a view: made from its base's
     /// current instance).
     fn current(&self, t: TensorId) -> bool {
-        self.slot[t.index()].made == self.slot[self.root(t).index()].version
+        let slot = &self.scratch.slot;
+        slot[t.index()].made == slot[self.root(t).index()].version
     }
 
     /// Whether an original op (or a recomputation inside the block) may read `t` now.
     fn readable(&self, t: TensorId) -> bool {
-        match self.ctx.validity[t.index()] {
+        let s = self.slot(t);
+        match s.validity {
             Validity::Always => true,
-            Validity::Produced => self.slot[t.index()].made != NEVER,
-            Validity::Current => self.current(t) && !self.flag(self.root(t), DISCARDED),
+            Validity::Produced => s.made != NEVER_MADE,
+            Validity::Current => {
+                let r = self.slot(s.root);
+                s.made == r.version && r.flags & DISCARDED == 0
+            }
         }
     }
 
@@ -218,46 +323,55 @@ impl<'c> Walk<'c> {
         if !self.current(r) {
             return true;
         }
-        match self.ctx.g.producer(r) {
-            Some(p) => {
-                let i = p.index();
-                self.ctx.rerunnable[i]
-                    && i as u32 >= bb
-                    && (!self.forward_only || self.ctx.forward[i])
+        match self.slot(r).producer {
+            NO_OP => false,
+            p => {
+                let bits = self.ctx.op_bits[p as usize];
+                bits & OP_RERUNNABLE != 0
+                    && p >= bb
+                    && (!self.forward_only || bits & OP_FORWARD != 0)
             }
-            None => false,
         }
     }
 
     /// First position of the block that made `t`'s storage.
     fn block_begin_of(&self, t: TensorId) -> u32 {
-        let r = self.root(t);
-        let made_at = self.ctx.g.producer(r).map_or(0, |p| p.index() as u32);
+        let made_at = match self.slot(self.root(t)).producer {
+            NO_OP => 0,
+            p => p,
+        };
         self.blocks.of(made_at).0
+    }
+
+    /// The op that makes `t`, if any.
+    fn producer(&self, t: TensorId) -> Result<OpId, Infeasible> {
+        match self.slot(t).producer {
+            NO_OP => Err(Infeasible::NotRecomputable),
+            p => Ok(OpId::new(p as usize)),
+        }
     }
 
     /// Makes `t` readable: recomputes its producer after the missing inputs that a
     /// recomputation bounded to `bb` must make first.
     fn ensure(&mut self, t: TensorId, bb: u32) -> Result<(), Infeasible> {
-        let g = self.ctx.g;
-        let p = g.producer(t).ok_or(Infeasible::NotRecomputable)?;
-        self.stack.clear();
-        self.stack.push((p, 0));
-        while let Some(&(op, k)) = self.stack.last() {
+        let p = self.producer(t)?;
+        self.scratch.stack.clear();
+        self.scratch.stack.push((p, 0));
+        while let Some(&(op, k)) = self.scratch.stack.last() {
             let inputs = self.ctx.inputs(op.index());
             if let Some(&u) = inputs.get(k) {
                 if self.needs(u, bb) {
-                    let q = g.producer(u).ok_or(Infeasible::NotRecomputable)?;
-                    if self.stack.len() > self.ctx.n {
+                    let q = self.producer(u)?;
+                    if self.scratch.stack.len() > self.ctx.n {
                         return Err(Infeasible::NoFixpoint);
                     }
-                    self.stack.push((q, 0));
-                } else if let Some(top) = self.stack.last_mut() {
+                    self.scratch.stack.push((q, 0));
+                } else if let Some(top) = self.scratch.stack.last_mut() {
                     top.1 += 1;
                 }
                 continue;
             }
-            self.stack.pop();
+            self.scratch.stack.pop();
             if !self
                 .ctx
                 .outputs(op.index())
@@ -278,49 +392,51 @@ impl<'c> Walk<'c> {
     fn emit(&mut self, op: OpId, recompute: bool) -> Result<(), Infeasible> {
         let ctx = self.ctx;
         let i = op.index();
+        let bits = ctx.op_bits[i];
         if recompute {
-            if !ctx.rerunnable[i] {
+            if bits & OP_RERUNNABLE == 0 {
                 return Err(Infeasible::NotRecomputable);
             }
-            if self.runs[i] >= 2 {
+            if self.scratch.runs[i] >= 2 {
                 return Err(Infeasible::ThirdRun);
             }
-            if ctx.persistent_in[i].iter().any(|&p| self.flag(p, DIRTY)) {
+            // A non-recomputable op before this position may have written a persistent
+            // input in place.
+            if ctx.dirty_at[i] < self.pos {
                 return Err(Infeasible::Dirty);
             }
             self.units += ctx.cost_units[i];
-        } else if !ctx.g.op(op).recomputable {
-            for &p in &ctx.persistent_in[i] {
-                self.slot[p.index()].flags |= DIRTY;
-            }
         }
-        self.runs[i] += 1;
-        let s = self.steps.len() as u32;
-        self.steps.push((op, recompute));
-        self.delta.resize(s as usize + 2, 0);
+        let sc = &mut *self.scratch;
+        sc.runs[i] += 1;
+        let s = sc.steps.len() as u32;
+        sc.steps.push((op, recompute));
+        sc.delta.push(0);
         for &t in ctx.inputs(i) {
-            if ctx.current[t.index()] {
-                let r = self.root(t).index();
-                self.slot[r].open.1 = s;
+            let f = sc.slot[t.index()];
+            if f.validity == Validity::Current {
+                sc.slot[f.root.index()].open.1 = s;
             }
         }
         for &t in ctx.outputs(i) {
-            let r = self.root(t);
+            let f = sc.slot[t.index()];
+            let r = f.root;
             if r == t {
-                let sl = &mut self.slot[r.index()];
+                let sl = &mut sc.slot[r.index()];
                 sl.version += 1;
                 sl.flags &= !(DISCARDED | PENDING | COPY);
                 if recompute {
                     sl.flags |= COPY;
                 }
             }
-            self.slot[t.index()].made = self.slot[r.index()].version;
-            if ctx.current[t.index()] {
+            let version = sc.slot[r.index()].version;
+            sc.slot[t.index()].made = version;
+            if f.validity == Validity::Current {
                 if r == t {
-                    let old = std::mem::replace(&mut self.slot[r.index()].open, (s, s));
-                    self.close(r.index(), old);
+                    let old = std::mem::replace(&mut sc.slot[r.index()].open, (s, s));
+                    close(&mut sc.delta, ctx.bytes[r.index()], old);
                 } else {
-                    self.slot[r.index()].open.1 = s;
+                    sc.slot[r.index()].open.1 = s;
                 }
             }
         }
@@ -331,8 +447,8 @@ impl<'c> Walk<'c> {
     /// in their block makes them again rather than keep them alive (older blocks still
     /// read them as they are).
     fn retire(&mut self, i: usize) {
-        for &r in &self.ctx.last_of[i] {
-            let s = &mut self.slot[r.index()];
+        for &r in self.ctx.last_of(i) {
+            let s = &mut self.scratch.slot[r.index()];
             if s.flags & COPY == 0 {
                 s.flags |= DISCARDED;
             }
@@ -342,7 +458,7 @@ impl<'c> Walk<'c> {
     /// Discards root `r`'s original after the access opening its gap.
     fn discard(&mut self, r: TensorId) {
         if self.current(r) && !self.flag(r, COPY | DISCARDED) {
-            self.slot[r.index()].flags |= DISCARDED | PENDING;
+            self.scratch.slot[r.index()].flags |= DISCARDED | PENDING;
         }
     }
 }

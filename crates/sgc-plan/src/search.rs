@@ -8,15 +8,19 @@
 //! cached by discard plan ([`crate::discard::key`]), the only thing a schedule depends on:
 //! many genomes differ only in split points that change no discard (a split moved within
 //! a stretch where no chosen gap starts or ends, a split after the forward pass), so they
-//! are not walked or profiled again.
+//! are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
+//! ([`crate::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
+//! caches live as long as the search.
 
 use crate::context::Context;
 use crate::discard;
-use crate::evaluate::{fitness_with, outcome, Fitness, Objective, Outcome};
+use crate::evaluate::{fitness_with, outcome_in, Fitness, Objective, Outcome};
+use crate::fingerprint::Fingerprint;
 use crate::genome::Genome;
+use crate::recompute;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::sync::Arc;
+use std::sync::Mutex;
 
 /// Progress of a search, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -46,14 +50,37 @@ pub struct SearchStats {
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
     pool: &'a rayon::ThreadPool,
-    cache: HashMap<Genome, Fitness>,
-    /// Outcomes by discard-plan key.
-    outcomes: HashMap<Arc<Vec<u32>>, Outcome>,
+    /// Fitness by genome fingerprint.
+    cache: HashMap<Fingerprint, Fitness>,
+    /// Outcomes by discard-plan fingerprint ([`discard::key`]).
+    outcomes: HashMap<Fingerprint, Outcome>,
     pub objective: Objective,
     pub progress: Option<ProgressFn<'a>>,
     pub stats: SearchStats,
     /// Every evaluated candidate not dominated by another in both peak and cost.
     pub front: Front,
+    /// Walk buffers, one per worker busy at once (see [`Scratches`]).
+    scratch: Scratches,
+}
+
+/// The walks' buffers ([`recompute::Scratch`]), kept for the search's lifetime: a walk
+/// takes one (or makes one) and gives it back, so each worker reuses O(n) buffers instead
+/// of allocating them for every candidate. Which buffers a walk gets never changes its
+/// result (a walk resets them first).
+#[derive(Default)]
+struct Scratches(Mutex<Vec<recompute::Scratch>>);
+
+impl Scratches {
+    fn take(&self) -> recompute::Scratch {
+        let spare = self.0.lock().ok().and_then(|mut v| v.pop());
+        spare.unwrap_or_default()
+    }
+
+    fn give(&self, s: recompute::Scratch) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(s);
+        }
+    }
 }
 
 /// The memory/recompute Pareto front of the candidates evaluated so far: members by
@@ -110,58 +137,66 @@ impl<'a> Evaluator<'a> {
             progress,
             stats: SearchStats::default(),
             front: Front::default(),
+            scratch: Scratches::default(),
         }
     }
 
     /// Fitness of each genome, in order.
     pub fn eval_batch(&mut self, genomes: &[Genome]) -> Vec<Fitness> {
         self.stats.candidates += genomes.len();
+        let ctx = self.ctx;
+        let prints: Vec<Fingerprint> = genomes.iter().map(Genome::fingerprint).collect();
         let mut fresh: Vec<usize> = Vec::new();
         let mut seen = HashSet::default();
-        for (i, g) in genomes.iter().enumerate() {
-            if !self.cache.contains_key(g) && seen.insert(g) {
+        for (i, f) in prints.iter().enumerate() {
+            if !self.cache.contains_key(f) && seen.insert(*f) {
                 fresh.push(i);
             }
         }
-        let ctx = self.ctx;
         let plans: Vec<Vec<discard::Discard>> = self.pool.install(|| {
             fresh
                 .par_iter()
                 .map(|&i| discard::plan(ctx, &genomes[i]))
                 .collect()
         });
-        let keys: Vec<Arc<Vec<u32>>> = fresh
+        let keys: Vec<Fingerprint> = fresh
             .iter()
             .zip(&plans)
-            .map(|(&i, p)| Arc::new(discard::key(&genomes[i], p)))
+            .map(|(&i, p)| discard::key(&genomes[i], p))
             .collect();
         // Distinct new plans, each evaluated once.
         let mut todo: Vec<usize> = Vec::new();
         let mut new_keys = HashSet::default();
         for (j, k) in keys.iter().enumerate() {
-            if !self.outcomes.contains_key(k) && new_keys.insert(k) {
+            if !self.outcomes.contains_key(k) && new_keys.insert(*k) {
                 todo.push(j);
             }
         }
+        let scratch = &self.scratch;
         let results: Vec<Outcome> = self.pool.install(|| {
             todo.par_iter()
-                .map(|&j| outcome(ctx, &genomes[fresh[j]], &plans[j]))
+                .map(|&j| {
+                    let mut s = scratch.take();
+                    let r = outcome_in(ctx, &genomes[fresh[j]], &plans[j], &mut s);
+                    scratch.give(s);
+                    r
+                })
                 .collect()
         });
         self.stats.evaluated += todo.len();
         for (&j, r) in todo.iter().zip(results) {
-            self.outcomes.insert(keys[j].clone(), r);
+            self.outcomes.insert(keys[j], r);
         }
         for (&i, k) in fresh.iter().zip(&keys) {
             let g = &genomes[i];
             let fitness = fitness_with(self.outcomes[k], g);
-            self.cache.insert(g.clone(), fitness);
+            self.cache.insert(prints[i], fitness);
             self.front.insert(&Member {
                 genome: g.clone(),
                 fitness,
             });
         }
-        genomes.iter().map(|g| self.cache[g]).collect()
+        prints.iter().map(|f| self.cache[f]).collect()
     }
 
     pub fn eval(&mut self, genome: &Genome) -> Fitness {

@@ -484,6 +484,10 @@ impl<'g> Replay<'g> {
             .filter(|&k| lifetimes[k].bytes > 0)
             .collect();
         order.sort_by_key(|&k| (lifetimes[k].first_step, k));
+        if !self.any_clash(plan, arena, &order) {
+            return;
+        }
+        // Some clash: list every one, pair by pair (quadratic, but only for a bad plan).
         let mut active: Vec<usize> = Vec::new();
         for &b in &order {
             let lb = lifetimes[b];
@@ -501,6 +505,51 @@ impl<'g> Replay<'g> {
             }
             active.push(b);
         }
+    }
+
+    /// Whether any two lifetimes alive together share an address illegally, in
+    /// O(n log n): a sweep over `order` (by first step) keeps the live lifetimes by offset
+    /// and checks each new one against the live ones around its addresses only. Until the
+    /// first clash the live set is legal: apart, or sharing one offset (in-place pairs), so
+    /// the live lifetimes overlapping the new one are those at its offsets, then those
+    /// below it down to the first offset whose lifetimes all end at or before its start.
+    /// The first clash is always found; the caller then lists them all.
+    fn any_clash(&self, plan: &Plan, arena: &ArenaLayout, order: &[usize]) -> bool {
+        use std::cmp::Reverse;
+        use std::collections::{BTreeSet, BinaryHeap};
+        let lifetimes = &plan.lifetimes;
+        let end = |k: usize| arena.offsets[k].saturating_add(lifetimes[k].bytes);
+        let mut live: BTreeSet<(u64, usize)> = BTreeSet::new();
+        let mut expiry: BinaryHeap<Reverse<(usize, usize)>> = BinaryHeap::new();
+        for &b in order {
+            let lb = lifetimes[b];
+            while let Some(&Reverse((last, a))) = expiry.peek() {
+                if last >= lb.first_step {
+                    break;
+                }
+                expiry.pop();
+                live.remove(&(arena.offsets[a], a));
+            }
+            let ob = arena.offsets[b];
+            let mut group: Option<u64> = None;
+            let mut group_reaches = false;
+            for &(oa, a) in live.range(..(end(b).max(ob.saturating_add(1)), 0)).rev() {
+                if group != Some(oa) {
+                    if group.is_some_and(|g| g < ob) && !group_reaches {
+                        break;
+                    }
+                    group = Some(oa);
+                    group_reaches = false;
+                }
+                group_reaches |= end(a) > ob;
+                if self.address_clash(plan, arena, a, b) {
+                    return true;
+                }
+            }
+            live.insert((ob, b));
+            expiry.push(Reverse((lb.last_step, b)));
+        }
+        false
     }
 
     /// Whether lifetimes `a` and `b` (alive together) share an address illegally.

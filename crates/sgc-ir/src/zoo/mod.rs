@@ -15,6 +15,7 @@
 mod cnn;
 mod layers;
 mod mlp;
+mod recurrent;
 mod transformer;
 mod unet;
 
@@ -112,6 +113,13 @@ pub fn models() -> Vec<ZooModel> {
 /// about 10,600 ops.
 pub fn gpt2_deep(layers: usize, batch: u64) -> Graph {
     built(transformer::gpt2_deep(layers, batch))
+}
+
+/// A recurrent graph too large to check in, for the planner's scaling benchmark: an
+/// LSTM-like cell (hidden 256, vocabulary 1,000) unrolled over `steps` time steps, weights
+/// shared, at `batch`. About 80 ops per time step: 1,250 steps make about 100,000 ops.
+pub fn lstm_deep(steps: usize, batch: u64) -> Graph {
+    built(recurrent::lstm_deep(steps, batch))
 }
 
 /// Zoo models are fixed programs: a build error is a bug in this module, caught by the
