@@ -1,7 +1,7 @@
 //! `sgc alloc`: writes a validated offset column, reports the bound, and rejects malformed
 //! rows naming the line.
 
-use sgc::plan::alloc::{csv, validate, Placement};
+use sgc::plan::alloc::{csv, validate, Placement, SearchSummary};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -47,6 +47,7 @@ fn writes_offsets_that_validate() {
         lower_bound: 12,
         algorithm: String::new(),
         trials: Vec::new(),
+        search: SearchSummary::off(12),
     };
     validate(&csv::buffers(&rows), &placement, 2).unwrap();
     assert_eq!(rows[0].id, input[0].id);

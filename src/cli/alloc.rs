@@ -3,7 +3,7 @@
 
 use super::{output, CliResult};
 use serde::Serialize;
-use sgc::plan::alloc::{self, csv, AllocOptions, Effort, Trial};
+use sgc::plan::alloc::{self, csv, AllocOptions, Effort, SearchSummary, Trial};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -17,7 +17,8 @@ pub struct Args {
     /// Offsets are multiples of this many bytes; sizes are padded to it.
     #[arg(long, default_value_t = 1)]
     align: u64,
-    /// How hard to search: fast (heuristics only), default or thorough.
+    /// How hard to search: fast (heuristics only), default, thorough, or plan (what
+    /// `sgc plan` spends on an arena).
     #[arg(long, default_value = "default")]
     effort: String,
     /// Print the report as JSON.
@@ -35,6 +36,7 @@ struct Report {
     arena_over_lower_bound: f64,
     algorithm: String,
     trials: Vec<Trial>,
+    search: SearchSummary,
     seconds: f64,
     output: Option<String>,
 }
@@ -47,8 +49,10 @@ pub fn run(args: Args) -> CliResult {
         "fast" => Effort::FAST,
         "default" => Effort::DEFAULT,
         "thorough" => Effort::THOROUGH,
+        "plan" => Effort::PLAN,
         other => {
-            return Err(format!("unknown effort {other:?}: use fast, default or thorough").into())
+            let known = "fast, default, thorough or plan";
+            return Err(format!("unknown effort {other:?}: use {known}").into());
         }
     };
     let rows = csv::read(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
@@ -86,6 +90,7 @@ pub fn run(args: Args) -> CliResult {
         arena_over_lower_bound: ratio(placement.arena, placement.lower_bound),
         algorithm: placement.algorithm.clone(),
         trials: placement.trials.clone(),
+        search: placement.search,
         seconds,
         output: args.output.map(|p| p.display().to_string()),
     };
@@ -120,8 +125,31 @@ fn render(r: &Report) -> String {
             ratio(t.arena, r.lower_bound)
         );
     }
+    s += &format!("search       {}\n", describe_search(&r.search, r.buffers));
     if let Some(out) = &r.output {
         s += &format!("wrote {out}\n");
     }
     s
+}
+
+fn describe_search(s: &SearchSummary, buffers: usize) -> String {
+    use alloc::SearchStop;
+    let work = format!(
+        "{:.0}M of {:.0}M work",
+        s.work as f64 / 1e6,
+        s.budget as f64 / 1e6
+    );
+    match s.stop {
+        SearchStop::TooManyBuffers => format!(
+            "skipped: {buffers} buffers is more than this effort searches (the best heuristic \
+             is kept; --effort thorough searches up to 20000)"
+        ),
+        SearchStop::Optimal => format!("{} ({work})", s.stop.describe()),
+        SearchStop::WorkBudget | SearchStop::TimeCap => format!(
+            "{} ({work}); arenas from {} bytes up are not ruled out",
+            s.stop.describe(),
+            s.proven_bound
+        ),
+        _ => s.stop.describe().to_string(),
+    }
 }
