@@ -3,7 +3,7 @@
 
 use super::{output, CliResult};
 use serde::Serialize;
-use sgc::plan::alloc::{self, csv, AllocOptions, Effort, SearchSummary, Trial};
+use sgc::plan::alloc::{self, csv, AllocOptions, Effort, SearchSummary, Skipped, Trial};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -36,6 +36,7 @@ struct Report {
     arena_over_lower_bound: f64,
     algorithm: String,
     trials: Vec<Trial>,
+    skipped: Vec<Skipped>,
     search: SearchSummary,
     seconds: f64,
     output: Option<String>,
@@ -90,6 +91,7 @@ pub fn run(args: Args) -> CliResult {
         arena_over_lower_bound: ratio(placement.arena, placement.lower_bound),
         algorithm: placement.algorithm.clone(),
         trials: placement.trials.clone(),
+        skipped: placement.skipped.clone(),
         search: placement.search,
         seconds,
         output: args.output.map(|p| p.display().to_string()),
@@ -125,6 +127,9 @@ fn render(r: &Report) -> String {
             ratio(t.arena, r.lower_bound)
         );
     }
+    for k in &r.skipped {
+        s += &format!("  {:<16} skipped: {}\n", k.algorithm, k.reason);
+    }
     s += &format!("search       {}\n", describe_search(&r.search, r.buffers));
     if let Some(out) = &r.output {
         s += &format!("wrote {out}\n");
@@ -140,9 +145,9 @@ fn describe_search(s: &SearchSummary, buffers: usize) -> String {
         s.budget as f64 / 1e6
     );
     match s.stop {
-        SearchStop::TooManyBuffers => format!(
-            "skipped: {buffers} buffers is more than this effort searches (the best heuristic \
-             is kept; --effort thorough searches up to 20000)"
+        SearchStop::TooLarge => format!(
+            "skipped: {buffers} buffers (or their time overlaps) are more than this effort \
+             searches; the best heuristic is kept (--effort thorough searches up to 20000)"
         ),
         SearchStop::Optimal => format!("{} ({work})", s.stop.describe()),
         SearchStop::WorkBudget | SearchStop::TimeCap => format!(

@@ -101,6 +101,7 @@ fn validate_reports_overlaps_misalignment_and_a_small_arena() {
         algorithm: "hand".into(),
         trials: Vec::new(),
         search: SearchSummary::off(16),
+        skipped: Vec::new(),
     };
     let v = validate(&buffers, &bad, 2).unwrap_err();
     assert!(v.contains(&AllocViolation::Overlap {
@@ -249,7 +250,7 @@ fn the_search_reports_why_it_did_not_run() {
         ..Effort::DEFAULT
     };
     let p = allocate(&buffers, &small(1).with_effort(few)).unwrap();
-    assert_eq!(p.search.stop, SearchStop::TooManyBuffers);
+    assert_eq!(p.search.stop, SearchStop::TooLarge);
     assert_eq!(p.search.proven_bound, p.lower_bound);
     let easy = [b(0, 2, 4), b(1, 3, 4)];
     let p = allocate(&easy, &AllocOptions::default()).unwrap();
@@ -271,6 +272,26 @@ fn a_spent_budget_is_reported_with_what_is_ruled_out() {
     assert!(p.search.work <= p.search.budget);
     assert!(p.arena > p.lower_bound);
     assert_eq!(p.search.proven_bound, p.lower_bound);
+}
+
+#[test]
+fn a_list_too_large_for_greedy_says_so_and_stays_valid() {
+    // 70,000 nested lifetimes (saved activations of a long training step): every pair
+    // overlaps, so greedy by size would take ~2.4e9 steps; the sweep places them.
+    let n = 70_000u64;
+    let buffers: Vec<Buffer> = (0..n).map(|l| b(l, 2 * n - l, 1 + l % 7)).collect();
+    let p = allocate(&buffers, &AllocOptions::default()).unwrap();
+    validate(&buffers, &p, 1).unwrap();
+    assert_eq!(p.skipped.len(), 1);
+    assert_eq!(p.skipped[0].algorithm, "greedy-size");
+    assert!(p.skipped[0].reason.contains("time-overlapping pairs"));
+    assert_eq!(
+        p.arena, p.lower_bound,
+        "nested lifetimes stack without gaps"
+    );
+    assert_eq!(p.search.stop, SearchStop::AtLowerBound);
+    let err = allocate_with(&buffers, &AllocOptions::default(), Algorithm::GreedySize);
+    assert!(matches!(err, Err(AllocError::Skipped { .. })));
 }
 
 /// Cuts the rectangle `[0, width) x [0, steps)` (address x time) into `pieces` rectangles
@@ -347,8 +368,49 @@ fn brute_force_arena(buffers: &[Buffer]) -> u64 {
     best
 }
 
+/// Every overlap by comparing every pair: what `validate` must report.
+fn overlaps_pairwise(buffers: &[Buffer], offsets: &[u64]) -> Vec<AllocViolation> {
+    let live = |i: usize| buffers[i].size > 0 && buffers[i].lower < buffers[i].upper;
+    let mut out = Vec::new();
+    for j in 0..buffers.len() {
+        for i in 0..j {
+            let (x, y) = (buffers[i], buffers[j]);
+            let in_time = x.lower < y.upper && y.lower < x.upper;
+            let in_space = offsets[i] < offsets[j] + y.size && offsets[j] < offsets[i] + x.size;
+            if live(i) && live(j) && in_time && in_space {
+                let step = x.lower.max(y.lower);
+                out.push(AllocViolation::Overlap { a: i, b: j, step });
+            }
+        }
+    }
+    out.sort_by_key(|v| format!("{v:?}"));
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The validator's sweep finds exactly the overlaps a pairwise comparison finds, on
+    /// random (mostly invalid) placements.
+    #[test]
+    fn validate_finds_every_overlap(
+        v in prop::collection::vec((0u64..30, 1u64..10, 0u64..12, 0u64..40), 0..40),
+    ) {
+        let buffers: Vec<Buffer> = v.iter().map(|&(l, len, s, _)| b(l, l + len, s)).collect();
+        let offsets: Vec<u64> = v.iter().map(|&(_, _, _, o)| o).collect();
+        let p = Placement {
+            offsets: offsets.clone(),
+            arena: u64::MAX,
+            lower_bound: 0,
+            algorithm: "random".into(),
+            trials: Vec::new(),
+            search: SearchSummary::off(0),
+            skipped: Vec::new(),
+        };
+        let mut found = validate(&buffers, &p, 1).err().unwrap_or_default();
+        found.sort_by_key(|v| format!("{v:?}"));
+        prop_assert_eq!(found, overlaps_pairwise(&buffers, &offsets));
+    }
 
     /// Every placement is valid (no two live buffers overlap), aligned, at or above the
     /// bound, and never worse than any heuristic alone (the search starts from their best).

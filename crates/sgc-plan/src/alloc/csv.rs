@@ -3,7 +3,7 @@
 //! must be unique. Blank lines are skipped; errors name the (1-based) line.
 
 use super::Buffer;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use thiserror::Error;
 
@@ -85,7 +85,7 @@ pub fn parse(text: &str) -> Result<Vec<Row>, CsvError> {
         });
     }
     let mut rows = Vec::new();
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut seen: FxHashMap<String, usize> = FxHashMap::default();
     for (line, text) in lines {
         let row = parse_row(line, text, columns)?;
         if let Some(&first) = seen.get(&row.id) {

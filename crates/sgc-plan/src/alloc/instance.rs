@@ -75,6 +75,7 @@ impl Instance {
             algorithm: alg.name().to_string(),
             trials,
             search,
+            skipped: Vec::new(),
         }
     }
 }

@@ -204,6 +204,15 @@ pub struct Placement {
     pub trials: Vec<Trial>,
     /// What the exact search did.
     pub search: SearchSummary,
+    /// The heuristics that did not run, and why.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A heuristic that did not run on an instance, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub algorithm: String,
+    pub reason: String,
 }
 
 /// What the exact search ([`Algorithm::Search`]) did and why it stopped.
@@ -238,8 +247,9 @@ pub enum SearchStop {
     AtLowerBound,
     /// Not run: the effort turns the search off (or only one heuristic was asked for).
     Off,
-    /// Not run: more buffers than the effort's `search_max_buffers`.
-    TooManyBuffers,
+    /// Not run: more buffers than the effort's `search_max_buffers`, or more time
+    /// overlaps than its work budget could even list.
+    TooLarge,
     /// Every smaller capacity was ruled out: the arena is optimal.
     Optimal,
     /// The work budget ran out (deterministic).
@@ -254,7 +264,7 @@ impl SearchStop {
         match self {
             SearchStop::AtLowerBound => "not needed (a heuristic reached the lower bound)",
             SearchStop::Off => "off",
-            SearchStop::TooManyBuffers => "skipped (more buffers than the effort allows)",
+            SearchStop::TooLarge => "skipped (a larger instance than the effort allows)",
             SearchStop::Optimal => "proved the arena optimal",
             SearchStop::WorkBudget => "stopped by its work budget",
             SearchStop::TimeCap => "stopped by its time cap (result may depend on the machine)",
@@ -267,6 +277,8 @@ impl SearchStop {
 pub enum AllocError {
     #[error("alignment must be at least 1")]
     ZeroAlign,
+    #[error("{algorithm} did not run: {reason}")]
+    Skipped { algorithm: String, reason: String },
     #[error("buffer {buffer}: empty lifetime [{lower}, {upper}): lower must be below upper")]
     EmptyLifetime {
         buffer: usize,
@@ -325,21 +337,32 @@ pub fn lower_bound(buffers: &[Buffer], align: u64) -> u64 {
 /// Places the buffers with every algorithm of [`Algorithm::ALL`] and keeps the smallest
 /// arena. The result always passes [`validate_in_place`] with the same pairs.
 pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement, AllocError> {
-    use rayon::prelude::*;
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
-    // The heuristics are independent: run them side by side, then judge them in the fixed
-    // order of `Algorithm::ALL` (the result does not depend on the number of threads).
-    let heuristics: Vec<Algorithm> = Algorithm::ALL
-        .into_iter()
-        .filter(|&a| a != Algorithm::Search)
-        .collect();
-    let placed: Vec<Vec<u64>> = heuristics
-        .par_iter()
-        .map(|&alg| heuristic(&inst, alg))
-        .collect();
+    // The heuristics are independent (pushdown starts from the sweep): run them side by
+    // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
+    // depend on the number of threads).
+    let (greedy, (swept, pushed)) = rayon::join(
+        || heuristic(&inst, Algorithm::GreedySize),
+        || {
+            let swept = sweep::best_fit_sweep(&inst);
+            let pushed = sweep::pushdown(&inst, &swept);
+            (swept, pushed)
+        },
+    );
     let mut best = Best::default();
-    for (alg, offsets) in heuristics.into_iter().zip(placed) {
-        best.consider(&inst, alg, offsets);
+    let placed = [
+        (Algorithm::GreedySize, greedy),
+        (Algorithm::BestFitSweep, Ok(swept)),
+        (Algorithm::Pushdown, Ok(pushed)),
+    ];
+    for (alg, offsets) in placed {
+        match offsets {
+            Ok(offsets) => best.consider(&inst, alg, offsets),
+            Err(reason) => best.skipped.push(Skipped {
+                algorithm: alg.name().to_string(),
+                reason,
+            }),
+        }
     }
     let arena = best.arena();
     let run = search::improve(&inst, arena, options.effort);
@@ -353,6 +376,7 @@ pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement,
 #[derive(Default)]
 struct Best {
     trials: Vec<Trial>,
+    skipped: Vec<Skipped>,
     best: Option<(Algorithm, Vec<u64>, u64)>,
 }
 
@@ -374,7 +398,9 @@ impl Best {
 
     fn into_placement(self, inst: &Instance, search: SearchSummary) -> Placement {
         let (alg, offsets, _) = self.best.expect("a heuristic always places the buffers");
-        inst.to_placement(alg, &offsets, self.trials, search)
+        let mut p = inst.to_placement(alg, &offsets, self.trials, search);
+        p.skipped = self.skipped;
+        p
     }
 }
 
@@ -389,18 +415,29 @@ pub fn allocate_with(
         return allocate(buffers, options);
     }
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
+    let offsets = heuristic(&inst, algorithm).map_err(|reason| AllocError::Skipped {
+        algorithm: algorithm.name().to_string(),
+        reason,
+    })?;
     let mut best = Best::default();
-    best.consider(&inst, algorithm, heuristic(&inst, algorithm));
+    best.consider(&inst, algorithm, offsets);
     let off = SearchSummary::off(inst.lb * inst.align);
     Ok(best.into_placement(&inst, off))
 }
 
-/// Runs heuristic `alg` in align units.
-fn heuristic(inst: &Instance, alg: Algorithm) -> Vec<u64> {
+/// Runs heuristic `alg` in align units, or says why it did not run.
+fn heuristic(inst: &Instance, alg: Algorithm) -> Result<Vec<u64>, String> {
     match alg {
-        Algorithm::GreedySize => greedy::greedy_by_size(inst),
-        Algorithm::BestFitSweep => sweep::best_fit_sweep(inst),
-        Algorithm::Pushdown => sweep::pushdown(inst, &sweep::best_fit_sweep(inst)),
+        Algorithm::GreedySize => greedy::greedy_by_size(inst).map_err(|e| {
+            format!(
+                "{} time-overlapping pairs: about {:.1e} steps, over its {:.0e}",
+                e.pairs,
+                e.work as f64,
+                greedy::MAX_WORK as f64
+            )
+        }),
+        Algorithm::BestFitSweep => Ok(sweep::best_fit_sweep(inst)),
+        Algorithm::Pushdown => Ok(sweep::pushdown(inst, &sweep::best_fit_sweep(inst))),
         Algorithm::Search => unreachable!("the search is not a heuristic"),
     }
 }

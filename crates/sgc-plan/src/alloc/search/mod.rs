@@ -80,8 +80,11 @@ pub(crate) fn improve(inst: &Instance, arena: u64, effort: Effort) -> SearchRun 
     if effort.search_work == 0 {
         return skip(SearchStop::Off);
     }
-    if active > effort.search_max_buffers {
-        return skip(SearchStop::TooManyBuffers);
+    // Listing the overlaps both ways is part of the work: skip what the budget cannot
+    // even build (and what would take gigabytes to hold).
+    let listed = 2 * super::greedy::overlapping_pairs(inst);
+    if active > effort.search_max_buffers || listed > effort.search_work {
+        return skip(SearchStop::TooLarge);
     }
     // The search recurses once per placed buffer: give it a stack that fits every depth.
     let stack = (1 << 20) + active * 1024;
