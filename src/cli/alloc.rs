@@ -147,7 +147,7 @@ fn describe_search(s: &SearchSummary, buffers: usize) -> String {
     match s.stop {
         SearchStop::TooLarge => format!(
             "skipped: {buffers} buffers (or their time overlaps) are more than this effort \
-             searches; the best heuristic is kept (--effort thorough searches up to 20000)"
+             searches; the best heuristic is kept (--effort thorough searches up to 20000 buffers)"
         ),
         SearchStop::Optimal => format!("{} ({work})", s.stop.describe()),
         SearchStop::WorkBudget | SearchStop::TimeCap => format!(

@@ -31,6 +31,7 @@ fn small(align: u64) -> AllocOptions {
             search_work: 200_000,
             search_max_buffers: 400,
             time_cap: None,
+            ..Effort::DEFAULT
         },
         in_place: Vec::new(),
     }
@@ -437,7 +438,7 @@ proptest! {
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s * 8)).collect();
         let options = AllocOptions {
-            effort: Effort { search_work: 2_000_000, search_max_buffers: 100, time_cap: None },
+            effort: Effort { search_work: 2_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(align)
         };
         let p = allocate(&buffers, &options).unwrap();
@@ -459,7 +460,7 @@ proptest! {
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
         let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None },
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();
@@ -475,7 +476,7 @@ proptest! {
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
         let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None },
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();
@@ -495,7 +496,7 @@ proptest! {
         let buffers = perfect_packing(width, steps, pieces, &cuts);
         prop_assert_eq!(lower_bound(&buffers, 1), width);
         let options = AllocOptions {
-            effort: Effort { search_work: 3_000_000, search_max_buffers: 100, time_cap: None },
+            effort: Effort { search_work: 3_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();

@@ -15,16 +15,13 @@
 //!   O(P log n) in all, P the number of time-overlapping pairs, the way for long lists of
 //!   short-lived buffers.
 //!
-//! When even the cheaper way costs more than [`MAX_WORK`] (a million buffers alive by the
-//! hundred thousand), the heuristic is skipped and says so: the other heuristics are
-//! O(n log n).
+//! When even the cheaper way costs more than the effort's `greedy_work` (2e9 steps, about
+//! two seconds, by default: a hundred thousand buffers alive by the ten thousand), the
+//! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
 
 const UNPLACED: u64 = u64::MAX;
-
-/// The most work greedy by size takes on, in scan steps (about two seconds).
-pub(crate) const MAX_WORK: u64 = 2_000_000_000;
 
 /// Estimated cost of the index per time-overlapping pair, in scan steps.
 const INDEX_STEPS_PER_PAIR: u64 = 40;
@@ -36,13 +33,14 @@ pub(crate) struct TooMuchWork {
     pub work: u64,
 }
 
-/// Offsets (units) by greedy by size with best fit, unless that costs too much.
-pub(crate) fn greedy_by_size(inst: &Instance) -> Result<Vec<u64>, TooMuchWork> {
+/// Offsets (units) by greedy by size with best fit, unless that costs more than
+/// `max_work` scan steps.
+pub(crate) fn greedy_by_size(inst: &Instance, max_work: u64) -> Result<Vec<u64>, TooMuchWork> {
     let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
     let pairs = overlapping_pairs(inst);
     let scan = n * n / 2;
     let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
-    if scan.min(index) > MAX_WORK {
+    if scan.min(index) > max_work {
         return Err(TooMuchWork {
             pairs,
             work: scan.min(index),

@@ -85,6 +85,9 @@ pub struct Effort {
     pub search_max_buffers: usize,
     /// Wall-clock cap of the search, a safety net behind the work budget.
     pub time_cap: Option<Duration>,
+    /// Steps greedy by size may take (see `greedy.rs`; about 10^9 a second); above it,
+    /// greedy by size is skipped and the placement says so.
+    pub greedy_work: u64,
 }
 
 impl Effort {
@@ -93,6 +96,7 @@ impl Effort {
         search_work: 0,
         search_max_buffers: 0,
         time_cap: None,
+        greedy_work: 2_000_000_000,
     };
     /// The default: at most about two seconds of search (release build, one core). Places
     /// every instance of MiniMalloc's challenging suite within its capacity.
@@ -100,6 +104,7 @@ impl Effort {
         search_work: 2_000_000_000,
         search_max_buffers: 4_000,
         time_cap: Some(Duration::from_secs(15)),
+        greedy_work: 2_000_000_000,
     };
     /// What `sgc plan` spends on a plan's arena: a two-hundredth of the default, a few
     /// hundredths of a second at most. It reaches the live peak on the zoo's and the real
@@ -109,12 +114,14 @@ impl Effort {
         search_work: 10_000_000,
         search_max_buffers: 4_000,
         time_cap: Some(Duration::from_secs(1)),
+        greedy_work: 2_000_000_000,
     };
     /// Ten times the default search budget, on instances five times as large.
     pub const THOROUGH: Effort = Effort {
         search_work: 20_000_000_000,
         search_max_buffers: 20_000,
         time_cap: Some(Duration::from_secs(120)),
+        greedy_work: 20_000_000_000,
     };
 }
 
@@ -342,7 +349,7 @@ pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement,
     // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
     // depend on the number of threads).
     let (greedy, (swept, pushed)) = rayon::join(
-        || heuristic(&inst, Algorithm::GreedySize),
+        || heuristic(&inst, Algorithm::GreedySize, options.effort),
         || {
             let swept = sweep::best_fit_sweep(&inst);
             let pushed = sweep::pushdown(&inst, &swept);
@@ -415,10 +422,11 @@ pub fn allocate_with(
         return allocate(buffers, options);
     }
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
-    let offsets = heuristic(&inst, algorithm).map_err(|reason| AllocError::Skipped {
-        algorithm: algorithm.name().to_string(),
-        reason,
-    })?;
+    let offsets =
+        heuristic(&inst, algorithm, options.effort).map_err(|reason| AllocError::Skipped {
+            algorithm: algorithm.name().to_string(),
+            reason,
+        })?;
     let mut best = Best::default();
     best.consider(&inst, algorithm, offsets);
     let off = SearchSummary::off(inst.lb * inst.align);
@@ -426,14 +434,12 @@ pub fn allocate_with(
 }
 
 /// Runs heuristic `alg` in align units, or says why it did not run.
-fn heuristic(inst: &Instance, alg: Algorithm) -> Result<Vec<u64>, String> {
+fn heuristic(inst: &Instance, alg: Algorithm, effort: Effort) -> Result<Vec<u64>, String> {
     match alg {
-        Algorithm::GreedySize => greedy::greedy_by_size(inst).map_err(|e| {
+        Algorithm::GreedySize => greedy::greedy_by_size(inst, effort.greedy_work).map_err(|e| {
             format!(
-                "{} time-overlapping pairs: about {:.1e} steps, over its {:.0e}",
-                e.pairs,
-                e.work as f64,
-                greedy::MAX_WORK as f64
+                "{} time-overlapping pairs: about {:.1e} steps, over the effort's {:.0e}",
+                e.pairs, e.work as f64, effort.greedy_work as f64
             )
         }),
         Algorithm::BestFitSweep => Ok(sweep::best_fit_sweep(inst)),
