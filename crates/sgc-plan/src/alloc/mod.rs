@@ -15,10 +15,12 @@
 //! 1. [`Algorithm::GreedySize`]: TFLite / XLA style. Largest buffer first (longer lifetime,
 //!    then lower id break ties); each goes into the smallest gap among the already placed
 //!    buffers whose lifetimes overlap its own, or on top of them. It also honours in-place
-//!    pairs (below).
+//!    pairs (below). Its cost grows with the time-overlapping pairs (quadratic when most
+//!    buffers are alive together); above the effort's `greedy_work` it is skipped, and
+//!    [`Placement::skipped`] says so.
 //! 2. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
 //!    blocks); each starting buffer, largest first, takes the smallest free block that fits,
-//!    else the top of the arena grows.
+//!    else the top of the arena grows. O(n log n), as is the next one.
 //! 3. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
 //!    buffers by offset, each drops to the highest (new) end among the time-overlapping
 //!    buffers that were below it. The order "below" is kept, so the result stays valid, and

@@ -13,13 +13,16 @@
 //! preorder rank), each at its *minimum offset* (the highest end among the placed buffers
 //! that overlap it in time). A search node orders the unplaced buffers by (minimum offset,
 //! rank) and branches on which comes next, among those after the last placed one (so each
-//! placement is built once). Pruning (all from MiniMalloc):
+//! placement is built once). Pruning (MiniMalloc's rules):
 //! - *dominance*: a candidate at or above the lowest end any unplaced buffer could reach is
 //!   skipped (that buffer could fill the gap below it);
 //! - *section inference*: in every section the unplaced buffers are alive together, so they
 //!   stack above the section's floor: `max(floor, offset) + unplaced sizes <= C`; the floor
 //!   is the top of the buffers placed there, raised to the lowest minimum offset of the
-//!   unplaced ones when a placement lifts those;
+//!   unplaced ones when a placement lifts those. Offsets never decrease along a branch, so
+//!   the part `offset + unplaced sizes <= C` is one test per node against the fullest
+//!   section, ending the node at the first candidate too high (candidates come by offset);
+//!   after a placement only the sections whose floor rose are checked again;
 //! - every unplaced buffer must fit above its minimum offset;
 //! - *hatless pruning*: when the buffer just tried overlaps no unplaced buffer, placing it
 //!   changed nothing for the others, so if the rest failed no other candidate can succeed;
@@ -34,18 +37,27 @@
 //! # Restarts
 //! A preorder ranks the buffers by three features compared largest first: lifetime length
 //! (W), area (A) and the largest section total it sees (T). The attempts go round robin
-//! over MiniMalloc's three preorders, WAT, TAW and TWA, with a work limit that doubles
-//! every round, so one bad early choice does not sink the search. Every attempt is
-//! complete: one that ends without a placement proves the capacity infeasible.
+//! over MiniMalloc's three preorders, WAT, TAW and TWA, with a work limit that starts at
+//! eight passes over the buffers and sections and doubles every round, so one bad early
+//! choice does not sink the search. Every attempt is complete: one that ends without a
+//! placement proves the capacity infeasible.
 //!
 //! # Optimisation and budgets
-//! [`improve`] starts from the best heuristic arena (the warm start), asks for the lower
-//! bound first (half of the budget: success proves optimality), then bisects between the
-//! lowest capacity not yet ruled out and the best arena found, each attempt with half of
-//! the work left. Capacities are multiples of the sizes' gcd (a pushed-down placement's
-//! arena is one). The budget counts work (entries scanned; see [`dfs::Dfs::attempt`]),
-//! never time, so results do not depend on the machine; [`Effort::time_cap`] is a safety
-//! net only, and the report says when it, not the work budget, ended the search.
+//! [`improve`] starts from the best heuristic arena (the warm start) and asks for the
+//! lower bound first, with half of the budget (success proves optimality; most real and
+//! challenging instances are packed at their bound). Then come passes of bisection between
+//! the lowest capacity not ruled out and the best arena found, each attempt with at most an
+//! eighth of the budget; an attempt that runs out of work counts as a failure for its pass
+//! only, so the next pass (with twice the share if the last one changed nothing) asks for
+//! other capacities below it: how hard a capacity is does not grow smoothly as it
+//! shrinks. Capacities are multiples of the sizes' gcd (a pushed-down placement's arena is
+//! one).
+//!
+//! The budget counts work: entries scanned (see [`dfs::Dfs::attempt`]), building the
+//! model (its overlap and member lists) included, never time, so results do not depend on
+//! the machine (about 10^8 to 10^9 work a second). A list whose overlaps alone exceed the
+//! budget is not searched. [`Effort::time_cap`] is a safety net only, and the summary says
+//! when it, not the work budget, ended the search.
 
 mod dfs;
 mod model;
