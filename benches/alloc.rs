@@ -13,9 +13,9 @@
 //! - **scaling**: what `sgc alloc` does (parse the CSV text, allocate with the default
 //!   effort, validate, write the offsets) on generated training-step lists (seeded; each
 //!   layer's activations live from its forward step to its mirrored backward step, plus
-//!   short-lived temporaries) of about 10k, 100k and 1M buffers: time, peak resident memory
-//!   (Linux; reset before each size) and the exponent of the least-squares fit
-//!   time ~ n^k.
+//!   short-lived temporaries) of about 10k, 100k and 1M buffers, each size in a process of
+//!   its own: time, CPU time, peak resident memory (Linux; the CSV text included, as the
+//!   command holds its file) and the exponent of the least-squares fit time ~ n^k.
 //! - **plans**: the plans of every zoo graph (`graphs/`) and Checkmate graph
 //!   (`../shared/data/checkmate`), `none` and `sublinear` with 20 genetic iterations,
 //!   placed as `sgc plan` does (`sgc_plan::arena::assign`, align 256, in-place pairs,
@@ -240,13 +240,7 @@ fn dsa(md: &mut String) {
     *md += &table;
 }
 
-/// Resets the peak resident set of this process (Linux), so the next reading is the
-/// peak since.
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// The peak resident set (MiB) since the last reset, where the system tells it.
+/// The peak resident set (MiB) of this process, where the system tells it.
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -274,55 +268,79 @@ fn alloc_pipeline(text: &str) -> (usize, Placement, String) {
     (buffers.len(), p, out)
 }
 
+/// One size of the scaling table, in a process of its own (so its peak memory is its
+/// own): prints one markdown row, then the buffers, seconds and CPU seconds.
+fn scaling_one(layers: u64) {
+    let buffers = training_like(layers, 5);
+    let mut text = String::from("id,lower,upper,size\n");
+    for (k, b) in buffers.iter().enumerate() {
+        let _ = writeln!(text, "b{k},{},{},{}", b.lower, b.upper, b.size);
+    }
+    drop(buffers);
+    let (start, cpu_start) = (Instant::now(), cpu_seconds());
+    let (n, p, out) = alloc_pipeline(&text);
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds()
+        .zip(cpu_start)
+        .map_or(f64::NAN, |(b, a)| b - a);
+    assert!(out.len() > text.len());
+    let rss = peak_rss_mib().map_or("-".into(), |m| format!("{m:.0}"));
+    let skipped: Vec<&str> = p.skipped.iter().map(|s| s.algorithm.as_str()).collect();
+    let skipped = match skipped.is_empty() {
+        true => "-".to_string(),
+        false => skipped.join(", "),
+    };
+    println!(
+        "| {n} | {} | {:.4} | {skipped} | {:?} | {secs:.2} | {cpu:.2} | {rss} |",
+        p.lower_bound,
+        ratio(p.arena, p.lower_bound),
+        p.search.stop,
+    );
+    println!("{n} {secs} {cpu}");
+}
+
 fn scaling(md: &mut String) {
-    let header = "| buffers | lower bound | arena / lower bound | heuristics skipped | search | time (s) | CPU (s) | peak RSS (MiB) |";
+    let header = "| buffers | lower bound | arena / lower bound | heuristics skipped | search \
+                  | time (s) | CPU (s) | peak RSS (MiB) |";
     let mut table = format!("{header}\n|---:|---:|---:|---|---|---:|---:|---:|\n");
     println!("\n{header}");
-    let mut wall: Vec<(f64, f64)> = Vec::new();
-    let mut cpu: Vec<(f64, f64)> = Vec::new();
+    let (mut wall, mut cpu, mut greedy_ran) = (Vec::new(), Vec::new(), Vec::new());
+    let exe = std::env::current_exe().expect("the bench binary");
     for layers in [1_111u64, 11_111, 111_111] {
-        let buffers = training_like(layers, 5);
-        let mut text = String::from("id,lower,upper,size\n");
-        for (k, b) in buffers.iter().enumerate() {
-            let _ = writeln!(text, "b{k},{},{},{}", b.lower, b.upper, b.size);
-        }
-        drop(buffers);
-        reset_peak_rss();
-        let (start, cpu_start) = (Instant::now(), cpu_seconds());
-        let (n, p, out) = alloc_pipeline(&text);
-        let secs = start.elapsed().as_secs_f64();
-        let cpu_secs = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
-        let rss = peak_rss_mib().map_or("-".into(), |m| format!("{m:.0}"));
-        assert!(out.len() > text.len());
-        let skipped: Vec<&str> = p.skipped.iter().map(|s| s.algorithm.as_str()).collect();
-        let skipped = if skipped.is_empty() {
-            "-".into()
-        } else {
-            skipped.join(", ")
+        let run = std::process::Command::new(&exe)
+            .args(["scaling-one", &layers.to_string()])
+            .output()
+            .expect("runs itself");
+        let text = String::from_utf8_lossy(&run.stdout);
+        let mut lines = text.lines();
+        let (Some(row), Some(nums)) = (lines.next(), lines.next()) else {
+            panic!(
+                "scaling-one {layers} failed: {}",
+                String::from_utf8_lossy(&run.stderr)
+            );
         };
-        let cpu_cell = cpu_secs.map_or("-".into(), |c| format!("{c:.2}"));
-        let row = format!(
-            "| {n} | {} | {:.4} | {skipped} | {:?} | {secs:.2} | {cpu_cell} | {rss} |",
-            p.lower_bound,
-            ratio(p.arena, p.lower_bound),
-            p.search.stop,
-        );
         println!("{row}");
-        table += &row;
+        greedy_ran.push(!row.contains("greedy-size"));
+        table += row;
         table.push('\n');
-        wall.push(((n as f64).ln(), secs.ln()));
-        if let Some(c) = cpu_secs {
-            cpu.push(((n as f64).ln(), c.max(0.01).ln()));
-        }
+        let v: Vec<f64> = nums.split(' ').map(|x| x.parse().unwrap()).collect();
+        wall.push((v[0].ln(), v[1].ln()));
+        cpu.push((v[0].ln(), v[2].max(0.01).ln()));
     }
+    let local = |p: &[(f64, f64)]| (p[2].1 - p[1].1) / (p[2].0 - p[1].0);
     let mut fit = format!(
-        "\nFitted exponent (least squares over the three sizes): time ~ n^{:.2}",
-        slope(&wall)
+        "\nFitted exponent (least squares over the three sizes): time ~ n^{:.2}, CPU time ~ \
+         n^{:.2}; between the two largest sizes n^{:.2} and n^{:.2}.",
+        slope(&wall),
+        slope(&cpu),
+        local(&wall),
+        local(&cpu)
     );
-    if cpu.len() == wall.len() {
-        fit += &format!(", CPU time ~ n^{:.2}", slope(&cpu));
+    if greedy_ran == [true, false, false] {
+        fit += " Greedy by size (its O(n^2) scan) runs at the smallest size only, which keeps \
+                the fit below the exponent between the larger sizes.";
     }
-    fit += ".\n";
+    fit += "\n";
     println!("{fit}");
     *md += &table;
     *md += &fit;
@@ -383,6 +401,12 @@ fn plans() {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(k) = args.iter().position(|a| a == "scaling-one") {
+        let layers = args.get(k + 1).and_then(|l| l.parse().ok());
+        scaling_one(layers.expect("scaling-one LAYERS"));
+        return;
+    }
     let tables = ["dsa", "scaling", "plans"];
     let asked: Vec<String> = std::env::args()
         .skip(1)
