@@ -17,8 +17,9 @@ pub struct Args {
     /// Offsets are multiples of this many bytes; sizes are padded to it.
     #[arg(long, default_value_t = 1)]
     align: u64,
-    /// How hard to search: fast (heuristics only), default, thorough, or plan (what
-    /// `sgc plan` spends on an arena).
+    /// How hard to search: fast (heuristics only), default, thorough, plan (what `sgc plan`
+    /// spends on an arena), or a search work budget such as 5e8 (about 10^8 to 10^9 a
+    /// second; the default is 2e9).
     #[arg(long, default_value = "default")]
     effort: String,
     /// Print the report as JSON.
@@ -46,16 +47,7 @@ pub fn run(args: Args) -> CliResult {
     if let Some(out) = &args.output {
         output::refuse_input(out, &[&args.file])?;
     }
-    let effort = match args.effort.as_str() {
-        "fast" => Effort::FAST,
-        "default" => Effort::DEFAULT,
-        "thorough" => Effort::THOROUGH,
-        "plan" => Effort::PLAN,
-        other => {
-            let known = "fast, default, thorough or plan";
-            return Err(format!("unknown effort {other:?}: use {known}").into());
-        }
-    };
+    let effort = parse_effort(&args.effort)?;
     let rows = csv::read(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let buffers = csv::buffers(&rows);
     let options = AllocOptions {
@@ -102,6 +94,29 @@ pub fn run(args: Args) -> CliResult {
         print!("{}", render(&report));
     }
     Ok(())
+}
+
+/// A named effort, or a search work budget such as `5e8` (the default effort otherwise).
+fn parse_effort(text: &str) -> Result<Effort, String> {
+    let work = text
+        .parse::<f64>()
+        .ok()
+        .filter(|w| w.is_finite() && *w >= 0.0);
+    Ok(match (text, work) {
+        ("fast", _) => Effort::FAST,
+        ("default", _) => Effort::DEFAULT,
+        ("thorough", _) => Effort::THOROUGH,
+        ("plan", _) => Effort::PLAN,
+        (_, Some(w)) => Effort {
+            search_work: w as u64,
+            ..Effort::DEFAULT
+        },
+        (other, None) => {
+            return Err(format!(
+                "unknown effort {other:?}: use fast, default, thorough, plan or a work budget such as 5e8"
+            ))
+        }
+    })
 }
 
 fn ratio(arena: u64, bound: u64) -> f64 {

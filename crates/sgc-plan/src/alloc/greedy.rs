@@ -98,11 +98,15 @@ impl Placed {
         self.id.insert(at, id);
     }
 
-    /// Pushes onto `out` the placed buffers alive during `[lower, upper)`, by offset.
-    fn overlapping(&self, lower: u64, upper: u64, out: &mut Vec<(u64, u64, u32)>) {
+    /// The placed buffers alive during `[lower, upper)`, as (offset, end, id) by offset.
+    fn overlapping(
+        &self,
+        lower: u64,
+        upper: u64,
+    ) -> impl Iterator<Item = (u64, u64, u32)> + Clone + '_ {
         let live = (self.lower.iter().zip(&self.upper).enumerate())
-            .filter(|(_, (&l, &u))| l < upper && lower < u);
-        out.extend(live.map(|(k, _)| (self.off[k], self.end[k], self.id[k])));
+            .filter(move |(_, (&l, &u))| l < upper && lower < u);
+        live.map(|(k, _)| (self.off[k], self.end[k], self.id[k]))
     }
 }
 
@@ -193,21 +197,20 @@ fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u
             continue;
         }
         let (lower, upper, w) = (inst.lower[i], inst.upper[i], inst.w[i]);
-        busy.clear();
-        match &finder {
-            Finder::Scan(placed) => placed.overlapping(lower, upper, &mut busy),
+        let off = match &finder {
+            Finder::Scan(placed) => choose(inst, &offsets, i, placed.overlapping(lower, upper)),
             Finder::Index(index) => {
                 live.clear();
                 index.overlapping(lower, upper, &mut live);
+                busy.clear();
                 busy.extend(live.iter().map(|&j| {
                     let o = offsets[j as usize];
                     (o, o + inst.w[j as usize], j)
                 }));
                 busy.sort_unstable();
+                choose(inst, &offsets, i, busy.iter().copied())
             }
-        }
-        let off = in_place_offset(inst, &offsets, &busy, i)
-            .unwrap_or_else(|| best_fit(busy.iter().map(|&(o, e, _)| (o, e)), w));
+        };
         offsets[i] = off;
         match &mut finder {
             Finder::Scan(placed) => placed.insert(lower, upper, off, off + w, i as u32),
@@ -217,12 +220,24 @@ fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u
     offsets
 }
 
+/// The offset for `i` given the placed buffers overlapping it in time (`busy`: (offset,
+/// end, id) sorted by offset): an in-place partner's, else the best fit.
+fn choose(
+    inst: &Instance,
+    offsets: &[u64],
+    i: usize,
+    busy: impl Iterator<Item = (u64, u64, u32)> + Clone,
+) -> u64 {
+    in_place_offset(inst, offsets, busy.clone(), i)
+        .unwrap_or_else(|| best_fit(busy.map(|(o, e, _)| (o, e)), inst.w[i]))
+}
+
 /// The offset of a placed partner if `i` fits there without touching any other placed,
-/// time-overlapping buffer (`busy`: those, as (offset, end, id) sorted by offset).
+/// time-overlapping buffer.
 fn in_place_offset(
     inst: &Instance,
     offsets: &[u64],
-    busy: &[(u64, u64, u32)],
+    busy: impl Iterator<Item = (u64, u64, u32)> + Clone,
     i: usize,
 ) -> Option<u64> {
     inst.partners[i].iter().find_map(|&p| {
@@ -232,9 +247,9 @@ fn in_place_offset(
         }
         let end = at + inst.w[i];
         let clash = busy
-            .iter()
-            .take_while(|&&(o, _, _)| o < end)
-            .any(|&(_, e, j)| j != p && e > at);
+            .clone()
+            .take_while(|&(o, _, _)| o < end)
+            .any(|(_, e, j)| j != p && e > at);
         (!clash).then_some(at)
     })
 }
