@@ -68,6 +68,9 @@ use dfs::{Dfs, Outcome, Preorder};
 use model::Model;
 use std::time::Instant;
 
+/// The most overlap entries (both directions) the search's model may hold.
+const MAX_LISTED: u64 = 100_000_000;
+
 /// What [`improve`] returns: a better placement (units) if one was found, and a summary.
 pub(crate) struct SearchRun {
     pub offsets: Option<Vec<u64>>,
@@ -93,9 +96,9 @@ pub(crate) fn improve(inst: &Instance, arena: u64, effort: Effort) -> SearchRun 
         return skip(SearchStop::Off);
     }
     // Listing the overlaps both ways is part of the work: skip what the budget cannot
-    // even build (and what would take gigabytes to hold).
+    // even build, or what would take more than `MAX_LISTED` entries (400 MB) to hold.
     let listed = 2 * super::greedy::overlapping_pairs(inst);
-    if active > effort.search_max_buffers || listed > effort.search_work {
+    if active > effort.search_max_buffers || listed > effort.search_work.min(MAX_LISTED) {
         return skip(SearchStop::TooLarge);
     }
     // The search recurses once per placed buffer: give it a stack that fits every depth.
