@@ -35,6 +35,12 @@ scaling:
     PLANNER_MARKDOWN=target/scaling.md cargo bench --bench planner
     bash scripts/readme-section.sh scaling target/scaling.md
 
+# The allocator benchmark's instance and scaling tables, into README.md (SGC_DSA_EXTRA=DIR
+# adds instances, e.g. minimalloc's benchmarks/challenging; see benches/alloc.rs).
+alloc-table:
+    ALLOC_MARKDOWN=target/alloc.md cargo bench --bench alloc -- dsa scaling
+    bash scripts/readme-section.sh alloc target/alloc.md
+
 # Refresh the committed peak-memory baseline that CI checks (after a deliberate change).
 baseline:
     cargo run --release -- compare graphs/*.json ../shared/data/checkmate/*.json --write-baseline benches/peak_memory.json

@@ -1,7 +1,7 @@
 //! `sgc alloc`: writes a validated offset column, reports the bound, and rejects malformed
 //! rows naming the line.
 
-use sgc::plan::alloc::{csv, validate, Placement};
+use sgc::plan::alloc::{csv, validate, Placement, SearchSummary};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -47,9 +47,34 @@ fn writes_offsets_that_validate() {
         lower_bound: 12,
         algorithm: String::new(),
         trials: Vec::new(),
+        search: SearchSummary::off(12),
+        skipped: Vec::new(),
     };
     validate(&csv::buffers(&rows), &placement, 2).unwrap();
     assert_eq!(rows[0].id, input[0].id);
+}
+
+#[test]
+fn reports_what_the_search_did() {
+    let run = sgc()
+        .arg("alloc")
+        .arg(dsa("C.1048576.csv"))
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        text.contains("search       proved the arena optimal"),
+        "{text}"
+    );
+    let run = sgc()
+        .args(["alloc", "--json", "--effort", "fast"])
+        .arg(dsa("C.1048576.csv"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(report["search"]["stop"], "off");
+    assert_eq!(report["skipped"], serde_json::json!([]));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use super::{output, CliResult};
 use serde::Serialize;
-use sgc::plan::alloc::{self, csv, AllocOptions, Effort, Trial};
+use sgc::plan::alloc::{self, csv, AllocOptions, Effort, SearchSummary, Skipped, Trial};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -17,7 +17,9 @@ pub struct Args {
     /// Offsets are multiples of this many bytes; sizes are padded to it.
     #[arg(long, default_value_t = 1)]
     align: u64,
-    /// How hard to search: fast (heuristics only), default or thorough.
+    /// How hard to search: fast (heuristics only), default, thorough, plan (what `sgc plan`
+    /// spends on an arena), or a search work budget such as 5e8 (about 10^8 to 10^9 a
+    /// second; the default is 2e9).
     #[arg(long, default_value = "default")]
     effort: String,
     /// Print the report as JSON.
@@ -35,6 +37,8 @@ struct Report {
     arena_over_lower_bound: f64,
     algorithm: String,
     trials: Vec<Trial>,
+    skipped: Vec<Skipped>,
+    search: SearchSummary,
     seconds: f64,
     output: Option<String>,
 }
@@ -43,14 +47,7 @@ pub fn run(args: Args) -> CliResult {
     if let Some(out) = &args.output {
         output::refuse_input(out, &[&args.file])?;
     }
-    let effort = match args.effort.as_str() {
-        "fast" => Effort::FAST,
-        "default" => Effort::DEFAULT,
-        "thorough" => Effort::THOROUGH,
-        other => {
-            return Err(format!("unknown effort {other:?}: use fast, default or thorough").into())
-        }
-    };
+    let effort = parse_effort(&args.effort)?;
     let file = args.file.display();
     let rows = csv::read(&args.file).map_err(|e| match e {
         csv::CsvError::Io { .. } => e.to_string(), // names the file already
@@ -90,6 +87,8 @@ pub fn run(args: Args) -> CliResult {
         arena_over_lower_bound: ratio(placement.arena, placement.lower_bound),
         algorithm: placement.algorithm.clone(),
         trials: placement.trials.clone(),
+        skipped: placement.skipped.clone(),
+        search: placement.search,
         seconds,
         output: args.output.map(|p| p.display().to_string()),
     };
@@ -99,6 +98,29 @@ pub fn run(args: Args) -> CliResult {
         print!("{}", render(&report));
     }
     Ok(())
+}
+
+/// A named effort, or a search work budget such as `5e8` (the default effort otherwise).
+fn parse_effort(text: &str) -> Result<Effort, String> {
+    let work = text
+        .parse::<f64>()
+        .ok()
+        .filter(|w| w.is_finite() && *w >= 0.0);
+    Ok(match (text, work) {
+        ("fast", _) => Effort::FAST,
+        ("default", _) => Effort::DEFAULT,
+        ("thorough", _) => Effort::THOROUGH,
+        ("plan", _) => Effort::PLAN,
+        (_, Some(w)) => Effort {
+            search_work: w as u64,
+            ..Effort::DEFAULT
+        },
+        (other, None) => {
+            return Err(format!(
+                "unknown effort {other:?}: use fast, default, thorough, plan or a work budget such as 5e8"
+            ))
+        }
+    })
 }
 
 fn ratio(arena: u64, bound: u64) -> f64 {
@@ -124,8 +146,34 @@ fn render(r: &Report) -> String {
             ratio(t.arena, r.lower_bound)
         );
     }
+    for k in &r.skipped {
+        s += &format!("  {:<16} skipped: {}\n", k.algorithm, k.reason);
+    }
+    s += &format!("search       {}\n", describe_search(&r.search, r.buffers));
     if let Some(out) = &r.output {
         s += &format!("wrote {out}\n");
     }
     s
+}
+
+fn describe_search(s: &SearchSummary, buffers: usize) -> String {
+    use alloc::SearchStop;
+    let work = format!(
+        "{:.0}M of {:.0}M work",
+        s.work as f64 / 1e6,
+        s.budget as f64 / 1e6
+    );
+    match s.stop {
+        SearchStop::TooLarge => format!(
+            "skipped: {buffers} buffers (or their time overlaps) are more than this effort \
+             searches; the best heuristic is kept (--effort thorough searches up to 20000 buffers)"
+        ),
+        SearchStop::Optimal => format!("{} ({work})", s.stop.describe()),
+        SearchStop::WorkBudget | SearchStop::TimeCap => format!(
+            "{} ({work}); arenas from {} bytes up are not ruled out",
+            s.stop.describe(),
+            s.proven_bound
+        ),
+        _ => s.stop.describe().to_string(),
+    }
 }

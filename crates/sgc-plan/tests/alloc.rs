@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 use sgc_plan::alloc::{
-    allocate, csv, lower_bound, validate, validate_in_place, AllocError, AllocOptions,
-    AllocViolation, Buffer, Effort, InPlace, Placement,
+    allocate, allocate_with, csv, lower_bound, validate, validate_in_place, Algorithm, AllocError,
+    AllocOptions, AllocViolation, Buffer, Effort, InPlace, Placement, SearchStop, SearchSummary,
 };
 use std::path::PathBuf;
 
@@ -30,6 +30,8 @@ fn small(align: u64) -> AllocOptions {
         effort: Effort {
             search_work: 200_000,
             search_max_buffers: 400,
+            time_cap: None,
+            ..Effort::DEFAULT
         },
         in_place: Vec::new(),
     }
@@ -99,6 +101,8 @@ fn validate_reports_overlaps_misalignment_and_a_small_arena() {
         lower_bound: 16,
         algorithm: "hand".into(),
         trials: Vec::new(),
+        search: SearchSummary::off(16),
+        skipped: Vec::new(),
     };
     let v = validate(&buffers, &bad, 2).unwrap_err();
     assert!(v.contains(&AllocViolation::Overlap {
@@ -177,22 +181,118 @@ fn bad_inputs_are_typed_errors() {
     assert!(allocate(&[], &small(1)).unwrap().offsets.is_empty());
 }
 
+/// The minimalloc "challenging" instances among the dsa files: `X.<capacity>.csv`.
+fn challenging() -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dsa(""))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            let mut parts = name.split('.');
+            let (id, cap, ext) = (parts.next()?, parts.next()?, parts.next()?);
+            let letter = id.len() == 1 && id.chars().all(|c| c.is_ascii_uppercase());
+            (letter && ext == "csv" && parts.next().is_none())
+                .then(|| Some((name.clone(), cap.parse().ok()?)))?
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
-fn the_search_proves_the_bound_on_the_c_instance() {
-    // Greedy lands 36% above the bound on C; the search packs it perfectly.
+fn every_challenging_instance_fits_its_capacity_with_the_default_effort() {
+    let files = challenging();
+    assert!(
+        files.len() >= 3,
+        "A, C and E are in the dsa folder: {files:?}"
+    );
+    for (file, capacity) in files {
+        let buffers = csv::buffers(&csv::read(dsa(&file)).unwrap());
+        let p = allocate(&buffers, &AllocOptions::default()).unwrap();
+        validate(&buffers, &p, 1).unwrap_or_else(|v| panic!("{file}: {:?}", &v[..1]));
+        assert!(
+            p.arena <= capacity,
+            "{file}: arena {} > {capacity}",
+            p.arena
+        );
+        let greedy = allocate_with(&buffers, &AllocOptions::default(), Algorithm::GreedySize);
+        assert!(
+            greedy.unwrap().arena > capacity,
+            "{file}: the search did the work"
+        );
+        assert_eq!(p.algorithm, "search", "{file}");
+        // A, C and E are packed at their lower bound, which proves the arena optimal.
+        assert_eq!(p.arena, p.lower_bound, "{file}");
+        assert_eq!(p.search.stop, SearchStop::Optimal, "{file}");
+        assert_eq!(p.search.proven_bound, p.arena, "{file}");
+    }
+}
+
+#[test]
+fn somas_lists_reach_their_lower_bound() {
+    for file in ["somas_resnet50.csv", "somas_tiny_bert.csv"] {
+        let buffers = csv::buffers(&csv::read(dsa(file)).unwrap());
+        let p = allocate(&buffers, &AllocOptions::default()).unwrap();
+        validate(&buffers, &p, 1).unwrap();
+        assert!(
+            p.arena as f64 <= 1.01 * p.lower_bound as f64,
+            "{file}: {}",
+            p.arena
+        );
+    }
+}
+
+#[test]
+fn the_search_reports_why_it_did_not_run() {
     let buffers = csv::buffers(&csv::read(dsa("C.1048576.csv")).unwrap());
-    let options = AllocOptions {
-        effort: Effort {
-            search_work: 2_000_000,
-            search_max_buffers: 400,
-        },
-        ..small(1)
+    let fast = allocate(&buffers, &small(1).with_effort(Effort::FAST)).unwrap();
+    assert_eq!(fast.search.stop, SearchStop::Off);
+    let few = Effort {
+        search_max_buffers: 10,
+        ..Effort::DEFAULT
     };
-    let p = allocate(&buffers, &options).unwrap();
+    let p = allocate(&buffers, &small(1).with_effort(few)).unwrap();
+    assert_eq!(p.search.stop, SearchStop::TooLarge);
+    assert_eq!(p.search.proven_bound, p.lower_bound);
+    let easy = [b(0, 2, 4), b(1, 3, 4)];
+    let p = allocate(&easy, &AllocOptions::default()).unwrap();
+    assert_eq!(p.search.stop, SearchStop::AtLowerBound);
+}
+
+#[test]
+fn a_spent_budget_is_reported_with_what_is_ruled_out() {
+    // E needs far more than this: the search stops on its budget, with the arena above
+    // the bound and the bound not ruled out.
+    let buffers = csv::buffers(&csv::read(dsa("E.1048576.csv")).unwrap());
+    let tiny = Effort {
+        search_work: 100_000,
+        ..Effort::DEFAULT
+    };
+    let p = allocate(&buffers, &small(1).with_effort(tiny)).unwrap();
     validate(&buffers, &p, 1).unwrap();
-    assert_eq!(p.algorithm, "search");
-    assert_eq!(p.arena, 1_039_360);
-    assert_eq!(p.arena, p.lower_bound);
+    assert_eq!(p.search.stop, SearchStop::WorkBudget);
+    assert!(p.search.work <= p.search.budget);
+    assert!(p.arena > p.lower_bound);
+    assert_eq!(p.search.proven_bound, p.lower_bound);
+}
+
+#[test]
+fn a_list_too_large_for_greedy_says_so_and_stays_valid() {
+    // 70,000 nested lifetimes (saved activations of a long training step): every pair
+    // overlaps, so greedy by size would take ~2.4e9 steps; the sweep places them.
+    let n = 70_000u64;
+    let buffers: Vec<Buffer> = (0..n).map(|l| b(l, 2 * n - l, 1 + l % 7)).collect();
+    let p = allocate(&buffers, &AllocOptions::default()).unwrap();
+    validate(&buffers, &p, 1).unwrap();
+    assert_eq!(p.skipped.len(), 1);
+    assert_eq!(p.skipped[0].algorithm, "greedy-size");
+    assert!(p.skipped[0].reason.contains("time-overlapping pairs"));
+    assert_eq!(
+        p.arena, p.lower_bound,
+        "nested lifetimes stack without gaps"
+    );
+    assert_eq!(p.search.stop, SearchStop::AtLowerBound);
+    let err = allocate_with(&buffers, &AllocOptions::default(), Algorithm::GreedySize);
+    assert!(matches!(err, Err(AllocError::Skipped { .. })));
 }
 
 /// Cuts the rectangle `[0, width) x [0, steps)` (address x time) into `pieces` rectangles
@@ -269,9 +369,52 @@ fn brute_force_arena(buffers: &[Buffer]) -> u64 {
     best
 }
 
+/// Every overlap by comparing every pair: what `validate` must report.
+fn overlaps_pairwise(buffers: &[Buffer], offsets: &[u64]) -> Vec<AllocViolation> {
+    let live = |i: usize| buffers[i].size > 0 && buffers[i].lower < buffers[i].upper;
+    let mut out = Vec::new();
+    for j in 0..buffers.len() {
+        for i in 0..j {
+            let (x, y) = (buffers[i], buffers[j]);
+            let in_time = x.lower < y.upper && y.lower < x.upper;
+            let in_space = offsets[i] < offsets[j] + y.size && offsets[j] < offsets[i] + x.size;
+            if live(i) && live(j) && in_time && in_space {
+                let step = x.lower.max(y.lower);
+                out.push(AllocViolation::Overlap { a: i, b: j, step });
+            }
+        }
+    }
+    out.sort_by_key(|v| format!("{v:?}"));
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// The validator's sweep finds exactly the overlaps a pairwise comparison finds, on
+    /// random (mostly invalid) placements.
+    #[test]
+    fn validate_finds_every_overlap(
+        v in prop::collection::vec((0u64..30, 1u64..10, 0u64..12, 0u64..40), 0..40),
+    ) {
+        let buffers: Vec<Buffer> = v.iter().map(|&(l, len, s, _)| b(l, l + len, s)).collect();
+        let offsets: Vec<u64> = v.iter().map(|&(_, _, _, o)| o).collect();
+        let p = Placement {
+            offsets: offsets.clone(),
+            arena: u64::MAX,
+            lower_bound: 0,
+            algorithm: "random".into(),
+            trials: Vec::new(),
+            search: SearchSummary::off(0),
+            skipped: Vec::new(),
+        };
+        let mut found = validate(&buffers, &p, 1).err().unwrap_or_default();
+        found.sort_by_key(|v| format!("{v:?}"));
+        prop_assert_eq!(found, overlaps_pairwise(&buffers, &offsets));
+    }
+
+    /// Every placement is valid (no two live buffers overlap), aligned, at or above the
+    /// bound, and never worse than any heuristic alone (the search starts from their best).
     #[test]
     fn random_instances_place_validly(buffers in buffers_strategy(), align in prop::sample::select(vec![1u64, 3, 8])) {
         let p = allocate(&buffers, &small(align)).unwrap();
@@ -279,6 +422,34 @@ proptest! {
         prop_assert!(p.arena >= lower_bound(&buffers, align));
         prop_assert!(p.offsets.iter().all(|o| o % align == 0));
         prop_assert_eq!(p.arena % align, 0);
+        for alg in [Algorithm::GreedySize, Algorithm::BestFitSweep, Algorithm::Pushdown] {
+            let h = allocate_with(&buffers, &small(align), alg).unwrap();
+            prop_assert!(validate(&buffers, &h, align).is_ok());
+            prop_assert!(p.arena <= h.arena, "{} beats the portfolio", alg);
+        }
+    }
+
+    /// Larger random instances with a real search budget: still valid, never worse than
+    /// greedy, and the proven bound never above the arena.
+    #[test]
+    fn the_search_is_never_worse_than_greedy(
+        v in prop::collection::vec((0u64..60, 1u64..20, 1u64..64), 20..80),
+        align in prop::sample::select(vec![1u64, 4]),
+    ) {
+        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s * 8)).collect();
+        let options = AllocOptions {
+            effort: Effort { search_work: 2_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
+            ..small(align)
+        };
+        let p = allocate(&buffers, &options).unwrap();
+        prop_assert!(validate(&buffers, &p, align).is_ok());
+        let greedy = allocate_with(&buffers, &options, Algorithm::GreedySize).unwrap();
+        prop_assert!(p.arena <= greedy.arena);
+        prop_assert!(p.search.proven_bound <= p.arena);
+        prop_assert!(p.search.proven_bound >= p.lower_bound);
+        if p.search.stop == SearchStop::Optimal {
+            prop_assert_eq!(p.search.proven_bound, p.arena);
+        }
     }
 
     /// With budget to spare, the branch and bound is exact on tiny instances: it finds the
@@ -289,7 +460,7 @@ proptest! {
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
         let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100 },
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();
@@ -305,7 +476,7 @@ proptest! {
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
         let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100 },
+            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();
@@ -325,7 +496,7 @@ proptest! {
         let buffers = perfect_packing(width, steps, pieces, &cuts);
         prop_assert_eq!(lower_bound(&buffers, 1), width);
         let options = AllocOptions {
-            effort: Effort { search_work: 3_000_000, search_max_buffers: 100 },
+            effort: Effort { search_work: 3_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
             ..small(1)
         };
         let p = allocate(&buffers, &options).unwrap();

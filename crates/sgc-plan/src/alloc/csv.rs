@@ -10,7 +10,7 @@
 //! line where the sum passes `u64::MAX`.
 
 use super::Buffer;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use thiserror::Error;
 
@@ -110,7 +110,7 @@ pub fn parse(text: &str) -> Result<Vec<Row>, CsvError> {
         });
     }
     let mut rows = Vec::new();
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut seen: FxHashMap<String, usize> = FxHashMap::default();
     let mut total = 0u64;
     for (line, text) in lines {
         let row = parse_row(line, text, columns)?;

@@ -1,19 +1,80 @@
 //! Greedy by size with best fit (TFLite's arena planner, XLA's default heap): largest
 //! buffer first, each into the smallest gap left among the already placed buffers whose
 //! lifetimes overlap its own, else on top of them. In-place partners are tried first.
+//!
+//! # Finding the time-overlapping buffers
+//! Two ways, with the same result; the cheaper one by an estimate made first, in
+//! O(n log n):
+//! - *scan*: the placed buffers are kept sorted by offset, and each placement scans them
+//!   all, keeping those alive at the same time: O(n^2) simple steps, the fastest way
+//!   when most buffers overlap most others (a training step's saved activations);
+//! - *index*: the buffers are indexed once, sorted by start, in a max tree holding the end
+//!   of each placed buffer; the placed buffers overlapping `[lower, upper)` are those among
+//!   the starts below `upper` whose end is above `lower`, which a descent that skips every
+//!   subtree ending at or below `lower` lists in O((k + 1) log n), then sorted by offset:
+//!   O(P log n) in all, P the number of time-overlapping pairs, the way for long lists of
+//!   short-lived buffers.
+//!
+//! When even the cheaper way costs more than the effort's `greedy_work` (2e9 steps, about
+//! two seconds, by default: a hundred thousand buffers alive by the ten thousand), the
+//! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
 
 const UNPLACED: u64 = u64::MAX;
 
-/// Offsets (units) by greedy by size with best fit.
-pub(crate) fn greedy_by_size(inst: &Instance) -> Vec<u64> {
+/// Estimated cost of the index per time-overlapping pair, in scan steps.
+const INDEX_STEPS_PER_PAIR: u64 = 40;
+
+/// Why greedy by size did not run: its estimated work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TooMuchWork {
+    pub pairs: u64,
+    pub work: u64,
+}
+
+/// Offsets (units) by greedy by size with best fit, unless that costs more than
+/// `max_work` scan steps.
+pub(crate) fn greedy_by_size(inst: &Instance, max_work: u64) -> Result<Vec<u64>, TooMuchWork> {
+    let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
+    let pairs = overlapping_pairs(inst);
+    let scan = n * n / 2;
+    let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
+    if scan.min(index) > max_work {
+        return Err(TooMuchWork {
+            pairs,
+            work: scan.min(index),
+        });
+    }
     let mut order: Vec<usize> = (0..inst.len()).collect();
     order.sort_unstable_by_key(|&i| {
         let len = inst.upper[i] - inst.lower[i];
         (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
     });
-    place_in_order(inst, &order)
+    let finder = match scan <= index {
+        true => Finder::Scan(Placed::default()),
+        false => Finder::Index(Index::new(inst)),
+    };
+    Ok(place_in_order(inst, &order, finder))
+}
+
+/// The number of unordered pairs of non-empty buffers whose lifetimes overlap: for each
+/// buffer, the starts before its end minus the ends at or before its start, less itself.
+pub(crate) fn overlapping_pairs(inst: &Instance) -> u64 {
+    let active: Vec<usize> = (0..inst.len()).filter(|&i| inst.w[i] > 0).collect();
+    let mut lowers: Vec<u64> = active.iter().map(|&i| inst.lower[i]).collect();
+    let mut uppers: Vec<u64> = active.iter().map(|&i| inst.upper[i]).collect();
+    lowers.sort_unstable();
+    uppers.sort_unstable();
+    let twice: u64 = active
+        .iter()
+        .map(|&i| {
+            let started = lowers.partition_point(|&l| l < inst.upper[i]);
+            let ended = uppers.partition_point(|&u| u <= inst.lower[i]);
+            (started - ended - 1) as u64
+        })
+        .sum();
+    twice / 2
 }
 
 /// The placed buffers sorted by offset, as parallel arrays: the scan for time-overlapping
@@ -28,7 +89,8 @@ struct Placed {
 }
 
 impl Placed {
-    fn insert(&mut self, at: usize, lower: u64, upper: u64, off: u64, end: u64, id: u32) {
+    fn insert(&mut self, lower: u64, upper: u64, off: u64, end: u64, id: u32) {
+        let at = self.off.partition_point(|&o| o < off);
         self.lower.insert(at, lower);
         self.upper.insert(at, upper);
         self.off.insert(at, off);
@@ -36,58 +98,158 @@ impl Placed {
         self.id.insert(at, id);
     }
 
-    /// Positions (in offset order) of the placed buffers alive during `[lower, upper)`.
-    fn live(&self, lower: u64, upper: u64) -> impl Iterator<Item = usize> + '_ {
-        self.lower
-            .iter()
-            .zip(&self.upper)
-            .enumerate()
-            .filter(move |(_, (&l, &u))| l < upper && lower < u)
-            .map(|(k, _)| k)
+    /// The placed buffers alive during `[lower, upper)`, as (offset, end, id) by offset.
+    fn overlapping(
+        &self,
+        lower: u64,
+        upper: u64,
+    ) -> impl Iterator<Item = (u64, u64, u32)> + Clone + '_ {
+        let live = (self.lower.iter().zip(&self.upper).enumerate())
+            .filter(move |(_, (&l, &u))| l < upper && lower < u);
+        live.map(|(k, _)| (self.off[k], self.end[k], self.id[k]))
+    }
+}
+
+/// How [`place_in_order`] finds the placed buffers overlapping one in time.
+enum Finder {
+    Scan(Placed),
+    Index(Index),
+}
+
+/// The buffers sorted by start, with a max tree over the ends of the placed ones.
+struct Index {
+    /// Position (in start order) of each non-empty buffer.
+    pos: Vec<u32>,
+    /// Buffer at each position, and its start.
+    id: Vec<u32>,
+    start: Vec<u64>,
+    /// Leaves from `size`: the end of the placed buffer there (0 if unplaced).
+    max_end: Vec<u64>,
+    size: usize,
+}
+
+impl Index {
+    fn new(inst: &Instance) -> Self {
+        let mut id: Vec<u32> = (0..inst.len() as u32)
+            .filter(|&i| inst.w[i as usize] > 0)
+            .collect();
+        id.sort_unstable_by_key(|&i| (inst.lower[i as usize], i));
+        let mut pos = vec![u32::MAX; inst.len()];
+        for (p, &i) in id.iter().enumerate() {
+            pos[i as usize] = p as u32;
+        }
+        let size = id.len().next_power_of_two().max(1);
+        Index {
+            start: id.iter().map(|&i| inst.lower[i as usize]).collect(),
+            pos,
+            id,
+            max_end: vec![0; 2 * size],
+            size,
+        }
+    }
+
+    fn insert(&mut self, i: usize, end: u64) {
+        let mut node = self.size + self.pos[i] as usize;
+        self.max_end[node] = end;
+        while node > 1 {
+            node /= 2;
+            self.max_end[node] = self.max_end[2 * node].max(self.max_end[2 * node + 1]);
+        }
+    }
+
+    /// Pushes onto `out` the placed buffers alive during `[lower, upper)`.
+    fn overlapping(&self, lower: u64, upper: u64, out: &mut Vec<u32>) {
+        let limit = self.start.partition_point(|&s| s < upper);
+        self.collect(1, 0, self.size, limit, lower, out);
+    }
+
+    fn collect(
+        &self,
+        node: usize,
+        lo: usize,
+        hi: usize,
+        limit: usize,
+        lower: u64,
+        out: &mut Vec<u32>,
+    ) {
+        if lo >= limit || self.max_end[node] <= lower {
+            return;
+        }
+        if node >= self.size {
+            out.push(self.id[lo]);
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.collect(2 * node, lo, mid, limit, lower, out);
+        self.collect(2 * node + 1, mid, hi, limit, lower, out);
     }
 }
 
 /// Places buffers in `order`, each at its in-place partner's offset when that is free,
-/// else at the best-fitting gap. The placed buffers are kept sorted by offset, so one scan
-/// finds the gaps without building overlap lists (O(n^2) time, O(n) memory).
-pub(crate) fn place_in_order(inst: &Instance, order: &[usize]) -> Vec<u64> {
+/// else at the best-fitting gap among the placed buffers that overlap it in time.
+fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u64> {
     let mut offsets = vec![UNPLACED; inst.len()];
-    let mut placed = Placed::default();
+    let mut live: Vec<u32> = Vec::new();
+    let mut busy: Vec<(u64, u64, u32)> = Vec::new();
     for &i in order {
         if inst.w[i] == 0 {
             offsets[i] = 0;
             continue;
         }
         let (lower, upper, w) = (inst.lower[i], inst.upper[i], inst.w[i]);
-        let off = in_place_offset(inst, &offsets, &placed, i).unwrap_or_else(|| {
-            best_fit(
-                placed
-                    .live(lower, upper)
-                    .map(|k| (placed.off[k], placed.end[k])),
-                w,
-            )
-        });
+        let off = match &finder {
+            Finder::Scan(placed) => choose(inst, &offsets, i, placed.overlapping(lower, upper)),
+            Finder::Index(index) => {
+                live.clear();
+                index.overlapping(lower, upper, &mut live);
+                busy.clear();
+                busy.extend(live.iter().map(|&j| {
+                    let o = offsets[j as usize];
+                    (o, o + inst.w[j as usize], j)
+                }));
+                busy.sort_unstable();
+                choose(inst, &offsets, i, busy.iter().copied())
+            }
+        };
         offsets[i] = off;
-        let at = placed.off.partition_point(|&o| o < off);
-        placed.insert(at, lower, upper, off, off + w, i as u32);
+        match &mut finder {
+            Finder::Scan(placed) => placed.insert(lower, upper, off, off + w, i as u32),
+            Finder::Index(index) => index.insert(i, upper),
+        }
     }
     offsets
 }
 
+/// The offset for `i` given the placed buffers overlapping it in time (`busy`: (offset,
+/// end, id) sorted by offset): an in-place partner's, else the best fit.
+fn choose(
+    inst: &Instance,
+    offsets: &[u64],
+    i: usize,
+    busy: impl Iterator<Item = (u64, u64, u32)> + Clone,
+) -> u64 {
+    in_place_offset(inst, offsets, busy.clone(), i)
+        .unwrap_or_else(|| best_fit(busy.map(|(o, e, _)| (o, e)), inst.w[i]))
+}
+
 /// The offset of a placed partner if `i` fits there without touching any other placed,
 /// time-overlapping buffer.
-fn in_place_offset(inst: &Instance, offsets: &[u64], placed: &Placed, i: usize) -> Option<u64> {
-    let (lower, upper) = (inst.lower[i], inst.upper[i]);
+fn in_place_offset(
+    inst: &Instance,
+    offsets: &[u64],
+    busy: impl Iterator<Item = (u64, u64, u32)> + Clone,
+    i: usize,
+) -> Option<u64> {
     inst.partners[i].iter().find_map(|&p| {
         let at = offsets[p as usize];
         if at == UNPLACED {
             return None;
         }
         let end = at + inst.w[i];
-        let clash = placed
-            .live(lower, upper)
-            .take_while(|&k| placed.off[k] < end)
-            .any(|k| placed.id[k] != p && placed.end[k] > at);
+        let clash = busy
+            .clone()
+            .take_while(|&(o, _, _)| o < end)
+            .any(|(_, e, j)| j != p && e > at);
         (!clash).then_some(at)
     })
 }
@@ -121,5 +283,76 @@ mod tests {
         assert_eq!(best_fit(busy.into_iter(), 3), 20);
         assert_eq!(best_fit(busy.into_iter(), 7), 30);
         assert_eq!(best_fit(std::iter::empty(), 7), 0);
+    }
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::{overlapping_pairs, place_in_order, Finder, Index, Instance, Placed};
+    use crate::alloc::Buffer;
+
+    /// The same greedy with a scan over every placed buffer: the index must not change a
+    /// single offset.
+    fn naive(inst: &Instance) -> Vec<u64> {
+        let mut order: Vec<usize> = (0..inst.len()).collect();
+        order.sort_unstable_by_key(|&i| {
+            let len = inst.upper[i] - inst.lower[i];
+            (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
+        });
+        let mut offsets = vec![u64::MAX; inst.len()];
+        for &i in &order {
+            let mut busy: Vec<(u64, u64)> = (0..inst.len())
+                .filter(|&j| offsets[j] != u64::MAX && inst.w[j] > 0)
+                .filter(|&j| inst.lower[j] < inst.upper[i] && inst.lower[i] < inst.upper[j])
+                .map(|j| (offsets[j], offsets[j] + inst.w[j]))
+                .collect();
+            busy.sort_unstable();
+            offsets[i] = if inst.w[i] == 0 {
+                0
+            } else {
+                super::best_fit(busy.into_iter(), inst.w[i])
+            };
+        }
+        offsets
+    }
+
+    #[test]
+    fn the_index_finds_what_a_full_scan_finds() {
+        let mut state = 7u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        for _ in 0..50 {
+            let buffers: Vec<Buffer> = (0..1 + next(120))
+                .map(|_| {
+                    let lower = next(60);
+                    Buffer {
+                        lower,
+                        upper: lower + 1 + next(25),
+                        size: next(40),
+                    }
+                })
+                .collect();
+            let inst = Instance::new(&buffers, 1 + next(3), &[]).unwrap();
+            let mut order: Vec<usize> = (0..inst.len()).collect();
+            order.sort_unstable_by_key(|&i| {
+                let len = inst.upper[i] - inst.lower[i];
+                (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
+            });
+            let want = naive(&inst);
+            let scan = place_in_order(&inst, &order, Finder::Scan(Placed::default()));
+            assert_eq!(scan, want);
+            let index = place_in_order(&inst, &order, Finder::Index(Index::new(&inst)));
+            assert_eq!(index, want);
+            let brute = (0..inst.len())
+                .flat_map(|i| (0..i).map(move |j| (i, j)))
+                .filter(|&(i, j)| inst.w[i] > 0 && inst.w[j] > 0)
+                .filter(|&(i, j)| inst.lower[j] < inst.upper[i] && inst.lower[i] < inst.upper[j])
+                .count();
+            assert_eq!(overlapping_pairs(&inst), brute as u64);
+        }
     }
 }

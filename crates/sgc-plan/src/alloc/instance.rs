@@ -1,7 +1,7 @@
 //! The checked, normalised form every algorithm works on: sizes in units of the
-//! alignment, the time-overlap lists, and the in-place partners.
+//! alignment, and the in-place partners.
 
-use super::{Algorithm, AllocError, Buffer, InPlace, Placement, Trial};
+use super::{Algorithm, AllocError, Buffer, InPlace, Placement, SearchSummary, Trial};
 
 pub(crate) struct Instance {
     pub align: u64,
@@ -47,13 +47,6 @@ impl Instance {
         })
     }
 
-    /// For each non-empty buffer, the non-empty buffers whose lifetimes overlap its own,
-    /// in increasing index order (empty buffers have none). Quadratic in the worst case:
-    /// only the search, on bounded instances, builds it.
-    pub fn overlap_lists(&self) -> Vec<Vec<u32>> {
-        overlap_lists(&self.lower, &self.upper, &self.w)
-    }
-
     pub fn len(&self) -> usize {
         self.w.len()
     }
@@ -68,13 +61,21 @@ impl Instance {
             .unwrap_or(0)
     }
 
-    pub fn to_placement(&self, alg: Algorithm, offsets: &[u64], trials: Vec<Trial>) -> Placement {
+    pub fn to_placement(
+        &self,
+        alg: Algorithm,
+        offsets: &[u64],
+        trials: Vec<Trial>,
+        search: SearchSummary,
+    ) -> Placement {
         Placement {
             offsets: offsets.iter().map(|o| o * self.align).collect(),
             arena: self.arena_units(offsets) * self.align,
             lower_bound: self.lb * self.align,
             algorithm: alg.name().to_string(),
             trials,
+            search,
+            skipped: Vec::new(),
         }
     }
 }
@@ -102,26 +103,4 @@ fn check_pairs(buffers: &[Buffer], pairs: &[InPlace]) -> Result<Vec<Vec<u32>>, A
         partners[p.input].push(p.output as u32);
     }
     Ok(partners)
-}
-
-/// Time-overlap lists of the non-empty buffers by a sweep over start times.
-fn overlap_lists(lower: &[u64], upper: &[u64], w: &[u64]) -> Vec<Vec<u32>> {
-    let n = lower.len();
-    let mut order: Vec<u32> = (0..n as u32).filter(|&i| w[i as usize] > 0).collect();
-    order.sort_unstable_by_key(|&i| (lower[i as usize], i));
-    let mut lists = vec![Vec::new(); n];
-    let mut active: Vec<u32> = Vec::new();
-    for &i in &order {
-        let t = lower[i as usize];
-        active.retain(|&j| upper[j as usize] > t);
-        for &j in &active {
-            lists[i as usize].push(j);
-            lists[j as usize].push(i);
-        }
-        active.push(i);
-    }
-    for l in &mut lists {
-        l.sort_unstable();
-    }
-    lists
 }

@@ -15,23 +15,25 @@
 //! 1. [`Algorithm::GreedySize`]: TFLite / XLA style. Largest buffer first (longer lifetime,
 //!    then lower id break ties); each goes into the smallest gap among the already placed
 //!    buffers whose lifetimes overlap its own, or on top of them. It also honours in-place
-//!    pairs (below).
+//!    pairs (below). Its cost grows with the time-overlapping pairs (quadratic when most
+//!    buffers are alive together); above the effort's `greedy_work` it is skipped, and
+//!    [`Placement::skipped`] says so.
 //! 2. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
 //!    blocks); each starting buffer, largest first, takes the smallest free block that fits,
-//!    else the top of the arena grows.
+//!    else the top of the arena grows. O(n log n), as is the next one.
 //! 3. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
 //!    buffers by offset, each drops to the highest (new) end among the time-overlapping
 //!    buffers that were below it. The order "below" is kept, so the result stays valid, and
 //!    the gaps best fit leaves close (MegEngine's production choice).
-//! 4. [`Algorithm::Search`]: an exact branch and bound in the spirit of MiniMalloc
-//!    (Moffitt, ASPLOS 2023), run on the decision problem "fits in capacity C" for a
-//!    shrinking sequence of capacities between the lower bound and the best arena found so
-//!    far. See the module docs in `search.rs`: buffers are placed bottom up (each at the
-//!    lowest floor left; a node branches on which buffer sits at the bottom of one section
-//!    at that floor, or on leaving it empty), with a per-section lower bound (floor plus
-//!    the unplaced sizes must fit), symmetry breaking, dynamic decomposition into
-//!    independent groups and restarts over several preorders. It is bounded by a work budget
-//!    ([`Effort`]), never by wall time, so results do not depend on the machine.
+//! 4. [`Algorithm::Search`]: MiniMalloc's exact search (Moffitt, ASPLOS 2023), warm-started
+//!    from the best heuristic arena: a depth-first search over canonical placements
+//!    (buffers placed in order of offset, each at the lowest offset its placed neighbours
+//!    leave) with section bounds, dominance, hatless and symmetry pruning and dynamic
+//!    decomposition, run on the decision problem "fits in capacity C" for the lower bound
+//!    first, then for capacities bisected between the lowest one not ruled out and the best
+//!    arena found. See the module docs in `search/mod.rs`. It is bounded by a work budget
+//!    ([`Effort`]), so results do not depend on the machine; a wall-clock cap is a safety
+//!    net only, and [`Placement::search`] says which one stopped it.
 //!
 //! # In-place reuse
 //! [`InPlace`] pairs name an output buffer that may take exactly its input's address: legal
@@ -52,6 +54,7 @@ mod validate;
 
 use instance::Instance;
 use std::fmt;
+use std::time::Duration;
 use thiserror::Error;
 
 pub use validate::{validate, validate_in_place, AllocViolation};
@@ -72,15 +75,21 @@ pub struct InPlace {
     pub input: usize,
 }
 
-/// How hard the improvement stage ([`Algorithm::Search`]) may work. Budgets count search
-/// nodes weighted by the buffers they look at, so results never depend on machine speed.
+/// How hard the improvement stage ([`Algorithm::Search`]) may work. Budgets count work
+/// (entries the search scans), so results never depend on machine speed; `time_cap` is a
+/// safety net only, and [`SearchSummary::stop`] says when it ended the search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Effort {
-    /// Work budget of the branch and bound: each node costs the number of unplaced buffers
-    /// of its group plus the sections they span. Zero turns the search off.
+    /// Work budget of the search (about 10^8 per second in a release build). Zero turns
+    /// the search off.
     pub search_work: u64,
     /// Instances with more (non-empty) buffers than this skip the search.
     pub search_max_buffers: usize,
+    /// Wall-clock cap of the search, a safety net behind the work budget.
+    pub time_cap: Option<Duration>,
+    /// Steps greedy by size may take (see `greedy.rs`; about 10^9 a second); above it,
+    /// greedy by size is skipped and the placement says so.
+    pub greedy_work: u64,
 }
 
 impl Effort {
@@ -88,26 +97,36 @@ impl Effort {
     pub const FAST: Effort = Effort {
         search_work: 0,
         search_max_buffers: 0,
+        time_cap: None,
+        greedy_work: 2_000_000_000,
     };
-    /// The default: a search of at most about three seconds on the hard instances
-    /// (release build).
+    /// The default: at most about two seconds of search (release build, one core). Places
+    /// every instance of MiniMalloc's challenging suite within its capacity.
     pub const DEFAULT: Effort = Effort {
-        search_work: 1_000_000_000,
+        search_work: 2_000_000_000,
         search_max_buffers: 4_000,
+        time_cap: Some(Duration::from_secs(15)),
+        greedy_work: 2_000_000_000,
     };
-    /// What `sgc plan` spends on a plan's arena: a hundredth of the default, a few
-    /// hundredths of a second. On the zoo's plans the search finds its best placement within
-    /// it (the CI baseline holds it), and on ResNet-50, MobileNetV3, U-Net and the LSTM of
-    /// the real corpus five times as much found the same arenas; the rest of a larger budget
-    /// goes to chasing a lower bound that in-place chains put out of reach.
+    /// What `sgc plan` spends on a plan's arena: a two-hundredth of the default, a few
+    /// hundredths of a second at most. Within it the search reaches the live peak on the
+    /// plans where it helps at all (unet, resnet18, random_layered_n250, tiny_transformer:
+    /// 0.5M to 4.4M work); on plans of more than 600 lifetimes it never did (they need 12M
+    /// to 330M: mobilenet_v3_large, resnet50, vit_b_16, bert_base, densenet121,
+    /// inception_v3 reach their live peak with the default effort), so they skip it and
+    /// plans stay as fast as they were.
     pub const PLAN: Effort = Effort {
         search_work: 10_000_000,
-        search_max_buffers: 4_000,
+        search_max_buffers: 600,
+        time_cap: Some(Duration::from_secs(1)),
+        greedy_work: 2_000_000_000,
     };
-    /// Ten times the default search budget.
+    /// Ten times the default search budget, on instances five times as large.
     pub const THOROUGH: Effort = Effort {
-        search_work: 10_000_000_000,
+        search_work: 20_000_000_000,
         search_max_buffers: 20_000,
+        time_cap: Some(Duration::from_secs(120)),
+        greedy_work: 20_000_000_000,
     };
 }
 
@@ -125,6 +144,13 @@ pub struct AllocOptions {
     pub effort: Effort,
     /// Optional in-place reuse pairs (see the module docs).
     pub in_place: Vec<InPlace>,
+}
+
+impl AllocOptions {
+    /// The same options with another effort.
+    pub fn with_effort(self, effort: Effort) -> Self {
+        AllocOptions { effort, ..self }
+    }
 }
 
 impl Default for AllocOptions {
@@ -188,6 +214,74 @@ pub struct Placement {
     pub algorithm: String,
     /// Every algorithm run, with its arena, in run order.
     pub trials: Vec<Trial>,
+    /// What the exact search did.
+    pub search: SearchSummary,
+    /// The heuristics that did not run, and why.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A heuristic that did not run on an instance, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub algorithm: String,
+    pub reason: String,
+}
+
+/// What the exact search ([`Algorithm::Search`]) did and why it stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SearchSummary {
+    pub stop: SearchStop,
+    /// Work spent, and the budget it had.
+    pub work: u64,
+    pub budget: u64,
+    /// The lowest arena (bytes) the search has not ruled out: no placement is smaller. The
+    /// arena equals it when the search proved the arena optimal.
+    pub proven_bound: u64,
+}
+
+impl SearchSummary {
+    /// A search that did not run (`proven_bound` is the lower bound, in bytes).
+    pub fn off(lower_bound: u64) -> Self {
+        SearchSummary {
+            stop: SearchStop::Off,
+            work: 0,
+            budget: 0,
+            proven_bound: lower_bound,
+        }
+    }
+}
+
+/// Why the exact search stopped, or did not run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchStop {
+    /// Not run: the best heuristic already reached the lower bound.
+    AtLowerBound,
+    /// Not run: the effort turns the search off (or only one heuristic was asked for).
+    Off,
+    /// Not run: more buffers than the effort's `search_max_buffers`, or more time
+    /// overlaps than its work budget could even list.
+    TooLarge,
+    /// Every smaller capacity was ruled out: the arena is optimal.
+    Optimal,
+    /// The work budget ran out (deterministic).
+    WorkBudget,
+    /// The wall-clock cap ran out before the work budget (may depend on the machine).
+    TimeCap,
+}
+
+impl SearchStop {
+    /// A short phrase for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SearchStop::AtLowerBound => "not needed (a heuristic reached the lower bound)",
+            SearchStop::Off => "off",
+            SearchStop::TooLarge => "skipped (a larger instance than the effort allows)",
+            SearchStop::Optimal => "proved the arena optimal",
+            SearchStop::WorkBudget => "stopped by its work budget",
+            SearchStop::TimeCap => "stopped by its time cap (result may depend on the machine)",
+        }
+    }
 }
 
 /// Why buffers could not be allocated.
@@ -195,6 +289,8 @@ pub struct Placement {
 pub enum AllocError {
     #[error("alignment must be at least 1")]
     ZeroAlign,
+    #[error("{algorithm} did not run: {reason}")]
+    Skipped { algorithm: String, reason: String },
     #[error("buffer {buffer}: empty lifetime [{lower}, {upper}): lower must be below upper")]
     EmptyLifetime {
         buffer: usize,
@@ -253,49 +349,71 @@ pub fn lower_bound(buffers: &[Buffer], align: u64) -> u64 {
 /// Places the buffers with every algorithm of [`Algorithm::ALL`] and keeps the smallest
 /// arena. The result always passes [`validate_in_place`] with the same pairs.
 pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement, AllocError> {
-    use rayon::prelude::*;
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
-    // The heuristics are independent: run them side by side, then judge them in the fixed
-    // order of `Algorithm::ALL` (the result does not depend on the number of threads).
-    let heuristics: Vec<Algorithm> = Algorithm::ALL
-        .into_iter()
-        .filter(|&a| a != Algorithm::Search)
-        .collect();
-    let placed: Vec<Option<Vec<u64>>> = heuristics
-        .par_iter()
-        .map(|&alg| run_units(&inst, alg, options.effort, None))
-        .collect();
-    let mut trials = Vec::new();
-    let mut best: Option<(Algorithm, Vec<u64>, u64)> = None;
-    let mut consider =
-        |alg: Algorithm, offsets: Vec<u64>, best: &mut Option<(Algorithm, Vec<u64>, u64)>| {
-            let arena = inst.arena_units(&offsets);
-            trials.push(Trial {
+    // The heuristics are independent (pushdown starts from the sweep): run them side by
+    // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
+    // depend on the number of threads).
+    let (greedy, (swept, pushed)) = rayon::join(
+        || heuristic(&inst, Algorithm::GreedySize, options.effort),
+        || {
+            let swept = sweep::best_fit_sweep(&inst);
+            let pushed = sweep::pushdown(&inst, &swept);
+            (swept, pushed)
+        },
+    );
+    let mut best = Best::default();
+    let placed = [
+        (Algorithm::GreedySize, greedy),
+        (Algorithm::BestFitSweep, Ok(swept)),
+        (Algorithm::Pushdown, Ok(pushed)),
+    ];
+    for (alg, offsets) in placed {
+        match offsets {
+            Ok(offsets) => best.consider(&inst, alg, offsets),
+            Err(reason) => best.skipped.push(Skipped {
                 algorithm: alg.name().to_string(),
-                arena: arena * inst.align,
-            });
-            if best.as_ref().is_none_or(|b| arena < b.2) {
-                *best = Some((alg, offsets, arena));
-            }
-        };
-    for (alg, offsets) in heuristics.into_iter().zip(placed) {
-        if let Some(offsets) = offsets {
-            consider(alg, offsets, &mut best);
+                reason,
+            }),
         }
     }
-    let incumbent = best.as_ref().map(|b| (b.1.clone(), b.2));
-    if let Some((offsets, arena)) = incumbent {
-        if let Some(better) = run_units(
-            &inst,
-            Algorithm::Search,
-            options.effort,
-            Some((&offsets, arena)),
-        ) {
-            consider(Algorithm::Search, better, &mut best);
+    let arena = best.arena();
+    let run = search::improve(&inst, arena, options.effort);
+    if let Some(better) = run.offsets {
+        best.consider(&inst, Algorithm::Search, better);
+    }
+    Ok(best.into_placement(&inst, run.summary))
+}
+
+/// The smallest arena so far (ties keep the earlier algorithm) and every trial.
+#[derive(Default)]
+struct Best {
+    trials: Vec<Trial>,
+    skipped: Vec<Skipped>,
+    best: Option<(Algorithm, Vec<u64>, u64)>,
+}
+
+impl Best {
+    fn consider(&mut self, inst: &Instance, alg: Algorithm, offsets: Vec<u64>) {
+        let arena = inst.arena_units(&offsets);
+        self.trials.push(Trial {
+            algorithm: alg.name().to_string(),
+            arena: arena * inst.align,
+        });
+        if self.best.as_ref().is_none_or(|b| arena < b.2) {
+            self.best = Some((alg, offsets, arena));
         }
     }
-    let (alg, offsets, _) = best.expect("greedy always produces a placement");
-    Ok(inst.to_placement(alg, &offsets, trials))
+
+    fn arena(&self) -> u64 {
+        self.best.as_ref().map_or(0, |b| b.2)
+    }
+
+    fn into_placement(self, inst: &Instance, search: SearchSummary) -> Placement {
+        let (alg, offsets, _) = self.best.expect("a heuristic always places the buffers");
+        let mut p = inst.to_placement(alg, &offsets, self.trials, search);
+        p.skipped = self.skipped;
+        p
+    }
 }
 
 /// Runs one algorithm alone (for benchmarks and comparisons). [`Algorithm::Search`] starts
@@ -305,35 +423,32 @@ pub fn allocate_with(
     options: &AllocOptions,
     algorithm: Algorithm,
 ) -> Result<Placement, AllocError> {
-    if algorithm != Algorithm::Search {
-        let inst = Instance::new(buffers, options.align, &options.in_place)?;
-        let offsets = run_units(&inst, algorithm, options.effort, None)
-            .expect("heuristics always produce a placement");
-        let arena = inst.arena_units(&offsets) * inst.align;
-        let trials = vec![Trial {
-            algorithm: algorithm.name().to_string(),
-            arena,
-        }];
-        return Ok(inst.to_placement(algorithm, &offsets, trials));
+    if algorithm == Algorithm::Search {
+        return allocate(buffers, options);
     }
-    allocate(buffers, options)
+    let inst = Instance::new(buffers, options.align, &options.in_place)?;
+    let offsets =
+        heuristic(&inst, algorithm, options.effort).map_err(|reason| AllocError::Skipped {
+            algorithm: algorithm.name().to_string(),
+            reason,
+        })?;
+    let mut best = Best::default();
+    best.consider(&inst, algorithm, offsets);
+    let off = SearchSummary::off(inst.lb * inst.align);
+    Ok(best.into_placement(&inst, off))
 }
 
-/// Runs `alg` in align units. `Search` needs the incumbent (offsets, arena) and returns
-/// `None` when it found nothing better or did not run.
-fn run_units(
-    inst: &Instance,
-    alg: Algorithm,
-    effort: Effort,
-    incumbent: Option<(&[u64], u64)>,
-) -> Option<Vec<u64>> {
+/// Runs heuristic `alg` in align units, or says why it did not run.
+fn heuristic(inst: &Instance, alg: Algorithm, effort: Effort) -> Result<Vec<u64>, String> {
     match alg {
-        Algorithm::GreedySize => Some(greedy::greedy_by_size(inst)),
-        Algorithm::BestFitSweep => Some(sweep::best_fit_sweep(inst)),
-        Algorithm::Pushdown => Some(sweep::pushdown(inst, &sweep::best_fit_sweep(inst))),
-        Algorithm::Search => {
-            let (offsets, arena) = incumbent?;
-            search::improve(inst, offsets, arena, effort)
-        }
+        Algorithm::GreedySize => greedy::greedy_by_size(inst, effort.greedy_work).map_err(|e| {
+            format!(
+                "{} time-overlapping pairs: about {:.1e} steps, over the effort's {:.0e}",
+                e.pairs, e.work as f64, effort.greedy_work as f64
+            )
+        }),
+        Algorithm::BestFitSweep => Ok(sweep::best_fit_sweep(inst)),
+        Algorithm::Pushdown => Ok(sweep::pushdown(inst, &sweep::best_fit_sweep(inst))),
+        Algorithm::Search => unreachable!("the search is not a heuristic"),
     }
 }

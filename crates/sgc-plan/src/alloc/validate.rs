@@ -1,5 +1,14 @@
 //! An independent checker of a [`Placement`]: it trusts none of the allocator's internals
 //! and reports every violation, naming the buffers and the step concerned.
+//!
+//! # Method
+//! A sweep over time: buffers start in order of their first step, and leave once their
+//! last step is past. The live buffers sit in slots by offset (the distinct offsets of the
+//! placement, sorted), under a max tree of their ends; a starting buffer `[o, e)` meets
+//! every live buffer with an offset below `e` and an end above `o`, which a descent over
+//! the slots below `e` that skips every subtree ending at or below `o` lists in
+//! O((k + 1) log n). A valid placement meets nothing (or its in-place partner), so the
+//! whole check is O(n log n) however many buffers are alive together.
 
 use super::{round_up, Buffer, InPlace, Placement};
 use std::collections::HashSet;
@@ -83,19 +92,41 @@ pub fn validate_in_place(
         .filter(|p| eligible(buffers, p))
         .flat_map(|p| [(p.output, p.input), (p.input, p.output)])
         .collect();
-    let mut order: Vec<usize> = (0..buffers.len())
+    out.extend(overlaps(buffers, offsets, &allowed));
+    if out.is_empty() {
+        Ok(())
+    } else {
+        Err(out)
+    }
+}
+
+/// Every pair of buffers live at the same step whose address ranges intersect, except the
+/// `allowed` pairs at the same offset (see the module docs).
+fn overlaps(
+    buffers: &[Buffer],
+    offsets: &[u64],
+    allowed: &HashSet<(usize, usize)>,
+) -> Vec<AllocViolation> {
+    let end = |i: usize| offsets[i].saturating_add(buffers[i].size);
+    let mut starts: Vec<usize> = (0..buffers.len())
         .filter(|&i| buffers[i].size > 0 && buffers[i].lower < buffers[i].upper)
         .collect();
-    order.sort_unstable_by_key(|&i| (buffers[i].lower, i));
-    let mut active: Vec<usize> = Vec::new();
-    for &i in &order {
+    let mut ends = starts.clone();
+    starts.sort_unstable_by_key(|&i| (buffers[i].lower, i));
+    ends.sort_unstable_by_key(|&i| (buffers[i].upper, i));
+    let mut live = Slots::new(starts.iter().map(|&i| offsets[i]).collect(), buffers.len());
+    let (mut out, mut met) = (Vec::new(), Vec::new());
+    let mut e = 0;
+    for &i in &starts {
         let b = buffers[i];
-        active.retain(|&j| buffers[j].upper > b.lower);
-        for &j in &active {
-            let (oi, oj) = (offsets[i], offsets[j]);
-            let apart = oi.saturating_add(b.size) <= oj || oj.saturating_add(buffers[j].size) <= oi;
-            let shared = oi == oj && allowed.contains(&(i, j));
-            if !apart && !shared {
+        while e < ends.len() && buffers[ends[e]].upper <= b.lower {
+            live.remove(ends[e], offsets[ends[e]]);
+            e += 1;
+        }
+        met.clear();
+        live.meeting(offsets[i], end(i), &mut met);
+        for &j in &met {
+            if !(offsets[i] == offsets[j] && allowed.contains(&(i, j))) {
                 out.push(AllocViolation::Overlap {
                     a: j.min(i),
                     b: j.max(i),
@@ -103,12 +134,113 @@ pub fn validate_in_place(
                 });
             }
         }
-        active.push(i);
+        live.insert(i, offsets[i], end(i));
     }
-    if out.is_empty() {
-        Ok(())
-    } else {
-        Err(out)
+    out.sort_unstable_by_key(|v| match v {
+        AllocViolation::Overlap { a, b, step } => (*step, *a, *b),
+        _ => (0, 0, 0),
+    });
+    out
+}
+
+const NONE: usize = usize::MAX;
+
+/// The live buffers by offset slot, under a max tree of their ends. A slot's buffers form
+/// a linked list (more than one only where buffers share an offset: in-place pairs, or
+/// violations).
+struct Slots {
+    /// The distinct offsets, sorted: slot `k` holds the live buffers at `offset[k]`.
+    offset: Vec<u64>,
+    /// First live buffer of each slot, and the next one of each buffer.
+    head: Vec<usize>,
+    next: Vec<usize>,
+    /// End (offset plus size) of each buffer.
+    end: Vec<u64>,
+    /// Leaves from `size`: the highest end in the slot (0 when empty).
+    max_end: Vec<u64>,
+    size: usize,
+}
+
+impl Slots {
+    fn new(mut offset: Vec<u64>, buffers: usize) -> Self {
+        offset.sort_unstable();
+        offset.dedup();
+        let size = offset.len().next_power_of_two().max(1);
+        Slots {
+            head: vec![NONE; offset.len()],
+            offset,
+            next: vec![NONE; buffers],
+            end: vec![0; buffers],
+            max_end: vec![0; 2 * size],
+            size,
+        }
+    }
+
+    fn slot(&self, offset: u64) -> usize {
+        self.offset.partition_point(|&o| o < offset)
+    }
+
+    fn insert(&mut self, i: usize, offset: u64, end: u64) {
+        let k = self.slot(offset);
+        self.end[i] = end;
+        self.next[i] = self.head[k];
+        self.head[k] = i;
+        self.refresh(k);
+    }
+
+    fn remove(&mut self, i: usize, offset: u64) {
+        let k = self.slot(offset);
+        if self.head[k] == i {
+            self.head[k] = self.next[i];
+        } else {
+            let mut j = self.head[k];
+            while self.next[j] != i {
+                j = self.next[j];
+            }
+            self.next[j] = self.next[i];
+        }
+        self.refresh(k);
+    }
+
+    fn held(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
+        let some = |j: usize| (j != NONE).then_some(j);
+        std::iter::successors(some(self.head[k]), move |&j| some(self.next[j]))
+    }
+
+    fn refresh(&mut self, k: usize) {
+        let mut node = self.size + k;
+        self.max_end[node] = self.held(k).map(|j| self.end[j]).max().unwrap_or(0);
+        while node > 1 {
+            node /= 2;
+            self.max_end[node] = self.max_end[2 * node].max(self.max_end[2 * node + 1]);
+        }
+    }
+
+    /// Pushes onto `out` the live buffers whose address range meets `[offset, end)`: an
+    /// offset below `end` and an end above `offset`.
+    fn meeting(&self, offset: u64, end: u64, out: &mut Vec<usize>) {
+        self.collect(1, 0, self.size, self.slot(end), offset, out);
+    }
+
+    fn collect(
+        &self,
+        node: usize,
+        lo: usize,
+        hi: usize,
+        below: usize,
+        offset: u64,
+        out: &mut Vec<usize>,
+    ) {
+        if lo >= below || self.max_end[node] <= offset {
+            return;
+        }
+        if node >= self.size {
+            out.extend(self.held(lo).filter(|&j| self.end[j] > offset));
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.collect(2 * node, lo, mid, below, offset, out);
+        self.collect(2 * node + 1, mid, hi, below, offset, out);
     }
 }
 
