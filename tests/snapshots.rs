@@ -228,6 +228,22 @@ fn fit_compare_and_files() {
     );
 }
 
+#[test]
+fn alloc() {
+    let placed = out("a.offsets.csv");
+    snapshot(
+        "alloc",
+        &[
+            &["alloc", "../shared/data/dsa/input.12.csv"],
+            &["alloc", "../shared/data/dsa/A.1048576.csv", "-o", &placed],
+            &[
+                "alloc",
+                "tests/fixtures/bad_inputs/csv/reversed_lifetime.csv",
+            ],
+        ],
+    );
+}
+
 /// The masking itself: times and rates go, figures that are not times stay.
 #[test]
 fn mask_hides_times_and_rates_only() {
