@@ -329,3 +329,36 @@ fn persistent_storage_that_cannot_fit_is_refused_before_the_first_step() {
         .expect("refused");
     assert!(err.to_string().contains("persistent storage"), "{err}");
 }
+
+/// Pinning is exercised, not vacuous: evictions happen while ops are being run or
+/// recomputed (inside their enter/exit), and none of them hits an operand of an op on the
+/// stack (the checker's rule), with and without sqrt sampling.
+#[test]
+fn eviction_never_picks_a_pinned_tensor() {
+    use sgc_exec::dtr::{Event, FreeKind};
+    for name in TINY {
+        let g = load(name);
+        for sqrt in [false, true] {
+            let mut o = options(&g, Some(thresholds(&g)[2]));
+            o.sqrt_sampling = sqrt;
+            let mut sim = Simulator::new(&g, &o).unwrap();
+            sim.step().unwrap();
+            let trace = sim.trace().unwrap();
+            assert!(dtr_audit::violations(&g, o.memory, trace).is_empty());
+            let mut depth = 0usize;
+            let mut inside = 0;
+            for e in trace {
+                match e {
+                    Event::Enter { .. } => depth += 1,
+                    Event::Exit { .. } => depth -= 1,
+                    Event::Free {
+                        why: FreeKind::Evict,
+                        ..
+                    } if depth > 0 => inside += 1,
+                    _ => {}
+                }
+            }
+            assert!(inside > 0, "{name}: no eviction while an op was pinned");
+        }
+    }
+}
