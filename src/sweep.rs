@@ -67,6 +67,9 @@ pub struct Sweep {
     pub evictee_min_size: u64,
     pub sqrt_sampling: bool,
     pub cost_source: String,
+    /// Bandwidth at which compaction copies are timed (the profile's), in GB/s; `None`:
+    /// copies take no time (no profile, costs in the graph's own unit).
+    pub copy_gbps: Option<f64>,
     pub unplanned_peak: u64,
     pub lower_bound: u64,
     pub persistent_bytes: u64,
@@ -166,6 +169,7 @@ pub fn sweep(
         evictee_min_size: options.evictee_min_size,
         sqrt_sampling: options.sqrt_sampling,
         cost_source: report.cost_source.clone(),
+        copy_gbps: options.device_profile.as_ref().map(|d| d.bandwidth_gbps()),
         unplanned_peak: profile.peak,
         lower_bound: graph.lower_bound().bytes,
         persistent_bytes: graph.persistent_bytes(),
@@ -271,13 +275,16 @@ pub fn markdown(s: &Sweep) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "`{}` on a {} device (decimal units): unplanned peak {}, per-op lower bound {}, persistent {}; op times: {}; evictee min size {}{}.",
+        "`{}` on a {} device (decimal units): unplanned peak {}, per-op lower bound {}, persistent {}; op times: {}; compaction copies {}; evictee min size {}{}.",
         s.graph,
         gb(s.memory),
         gb(s.unplanned_peak),
         gb(s.lower_bound),
         gb(s.persistent_bytes),
         s.cost_source,
+        s.copy_gbps.map_or("untimed (no device profile)".to_string(), |b| format!(
+            "read and written at {b} GB/s"
+        )),
         human_bytes(s.evictee_min_size),
         if s.sqrt_sampling { ", sqrt sampling" } else { "" }
     );
