@@ -58,3 +58,10 @@ readme-table:
 real:
     REAL_MARKDOWN=target/real.md cargo bench --bench real
     bash scripts/readme-section.sh real target/real.md
+
+# Run-time DTR: bookkeeping overhead on the CPU backend and the threshold sweep of
+# MegEngine's guide (zoo ResNet-50, batch 200, 11 GB) beside the static plan; updates README.md
+# and docs/dtr_sweep.svg.
+dtr:
+    DTR_MARKDOWN=target/dtr.md DTR_SVG=docs/dtr_sweep.svg cargo bench --bench dtr
+    bash scripts/readme-section.sh dtr target/dtr.md

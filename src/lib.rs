@@ -7,6 +7,7 @@
 //!
 //! The largest batch that fits a memory size, with and without planning: [`fit`] (the
 //! planner's, re-exported).
+//! Run-time DTR swept over eviction thresholds beside the static plan: [`sweep`].
 //! Human-readable sizes for reports live in [`units`].
 
 pub use sgc_exec as exec;
@@ -16,4 +17,5 @@ pub use sgc_plan::fit;
 
 pub mod compare;
 pub mod plot;
+pub mod sweep;
 pub mod units;

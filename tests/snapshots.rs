@@ -262,3 +262,48 @@ fn mask_hides_times_and_rates_only() {
         "on <t> workers; time <t>x, recompute time <t>% (plan predicted 21.2%)\n| a | <t> |"
     );
 }
+
+#[test]
+fn dtr() {
+    let svg = out("sweep.svg");
+    snapshot(
+        "dtr",
+        &[
+            &[
+                "run",
+                "graphs/tiny_cnn.json",
+                "--dtr",
+                "--eviction-threshold",
+                "9KiB",
+                "--evictee-min-size",
+                "0",
+                "--steps",
+                "2",
+                "--compare",
+            ],
+            &["run", "graphs/tiny_cnn.json", "--dtr", "--memory", "6KiB"],
+            &[
+                "dtr-sweep",
+                "graphs/tiny_cnn.json",
+                "--memory",
+                "20kB",
+                "--thresholds",
+                "8kB..16kB:2kB",
+                "--evictee-min-size",
+                "0",
+                "--genetic-iters",
+                "2",
+                "--plot",
+                &svg,
+            ],
+            &[
+                "dtr-sweep",
+                "graphs/tiny_cnn.json",
+                "--memory",
+                "20kB",
+                "--thresholds",
+                "16kB..8kB",
+            ],
+        ],
+    );
+}

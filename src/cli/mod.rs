@@ -4,6 +4,7 @@ mod alloc;
 mod compare;
 mod cost;
 mod defaults;
+mod dtr;
 mod fit;
 mod inspect;
 mod output;
@@ -106,6 +107,8 @@ enum Command {
     Compare(compare::Args),
     /// Run training steps of a graph (planned or not) and print measured memory and time.
     Run(run::Args),
+    /// Run-time DTR simulated at a range of eviction thresholds, beside the static plan at the same bytes.
+    DtrSweep(dtr::SweepArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -122,6 +125,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::DtrSweep(a) => dtr::sweep(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

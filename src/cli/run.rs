@@ -43,9 +43,27 @@ pub struct Args {
     /// Print the reports as JSON.
     #[arg(long)]
     json: bool,
+    /// Run under run-time DTR (MegEngine's dynamic eviction) instead of a plan.
+    #[arg(long, conflicts_with_all = ["plan", "strategy"])]
+    dtr: bool,
+    #[command(flatten)]
+    dtr_args: super::dtr::DtrArgs,
 }
 
 pub fn run(args: Args) -> CliResult {
+    if args.dtr {
+        let common = super::dtr::RunCommon {
+            file: &args.file,
+            steps: args.steps,
+            seed: args.seed,
+            compare: args.compare,
+            json: args.json,
+        };
+        return match args.device {
+            Device::Cpu => super::dtr::run(&common, &args.dtr_args, || Ok(CpuBackend::new())),
+            Device::Cuda => super::dtr::run(&common, &args.dtr_args, || CudaBackend::new(0)),
+        };
+    }
     let graph = sgc::ir::load_any(&args.file)?;
     let plan = match (&args.plan, args.strategy) {
         (Some(path), _) => Some(read_plan(path, &graph)?),

@@ -137,6 +137,17 @@ pub trait Backend {
     /// (waiting for queued kernels first).
     fn read(&mut self, buffer: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError>;
 
+    /// Copies `bytes` bytes of `buffer` from byte `from` to byte `to`; the two ranges may
+    /// overlap (a compacting allocator slides blocks down). The default goes through the
+    /// host; backends override it with a device copy.
+    fn copy(&mut self, buffer: BufferId, from: u64, to: u64, bytes: u64) -> Result<(), ExecError> {
+        let len = usize::try_from(bytes)
+            .map_err(|_| ExecError::backend(&self.name(), format!("cannot copy {bytes} bytes")))?;
+        let mut staged = vec![0u8; len];
+        self.read(buffer, from, &mut staged)?;
+        self.write(buffer, to, &staged)
+    }
+
     /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order).
     fn launch(
         &mut self,

@@ -133,6 +133,24 @@ pub enum ExecError {
     /// The CUDA backend was asked for but cannot be used.
     #[error("CUDA unavailable: {0}")]
     CudaUnavailable(String),
+    /// Run-time DTR could not serve an allocation: nothing left to evict, and too few free
+    /// bytes even after compaction.
+    #[error("out of memory at op `{op}`{recomputing}: `{tensor}` {detail}")]
+    OutOfMemory {
+        op: String,
+        /// ` (recomputing `X` for it)` when the request came from a recomputation.
+        recomputing: String,
+        tensor: String,
+        detail: String,
+    },
+    /// Run-time DTR recomputed more than its limit within one step (the threshold or the
+    /// memory is too low for the graph to make progress).
+    #[error("run-time DTR thrashes at op `{op}`: {recomputes} recomputations in one step (the limit is {limit}); raise the threshold or the memory")]
+    Thrashing {
+        op: String,
+        recomputes: u64,
+        limit: u64,
+    },
     /// The seeded initialiser cannot pick values for a tensor.
     #[error("cannot initialise tensor `{tensor}`: {detail}")]
     Init { tensor: String, detail: String },

@@ -187,24 +187,8 @@ impl<B: Backend> Executor<B> {
     /// Binds an input (copied in at every step) or a persistent tensor (written now;
     /// `sgd_update` changes params in place from then on). Shape and dtype are checked.
     pub fn bind(&mut self, name: &str, value: &HostTensor) -> Result<(), ExecError> {
-        let t = self.tensor_id(name)?;
+        let t = check_binding(&self.graph, name, value)?;
         let decl = self.graph.tensor(t);
-        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-        if value.dtype() != decl.dtype
-            || value.shape != shape
-            || value.len() != shape.iter().product::<usize>()
-        {
-            return Err(ExecError::BindMismatch {
-                tensor: name.to_string(),
-                found: format!(
-                    "{} {:?} ({} elements)",
-                    value.dtype().as_str(),
-                    value.shape,
-                    value.len()
-                ),
-                expected: format!("{} {:?}", decl.dtype.as_str(), shape),
-            });
-        }
         let root = self.graph.storage_root(t);
         let bytes = value.to_bytes();
         if let Some(buf) = self.persistent[root.index()] {
@@ -372,8 +356,37 @@ impl<B: Backend> Executor<B> {
     }
 }
 
+/// The tensor `name` names, if `value` matches its declared dtype and shape.
+pub(crate) fn check_binding(
+    graph: &Graph,
+    name: &str,
+    value: &HostTensor,
+) -> Result<TensorId, ExecError> {
+    let t = graph
+        .tensor_by_name(name)
+        .ok_or_else(|| ExecError::NoSuchTensor(name.to_string()))?;
+    let decl = graph.tensor(t);
+    let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+    if value.dtype() != decl.dtype
+        || value.shape != shape
+        || value.len() != shape.iter().product::<usize>()
+    {
+        return Err(ExecError::BindMismatch {
+            tensor: name.to_string(),
+            found: format!(
+                "{} {:?} ({} elements)",
+                value.dtype().as_str(),
+                value.shape,
+                value.len()
+            ),
+            expected: format!("{} {:?}", decl.dtype.as_str(), shape),
+        });
+    }
+    Ok(t)
+}
+
 /// Parses and checks every op of the plan before anything runs.
-fn check_ops<B: Backend>(
+pub(crate) fn check_ops<B: Backend>(
     graph: &Graph,
     ops: &[OpId],
     backend: &B,
@@ -428,7 +441,7 @@ fn check_ops<B: Backend>(
         .collect())
 }
 
-fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand {
+pub(crate) fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand {
     let d = graph.tensor(t);
     Operand::new(
         buffer,
@@ -561,21 +574,7 @@ impl<'a> Resolver<'a> {
                 .iter()
                 .map(|&t| self.locate(t))
                 .collect::<Result<Vec<_>, _>>()?;
-            // A view op whose outputs alias its input moves no data: its readers get a view
-            // operand (crate::view).
-            let view_op = matches!(
-                kernel,
-                Kernel::Reshape
-                    | Kernel::Transpose { .. }
-                    | Kernel::Expand
-                    | Kernel::Slice { .. }
-                    | Kernel::Split { .. }
-                    | Kernel::Unbind { .. }
-            );
-            let no_op = view_op
-                && o.outputs
-                    .iter()
-                    .all(|&t| self.graph.storage_root(t) == self.graph.storage_root(o.inputs[0]));
+            let no_op = moves_no_data(self.graph, op, &kernel);
             launches.push(Launch {
                 kernel,
                 inputs,
@@ -585,4 +584,23 @@ impl<'a> Resolver<'a> {
         }
         Ok(launches)
     }
+}
+
+/// A view op whose outputs alias its input moves no data: its readers get a view operand
+/// (crate::view).
+pub(crate) fn moves_no_data(graph: &Graph, op: OpId, kernel: &Kernel) -> bool {
+    let o = graph.op(op);
+    let view_op = matches!(
+        kernel,
+        Kernel::Reshape
+            | Kernel::Transpose { .. }
+            | Kernel::Expand
+            | Kernel::Slice { .. }
+            | Kernel::Split { .. }
+            | Kernel::Unbind { .. }
+    );
+    view_op
+        && o.outputs
+            .iter()
+            .all(|&t| graph.storage_root(t) == graph.storage_root(o.inputs[0]))
 }

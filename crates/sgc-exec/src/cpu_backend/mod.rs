@@ -193,6 +193,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy(&mut self, buffer: BufferId, from: u64, to: u64, bytes: u64) -> Result<(), ExecError> {
+        let len = usize::try_from(bytes)
+            .map_err(|_| ExecError::backend(NAME, format!("cannot copy {bytes} bytes")))?;
+        let src = self.ptr(&byte_operand(buffer, from, len))?;
+        let dst = self.ptr(&byte_operand(buffer, to, len))?;
+        // SAFETY: `ptr` checked both ranges against the buffer; `copy` allows overlap.
+        unsafe { std::ptr::copy(src as *const u8, dst, len) };
+        Ok(())
+    }
+
     fn launch(
         &mut self,
         kernel: &Kernel,

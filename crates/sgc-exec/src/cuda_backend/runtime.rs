@@ -15,6 +15,7 @@ use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
 use crate::kernel::Kernel;
 use crate::shapes::is_index_slot;
 use crate::{ExecError, KernelError};
+use cudarc::driver::result::memcpy_dtod_async;
 use cudarc::driver::CudaSlice;
 use sgc_ir::DType;
 
@@ -170,6 +171,42 @@ impl Backend for CudaBackend {
             .memcpy_dtoh(&src, out)
             .map_err(Self::sync_err)?;
         self.dev.stream.synchronize().map_err(Self::sync_err)
+    }
+
+    /// A device-to-device copy on the stream; overlapping ranges (a compacting allocator
+    /// sliding a block down by less than its size) go through the workspace, since the
+    /// driver's copy does not allow overlap.
+    fn copy(&mut self, buffer: BufferId, from: u64, to: u64, bytes: u64) -> Result<(), ExecError> {
+        self.range(buffer, from, bytes)?;
+        self.range(buffer, to, bytes)?;
+        if bytes == 0 || from == to {
+            return Ok(());
+        }
+        let n =
+            usize::try_from(bytes).map_err(|_| Self::err(format!("cannot copy {bytes} bytes")))?;
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let base = self.buffers[buffer.0].ptr;
+        let stream = self.dev.stream.cu_stream();
+        let staged = if from.abs_diff(to) < bytes {
+            Some(self.dev.scratch(n).map_err(|e| Self::err(e.to_string()))?)
+        } else {
+            None
+        };
+        // SAFETY: both ranges were checked to lie inside the buffer's allocation, which
+        // lives as long as the backend; the workspace holds at least `n` bytes; every copy
+        // is queued on the one stream, in order.
+        unsafe {
+            match staged {
+                Some(tmp) => {
+                    memcpy_dtod_async(tmp, base + from, n, stream).map_err(Self::sync_err)?;
+                    memcpy_dtod_async(base + to, tmp, n, stream).map_err(Self::sync_err)?;
+                }
+                None => {
+                    memcpy_dtod_async(base + to, base + from, n, stream).map_err(Self::sync_err)?
+                }
+            }
+        }
+        Ok(())
     }
 
     fn launch(
