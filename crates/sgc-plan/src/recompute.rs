@@ -199,12 +199,7 @@ impl<'c, 's> Walk<'c, 's> {
                     self.ensure(d.root, d.block_begin)?;
                 }
             }
-            for &t in ctx.inputs(i) {
-                if !self.readable(t) {
-                    let bb = self.block_begin_of(t);
-                    self.ensure(t, bb)?;
-                }
-            }
+            self.ensure_inputs(i)?;
             self.emit(OpId::new(i), false)?;
             let (a, b) = (self.scratch.open_at[i], self.scratch.open_at[i + 1]);
             for k in a..b {
@@ -221,6 +216,28 @@ impl<'c, 's> Walk<'c, 's> {
             }
         }
         Ok(())
+    }
+
+    /// Makes every input of original op `i` readable. Recomputing one input's producer
+    /// makes a new version of all its outputs, which leaves a view of a sibling output,
+    /// already checked, stale: the inputs are checked again until none is missing (each
+    /// pass runs at least one op, and no op runs a third time, so this ends).
+    fn ensure_inputs(&mut self, i: usize) -> Result<(), Infeasible> {
+        loop {
+            let missing = self
+                .ctx
+                .inputs(i)
+                .iter()
+                .copied()
+                .find(|&t| !self.readable(t));
+            match missing {
+                Some(t) => {
+                    let bb = self.block_begin_of(t);
+                    self.ensure(t, bb)?;
+                }
+                None => return Ok(()),
+            }
+        }
     }
 
     fn flag(&self, r: TensorId, f: u8) -> bool {
@@ -368,6 +385,14 @@ impl<'c, 's> Walk<'c, 's> {
                     self.scratch.stack.push((q, 0));
                 } else if let Some(top) = self.scratch.stack.last_mut() {
                     top.1 += 1;
+                }
+                continue;
+            }
+            // An input recomputed after an earlier one was checked may have left that
+            // one (a view of a sibling output) stale: check them again before running.
+            if let Some(k) = inputs.iter().position(|&u| self.needs(u, bb)) {
+                if let Some(top) = self.scratch.stack.last_mut() {
+                    top.1 = k;
                 }
                 continue;
             }

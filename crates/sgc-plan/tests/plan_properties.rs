@@ -105,3 +105,19 @@ fn storage_near_u64_max_plans_without_overflow() {
         }
     }
 }
+
+/// A proptest find from CI (seed 4064541356663879758): recomputing `matmul3` reads a view
+/// `v7` of one output of a multi-output op and another output `h1_1`; recomputing the
+/// producer for `h1_1` made `v7` (checked first) stale, and the schedule read it anyway.
+/// The verifier caught it (an internal error); the walk now checks the inputs again.
+#[test]
+fn view_of_recomputed_base_regression() {
+    let g = random_graph(4064541356663879758, &GenConfig::small());
+    let p = plan(
+        &g,
+        &options(Strategy::Sublinear, 4064541356663879758),
+        &RunConfig::default(),
+    )
+    .unwrap();
+    assert!(verify(&g, &p).is_ok());
+}
