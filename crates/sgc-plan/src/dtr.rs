@@ -27,13 +27,15 @@
 //! **Next use.** The pass is static, so the next use is known exactly (the dynamic runtime
 //! has to use staleness instead): the next traced read; for a storage past its last
 //! traced read, the next read of a gone descendant whose recomputation would read it, or
-//! of a resident tensor made from it that is cheaper to evict than it ([`keep_for`]). A
-//! DenseNet layer's small convolution output is read by no traced op once its block's
-//! concatenations are made, but every recomputation of a concatenation needs it: freed at
-//! its last read, each concatenation's eviction later meant recomputing the whole block
-//! (25% of a step in one recomputation on DenseNet-121 at 1.4 GiB). Such a storage stays
-//! resident as a candidate like any other, and the score decides (small and costly, it
-//! outlives the large, cheap concatenations: 47% -> 28% of a step at 1.4 GiB).
+//! of the tensor it was kept for ([`keep_for`]). A DenseNet layer's small convolution
+//! output is read by every later concatenation of its block and by no traced op after the
+//! last one, so it was freed there; when the large concatenations were evicted later,
+//! each of their recomputations replayed the whole block (one re-ran 134 ops, 25% of a
+//! step, on DenseNet-121 at 1.4 GiB). Now a storage read by several ops is kept at its
+//! last traced read when a resident tensor made by one of its earlier readers scores
+//! lower than it (is cheaper to evict), and stays a candidate like any other while that
+//! tensor is resident (DenseNet-121 at 1.4 GiB: 47% -> 28% of a step). A storage read
+//! once gains nothing from this (keeping it instead of its reader's output is a wash).
 //!
 //! **The cascade.** `cascade_cost(t)` is DTR's evicted neighbourhood (e*): the producer
 //! of `t`, the producers of the ancestors its recomputation at its next use would rebuild
@@ -154,6 +156,7 @@ fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, I
         rng: ChaCha8Rng::seed_from_u64(params.seed),
         pinned: vec![false; ctx.g.num_tensors()],
         current: Vec::new(),
+        kept_for: vec![None; ctx.g.num_tensors()],
     };
     for i in 0..ctx.n {
         let op = OpId::new(i);
@@ -161,7 +164,7 @@ fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, I
         policy.current = ctx.in_roots[i].clone();
         st.ensure_inputs(op, &mut policy)?;
         st.emit(op, false, &mut policy)?;
-        release_dead(&mut st, i);
+        policy.release_dead(&mut st, i);
     }
     st.pos = ctx.n;
     policy.current.clear();
@@ -177,26 +180,6 @@ fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, I
     })
 }
 
-/// After op `i`: frees the storages it touched that no traced op reads again, unless a
-/// gone descendant may still be recomputed from them; stops counting the others (inputs,
-/// storages that cannot be recomputed) once past their last use.
-fn release_dead(st: &mut State<'_>, i: usize) {
-    let ctx = st.ctx;
-    for r in st.take_touched() {
-        let last = ctx.last_access(r).map_or(0, |l| l as usize);
-        if last > i {
-            continue;
-        }
-        if ctx.freeable[r.index()] {
-            if remat_next(st, r).is_none() && keep_for(st, r).is_none() {
-                st.release(r);
-            }
-        } else if !ctx.kept[r.index()] {
-            st.uncount(r);
-        }
-    }
-}
-
 struct Dtr<'p> {
     params: &'p DtrParams,
     /// The threshold of this pass.
@@ -205,6 +188,9 @@ struct Dtr<'p> {
     pinned: Vec<bool>,
     /// Inputs of the original op being scheduled.
     current: Vec<TensorId>,
+    /// Per root kept past its last traced read: the resident tensor made from it that is
+    /// cheaper to evict ([`keep_for`]).
+    kept_for: Vec<Option<TensorId>>,
 }
 
 impl Policy for Dtr<'_> {
@@ -237,6 +223,42 @@ impl Policy for Dtr<'_> {
 }
 
 impl Dtr<'_> {
+    /// After op `i`: frees the storages it touched that no traced op reads again, unless a
+    /// gone descendant may still be recomputed from them or a resident tensor made from
+    /// them is cheaper to evict ([`keep_for`]); stops counting the others (inputs,
+    /// storages that cannot be recomputed) once past their last use.
+    fn release_dead(&mut self, st: &mut State<'_>, i: usize) {
+        let ctx = st.ctx;
+        for r in st.take_touched() {
+            let last = ctx.last_access(r).map_or(0, |l| l as usize);
+            if last > i {
+                continue;
+            }
+            if ctx.freeable[r.index()] {
+                self.kept_for[r.index()] = keep_for(st, r);
+                if self.kept_for[r.index()].is_none() && remat_next(st, r).is_none() {
+                    st.release(r);
+                }
+            } else if !ctx.kept[r.index()] {
+                st.uncount(r);
+            }
+        }
+    }
+
+    /// The next time `r` is read: by a traced op, by the recomputation of a gone
+    /// descendant ([`remat_next`]), or, for a storage kept past its last traced read, the
+    /// next read of the tensor it was kept for while that one is resident.
+    fn next_use(&self, st: &State<'_>, r: TensorId) -> Option<u32> {
+        let now = st.pos.saturating_sub(1);
+        let own = st.ctx.next_access(r, now).or_else(|| {
+            let u = self.kept_for[r.index()]?;
+            st.resident[u.index()]
+                .then(|| st.ctx.next_access(u, now))
+                .flatten()
+        });
+        [own, remat_next(st, r)].into_iter().flatten().min()
+    }
+
     /// A resident tensor nothing reads again, else the candidate with the lowest score
     /// (ties: lowest id).
     fn victim(&mut self, st: &State<'_>) -> Option<TensorId> {
@@ -250,7 +272,7 @@ impl Dtr<'_> {
             {
                 continue;
             }
-            match next_use(st, r) {
+            match self.next_use(st, r) {
                 None => return Some(r),
                 Some(next) => {
                     if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) {
@@ -267,11 +289,38 @@ impl Dtr<'_> {
         } else {
             cands
         };
-        pool.into_iter()
-            .filter_map(|(r, next)| Some((score(st, r, next)?, r)))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-            .map(|(_, r)| r)
+        // A score is at least its own producer's share (the cascade only adds cost):
+        // candidates are scored in that order, until that bound alone loses.
+        let mut order: Vec<(f64, TensorId, u32)> = pool
+            .into_iter()
+            .map(|(r, next)| (own_score(st, r, next), r, next))
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut best: Option<(f64, TensorId)> = None;
+        for (bound, r, next) in order {
+            if best.is_some_and(|(b, _)| bound > b) {
+                break;
+            }
+            let Some(sc) = score(st, r, next) else {
+                continue;
+            };
+            if best.is_none_or(|(b, id)| sc < b || (sc == b && r < id)) {
+                best = Some((sc, r));
+            }
+        }
+        best.map(|(_, r)| r)
     }
+}
+
+/// A lower bound of [`score`]: the same ratio with `r`'s own producer's cost alone.
+fn own_score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
+    let ctx = st.ctx;
+    let cost = ctx
+        .g
+        .producer(r)
+        .map_or(f64::INFINITY, |p| ctx.cost[p.index()]);
+    let dist = (next as f64 - st.pos as f64).max(1.0);
+    (cost + 1e-9) / (ctx.size(r).max(1) as f64 * dist)
 }
 
 /// The score of evicting `r` until its next use `next` (lower is evicted first); `None`
@@ -328,25 +377,15 @@ fn cascade_cost(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
     Some(cost)
 }
 
-/// The next time `r` is read: by a traced op, or by the recomputation of a gone
-/// descendant ([`remat_next`]).
-fn next_use(st: &State<'_>, r: TensorId) -> Option<u32> {
-    let own = st.ctx.next_access(r, st.pos.saturating_sub(1));
-    let later = match own {
-        Some(_) => None,
-        None => keep_for(st, r),
-    };
-    [own, remat_next(st, r), later].into_iter().flatten().min()
-}
-
-/// For a storage past its last traced read: the next read of a resident tensor made from
-/// it that is cheaper to evict than it (by score), so that keeping it makes that
-/// tensor's eviction cheap (a DenseNet layer's small, costly convolution output beside
-/// the large concatenations made from it).
-fn keep_for(st: &State<'_>, r: TensorId) -> Option<u32> {
+/// For a storage at its last traced read (op `st.pos`): a resident tensor made by one of
+/// its earlier readers that scores lower than it (at that tensor's next read), the one
+/// read soonest. Keeping the storage makes that tensor's eviction cheap (a DenseNet
+/// layer's small, costly convolution output beside the large concatenations made from
+/// it).
+fn keep_for(st: &State<'_>, r: TensorId) -> Option<TensorId> {
     let ctx = st.ctx;
     let now = st.pos.saturating_sub(1);
-    let mut best: Option<u32> = None;
+    let mut best: Option<(u32, TensorId)> = None;
     for &a in &ctx.accesses[r.index()] {
         if a as usize >= st.pos {
             break;
@@ -364,12 +403,12 @@ fn keep_for(st: &State<'_>, r: TensorId) -> Option<u32> {
             let (Some(su), Some(sr)) = (score(st, u, n), score(st, r, n)) else {
                 continue;
             };
-            if sr > su {
-                best = Some(best.map_or(n, |b| b.min(n)));
+            if sr > su && best.is_none_or(|b| (n, u) < b) {
+                best = Some((n, u));
             }
         }
     }
-    best
+    best.map(|b| b.1)
 }
 
 /// The earliest next traced read of a gone descendant of `r` (made from `r` directly or
