@@ -113,7 +113,7 @@ struct Report<'a> {
     search: Option<SearchReport>,
     /// Why the strategy gave up and the plan is the traced order (`dtr` only).
     fallback: Option<String>,
-    /// A `sublinear` budget that no split plan met was met by eviction (strategy `dtr`).
+    /// A `sublinear` budget was met by an eviction plan (strategy `dtr`).
     met_by_eviction: bool,
     verified: bool,
     written_to: Option<String>,
@@ -400,7 +400,7 @@ fn render(r: &Report<'_>) -> String {
     if r.met_by_eviction {
         let _ = writeln!(
             s,
-            "budget             met by static DTR (eviction): no split plan's device bytes fit it"
+            "budget             met by static DTR (eviction): it recomputes least of the plans whose device bytes fit"
         );
     }
     if let Some(x) = &r.search {

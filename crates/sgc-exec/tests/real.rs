@@ -3,19 +3,19 @@
 //! LSTM language model (batch 2, 8 tokens) as `sgc_trace` traces them, random weights;
 //! made by `python -m sgc_trace.corpus --small --only resnet18 resnet50 densenet121
 //! mobilenet_v3_large efficientnet_b0 lstm_lm --out tests/fixtures/real_small` from
-//! `python/`. Every plan the planner makes for them
-//! passes the verifier and gives the loss and every gradient bit for bit as the unplanned
-//! run does: the view ops (`t`, `expand`, `slice` of the dense blocks) run as aliases read
-//! through views, depthwise and biased convolutions per group, and the random ops
-//! (MobileNet's dropout, EfficientNet's stochastic depth: `bernoulli`) draw the same values
-//! in both runs because a plan never recomputes them (the LSTM's dropout masks are `bool`
-//! tensors).
+//! `python/`. Every plan the planner makes for them (static DTR also at its lowest
+//! threshold, where ops run many times) passes the verifier and gives the loss and every
+//! gradient bit for bit as the unplanned run does: the view ops (`t`, `expand`, `slice` of
+//! the dense blocks) run as aliases read through views, depthwise and biased convolutions
+//! per group, and the random ops (MobileNet's dropout, EfficientNet's stochastic depth:
+//! `bernoulli`) draw the same values in both runs because a plan never recomputes them
+//! (the LSTM's dropout masks are `bool` tensors).
 
 mod common;
 
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::Graph;
-use sgc_plan::Strategy;
+use sgc_plan::{Plan, PlanOptions, Strategy};
 use std::path::PathBuf;
 
 const GRAPHS: &[&str] = &[
@@ -45,6 +45,22 @@ fn outputs(g: &Graph, ex: &mut Executor<CpuBackend>) -> Vec<(String, HostTensor)
         .collect()
 }
 
+/// Static DTR at the lowest threshold there is (the per-op lower bound, which it raises to
+/// its eviction floor) and no smallest evictee (these small exports' tensors are all below
+/// the default 1 MiB): the plan that evicts and recomputes the most, ops running up to 9
+/// times.
+fn dtr_at_lower_bound(g: &Graph) -> Plan {
+    let options = PlanOptions {
+        strategy: Strategy::Dtr,
+        eviction_threshold: Some(g.lower_bound().bytes),
+        evictee_min_size: 0,
+        ..Default::default()
+    };
+    let plan = sgc_plan::plan(g, &options, &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+    sgc_plan::verify(g, &plan).unwrap_or_else(|e| panic!("dtr: {e:?}"));
+    plan
+}
+
 #[test]
 fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
     for name in GRAPHS {
@@ -68,8 +84,13 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
             l > 0.0 && l < 20.0,
             "{name}: loss {l} of 1000 classes (10000 words)"
         );
-        for strategy in [Strategy::Sublinear, Strategy::ChenSqrt, Strategy::Dtr] {
-            let plan = common::plan(&g, strategy);
+        let mut plans: Vec<(String, Plan)> =
+            [Strategy::Sublinear, Strategy::ChenSqrt, Strategy::Dtr]
+                .into_iter()
+                .map(|s| (s.to_string(), common::plan(&g, s)))
+                .collect();
+        plans.push(("dtr at the lower bound".into(), dtr_at_lower_bound(&g)));
+        for (strategy, plan) in plans {
             let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
             let got = outputs(&g, &mut ex);
             for ((n, a), (_, b)) in expected.iter().zip(&got) {

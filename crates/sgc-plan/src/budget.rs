@@ -20,13 +20,12 @@
 //!    the lowest peak that search reached to the unplanned peak: at each level the
 //!    front's cheapest plan under it is climbed and relaxed with the level as its budget
 //!    ([`crate::sublinear::refine_under`]); what they evaluate joins the front;
-//! 3. when no split plan fits, static DTR ([`crate::dtr`]) at [`DTR_LEVELS`] eviction
-//!    thresholds from the per-op lower bound up to that lowest split peak: eviction
-//!    reaches below what split points can, for more recompute. Such a plan is recorded
-//!    with strategy `dtr` (the verifier's rules for eviction: an op may run more than
-//!    twice). They are made only then because a pass costs seconds on a large graph;
-//!    the one place monotonicity could then fail is the boundary, should an eviction plan
-//!    recompute less than the lowest split plan (tests check it does not on the corpus).
+//! 3. static DTR ([`crate::dtr`]) at [`DTR_LEVELS`] eviction thresholds from its
+//!    eviction floor (or the per-op lower bound) up to the unplanned peak: eviction
+//!    reaches below what split points can, and at many memories recomputes less. Such a
+//!    plan is recorded with strategy `dtr` (the verifier's rules for eviction: an op may
+//!    run more than twice). They are made once per candidate set, when a budget is first
+//!    selected, and compete with the split plans on recompute like any other candidate.
 //!
 //! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
 //! When none fits, the error states the lowest device bytes reached (among the plans
@@ -41,8 +40,8 @@ use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
 pub(crate) const LADDER: u32 = 16;
-/// Eviction thresholds tried below the lowest split peak.
-pub(crate) const DTR_LEVELS: u32 = 8;
+/// Eviction thresholds tried.
+pub(crate) const DTR_LEVELS: u32 = 16;
 /// How many of the lowest-peak candidates a refusal places to report the lowest device
 /// bytes reached.
 const REFUSAL_PLACED: usize = 4;
@@ -111,7 +110,6 @@ pub(crate) fn candidates(
     Candidates {
         split,
         evictions: std::sync::OnceLock::new(),
-        lowest,
         opts: opts.clone(),
     }
 }
@@ -120,23 +118,20 @@ pub(crate) fn candidates(
 pub(crate) struct Candidates {
     split: Vec<Candidate>,
     evictions: std::sync::OnceLock<Vec<Candidate>>,
-    /// The lowest split peak (the top of the eviction thresholds).
-    lowest: u64,
     opts: PlanOptions,
 }
 
 impl Candidates {
     fn evictions(&self, ctx: &Context<'_>) -> &[Candidate] {
-        self.evictions
-            .get_or_init(|| evictions(ctx, &self.opts, self.lowest))
+        self.evictions.get_or_init(|| evictions(ctx, &self.opts))
     }
 }
 
-/// Static DTR at thresholds from the per-op lower bound up to `lowest`.
-fn evictions(ctx: &Context<'_>, opts: &PlanOptions, lowest: u64) -> Vec<Candidate> {
-    let lb = ctx.lower_bound.bytes;
+/// Static DTR at thresholds from its eviction floor up to the unplanned peak.
+fn evictions(ctx: &Context<'_>, opts: &PlanOptions) -> Vec<Candidate> {
+    let lb = ctx.lower_bound.bytes.max(dtr::eviction_floor(ctx));
     let mut thresholds = vec![lb];
-    thresholds.extend(levels(lb, lowest, DTR_LEVELS));
+    thresholds.extend(levels(lb, ctx.unplanned_peak, DTR_LEVELS));
     thresholds.dedup();
     thresholds
         .into_iter()
@@ -197,13 +192,10 @@ pub(crate) fn choose(
     cands: &Candidates,
     budget: u64,
 ) -> Result<Chosen, PlanError> {
-    if let Some(c) = cheapest(ctx, opts, &cands.split, budget)? {
+    let all: Vec<&Candidate> = cands.split.iter().chain(cands.evictions(ctx)).collect();
+    if let Some(c) = cheapest(ctx, opts, &all, budget)? {
         return Ok(c);
     }
-    if let Some(c) = cheapest(ctx, opts, cands.evictions(ctx), budget)? {
-        return Ok(c);
-    }
-    let all = cands.split.iter().chain(cands.evictions(ctx)).collect();
     Err(refusal(ctx, opts, all, budget))
 }
 
@@ -211,12 +203,13 @@ pub(crate) fn choose(
 fn cheapest(
     ctx: &Context<'_>,
     opts: &PlanOptions,
-    cands: &[Candidate],
+    cands: &[&Candidate],
     budget: u64,
 ) -> Result<Option<Chosen>, PlanError> {
     let slack = in_place_slack(ctx);
     let mut order: Vec<&Candidate> = cands
         .iter()
+        .copied()
         .filter(|c| c.fitness.peak.saturating_sub(slack) <= budget)
         .collect();
     order.sort_by_key(|c| (c.fitness.cost, c.fitness.peak, c.fitness.splits));

@@ -1,24 +1,68 @@
-//! Static DTR (MegEngine's DTR configuration for static graphs): one simulation pass over
-//! the traced order, no search.
+//! Static DTR (MegEngine's DTR configuration for static graphs, with the future known):
+//! a simulated pass over the traced order that evicts greedily, repeated at a few
+//! thresholds (no search over evictions).
 //!
-//! Before each step (an original op or a recomputation), the step's inputs and the
-//! tensors recomputed for the current op are pinned; while the resident bytes (persistent
-//! included) plus the step's new outputs exceed `eviction_threshold`, the resident
-//! candidate with the lowest score is evicted:
+//! **The pass.** Before each step (an original op, or a recomputation that makes one of
+//! its inputs valid again, see [`mod@crate::schedule`]), while the resident bytes (persistent
+//! included) plus the step's new outputs exceed the eviction threshold, one resident
+//! tensor is evicted: first any tensor that nothing will read again, then the candidate
+//! with the lowest score
 //!
 //! ```text
-//! score = recompute_cost(t) / (size(t) * steps_until_next_use(t))
+//! score = cascade_cost(t) / (size(t) * (next_use(t) - now))
 //! ```
 //!
-//! where `recompute_cost` adds the cost of every evicted ancestor its recomputation would
-//! rebuild first (up to 64 producers), as DTR's evicted neighbourhoods do; a one-level cost
-//! made long chains thrash.
-//! Candidates are freeable (recomputable, not graph outputs), unpinned, at least
-//! `evictee_min_size` bytes, and recomputable safely at their next use. Because the pass
-//! is static, the next use is known exactly (the dynamic runtime has to use staleness).
+//! An evicted tensor is recomputed when it is next read.
+//!
+//! **What is evictable.** A storage root that is freeable (an activation made by an op
+//! that may run again, whose views may all be remade, and not a graph output: graph
+//! inputs, outputs, parameters, optimizer state and the outputs of random or in-place ops
+//! such as dropout or `copy_` into BatchNorm's running statistics are never evicted), not
+//! pinned (an input of the step, of the original op being scheduled, or of a later op of
+//! the recomputation under way), at least `evictee_min_size` bytes, and recomputable
+//! safely at its next use (before any non-recomputable op writes persistent state its
+//! recomputation would read: [`crate::context`]'s hazard). Views are not candidates: they
+//! own no bytes, and evicting their root makes them stale, to be remade by their view op.
+//!
+//! **Next use.** The pass is static, so the next use is known exactly (the dynamic runtime
+//! has to use staleness instead): the next traced read; for a storage past its last
+//! traced read, the next read of a gone descendant whose recomputation would read it, or
+//! of the tensor it was kept for ([`keep_for`]). A DenseNet layer's small convolution
+//! output is read by every later concatenation of its block and by no traced op after the
+//! last one, so it was freed there; when the large concatenations were evicted later,
+//! each of their recomputations replayed the whole block (one re-ran 134 ops, 25% of a
+//! step, on DenseNet-121 at 1.4 GiB). Now a storage read by several ops is kept at its
+//! last traced read when a resident tensor made by one of its earlier readers scores
+//! lower than it (is cheaper to evict), and stays a candidate like any other while that
+//! tensor is resident (DenseNet-121 at 1.4 GiB: 47% -> 28% of a step). A storage read
+//! once gains nothing from this (keeping it instead of its reader's output is a wash).
+//!
+//! **The cascade.** `cascade_cost(t)` is DTR's evicted neighbourhood (e*): the producer
+//! of `t`, the producers of the ancestors its recomputation at its next use would rebuild
+//! first (gone now, or freed by then after their last traced read), and the producers of
+//! gone descendants whose recomputation would then rebuild `t` too, up to 64 producers.
+//! A one-level cost made long chains thrash. A tensor whose recomputation would pass
+//! through a run of more than [`DEAD_RUN_LIMIT`] dead tensors (read by no traced op from
+//! its next use on) is never evicted: that is a gradient, made from gradients already
+//! freed all the way back to the loss, and recomputing it would replay the backward pass
+//! while holding every forward activation it reads (on real ResNet-50 that grew one
+//! recomputation to 2.9 GiB at a 1 GiB threshold). Forward chains pass through at most a
+//! few dead tensors in a row (a normalisation's output between a convolution and its
+//! activation, a residual sum), because the backward pass reads the tensors around them.
+//!
+//! **Below the floor, and greedy misses.** No schedule peaks below [`eviction_floor`]
+//! (what cannot be evicted, live in the traced order, plus each op's own operands), so the
+//! threshold is raised to it: evicting below it only adds recomputation. The pass is
+//! greedy, so its outcome is not monotone in the threshold: a pass can end above its
+//! threshold (what a step needs is pinned or protected), and a lower threshold sometimes
+//! recomputes less. So a few more passes are made: when the first overshoots, at
+//! thresholds between the floor and the peak it reached (the lowest peak wins, then the
+//! least recompute); when it fits, at 90%, 80% and 70% of the threshold (the least
+//! recompute among the passes that fit wins). `MAX_RECOMPUTE_STEPS` training steps' worth
+//! of recomputation makes a pass infeasible.
+//!
 //! With `sqrt_sampling`, only about sqrt(N) of the N candidates, drawn from a seeded
-//! stream, are scored. An evicted tensor is recomputed when it is next read, through the
-//! same recursive recomputation as every other strategy ([`crate::schedule`]).
+//! stream, are scored.
 
 use crate::context::Context;
 use crate::schedule::{Infeasible, Policy, State};
@@ -34,12 +78,119 @@ pub(crate) struct DtrParams {
     pub seed: u64,
 }
 
+/// The longest run of dead tensors (gone by the evictee's next use and read by no traced
+/// op from then on) that recomputing an evicted tensor may pass through.
+pub(crate) const DEAD_RUN_LIMIT: u32 = 8;
+
+/// The most producers [`cascade_cost`] counts and the most tensors [`remat_next`] visits:
+/// enough to see a long run of evicted tensors, bounded so a score stays cheap.
+const CASCADE_LIMIT: usize = 64;
+
+/// Extra passes tried when a pass ends above its threshold.
+const RETRIES: u64 = 6;
+
+/// Passes tried below a threshold that was met, `LOWER_STEP` of it apart: the pass is
+/// greedy, and a lower threshold sometimes recomputes less.
+const LOWER: u32 = 3;
+const LOWER_STEP: f64 = 0.1;
+
+/// A pass overshooting its threshold by at most this share of it is accepted as is.
+const OVERSHOOT_TOLERANCE: f64 = 0.02;
+
+/// The DTR schedule: a pass at the threshold (raised to the eviction floor), then a few
+/// passes at other thresholds (see the module doc); the least recompute among the passes
+/// within the threshold wins, else the lowest peak.
+pub(crate) fn schedule(
+    ctx: &Context<'_>,
+    params: &DtrParams,
+) -> Result<Vec<(OpId, bool)>, Infeasible> {
+    let floor = eviction_floor(ctx);
+    let target = params.threshold.max(floor);
+    let limit = (target as f64 * (1.0 + OVERSHOOT_TOLERANCE)) as u64;
+    let first = pass(ctx, params, target)?;
+    let top = first.peak;
+    let thresholds: Vec<u64> = if top <= limit {
+        (1..=LOWER)
+            .map(|k| (target as f64 * (1.0 - LOWER_STEP * k as f64)) as u64)
+            .filter(|&t| t >= floor)
+            .collect()
+    } else {
+        (1..=RETRIES)
+            .map(|k| floor + (top - floor) * k / (RETRIES + 1))
+            .collect()
+    };
+    let mut passes = vec![first];
+    passes.extend(
+        thresholds
+            .into_iter()
+            .filter_map(|t| pass(ctx, params, t).ok()),
+    );
+    let best = passes
+        .into_iter()
+        .min_by_key(|p| {
+            if p.peak <= limit {
+                (0, p.units, p.peak)
+            } else {
+                (1, p.peak, p.units)
+            }
+        })
+        .expect("the first pass");
+    Ok(best.steps)
+}
+
+/// The outcome of one pass.
+struct Pass {
+    steps: Vec<(OpId, bool)>,
+    /// Peak under the memory model (persistent included).
+    peak: u64,
+    /// Recompute cost in the context's integer units.
+    units: u64,
+}
+
+/// One pass at `threshold`.
+fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, Infeasible> {
+    let mut st = State::new(ctx);
+    let mut policy = Dtr {
+        params,
+        threshold,
+        rng: ChaCha8Rng::seed_from_u64(params.seed),
+        pinned: vec![false; ctx.g.num_tensors()],
+        current: Vec::new(),
+        kept_for: vec![None; ctx.g.num_tensors()],
+    };
+    for i in 0..ctx.n {
+        let op = OpId::new(i);
+        st.pos = i;
+        policy.current = ctx.in_roots[i].clone();
+        st.ensure_inputs(op, &mut policy)?;
+        st.emit(op, false, &mut policy)?;
+        policy.release_dead(&mut st, i);
+    }
+    st.pos = ctx.n;
+    policy.current.clear();
+    st.ensure_outputs(&mut policy)?;
+    let ops: Vec<OpId> = st.steps.iter().map(|s| s.0).collect();
+    let peak = sgc_ir::simulate(ctx.g, &ops)
+        .map_err(|_| Infeasible::NoFixpoint)?
+        .peak;
+    Ok(Pass {
+        peak,
+        units: st.recompute_units,
+        steps: st.steps,
+    })
+}
+
 struct Dtr<'p> {
     params: &'p DtrParams,
+    /// The threshold of this pass.
+    threshold: u64,
     rng: ChaCha8Rng,
     pinned: Vec<bool>,
     /// Inputs of the original op being scheduled.
     current: Vec<TensorId>,
+    /// Per root kept past its last traced read: the resident tensor made from it that is
+    /// cheaper to evict ([`keep_for`]).
+    kept_for: Vec<Option<TensorId>>,
 }
 
 impl Policy for Dtr<'_> {
@@ -54,13 +205,12 @@ impl Policy for Dtr<'_> {
             .current
             .iter()
             .chain(&ctx.in_roots[op.index()])
-            .chain(&st.round_made)
             .copied()
             .collect();
         for &r in &pins {
             self.pinned[r.index()] = true;
         }
-        while ctx.persistent_bytes + st.bytes + need > self.params.threshold {
+        while ctx.persistent_bytes + st.bytes + need > self.threshold {
             match self.victim(st) {
                 Some(r) => st.release(r),
                 None => break,
@@ -73,23 +223,64 @@ impl Policy for Dtr<'_> {
 }
 
 impl Dtr<'_> {
-    /// The candidate with the lowest score (ties: lowest id).
+    /// After op `i`: frees the storages it touched that no traced op reads again, unless a
+    /// gone descendant may still be recomputed from them or a resident tensor made from
+    /// them is cheaper to evict ([`keep_for`]); stops counting the others (inputs,
+    /// storages that cannot be recomputed) once past their last use.
+    fn release_dead(&mut self, st: &mut State<'_>, i: usize) {
+        let ctx = st.ctx;
+        for r in st.take_touched() {
+            let last = ctx.last_access(r).map_or(0, |l| l as usize);
+            if last > i {
+                continue;
+            }
+            if ctx.freeable[r.index()] {
+                self.kept_for[r.index()] = keep_for(st, r);
+                if self.kept_for[r.index()].is_none() && remat_next(st, r).is_none() {
+                    st.release(r);
+                }
+            } else if !ctx.kept[r.index()] {
+                st.uncount(r);
+            }
+        }
+    }
+
+    /// The next time `r` is read: by a traced op, by the recomputation of a gone
+    /// descendant ([`remat_next`]), or, for a storage kept past its last traced read, the
+    /// next read of the tensor it was kept for while that one is resident.
+    fn next_use(&self, st: &State<'_>, r: TensorId) -> Option<u32> {
+        let now = st.pos.saturating_sub(1);
+        let own = st.ctx.next_access(r, now).or_else(|| {
+            let u = self.kept_for[r.index()]?;
+            st.resident[u.index()]
+                .then(|| st.ctx.next_access(u, now))
+                .flatten()
+        });
+        [own, remat_next(st, r)].into_iter().flatten().min()
+    }
+
+    /// A resident tensor nothing reads again, else the candidate with the lowest score
+    /// (ties: lowest id).
     fn victim(&mut self, st: &State<'_>) -> Option<TensorId> {
         let ctx = st.ctx;
-        let cands: Vec<(TensorId, u32)> = ctx
-            .freeable_roots
-            .iter()
-            .filter(|&&r| {
-                st.resident[r.index()]
-                    && st.is_counted(r)
-                    && !self.pinned[r.index()]
-                    && ctx.size(r) >= self.params.min_size
-            })
-            .filter_map(|&r| {
-                let next = ctx.next_access(r, st.pos.saturating_sub(1))?;
-                (next <= ctx.root_hazard(r)).then_some((r, next))
-            })
-            .collect();
+        let mut cands: Vec<(TensorId, u32)> = Vec::new();
+        for &r in &ctx.freeable_roots {
+            if !st.resident[r.index()]
+                || !st.is_counted(r)
+                || self.pinned[r.index()]
+                || st.needed(r)
+            {
+                continue;
+            }
+            match self.next_use(st, r) {
+                None => return Some(r),
+                Some(next) => {
+                    if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) {
+                        cands.push((r, next));
+                    }
+                }
+            }
+        }
         let pool: Vec<(TensorId, u32)> = if self.params.sqrt_sampling && cands.len() > 1 {
             let k = (cands.len() as f64).sqrt().ceil() as usize;
             (0..k)
@@ -98,89 +289,197 @@ impl Dtr<'_> {
         } else {
             cands
         };
-        pool.into_iter()
-            .map(|(r, next)| (score(st, r, next), r))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-            .map(|(_, r)| r)
+        // A score is at least its own producer's share (the cascade only adds cost):
+        // candidates are scored in that order, until that bound alone loses.
+        let mut order: Vec<(f64, TensorId, u32)> = pool
+            .into_iter()
+            .map(|(r, next)| (own_score(st, r, next), r, next))
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut best: Option<(f64, TensorId)> = None;
+        for (bound, r, next) in order {
+            if best.is_some_and(|(b, _)| bound > b) {
+                break;
+            }
+            let Some(sc) = score(st, r, next) else {
+                continue;
+            };
+            if best.is_none_or(|(b, id)| sc < b || (sc == b && r < id)) {
+                best = Some((sc, r));
+            }
+        }
+        best.map(|(_, r)| r)
     }
 }
 
-fn score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
+/// A lower bound of [`score`]: the same ratio with `r`'s own producer's cost alone.
+fn own_score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
     let ctx = st.ctx;
-    let cost = cascade_cost(st, r);
+    let cost = ctx
+        .g
+        .producer(r)
+        .map_or(f64::INFINITY, |p| ctx.cost[p.index()]);
     let dist = (next as f64 - st.pos as f64).max(1.0);
-    // A tiny epsilon keeps zero-cost tensors ordered by size and distance.
     (cost + 1e-9) / (ctx.size(r).max(1) as f64 * dist)
 }
 
-/// The most producers [`cascade_cost`] follows: enough to see a long run of evicted
-/// tensors, bounded so a score stays cheap.
-const CASCADE_LIMIT: usize = 64;
-
-/// What recomputing `r` would cost now: its producer, and the producers of every evicted
-/// ancestor its recomputation would have to rebuild first (DTR's evicted neighbourhood),
-/// counted up to [`CASCADE_LIMIT`] producers. A one-level cost makes a long chain look
-/// cheap link by link, and the pass then evicts whole runs of it and recomputes them over
-/// and over.
-fn cascade_cost(st: &State<'_>, r: TensorId) -> f64 {
-    let ctx = st.ctx;
-    let Some(p) = ctx.g.producer(r) else {
-        return f64::INFINITY;
-    };
-    let mut cost = 0.0;
-    let mut stack = vec![p];
-    let mut seen = vec![p];
-    while let Some(op) = stack.pop() {
-        cost += ctx.cost[op.index()];
-        for &u in &ctx.in_roots[op.index()] {
-            if st.resident[u.index()] {
-                continue;
-            }
-            let Some(q) = ctx.g.producer(u) else { continue };
-            if seen.len() >= CASCADE_LIMIT {
-                return cost + ctx.cost[q.index()];
-            }
-            if !seen.contains(&q) {
-                seen.push(q);
-                stack.push(q);
-            }
-        }
-    }
-    cost
+/// The score of evicting `r` until its next use `next` (lower is evicted first); `None`
+/// when `r` must not be evicted (see [`cascade_cost`]).
+fn score(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
+    let cost = cascade_cost(st, r, next)?;
+    let dist = (next as f64 - st.pos as f64).max(1.0);
+    // A tiny epsilon keeps zero-cost tensors ordered by size and distance.
+    Some((cost + 1e-9) / (st.ctx.size(r).max(1) as f64 * dist))
 }
 
-/// The DTR schedule.
-pub(crate) fn schedule(
-    ctx: &Context<'_>,
-    params: &DtrParams,
-) -> Result<Vec<(OpId, bool)>, Infeasible> {
-    let mut st = State::new(ctx);
-    let mut policy = Dtr {
-        params,
-        rng: ChaCha8Rng::seed_from_u64(params.seed),
-        pinned: vec![false; ctx.g.num_tensors()],
-        current: Vec::new(),
-    };
-    for i in 0..ctx.n {
-        let op = OpId::new(i);
-        st.pos = i;
-        st.round_made.clear();
-        policy.current = ctx.in_roots[i].clone();
-        st.ensure_inputs(op, &mut policy)?;
-        st.emit(op, false, &mut policy)?;
-        for r in st.take_touched() {
-            let last = ctx.last_access(r).map_or(0, |l| l as usize);
-            if last <= i {
-                if ctx.freeable[r.index()] {
-                    st.release(r);
-                } else if !ctx.kept[r.index()] {
-                    st.uncount(r);
-                }
+/// What evicting `r` until its next use `next` would cost: its producer, and the
+/// producers of its evicted neighbourhood (DTR's e*): the ancestors its recomputation at
+/// `next` would rebuild first (gone now, or freed by then after their last traced read),
+/// and the gone descendants whose recomputation would then rebuild `r` too, counted up to
+/// [`CASCADE_LIMIT`] producers. `None` when that recomputation would pass through a run
+/// of more than [`DEAD_RUN_LIMIT`] dead tensors (see the module doc).
+fn cascade_cost(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
+    let ctx = st.ctx;
+    let p = ctx.g.producer(r)?;
+    let dead_then = |u: TensorId| ctx.last_access(u).is_some_and(|l| l < next);
+    let mut cost = 0.0;
+    // (op to run again, the root it makes, the run of dead tensors that leads to it)
+    let mut stack = vec![(p, r, 0)];
+    let mut seen = vec![p];
+    while let Some((op, root, run)) = stack.pop() {
+        cost += ctx.cost[op.index()];
+        let ups = ctx.in_roots[op.index()]
+            .iter()
+            .copied()
+            .filter(|&u| !st.resident[u.index()] || dead_then(u))
+            .map(|u| (u, if dead_then(u) { run + 1 } else { 0 }));
+        let downs = ctx.accesses[root.index()]
+            .iter()
+            .take_while(|&&a| (a as usize) < st.pos)
+            .flat_map(|&a| ctx.out_roots[a as usize].iter().copied())
+            .filter(|&u| u != root && st.evicted(u))
+            .map(|u| (u, 0));
+        for (u, run) in ups.chain(downs) {
+            if run > DEAD_RUN_LIMIT {
+                return None;
+            }
+            let Some(q) = ctx.g.producer(u) else { continue };
+            if seen.contains(&q) {
+                continue;
+            }
+            if seen.len() >= CASCADE_LIMIT {
+                return Some(cost + ctx.cost[q.index()]);
+            }
+            seen.push(q);
+            stack.push((q, u, run));
+        }
+    }
+    Some(cost)
+}
+
+/// For a storage at its last traced read (op `st.pos`): a resident tensor made by one of
+/// its earlier readers that scores lower than it (at that tensor's next read), the one
+/// read soonest. Keeping the storage makes that tensor's eviction cheap (a DenseNet
+/// layer's small, costly convolution output beside the large concatenations made from
+/// it).
+fn keep_for(st: &State<'_>, r: TensorId) -> Option<TensorId> {
+    let ctx = st.ctx;
+    let now = st.pos.saturating_sub(1);
+    let mut best: Option<(u32, TensorId)> = None;
+    for &a in &ctx.accesses[r.index()] {
+        if a as usize >= st.pos {
+            break;
+        }
+        if !ctx.in_roots[a as usize].contains(&r) {
+            continue;
+        }
+        for &u in &ctx.out_roots[a as usize] {
+            if u == r || !st.resident[u.index()] || !ctx.freeable[u.index()] {
+                continue;
+            }
+            let Some(n) = ctx.next_access(u, now) else {
+                continue;
+            };
+            let (Some(su), Some(sr)) = (score(st, u, n), score(st, r, n)) else {
+                continue;
+            };
+            if sr > su && best.is_none_or(|b| (n, u) < b) {
+                best = Some((n, u));
             }
         }
     }
-    st.pos = ctx.n;
-    policy.current.clear();
-    st.ensure_outputs(&mut policy)?;
-    Ok(st.steps)
+    best.map(|b| b.1)
+}
+
+/// The earliest next traced read of a gone descendant of `r` (made from `r` directly or
+/// through other gone tensors) whose recomputation would read `r`.
+fn remat_next(st: &State<'_>, r: TensorId) -> Option<u32> {
+    let ctx = st.ctx;
+    let now = st.pos.saturating_sub(1);
+    let mut best: Option<u32> = None;
+    let mut stack = vec![r];
+    let mut seen = vec![r];
+    while let Some(x) = stack.pop() {
+        for &a in &ctx.accesses[x.index()] {
+            if a as usize >= st.pos {
+                break;
+            }
+            if !ctx.in_roots[a as usize].contains(&x) {
+                continue;
+            }
+            for &u in &ctx.out_roots[a as usize] {
+                if seen.contains(&u) || !st.gone(u) {
+                    continue;
+                }
+                if let Some(n) = ctx.next_access(u, now) {
+                    best = Some(best.map_or(n, |b| b.min(n)));
+                }
+                if seen.len() >= CASCADE_LIMIT {
+                    return best;
+                }
+                seen.push(u);
+                stack.push(u);
+            }
+        }
+    }
+    best
+}
+
+/// The lowest peak any eviction schedule of the traced order can reach: the largest, over
+/// ops, of the persistent bytes, every storage that cannot be evicted (graph inputs and
+/// outputs, storages of ops that must not run twice) while it is live in the traced
+/// order, and the op's own freeable operands. At least the per-op lower bound; above it
+/// where non-recomputable ops keep storage alive (GPT-2's dropout outputs: 10.9 GiB of its
+/// 5.1 GiB bound).
+pub(crate) fn eviction_floor(ctx: &Context<'_>) -> u64 {
+    let mut delta = vec![0i128; ctx.n + 1];
+    for t in ctx.g.tensor_ids() {
+        let a = &ctx.accesses[t.index()];
+        let (Some(&first), Some(&last)) = (a.first(), a.last()) else {
+            continue;
+        };
+        if ctx.freeable[t.index()] {
+            continue;
+        }
+        let end = if ctx.kept[t.index()] {
+            ctx.n
+        } else {
+            last as usize + 1
+        };
+        delta[first as usize] += i128::from(ctx.size(t));
+        delta[end] -= i128::from(ctx.size(t));
+    }
+    let mut live = 0i128;
+    let mut floor = 0u64;
+    for (i, d) in delta.iter().take(ctx.n).enumerate() {
+        live += d;
+        let own: u64 = ctx.in_roots[i]
+            .iter()
+            .chain(&ctx.out_roots[i])
+            .filter(|r| ctx.freeable[r.index()])
+            .map(|&r| ctx.size(r))
+            .sum();
+        floor = floor.max(live as u64 + own);
+    }
+    ctx.persistent_bytes + floor
 }

@@ -137,8 +137,8 @@ pub struct PlanStats {
     pub arena_secs: f64,
     /// Why the strategy fell back to the traced order, when it did (`dtr` only).
     pub fallback: Option<String>,
-    /// A `sublinear` budget that no split plan met was met by static DTR (the plan's
-    /// strategy is then `dtr`).
+    /// A `sublinear` budget was met by a static DTR plan, the candidate recomputing least
+    /// whose device bytes fit (the plan's strategy is then `dtr`).
     pub met_by_eviction: bool,
 }
 
