@@ -44,7 +44,7 @@ pub(crate) fn polish(ev: &mut Evaluator<'_>, start: &Member) -> Member {
         }
         let improved = step(ev, &mut best, cands);
         ev.report("local refinement", round + 1, MAX_ROUNDS);
-        if !improved {
+        if !improved || ev.spent() {
             break;
         }
     }
@@ -75,7 +75,7 @@ pub(crate) fn bottleneck(ev: &mut Evaluator<'_>, start: &Member) -> Member {
         };
         let improved = step(ev, &mut best, cands);
         ev.report("reshaping the peak's blocks", round + 1, 2 * MAX_ROUNDS);
-        if !improved {
+        if !improved || ev.spent() {
             break;
         }
     }

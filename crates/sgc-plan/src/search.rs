@@ -61,6 +61,9 @@ pub(crate) struct Evaluator<'a> {
     pub front: Front,
     /// Walk buffers, one per worker busy at once (see [`Scratches`]).
     scratch: Scratches,
+    /// Schedules the climbs may build before they stop early ([`Evaluator::spent`]);
+    /// `None`: no limit.
+    pub limit: Option<usize>,
 }
 
 /// The walks' buffers ([`recompute::Scratch`]), kept for the search's lifetime: a walk
@@ -138,7 +141,15 @@ impl<'a> Evaluator<'a> {
             stats: SearchStats::default(),
             front: Front::default(),
             scratch: Scratches::default(),
+            limit: None,
         }
+    }
+
+    /// Whether the schedules built so far reached [`Evaluator::limit`]: the climbs end
+    /// their current round and stop. The count depends only on the graph and options, so
+    /// the limit keeps plans independent of the number of workers.
+    pub fn spent(&self) -> bool {
+        self.limit.is_some_and(|l| self.stats.evaluated >= l)
     }
 
     /// Fitness of each genome, in order.
