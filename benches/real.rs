@@ -9,7 +9,8 @@
 //! plan time. Then the corpus targets, each with its verdict:
 //! - `sublinear/20` peaks at most at the reference's `ga=20` peak and recomputes at most
 //!   its share;
-//! - `sgc plan --budget P`, P the reference's `ga=20` peak, succeeds (and at what share);
+//! - `sgc plan --budget P --budget-of peak`, P the reference's `ga=20` peak (a memory-model
+//!   peak, so the budget bounds the same quantity), succeeds (and at what share);
 //! - plan time of `sublinear/20` at least 10x below the reference's;
 //! - no split-based plan runs an op more than twice.
 //!
@@ -18,7 +19,9 @@
 //! peaks and shares must equal the results file's, which the bench checks). A shared
 //! machine's speed drifts by a factor of two or more between runs, so a time written in a
 //! file weeks ago is no baseline. Without `python3` or `../shared/tools/megengine_ref.py`
-//! the file's times are used, and the table says so.
+//! the file's times are used, and the table says so. Both sides are timed
+//! [`repeats`] times (`REAL_REPEATS`, default 3) and the fastest run counts: the searches
+//! are deterministic, so the runs differ only in what else the machine was doing.
 //!
 //! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in
 //! README.md); `REAL_ONLY=a,b` restricts the graphs.
@@ -141,15 +144,52 @@ fn records(text: &str) -> std::collections::HashMap<(String, u64), Reference> {
         .collect()
 }
 
-/// A plan, its wall time and its search's time (the schedule phase).
+/// How many times each side is timed (the fastest counts).
+fn repeats() -> usize {
+    std::env::var("REAL_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
+/// A plan, its wall time and its search's time (the schedule phase), the fastest of
+/// [`repeats`] runs.
 fn plan(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<(Plan, f64, f64), sgc_plan::PlanError> {
     let run = RunConfig {
         workers: None,
         progress: None,
     };
-    let t = Instant::now();
-    let (p, stats) = plan_with_stats(g, o, &run)?;
-    Ok((p, t.elapsed().as_secs_f64(), stats.schedule_secs))
+    let mut best: Option<(Plan, f64, f64)> = None;
+    for _ in 0..repeats() {
+        let t = Instant::now();
+        let (p, stats) = plan_with_stats(g, o, &run)?;
+        let secs = t.elapsed().as_secs_f64();
+        best = Some(match best {
+            Some((q, s, search)) if s <= secs => (q, s, search.min(stats.schedule_secs)),
+            Some((_, _, search)) => (p, secs, search.min(stats.schedule_secs)),
+            None => (p, secs, stats.schedule_secs),
+        });
+    }
+    Ok(best.expect("at least one run"))
+}
+
+/// The reference run [`repeats`] times on one graph, its fastest time per record.
+fn rerun_reference_fastest(
+    path: &Path,
+) -> Option<std::collections::HashMap<(String, u64), Reference>> {
+    let mut best = rerun_reference(path)?;
+    for _ in 1..repeats() {
+        let Some(again) = rerun_reference(path) else {
+            break;
+        };
+        for (k, r) in again {
+            if let Some(b) = best.get_mut(&k) {
+                b.secs = b.secs.min(r.secs);
+            }
+        }
+    }
+    Some(best)
 }
 
 fn main() {
@@ -196,7 +236,7 @@ fn main() {
             }
             rows.push(row);
         }
-        let fresh = rerun_reference(&path);
+        let fresh = rerun_reference_fastest(&path);
         let timed_now = fresh.is_some();
         let mut merged = std::collections::HashMap::new();
         for ga in [0u64, 20] {
@@ -281,7 +321,9 @@ struct Verdict {
 fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference, timed_now: bool) -> Verdict {
     let o = PlanOptions {
         genetic_iters: 20,
+        // The reference's figure is a memory-model peak: bound the same quantity.
         budget: Some(r.planned),
+        budget_of: sgc_plan::BudgetOf::Peak,
         ..PlanOptions::default()
     };
     let budget = match plan(g, &o) {
@@ -362,7 +404,7 @@ fn markdown(rows: &[Row], verdicts: &[Verdict]) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "| graph | sublinear/20 peak / reference's | recompute: sublinear/20 vs reference | `--budget` at the reference's peak | plan time: reference / sgc (search alone), same run | most runs of one op | targets |"
+        "| graph | sublinear/20 peak / reference's | recompute: sublinear/20 vs reference | `--budget P --budget-of peak`, P the reference's peak | plan time: reference / sgc (search alone), same run, fastest of 3 each | most runs of one op | targets |"
     );
     let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---|");
     for v in verdicts {

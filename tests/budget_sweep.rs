@@ -5,10 +5,12 @@
 //! bound, or nothing fits), no budget is refused above one that was met, and recompute
 //! never rises as the budget grows. A few budgets are planned again one at a time through
 //! `sgc_plan::plan` (what `sgc plan --budget` runs) and must give the same plans as the
-//! sweep.
+//! sweep. With `--budget-of peak` the same holds of the memory model's peak (what
+//! MegEngine's budget bounds), and the lowest peak the search reaches is itself a budget
+//! that is met.
 
 use sgc::ir::{load_any, Graph};
-use sgc::plan::{check, plan, plan_budgets, Plan, PlanError, PlanOptions, RunConfig};
+use sgc::plan::{check, plan, plan_budgets, BudgetOf, Plan, PlanError, PlanOptions, RunConfig};
 use std::path::PathBuf;
 
 const POINTS: u64 = 101;
@@ -23,6 +25,18 @@ fn device(g: &Graph, p: &Plan) -> u64 {
 }
 
 fn sweep(rel: &str) {
+    sweep_of(rel, BudgetOf::Device);
+}
+
+/// What a plan's budget bounds: its device bytes or its memory-model peak.
+fn bounded(g: &Graph, p: &Plan, of: BudgetOf) -> u64 {
+    match of {
+        BudgetOf::Device => device(g, p),
+        BudgetOf::Peak => p.summary.planned_peak,
+    }
+}
+
+fn sweep_of(rel: &str, of: BudgetOf) {
     let g = graph(rel);
     let lb = g.lower_bound().bytes;
     let top = sgc::ir::simulate(&g, &g.op_ids().collect::<Vec<_>>())
@@ -34,6 +48,7 @@ fn sweep(rel: &str) {
     // `sgc plan`'s settings (the library's default runs no genetic refinement).
     let opts = PlanOptions {
         genetic_iters: 20,
+        budget_of: of,
         ..PlanOptions::default()
     };
     let run = RunConfig::default();
@@ -44,8 +59,8 @@ fn sweep(rel: &str) {
     for (&b, res) in budgets.iter().zip(&plans) {
         match res {
             Ok(p) => {
-                let d = device(&g, p);
-                assert!(d <= b, "{rel}: budget {b}: the plan needs {d} device bytes");
+                let d = bounded(&g, p, of);
+                assert!(d <= b, "{rel}: budget {b}: the plan needs {d} B ({of:?})");
                 check(&g, p).unwrap_or_else(|e| panic!("{rel}: budget {b}: {e}"));
                 let cost = p.summary.recompute_cost;
                 assert!(
@@ -128,4 +143,38 @@ fn budgets_on_real_resnet50_are_device_bytes_and_monotone() {
 #[test]
 fn budgets_on_real_unet_are_device_bytes_and_monotone() {
     sweep("graphs/real/unet.json.gz");
+}
+
+#[test]
+fn peak_budgets_on_real_transformer_lm_bound_the_peak_and_are_monotone() {
+    sweep_of("graphs/real/transformer_lm.json.gz", BudgetOf::Peak);
+}
+
+/// The lowest peak the unbudgeted search reaches is a peak budget that is met (at that
+/// peak exactly: alignment puts its device bytes above it, so as a device budget it need
+/// not be), and the plan says what its budget bounds.
+#[test]
+fn the_lowest_peak_reached_is_a_peak_budget_that_is_met() {
+    let g = graph("graphs/real/transformer_lm.json.gz");
+    let run = RunConfig::default();
+    let opts = PlanOptions {
+        genetic_iters: 20,
+        ..PlanOptions::default()
+    };
+    let lowest = plan(&g, &opts, &run).unwrap().summary.planned_peak;
+    let o = PlanOptions {
+        budget: Some(lowest),
+        budget_of: BudgetOf::Peak,
+        ..opts
+    };
+    let p = plan(&g, &o, &run).unwrap();
+    assert!(p.summary.planned_peak <= lowest);
+    check(&g, &p).unwrap();
+    let text = p.to_json();
+    assert!(
+        text.contains("\"budget_of\": \"peak\""),
+        "the plan file names what its budget bounds"
+    );
+    let back = Plan::from_json(&text).unwrap();
+    check(&g, &back).unwrap();
 }

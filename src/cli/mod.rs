@@ -58,6 +58,22 @@ pub enum GoalArg {
     Balanced,
 }
 
+/// What `--budget` bounds.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum BudgetOfArg {
+    Device,
+    Peak,
+}
+
+impl From<BudgetOfArg> for sgc::plan::BudgetOf {
+    fn from(b: BudgetOfArg) -> Self {
+        match b {
+            BudgetOfArg::Device => sgc::plan::BudgetOf::Device,
+            BudgetOfArg::Peak => sgc::plan::BudgetOf::Peak,
+        }
+    }
+}
+
 impl From<GoalArg> for sgc::plan::Goal {
     fn from(g: GoalArg) -> Self {
         match g {

@@ -23,6 +23,12 @@ pub struct Args {
     /// budget never recomputes more.
     #[arg(long, value_parser = parse_size)]
     budget: Option<u64>,
+    /// What --budget bounds: `device` bytes (arena + persistent, what `sgc run` allocates)
+    /// or the memory model's `peak` (unaligned live bytes plus persistent: what MegEngine's
+    /// and Checkmate's budgets bound, to compare plans with theirs; the arena may need up to
+    /// its alignment and fragmentation more).
+    #[arg(long, value_enum, default_value = "device", requires = "budget")]
+    budget_of: super::BudgetOfArg,
     /// Memory you are willing to spend to save recompute (sublinear): recomputed ops become
     /// checkpoints again, most expensive first, while the peak stays at or under it.
     #[arg(long, value_parser = parse_size)]
@@ -182,6 +188,7 @@ pub fn run(args: Args) -> CliResult {
         strategy: args.strategy.into(),
         seed: args.seed,
         budget: args.budget,
+        budget_of: args.budget_of.into(),
         lb_memory: args.lb_memory,
         goal: args.goal.into(),
         thresh_tries: args.thresh_tries,
@@ -434,7 +441,7 @@ fn render(r: &Report<'_>) -> String {
     let _ = writeln!(
         s,
         "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}",
-        size(o.budget),
+        budget_text(o),
         size(o.lb_memory),
         o.thresh_tries,
         o.genetic_iters,
@@ -447,4 +454,12 @@ fn render(r: &Report<'_>) -> String {
         let _ = writeln!(s, "plan written to    {w}");
     }
     s
+}
+
+/// The budget and, when it is not device bytes, what it bounds.
+fn budget_text(o: &PlanOptions) -> String {
+    match (o.budget, o.budget_of) {
+        (Some(b), sgc::plan::BudgetOf::Peak) => format!("{} (of the peak)", human_bytes(b)),
+        (b, _) => b.map_or("-".to_string(), human_bytes),
+    }
 }

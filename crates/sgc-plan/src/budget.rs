@@ -28,6 +28,8 @@
 //!    selected, and compete with the split plans on recompute like any other candidate.
 //!
 //! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
+//! With `--budget-of peak` the budget bounds the memory model's peak instead (what
+//! MegEngine's and Checkmate's budgets bound), and the first whose peak fits wins.
 //! When none fits, the error states the lowest device bytes reached (among the plans
 //! with the lowest peaks) and the per-op lower bound.
 
@@ -35,7 +37,7 @@ use crate::context::Context;
 use crate::evaluate::{fitness_of, schedule, Fitness};
 use crate::genome::Genome;
 use crate::search::Evaluator;
-use crate::{alloc, arena, dtr, Plan, PlanError, PlanOptions, Strategy};
+use crate::{alloc, arena, dtr, BudgetOf, Plan, PlanError, PlanOptions, Strategy};
 use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
@@ -206,7 +208,8 @@ fn cheapest(
     cands: &[&Candidate],
     budget: u64,
 ) -> Result<Option<Chosen>, PlanError> {
-    let slack = in_place_slack(ctx);
+    let by_peak = opts.budget_of == BudgetOf::Peak;
+    let slack = if by_peak { 0 } else { in_place_slack(ctx) };
     let mut order: Vec<&Candidate> = cands
         .iter()
         .copied()
@@ -217,7 +220,8 @@ fn cheapest(
         let Some(chosen) = c.chosen(ctx) else {
             continue;
         };
-        if device_bytes(ctx, opts, &chosen.steps)? <= budget {
+        // A peak budget is met by the memory model's peak, which the screen checked.
+        if by_peak || device_bytes(ctx, opts, &chosen.steps)? <= budget {
             return Ok(Some(chosen));
         }
     }
@@ -254,14 +258,17 @@ fn refusal(
 ) -> PlanError {
     cands.sort_by_key(|c| (c.fitness.peak, c.fitness.cost));
     let lowest_peak = cands.first().map_or(ctx.unplanned_peak, |c| c.fitness.peak);
+    let by_peak = opts.budget_of == BudgetOf::Peak;
     let lowest_device = cands
         .iter()
+        .filter(|_| !by_peak)
         .take(REFUSAL_PLACED)
         .filter_map(|c| c.chosen(ctx))
         .filter_map(|c| device_bytes(ctx, opts, &c.steps).ok())
         .min();
     PlanError::BudgetNotMet {
         budget,
+        of: opts.budget_of,
         best_peak: lowest_peak,
         best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,

@@ -1,6 +1,7 @@
 //! Typed errors of the planner. Each message names the op, tensor or figure at fault and
 //! ends with what to do about it.
 
+use crate::bound::BudgetOf;
 use crate::violation::Violation;
 use thiserror::Error;
 
@@ -13,9 +14,11 @@ pub enum PlanError {
         lower_bound: u64,
         op: String,
     },
-    #[error("no plan fits the budget of {} in device bytes (arena + persistent); {}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), reached(*.best_device, *.best_peak), bytes(*.lower_bound))]
+    #[error("no plan fits the budget of {} {}; {}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), bytes(*.lower_bound))]
     BudgetNotMet {
         budget: u64,
+        /// What the budget bounds.
+        of: BudgetOf,
         /// The lowest memory-model peak of any plan made.
         best_peak: u64,
         /// The lowest device bytes of the lowest-peak plans placed (when any was).
@@ -62,6 +65,13 @@ fn bytes(b: u64) -> String {
 }
 
 /// What the lowest plans reached, for [`PlanError::BudgetNotMet`].
+fn unit(of: BudgetOf) -> &'static str {
+    match of {
+        BudgetOf::Device => "in device bytes (arena + persistent)",
+        BudgetOf::Peak => "of the memory-model peak (--budget-of peak)",
+    }
+}
+
 fn reached(device: Option<u64>, peak: u64) -> String {
     match device {
         Some(d) => format!(

@@ -42,6 +42,7 @@
 
 pub mod alloc;
 pub mod arena;
+mod bound;
 mod budget;
 mod chen;
 mod context;
@@ -68,7 +69,7 @@ mod violation;
 pub use error::PlanError;
 pub use plan::ArenaLayout;
 pub use plan::{
-    Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
+    BudgetOf, Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
 };
 pub use search::{Progress, ProgressFn, SearchStats};
 pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};
@@ -285,9 +286,14 @@ fn finish_plan(
             alloc::Effort::PLAN,
         )?;
         let device = layout.size.saturating_add(graph.persistent_bytes());
-        if let Some(budget) = options.budget.filter(|&b| device > b) {
+        let bounded = match options.budget_of {
+            BudgetOf::Device => device,
+            BudgetOf::Peak => profile.peak,
+        };
+        if let Some(budget) = options.budget.filter(|&b| bounded > b) {
             return Err(PlanError::BudgetNotMet {
                 budget,
+                of: options.budget_of,
                 best_peak: profile.peak,
                 best_device: Some(device),
                 lower_bound: ctx.lower_bound.bytes,
@@ -359,6 +365,10 @@ fn run_dtr_budgeted(ctx: &Context<'_>, options: &PlanOptions) -> Result<DtrOutco
         return Ok(out);
     };
     let lb = ctx.lower_bound.bytes;
+    if options.budget_of == BudgetOf::Peak {
+        // The threshold bounds the peak itself; there is no arena overshoot to pay for.
+        return Ok(out);
+    }
     let mut threshold = options.eviction_threshold.unwrap_or(limit);
     for _ in 0..2 {
         let device = budget::device_bytes(ctx, options, &out.0)?;

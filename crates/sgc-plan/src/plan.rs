@@ -12,6 +12,7 @@
 //! nor the number of worker threads, so the same graph, options and seed give the same
 //! bytes on any machine.
 
+pub use crate::bound::BudgetOf;
 use crate::error::PlanError;
 use serde::{Deserialize, Serialize};
 use sgc_ir::{
@@ -94,8 +95,12 @@ pub struct PlanOptions {
     pub strategy: Strategy,
     /// Seed of every random choice (genetic search, DTR sampling).
     pub seed: u64,
-    /// Peak the plan must fit (bytes); the search then minimises recompute cost under it.
+    /// Memory the plan must fit (bytes; what it bounds: `budget_of`); the plan that
+    /// recomputes least under it wins.
     pub budget: Option<u64>,
+    /// What `budget` bounds (device bytes unless the file says otherwise).
+    #[serde(default, skip_serializing_if = "BudgetOf::is_device")]
+    pub budget_of: BudgetOf,
     /// Memory the user is willing to spend to save recompute: recomputed ops are turned back
     /// into checkpoints, most expensive first, while the peak stays at or under it.
     pub lb_memory: Option<u64>,
@@ -144,6 +149,7 @@ impl Default for PlanOptions {
             strategy: Strategy::Sublinear,
             seed: 0,
             budget: None,
+            budget_of: BudgetOf::Device,
             lb_memory: None,
             goal: Goal::default(),
             thresh_tries: 10,

@@ -78,6 +78,10 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, CheckError> {
         ),
         None => (peak.peak_bytes, "peak; the plan has no arena"),
     };
+    let (device, what) = match plan.options.budget_of {
+        crate::BudgetOf::Device => (device, what),
+        crate::BudgetOf::Peak => (peak.peak_bytes, "memory-model peak; budget of the peak"),
+    };
     if let Some(budget) = plan.options.budget.filter(|&b| device > b) {
         return Err(CheckError::OverBudget {
             device,

@@ -1,0 +1,30 @@
+//! What a budget bounds (`--budget-of`): device bytes, or the memory model's peak.
+
+use serde::{Deserialize, Serialize};
+
+/// What a budget bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetOf {
+    /// Device bytes: the aligned arena plus the persistent bytes, what `sgc run` allocates.
+    #[default]
+    Device,
+    /// The memory model's peak (persistent bytes plus the live bytes of the worst step,
+    /// unaligned): what MegEngine's and Checkmate's budgets bound. The arena may need up
+    /// to its fragmentation and alignment more.
+    Peak,
+}
+
+impl BudgetOf {
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetOf::Device => "device",
+            BudgetOf::Peak => "peak",
+        }
+    }
+
+    pub(crate) fn is_device(&self) -> bool {
+        *self == BudgetOf::Device
+    }
+}
