@@ -58,6 +58,27 @@ pub enum GoalArg {
     Balanced,
 }
 
+/// `--arena-effort` values of `plan`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ArenaEffortArg {
+    Fast,
+    Plan,
+    Default,
+    Thorough,
+}
+
+impl From<ArenaEffortArg> for sgc::plan::alloc::ArenaEffort {
+    fn from(e: ArenaEffortArg) -> Self {
+        use sgc::plan::alloc::ArenaEffort as E;
+        match e {
+            ArenaEffortArg::Fast => E::Fast,
+            ArenaEffortArg::Plan => E::Plan,
+            ArenaEffortArg::Default => E::Default,
+            ArenaEffortArg::Thorough => E::Thorough,
+        }
+    }
+}
+
 /// What `--budget` bounds.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum BudgetOfArg {

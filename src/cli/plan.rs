@@ -70,6 +70,13 @@ pub struct Args {
     /// Plan the schedule only: no arena offsets.
     #[arg(long)]
     no_arena: bool,
+    /// How hard to search the arena: `plan` (hundredths of a second; plans of more than 600
+    /// lifetimes keep the heuristics' arena), `default` (what `sgc alloc` spends, up to a few
+    /// seconds: most real plans reach their aligned live peak), `thorough`, or `fast`
+    /// (heuristics only). Under --budget it places every candidate, so it also decides
+    /// which plans fit.
+    #[arg(long, value_enum, default_value = "plan")]
+    arena_effort: super::ArenaEffortArg,
     #[command(flatten)]
     device: DeviceProfileArg,
     /// Write the plan to this file.
@@ -198,6 +205,7 @@ pub fn run(args: Args) -> CliResult {
         evictee_min_size: args.evictee_min_size,
         sqrt_sampling: args.sqrt_sampling,
         arena: !args.no_arena,
+        arena_effort: args.arena_effort.into(),
         align: args.align,
         device_profile: args.device.device_profile.clone(),
     };
@@ -364,6 +372,12 @@ fn render(r: &Report<'_>) -> String {
             human_bytes(a.live_peak_bytes),
             fragmentation(a.fragmentation_percent)
         );
+        if a.fragmentation_percent > 1.0 && o.arena_effort == sgc::plan::alloc::ArenaEffort::Plan {
+            let _ = writeln!(
+                s,
+                "                   (--arena-effort default searches the arena longer and may close the gap)"
+            );
+        }
         let _ = writeln!(
             s,
             "arena + persistent {}  (what the device needs; align {} B, by {}, {} in-place pairs)",
@@ -440,7 +454,7 @@ fn render(r: &Report<'_>) -> String {
     }
     let _ = writeln!(
         s,
-        "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}",
+        "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}, arena-effort {}",
         budget_text(o),
         size(o.lb_memory),
         o.thresh_tries,
@@ -448,7 +462,8 @@ fn render(r: &Report<'_>) -> String {
         o.pool_size,
         size(o.eviction_threshold),
         human_bytes(o.evictee_min_size),
-        o.sqrt_sampling
+        o.sqrt_sampling,
+        o.arena_effort.as_str()
     );
     if let Some(w) = &r.written_to {
         let _ = writeln!(s, "plan written to    {w}");

@@ -37,7 +37,7 @@ use crate::context::Context;
 use crate::evaluate::{fitness_of, schedule, Fitness};
 use crate::genome::Genome;
 use crate::search::Evaluator;
-use crate::{alloc, arena, dtr, BudgetOf, Plan, PlanError, PlanOptions, Strategy};
+use crate::{arena, dtr, BudgetOf, Plan, PlanError, PlanOptions, Strategy};
 use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
@@ -183,7 +183,13 @@ pub(crate) fn device_bytes(
         message: e.to_string(),
     })?;
     let plan = Plan::assemble(g, opts, steps, &profile);
-    let layout = arena::assign(g, &ops, &plan.lifetimes, opts.align, alloc::Effort::PLAN)?;
+    let layout = arena::assign(
+        g,
+        &ops,
+        &plan.lifetimes,
+        opts.align,
+        opts.arena_effort.effort(),
+    )?;
     Ok(layout.size.saturating_add(g.persistent_bytes()))
 }
 

@@ -116,7 +116,7 @@ pub fn plan_schedule(
             ops,
             &plan.lifetimes,
             options.align,
-            alloc::Effort::PLAN,
+            options.arena_effort.effort(),
         )?;
         plan.arena = Some(layout);
     }
@@ -283,7 +283,7 @@ fn finish_plan(
             &ops,
             &plan.lifetimes,
             options.align,
-            alloc::Effort::PLAN,
+            options.arena_effort.effort(),
         )?;
         let device = layout.size.saturating_add(graph.persistent_bytes());
         let bounded = match options.budget_of {

@@ -123,6 +123,9 @@ pub struct PlanOptions {
     /// Give every lifetime an arena offset ([`crate::arena`]); `false` leaves `arena` empty.
     #[serde(default = "yes")]
     pub arena: bool,
+    /// How hard the arena is searched (see [`crate::alloc::ArenaEffort`]).
+    #[serde(default, skip_serializing_if = "crate::alloc::ArenaEffort::is_plan")]
+    pub arena_effort: crate::alloc::ArenaEffort,
     /// Arena alignment in bytes (offsets are multiples of it, sizes padded to it).
     #[serde(default = "default_align")]
     pub align: u64,
@@ -159,6 +162,7 @@ impl Default for PlanOptions {
             evictee_min_size: 1 << 20,
             sqrt_sampling: false,
             arena: true,
+            arena_effort: crate::alloc::ArenaEffort::Plan,
             align: DEFAULT_ALIGN,
             device_profile: None,
         }
