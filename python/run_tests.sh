@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# CI entry for the PyTorch exporter: runs the pytest suite (python/tests) with the python3 on PATH.
+# CI entry for the PyTorch exporter and the Python bindings: runs the pytest suite (python/tests)
+# with the python3 on PATH.
 # Without torch it prints a SKIP line and succeeds, unless SGC_REQUIRE_TORCH=1 (CI), where a
-# missing torch, torchvision, transformers or pytest is an error, and so is any skipped test.
+# missing torch, torchvision, transformers or pytest is an error, and so are a missing native
+# module `sgc` (pip install ./python) and any skipped test.
 # Without SGC_REQUIRE_TORCH, tests
 # that need torchvision or transformers are skipped (with the reason) when those are missing.
 set -uo pipefail
@@ -12,6 +14,11 @@ for module in torch torchvision transformers pytest; do
 done
 if [ "${SGC_REQUIRE_TORCH:-0}" = 1 ] && [ ${#missing[@]} -gt 0 ]; then
   echo "error: SGC_REQUIRE_TORCH=1 but $(command -v python3) cannot import: ${missing[*]} (pip install -r python/requirements-ci.txt)" >&2
+  exit 1
+fi
+# The native module (tests/test_bindings.py): CI installs it before this script runs.
+if [ "${SGC_REQUIRE_TORCH:-0}" = 1 ] && ! python3 -c "import sgc" >/dev/null 2>&1; then
+  echo "error: SGC_REQUIRE_TORCH=1 but $(command -v python3) cannot import the native module sgc (pip install ./python)" >&2
   exit 1
 fi
 if [[ " ${missing[*]} " == *" torch "* ]]; then

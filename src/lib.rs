@@ -8,7 +8,9 @@
 //! The largest batch that fits a memory size, with and without planning: [`fit`] (the
 //! planner's, re-exported).
 //! Run-time DTR swept over eviction thresholds beside the static plan: [`sweep`].
-//! Human-readable sizes for reports live in [`units`].
+//! Human-readable sizes for reports live in [`units`]; the reports of `sgc plan` and
+//! `sgc inspect`, as data and text, in [`report`]; the command line's defaults in
+//! [`defaults`]. The CLI and the Python bindings (`crates/sgc-py`) share all three.
 
 pub use sgc_exec as exec;
 pub use sgc_ir as ir;
@@ -16,6 +18,8 @@ pub use sgc_plan as plan;
 pub use sgc_plan::fit;
 
 pub mod compare;
+pub mod defaults;
 pub mod plot;
+pub mod report;
 pub mod sweep;
 pub mod units;

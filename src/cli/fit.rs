@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_size, default_value = "0")]
     reserve: u64,
     /// Strategies to search, comma-separated or repeated, in this order.
-    #[arg(long, value_enum, value_delimiter = ',', default_values = ["none", "chen-sqrt", "sublinear"])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES.map(StrategyArg::from))]
     strategy: Vec<StrategyArg>,
     /// sublinear: generations of genetic refinement (0 = off).
     #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
@@ -56,16 +56,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let effort = match args.alloc_effort.as_str() {
-        "fast" => Effort::FAST,
-        "default" => Effort::DEFAULT,
-        "thorough" => Effort::THOROUGH,
-        other => {
-            return Err(
-                format!("unknown --alloc-effort {other:?}: use fast, default or thorough").into(),
-            )
-        }
-    };
+    let effort = Effort::by_name(&args.alloc_effort)?;
     let file = args.file.display().to_string();
     let graph = sgc::ir::load_any(&args.file)?;
     let strategies: Vec<PlanOptions> = args

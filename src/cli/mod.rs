@@ -3,7 +3,6 @@
 mod alloc;
 mod compare;
 mod cost;
-mod defaults;
 mod dtr;
 mod fit;
 mod inspect;
@@ -16,6 +15,7 @@ mod run;
 mod zoo;
 
 use clap::{Parser, Subcommand};
+use sgc::defaults;
 use std::process::ExitCode;
 
 /// `--strategy` values, shared by `plan`, `run` and `fit`.
@@ -35,6 +35,18 @@ impl From<StrategyArg> for sgc::plan::Strategy {
             StrategyArg::ChenSqrt => Strategy::ChenSqrt,
             StrategyArg::Sublinear => Strategy::Sublinear,
             StrategyArg::Dtr => Strategy::Dtr,
+        }
+    }
+}
+
+impl From<sgc::plan::Strategy> for StrategyArg {
+    fn from(s: sgc::plan::Strategy) -> Self {
+        use sgc::plan::Strategy;
+        match s {
+            Strategy::None => StrategyArg::None,
+            Strategy::ChenSqrt => StrategyArg::ChenSqrt,
+            Strategy::Sublinear => StrategyArg::Sublinear,
+            Strategy::Dtr => StrategyArg::Dtr,
         }
     }
 }

@@ -28,3 +28,15 @@ impl BudgetOf {
         *self == BudgetOf::Device
     }
 }
+
+impl std::str::FromStr for BudgetOf {
+    type Err = String;
+
+    /// What a budget bounds, by its command-line name (`device`, `peak`).
+    fn from_str(s: &str) -> Result<BudgetOf, String> {
+        [BudgetOf::Device, BudgetOf::Peak]
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("unknown budget kind {s:?}: use device or peak"))
+    }
+}

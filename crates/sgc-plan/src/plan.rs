@@ -59,6 +59,18 @@ impl Strategy {
     }
 }
 
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    /// A strategy by its command-line name (`chen-sqrt`).
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| format!("unknown strategy {s:?}: use none, chen-sqrt, sublinear or dtr"))
+    }
+}
+
 impl std::fmt::Display for Strategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -85,6 +97,18 @@ impl Goal {
             Goal::LowestPeak => "lowest-peak",
             Goal::Balanced => "balanced",
         }
+    }
+}
+
+impl std::str::FromStr for Goal {
+    type Err = String;
+
+    /// A goal by its command-line name (`lowest-peak`).
+    fn from_str(s: &str) -> Result<Goal, String> {
+        [Goal::LowestPeak, Goal::Balanced]
+            .into_iter()
+            .find(|g| g.as_str() == s)
+            .ok_or_else(|| format!("unknown goal {s:?}: use lowest-peak or balanced"))
     }
 }
 

@@ -128,6 +128,19 @@ impl Effort {
         time_cap: Some(Duration::from_secs(120)),
         greedy_work: 20_000_000_000,
     };
+
+    /// An effort by the name `sgc fit --alloc-effort` takes: `fast`, `default` or
+    /// `thorough`.
+    pub fn by_name(name: &str) -> Result<Effort, String> {
+        match name {
+            "fast" => Ok(Effort::FAST),
+            "default" => Ok(Effort::DEFAULT),
+            "thorough" => Ok(Effort::THOROUGH),
+            other => Err(format!(
+                "unknown --alloc-effort {other:?}: use fast, default or thorough"
+            )),
+        }
+    }
 }
 
 impl Default for Effort {
@@ -179,6 +192,23 @@ impl ArenaEffort {
 
     pub(crate) fn is_plan(&self) -> bool {
         *self == ArenaEffort::Plan
+    }
+}
+
+impl std::str::FromStr for ArenaEffort {
+    type Err = String;
+
+    /// An arena effort by its command-line name (`plan`, `default`, ...).
+    fn from_str(s: &str) -> Result<ArenaEffort, String> {
+        [
+            ArenaEffort::Fast,
+            ArenaEffort::Plan,
+            ArenaEffort::Default,
+            ArenaEffort::Thorough,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+        .ok_or_else(|| format!("unknown arena effort {s:?}: use plan, default, thorough or fast"))
     }
 }
 

@@ -1,0 +1,110 @@
+//! Arguments from Python (graphs, plans, sizes, names) and results to Python (serde data
+//! as dicts, through the `json` module, so a dict is exactly the JSON the CLI writes).
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Where a graph or a plan comes from: a file, or JSON text (a `str` starting with `{`,
+/// or a dict dumped by `json.dumps`).
+pub enum Source {
+    Path(PathBuf),
+    Text(String),
+}
+
+impl Source {
+    /// `obj` as a source: a dict, JSON text, or a path (`str` or `os.PathLike`).
+    pub fn of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Source> {
+        if obj.cast::<PyDict>().is_ok() {
+            let json = obj.py().import("json")?;
+            return Ok(Source::Text(json.call_method1("dumps", (obj,))?.extract()?));
+        }
+        if let Ok(s) = obj.cast::<PyString>() {
+            let text: String = s.extract()?;
+            if text.trim_start().starts_with('{') {
+                return Ok(Source::Text(text));
+            }
+            return Ok(Source::Path(PathBuf::from(text)));
+        }
+        obj.extract::<PathBuf>().map(Source::Path).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what} must be a path, JSON text or a dict, not {}",
+                type_name(obj)
+            ))
+        })
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string())
+}
+
+/// A size in bytes: an int, or a string the command line accepts (`10GiB`, `1.5GB`, `512`).
+pub fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if obj.cast::<PyBool>().is_ok() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a size in bytes (an int or a string such as \"10GiB\"), not a bool"
+        )));
+    }
+    if obj.cast::<PyInt>().is_ok() {
+        return obj.extract::<u64>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "invalid size {obj} for {what}: a size is at least 0 and at most {} bytes",
+                u64::MAX
+            ))
+        });
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        let text: String = s.extract()?;
+        return sgc::units::parse_size(&text).map_err(PyValueError::new_err);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be a size in bytes (an int or a string such as \"10GiB\"), not {}",
+        type_name(obj)
+    )))
+}
+
+/// An optional size.
+pub fn opt_size(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| size(o, what))
+        .transpose()
+}
+
+/// A value parsed from its command-line name (`FromStr` with the CLI's message).
+pub fn named<T>(text: &str) -> PyResult<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Worker threads, as `--workers` accepts them.
+pub fn workers(workers: Option<u64>) -> PyResult<Option<usize>> {
+    match workers {
+        Some(w) if !sgc::defaults::WORKERS.contains(&w) => Err(PyValueError::new_err(format!(
+            "invalid value {w} for workers: {w} is not in {}..={}",
+            sgc::defaults::WORKERS.start(),
+            sgc::defaults::WORKERS.end()
+        ))),
+        w => Ok(w.map(|w| w as usize)),
+    }
+}
+
+/// Serde data as the Python object `json.loads` makes of its JSON.
+pub fn to_py<T: Serialize>(py: Python<'_>, value: &T) -> PyResult<Py<PyAny>> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| PyValueError::new_err(format!("cannot serialise: {e}")))?;
+    json_loads(py, &text)
+}
+
+/// `json.loads(text)`.
+pub fn json_loads(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}

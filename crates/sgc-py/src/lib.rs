@@ -1,0 +1,129 @@
+//! Python bindings of sgc: the extension module `sgc` (typed by `python/sgc.pyi`), built
+//! by maturin from `python/pyproject.toml` into one abi3 wheel with the exporter `sgc_trace`.
+//!
+//! This crate only converts: Python arguments into the library's types (graphs, plans,
+//! sizes, names, with the command line's defaults from `sgc::defaults`), the library's
+//! results into Python objects (serde data through the `json` module, so a dict is the JSON
+//! the CLI writes), and its errors into the exceptions of [`errors`]. Planning, checking,
+//! reports and fitting are the library's (`sgc::plan`, `sgc::report`, `sgc::fit`), the same
+//! functions `sgc plan`, `sgc inspect` and `sgc fit` call; long work runs with the GIL
+//! released.
+
+mod convert;
+mod errors;
+mod graph;
+mod plan;
+
+use convert::{named, opt_size, size, to_py};
+use graph::Graph;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use sgc::defaults;
+use sgc::plan::alloc::Effort;
+use sgc::plan::{PlanOptions, Strategy};
+use sgc::report::inspect::InspectReport;
+
+/// What `sgc inspect` reports, as data (`sgc inspect --json`).
+#[pyfunction]
+#[pyo3(signature = (graph, top=10, align=None, device_profile=None))]
+fn inspect(
+    py: Python<'_>,
+    graph: &Bound<'_, PyAny>,
+    top: usize,
+    align: Option<&Bound<'_, PyAny>>,
+    device_profile: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let graph = Graph::of(graph)?;
+    let graph = graph.get();
+    let align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
+    let device = device_profile.map(named).transpose()?;
+    let file = graph.path.as_deref().unwrap_or(plan::NO_FILE);
+    let g = &graph.graph;
+    let report = py
+        .detach(|| InspectReport::new(g, file, top, device.as_ref(), align))
+        .map_err(|e| errors::plan_error(py, e, graph.path.as_deref()))?;
+    to_py(py, &report)
+}
+
+/// Strategies given as a list of names or one comma-separated string.
+fn strategies(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Strategy>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(defaults::FIT_STRATEGIES.to_vec());
+    };
+    let names: Vec<String> = match obj.cast::<PyString>() {
+        Ok(s) => s
+            .to_str()?
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .collect(),
+        Err(_) => obj.extract()?,
+    };
+    names.iter().map(|n| named(n)).collect()
+}
+
+/// What `sgc fit` reports, as data (`sgc fit --json`): the largest batch whose arena plus
+/// persistent bytes fit `memory - reserve`, unplanned and per strategy.
+#[pyfunction]
+#[pyo3(signature = (
+    graph, memory, reserve=None, strategy=None, genetic_iters=defaults::GENETIC_ITERS,
+    thresh_tries=defaults::thresh_tries(), seed=defaults::seed(), align=None,
+    alloc_effort="fast", workers=None, device_profile=None,
+))]
+#[allow(clippy::too_many_arguments)]
+fn fit(
+    py: Python<'_>,
+    graph: &Bound<'_, PyAny>,
+    memory: &Bound<'_, PyAny>,
+    reserve: Option<&Bound<'_, PyAny>>,
+    strategy: Option<&Bound<'_, PyAny>>,
+    genetic_iters: usize,
+    thresh_tries: usize,
+    seed: u64,
+    align: Option<&Bound<'_, PyAny>>,
+    alloc_effort: &str,
+    workers: Option<u64>,
+    device_profile: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    let base = PlanOptions {
+        seed,
+        genetic_iters,
+        thresh_tries,
+        device_profile: device_profile.map(named).transpose()?,
+        ..PlanOptions::default()
+    };
+    let options: Vec<PlanOptions> = strategies(strategy)?
+        .into_iter()
+        .map(|strategy| PlanOptions {
+            strategy,
+            ..base.clone()
+        })
+        .collect();
+    let mut opts = sgc::fit::FitOptions::new(size(memory, "memory")?);
+    opts.reserve = opt_size(reserve, "reserve")?.unwrap_or(0);
+    opts.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
+    opts.effort = Effort::by_name(alloc_effort).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    opts.workers = convert::workers(workers)?;
+    let graph = Graph::of(graph)?;
+    let graph = graph.get();
+    let g = &graph.graph;
+    let report = py
+        .detach(|| sgc::fit::fit(g, &options, &opts, &mut |_, _| {}))
+        .map_err(|e| errors::fit_error(py, e, graph.path.as_deref()))?;
+    to_py(py, &report)
+}
+
+/// The module `sgc`.
+#[pymodule]
+#[pyo3(name = "sgc")]
+fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Graph>()?;
+    m.add_class::<plan::Plan>()?;
+    m.add_function(wrap_pyfunction!(graph::load, m)?)?;
+    m.add_function(wrap_pyfunction!(plan::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(plan::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(plan::load_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(fit, m)?)?;
+    errors::register(m)
+}

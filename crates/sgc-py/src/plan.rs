@@ -1,0 +1,269 @@
+//! `sgc.Plan`, `sgc.plan`, `sgc.verify` and `sgc.load_plan`: the planner, its verifier and
+//! plan files, with the command line's defaults (`sgc::defaults`) and its report
+//! (`sgc::report::plan`). Planning runs with the GIL released.
+
+use crate::convert::{self, json_loads, named, opt_size, to_py, Source};
+use crate::errors;
+use crate::graph::Graph;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sgc::defaults;
+use sgc::plan::{PlanOptions, PlanStats, RunConfig};
+use sgc::report::plan::{workers_used, PlanReport};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a graph argument is called in reports when it was not read from a file.
+pub const NO_FILE: &str = "<string>";
+
+/// A verified checkpointing plan (format `sgc-plan`) for one graph.
+#[pyclass(frozen, name = "Plan", module = "sgc")]
+pub struct Plan {
+    plan: sgc::plan::Plan,
+    graph: Arc<sgc::ir::Graph>,
+    /// What made it (none for a plan read from a file).
+    stats: Option<PlanStats>,
+    file: String,
+    workers: usize,
+    secs: f64,
+}
+
+#[pymethods]
+impl Plan {
+    /// The plan file's JSON object, exactly what `sgc plan -o plan.json` writes.
+    fn to_dict(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        json_loads(py, &self.plan.to_json())
+    }
+
+    /// The plan file's text.
+    fn to_json(&self) -> String {
+        self.plan.to_json()
+    }
+
+    /// Writes the plan file (atomically: a temporary file renamed into place).
+    fn save(&self, path: std::path::PathBuf) -> PyResult<()> {
+        sgc::ir::file::write_atomic(&path, self.plan.to_json().as_bytes()).map_err(|e| {
+            pyo3::exceptions::PyOSError::new_err(format!("{}: cannot write: {e}", path.display()))
+        })
+    }
+
+    /// The plan's figures (the plan file's `summary`), with `strategy`, `arena_bytes` and
+    /// `device_bytes` (arena + persistent: what a device needs; None without an arena).
+    #[getter]
+    fn summary(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let summary = to_py(py, &self.plan.summary)?;
+        let dict = summary.bind(py).cast::<PyDict>()?;
+        let arena = self.plan.arena.as_ref().map(|a| a.size);
+        dict.set_item("strategy", self.plan.options.strategy.as_str())?;
+        dict.set_item("arena_bytes", arena)?;
+        dict.set_item(
+            "device_bytes",
+            arena.map(|a| a + self.plan.summary.persistent_bytes),
+        )?;
+        Ok(summary)
+    }
+
+    /// The schedule: `(op name, recompute)` per step.
+    #[getter]
+    fn steps(&self) -> Vec<(String, bool)> {
+        self.plan
+            .steps
+            .iter()
+            .map(|s| (self.graph.op(s.op).name.clone(), s.recompute))
+            .collect()
+    }
+
+    /// The graph's fingerprint the plan was made for.
+    #[getter]
+    fn fingerprint(&self) -> &str {
+        &self.plan.graph.fingerprint
+    }
+
+    /// The report `sgc plan` prints (progress lines excluded).
+    fn report(&self) -> String {
+        let stats = self.stats.as_ref();
+        PlanReport::new(
+            &self.plan,
+            stats,
+            self.file.clone(),
+            self.workers,
+            self.secs,
+            None,
+        )
+        .render()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = &self.plan.summary;
+        format!(
+            "<sgc.Plan {} for {}: planned peak {} B of unplanned {} B, recompute {:.1}%>",
+            self.plan.options.strategy,
+            self.plan.graph,
+            s.planned_peak,
+            s.unplanned_peak,
+            100.0 * s.recompute_share
+        )
+    }
+}
+
+/// The graph's file as reports name it, and as errors are prefixed (None: not a file).
+fn file_of(graph: &Graph) -> (String, Option<String>) {
+    let path = graph.path.clone();
+    (path.clone().unwrap_or_else(|| NO_FILE.to_string()), path)
+}
+
+/// Plans checkpointing (and the arena) for a graph and verifies the plan; the options and
+/// defaults are those of `sgc plan`. Sizes take ints or strings such as `"10GiB"`.
+#[pyfunction]
+#[pyo3(signature = (
+    graph, strategy="sublinear", genetic_iters=defaults::GENETIC_ITERS, budget=None,
+    seed=defaults::seed(), workers=None, arena=true, align=None, goal=None, lb_memory=None,
+    thresh_tries=defaults::thresh_tries(), pool_size=defaults::pool_size(),
+    eviction_threshold=None, evictee_min_size=None, sqrt_sampling=false, device_profile=None,
+    budget_of="device", arena_effort="plan",
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    py: Python<'_>,
+    graph: &Bound<'_, PyAny>,
+    strategy: &str,
+    genetic_iters: usize,
+    budget: Option<&Bound<'_, PyAny>>,
+    seed: u64,
+    workers: Option<u64>,
+    arena: bool,
+    align: Option<&Bound<'_, PyAny>>,
+    goal: Option<&str>,
+    lb_memory: Option<&Bound<'_, PyAny>>,
+    thresh_tries: usize,
+    pool_size: usize,
+    eviction_threshold: Option<&Bound<'_, PyAny>>,
+    evictee_min_size: Option<&Bound<'_, PyAny>>,
+    sqrt_sampling: bool,
+    device_profile: Option<&str>,
+    budget_of: &str,
+    arena_effort: &str,
+) -> PyResult<Plan> {
+    let mut options = PlanOptions {
+        genetic_iters,
+        seed,
+        arena,
+        thresh_tries,
+        pool_size,
+        sqrt_sampling,
+        ..PlanOptions::default()
+    };
+    options.strategy = named(strategy)?;
+    options.goal = goal.map(named).transpose()?.unwrap_or_default();
+    options.budget = opt_size(budget, "budget")?;
+    options.budget_of = named(budget_of)?;
+    options.arena_effort = named(arena_effort)?;
+    options.lb_memory = opt_size(lb_memory, "lb_memory")?;
+    options.eviction_threshold = opt_size(eviction_threshold, "eviction_threshold")?;
+    if let Some(min) = opt_size(evictee_min_size, "evictee_min_size")? {
+        options.evictee_min_size = min;
+    }
+    options.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
+    options.device_profile = device_profile.map(named).transpose()?;
+    let workers = convert::workers(workers)?;
+    let graph = Graph::of(graph)?;
+    let graph = graph.get();
+    let (file, path) = file_of(graph);
+    let run = RunConfig {
+        workers,
+        progress: None,
+    };
+    let g = &graph.graph;
+    let (result, secs) = py.detach(|| {
+        let start = Instant::now();
+        let result = sgc::plan::plan_with_stats(g, &options, &run);
+        (result, start.elapsed().as_secs_f64())
+    });
+    let (mut plan, stats) = result.map_err(|e| errors::plan_error(py, e, path.as_deref()))?;
+    plan.graph.path = path;
+    Ok(Plan {
+        plan,
+        graph: Arc::clone(g),
+        stats: Some(stats),
+        file,
+        workers: workers_used(workers),
+        secs,
+    })
+}
+
+/// A plan argument: an `sgc.Plan`, or a plan file, its text or its dict.
+fn plan_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<(sgc::plan::Plan, Option<String>)> {
+    if let Ok(p) = obj.cast::<Plan>() {
+        return Ok((p.get().plan.clone(), None));
+    }
+    let (text, file) = match Source::of(obj, "a plan")? {
+        Source::Text(text) => (text, None),
+        Source::Path(path) => {
+            let file = path.display().to_string();
+            let text = py
+                .detach(|| sgc::ir::file::read_limited(&path))
+                .map_err(|e| {
+                    errors::PlanError::new_err(format!("{file}: cannot read the plan: {e}"))
+                })?;
+            (text, Some(file))
+        }
+    };
+    let plan = sgc::plan::Plan::from_json(&text)
+        .map_err(|e| errors::plan_error(py, e, file.as_deref()))?;
+    Ok((plan, file))
+}
+
+/// Checks a plan against a graph as `sgc plan --check` does: the verifier's replay, the
+/// budget its options state, and its summary reproduced. Returns the verified figures;
+/// raises `PlanRejected` listing the violations.
+#[pyfunction]
+pub fn verify(
+    py: Python<'_>,
+    graph: &Bound<'_, PyAny>,
+    plan: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    let graph = Graph::of(graph)?;
+    let g = &graph.get().graph;
+    let (plan, file) = plan_of(py, plan)?;
+    let peak = py
+        .detach(|| sgc::plan::check(g, &plan))
+        .map_err(|e| errors::check_error(py, e, file.as_deref()))?;
+    let out = PyDict::new(py);
+    let persistent = g.persistent_bytes();
+    let arena = plan.arena.as_ref().map(|a| a.size);
+    out.set_item("peak_bytes", peak.peak_bytes)?;
+    out.set_item("peak_step", peak.peak_step)?;
+    out.set_item("persistent_bytes", persistent)?;
+    out.set_item("arena_bytes", arena)?;
+    out.set_item("device_bytes", arena.map(|a| a + persistent))?;
+    out.set_item("steps", plan.steps.len())?;
+    out.set_item("summary_reproduced", true)?;
+    Ok(out.into_any().unbind())
+}
+
+/// Reads a plan (a file, its text or its dict) for `graph`: refuses a plan made for
+/// another graph (`GraphMismatch`) and one the verifier rejects (`PlanRejected`).
+#[pyfunction]
+pub fn load_plan(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    graph: &Bound<'_, PyAny>,
+) -> PyResult<Plan> {
+    let graph = Graph::of(graph)?;
+    let graph = graph.get();
+    let (plan, plan_file) = plan_of(py, source)?;
+    let located = plan_file.as_deref();
+    plan.check_graph(&graph.graph)
+        .map_err(|e| errors::plan_error(py, e, located))?;
+    let g = &graph.graph;
+    py.detach(|| sgc::plan::check(g, &plan))
+        .map_err(|e| errors::check_error(py, e, located))?;
+    Ok(Plan {
+        plan,
+        graph: Arc::clone(g),
+        stats: None,
+        file: file_of(graph).0,
+        workers: workers_used(None),
+        secs: 0.0,
+    })
+}

@@ -1,0 +1,141 @@
+"""sgc: plan gradient checkpointing and static memory sharing for a training graph.
+
+The native module built from `crates/sgc-py`: the same planner, verifier and reports as
+the `sgc` command line, with its defaults. Sizes take ints (bytes) or strings such as
+"10GiB" or "1.5GB"; graphs take an `sgc.Graph`, a path (plain or `.json.gz`), JSON text
+or a dict in the graph format.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence, Union
+
+__version__: str
+
+_Size = Union[int, str]
+_Source = Union[str, "os.PathLike[str]", dict]
+_GraphLike = Union["Graph", str, "os.PathLike[str]", dict]
+_PlanLike = Union["Plan", str, "os.PathLike[str]", dict]
+
+class SgcError(Exception):
+    """Base class of every error sgc raises."""
+
+class GraphError(SgcError):
+    """A graph could not be read or is not valid: the message names the file, the JSON
+    line and column, or the op or tensor at fault."""
+
+class PlanError(SgcError):
+    """No plan could be made, read or accepted."""
+
+class BudgetNotMet(PlanError):
+    """No plan fits the budget (or it is below the per-op lower bound)."""
+
+    budget: int
+    best_device: int | None
+    best_peak: int | None
+    lower_bound: int
+
+class GraphMismatch(PlanError):
+    """A plan was made for another graph (its fingerprint differs)."""
+
+class PlanRejected(PlanError):
+    """The verifier refuses the plan."""
+
+    violations: list[str]
+
+class Graph:
+    """A validated training-step graph (format `sgc-graph`, version 1)."""
+
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def num_ops(self) -> int: ...
+    @property
+    def num_tensors(self) -> int: ...
+    @property
+    def fingerprint(self) -> str:
+        """What a plan's `graph.fingerprint` holds (FNV-1a 64 of the canonical text)."""
+    @property
+    def path(self) -> str | None:
+        """The file it was read from, as given (None for JSON text or a dict)."""
+    def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> str: ...
+
+class Plan:
+    """A verified checkpointing plan (format `sgc-plan`) for one graph."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly the JSON object `sgc plan -o plan.json` writes."""
+    def to_json(self) -> str: ...
+    def save(self, path: str | os.PathLike[str]) -> None: ...
+    @property
+    def summary(self) -> dict[str, Any]:
+        """unplanned_peak, planned_peak, lower_bound, persistent_bytes, step_cost,
+        recompute_cost, recompute_share, cost_source, steps, recompute_steps,
+        recomputed_ops, max_op_runs, checkpoints, strategy, arena_bytes and device_bytes
+        (arena + persistent; None without an arena)."""
+    @property
+    def steps(self) -> list[tuple[str, bool]]:
+        """(op name, recompute) per step of the schedule."""
+    @property
+    def fingerprint(self) -> str: ...
+    def report(self) -> str:
+        """The report `sgc plan` prints."""
+
+def load(source: _Source) -> Graph: ...
+def plan(
+    graph: _GraphLike,
+    strategy: str = "sublinear",
+    genetic_iters: int = 20,
+    budget: _Size | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+    arena: bool = True,
+    align: _Size | None = 256,
+    goal: str | None = None,
+    lb_memory: _Size | None = None,
+    thresh_tries: int = 10,
+    pool_size: int = 20,
+    eviction_threshold: _Size | None = None,
+    evictee_min_size: _Size | None = 1048576,
+    sqrt_sampling: bool = False,
+    device_profile: str | None = None,
+    budget_of: str = "device",
+    arena_effort: str = "plan",
+) -> Plan:
+    """Plans and verifies, as `sgc plan` does with the same options (GIL released).
+    strategy: none, chen-sqrt, sublinear or dtr; goal: lowest-peak or balanced;
+    budget_of: device (arena + persistent) or peak (the memory model's, as MegEngine's);
+    arena_effort: plan, default, thorough or fast;
+    device_profile: v100, t4, a100, l4, h100, rtx4090 or F32/HALF/GBPS."""
+
+def verify(graph: _GraphLike, plan: _PlanLike) -> dict[str, Any]:
+    """`sgc plan --check`: peak_bytes, peak_step, persistent_bytes, arena_bytes,
+    device_bytes, steps, summary_reproduced; raises PlanRejected."""
+
+def load_plan(source: _PlanLike, graph: _GraphLike) -> Plan:
+    """Reads and checks a plan; raises GraphMismatch for a plan made for another graph."""
+
+def inspect(
+    graph: _GraphLike,
+    top: int = 10,
+    align: _Size | None = 256,
+    device_profile: str | None = None,
+) -> dict[str, Any]:
+    """What `sgc inspect --json` reports."""
+
+def fit(
+    graph: _GraphLike,
+    memory: _Size,
+    reserve: _Size | None = 0,
+    strategy: str | Sequence[str] | None = ("none", "chen-sqrt", "sublinear"),
+    genetic_iters: int = 20,
+    thresh_tries: int = 10,
+    seed: int = 0,
+    align: _Size | None = 256,
+    alloc_effort: str = "fast",
+    workers: int | None = None,
+    device_profile: str | None = None,
+) -> dict[str, Any]:
+    """What `sgc fit --json` reports: the largest batch that fits, per strategy."""

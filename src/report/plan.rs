@@ -1,0 +1,326 @@
+//! The report of a plan, as `sgc plan` prints it and as the Python bindings return it:
+//! unplanned vs planned peak, the per-op lower bound, the arena against its aligned live
+//! peak, recompute share and its cost source, and what the search did. One implementation
+//! for the command line (text and `--json`) and for `sgc.Plan.report()` in Python.
+
+use crate::plan::{Plan, PlanOptions, PlanStats, SearchStats};
+use crate::units::human_bytes;
+use serde::Serialize;
+
+/// What `sgc plan` reports (`--json` writes it as is; [`PlanReport::render`] is the text).
+#[derive(Serialize)]
+pub struct PlanReport<'a> {
+    pub file: String,
+    pub graph: Option<&'a str>,
+    pub strategy: &'a str,
+    pub options: &'a PlanOptions,
+    pub workers: usize,
+    pub unplanned_peak_bytes: u64,
+    pub planned_peak_bytes: u64,
+    pub planned_over_unplanned: f64,
+    pub lower_bound_bytes: u64,
+    pub planned_over_lower_bound: f64,
+    pub persistent_bytes: u64,
+    pub recompute_share: f64,
+    pub recompute_cost: f64,
+    pub step_cost: f64,
+    pub cost_source: &'a str,
+    pub checkpoints: usize,
+    pub recomputed_ops: usize,
+    pub recompute_steps: usize,
+    pub steps: usize,
+    /// The most times any one op runs in the step (1: nothing is recomputed).
+    pub max_op_runs: u32,
+    /// The plan's arena (absent with `--no-arena`).
+    pub arena: Option<ArenaReport>,
+    pub plan_time_s: f64,
+    /// Choosing the schedule (the search) and placing the arena, parts of `plan_time_s`.
+    pub schedule_time_s: f64,
+    pub arena_time_s: f64,
+    /// What the sublinear search did (absent for the other strategies).
+    pub search: Option<SearchReport>,
+    /// Why the strategy gave up and the plan is the traced order (`dtr` only).
+    pub fallback: Option<String>,
+    /// A `sublinear` budget was met by an eviction plan (strategy `dtr`).
+    pub met_by_eviction: bool,
+    pub verified: bool,
+    pub written_to: Option<String>,
+}
+
+/// What the sublinear search did.
+#[derive(Serialize)]
+pub struct SearchReport {
+    /// Candidates proposed, repeats included.
+    pub candidates: usize,
+    /// Distinct discard plans whose schedules were built.
+    pub schedules_built: usize,
+    /// Candidates of the memory-for-speed step (part of `candidates`).
+    pub memory_for_speed_candidates: usize,
+    /// Candidates per second of the schedule phase.
+    pub candidates_per_s: f64,
+}
+
+fn search_report(s: &SearchStats, stats: &PlanStats) -> SearchReport {
+    SearchReport {
+        candidates: s.candidates,
+        schedules_built: s.evaluated,
+        memory_for_speed_candidates: s.relax_candidates,
+        candidates_per_s: s.candidates as f64 / stats.schedule_secs.max(1e-9),
+    }
+}
+
+/// The plan's arena next to its bound.
+#[derive(Serialize)]
+pub struct ArenaReport {
+    pub arena_bytes: u64,
+    /// The peak of live bytes with every size padded to `align`.
+    pub live_peak_bytes: u64,
+    pub arena_over_live_peak: f64,
+    /// `100 * (arena / live peak - 1)`; negative when in-place sharing beats the bound.
+    pub fragmentation_percent: f64,
+    /// What a device needs: the arena plus the persistent bytes.
+    pub device_bytes: u64,
+    pub align: u64,
+    pub algorithm: String,
+    pub in_place_pairs: usize,
+}
+
+fn arena_report(plan: &Plan) -> Option<ArenaReport> {
+    let a = plan.arena.as_ref()?;
+    Some(ArenaReport {
+        arena_bytes: a.size,
+        live_peak_bytes: a.lower_bound,
+        arena_over_live_peak: a.ratio(),
+        fragmentation_percent: a.fragmentation_percent(),
+        device_bytes: a.size + plan.summary.persistent_bytes,
+        align: a.align,
+        algorithm: a.algorithm.clone(),
+        in_place_pairs: a.in_place.len(),
+    })
+}
+
+/// The worker threads a planning run uses: `workers`, else one per core.
+pub fn workers_used(workers: Option<usize>) -> usize {
+    workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The arena's excess over the aligned live peak; an arena below it (in-place sharing
+/// packs outputs over their inputs) has none.
+pub fn fragmentation(percent: f64) -> String {
+    if percent < 0.0 {
+        format!(
+            "{:.2}% below it through in-place sharing, no fragmentation",
+            -percent
+        )
+    } else {
+        format!("fragmentation {percent:.2}%")
+    }
+}
+
+impl<'a> PlanReport<'a> {
+    /// The report of `plan`, made from `file` (as given) in `secs` on `workers` threads;
+    /// `stats` of the run that made it (none for a plan read from a file), `written_to`
+    /// where it was saved.
+    pub fn new(
+        plan: &'a Plan,
+        stats: Option<&PlanStats>,
+        file: String,
+        workers: usize,
+        secs: f64,
+        written_to: Option<String>,
+    ) -> PlanReport<'a> {
+        let mut report = build(plan, file, workers, secs, written_to);
+        if let Some(stats) = stats {
+            report.search = stats.search.as_ref().map(|s| search_report(s, stats));
+            report.schedule_time_s = stats.schedule_secs;
+            report.arena_time_s = stats.arena_secs;
+            report.fallback = stats.fallback.clone();
+            report.met_by_eviction = stats.met_by_eviction;
+        }
+        report
+    }
+
+    /// The text `sgc plan` prints.
+    pub fn render(&self) -> String {
+        render(self)
+    }
+}
+
+fn build<'a>(
+    plan: &'a Plan,
+    file: String,
+    workers: usize,
+    secs: f64,
+    written_to: Option<String>,
+) -> PlanReport<'a> {
+    let s = &plan.summary;
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
+    PlanReport {
+        file,
+        graph: plan.graph.name.as_deref(),
+        strategy: plan.options.strategy.as_str(),
+        options: &plan.options,
+        workers,
+        unplanned_peak_bytes: s.unplanned_peak,
+        planned_peak_bytes: s.planned_peak,
+        planned_over_unplanned: ratio(s.planned_peak, s.unplanned_peak),
+        lower_bound_bytes: s.lower_bound,
+        planned_over_lower_bound: ratio(s.planned_peak, s.lower_bound),
+        persistent_bytes: s.persistent_bytes,
+        recompute_share: s.recompute_share,
+        recompute_cost: s.recompute_cost,
+        step_cost: s.step_cost,
+        cost_source: &s.cost_source,
+        checkpoints: s.checkpoints,
+        recomputed_ops: s.recomputed_ops,
+        recompute_steps: s.recompute_steps,
+        steps: s.steps,
+        max_op_runs: s.max_op_runs,
+        arena: arena_report(plan),
+        plan_time_s: secs,
+        schedule_time_s: 0.0,
+        arena_time_s: 0.0,
+        search: None,
+        fallback: None,
+        met_by_eviction: false,
+        verified: true,
+        written_to,
+    }
+}
+
+fn render(r: &PlanReport<'_>) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let bytes = |b: u64| format!("{:>12} ({b} B)", human_bytes(b));
+    let o = r.options;
+    let _ = writeln!(
+        s,
+        "graph              {} ({})",
+        r.graph.unwrap_or("(unnamed)"),
+        r.file
+    );
+    let _ = writeln!(s, "unplanned peak     {}", bytes(r.unplanned_peak_bytes));
+    let _ = writeln!(s, "planned peak       {}", bytes(r.planned_peak_bytes));
+    let _ = writeln!(s, "planned/unplanned  {:>11.3}x", r.planned_over_unplanned);
+    let _ = writeln!(
+        s,
+        "per-op lower bound {}  (planned/bound {:.3}x)",
+        bytes(r.lower_bound_bytes),
+        r.planned_over_lower_bound
+    );
+    let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
+    if let Some(a) = &r.arena {
+        let _ = writeln!(
+            s,
+            "arena              {}  ({:.4}x the aligned live peak {}: {})",
+            bytes(a.arena_bytes),
+            a.arena_over_live_peak,
+            human_bytes(a.live_peak_bytes),
+            fragmentation(a.fragmentation_percent)
+        );
+        if a.fragmentation_percent > 1.0 && o.arena_effort == sgc_plan::alloc::ArenaEffort::Plan {
+            let _ = writeln!(
+                s,
+                "                   (--arena-effort default searches the arena longer and may close the gap)"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "arena + persistent {}  (what the device needs; align {} B, by {}, {} in-place pairs)",
+            bytes(a.device_bytes),
+            a.align,
+            a.algorithm,
+            a.in_place_pairs
+        );
+    }
+    let _ = writeln!(
+        s,
+        "recompute          {:>11.1}% of one step's cost ({:.4e} of {:.4e}, from {})",
+        100.0 * r.recompute_share,
+        r.recompute_cost,
+        r.step_cost,
+        r.cost_source
+    );
+    let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
+    let runs = match r.max_op_runs {
+        0 | 1 => "no op runs twice".to_string(),
+        2 => "no op runs more than twice".to_string(),
+        n => format!("no op runs more than {n} times"),
+    };
+    let _ = writeln!(
+        s,
+        "recomputed ops     {:>12} ({} of {} steps recompute; {runs})",
+        r.recomputed_ops, r.recompute_steps, r.steps
+    );
+    let _ = writeln!(
+        s,
+        "plan time          {:>11.3}s on {} workers (schedule {:.3}s, arena {:.3}s; plan verified)",
+        r.plan_time_s, r.workers, r.schedule_time_s, r.arena_time_s
+    );
+    if let Some(why) = &r.fallback {
+        let _ = writeln!(
+            s,
+            "fallback           {} gave up ({why}); the plan is the traced order",
+            r.strategy
+        );
+    }
+    if r.met_by_eviction {
+        let _ = writeln!(
+            s,
+            "budget             met by static DTR (eviction): it recomputes least of the plans whose device bytes fit"
+        );
+    }
+    if let Some(x) = &r.search {
+        let _ = writeln!(
+            s,
+            "search             {:>12} candidates ({:.0}/s; {} trading memory for speed), {} schedules built",
+            x.candidates,
+            x.candidates_per_s,
+            x.memory_for_speed_candidates,
+            x.schedules_built
+        );
+    }
+    let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
+    let _ = writeln!(
+        s,
+        "strategy           {} (seed {}, goal {})",
+        r.strategy,
+        o.seed,
+        o.goal.as_str()
+    );
+    if let Some(d) = &o.device_profile {
+        let _ = writeln!(
+            s,
+            "device profile     {} ({} TFLOP/s f32, {} TFLOP/s f16/bf16, {} GB/s): ops without time_us costed by their roofline estimate",
+            d.name(),
+            d.f32_tflops(),
+            d.half_tflops(),
+            d.bandwidth_gbps()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}, arena-effort {}",
+        budget_text(o),
+        size(o.lb_memory),
+        o.thresh_tries,
+        o.genetic_iters,
+        o.pool_size,
+        size(o.eviction_threshold),
+        human_bytes(o.evictee_min_size),
+        o.sqrt_sampling,
+        o.arena_effort.as_str()
+    );
+    if let Some(w) = &r.written_to {
+        let _ = writeln!(s, "plan written to    {w}");
+    }
+    s
+}
+
+/// The budget and, when it is not device bytes, what it bounds.
+fn budget_text(o: &PlanOptions) -> String {
+    match (o.budget, o.budget_of) {
+        (Some(b), sgc_plan::BudgetOf::Peak) => format!("{} (of the peak)", human_bytes(b)),
+        (b, _) => b.map_or("-".to_string(), human_bytes),
+    }
+}
