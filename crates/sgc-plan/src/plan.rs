@@ -394,7 +394,10 @@ impl Plan {
                 "unsupported plan version (this reader understands version {PLAN_VERSION})"
             )));
         }
-        serde_json::from_value(value).map_err(|e| PlanError::NotAPlan(e.to_string()))
+        // From the text, not the parsed value, so that a wrong or missing field is reported
+        // with its line and column.
+        drop(value);
+        serde_json::from_str(text).map_err(|e| PlanError::NotAPlan(e.to_string()))
     }
 
     /// This plan's summary recomputed from the graph, its steps and its own options (their
