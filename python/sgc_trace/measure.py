@@ -182,8 +182,9 @@ def compare(a: nn.Module, b: nn.Module, exact: bool = True) -> tuple[bool, float
     pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
     pairs = [(pa[n].grad, pb[n].grad) for n in pa] + list(zip(a.buffers(), b.buffers()))
     for x, y in pairs:
-        if x is None or y is None:
+        if x is None or y is None:  # a gradient on one side only
             ok = ok and x is None and y is None
+            worst = worst if x is None and y is None else float("inf")
             continue
         if x.dtype.is_floating_point:
             worst = max(worst, (x - y).abs().max().item() if x.numel() else 0.0)

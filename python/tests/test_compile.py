@@ -4,7 +4,9 @@ its measured peak is sgc's prediction; a plan for another graph is refused."""
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -98,21 +100,39 @@ def _run(step, batch, seed=0):
     return step(*batch)
 
 
+def _snapshot(model: nn.Module) -> nn.Module:
+    """A copy with the gradients (deepcopy leaves a Parameter's .grad behind)."""
+    twin = copy.deepcopy(model)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        q.grad = None if p.grad is None else p.grad.clone()
+    return twin
+
+
+@dataclass
+class Planned:
+    name: str
+    un: sgc_trace.PlannedStep  # sgc's `none` plan applied
+    pl: sgc_trace.PlannedStep  # the sublinear plan applied
+    batch: tuple
+    first: dict  # after one step of each: losses and models (eager, unplanned, planned)
+
+
 @pytest.fixture(scope="module", params=CASES)
 def planned(request):
-    """(model, loss, batch, unplanned step, planned step) for one case."""
     model, loss_fn, batch = _case(request.param)
     un = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="none")
     pl = sgc_trace.compile(fresh(model), loss_fn, batch, genetic_iters=5)
-    return request.param, model, loss_fn, batch, un, pl
+    ref = fresh(model)
+    first = {"eager": (_run(eager_step(ref, loss_fn), batch), _snapshot(ref))}
+    for label, step in (("unplanned", un), ("planned", pl)):
+        first[label] = (_run(step, batch), _snapshot(step.model))
+    return Planned(request.param, un, pl, batch, first)
 
 
 def test_the_plan_recomputes_and_saves_less(planned):
-    name, _, _, batch, un, pl = planned
-    assert pl.partition.recomputed_ops, f"{name}: the plan recomputes nothing, the test would test nothing"
+    un, pl = planned.un, planned.pl
+    assert pl.partition.recomputed_ops, f"{planned.name}: the plan recomputes nothing, the test would test nothing"
     assert not un.partition.recomputed_ops
-    _run(un, batch)
-    _run(pl, batch)
     assert pl.saved_bytes < un.saved_bytes
     # What the step measures is what the plan keeps (activations and the batch).
     assert pl.saved_bytes == tensor_bytes(pl.graph, pl.partition.saved_tensors)
@@ -120,27 +140,24 @@ def test_the_plan_recomputes_and_saves_less(planned):
 
 
 def test_loss_gradients_and_buffers_are_bitwise_the_unplanned_ones(planned):
-    name, _, _, batch, un, pl = planned
-    for _ in range(2):  # gradients accumulate over steps, buffers update, as in eager
-        a, b = _run(un, batch), _run(pl, batch)
-        assert torch.equal(a, b)
-        same, diff = compare(un.model, pl.model, exact=True)
-        assert same, f"{name}: gradients differ by up to {diff}"
+    (a, ma), (b, mb) = planned.first["unplanned"], planned.first["planned"]
+    assert torch.equal(a, b)
+    same, diff = compare(ma, mb, exact=True)
+    assert same, f"{planned.name}: gradients differ by up to {diff}"
+    # A second step: gradients accumulate, buffers update, as in eager.
+    assert torch.equal(_run(planned.un, planned.batch, seed=1), _run(planned.pl, planned.batch, seed=1))
+    same, diff = compare(planned.un.model, planned.pl.model, exact=True)
+    assert same, f"{planned.name}, second step: gradients differ by up to {diff}"
 
 
 def test_planned_step_matches_eager(planned):
-    name, model, loss_fn, batch, _, _ = planned
-    ref = fresh(model)
-    expected = _run(eager_step(ref, loss_fn), batch)
-    m = fresh(model)
-    step = sgc_trace.compile(m, loss_fn, batch, genetic_iters=5)
-    got = _run(step, batch)
+    (expected, ref), (got, m) = planned.first["eager"], planned.first["planned"]
     # Eager LSTM runs one fused kernel; the traced step runs its decomposition (cells of
     # matmuls and pointwise ops): the same values up to rounding, not bitwise.
-    exact = name != "lstm"
+    exact = planned.name != "lstm"
     assert torch.equal(got, expected) if exact else torch.allclose(got, expected)
     same, diff = compare(m, ref, exact=exact)
-    assert same, f"{name}: {diff}"
+    assert same, f"{planned.name}: {diff}"
 
 
 def test_measured_peak_is_the_prediction():
