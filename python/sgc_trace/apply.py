@@ -359,6 +359,7 @@ def compile(
     num_model_inputs: int = 1,
     raw_output: bool = False,
     plan: dict | None = None,
+    traced: tuple | None = None,
 ) -> PlannedStep:
     """A training step for `model` that follows an sgc plan: `loss = step(*batch)`.
 
@@ -369,12 +370,13 @@ def compile(
     of planning (refused, `PlanMismatch`, when it was made for another graph).
     `backend`: `aot_eager` (the FX modules as they are; bitwise the unplanned step) or
     `inductor`. A model the exporter cannot trace raises its `ExportError` (the op, the
-    module and the model's line).
+    module and the model's line). `traced`: `trace(...)`'s answer for this model and batch,
+    to apply several plans without tracing again (the partition reads only the FX graph).
     """
     if backend not in BACKENDS:
         raise ExportError(f"unknown backend `{backend}`: expected one of {', '.join(BACKENDS)}")
     specs = input_specs(example_batch, num_model_inputs)
-    graph, joint, fx_nodes = trace(model, loss_fn, specs, num_model_inputs, raw_output)
+    graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output)
     if plan is None:
         plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed)
         check_plan(graph, plan)

@@ -92,15 +92,16 @@ def peak_bytes(fn: Callable, *args):
 
 
 def best_seconds(fn: Callable, *args, repeat: int = 5, warmup: int = 1) -> float:
-    """The fastest of `repeat` runs after `warmup` (the least disturbed by other work on
-    the machine)."""
+    """The least CPU time of this process (`time.process_time`, all its threads) over
+    `repeat` runs after `warmup`: on a machine shared with other work, wall time measures
+    the others too."""
     for _ in range(warmup):
         fn(*args)
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         fn(*args)
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times)
 
 

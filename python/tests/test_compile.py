@@ -89,7 +89,7 @@ def _case(name):
         return CNN(), F.cross_entropy, (torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g))
     if name == "transformer":
         return TinyTransformer(), lm_cross_entropy, _tokens(8, 32)
-    return TinyLSTM(), lm_cross_entropy, _tokens(8, 16)
+    return TinyLSTM(), lm_cross_entropy, _tokens(16, 8)
 
 
 CASES = ["mlp", "cnn", "transformer", "lstm"]
