@@ -65,3 +65,11 @@ real:
 dtr:
     DTR_MARKDOWN=target/dtr.md DTR_SVG=docs/dtr_sweep.svg cargo bench --bench dtr
     bash scripts/readme-section.sh dtr target/dtr.md
+
+# sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
+# measured beside sgc's prediction, and beside torch.compile's activation_memory_budget
+# 0.1..0.9; updates README.md (CPU; about half an hour on 2 cores). Use the CI venv or set PYTHON.
+vs-torch PYTHON="python3":
+    cargo build --release
+    cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/vs_torch.py --out ../target/vs_torch.md
+    bash scripts/readme-section.sh vs-torch target/vs_torch.md

@@ -16,5 +16,7 @@ from .api import export, save, summary  # noqa: E402
 from .cost import PROFILES, DeviceProfile, parse_profile  # noqa: E402
 from .errors import ExportError  # noqa: E402
 from .trace import InputSpec  # noqa: E402
+from .apply import PlanMismatch, PlannedStep, compile  # noqa: E402
+from .planner import PlanError, plan  # noqa: E402
 
-__all__ = ["export", "save", "summary", "InputSpec", "ExportError", "DeviceProfile", "PROFILES", "parse_profile"]
+__all__ = ["compile", "plan", "PlannedStep", "PlanMismatch", "PlanError", "export", "save", "summary", "InputSpec", "ExportError", "DeviceProfile", "PROFILES", "parse_profile"]

@@ -32,6 +32,7 @@ def export(
     device_profile: str | DeviceProfile = DEFAULT_PROFILE,
     raw_output: bool = False,
     mark_batch: bool = True,
+    _traced: list | None = None,
 ) -> dict:
     """Traces one training step and returns its version-1 graph as a JSON-ready dict.
 
@@ -52,18 +53,21 @@ def export(
     zero initial state of an LSTM, a class token expanded to the batch).
 
     Every failure raises one `ExportError` whose message says what failed and where.
+    `_traced` (internal, `sgc_trace.compile`): a list that receives the `JointTrace` and
+    the map from op and tensor names back to its FX nodes.
     """
     profile = parse_profile(device_profile)
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
     args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output)
-    graph = _export_once(model, inputs, *args)
+    graph = _export_once(model, inputs, *args, traced=_traced)
     if mark_batch and any(spec.batch_dim is not None for spec in inputs):
         _mark_batch_dims(graph, _export_once(model, _grown(inputs), *args))
     return graph
 
 
-def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output) -> dict:
+def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output,
+                 traced: list | None = None) -> dict:
     # Factory calls in forward (torch.arange for positions) make real constants while
     # AOTAutograd collects metadata; let fake ops read them.
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -76,8 +80,12 @@ def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, met
     with _failures("tracing the training step"):
         trace = trace_joint(module, loss_fn, inputs, num_model_inputs, mode, raw_output)
     extra = {"model": type(module).__name__, "built": built, **(meta or {})}
+    fx_nodes: dict | None = {} if traced is not None else None
     with _failures("converting the traced graph"):
-        return to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile)
+        graph = to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=fx_nodes)
+    if traced is not None:
+        traced.extend([trace, fx_nodes])
+    return graph
 
 
 def _grown(inputs: Sequence[InputSpec]) -> list[InputSpec]:

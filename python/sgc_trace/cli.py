@@ -1,7 +1,15 @@
-"""`sgc-trace`: export a model's training step as an sgc graph in one command.
+"""`sgc-trace`: export a model's training step as an sgc graph, plan it, apply the plan.
 
-    sgc-trace examples/gpt.py:build --input idx:8,256:i64:50257 --target target:8,256:i64:50257 \\
+    sgc-trace export examples/gpt.py:build --input idx:8,256:i64:50257 --target target:8,256:i64:50257 \\
         --loss lm_cross_entropy -o gpt.json
+    sgc-trace plan examples/gpt.py:build --input ... --budget 10GiB -o gpt.plan.json
+    sgc-trace report examples/gpt.py:build --input ...      (also: python -m sgc_trace report ...)
+
+`export` writes the graph (the form without a subcommand still works: `sgc-trace MODEL ...
+-o FILE`). `plan` exports, plans (`sgc_trace.planner`), applies the plan in PyTorch and
+measures it (`report`'s table), and writes the plan. `report` prints the table: the
+unplanned and the planned step, measured (saved for backward, peak) beside sgc's
+prediction, and checked against the eager step.
 
 MODEL is `path/to/file.py:factory` or `package.module:factory`; the factory is called with
 the `--arg KEY=VALUE` pairs inside a FakeTensorMode, so the weights are never allocated.
@@ -95,8 +103,10 @@ def parse_kv(text: str) -> tuple[str, object]:
         return key, value
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="sgc-trace", description=__doc__.split("\n\n")[0])
+COMMANDS = ("export", "plan", "report")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="FILE.py:FACTORY or MODULE:FACTORY returning an nn.Module")
     p.add_argument("--arg", type=parse_kv, action="append", default=[], help="KEY=VALUE for the factory")
     p.add_argument("--input", type=parse_input, action="append", required=True,
@@ -105,20 +115,50 @@ def main(argv: list[str] | None = None) -> int:
                    help="loss target, same syntax; passed to the loss after the model output")
     p.add_argument("--loss", default="cross_entropy",
                    help=f"{', '.join(LOSSES)} or FILE.py:NAME / MODULE:NAME taking (output, *targets)")
-    p.add_argument("--update", choices=UPDATES, default="none",
-                   help="none: gradients are outputs; sgd: in-place SGD update ops per parameter")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (recorded in attrs)")
-    p.add_argument("--device-profile", default=DEFAULT_PROFILE, type=_profile,
-                   help=f"device whose roofline gives each op's time_us: {', '.join(PROFILES)} "
-                        f"(default {DEFAULT_PROFILE}) or F32/HALF/GBPS rates, e.g. 19.5/312/2039")
     p.add_argument("--raw-output", action="store_true",
                    help="pass the model's output to the loss as is (default: a ModelOutput, dict "
                         "or tuple is reduced to its logits or first tensor)")
-    p.add_argument("--name", help="graph name (default: the factory's name)")
-    p.add_argument("-o", "--output", required=True, help="graph file to write (.json, or .json.gz for gzip)")
-    a = p.parse_args(argv)
+
+
+def _planning(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", help="device bytes the plan must fit (e.g. 10GiB; default: the lowest peak)")
+    p.add_argument("--strategy", default="sublinear", help="sgc plan --strategy (default sublinear)")
+    p.add_argument("--genetic-iters", type=int, default=20, help="sgc plan --genetic-iters (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the planner and of the measured steps")
+    p.add_argument("--backend", choices=("aot_eager", "inductor"), default="aot_eager",
+                   help="how the planned step runs (default aot_eager: bitwise the unplanned step)")
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"sgc-trace {command}", description=__doc__.split("\n\n")[0])
+    _common(p)
+    if command == "export":
+        p.add_argument("--update", choices=UPDATES, default="none",
+                       help="none: gradients are outputs; sgd: in-place SGD update ops per parameter")
+        p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (recorded in attrs)")
+        p.add_argument("--device-profile", default=DEFAULT_PROFILE, type=_profile,
+                       help=f"device whose roofline gives each op's time_us: {', '.join(PROFILES)} "
+                            f"(default {DEFAULT_PROFILE}) or F32/HALF/GBPS rates, e.g. 19.5/312/2039")
+        p.add_argument("--name", help="graph name (default: the factory's name)")
+        p.add_argument("-o", "--output", required=True, help="graph file to write (.json, or .json.gz for gzip)")
+    else:
+        _planning(p)
+        if command == "plan":
+            p.add_argument("-o", "--output", help="plan file to write (default: FACTORY.plan.json)")
+            p.add_argument("--no-measure", action="store_true", help="plan only: no PyTorch runs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv in (["-h"], ["--help"]):
+        print(__doc__)
+        print(f"commands: {', '.join(COMMANDS)}; `sgc-trace COMMAND --help` for each")
+        return 0 if argv else 2
+    command = argv.pop(0) if argv[0] in COMMANDS else "export"
+    a = _parser(command).parse_args(argv)
     try:
-        return _run(a)
+        return {"export": _run, "plan": _run_plan, "report": _run_report}[command](a)
     except ExportError as e:
         if os.environ.get("SGC_TRACE_DEBUG"):
             traceback.print_exc()
@@ -130,6 +170,68 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unexpected failure: {first_line(e)} (run with SGC_TRACE_DEBUG=1 for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _real_setup(a: argparse.Namespace):
+    """A real model (random weights, the factory's own initialisation, seeded), loss and batch."""
+    factory = load_object(a.model)
+    if not callable(factory):
+        raise ExportError(f"`{a.model}` is a {type(factory).__name__}, not a callable that builds the model")
+    loss = LOSSES.get(a.loss) or load_object(a.loss)
+    torch.manual_seed(a.seed)
+    try:
+        model = factory(**dict(a.arg))
+    except Exception as e:
+        raise ExportError(f"building the model failed: {first_line(e)}") from e
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError(f"the factory returned a {type(model).__name__}, not a torch.nn.Module")
+    gen = torch.Generator().manual_seed(a.seed)
+    batch = [spec.real(gen) for spec in a.input + a.target]
+    return model.train(), loss, batch
+
+
+def _measure(a: argparse.Namespace) -> dict:
+    from .report import measure_plans
+
+    model, loss, batch = _real_setup(a)
+    return measure_plans(model, loss, batch, num_model_inputs=len(a.input), budget=a.budget,
+                         strategy=a.strategy, genetic_iters=a.genetic_iters, seed=a.seed,
+                         backend=a.backend, raw_output=a.raw_output)
+
+
+def _run_report(a: argparse.Namespace) -> int:
+    from .report import markdown
+
+    print(markdown(_measure(a)))
+    return 0
+
+
+def _run_plan(a: argparse.Namespace) -> int:
+    import json
+
+    from .report import markdown
+
+    out = a.output or f"{a.model.rpartition(':')[2]}.plan.json"
+    if a.no_measure:
+        from .apply import input_specs, trace
+        from .planner import plan
+
+        model, loss, batch = _real_setup(a)
+        graph, _, _ = trace(model, loss, input_specs(batch, len(a.input)), len(a.input), a.raw_output)
+        planned = plan(graph, strategy=a.strategy, budget=a.budget, genetic_iters=a.genetic_iters, seed=a.seed)
+    else:
+        result = _measure(a)
+        print(markdown(result))
+        planned = result["plan"]
+    try:
+        Path(out).write_text(json.dumps(planned, indent=1) + "\n")
+    except OSError as e:
+        raise ExportError(f"cannot write `{out}`: {e.strerror or e}") from e
+    s = planned["summary"]
+    print(f"wrote {out}: planned peak {s['planned_peak']:,} B of {s['unplanned_peak']:,} B unplanned "
+          f"({s['planned_peak'] / s['unplanned_peak']:.3f}), {s['recomputed_ops']} ops recomputed, "
+          f"recompute share {s['recompute_share']:.1%}")
+    return 0
 
 
 def _profile(text: str):

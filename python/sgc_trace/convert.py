@@ -104,6 +104,8 @@ class _State:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     # Parameter path -> its tensor (tied parameters share one).
     param_of: dict[str, str] = field(default_factory=dict)
+    # Op name -> the FX node it stands for (the exporter's own ops, copy_ and SGD, have none).
+    op_node: dict[str, torch.fx.Node] = field(default_factory=dict)
 
     def add_tensor(self, want: str, val: torch.Tensor, kind: str, where: str) -> str:
         dtype = DTYPES.get(val.dtype)
@@ -127,6 +129,11 @@ class _State:
         self.shapes[name] = t["shape"]
         return name
 
+    def take_op(self, want: str, node: torch.fx.Node) -> str:
+        name = self.op_names.take(want)
+        self.op_node[name] = node
+        return name
+
     def shape_of(self, name: str) -> list[int]:
         return self.shapes[name]
 
@@ -138,9 +145,15 @@ def to_graph(
     lr: float = 0.01,
     meta: dict | None = None,
     profile: DeviceProfile | None = None,
+    fx_nodes: dict | None = None,
 ) -> dict:
     """The version-1 graph (a JSON-ready dict) of a traced training step; with a device
-    `profile`, every op gets its roofline `time_us` (`cost.py`)."""
+    `profile`, every op gets its roofline `time_us` (`cost.py`).
+
+    `fx_nodes`, when given, is filled with the way back to the traced graph (what
+    `sgc_trace.compile` applies a plan through): `"ops"`: op name -> FX node (both ops of a
+    split BatchNorm name the one node), `"tensors"`: tensor name -> the FX node holding it
+    (the `getitem` of a tuple element)."""
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
     gm, sig = trace.graph_module, trace.signature
@@ -182,6 +195,15 @@ def to_graph(
     graph["outputs"] = outputs
     graph["loss"] = loss
     graph["meta"] = _meta(trace, st, param_names, update, lr, meta)
+    if fx_nodes is not None:
+        kept = {op["name"] for op in ops}
+        fx_nodes["ops"] = {k: n for k, n in st.op_node.items() if k in kept}
+        fx_nodes["tensors"] = {
+            t: n
+            for n, names in st.of_node.items()
+            for t in names
+            if isinstance(n.meta.get("val"), torch.Tensor) or n.target is operator.getitem
+        }
     if profile is not None:
         with_times(graph, profile)
     return graph
@@ -407,7 +429,7 @@ def _op(node: torch.fx.Node, st: _State, renames: dict[str, str], is_forward: bo
     inputs = _input_tensors(node, st)
     outputs = _declare_outputs(node, st, [(renames.get(fx, fx), val) for fx, val in slots], slots)
     op: dict[str, Any] = {
-        "name": st.op_names.take(_op_label(node)),
+        "name": st.take_op(_op_label(node), node),
         "op": str(node.target),
         "inputs": inputs,
         "outputs": outputs,
@@ -540,7 +562,7 @@ def _batch_norm_ops(node: torch.fx.Node, st: _State, renames: dict[str, str]) ->
     channels = int(xval.shape[1]) if xval.dim() > 1 else 1
     count = int(xval.numel()) // max(channels, 1)
     norm = {
-        "name": st.op_names.take(f"{prefix}:batch_norm"),
+        "name": st.take_op(f"{prefix}:batch_norm", node),
         "op": BN_NO_STATS,
         "inputs": inputs,
         "outputs": [out, save_mean, save_rstd],
@@ -549,7 +571,7 @@ def _batch_norm_ops(node: torch.fx.Node, st: _State, renames: dict[str, str]) ->
         "attrs": {"training": True, "momentum": _json_value(momentum), "eps": _json_value(eps)},
     }
     update = {
-        "name": st.op_names.take(f"{prefix}:batch_norm_update_stats"),
+        "name": st.take_op(f"{prefix}:batch_norm_update_stats", node),
         "op": BN_UPDATE_STATS,
         "inputs": [state[0], state[1], save_mean, save_rstd],
         "outputs": [new_mean, new_var],

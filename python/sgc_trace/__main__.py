@@ -1,0 +1,7 @@
+"""`python -m sgc_trace [export|plan|report] ...`: the `sgc-trace` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,418 @@
+"""Plans back into PyTorch: `compile(model, loss_fn, example_batch, budget=...)`.
+
+The method, in four steps:
+
+1. **Trace** the training step with the exporter (`api.export`): AOTAutograd's joint
+   forward + backward FX graph (`aot_export_module(trace_joint=True)` under FakeTensorMode)
+   and its sgc graph, plus the map from every sgc op and tensor name back to its FX node
+   (`convert.to_graph(fx_nodes=...)`). The plan is applied to *this* joint graph, so the
+   names need no guessing.
+2. **Plan** it (`planner.plan`: the native `sgc` module or the `sgc` binary).
+3. **Partition** the joint graph by the plan's schedule, as AOTAutograd's partitioners do
+   (`torch._functorch.partitioners`): the plan's steps up to its first backward op form
+   the forward module; the rest, recomputations included and in the plan's order, form the
+   backward module. A forward value the backward module reads before recomputing it (or
+   without ever recomputing it) is a *saved value*: an output of the forward module and a
+   placeholder of the backward one. Everything else the backward needs it recomputes, at
+   the step the plan recomputes it, which is right before its first use: the order of
+   sgc's schedule, not the joint graph's (where every recomputation would sit at the start
+   of the backward and be live at once; `min_cut_rematerialization_partition` reorders
+   for the same reason, `reordering_to_mimic_autograd_engine`). Random ops are never
+   recomputed (the exporter marks them `recomputable: false`), so dropout masks are saved.
+4. **Run** the two modules: both FX modules use the boxed calling convention (the argument
+   list is cleared on entry) and FX frees every value after its last use, so the forward
+   holds only the saved values when it returns and the backward frees each one after its
+   last reader. `backend="inductor"` compiles each module with `torch.compile` instead
+   (same saved values; inductor fuses and may reorder inside each module).
+
+The step is `loss = step(*batch)`: loss and `.grad` (accumulated, like `.backward()`) and
+the BatchNorm running statistics updated, as `loss_fn(model(x), y).backward()` does.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import fx, nn
+
+from .api import export
+from .errors import ExportError
+from .planner import plan as plan_graph
+from .trace import InputSpec, JointTrace, LossFn, TrainStep
+
+BACKENDS = ("aot_eager", "inductor")
+
+
+class PlanMismatch(ExportError):
+    """A plan made for another graph than the one traced."""
+
+
+@dataclass
+class Partition:
+    """The plan applied to the joint graph: the two FX modules and what passes between."""
+
+    forward: fx.GraphModule  # joint placeholders -> [buffer updates..., loss, saved...]
+    backward: fx.GraphModule  # saved -> gradients (in `grad_params` order)
+    saved: list[str]  # FX names of the saved values, in forward-output order
+    saved_tensors: list[str]  # the same as sgc tensor names
+    recomputed_ops: list[str]  # sgc op names the backward runs again, in order
+    mutated_buffers: list[str]  # buffer fqns the forward's first outputs update
+    grad_params: list[str]  # parameter fqns of the backward's outputs
+
+
+def input_specs(example_batch: Sequence[torch.Tensor], num_model_inputs: int) -> list[InputSpec]:
+    """InputSpecs (`input_0`, ..., `target_0`, ...) with the shapes and dtypes of a real batch."""
+    specs = []
+    for i, t in enumerate(example_batch):
+        if not isinstance(t, torch.Tensor):
+            raise ExportError(f"batch element {i} is a {type(t).__name__}, not a tensor")
+        name = f"input_{i}" if i < num_model_inputs else f"target_{i - num_model_inputs}"
+        specs.append(InputSpec(name, tuple(t.shape), t.dtype, batch_dim=0 if t.dim() else None))
+    return specs
+
+
+def trace(model: nn.Module, loss_fn: LossFn, specs: Sequence[InputSpec], num_model_inputs: int = 1,
+          raw_output: bool = False, mark_batch: bool = True, name: str | None = None) -> tuple[dict, JointTrace, dict]:
+    """The exporter's graph of the step, its joint trace and the names -> FX nodes map."""
+    traced: list = []
+    graph = export(model, loss_fn, specs, num_model_inputs=num_model_inputs, raw_output=raw_output,
+                   mark_batch=mark_batch, name=name or type(model).__name__, _traced=traced)
+    return graph, traced[0], traced[1]
+
+
+def check_plan(graph: dict, plan: dict, fingerprint: str | None = None) -> None:
+    """Refuses (`PlanMismatch`) a plan made for another graph: op or tensor count, name or
+    fingerprint (when the traced graph's is known) differ."""
+    g = plan.get("graph", {})
+    what = []
+    if g.get("ops") != len(graph["ops"]):
+        what.append(f"{g.get('ops')} ops, the traced graph has {len(graph['ops'])}")
+    if g.get("tensors") not in (None, len(graph["tensors"])):
+        what.append(f"{g.get('tensors')} tensors, the traced graph has {len(graph['tensors'])}")
+    if fingerprint is not None and g.get("fingerprint") != fingerprint:
+        what.append(f"fingerprint {g.get('fingerprint')}, the traced graph's is {fingerprint}")
+    if what:
+        raise PlanMismatch(
+            f"the plan was made for another graph (`{g.get('name')}`): it has {'; '.join(what)}. "
+            f"Plan the traced graph itself (sgc_trace.compile without plan=, or `sgc-trace plan`)"
+        )
+
+
+def saved_tensor_names(graph: dict, plan: dict) -> list[str]:
+    """sgc tensor names the plan keeps from its forward stretch for the backward (static,
+    from the plan alone): read after the first backward op before any recomputation."""
+    ops = graph["ops"]
+    kind = {t["name"]: t.get("kind", "activation") for t in graph["tensors"]}
+    fw, bw = _split_steps(ops, plan["steps"])
+    made_in_bw: set[str] = set()
+    saved: list[str] = []
+    for s in bw:
+        op = ops[s["op"]]
+        for t in op["inputs"]:
+            if t not in made_in_bw and t not in saved and kind[t] in ("activation", "input"):
+                saved.append(t)
+        made_in_bw.update(op["outputs"])
+    return saved
+
+
+def _split_steps(ops: list[dict], steps: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Forward stretch (up to the first backward op, plus forward ops run once after it) and
+    backward stretch (everything else, recomputations included), each in plan order."""
+    first = next((i for i, s in enumerate(steps) if not s["recompute"] and ops[s["op"]].get("phase") == "backward"),
+                 len(steps))
+    fw, bw = [], []
+    for i, s in enumerate(steps):
+        forward_once = not s["recompute"] and ops[s["op"]].get("phase") != "backward"
+        (fw if i < first or forward_once else bw).append(s)
+    return fw, bw
+
+
+def partition(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> Partition:
+    """Applies `plan` (for `graph`, the sgc graph of `trace`) to the joint FX graph."""
+    gm = trace.graph_module
+    sig = trace.signature
+    joint = list(gm.graph.nodes)
+    by_name = {n.name: n for n in joint}
+    placeholders = [n for n in joint if n.op == "placeholder"]
+    op_node: dict[str, fx.Node] = fx_nodes["ops"]
+    ops = graph["ops"]
+    fw_steps, bw_steps = _split_steps(ops, plan["steps"])
+
+    def node_of(step) -> fx.Node | None:
+        op = ops[step["op"]]
+        if step["recompute"] and op["op"] == "sgc.batch_norm_update_stats":
+            return None  # the statistics are written once, by the forward
+        return op_node.get(op["name"])
+
+    mutated = {k: v for k, v in sig.buffers_to_mutate.items()}
+    loss = by_name[sig.user_outputs[0]]
+    grads = list(sig.backward_signature.gradients_to_parameters.items())
+
+    # Forward module: every joint placeholder, the forward steps.
+    fwd = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for p in placeholders:
+        env[p] = fwd.node_copy(p)
+    recomputed: list[str] = []
+    for s in fw_steps:
+        node = node_of(s)
+        if node is None or (node in env and not s["recompute"]):
+            continue
+        _emit(fwd, env, node)
+    # Backward module: which forward values it reads first (saved), then the steps.
+    saved = _saved_nodes([node_of(s) for s in bw_steps], [by_name[g] for g, _ in grads])
+    bwd = fx.Graph()
+    benv: dict[fx.Node, fx.Node] = {}
+    for n in saved:
+        ph = bwd.placeholder(n.name)
+        ph.meta = dict(n.meta)
+        benv[n] = ph
+    for s in bw_steps:
+        node = node_of(s)
+        if node is None or (node in benv and not s["recompute"] and benv[node].op != "placeholder"):
+            continue
+        if s["recompute"]:
+            recomputed.append(ops[s["op"]]["name"])
+        _emit(bwd, benv, node)
+    bwd.output(tuple(benv[by_name[g]] for g, _ in grads))
+    missing = [n.name for n in [*(by_name[k] for k in mutated), loss, *saved] if n not in env]
+    if missing:
+        raise ExportError(f"internal: the plan's forward steps do not make {', '.join(missing[:5])}")
+    fwd.output(tuple(env[n] for n in [*(by_name[k] for k in mutated), loss, *saved]))
+    for g in (fwd, bwd):
+        g.set_codegen(fx.graph._BoxedCodeGen())
+        g.lint()
+    tensor_of = {n: t for t, n in fx_nodes["tensors"].items()}
+    return Partition(
+        forward=fx.GraphModule(gm, fwd, "sgc_forward"),
+        backward=fx.GraphModule(gm, bwd, "sgc_backward"),
+        saved=[n.name for n in saved],
+        saved_tensors=[tensor_of.get(n, n.name) for n in saved],
+        recomputed_ops=recomputed,
+        mutated_buffers=[_strip(trace, v) for v in mutated.values()],
+        grad_params=[_strip(trace, p) for _, p in grads],
+    )
+
+
+def _strip(trace: JointTrace, fqn: str) -> str:
+    return fqn[len(trace.prefix):] if fqn.startswith(trace.prefix) else fqn
+
+
+def _emit(g: fx.Graph, env: dict, node: fx.Node) -> None:
+    """Copies `node` (and the `getitem`s of its tuple) into `g`; later reads see the copy.
+    Constants (`get_attr`: a tensor made while tracing) are copied where first read."""
+
+    def value(a: fx.Node) -> fx.Node:
+        if a not in env and a.op == "get_attr":
+            env[a] = g.node_copy(a)
+        return env[a]
+
+    env[node] = g.node_copy(node, value)
+    for u in node.users:
+        if u.op == "call_function" and u.target is operator.getitem:
+            env[u] = g.node_copy(u, value)
+
+
+def _saved_nodes(bw_nodes: list[fx.Node | None], outputs: list[fx.Node]) -> list[fx.Node]:
+    """Joint nodes the backward reads before (or without) making them itself, in order."""
+    made: set[fx.Node] = set()
+    saved: list[fx.Node] = []
+    seen: set[fx.Node] = set()
+
+    def read(a: fx.Node) -> None:
+        if a not in made and a not in seen and a.op != "get_attr":
+            seen.add(a)
+            saved.append(a)
+
+    for node in bw_nodes:
+        if node is None:
+            continue
+        for a in node.all_input_nodes:
+            read(a)
+        made.add(node)
+        made.update(u for u in node.users if u.target is operator.getitem)
+    for o in outputs:
+        read(o)
+    return saved
+
+
+@dataclass
+class PlannedStep:
+    """`loss = step(*batch)`: one training step that keeps for backward what the plan keeps
+    and recomputes what it discards. Attributes: `graph` (the sgc graph), `plan` (its plan
+    JSON, `plan["summary"]` the prediction), `partition`, `backend`."""
+
+    model: nn.Module
+    loss_fn: LossFn
+    graph: dict
+    plan: dict
+    partition: Partition
+    trace: JointTrace
+    num_model_inputs: int = 1
+    raw_output: bool = False
+    backend: str = "aot_eager"
+    _run_fw: Callable | None = field(default=None, repr=False)
+    _run_bw: Callable | None = field(default=None, repr=False)
+    saved_bytes: int | None = None  # measured on the last call: distinct storages of the saved values
+
+    def __post_init__(self):
+        self._step = TrainStep(self.model, self.loss_fn, self.num_model_inputs, self.raw_output)
+        self._shapes = [(tuple(s.shape), s.dtype) for s in self.trace.inputs]
+        sig = self.trace.signature
+        self._order = []
+        user = {ph: i for i, ph in enumerate(sig.user_inputs)}
+        for n in self.trace.graph_module.graph.nodes:
+            if n.op != "placeholder":
+                continue
+            if n.name in sig.inputs_to_parameters:
+                self._order.append(("param", sig.inputs_to_parameters[n.name]))
+            elif n.name in sig.inputs_to_buffers:
+                self._order.append(("buffer", sig.inputs_to_buffers[n.name]))
+            else:
+                self._order.append(("input", user[n.name]))
+        if self.backend == "inductor":
+            self._run_fw = _unboxed(torch.compile(_Unbox(self.partition.forward), backend="inductor"))
+            self._run_bw = _unboxed(torch.compile(_Unbox(self.partition.backward), backend="inductor"))
+        else:
+            self._run_fw, self._run_bw = self.partition.forward, self.partition.backward
+
+    def __call__(self, *batch: torch.Tensor) -> torch.Tensor:
+        got = [(tuple(t.shape), t.dtype) for t in batch]
+        if got != self._shapes:
+            raise ExportError(f"the step was traced for inputs {self._shapes}, got {got}: compile again for new shapes")
+        step = self._step
+        args = []
+        for kind, key in self._order:
+            if kind == "param":
+                args.append(step.get_parameter(key).detach())
+            elif kind == "buffer":
+                args.append(step.get_buffer(key))
+            else:
+                args.append(batch[key])
+        part = self.partition
+        with torch.no_grad():
+            outs = list(self._run_fw(args))
+            k = len(part.mutated_buffers)
+            for fqn, value in zip(part.mutated_buffers, outs[:k]):
+                self.model.get_buffer(fqn).copy_(value)
+            loss = outs[k]
+            saved = outs[k + 1:]
+            outs.clear()
+            self.saved_bytes = distinct_bytes(saved, exclude=self._persistent())
+            grads = self._run_bw(saved)
+            for fqn, g in zip(part.grad_params, grads):
+                p = self.model.get_parameter(fqn)
+                if p.grad is None:
+                    p.grad = g
+                else:  # in place, as autograd accumulates (a tied parameter: one gradient per use)
+                    p.grad.add_(g)
+        return loss.detach()
+
+    def _persistent(self) -> set:
+        return {t.untyped_storage().data_ptr() for t in [*self.model.parameters(), *self.model.buffers()]}
+
+
+class _Unbox(nn.Module):
+    """A boxed FX module as a plain one (for torch.compile)."""
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__()
+        self.gm = gm
+
+    def forward(self, *args):
+        return self.gm(list(args))
+
+
+def _unboxed(fn):
+    def run(args: list):
+        a = list(args)
+        args.clear()
+        return fn(*a)
+
+    return run
+
+
+def distinct_bytes(tensors, exclude: set = frozenset()) -> int:
+    """Bytes of the distinct storages of `tensors` (views counted once), less `exclude`d ones."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            if s.data_ptr() not in exclude:
+                seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def compile(
+    model: nn.Module,
+    loss_fn: LossFn,
+    example_batch: Sequence[torch.Tensor],
+    budget: int | str | None = None,
+    strategy: str = "sublinear",
+    genetic_iters: int = 20,
+    seed: int = 0,
+    backend: str = "aot_eager",
+    num_model_inputs: int = 1,
+    raw_output: bool = False,
+    plan: dict | None = None,
+    traced: tuple | None = None,
+) -> PlannedStep:
+    """A training step for `model` that follows an sgc plan: `loss = step(*batch)`.
+
+    `example_batch`: real tensors, the model's `num_model_inputs` inputs then the loss's
+    targets (`loss_fn(model(*inputs), *targets)`); the step accepts batches of these shapes.
+    `budget`, `strategy`, `genetic_iters`, `seed`: as `sgc plan` (`budget` in bytes or
+    `"10GiB"`: the device bytes the plan must fit). `plan`: a plan dict to apply instead
+    of planning (refused, `PlanMismatch`, when it was made for another graph).
+    `backend`: `aot_eager` (the FX modules as they are; bitwise the unplanned step) or
+    `inductor`. A model the exporter cannot trace raises its `ExportError` (the op, the
+    module and the model's line). `traced`: `trace(...)`'s answer for this model and batch,
+    to apply several plans without tracing again (the partition reads only the FX graph).
+    """
+    if backend not in BACKENDS:
+        raise ExportError(f"unknown backend `{backend}`: expected one of {', '.join(BACKENDS)}")
+    specs = input_specs(example_batch, num_model_inputs)
+    graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output)
+    if plan is None:
+        plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed)
+        check_plan(graph, plan)
+    else:
+        check_plan(graph, plan, plan_graph(graph, strategy="none")["graph"]["fingerprint"])
+    part = partition(joint, graph, fx_nodes, plan)
+    return PlannedStep(model, loss_fn, graph, plan, part, joint, num_model_inputs, raw_output, backend)
+
+
+def predicted_peak(graph: dict, plan: dict) -> dict:
+    """sgc's prediction in the terms PyTorch measures: the most bytes allocated during the
+    step over what was allocated before it (parameters, buffers and the batch, which the
+    caller holds), from the plan's storage lifetimes. `step` is that figure for the plan;
+    `planned_peak` is sgc's own (persistent bytes and the live batch included)."""
+    tensors = graph["tensors"]
+    inputs = {i for i, t in enumerate(tensors) if t.get("kind") == "input"}
+    live: dict[int, int] = {}
+    for lt in plan["lifetimes"]:
+        if lt["root"] in inputs:
+            continue
+        for s in range(lt["first_step"], lt["last_step"] + 1):
+            live[s] = live.get(s, 0) + lt["bytes"]
+    return {"step": max(live.values(), default=0), "planned_peak": plan["summary"]["planned_peak"]}
+
+
+def tensor_bytes(graph: dict, names, persistent: bool = False) -> int:
+    """Bytes of the named tensors' storages (views count their base once); persistent
+    storages (parameters, state) only when `persistent`."""
+    by = {t["name"]: t for t in graph["tensors"]}
+    roots = set()
+    for n in names:
+        while "alias_of" in by[n]:
+            n = by[n]["alias_of"]
+        if persistent or by[n].get("kind") not in ("param", "state", "const"):
+            roots.add(n)
+    return sum(by[r].get("bytes", math.prod(by[r]["shape"]) * _DSIZE[by[r]["dtype"]]) for r in roots)
+
+
+_DSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "bool": 1}

@@ -1,0 +1,76 @@
+"""One way to plan a graph from Python: `plan(graph, **options) -> plan dict`.
+
+Uses the native module when `import sgc` works (the PyO3 bindings: `sgc.plan(graph_dict,
+strategy=..., genetic_iters=..., budget=..., seed=...)` returns an object with `.to_dict()`,
+the plan JSON, and `.summary`), else the `sgc` binary (`sgc_trace.sgc.find_sgc()`, `sgc plan
+FILE -o OUT`). Either way the answer is the plan file's JSON (`sgc plan -o`: `graph` with its
+`fingerprint`, `steps`, `summary`, ...). Everything in `sgc_trace` that plans calls this.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .errors import ExportError
+
+
+class PlanError(ExportError):
+    """Planning failed (no plan fits the budget, an invalid graph): sgc's own message."""
+
+
+def _native():
+    try:
+        import sgc  # noqa: PLC0415
+    except ImportError:
+        return None
+    return sgc if hasattr(sgc, "plan") else None
+
+
+def plan(
+    graph: dict,
+    strategy: str = "sublinear",
+    budget: int | str | None = None,
+    genetic_iters: int = 20,
+    seed: int = 0,
+    native: bool | None = None,
+) -> dict:
+    """The plan of `graph` (a version-1 graph dict) as the JSON dict `sgc plan -o` writes.
+
+    `budget`: device bytes (an int) or a size (`"10GiB"`); the plan that recomputes least
+    whose arena plus persistent bytes fit. `native`: force (True) or avoid (False) the
+    native module; by default it is used when importable. Raises `PlanError` with sgc's
+    message when planning fails.
+    """
+    mod = _native() if native is not False else None
+    if native and mod is None:
+        raise PlanError("the native `sgc` module is not importable (pip install the sgc bindings)")
+    budget_text = None if budget is None else (f"{budget}" if isinstance(budget, int) else str(budget))
+    if mod is not None:
+        try:
+            planned = mod.plan(graph, strategy=strategy, genetic_iters=genetic_iters, budget=budget_text, seed=seed)
+        except getattr(mod, "SgcError", ()) as e:  # noqa: B030
+            raise PlanError(str(e)) from e
+        return planned.to_dict()
+    return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed)
+
+
+def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_iters: int, seed: int) -> dict:
+    from .sgc import find_sgc  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="sgc-plan-") as tmp:
+        src, out = Path(tmp) / "graph.json", Path(tmp) / "plan.json"
+        src.write_text(json.dumps(graph))
+        args = [str(find_sgc()), "plan", str(src), "-o", str(out), "-q", "--strategy", strategy,
+                "--seed", str(seed)]
+        if strategy == "sublinear":
+            args += ["--genetic-iters", str(genetic_iters)]
+        if budget is not None:
+            args += ["--budget", budget]
+        done = subprocess.run(args, capture_output=True, text=True)
+        if done.returncode != 0:
+            message = done.stderr.strip().removeprefix("error: ").replace(f"{src}: ", "")
+            raise PlanError(f"sgc plan failed: {message}")
+        return json.loads(out.read_text())
