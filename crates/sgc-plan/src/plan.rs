@@ -394,10 +394,14 @@ impl Plan {
                 "unsupported plan version (this reader understands version {PLAN_VERSION})"
             )));
         }
-        // From the text, not the parsed value, so that a wrong or missing field is reported
-        // with its line and column.
-        drop(value);
-        serde_json::from_str(text).map_err(|e| PlanError::NotAPlan(e.to_string()))
+        // Numbers are read from the parsed value (exact with `arbitrary_precision`; the
+        // text deserializer rounds some f64 differently, and `--check` compares figures
+        // exactly). A wrong or missing field is reported from the text, with its line and
+        // column.
+        serde_json::from_value(value).map_err(|e| {
+            let located = serde_json::from_str::<Plan>(text).err();
+            PlanError::NotAPlan(located.map_or_else(|| e.to_string(), |l| l.to_string()))
+        })
     }
 
     /// This plan's summary recomputed from the graph, its steps and its own options (their
