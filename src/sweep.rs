@@ -454,26 +454,14 @@ pub fn svg(s: &Sweep) -> String {
     );
     // Panel 2: peak bytes.
     let y1 = TOP + PANEL_H + GAP;
-    let live: Vec<(u64, u64)> = s
-        .rows
-        .iter()
-        .filter_map(|r| {
-            r.dtr
-                .as_ref()
-                .ok()
-                .map(|d| (r.threshold, d.pool.peak_live_bytes))
-        })
-        .collect();
-    let touched: Vec<(u64, u64)> = s
-        .rows
-        .iter()
-        .filter_map(|r| {
-            r.dtr
-                .as_ref()
-                .ok()
-                .map(|d| (r.threshold, d.pool.touched_bytes))
-        })
-        .collect();
+    let dtr_series = |pick: fn(&DtrReport) -> u64| -> Vec<(u64, u64)> {
+        s.rows
+            .iter()
+            .filter_map(|r| r.dtr.as_ref().ok().map(|d| (r.threshold, pick(d))))
+            .collect()
+    };
+    let live = dtr_series(|d| d.pool.peak_live_bytes);
+    let touched = dtr_series(|d| d.pool.touched_bytes);
     let stat: Vec<(u64, u64)> = s
         .rows
         .iter()

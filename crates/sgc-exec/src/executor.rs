@@ -294,29 +294,14 @@ impl<B: Backend> Executor<B> {
             (None, Some(o)) if self.steps_run > 0 => (self.arena, o),
             _ => return Err(ExecError::NotResident(name.to_string())),
         };
-        let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
-        let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
-        self.backend.read(buf, off, &mut bytes)?;
-        HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
-            tensor: name.to_string(),
-            dtype: d.dtype.as_str().to_string(),
-        })
+        read_tensor(&mut self.backend, d, buf, off)
     }
 
     /// The scalar loss after the last step.
     pub fn loss(&mut self) -> Result<f32, ExecError> {
-        let t = self
-            .graph
-            .loss()
-            .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
-        let name = self.graph.tensor(t).name.clone();
+        let name = loss_name(&self.graph)?;
         let v = self.read(&name)?;
-        v.as_f32()
-            .and_then(|s| s.first().copied())
-            .ok_or_else(|| ExecError::UnsupportedDType {
-                tensor: name,
-                dtype: v.dtype().as_str().to_string(),
-            })
+        scalar(name, &v)
     }
 
     /// Bytes of the arena allocation.
@@ -603,4 +588,38 @@ pub(crate) fn moves_no_data(graph: &Graph, op: OpId, kernel: &Kernel) -> bool {
         && o.outputs
             .iter()
             .all(|&t| graph.storage_root(t) == graph.storage_root(o.inputs[0]))
+}
+
+/// Reads tensor `d` from `off` in `buf` to the host.
+pub(crate) fn read_tensor<B: Backend>(
+    backend: &mut B,
+    d: &sgc_ir::Tensor,
+    buf: BufferId,
+    off: u64,
+) -> Result<HostTensor, ExecError> {
+    let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
+    let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
+    backend.read(buf, off, &mut bytes)?;
+    HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
+        tensor: d.name.clone(),
+        dtype: d.dtype.as_str().to_string(),
+    })
+}
+
+/// The name of the graph's loss tensor.
+pub(crate) fn loss_name(graph: &Graph) -> Result<String, ExecError> {
+    let t = graph
+        .loss()
+        .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
+    Ok(graph.tensor(t).name.clone())
+}
+
+/// The first value of tensor `name`, read as `v`, as a scalar f32.
+pub(crate) fn scalar(name: String, v: &HostTensor) -> Result<f32, ExecError> {
+    v.as_f32()
+        .and_then(|s| s.first().copied())
+        .ok_or_else(|| ExecError::UnsupportedDType {
+            tensor: name,
+            dtype: v.dtype().as_str().to_string(),
+        })
 }

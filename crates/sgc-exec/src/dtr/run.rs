@@ -6,7 +6,9 @@ use super::engine::{Engine, Names};
 use super::facts::Facts;
 use super::{report, DtrOptions, DtrReport, Event, Target};
 use crate::backend::{Backend, BufferId, Operand};
-use crate::executor::{check_binding, check_ops, moves_no_data, operand};
+use crate::executor::{
+    check_binding, check_ops, loss_name, moves_no_data, operand, read_tensor, scalar,
+};
 use crate::host::HostTensor;
 use crate::kernel::Kernel;
 use crate::{view, ExecError};
@@ -223,32 +225,15 @@ impl<B: Backend> DtrExecutor<B> {
         if !kept {
             return Err(ExecError::NotResident(name.to_string()));
         }
-        let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
-        let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
         let off = self.engine.offsets[root.index()];
-        self.target
-            .backend
-            .read(self.target.pool, off, &mut bytes)?;
-        HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
-            tensor: name.to_string(),
-            dtype: d.dtype.as_str().to_string(),
-        })
+        read_tensor(&mut self.target.backend, d, self.target.pool, off)
     }
 
     /// The scalar loss after the last step.
     pub fn loss(&mut self) -> Result<f32, ExecError> {
-        let t = self
-            .graph
-            .loss()
-            .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
-        let name = self.graph.tensor(t).name.clone();
+        let name = loss_name(&self.graph)?;
         let v = self.read(&name)?;
-        v.as_f32()
-            .and_then(|s| s.first().copied())
-            .ok_or_else(|| ExecError::UnsupportedDType {
-                tensor: name,
-                dtype: v.dtype().as_str().to_string(),
-            })
+        scalar(name, &v)
     }
 
     /// What the steps so far did; durations in seconds.
