@@ -36,6 +36,7 @@ pub mod rescale;
 #[cfg(feature = "testgen")]
 pub mod testgen;
 pub mod train;
+pub mod units;
 mod validate;
 pub mod zoo;
 
@@ -44,6 +45,7 @@ pub use error::{GraphError, LoadError};
 pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 pub use ids::{DType, OpId, Phase, TensorId, TensorKind};
 pub use memory::{simulate, LowerBound, MemoryProfile, ScheduleError, StorageInstance};
+pub use units::human_bytes;
 
 use std::path::Path;
 

@@ -48,19 +48,10 @@ pub enum PlanError {
 
 /// Bytes exactly and in binary units: `629145600 B (600.00 MiB)`.
 fn bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut unit = None;
-    for u in UNITS {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = Some(u);
-    }
-    match unit {
-        Some(u) => format!("{b} B ({v:.2} {u})"),
-        None => format!("{b} B"),
+    if b < 1024 {
+        format!("{b} B")
+    } else {
+        format!("{b} B ({})", sgc_ir::human_bytes(b))
     }
 }
 

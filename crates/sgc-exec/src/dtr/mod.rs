@@ -367,16 +367,4 @@ impl Names {
 }
 
 /// Bytes for messages: `812 B`, `3.20 KiB`, `1.50 GiB`.
-pub(crate) fn fmt_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.2} {}", UNITS[unit])
-}
+pub(crate) use sgc_ir::human_bytes as fmt_bytes;
