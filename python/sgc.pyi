@@ -105,8 +105,10 @@ def plan(
     arena_effort: str = "plan",
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released).
-    strategy: none, chen-sqrt, sublinear or dtr; goal: lowest-peak or balanced;
-    budget_of: device (arena + persistent) or peak (the memory model's, as MegEngine's);
+    strategy: none, chen-sqrt, sublinear, dtr or partition; goal: lowest-peak or balanced;
+    budget_of: device (arena + persistent), peak (the memory model's, as MegEngine's) or
+    saved (bytes kept from the forward for the backward, as torch.compile's
+    activation_memory_budget; strategy partition);
     arena_effort: plan, default, thorough or fast;
     device_profile: v100, t4, a100, l4, h100, rtx4090 or F32/HALF/GBPS."""
 

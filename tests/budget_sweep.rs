@@ -33,6 +33,10 @@ fn bounded(g: &Graph, p: &Plan, of: BudgetOf) -> u64 {
     match of {
         BudgetOf::Device => device(g, p),
         BudgetOf::Peak => p.summary.planned_peak,
+        BudgetOf::Saved => {
+            let steps: Vec<_> = p.steps.iter().map(|s| (s.op, s.recompute)).collect();
+            sgc::plan::plan::saved_bytes(g, &steps)
+        }
     }
 }
 

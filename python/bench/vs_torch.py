@@ -22,6 +22,8 @@ Per model, at a small batch (CPU runs of seconds):
 from __future__ import annotations
 
 import argparse
+import copy
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sgc_trace.apply import compile as sgc_compile  # noqa: E402
-from sgc_trace.apply import input_specs, saved_tensor_names, tensor_bytes, trace  # noqa: E402
+from sgc_trace.apply import input_specs, trace  # noqa: E402
 from sgc_trace.cli import lm_cross_entropy  # noqa: E402
 from sgc_trace.measure import best_seconds, fresh, peak_bytes, torch_compiled_step  # noqa: E402
 from sgc_trace.planner import PlanError, plan  # noqa: E402
@@ -80,30 +82,62 @@ def build(factory):
     return factory().train()
 
 
-def sgc_front(model, loss_fn, batch, points: int = 12) -> tuple[dict, list[dict]]:
-    """sgc plans from the `none` plan down to the lowest peak (sublinear under budgets
-    between), and `chen-sqrt` (sqrt(n) checkpoints: fewer bytes kept, more recomputed),
-    each with its saved bytes and recomputed FLOPs."""
-    traced = trace(model, loss_fn, input_specs(batch, 1))
-    graph = traced[0]
-    flops = [op.get("flops", 0) for op in graph["ops"]]
-    plans = [plan(graph, strategy="none"), plan(graph), plan(graph, strategy="chen-sqrt")]
-    lo, hi = plans[1]["summary"]["planned_peak"], plans[0]["summary"]["planned_peak"]
-    persistent = plans[0]["summary"]["persistent_bytes"]
-    arena = plans[1]["arena"]["size"] if plans[1].get("arena") else lo - persistent
-    top = plans[0]["arena"]["size"] if plans[0].get("arena") else hi - persistent
-    for k in range(1, points):
-        budget = persistent + arena + (top - arena) * k // points
-        try:
-            plans.append(plan(graph, budget=budget))
-        except PlanError:
-            continue
-    front = []
-    for p in plans:
-        saved = saved_tensor_names(graph, p)
-        front.append({"plan": p, "saved": tensor_bytes(graph, saved),
-                      "flops": sum(flops[s["op"]] for s in p["steps"] if s["recompute"])})
-    return traced, front
+def least_saved(graph) -> int:
+    """The fewest bytes any partition plan of `graph` keeps for the backward (sgc's refusal
+    of a zero budget states it)."""
+    try:
+        plan(graph, strategy="partition", budget=0, budget_of="saved")
+    except PlanError as e:
+        found = re.search(r"the least kept is (\d+) B", str(e))
+        if found:
+            return int(found.group(1))
+        raise
+    return 0
+
+
+class SgcAt:
+    """sgc's partition plans at PyTorch's measured saved bytes: `--strategy partition
+    --budget-of saved` at that figure, with recomputation priced as PyTorch prices it (each
+    op's FLOPs as its `time_us`, so both minimise the same figure), applied and measured; when the measured bytes exceed
+    the target (PyTorch's runtime keeps a storage sgc's graph counts differently), planned
+    again with the budget lowered by the excess (twice at most)."""
+
+    def __init__(self, model, loss_fn, batch, repeat):
+        self.model, self.loss_fn, self.batch, self.repeat = model, loss_fn, batch, repeat
+        graph, joint, fx_nodes = trace(model, loss_fn, input_specs(batch, 1))
+        # PyTorch's pricing: an op costs its FLOPs (0 for ops without a formula).
+        graph = copy.deepcopy(graph)
+        for op in graph["ops"]:
+            op["time_us"] = float(op.get("flops", 0))
+        self.traced = (graph, joint, fx_nodes)
+        self.graph = graph
+        self.flops = [op.get("flops", 0) for op in self.graph["ops"]]
+        self.least = least_saved(self.graph)
+        self.none = plan(self.graph, strategy="none")
+        self.base = sgc_compile(fresh(model), loss_fn, batch, plan=self.none, traced=self.traced)
+        self.base_time = best_seconds(self.base, *batch, repeat=repeat)
+        self.measured: dict[str, dict] = {}
+
+    def _apply(self, p) -> dict:
+        key = p["summary"].get("recompute_cost"), len(p["steps"]), tuple(s["op"] for s in p["steps"] if s["recompute"])
+        if key not in self.measured:
+            step = sgc_compile(fresh(self.model), self.loss_fn, self.batch, plan=p, traced=self.traced)
+            t = best_seconds(step, *self.batch, repeat=self.repeat) - self.base_time
+            _, peak = peak_bytes(step, *self.batch)
+            self.measured[key] = {"time": t, "saved": step.saved_bytes, "peak": peak.bytes,
+                                  "flops": sum(self.flops[s["op"]] for s in p["steps"] if s["recompute"])}
+        return self.measured[key]
+
+    def at(self, target: int) -> tuple[dict, bool]:
+        """The measured plan at `target` saved bytes; whether it is within it."""
+        budget = max(target, self.least)
+        m = None
+        for _ in range(3):
+            m = self._apply(plan(self.graph, strategy="partition", budget=budget, budget_of="saved"))
+            if m["saved"] <= target or budget <= self.least:
+                break
+            budget = max(self.least, budget - (m["saved"] - target))
+        return m, m["saved"] <= target
 
 
 def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]:
@@ -111,13 +145,10 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
     torch._dynamo.reset()
     base = torch_compiled_step(fresh(model), loss_fn, 1.0)
     base_time = best_seconds(base.run, *batch, repeat=repeat)
-    traced, front = sgc_front(model, loss_fn, batch)
-    graph = traced[0]
-    sgc_base = sgc_compile(fresh(model), loss_fn, batch, plan=front[0]["plan"], traced=traced)
-    sgc_base_time = best_seconds(sgc_base, *batch, repeat=repeat)
+    sgc = SgcAt(model, loss_fn, batch, repeat)
+    graph = sgc.graph
     total_flops = sum(op.get("flops", 0) for op in graph["ops"] if op.get("phase") == "forward")
     rows = []
-    done: dict[int, dict] = {}
 
     def share(f):
         return f"{f / 1e9:.3f} ({f / max(total_flops, 1):.1%})"
@@ -127,24 +158,16 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
         ts = torch_compiled_step(fresh(model), loss_fn, b)
         t_time = best_seconds(ts.run, *batch, repeat=repeat) - base_time
         _, t_peak = peak_bytes(ts.run, *batch)
-        fits = [f for f in front if f["saved"] <= ts.saved_bytes]
-        best = (min(fits, key=lambda f: (f["flops"], f["plan"]["summary"]["recompute_cost"], f["saved"])) if fits
-                else min(front, key=lambda f: (f["saved"], f["flops"])))
-        if id(best) not in done:
-            step = sgc_compile(fresh(model), loss_fn, batch, plan=best["plan"], traced=traced)
-            t = best_seconds(step, *batch, repeat=repeat) - sgc_base_time
-            _, peak = peak_bytes(step, *batch)
-            done[id(best)] = {"time": t, "saved": step.saved_bytes, "peak": peak.bytes}
-        m = done[id(best)]
+        m, fits = sgc.at(ts.saved_bytes)
         mark = "" if fits else " (more: sgc's least)"
         rows.append(f"| {name} | {b:.1f} | {mib(ts.saved_bytes)} | {share(ts.recompute_flops)} | {t_time * 1e3:+.0f} "
-                    f"| {mib(t_peak.bytes)} | {mib(m['saved'])}{mark} | {share(best['flops'])} "
+                    f"| {mib(t_peak.bytes)} | {mib(m['saved'])}{mark} | {share(m['flops'])} "
                     f"| {m['time'] * 1e3:+.0f} | {mib(m['peak'])} |")
     torch._dynamo.reset()
     _, base_peak = peak_bytes(base.run, *batch)
-    _, sgc_base_peak = peak_bytes(sgc_base, *batch)
+    _, sgc_base_peak = peak_bytes(sgc.base, *batch)
     rows.append(f"| {name} | 1.0 | {mib(base.saved_bytes)} | {share(base.recompute_flops)} | {base_time * 1e3:.0f} ms "
-                f"| {mib(base_peak.bytes)} | {mib(sgc_base.saved_bytes)} (`none`) | 0 | {sgc_base_time * 1e3:.0f} ms "
+                f"| {mib(base_peak.bytes)} | {mib(sgc.base.saved_bytes)} (`none`) | 0 | {sgc.base_time * 1e3:.0f} ms "
                 f"| {mib(sgc_base_peak.bytes)} |")
     return rows
 
@@ -204,7 +227,8 @@ def _write(a, start, summary, vs, details) -> None:
         out += ["**Against PyTorch's `activation_memory_budget`** (saved: MiB held from forward to backward; "
                 "recompute: GFLOPs of recomputed forward ops and their share of the forward's FLOPs; time: "
                 "CPU ms per step (this process, both threads) over the step that recomputes nothing, least of "
-                f"{a.repeat}; sgc: the plan recomputing least among those saving at most PyTorch's bytes):", "",
+                f"{a.repeat}; sgc: `--strategy partition --budget-of saved` at PyTorch's measured saved bytes, ops "
+                "priced by their FLOPs as PyTorch prices them):", "",
                 "| model | budget | torch saved (MiB) | torch recompute GFLOPs | torch time (ms) | torch peak (MiB) "
                 "| sgc saved (MiB) | sgc recompute GFLOPs | sgc time (ms) | sgc peak (MiB) |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *vs, ""]

@@ -302,7 +302,8 @@ class PlannedStep:
             loss = outs[k]
             saved = outs[k + 1:]
             outs.clear()
-            self.saved_bytes = distinct_bytes(saved, exclude=self._persistent())
+            # The loss is returned to the caller: held whether or not the backward reads it.
+            self.saved_bytes = distinct_bytes(saved, exclude=self._persistent() | {loss.untyped_storage().data_ptr()})
             grads = self._run_bw(saved)
             for fqn, g in zip(part.grad_params, grads):
                 p = self.model.get_parameter(fqn)
@@ -360,13 +361,17 @@ def compile(
     raw_output: bool = False,
     plan: dict | None = None,
     traced: tuple | None = None,
+    budget_of: str = "device",
 ) -> PlannedStep:
     """A training step for `model` that follows an sgc plan: `loss = step(*batch)`.
 
     `example_batch`: real tensors, the model's `num_model_inputs` inputs then the loss's
     targets (`loss_fn(model(*inputs), *targets)`); the step accepts batches of these shapes.
     `budget`, `strategy`, `genetic_iters`, `seed`: as `sgc plan` (`budget` in bytes or
-    `"10GiB"`: the device bytes the plan must fit). `plan`: a plan dict to apply instead
+    `"10GiB"`: the device bytes the plan must fit). `budget_of="saved"` with
+    `strategy="partition"`: the budget bounds the bytes kept from the forward for the
+    backward instead (what `torch.compile`'s `activation_memory_budget` bounds), and the
+    plan recomputing least within it is applied. `plan`: a plan dict to apply instead
     of planning (refused, `PlanMismatch`, when it was made for another graph).
     `backend`: `aot_eager` (the FX modules as they are; bitwise the unplanned step) or
     `inductor`. A model the exporter cannot trace raises its `ExportError` (the op, the
@@ -378,7 +383,8 @@ def compile(
     specs = input_specs(example_batch, num_model_inputs)
     graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output)
     if plan is None:
-        plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed)
+        plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed,
+                          budget_of=budget_of)
         check_plan(graph, plan)
     else:
         check_plan(graph, plan, plan_graph(graph, strategy="none")["graph"]["fingerprint"])

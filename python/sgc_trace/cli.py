@@ -122,7 +122,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _planning(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", help="device bytes the plan must fit (e.g. 10GiB; default: the lowest peak)")
-    p.add_argument("--strategy", default="sublinear", help="sgc plan --strategy (default sublinear)")
+    p.add_argument("--budget-of", choices=("device", "peak", "saved"), default="device",
+                   help="what --budget bounds: device bytes (default), the memory model's peak, or the bytes "
+                        "saved for the backward (with --strategy partition, as torch.compile's "
+                        "activation_memory_budget)")
+    p.add_argument("--strategy", default="sublinear",
+                   help="sgc plan --strategy: sublinear (default), partition, chen-sqrt, dtr, none")
     p.add_argument("--genetic-iters", type=int, default=20, help="sgc plan --genetic-iters (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the planner and of the measured steps")
     p.add_argument("--backend", choices=("aot_eager", "inductor"), default="aot_eager",
@@ -196,7 +201,7 @@ def _measure(a: argparse.Namespace) -> dict:
     model, loss, batch = _real_setup(a)
     return measure_plans(model, loss, batch, num_model_inputs=len(a.input), budget=a.budget,
                          strategy=a.strategy, genetic_iters=a.genetic_iters, seed=a.seed,
-                         backend=a.backend, raw_output=a.raw_output)
+                         backend=a.backend, raw_output=a.raw_output, budget_of=a.budget_of)
 
 
 def _run_report(a: argparse.Namespace) -> int:
@@ -218,7 +223,8 @@ def _run_plan(a: argparse.Namespace) -> int:
 
         model, loss, batch = _real_setup(a)
         graph, _, _ = trace(model, loss, input_specs(batch, len(a.input)), len(a.input), a.raw_output)
-        planned = plan(graph, strategy=a.strategy, budget=a.budget, genetic_iters=a.genetic_iters, seed=a.seed)
+        planned = plan(graph, strategy=a.strategy, budget=a.budget, genetic_iters=a.genetic_iters, seed=a.seed,
+                       budget_of=a.budget_of)
     else:
         result = _measure(a)
         print(markdown(result))

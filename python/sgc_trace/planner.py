@@ -36,11 +36,14 @@ def plan(
     genetic_iters: int = 20,
     seed: int = 0,
     native: bool | None = None,
+    budget_of: str = "device",
 ) -> dict:
     """The plan of `graph` (a version-1 graph dict) as the JSON dict `sgc plan -o` writes.
 
-    `budget`: device bytes (an int) or a size (`"10GiB"`); the plan that recomputes least
-    whose arena plus persistent bytes fit. `native`: force (True) or avoid (False) the
+    `budget`: bytes (an int) or a size (`"10GiB"`); the plan that recomputes least within
+    it. `budget_of`: what it bounds: `"device"` (arena plus persistent bytes), `"peak"` (the
+    memory model's) or `"saved"` (bytes kept from the forward for the backward, with
+    `strategy="partition"`: what `torch.compile`'s `activation_memory_budget` bounds). `native`: force (True) or avoid (False) the
     native module; by default it is used when importable. Raises `PlanError` with sgc's
     message when planning fails.
     """
@@ -50,14 +53,16 @@ def plan(
     budget_text = None if budget is None else (f"{budget}" if isinstance(budget, int) else str(budget))
     if mod is not None:
         try:
-            planned = mod.plan(graph, strategy=strategy, genetic_iters=genetic_iters, budget=budget_text, seed=seed)
+            planned = mod.plan(graph, strategy=strategy, genetic_iters=genetic_iters, budget=budget_text, seed=seed,
+                               budget_of=budget_of)
         except getattr(mod, "SgcError", ()) as e:  # noqa: B030
             raise PlanError(str(e)) from e
         return planned.to_dict()
-    return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed)
+    return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed, budget_of)
 
 
-def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_iters: int, seed: int) -> dict:
+def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_iters: int, seed: int,
+                      budget_of: str = "device") -> dict:
     from .sgc import find_sgc  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="sgc-plan-") as tmp:
@@ -68,7 +73,7 @@ def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_it
         if strategy == "sublinear":
             args += ["--genetic-iters", str(genetic_iters)]
         if budget is not None:
-            args += ["--budget", budget]
+            args += ["--budget", budget, "--budget-of", budget_of]
         done = subprocess.run(args, capture_output=True, text=True)
         if done.returncode != 0:
             message = done.stderr.strip().removeprefix("error: ").replace(f"{src}: ", "")

@@ -22,7 +22,7 @@ from .trace import LossFn
 
 def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tensor], num_model_inputs: int = 1,
                   budget=None, strategy: str = "sublinear", genetic_iters: int = 20, seed: int = 0,
-                  backend: str = "aot_eager", raw_output: bool = False) -> dict:
+                  backend: str = "aot_eager", raw_output: bool = False, budget_of: str = "device") -> dict:
     """Rows `eager`, `unplanned`, `planned` of the report, as dicts; and the plan."""
     ref = fresh(model)
     torch.manual_seed(seed)  # the same random draws (dropout) in every step
@@ -31,7 +31,7 @@ def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tenso
     steps, models = {}, {}
     for label, kw in (("unplanned", {"strategy": "none"}),
                       ("planned", {"strategy": strategy, "budget": budget, "genetic_iters": genetic_iters,
-                                   "seed": seed})):
+                                   "seed": seed, "budget_of": budget_of})):
         m = fresh(model)
         step = compile_step(m, loss_fn, batch, backend=backend, num_model_inputs=num_model_inputs,
                             raw_output=raw_output, **kw)
@@ -48,7 +48,8 @@ def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tenso
         rows.append({
             "step": label,
             "saved_bytes": step.saved_bytes,
-            "predicted_saved_bytes": tensor_bytes(step.graph, step.partition.saved_tensors),
+            "predicted_saved_bytes": tensor_bytes(step.graph, [t for t in step.partition.saved_tensors
+                                                               if t not in step.graph["outputs"]]),
             "measured_peak": peak.bytes,
             "peak_op": peak.op,
             "workspace": peak.workspace,

@@ -134,9 +134,37 @@ def test_the_plan_recomputes_and_saves_less(planned):
     assert pl.partition.recomputed_ops, f"{planned.name}: the plan recomputes nothing, the test would test nothing"
     assert not un.partition.recomputed_ops
     assert pl.saved_bytes < un.saved_bytes
-    # What the step measures is what the plan keeps (activations and the batch).
-    assert pl.saved_bytes == tensor_bytes(pl.graph, pl.partition.saved_tensors)
-    assert un.saved_bytes == tensor_bytes(un.graph, un.partition.saved_tensors)
+    # What the step measures is what the plan keeps (activations and the batch; the loss,
+    # returned to the caller, is held either way).
+    for step in (pl, un):
+        kept = [t for t in step.partition.saved_tensors if t not in step.graph["outputs"]]
+        assert step.saved_bytes == tensor_bytes(step.graph, kept)
+
+
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_a_saved_budget_bounds_what_the_step_keeps(name):
+    # torch.compile's question (`activation_memory_budget`), asked of sgc: the plan that
+    # recomputes least among those keeping at most this many bytes for the backward.
+    model, loss_fn, batch = _case(name)
+    un = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="none")
+    ref = _run(un, batch)
+    last = None
+    # Below what any plan keeps (the batch, dropout's masks): sgc's refusal says how low it goes.
+    with pytest.raises(sgc_trace.planner.PlanError, match="the least kept is"):
+        sgc_trace.compile(fresh(model), loss_fn, batch, strategy="partition", budget=1, budget_of="saved")
+    for share in (0.5, 0.7, 0.9):
+        budget = int(un.saved_bytes * share)
+        pl = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="partition", budget=budget, budget_of="saved")
+        assert pl.plan["options"]["budget_of"] == "saved"
+        assert torch.equal(_run(pl, batch), ref)
+        assert pl.saved_bytes <= budget, (share, pl.saved_bytes, budget)
+        same, diff = compare(pl.model, un.model, exact=True)
+        assert same, f"{name} at {share}: gradients differ by up to {diff}"
+        cost = pl.plan["summary"]["recompute_cost"]
+        assert last is None or cost <= last, (share, cost, last)
+        last = cost
+        if share == 0.5:
+            assert pl.partition.recomputed_ops, f"{name}: half the bytes and nothing recomputed?"
 
 
 def test_loss_gradients_and_buffers_are_bitwise_the_unplanned_ones(planned):

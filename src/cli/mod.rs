@@ -25,6 +25,7 @@ pub enum StrategyArg {
     ChenSqrt,
     Sublinear,
     Dtr,
+    Partition,
 }
 
 impl From<StrategyArg> for sgc::plan::Strategy {
@@ -35,6 +36,7 @@ impl From<StrategyArg> for sgc::plan::Strategy {
             StrategyArg::ChenSqrt => Strategy::ChenSqrt,
             StrategyArg::Sublinear => Strategy::Sublinear,
             StrategyArg::Dtr => Strategy::Dtr,
+            StrategyArg::Partition => Strategy::Partition,
         }
     }
 }
@@ -47,6 +49,7 @@ impl From<sgc::plan::Strategy> for StrategyArg {
             Strategy::ChenSqrt => StrategyArg::ChenSqrt,
             Strategy::Sublinear => StrategyArg::Sublinear,
             Strategy::Dtr => StrategyArg::Dtr,
+            Strategy::Partition => StrategyArg::Partition,
         }
     }
 }
@@ -96,6 +99,7 @@ impl From<ArenaEffortArg> for sgc::plan::alloc::ArenaEffort {
 pub enum BudgetOfArg {
     Device,
     Peak,
+    Saved,
 }
 
 impl From<BudgetOfArg> for sgc::plan::BudgetOf {
@@ -103,6 +107,7 @@ impl From<BudgetOfArg> for sgc::plan::BudgetOf {
         match b {
             BudgetOfArg::Device => sgc::plan::BudgetOf::Device,
             BudgetOfArg::Peak => sgc::plan::BudgetOf::Peak,
+            BudgetOfArg::Saved => sgc::plan::BudgetOf::Saved,
         }
     }
 }

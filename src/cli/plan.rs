@@ -23,10 +23,12 @@ pub struct Args {
     /// budget never recomputes more.
     #[arg(long, value_parser = parse_size)]
     budget: Option<u64>,
-    /// What --budget bounds: `device` bytes (arena + persistent, what `sgc run` allocates)
-    /// or the memory model's `peak` (unaligned live bytes plus persistent: what MegEngine's
+    /// What --budget bounds: `device` bytes (arena + persistent, what `sgc run` allocates),
+    /// the memory model's `peak` (unaligned live bytes plus persistent: what MegEngine's
     /// and Checkmate's budgets bound, to compare plans with theirs; the arena may need up to
-    /// its alignment and fragmentation more).
+    /// its alignment and fragmentation more), or the bytes `saved` from the forward for the
+    /// backward (with --strategy partition: what torch.compile's activation_memory_budget
+    /// bounds).
     #[arg(long, value_enum, default_value = "device", requires = "budget")]
     budget_of: super::BudgetOfArg,
     /// Memory you are willing to spend to save recompute (sublinear): recomputed ops become

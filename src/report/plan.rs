@@ -321,6 +321,9 @@ fn render(r: &PlanReport<'_>) -> String {
 fn budget_text(o: &PlanOptions) -> String {
     match (o.budget, o.budget_of) {
         (Some(b), sgc_plan::BudgetOf::Peak) => format!("{} (of the peak)", human_bytes(b)),
+        (Some(b), sgc_plan::BudgetOf::Saved) => {
+            format!("{} (kept for the backward)", human_bytes(b))
+        }
         (b, _) => b.map_or("-".to_string(), human_bytes),
     }
 }

@@ -1,4 +1,5 @@
-//! What a budget bounds (`--budget-of`): device bytes, or the memory model's peak.
+//! What a budget bounds (`--budget-of`): device bytes, the memory model's peak, or the
+//! bytes kept for the backward.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,10 @@ pub enum BudgetOf {
     /// unaligned): what MegEngine's and Checkmate's budgets bound. The arena may need up
     /// to its fragmentation and alignment more.
     Peak,
+    /// Bytes kept from the forward for the backward ([`crate::plan::saved_bytes`]): what
+    /// `torch.compile`'s `activation_memory_budget` bounds. Only the `partition` strategy
+    /// plans for it.
+    Saved,
 }
 
 impl BudgetOf {
@@ -21,6 +26,7 @@ impl BudgetOf {
         match self {
             BudgetOf::Device => "device",
             BudgetOf::Peak => "peak",
+            BudgetOf::Saved => "saved",
         }
     }
 
@@ -32,11 +38,11 @@ impl BudgetOf {
 impl std::str::FromStr for BudgetOf {
     type Err = String;
 
-    /// What a budget bounds, by its command-line name (`device`, `peak`).
+    /// What a budget bounds, by its command-line name (`device`, `peak`, `saved`).
     fn from_str(s: &str) -> Result<BudgetOf, String> {
-        [BudgetOf::Device, BudgetOf::Peak]
+        [BudgetOf::Device, BudgetOf::Peak, BudgetOf::Saved]
             .into_iter()
             .find(|b| b.as_str() == s)
-            .ok_or_else(|| format!("unknown budget kind {s:?}: use device or peak"))
+            .ok_or_else(|| format!("unknown budget kind {s:?}: use device, peak or saved"))
     }
 }

@@ -51,7 +51,8 @@ const REFUSAL_PLACED: usize = 4;
 /// A plan the budget may select.
 enum Source {
     Split(Genome),
-    Eviction(Vec<(OpId, bool)>),
+    /// A schedule made whole, and the strategy whose rules it follows.
+    Steps(Vec<(OpId, bool)>, Strategy),
 }
 
 pub(crate) struct Candidate {
@@ -147,7 +148,7 @@ fn evictions(ctx: &Context<'_>, opts: &PlanOptions) -> Vec<Candidate> {
             let steps = dtr::schedule(ctx, &params).ok()?;
             let fitness = fitness_of(ctx, &steps, 0);
             fitness.feasible.then_some(Candidate {
-                source: Source::Eviction(steps),
+                source: Source::Steps(steps, Strategy::Dtr),
                 fitness,
             })
         })
@@ -155,15 +156,33 @@ fn evictions(ctx: &Context<'_>, opts: &PlanOptions) -> Vec<Candidate> {
 }
 
 impl Candidate {
+    /// A whole schedule at its measured peak and recompute cost.
+    pub(crate) fn of_steps(
+        steps: Vec<(OpId, bool)>,
+        peak: u64,
+        units: u64,
+        strategy: Strategy,
+    ) -> Self {
+        Candidate {
+            source: Source::Steps(steps, strategy),
+            fitness: Fitness {
+                feasible: true,
+                peak,
+                cost: units,
+                splits: 0,
+            },
+        }
+    }
+
     fn chosen(&self, ctx: &Context<'_>) -> Option<Chosen> {
         match &self.source {
             Source::Split(g) => schedule(ctx, g).map(|steps| Chosen {
                 steps,
                 strategy: Strategy::Sublinear,
             }),
-            Source::Eviction(steps) => Some(Chosen {
+            Source::Steps(steps, strategy) => Some(Chosen {
                 steps: steps.clone(),
-                strategy: Strategy::Dtr,
+                strategy: *strategy,
             }),
         }
     }
@@ -201,6 +220,21 @@ pub(crate) fn choose(
     budget: u64,
 ) -> Result<Chosen, PlanError> {
     let all: Vec<&Candidate> = cands.split.iter().chain(cands.evictions(ctx)).collect();
+    if let Some(c) = cheapest(ctx, opts, &all, budget)? {
+        return Ok(c);
+    }
+    Err(refusal(ctx, opts, all, budget))
+}
+
+/// The candidate of another strategy's set recomputing least whose device bytes (or peak)
+/// fit `budget`.
+pub(crate) fn choose_among(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    cands: Vec<Candidate>,
+    budget: u64,
+) -> Result<Chosen, PlanError> {
+    let all: Vec<&Candidate> = cands.iter().collect();
     if let Some(c) = cheapest(ctx, opts, &all, budget)? {
         return Ok(c);
     }

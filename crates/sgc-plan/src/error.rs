@@ -25,6 +25,10 @@ pub enum PlanError {
         best_device: Option<u64>,
         lower_bound: u64,
     },
+    #[error("no plan keeps at most {} for the backward; the least kept is {} (graph inputs read by the backward and outputs of ops that may not run again are always kept): raise the budget", bytes(*.budget), bytes(*.lowest))]
+    SavedBudgetNotMet { budget: u64, lowest: u64 },
+    #[error("cannot plan a forward/backward partition: {0}")]
+    Partition(String),
     #[error("this plan was made for graph {expected}, not for graph {found}: make a new plan for this graph with `sgc plan`")]
     GraphMismatch { expected: String, found: String },
     #[error("not a plan file: {0}")]
@@ -60,6 +64,7 @@ fn unit(of: BudgetOf) -> &'static str {
     match of {
         BudgetOf::Device => "in device bytes (arena + persistent)",
         BudgetOf::Peak => "of the memory-model peak (--budget-of peak)",
+        BudgetOf::Saved => "of bytes kept for the backward (--budget-of saved)",
     }
 }
 

@@ -15,7 +15,8 @@
 //! - `relax`: memory for speed (turning recomputations back into kept storages);
 //! - `schedule`: recomputation with eviction, for static DTR;
 //! - strategies: `chen` (sqrt(n) segments), `sublinear` (threshold search) with `genetic`
-//!   refinement, `dtr` (static DTR);
+//!   refinement, `dtr` (static DTR), `partition` (a forward/backward partition, as
+//!   `torch.compile` makes, chosen by parametric minimum cut: `maxflow`);
 //! - [`plan`]: the plain-data [`Plan`] written to plan files;
 //! - [`verify()`]: an independent replay of a plan against the graph alone.
 //!
@@ -54,6 +55,8 @@ mod fingerprint;
 pub mod fit;
 mod genetic;
 mod genome;
+mod maxflow;
+mod partition;
 pub mod plan;
 mod polish;
 #[cfg(test)]
@@ -153,7 +156,10 @@ pub fn plan_with_stats(
     let mut stats = PlanStats::default();
     let start = std::time::Instant::now();
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
-    if let Some(budget) = options.budget {
+    if let Some(budget) = options
+        .budget
+        .filter(|_| options.budget_of != BudgetOf::Saved)
+    {
         below_bound(&ctx, budget)?;
     }
     let mut strategy = options.strategy;
@@ -172,6 +178,7 @@ pub fn plan_with_stats(
             stats.fallback = fallback;
             steps
         }
+        Strategy::Partition => run_partition(&ctx, options, run)?,
     };
     stats.schedule_secs = start.elapsed().as_secs_f64();
     let plan = finish_plan(&ctx, options, strategy, &steps, &mut stats)?;
@@ -289,8 +296,15 @@ fn finish_plan(
         let bounded = match options.budget_of {
             BudgetOf::Device => device,
             BudgetOf::Peak => profile.peak,
+            BudgetOf::Saved => plan::saved_bytes(graph, steps),
         };
         if let Some(budget) = options.budget.filter(|&b| bounded > b) {
+            if options.budget_of == BudgetOf::Saved {
+                return Err(PlanError::SavedBudgetNotMet {
+                    budget,
+                    lowest: bounded,
+                });
+            }
             return Err(PlanError::BudgetNotMet {
                 budget,
                 of: options.budget_of,
@@ -309,7 +323,51 @@ fn finish_plan(
     Ok(plan)
 }
 
+/// The `partition` strategy ([`partition`]): with a budget, the candidate that recomputes
+/// least within it (bytes kept for the backward, device bytes or peak); without one, the
+/// lowest peak.
+fn run_partition(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<Vec<(OpId, bool)>, PlanError> {
+    let pool = pool(run)?;
+    let cands = partition::candidates(ctx, &pool).map_err(|e| {
+        PlanError::Partition(match e {
+            partition::Unpartitionable::NoBackward => "the graph has no backward op (no op has phase \"backward\" and none can be inferred from a loss): export the whole training step, or use another --strategy".to_string(),
+            partition::Unpartitionable::NoSchedule => "no set of forward tensors kept for the backward gives a schedule that can run (ops that may not run again read state written in place): use another --strategy".to_string(),
+        })
+    })?;
+    let Some(limit) = options.budget else {
+        let best = cands.into_iter().min_by_key(|c| (c.peak, c.units, c.saved));
+        return Ok(best.map(|c| c.steps).unwrap_or_else(|| original(ctx)));
+    };
+    if options.budget_of == BudgetOf::Saved {
+        let lowest = cands.iter().map(|c| c.saved).min().unwrap_or(0);
+        return cands
+            .into_iter()
+            .filter(|c| c.saved <= limit)
+            .min_by_key(|c| (c.units, c.peak, c.saved))
+            .map(|c| c.steps)
+            .ok_or(PlanError::SavedBudgetNotMet {
+                budget: limit,
+                lowest,
+            });
+    }
+    let steps = cands
+        .into_iter()
+        .map(|c| budget::Candidate::of_steps(c.steps, c.peak, c.units, Strategy::Partition))
+        .collect();
+    Ok(budget::choose_among(ctx, options, steps, limit)?.steps)
+}
+
 fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
+    if o.budget_of == BudgetOf::Saved && o.strategy != Strategy::Partition {
+        return Err(PlanError::InvalidOption(format!(
+            "--budget-of saved (bytes kept for the backward) plans with --strategy partition, not {}",
+            o.strategy
+        )));
+    }
     if o.align == 0 {
         return Err(PlanError::InvalidOption(
             "--align must be at least 1".into(),

@@ -38,14 +38,19 @@ pub enum Strategy {
     Sublinear,
     /// Static DTR: one pass that evicts the cheapest-to-recompute tensors.
     Dtr,
+    /// A forward/backward partition (torch.compile's shape): the forward runs once, a set
+    /// of its tensors is kept for the backward and the rest is recomputed there, the set
+    /// chosen by parametric minimum cut over bytes kept and recompute cost.
+    Partition,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 4] = [
+    pub const ALL: [Strategy; 5] = [
         Strategy::None,
         Strategy::ChenSqrt,
         Strategy::Sublinear,
         Strategy::Dtr,
+        Strategy::Partition,
     ];
 
     /// The name used on the command line and in plan files.
@@ -55,6 +60,7 @@ impl Strategy {
             Strategy::ChenSqrt => "chen-sqrt",
             Strategy::Sublinear => "sublinear",
             Strategy::Dtr => "dtr",
+            Strategy::Partition => "partition",
         }
     }
 }
@@ -67,7 +73,9 @@ impl std::str::FromStr for Strategy {
         Strategy::ALL
             .into_iter()
             .find(|x| x.as_str() == s)
-            .ok_or_else(|| format!("unknown strategy {s:?}: use none, chen-sqrt, sublinear or dtr"))
+            .ok_or_else(|| {
+                format!("unknown strategy {s:?}: use none, chen-sqrt, sublinear, dtr or partition")
+            })
     }
 }
 
@@ -430,6 +438,44 @@ impl Plan {
 }
 
 /// Activation roots that a recomputed step reads from their original (stored) copy.
+/// Bytes a schedule keeps from its forward stretch for its backward stretch: the distinct
+/// non-persistent storages that the backward stretch reads before making them itself,
+/// except the graph's outputs (the loss), which the step holds for its caller anyway.
+/// The backward stretch starts at the first original run of a backward op and holds the
+/// recomputations and backward ops from there; forward and update ops run once after it
+/// belong to the forward stretch. (What `torch.compile`'s partition saves for backward,
+/// and what `sgc_trace` measures when it applies a plan.)
+pub fn saved_bytes(graph: &Graph, schedule: &[(OpId, bool)]) -> u64 {
+    let backward = |op: OpId| graph.phase(op) == Some(sgc_ir::Phase::Backward);
+    let Some(first) = schedule.iter().position(|&(op, r)| !r && backward(op)) else {
+        return 0;
+    };
+    let mut made = vec![false; graph.num_tensors()];
+    let mut saved = vec![false; graph.num_tensors()];
+    for &t in graph.outputs() {
+        saved[graph.storage_root(t).index()] = true;
+    }
+    let mut total = 0u64;
+    for &(op, recompute) in &schedule[first..] {
+        if !recompute && !backward(op) {
+            continue;
+        }
+        let o = graph.op(op);
+        for &t in &o.inputs {
+            let root = graph.storage_root(t);
+            if made[t.index()] || graph.is_persistent(root) || saved[root.index()] {
+                continue;
+            }
+            saved[root.index()] = true;
+            total = total.saturating_add(graph.storage_bytes(root));
+        }
+        for &t in &o.outputs {
+            made[t.index()] = true;
+        }
+    }
+    total
+}
+
 fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
     let mut from_recompute = vec![false; graph.num_tensors()];
     let mut anchor = vec![false; graph.num_tensors()];

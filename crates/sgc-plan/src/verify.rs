@@ -18,8 +18,9 @@
 //! and at the end that every graph output is resident and current, that the claimed peak
 //! equals the replayed one, and that the claimed lifetimes are the replayed ones.
 //!
-//! Plans of the split-based strategies (`sublinear`, `chen-sqrt`) promise more, and the
-//! verifier holds them to it: no op runs more than twice (one recomputation at most), and
+//! Plans of the split-based strategies (`sublinear`, `chen-sqrt`) and of `partition`
+//! promise more, and the verifier holds them to it: no op runs more than twice (one
+//! recomputation at most), and
 //! a `chen-sqrt` plan recomputes at most one forward pass (by the plan's own cost model).
 //!
 //! When the plan has an arena, it also checks that every lifetime has an offset, that
@@ -81,6 +82,15 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, CheckError> {
     let (device, what) = match plan.options.budget_of {
         crate::BudgetOf::Device => (device, what),
         crate::BudgetOf::Peak => (peak.peak_bytes, "memory-model peak; budget of the peak"),
+        crate::BudgetOf::Saved => {
+            let steps: Vec<(sgc_ir::OpId, bool)> =
+                plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
+            let saved = crate::plan::saved_bytes(graph, &steps);
+            (
+                saved,
+                "bytes kept for the backward; budget of the saved bytes",
+            )
+        }
     };
     if let Some(budget) = plan.options.budget.filter(|&b| device > b) {
         return Err(CheckError::OverBudget {
@@ -410,7 +420,10 @@ impl<'g> Replay<'g> {
         use crate::plan::Strategy;
         let g = self.g;
         let strategy = plan.options.strategy;
-        if !matches!(strategy, Strategy::Sublinear | Strategy::ChenSqrt) {
+        if !matches!(
+            strategy,
+            Strategy::Sublinear | Strategy::ChenSqrt | Strategy::Partition
+        ) {
             return;
         }
         for op in g.op_ids() {

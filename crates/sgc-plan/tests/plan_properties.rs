@@ -1,11 +1,13 @@
 //! Property: random valid graphs (chains, diamonds, skip connections, multi-output ops,
 //! views, non-recomputable ops, update phases; `sgc_ir::testgen`) always plan to a schedule
 //! the verifier accepts, under every strategy, with and without tight DTR thresholds and
-//! budgets; and a corrupted plan is always rejected.
+//! budgets (the partition strategy also at the least saved bytes it can keep); and a
+//! corrupted plan is always rejected.
 
 use proptest::prelude::*;
 use sgc_ir::testgen::{random_graph, GenConfig};
-use sgc_plan::{plan, verify, PlanError, PlanOptions, RunConfig, Strategy};
+use sgc_plan::plan::saved_bytes;
+use sgc_plan::{plan, verify, BudgetOf, PlanError, PlanOptions, RunConfig, Strategy};
 
 fn options(strategy: Strategy, seed: u64) -> PlanOptions {
     PlanOptions {
@@ -32,7 +34,7 @@ fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, T
             let v = verify(g, &p);
             prop_assert!(v.is_ok(), "{}: {:?}", o.strategy, v.err());
             prop_assert_eq!(v.unwrap().peak_bytes, p.summary.planned_peak);
-            if let (Some(b), Some(a)) = (o.budget, &p.arena) {
+            if let (Some(b), Some(a), BudgetOf::Device) = (o.budget, &p.arena, o.budget_of) {
                 // A budget bounds device bytes: the arena plus persistent bytes.
                 prop_assert!(a.size + g.persistent_bytes() <= b);
             }
@@ -47,8 +49,44 @@ fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, T
             prop_assert!(best_device.map_or(best_peak > budget, |d| d > budget));
             Ok(None)
         }
+        // A graph with no backward op has nothing to partition.
+        Err(PlanError::Partition(_)) if o.strategy == Strategy::Partition && !has_backward(g) => {
+            Ok(None)
+        }
         Err(e) => Err(TestCaseError::fail(format!("{}: {e}", o.strategy))),
     }
+}
+
+fn has_backward(g: &sgc_ir::Graph) -> bool {
+    g.op_ids()
+        .any(|o| g.phase(o) == Some(sgc_ir::Phase::Backward))
+}
+
+/// The partition strategy under a budget of saved bytes: refused below the least any
+/// partition keeps, met at exactly that.
+fn check_saved(g: &sgc_ir::Graph, seed: u64) -> Result<(), TestCaseError> {
+    if !has_backward(g) {
+        return Ok(());
+    }
+    let at = |budget| PlanOptions {
+        budget: Some(budget),
+        budget_of: BudgetOf::Saved,
+        ..options(Strategy::Partition, seed)
+    };
+    let lowest = match plan(g, &at(0), &RunConfig::default()) {
+        Err(PlanError::SavedBudgetNotMet { lowest, .. }) => lowest,
+        Ok(p) => {
+            let steps: Vec<_> = p.steps.iter().map(|s| (s.op, s.recompute)).collect();
+            prop_assert_eq!(saved_bytes(g, &steps), 0);
+            return Ok(());
+        }
+        Err(e) => return Err(TestCaseError::fail(format!("saved budget 0: {e}"))),
+    };
+    let p = check(g, &at(lowest))?.expect("the least kept is met");
+    let steps: Vec<_> = p.steps.iter().map(|s| (s.op, s.recompute)).collect();
+    prop_assert!(saved_bytes(g, &steps) <= lowest);
+    prop_assert!(sgc_plan::check(g, &p).is_ok());
+    Ok(())
 }
 
 proptest! {
@@ -66,6 +104,7 @@ proptest! {
         check(&g, &PlanOptions { eviction_threshold: Some(lb), ..options(Strategy::Dtr, seed) })?;
         check(&g, &PlanOptions { sqrt_sampling: true, eviction_threshold: Some(lb), ..options(Strategy::Dtr, seed) })?;
         check(&g, &PlanOptions { budget: Some(lb), ..options(Strategy::Sublinear, seed) })?;
+        check_saved(&g, seed)?;
     }
 
     #[test]
@@ -100,6 +139,8 @@ fn storage_near_u64_max_plans_without_overflow() {
             match plan(&g, &o, &RunConfig::default()) {
                 Ok(p) => assert!(verify(&g, &p).is_ok(), "{s}"),
                 Err(PlanError::BudgetNotMet { .. }) => {}
+                // No backward op: nothing to partition.
+                Err(PlanError::Partition(_)) if s == Strategy::Partition => {}
                 Err(e) => panic!("{s} {budget:?}: {e}"),
             }
         }

@@ -109,11 +109,20 @@ fn every_strategy_verifies_on_every_graph() {
     let mut misses = Vec::new();
     for (name, g) in graphs() {
         let mut chen: Option<(sgc_plan::Summary, u64)> = None;
+        let has_backward = g
+            .op_ids()
+            .any(|o| g.phase(o) == Some(sgc_ir::Phase::Backward));
         for s in Strategy::ALL {
             let o = PlanOptions {
                 arena: true,
                 ..options(&g, s, 3)
             };
+            if s == Strategy::Partition && !has_backward {
+                // Nothing to partition: refused with what to do.
+                let err = plan(&g, &o, &RunConfig::default()).unwrap_err();
+                assert!(err.to_string().contains("no backward op"), "{name}: {err}");
+                continue;
+            }
             let p = checked(&g, &o, None);
             // Chen's fixed rule is a baseline and may lose to no plan on plain sequences.
             assert!(
@@ -128,18 +137,21 @@ fn every_strategy_verifies_on_every_graph() {
             }
             // The split strategies recompute an op at most once; Chen's plan at most one
             // forward pass (the verifier checks both too).
-            if matches!(s, Strategy::ChenSqrt | Strategy::Sublinear) {
+            if matches!(
+                s,
+                Strategy::ChenSqrt | Strategy::Sublinear | Strategy::Partition
+            ) {
                 assert!(
                     p.summary.max_op_runs <= 2,
                     "{name} {s}: {}",
                     p.summary.max_op_runs
                 );
             }
-            if s == Strategy::ChenSqrt {
+            if matches!(s, Strategy::ChenSqrt | Strategy::Partition) {
                 let forward = sgc_plan::verify::forward_cost(&g, None);
                 assert!(
                     p.summary.recompute_cost <= forward * (1.0 + 1e-9),
-                    "{name}: chen-sqrt recomputes {} > one forward pass {forward}",
+                    "{name}: {s} recomputes {} > one forward pass {forward}",
                     p.summary.recompute_cost
                 );
             }

@@ -1,0 +1,667 @@
+//! The `partition` strategy: the forward runs once, a set of its tensors is kept for the
+//! backward, and every other forward tensor the backward reads is recomputed there, right
+//! before its first backward use, from what was kept (each forward op at most once). This
+//! is the shape of `torch.compile`'s joint-graph partition, so `sgc_trace` applies such a
+//! plan as it is; the set is what this module chooses.
+//!
+//! **The trade-off as a minimum cut.** For weights `a` (per byte kept) and `b` (per unit of
+//! recompute cost), the set minimising `a * bytes kept + b * recompute cost` is a minimum
+//! cut of this network (source: "made in the forward"; sink: "read by the backward"):
+//! - each forward tensor `t` is two nodes, `t_in -> t_out` with capacity `a * bytes(t)`:
+//!   the cut crosses it when `t` is made in the forward and kept (`t_in` on the source
+//!   side, `t_out` on the sink side);
+//! - each forward op `p` is a node with `source -> p` of capacity `b * cost(p)` (unbounded
+//!   when `p` may not run again: random, stateful, or reading state written in place before
+//!   the backward could need it): `p` on the sink side runs again in the backward;
+//! - `p -> t_in` (unbounded) for each output: an output needed in the backward and not kept
+//!   puts its producer on the sink side; `u_out -> p` (unbounded) for each input: a
+//!   recomputed op needs its inputs in the backward, kept or recomputed in turn;
+//! - `t_out -> sink` (unbounded) for every forward tensor a backward op reads; graph
+//!   inputs cannot be recomputed (`source -> t_in` unbounded).
+//!
+//! PyTorch's min-cut partitioner solves this network with recompute priced by banning
+//! (an op is free to recompute or forbidden) and its memory budget with a knapsack that
+//! prices each tensor on its own; here both terms are priced, with the cost model's
+//! per-op times, and the recomputation a kept tensor saves upstream is counted exactly.
+//!
+//! **Every budget.** One cut gives one point of the bytes/recompute trade-off. The
+//! vertices of its lower convex hull come from Eisner-Severance's parametric search: the
+//! cuts that minimise bytes first and recompute first are the two ends; the weights at
+//! which two known vertices tie, `a = cost(A) - cost(B)`, `b = bytes(B) - bytes(A)`, give
+//! a cut that is either on their line (no vertex between them) or a new vertex, searched
+//! on both sides. A vertex recomputes the least possible for the bytes it keeps, and so
+//! does every other minimum cut at a segment's tie weights (they lie on the segment; they
+//! form a chain from one vertex to the other, the closed sets of the residual graph,
+//! [`Network::min_cut_chain`]). A budget between two vertices is served by kept sets off
+//! the hull, which are heuristic: from each vertex, tensors kept one more at a time (the
+//! most recompute saved per byte) and one fewer at a time (the least recompute added per
+//! byte freed), and the minimum cuts at each segment's weights on copies of the network
+//! whose prices are jittered by a fixed pseudo-random factor per node.
+//!
+//! Every kept set becomes a schedule ([`crate::schedule::State`], the engine static DTR
+//! uses: originals in traced order, the forward tensors not kept released when the
+//! backward starts, a missing input recomputed with its missing ancestors and kept for
+//! every later reader) and is measured on the schedule itself: bytes kept
+//! ([`crate::plan::saved_bytes`]), recompute cost and peak. The candidate set does not
+//! depend on the budget, and a budget selects the candidate that recomputes least within
+//! it, so a larger budget never costs more.
+
+use crate::context::{Context, Validity, NO_HAZARD};
+use crate::maxflow::{Cap, Network};
+use crate::schedule::{Infeasible, Policy, State};
+use rayon::prelude::*;
+use sgc_ir::{OpId, Phase, TensorId};
+
+/// The most minimum cuts the parametric search solves (each hull vertex costs about two).
+const MAX_CUTS: usize = 160;
+/// The most minimum cuts taken from one hull segment.
+const CHAIN_POINTS: usize = 48;
+/// Tensors one greedy step tries ([`Model::greedy`]).
+const GREEDY_TRIES: usize = 48;
+/// Greedy steps from one hull vertex.
+const GREEDY_STEPS: usize = 16;
+/// Copies of the network with jittered prices ([`Model::jittered`]).
+const JITTER_COPIES: u64 = 16;
+/// How far a jittered price may be off (a fraction).
+const JITTER: f64 = 0.5;
+
+/// A fixed pseudo-random 64-bit value of `x` (splitmix64's finaliser).
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One candidate schedule and what it was measured at.
+pub(crate) struct Candidate {
+    pub steps: Vec<(OpId, bool)>,
+    /// Bytes kept for the backward.
+    pub saved: u64,
+    /// Recompute cost in the context's units.
+    pub units: u64,
+    /// Memory-model peak.
+    pub peak: u64,
+}
+
+/// Why the graph has no partition plans.
+#[derive(Debug)]
+pub(crate) enum Unpartitionable {
+    /// No op is marked (or inferred) backward.
+    NoBackward,
+    /// No kept set gives a schedule that can run.
+    NoSchedule,
+}
+
+/// Every candidate of the graph (see the module doc), by increasing bytes kept.
+pub(crate) fn candidates(
+    ctx: &Context<'_>,
+    pool: &rayon::ThreadPool,
+) -> Result<Vec<Candidate>, Unpartitionable> {
+    let b0 = (0..ctx.n)
+        .find(|&i| ctx.g.phase(OpId::new(i)) == Some(Phase::Backward))
+        .ok_or(Unpartitionable::NoBackward)?;
+    let mut cands = Vec::new();
+    for strict in [false, true] {
+        let model = Model::new(ctx, b0, strict);
+        let sets = model.kept_sets();
+        let built: Vec<Option<Candidate>> = pool.install(|| {
+            sets.par_iter()
+                .map(|s| model.candidate(ctx, s).ok())
+                .collect()
+        });
+        cands = built.into_iter().flatten().collect();
+        if !cands.is_empty() {
+            break;
+        }
+    }
+    if cands.is_empty() {
+        return Err(Unpartitionable::NoSchedule);
+    }
+    cands.sort_by_key(|c| (c.saved, c.units, c.peak));
+    cands.dedup_by(|a, b| a.steps == b.steps);
+    Ok(cands)
+}
+
+/// The network of one graph and the facts to read a cut back.
+struct Model {
+    net: Network,
+    /// Position of the first backward op.
+    b0: usize,
+    /// Forward tensors with a node pair, in id order; pair `k` is nodes `2 + 2k`, `3 + 2k`.
+    tensors: Vec<TensorId>,
+    /// Per tensor of `tensors`: the bytes keeping it costs (its storage's).
+    bytes: Vec<u64>,
+    /// Per tensor of `tensors`: read by an op at or after the backward's start.
+    needed: Vec<bool>,
+    /// Per tensor of `tensors`: its producer's op node (`None`: it cannot be recomputed).
+    producer: Vec<Option<usize>>,
+    /// Op nodes: forward position and cost units; node `first_op + j`.
+    ops: Vec<(usize, u64)>,
+    first_op: usize,
+    /// Per op node: the pair indices of its inputs that have pairs.
+    op_inputs: Vec<Vec<u32>>,
+}
+
+const SOURCE: usize = 0;
+const SINK: usize = 1;
+
+/// A kept set with the model's own figures.
+#[derive(Clone)]
+struct Cut {
+    /// Pair indices kept, sorted.
+    kept: Vec<u32>,
+    bytes: u64,
+    units: u64,
+}
+
+impl Model {
+    /// The network of `ctx`'s graph; `strict`: no op reading state that anything writes in
+    /// place may run again (the fallback when the default rule gave no schedule).
+    fn new(ctx: &Context<'_>, b0: usize, strict: bool) -> Self {
+        let g = ctx.g;
+        let mut index = vec![u32::MAX; g.num_tensors()];
+        let mut tensors = Vec::new();
+        let forward_tensor = |t: TensorId| {
+            ctx.validity[t.index()] == Validity::Current
+                && g.producer(t).is_none_or(|p| p.index() < b0)
+        };
+        for i in 0..b0 {
+            for &t in ctx.inputs(i).iter().chain(ctx.outputs(i)) {
+                if forward_tensor(t) && index[t.index()] == u32::MAX {
+                    index[t.index()] = tensors.len() as u32;
+                    tensors.push(t);
+                }
+            }
+        }
+        let mut needed = vec![false; tensors.len()];
+        for i in b0..ctx.n {
+            for &t in ctx.inputs(i) {
+                if let Some(&k) = index.get(t.index()).filter(|&&k| k != u32::MAX) {
+                    needed[k as usize] = true;
+                }
+            }
+        }
+        let first_op = 2 + 2 * tensors.len();
+        let mut net = Network::new(first_op + b0);
+        let mut ops = Vec::with_capacity(b0);
+        let mut op_inputs = Vec::with_capacity(b0);
+        let mut producer = vec![None; tensors.len()];
+        for i in 0..b0 {
+            let node = first_op + i;
+            let rerun = may_rerun(ctx, i, strict);
+            let units = ctx.cost_units[i];
+            net.edge(
+                SOURCE,
+                node,
+                if rerun {
+                    Cap::Linear { bytes: 0, units }
+                } else {
+                    Cap::Inf
+                },
+            );
+            ops.push((i, units));
+            let mut ins = Vec::new();
+            for &u in ctx.inputs(i) {
+                let k = index[u.index()];
+                if k != u32::MAX {
+                    net.edge(3 + 2 * k as usize, node, Cap::Inf);
+                    ins.push(k);
+                }
+            }
+            ins.sort_unstable();
+            ins.dedup();
+            op_inputs.push(ins);
+            for &t in ctx.outputs(i) {
+                let k = index[t.index()];
+                if k != u32::MAX {
+                    net.edge(node, 2 + 2 * k as usize, Cap::Inf);
+                    let root = ctx.root[t.index()];
+                    if rerun && ctx.freeable[root.index()] {
+                        producer[k as usize] = Some(node);
+                    }
+                }
+            }
+        }
+        let mut bytes = Vec::with_capacity(tensors.len());
+        for (k, &t) in tensors.iter().enumerate() {
+            let size = g.storage_bytes(t);
+            bytes.push(size);
+            net.edge(
+                2 + 2 * k,
+                3 + 2 * k,
+                Cap::Linear {
+                    bytes: size,
+                    units: 0,
+                },
+            );
+            if producer[k].is_none() {
+                net.edge(SOURCE, 2 + 2 * k, Cap::Inf);
+            }
+            if needed[k] {
+                net.edge(3 + 2 * k, SINK, Cap::Inf);
+            }
+        }
+        Model {
+            net,
+            b0,
+            tensors,
+            bytes,
+            needed,
+            producer,
+            ops,
+            first_op,
+            op_inputs,
+        }
+    }
+
+    /// The minimum cut at weights `(a, b)`, read back as a kept set.
+    fn solve(&self, a: u128, b: u128) -> Cut {
+        self.solve_on(&self.net, a, b)
+    }
+
+    /// [`Model::solve`] on `net` (this model's network, or a copy with other byte prices).
+    fn solve_on(&self, net: &Network, a: u128, b: u128) -> Cut {
+        let (_, side) = net.min_cut(SOURCE, SINK, a, b);
+        let kept = self.kept_of(&side);
+        let bytes = kept.iter().map(|&k| self.bytes[k as usize]).sum();
+        let units = (0..self.ops.len())
+            .filter(|&j| !side[self.first_op + j])
+            .map(|j| self.ops[j].1)
+            .sum();
+        Cut { kept, bytes, units }
+    }
+
+    /// The kept sets to build: the hull's vertices and the minimum cuts between them.
+    fn kept_sets(&self) -> Vec<Vec<u32>> {
+        let (hull, ties) = self.hull();
+        let mut sets: Vec<Vec<u32>> = Vec::new();
+        for pair in hull.windows(2) {
+            sets.extend(self.greedy(&pair[0].kept, pair[1].bytes));
+            sets.extend(self.shed(&pair[1].kept, pair[0].bytes));
+        }
+        sets.extend(hull.into_iter().map(|c| c.kept));
+        for &(a, b) in &ties {
+            sets.extend(self.chain(a, b));
+        }
+        sets.extend(self.jittered(&ties));
+        sets.sort();
+        sets.dedup();
+        sets
+    }
+
+    /// The lower convex hull of (bytes, recompute) over all cuts, by bytes, and the weights
+    /// at which each two neighbouring vertices tie.
+    fn hull(&self) -> (Vec<Cut>, Vec<(u128, u128)>) {
+        let total_units: u128 = self.ops.iter().map(|o| u128::from(o.1)).sum::<u128>() + 1;
+        let total_bytes: u128 = self.bytes.iter().map(|&b| u128::from(b)).sum::<u128>() + 1;
+        let least_bytes = self.solve(total_units, 1);
+        let least_units = self.solve(1, total_bytes);
+        let mut solves = 2;
+        let mut out = vec![least_bytes.clone()];
+        let mut ties = Vec::new();
+        self.between(&least_bytes, &least_units, &mut solves, &mut out, &mut ties);
+        out.push(least_units);
+        out.dedup_by(|x, y| x.kept == y.kept);
+        (out, ties)
+    }
+
+    /// Appends the hull's vertices strictly between `a` and `b`, by bytes, and the weights
+    /// of each segment found.
+    fn between(
+        &self,
+        a: &Cut,
+        b: &Cut,
+        solves: &mut usize,
+        out: &mut Vec<Cut>,
+        ties: &mut Vec<(u128, u128)>,
+    ) {
+        if a.bytes >= b.bytes || a.units <= b.units || *solves >= MAX_CUTS {
+            return;
+        }
+        let (wa, wb) = (u128::from(a.units - b.units), u128::from(b.bytes - a.bytes));
+        let c = self.solve(wa, wb);
+        *solves += 1;
+        let value = |x: &Cut| wa * u128::from(x.bytes) + wb * u128::from(x.units);
+        if value(&c) < value(a) {
+            self.between(a, &c, solves, out, ties);
+            out.push(c.clone());
+            self.between(&c, b, solves, out, ties);
+        } else {
+            ties.push((wa, wb));
+        }
+    }
+
+    /// The minimum cuts at weights `(a, b)` from the smallest source side to the largest
+    /// ([`Network::min_cut_chain`]): at a hull segment's weights every one of them lies on
+    /// the segment, so each is the least recompute for its bytes. At most [`CHAIN_POINTS`],
+    /// evenly spaced along the chain.
+    fn chain(&self, a: u128, b: u128) -> Vec<Vec<u32>> {
+        let (mut side, groups) = self.net.min_cut_chain(SOURCE, SINK, a, b);
+        let stride = groups.len().div_ceil(CHAIN_POINTS).max(1);
+        let mut out = Vec::new();
+        for (i, group) in groups.iter().enumerate() {
+            for &v in group {
+                side[v] = true;
+            }
+            if (i + 1) % stride == 0 || i + 1 == groups.len() {
+                out.push(self.kept_of(&side));
+            }
+        }
+        out
+    }
+
+    /// Cuts near the hull: at each segment's weights, on copies of the network whose bytes
+    /// and op costs are priced up to [`JITTER`] off (a fixed pseudo-random factor per node
+    /// and copy).
+    /// Each is a real kept set, off the hull by construction, often at bytes between two
+    /// vertices where the hull has nothing: a different mix of tensors kept, which a
+    /// budget between the vertices can use.
+    fn jittered(&self, ties: &[(u128, u128)]) -> Vec<Vec<u32>> {
+        let mut out = Vec::new();
+        for copy in 0..JITTER_COPIES {
+            let net = self.net.map_caps(|tail, bytes, units| {
+                let h = splitmix((tail as u64) << 16 | copy);
+                let f = 1.0 + JITTER * ((h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0);
+                let scale = |x: u64| (x as f64 * f).round() as u64;
+                (scale(bytes), scale(units))
+            });
+            for &(a, b) in ties {
+                out.push(self.solve_on(&net, a, b).kept);
+            }
+        }
+        out
+    }
+
+    /// The tensors a source side keeps.
+    fn kept_of(&self, side: &[bool]) -> Vec<u32> {
+        (0..self.tensors.len())
+            .filter(|&k| side[2 + 2 * k] && !side[3 + 2 * k])
+            .map(|k| k as u32)
+            .collect()
+    }
+
+    /// The model's recompute cost of keeping the tensors of `kept` (a mask): the producers
+    /// of every needed tensor not kept, closed over their own inputs; and the tensors so
+    /// recomputed.
+    fn recompute_of(&self, kept: &[bool]) -> (u64, Vec<u32>) {
+        let mut seen = kept.to_vec();
+        let mut ran = vec![false; self.ops.len()];
+        let mut stack: Vec<u32> = (0..self.tensors.len() as u32)
+            .filter(|&k| self.needed[k as usize])
+            .collect();
+        let mut units = 0u64;
+        let mut recomputed = Vec::new();
+        while let Some(k) = stack.pop() {
+            if std::mem::replace(&mut seen[k as usize], true) {
+                continue;
+            }
+            // Graph inputs and storages that are never freed stay resident: readable.
+            let Some(node) = self.producer[k as usize] else {
+                continue;
+            };
+            recomputed.push(k);
+            let j = node - self.first_op;
+            if !std::mem::replace(&mut ran[j], true) {
+                units += self.ops[j].1;
+                stack.extend(self.op_inputs[j].iter().copied());
+            }
+        }
+        (units, recomputed)
+    }
+
+    /// Kept sets off the hull, from vertex `a` towards the next vertex's bytes `limit`: one
+    /// tensor more at a time, the one whose keeping saves the most recompute per byte (of
+    /// the [`GREEDY_TRIES`] recomputed tensors with the most recompute per byte of their
+    /// own producer), at most [`GREEDY_STEPS`] times. The hull's vertices are optimal for
+    /// their bytes; budgets between two of them are served by these.
+    fn greedy(&self, a: &[u32], limit: u64) -> Vec<Vec<u32>> {
+        let mut mask = vec![false; self.tensors.len()];
+        let mut bytes = 0u64;
+        for &k in a {
+            mask[k as usize] = true;
+            bytes += self.bytes[k as usize];
+        }
+        let (mut units, mut recomputed) = self.recompute_of(&mask);
+        let mut out = Vec::new();
+        for _ in 0..GREEDY_STEPS {
+            let room = limit.saturating_sub(bytes);
+            let own = |k: u32| {
+                let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
+                self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
+            };
+            let mut tries: Vec<u32> = recomputed
+                .iter()
+                .copied()
+                .filter(|&k| self.bytes[k as usize] < room)
+                .collect();
+            tries.sort_by(|&x, &y| own(y).total_cmp(&own(x)).then(x.cmp(&y)));
+            tries.truncate(GREEDY_TRIES);
+            let mut best: Option<(f64, u32, u64, Vec<u32>)> = None;
+            for k in tries {
+                mask[k as usize] = true;
+                let (u, r) = self.recompute_of(&mask);
+                mask[k as usize] = false;
+                let gain = units.saturating_sub(u) as f64 / self.bytes[k as usize].max(1) as f64;
+                if gain > 0.0 && best.as_ref().is_none_or(|b| gain > b.0) {
+                    best = Some((gain, k, u, r));
+                }
+            }
+            let Some((_, k, u, r)) = best else { break };
+            mask[k as usize] = true;
+            bytes += self.bytes[k as usize];
+            units = u;
+            recomputed = r;
+            out.push(
+                (0..self.tensors.len() as u32)
+                    .filter(|&i| mask[i as usize])
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    /// Kept sets off the hull, from vertex `b` down towards the previous vertex's bytes
+    /// `floor`: one tensor less at a time, the one whose recomputation costs the least per
+    /// byte freed (of the [`GREEDY_TRIES`] kept tensors whose own producer costs least per
+    /// byte), at most [`GREEDY_STEPS`] times.
+    fn shed(&self, b: &[u32], floor: u64) -> Vec<Vec<u32>> {
+        let mut mask = vec![false; self.tensors.len()];
+        let mut bytes = 0u64;
+        for &k in b {
+            mask[k as usize] = true;
+            bytes += self.bytes[k as usize];
+        }
+        let (mut units, _) = self.recompute_of(&mask);
+        let own = |k: u32| {
+            let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
+            self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
+        };
+        let mut out = Vec::new();
+        for _ in 0..GREEDY_STEPS {
+            let mut tries: Vec<u32> = (0..self.tensors.len() as u32)
+                .filter(|&k| mask[k as usize] && self.producer[k as usize].is_some())
+                .filter(|&k| bytes - self.bytes[k as usize] > floor && self.bytes[k as usize] > 0)
+                .collect();
+            tries.sort_by(|&x, &y| own(x).total_cmp(&own(y)).then(x.cmp(&y)));
+            tries.truncate(GREEDY_TRIES);
+            let mut best: Option<(f64, u32, u64)> = None;
+            for k in tries {
+                mask[k as usize] = false;
+                let (u, _) = self.recompute_of(&mask);
+                mask[k as usize] = true;
+                let loss = u.saturating_sub(units) as f64 / self.bytes[k as usize] as f64;
+                if best.as_ref().is_none_or(|b| loss < b.0) {
+                    best = Some((loss, k, u));
+                }
+            }
+            let Some((_, k, u)) = best else { break };
+            mask[k as usize] = false;
+            bytes -= self.bytes[k as usize];
+            units = u;
+            out.push(
+                (0..self.tensors.len() as u32)
+                    .filter(|&i| mask[i as usize])
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    /// The schedule that keeps `kept` and its measured figures.
+    fn candidate(&self, ctx: &Context<'_>, kept: &[u32]) -> Result<Candidate, Infeasible> {
+        let mut keep = vec![false; ctx.g.num_tensors()];
+        for &k in kept {
+            keep[ctx.root[self.tensors[k as usize].index()].index()] = true;
+        }
+        let steps = schedule(ctx, self.b0, &keep)?;
+        let fitness = crate::evaluate::fitness_of(ctx, &steps, 0);
+        if !fitness.feasible {
+            return Err(Infeasible::NoFixpoint);
+        }
+        Ok(Candidate {
+            saved: crate::plan::saved_bytes(ctx.g, &steps),
+            units: fitness.cost,
+            peak: fitness.peak,
+            steps,
+        })
+    }
+}
+
+/// Whether forward op `i` may run again in the backward: it may run again at all, and no
+/// op writes in place, before the last read of its outputs, state it reads (`strict`: no
+/// op writes it at all).
+fn may_rerun(ctx: &Context<'_>, i: usize, strict: bool) -> bool {
+    if !ctx.rerunnable[i] {
+        return false;
+    }
+    let hazard = ctx.dirty_at[i];
+    if hazard == NO_HAZARD {
+        return true;
+    }
+    if strict {
+        return false;
+    }
+    let last = ctx.out_roots[i]
+        .iter()
+        .filter_map(|&r| ctx.last_access(r))
+        .max()
+        .unwrap_or(0);
+    hazard > last
+}
+
+/// Nothing to decide while the schedule is built: what is released is decided up front.
+struct Keep;
+
+impl Policy for Keep {}
+
+/// Originals in traced order; when the backward starts, every freeable forward storage not
+/// in `keep` is released; missing inputs are recomputed (and stay for later readers).
+fn schedule(ctx: &Context<'_>, b0: usize, keep: &[bool]) -> Result<Vec<(OpId, bool)>, Infeasible> {
+    let mut st = State::new(ctx);
+    let mut policy = Keep;
+    for i in 0..ctx.n {
+        st.pos = i;
+        if i == b0 {
+            for &r in &ctx.freeable_roots {
+                if st.resident[r.index()] && !keep[r.index()] {
+                    st.release(r);
+                }
+            }
+        }
+        let op = OpId::new(i);
+        st.ensure_inputs(op, &mut policy)?;
+        st.emit(op, false, &mut policy)?;
+    }
+    st.pos = ctx.n;
+    st.ensure_outputs(&mut policy)?;
+    Ok(st.steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str) -> sgc_ir::Graph {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../graphs")
+            .join(name);
+        sgc_ir::load_any(&p).unwrap()
+    }
+
+    /// The objective of keeping `kept` by exhaustive rules, independent of the network:
+    /// every needed tensor is kept (its bytes), unrecomputable (kept: its bytes) or made by
+    /// its producer running again (its cost, once), whose inputs are needed in turn.
+    fn objective(m: &Model, kept: &[bool], a: u128, b: u128) -> u128 {
+        let mut paid = vec![false; m.tensors.len()];
+        let mut ran = vec![false; m.ops.len()];
+        let mut stack: Vec<usize> = (0..m.tensors.len()).filter(|&k| m.needed[k]).collect();
+        let mut value = 0u128;
+        while let Some(k) = stack.pop() {
+            if std::mem::replace(&mut paid[k], true) {
+                continue;
+            }
+            match m.producer[k] {
+                Some(node) if !kept[k] => {
+                    let j = node - m.first_op;
+                    if !std::mem::replace(&mut ran[j], true) {
+                        value += b * u128::from(m.ops[j].1);
+                        stack.extend(m.op_inputs[j].iter().map(|&u| u as usize));
+                    }
+                }
+                _ => value += a * u128::from(m.bytes[k]),
+            }
+        }
+        value
+    }
+
+    #[test]
+    fn every_cut_is_the_exhaustive_optimum() {
+        let g = load("tiny_mlp.json");
+        let ctx = Context::new(&g);
+        let b0 = (0..ctx.n)
+            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
+            .unwrap();
+        let m = Model::new(&ctx, b0, false);
+        let free: Vec<usize> = (0..m.tensors.len())
+            .filter(|&k| m.producer[k].is_some())
+            .collect();
+        assert!(free.len() >= 6 && free.len() <= 14, "{}", free.len());
+        let unit = 1u128 << 30;
+        for (a, b) in [(1, 0), (0, 1), (1, unit), (unit, 1), (3, 7 * unit), (1, 1)] {
+            let (a, b): (u128, u128) = (a, b);
+            let (a, b) = (a.max(1), b.max(1));
+            let cut = m.solve(a, b);
+            let mut mask = vec![false; m.tensors.len()];
+            for &k in &cut.kept {
+                mask[k as usize] = true;
+            }
+            let got = objective(&m, &mask, a, b);
+            assert_eq!(got, a * u128::from(cut.bytes) + b * u128::from(cut.units));
+            let mut best = u128::MAX;
+            for bits in 0u32..1 << free.len() {
+                let mut kept = vec![false; m.tensors.len()];
+                for (i, &k) in free.iter().enumerate() {
+                    kept[k] = bits >> i & 1 == 1;
+                }
+                best = best.min(objective(&m, &kept, a, b));
+            }
+            assert_eq!(got, best, "weights ({a}, {b})");
+        }
+    }
+
+    #[test]
+    fn hull_vertices_trade_bytes_for_recompute() {
+        let g = load("tiny_cnn.json");
+        let ctx = Context::new(&g);
+        let b0 = (0..ctx.n)
+            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
+            .unwrap();
+        let (hull, _) = Model::new(&ctx, b0, false).hull();
+        assert!(hull.len() >= 2);
+        for w in hull.windows(2) {
+            assert!(w[0].bytes < w[1].bytes && w[0].units > w[1].units);
+        }
+        assert_eq!(hull.last().unwrap().units, 0);
+    }
+}
