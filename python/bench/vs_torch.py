@@ -98,17 +98,20 @@ def least_saved(graph) -> int:
 class SgcAt:
     """sgc's partition plans at PyTorch's measured saved bytes: `--strategy partition
     --budget-of saved` at that figure, with recomputation priced as PyTorch prices it (each
-    op's FLOPs as its `time_us`, so both minimise the same figure), applied and measured; when the measured bytes exceed
+    op's FLOPs as its `time_us`, so both minimise the same figure; the roofline estimate,
+    scaled far down, breaks ties between "free" elementwise ops), applied and measured; when the measured bytes exceed
     the target (PyTorch's runtime keeps a storage sgc's graph counts differently), planned
     again with the budget lowered by the excess (twice at most)."""
 
     def __init__(self, model, loss_fn, batch, repeat):
         self.model, self.loss_fn, self.batch, self.repeat = model, loss_fn, batch, repeat
         graph, joint, fx_nodes = trace(model, loss_fn, input_specs(batch, 1))
-        # PyTorch's pricing: an op costs its FLOPs (0 for ops without a formula).
+        # PyTorch's pricing: an op costs its FLOPs (0 for ops without a formula); ties
+        # (elementwise ops, all "free") are broken by the exporter's roofline time, scaled so
+        # that a step's worth of it is below one FLOP per op.
         graph = copy.deepcopy(graph)
         for op in graph["ops"]:
-            op["time_us"] = float(op.get("flops", 0))
+            op["time_us"] = float(op.get("flops", 0)) + 1e-3 * float(op.get("time_us", 0.0))
         self.traced = (graph, joint, fx_nodes)
         self.graph = graph
         self.flops = [op.get("flops", 0) for op in self.graph["ops"]]
@@ -149,6 +152,7 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
     graph = sgc.graph
     total_flops = sum(op.get("flops", 0) for op in graph["ops"] if op.get("phase") == "forward")
     rows = []
+    points = []  # (torch flops, sgc flops, sgc within torch's bytes) per budget
 
     def share(f):
         return f"{f / 1e9:.3f} ({f / max(total_flops, 1):.1%})"
@@ -160,6 +164,7 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
         _, t_peak = peak_bytes(ts.run, *batch)
         m, fits = sgc.at(ts.saved_bytes)
         mark = "" if fits else " (more: sgc's least)"
+        points.append((ts.recompute_flops, m["flops"], fits))
         rows.append(f"| {name} | {b:.1f} | {mib(ts.saved_bytes)} | {share(ts.recompute_flops)} | {t_time * 1e3:+.0f} "
                     f"| {mib(t_peak.bytes)} | {mib(m['saved'])}{mark} | {share(m['flops'])} "
                     f"| {m['time'] * 1e3:+.0f} | {mib(m['peak'])} |")
@@ -169,7 +174,19 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
     rows.append(f"| {name} | 1.0 | {mib(base.saved_bytes)} | {share(base.recompute_flops)} | {base_time * 1e3:.0f} ms "
                 f"| {mib(base_peak.bytes)} | {mib(sgc.base.saved_bytes)} (`none`) | 0 | {sgc.base_time * 1e3:.0f} ms "
                 f"| {mib(sgc_base_peak.bytes)} |")
-    return rows
+    return rows, verdict(name, points)
+
+
+def verdict(name, points) -> str:
+    """One line per model: at how many budgets sgc recomputes at most PyTorch's FLOPs within
+    PyTorch's bytes, and whether each side's recompute falls as the budget grows."""
+    def monotone(xs):
+        return all(b <= a for a, b in zip(xs, xs[1:]))
+    at_most = sum(1 for t, s, fits in points if fits and s <= t)
+    return (f"- {name}: sgc at or below PyTorch's recompute FLOPs within its saved bytes at {at_most} of "
+            f"{len(points)} budgets (largest excess {max(s - t for t, s, _ in points) / 1e9:+.3f} GFLOPs); "
+            f"recompute non-increasing with the budget: PyTorch {'yes' if monotone([t for t, _, _ in points]) else 'NO'}, "
+            f"sgc {'yes' if monotone([s for _, s, _ in points]) else 'NO'}")
 
 
 def main(argv=None) -> int:
@@ -188,7 +205,7 @@ def main(argv=None) -> int:
         "| recompute share | loss, grads bitwise = unplanned | = eager |",
         "|---|---|---:|---:|---:|---:|---|---:|---|---|",
     ]
-    details, vs = [], []
+    details, vs, verdicts = [], [], []
     for name in names:
         what, factory, batch, loss_fn = table[name]
         t0 = time.time()
@@ -210,14 +227,16 @@ def main(argv=None) -> int:
         for name in names:
             what, factory, batch, loss_fn = table[name]
             t0 = time.time()
-            vs += compare_torch(name, what, factory, batch, loss_fn, a.repeat)
+            rows, line = compare_torch(name, what, factory, batch, loss_fn, a.repeat)
+            vs += rows
+            verdicts.append(line)
             print("\n".join(vs[-10:]), f"({time.time() - t0:.0f} s)", flush=True)
-            _write(a, start, summary, vs, details)
+            _write(a, start, summary, vs, details, verdicts)
     print(f"wrote {a.out}")
     return 0
 
 
-def _write(a, start, summary, vs, details) -> None:
+def _write(a, start, summary, vs, details, verdicts=()) -> None:
     out = ["Generated by `just vs-torch` (`python/bench/vs_torch.py`) on this machine's CPU "
            f"(torch {torch.__version__.split('+')[0]}, {time.time() - start:.0f} s).", "",
            "**Plans applied, measured beside sgc's prediction** (peak: bytes allocated during the step over "
@@ -228,10 +247,10 @@ def _write(a, start, summary, vs, details) -> None:
                 "recompute: GFLOPs of recomputed forward ops and their share of the forward's FLOPs; time: "
                 "CPU ms per step (this process, both threads) over the step that recomputes nothing, least of "
                 f"{a.repeat}; sgc: `--strategy partition --budget-of saved` at PyTorch's measured saved bytes, ops "
-                "priced by their FLOPs as PyTorch prices them):", "",
+                "priced by their FLOPs as PyTorch prices them, ties broken by sgc's roofline estimate):", "",
                 "| model | budget | torch saved (MiB) | torch recompute GFLOPs | torch time (ms) | torch peak (MiB) "
                 "| sgc saved (MiB) | sgc recompute GFLOPs | sgc time (ms) | sgc peak (MiB) |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *vs, ""]
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *vs, "", *verdicts, ""]
     Path(a.out).write_text("\n".join(out))
     Path(a.out).with_suffix(".details.md").write_text("\n".join(details))
 

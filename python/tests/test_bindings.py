@@ -63,6 +63,8 @@ CASES = [
     (RESNET18, {"budget": "1GiB", "genetic_iters": 5}, ["--budget", "1GiB", "--genetic-iters", "5"]),
     (RESNET18, {"goal": "balanced", "device_profile": "a100", "seed": 3},
      ["--goal", "balanced", "--device-profile", "a100", "--seed", "3"]),
+    (RESNET18, {"strategy": "partition", "budget": "300MiB", "budget_of": "saved"},
+     ["--strategy", "partition", "--budget", "300MiB", "--budget-of", "saved"]),
 ]
 
 
@@ -139,6 +141,16 @@ def test_budget_below_the_lower_bound():
     assert (e.value.budget, e.value.lower_bound) == (lb - 1, lb)
     assert "below the per-op lower bound" in str(e.value) and str(e.value).startswith(RESNET18)
     assert isinstance(e.value, sgc.PlanError) and isinstance(e.value, sgc.SgcError)
+
+
+def test_saved_budget_below_the_least_kept_carries_it():
+    g = sgc.load(RESNET18)
+    with pytest.raises(sgc.BudgetNotMet) as e:
+        sgc.plan(g, strategy="partition", budget=1, budget_of="saved")
+    least = e.value.lower_bound
+    assert e.value.budget == 1 and least > 1 and "the least kept is" in str(e.value)
+    p = sgc.plan(g, strategy="partition", budget=least, budget_of="saved")
+    assert p.to_dict()["options"]["budget_of"] == "saved"
 
 
 def test_budget_not_met_above_the_bound_carries_its_figures():

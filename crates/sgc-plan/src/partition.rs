@@ -7,9 +7,10 @@
 //! **The trade-off as a minimum cut.** For weights `a` (per byte kept) and `b` (per unit of
 //! recompute cost), the set minimising `a * bytes kept + b * recompute cost` is a minimum
 //! cut of this network (source: "made in the forward"; sink: "read by the backward"):
-//! - each forward tensor `t` is two nodes, `t_in -> t_out` with capacity `a * bytes(t)`:
-//!   the cut crosses it when `t` is made in the forward and kept (`t_in` on the source
-//!   side, `t_out` on the sink side);
+//! - each forward storage `t` (a tensor and its views, which keep it alive and are remade
+//!   from it for free) is two nodes, `t_in -> t_out` with capacity `a * bytes(t)`: the
+//!   cut crosses it when `t` is made in the forward and kept (`t_in` on the source side,
+//!   `t_out` on the sink side);
 //! - each forward op `p` is a node with `source -> p` of capacity `b * cost(p)` (unbounded
 //!   when `p` may not run again: random, stateful, or reading state written in place before
 //!   the backward could need it): `p` on the sink side runs again in the backward;
@@ -128,7 +129,8 @@ struct Model {
     net: Network,
     /// Position of the first backward op.
     b0: usize,
-    /// Forward tensors with a node pair, in id order; pair `k` is nodes `2 + 2k`, `3 + 2k`.
+    /// Forward storages (roots) with a node pair, in order of first use; pair `k` is nodes
+    /// `2 + 2k`, `3 + 2k`.
     tensors: Vec<TensorId>,
     /// Per tensor of `tensors`: the bytes keeping it costs (its storage's).
     bytes: Vec<u64>,
@@ -162,22 +164,28 @@ impl Model {
         let g = ctx.g;
         let mut index = vec![u32::MAX; g.num_tensors()];
         let mut tensors = Vec::new();
-        let forward_tensor = |t: TensorId| {
-            ctx.validity[t.index()] == Validity::Current
-                && g.producer(t).is_none_or(|p| p.index() < b0)
+        // Storages, not tensors: a view read in the backward keeps its base's storage, and
+        // two views of one storage cost its bytes once. A view is remade from its base by
+        // its view op, which costs nothing to speak of and needs no node.
+        let forward_root = |r: TensorId| {
+            ctx.validity[r.index()] == Validity::Current
+                && g.producer(r).is_none_or(|p| p.index() < b0)
         };
         for i in 0..b0 {
             for &t in ctx.inputs(i).iter().chain(ctx.outputs(i)) {
-                if forward_tensor(t) && index[t.index()] == u32::MAX {
-                    index[t.index()] = tensors.len() as u32;
-                    tensors.push(t);
+                let r = ctx.root[t.index()];
+                if forward_root(r) && index[r.index()] == u32::MAX {
+                    index[r.index()] = tensors.len() as u32;
+                    tensors.push(r);
                 }
             }
         }
+        let pair =
+            |t: TensorId| Some(index[ctx.root[t.index()].index()]).filter(|&k| k != u32::MAX);
         let mut needed = vec![false; tensors.len()];
         for i in b0..ctx.n {
             for &t in ctx.inputs(i) {
-                if let Some(&k) = index.get(t.index()).filter(|&&k| k != u32::MAX) {
+                if let Some(k) = pair(t) {
                     needed[k as usize] = true;
                 }
             }
@@ -201,25 +209,20 @@ impl Model {
                 },
             );
             ops.push((i, units));
-            let mut ins = Vec::new();
-            for &u in ctx.inputs(i) {
-                let k = index[u.index()];
-                if k != u32::MAX {
-                    net.edge(3 + 2 * k as usize, node, Cap::Inf);
-                    ins.push(k);
-                }
-            }
+            let mut ins: Vec<u32> = ctx.inputs(i).iter().filter_map(|&u| pair(u)).collect();
             ins.sort_unstable();
             ins.dedup();
+            for &k in &ins {
+                net.edge(3 + 2 * k as usize, node, Cap::Inf);
+            }
             op_inputs.push(ins);
             for &t in ctx.outputs(i) {
-                let k = index[t.index()];
-                if k != u32::MAX {
-                    net.edge(node, 2 + 2 * k as usize, Cap::Inf);
-                    let root = ctx.root[t.index()];
-                    if rerun && ctx.freeable[root.index()] {
-                        producer[k as usize] = Some(node);
-                    }
+                let Some(k) = pair(t).filter(|_| ctx.root[t.index()] == t) else {
+                    continue;
+                };
+                net.edge(node, 2 + 2 * k as usize, Cap::Inf);
+                if rerun && ctx.freeable[t.index()] {
+                    producer[k as usize] = Some(node);
                 }
             }
         }

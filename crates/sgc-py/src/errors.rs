@@ -126,6 +126,19 @@ pub fn plan_error(py: Python<'_>, e: RustPlanError, file: Option<&str>) -> PyErr
             ),
             _ => BudgetNotMet::new_err(message),
         },
+        RustPlanError::SavedBudgetNotMet { budget, lowest } => match (int(budget), int(lowest)) {
+            (Ok(b), Ok(l)) => with_attrs::<BudgetNotMet>(
+                py,
+                message,
+                &[
+                    ("budget", b),
+                    ("best_peak", none()),
+                    ("best_device", none()),
+                    ("lower_bound", l),
+                ],
+            ),
+            _ => BudgetNotMet::new_err(message),
+        },
         RustPlanError::Rejected { violations, .. } => {
             let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
             rejected(py, message, list)
