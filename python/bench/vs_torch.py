@@ -107,11 +107,12 @@ class SgcAt:
         self.model, self.loss_fn, self.batch, self.repeat = model, loss_fn, batch, repeat
         graph, joint, fx_nodes = trace(model, loss_fn, input_specs(batch, 1))
         # PyTorch's pricing: an op costs its FLOPs (0 for ops without a formula); ties
-        # (elementwise ops, all "free") are broken by the exporter's roofline time, scaled so
-        # that a step's worth of it is below one FLOP per op.
+        # (elementwise ops, all "free") are broken by the exporter's roofline time at 10
+        # FLOPs per microsecond, thousands of times below any matmul's price but above the
+        # planner's cost resolution (2^-40 of a step).
         graph = copy.deepcopy(graph)
         for op in graph["ops"]:
-            op["time_us"] = float(op.get("flops", 0)) + 1e-3 * float(op.get("time_us", 0.0))
+            op["time_us"] = float(op.get("flops", 0)) + 10.0 * float(op.get("time_us", 0.0))
         self.traced = (graph, joint, fx_nodes)
         self.graph = graph
         self.flops = [op.get("flops", 0) for op in self.graph["ops"]]
