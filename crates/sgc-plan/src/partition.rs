@@ -419,20 +419,12 @@ impl Model {
     /// own producer), at most [`GREEDY_STEPS`] times. The hull's vertices are optimal for
     /// their bytes; budgets between two of them are served by these.
     fn greedy(&self, a: &[u32], limit: u64) -> Vec<Vec<u32>> {
-        let mut mask = vec![false; self.tensors.len()];
-        let mut bytes = 0u64;
-        for &k in a {
-            mask[k as usize] = true;
-            bytes += self.bytes[k as usize];
-        }
+        let (mut mask, mut bytes) = self.mask_of(a);
         let (mut units, mut recomputed) = self.recompute_of(&mask);
         let mut out = Vec::new();
         for _ in 0..GREEDY_STEPS {
             let room = limit.saturating_sub(bytes);
-            let own = |k: u32| {
-                let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
-                self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
-            };
+            let own = |k: u32| self.own_ratio(k);
             let mut tries: Vec<u32> = recomputed
                 .iter()
                 .copied()
@@ -455,11 +447,7 @@ impl Model {
             bytes += self.bytes[k as usize];
             units = u;
             recomputed = r;
-            out.push(
-                (0..self.tensors.len() as u32)
-                    .filter(|&i| mask[i as usize])
-                    .collect(),
-            );
+            out.push(kept_in(&mask));
         }
         out
     }
@@ -469,17 +457,9 @@ impl Model {
     /// byte freed (of the [`GREEDY_TRIES`] kept tensors whose own producer costs least per
     /// byte), at most [`GREEDY_STEPS`] times.
     fn shed(&self, b: &[u32], floor: u64) -> Vec<Vec<u32>> {
-        let mut mask = vec![false; self.tensors.len()];
-        let mut bytes = 0u64;
-        for &k in b {
-            mask[k as usize] = true;
-            bytes += self.bytes[k as usize];
-        }
+        let (mut mask, mut bytes) = self.mask_of(b);
         let (mut units, _) = self.recompute_of(&mask);
-        let own = |k: u32| {
-            let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
-            self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
-        };
+        let own = |k: u32| self.own_ratio(k);
         let mut out = Vec::new();
         for _ in 0..GREEDY_STEPS {
             let mut tries: Vec<u32> = (0..self.tensors.len() as u32)
@@ -502,13 +482,24 @@ impl Model {
             mask[k as usize] = false;
             bytes -= self.bytes[k as usize];
             units = u;
-            out.push(
-                (0..self.tensors.len() as u32)
-                    .filter(|&i| mask[i as usize])
-                    .collect(),
-            );
+            out.push(kept_in(&mask));
         }
         out
+    }
+
+    /// The cost of a storage's own producer per byte of it.
+    fn own_ratio(&self, k: u32) -> f64 {
+        let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
+        self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
+    }
+
+    /// A kept set as a mask, and its bytes.
+    fn mask_of(&self, kept: &[u32]) -> (Vec<bool>, u64) {
+        let mut mask = vec![false; self.tensors.len()];
+        for &k in kept {
+            mask[k as usize] = true;
+        }
+        (mask, kept.iter().map(|&k| self.bytes[k as usize]).sum())
     }
 
     /// The schedule that keeps `kept` and its measured figures.
@@ -529,6 +520,13 @@ impl Model {
             steps,
         })
     }
+}
+
+/// The kept set of a mask, in order.
+fn kept_in(mask: &[bool]) -> Vec<u32> {
+    (0..mask.len() as u32)
+        .filter(|&i| mask[i as usize])
+        .collect()
 }
 
 /// Whether forward op `i` may run again in the backward: it may run again at all, and no

@@ -81,6 +81,24 @@ pub fn graph_error(e: &sgc::ir::GraphError) -> PyErr {
     GraphError::new_err(e.to_string())
 }
 
+/// `BudgetNotMet` for a budget below a bound, no plan made: no peak or device bytes reached.
+fn unreached(py: Python<'_>, message: String, budget: u64, bound: u64) -> PyErr {
+    let int = |v: u64| v.into_pyobject(py).map(|b| b.into_any().unbind());
+    match (int(budget), int(bound)) {
+        (Ok(b), Ok(l)) => with_attrs::<BudgetNotMet>(
+            py,
+            message,
+            &[
+                ("budget", b),
+                ("best_peak", py.None()),
+                ("best_device", py.None()),
+                ("lower_bound", l),
+            ],
+        ),
+        _ => BudgetNotMet::new_err(message),
+    }
+}
+
 /// A planner error, prefixed by the graph's file when there is one.
 pub fn plan_error(py: Python<'_>, e: RustPlanError, file: Option<&str>) -> PyErr {
     let message = located(file, &e);
@@ -113,32 +131,11 @@ pub fn plan_error(py: Python<'_>, e: RustPlanError, file: Option<&str>) -> PyErr
             budget,
             lower_bound,
             ..
-        } => match (int(budget), int(lower_bound)) {
-            (Ok(b), Ok(l)) => with_attrs::<BudgetNotMet>(
-                py,
-                message,
-                &[
-                    ("budget", b),
-                    ("best_peak", none()),
-                    ("best_device", none()),
-                    ("lower_bound", l),
-                ],
-            ),
-            _ => BudgetNotMet::new_err(message),
-        },
-        RustPlanError::SavedBudgetNotMet { budget, lowest } => match (int(budget), int(lowest)) {
-            (Ok(b), Ok(l)) => with_attrs::<BudgetNotMet>(
-                py,
-                message,
-                &[
-                    ("budget", b),
-                    ("best_peak", none()),
-                    ("best_device", none()),
-                    ("lower_bound", l),
-                ],
-            ),
-            _ => BudgetNotMet::new_err(message),
-        },
+        } => unreached(py, message, budget, lower_bound),
+        // For a budget of saved bytes the bound is the least any partition keeps.
+        RustPlanError::SavedBudgetNotMet { budget, lowest } => {
+            unreached(py, message, budget, lowest)
+        }
         RustPlanError::Rejected { violations, .. } => {
             let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
             rejected(py, message, list)
