@@ -219,11 +219,12 @@ pub(crate) fn choose(
     cands: &Candidates,
     budget: u64,
 ) -> Result<Chosen, PlanError> {
-    let all: Vec<&Candidate> = cands.split.iter().chain(cands.evictions(ctx)).collect();
-    if let Some(c) = cheapest(ctx, opts, &all, budget)? {
-        return Ok(c);
-    }
-    Err(refusal(ctx, opts, all, budget))
+    select(
+        ctx,
+        opts,
+        cands.split.iter().chain(cands.evictions(ctx)).collect(),
+        budget,
+    )
 }
 
 /// The candidate of another strategy's set recomputing least whose device bytes (or peak)
@@ -234,7 +235,16 @@ pub(crate) fn choose_among(
     cands: Vec<Candidate>,
     budget: u64,
 ) -> Result<Chosen, PlanError> {
-    let all: Vec<&Candidate> = cands.iter().collect();
+    select(ctx, opts, cands.iter().collect(), budget)
+}
+
+/// The cheapest of `all` within `budget`, or the refusal that says how low they reached.
+fn select(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    all: Vec<&Candidate>,
+    budget: u64,
+) -> Result<Chosen, PlanError> {
     if let Some(c) = cheapest(ctx, opts, &all, budget)? {
         return Ok(c);
     }

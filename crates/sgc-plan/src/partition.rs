@@ -138,8 +138,8 @@ struct Model {
     needed: Vec<bool>,
     /// Per tensor of `tensors`: its producer's op node (`None`: it cannot be recomputed).
     producer: Vec<Option<usize>>,
-    /// Op nodes: forward position and cost units; node `first_op + j`.
-    ops: Vec<(usize, u64)>,
+    /// Per forward op `j` (node `first_op + j`): its cost units.
+    ops: Vec<u64>,
     first_op: usize,
     /// Per op node: the pair indices of its inputs that have pairs.
     op_inputs: Vec<Vec<u32>>,
@@ -208,7 +208,7 @@ impl Model {
                     Cap::Inf
                 },
             );
-            ops.push((i, units));
+            ops.push(units);
             let mut ins: Vec<u32> = ctx.inputs(i).iter().filter_map(|&u| pair(u)).collect();
             ins.sort_unstable();
             ins.dedup();
@@ -270,7 +270,7 @@ impl Model {
         let bytes = kept.iter().map(|&k| self.bytes[k as usize]).sum();
         let units = (0..self.ops.len())
             .filter(|&j| !side[self.first_op + j])
-            .map(|j| self.ops[j].1)
+            .map(|j| self.ops[j])
             .sum();
         Cut { kept, bytes, units }
     }
@@ -296,7 +296,7 @@ impl Model {
     /// The lower convex hull of (bytes, recompute) over all cuts, by bytes, and the weights
     /// at which each two neighbouring vertices tie.
     fn hull(&self) -> (Vec<Cut>, Vec<(u128, u128)>) {
-        let total_units: u128 = self.ops.iter().map(|o| u128::from(o.1)).sum::<u128>() + 1;
+        let total_units: u128 = self.ops.iter().map(|&o| u128::from(o)).sum::<u128>() + 1;
         let total_bytes: u128 = self.bytes.iter().map(|&b| u128::from(b)).sum::<u128>() + 1;
         let least_bytes = self.solve(total_units, 1);
         let least_units = self.solve(1, total_bytes);
@@ -406,7 +406,7 @@ impl Model {
             recomputed.push(k);
             let j = node - self.first_op;
             if !std::mem::replace(&mut ran[j], true) {
-                units += self.ops[j].1;
+                units += self.ops[j];
                 stack.extend(self.op_inputs[j].iter().copied());
             }
         }
@@ -490,7 +490,7 @@ impl Model {
     /// The cost of a storage's own producer per byte of it.
     fn own_ratio(&self, k: u32) -> f64 {
         let j = self.producer[k as usize].map_or(0, |n| n - self.first_op);
-        self.ops[j].1 as f64 / self.bytes[k as usize].max(1) as f64
+        self.ops[j] as f64 / self.bytes[k as usize].max(1) as f64
     }
 
     /// A kept set as a mask, and its bytes.
@@ -606,7 +606,7 @@ mod tests {
                 Some(node) if !kept[k] => {
                     let j = node - m.first_op;
                     if !std::mem::replace(&mut ran[j], true) {
-                        value += b * u128::from(m.ops[j].1);
+                        value += b * u128::from(m.ops[j]);
                         stack.extend(m.op_inputs[j].iter().map(|&u| u as usize));
                     }
                 }
