@@ -106,7 +106,7 @@ pub fn assign(
             effort,
             ..options.clone()
         };
-        let m = alloc::allocate(&merged_bufs, &options).map_err(err)?;
+        let m = alloc::allocate_until(&merged_bufs, &options, lower_bound).map_err(err)?;
         Ok((
             m.arena,
             chains.expand(&m.offsets),

@@ -46,16 +46,99 @@ pub(crate) fn greedy_by_size(inst: &Instance, max_work: u64) -> Result<Vec<u64>,
             work: scan.min(index),
         });
     }
+    let order = size_order(inst);
+    Ok(place_in_order(
+        inst,
+        &order,
+        finder(inst, scan <= index),
+        Fit::Best,
+    ))
+}
+
+/// Rounds of [`greedy_reorder`] that may pass without a smaller arena before it stops.
+const STALE_ROUNDS: usize = 8;
+
+/// Greedy by size with *first* fit (each buffer at the lowest gap that holds it), then
+/// rounds of reordering ("squeaky wheel"): the buffers that ended above the lower bound go
+/// first in the next round, in their order, the rest after them in theirs. Keeps the
+/// smallest arena; stops at `goal` (units, at least the lower bound), when the order stops changing, after
+/// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take it
+/// past `max_work` scan steps (the first round always runs when greedy by size would).
+///
+/// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
+/// planned training steps (long-lived checkpoints under short-lived recomputations) packs
+/// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x,
+/// Inception-v3's 1.017x for 1.110x. The rounds lift the buffers that set the arena's top
+/// into the first choice of gaps (the LSTM language model's plan from 1.077x to 1.008x,
+/// after seven rounds that changed almost nothing: hence [`STALE_ROUNDS`] 8).
+pub(crate) fn greedy_reorder(
+    inst: &Instance,
+    max_work: u64,
+    goal: u64,
+) -> Result<Vec<u64>, TooMuchWork> {
+    let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
+    let pairs = overlapping_pairs(inst);
+    let scan = n * n / 2;
+    let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
+    let round = scan.min(index).max(1);
+    if round > max_work {
+        return Err(TooMuchWork { pairs, work: round });
+    }
+    let mut order = size_order(inst);
+    let mut best = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
+    let mut best_arena = inst.arena_units(&best);
+    let (mut stale, mut spent) = (0, round);
+    while best_arena > goal && stale < STALE_ROUNDS && spent + round <= max_work {
+        let offsets = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
+        let next = lifted(inst, &order, &offsets);
+        spent += round;
+        let arena = inst.arena_units(&offsets);
+        if arena < best_arena {
+            (best, best_arena, stale) = (offsets, arena, 0);
+        } else {
+            stale += 1;
+        }
+        if next == order {
+            break;
+        }
+        order = next;
+    }
+    Ok(best)
+}
+
+/// `order` with the buffers that end above the lower bound moved to the front (each part
+/// keeps its order).
+fn lifted(inst: &Instance, order: &[usize], offsets: &[u64]) -> Vec<usize> {
+    let high = |i: usize| inst.w[i] > 0 && offsets[i] + inst.w[i] > inst.lb;
+    let (mut first, rest): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&i| high(i));
+    first.extend(rest);
+    first
+}
+
+/// Largest first; longer lifetime, then lower id, break ties.
+fn size_order(inst: &Instance) -> Vec<usize> {
     let mut order: Vec<usize> = (0..inst.len()).collect();
     order.sort_unstable_by_key(|&i| {
         let len = inst.upper[i] - inst.lower[i];
         (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
     });
-    let finder = match scan <= index {
+    order
+}
+
+fn finder(inst: &Instance, scan: bool) -> Finder {
+    match scan {
         true => Finder::Scan(Placed::default()),
         false => Finder::Index(Index::new(inst)),
-    };
-    Ok(place_in_order(inst, &order, finder))
+    }
+}
+
+/// Which gap a buffer takes among those that hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    /// The smallest (the lowest among equals).
+    Best,
+    /// The lowest.
+    First,
 }
 
 /// The number of unordered pairs of non-empty buffers whose lifetimes overlap: for each
@@ -187,7 +270,7 @@ impl Index {
 
 /// Places buffers in `order`, each at its in-place partner's offset when that is free,
 /// else at the best-fitting gap among the placed buffers that overlap it in time.
-fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u64> {
+fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder, fit: Fit) -> Vec<u64> {
     let mut offsets = vec![UNPLACED; inst.len()];
     let mut live: Vec<u32> = Vec::new();
     let mut busy: Vec<(u64, u64, u32)> = Vec::new();
@@ -198,7 +281,9 @@ fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u
         }
         let (lower, upper, w) = (inst.lower[i], inst.upper[i], inst.w[i]);
         let off = match &finder {
-            Finder::Scan(placed) => choose(inst, &offsets, i, placed.overlapping(lower, upper)),
+            Finder::Scan(placed) => {
+                choose(inst, &offsets, i, placed.overlapping(lower, upper), fit)
+            }
             Finder::Index(index) => {
                 live.clear();
                 index.overlapping(lower, upper, &mut live);
@@ -208,7 +293,7 @@ fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u
                     (o, o + inst.w[j as usize], j)
                 }));
                 busy.sort_unstable();
-                choose(inst, &offsets, i, busy.iter().copied())
+                choose(inst, &offsets, i, busy.iter().copied(), fit)
             }
         };
         offsets[i] = off;
@@ -221,15 +306,21 @@ fn place_in_order(inst: &Instance, order: &[usize], mut finder: Finder) -> Vec<u
 }
 
 /// The offset for `i` given the placed buffers overlapping it in time (`busy`: (offset,
-/// end, id) sorted by offset): an in-place partner's, else the best fit.
+/// end, id) sorted by offset): an in-place partner's, else the gap `fit` picks.
 fn choose(
     inst: &Instance,
     offsets: &[u64],
     i: usize,
     busy: impl Iterator<Item = (u64, u64, u32)> + Clone,
+    fit: Fit,
 ) -> u64 {
-    in_place_offset(inst, offsets, busy.clone(), i)
-        .unwrap_or_else(|| best_fit(busy.map(|(o, e, _)| (o, e)), inst.w[i]))
+    in_place_offset(inst, offsets, busy.clone(), i).unwrap_or_else(|| {
+        let busy = busy.map(|(o, e, _)| (o, e));
+        match fit {
+            Fit::Best => best_fit(busy, inst.w[i]),
+            Fit::First => first_fit(busy, inst.w[i]),
+        }
+    })
 }
 
 /// The offset of a placed partner if `i` fits there without touching any other placed,
@@ -271,9 +362,32 @@ fn best_fit(busy: impl Iterator<Item = (u64, u64)>, w: u64) -> u64 {
     best.map_or(cursor, |(_, o)| o)
 }
 
+/// The start of the lowest gap between the `busy` intervals (sorted by start) that holds
+/// `w`, else the top of the highest interval.
+fn first_fit(busy: impl Iterator<Item = (u64, u64)>, w: u64) -> u64 {
+    let mut cursor = 0u64;
+    for (start, end) in busy {
+        if start >= cursor.saturating_add(w) {
+            return cursor;
+        }
+        cursor = cursor.max(end);
+    }
+    cursor
+}
+
 #[cfg(test)]
 mod tests {
-    use super::best_fit;
+    use super::{best_fit, first_fit};
+
+    #[test]
+    fn first_fit_takes_the_lowest_gap_that_fits() {
+        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
+        assert_eq!(first_fit(busy.into_iter(), 1), 4);
+        assert_eq!(first_fit(busy.into_iter(), 2), 8);
+        assert_eq!(first_fit(busy.into_iter(), 6), 20);
+        assert_eq!(first_fit(busy.into_iter(), 7), 30);
+        assert_eq!(first_fit(std::iter::empty(), 7), 0);
+    }
 
     #[test]
     fn best_fit_takes_the_smallest_gap_that_fits() {
@@ -288,7 +402,7 @@ mod tests {
 
 #[cfg(test)]
 mod index_tests {
-    use super::{overlapping_pairs, place_in_order, Finder, Index, Instance, Placed};
+    use super::{overlapping_pairs, place_in_order, Finder, Fit, Index, Instance, Placed};
     use crate::alloc::Buffer;
 
     /// The same greedy with a scan over every placed buffer: the index must not change a
@@ -343,9 +457,9 @@ mod index_tests {
                 (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
             });
             let want = naive(&inst);
-            let scan = place_in_order(&inst, &order, Finder::Scan(Placed::default()));
+            let scan = place_in_order(&inst, &order, Finder::Scan(Placed::default()), Fit::Best);
             assert_eq!(scan, want);
-            let index = place_in_order(&inst, &order, Finder::Index(Index::new(&inst)));
+            let index = place_in_order(&inst, &order, Finder::Index(Index::new(&inst)), Fit::Best);
             assert_eq!(index, want);
             let brute = (0..inst.len())
                 .flat_map(|i| (0..i).map(move |j| (i, j)))

@@ -18,14 +18,21 @@
 //!    pairs (below). Its cost grows with the time-overlapping pairs (quadratic when most
 //!    buffers are alive together); above the effort's `greedy_work` it is skipped, and
 //!    [`Placement::skipped`] says so.
-//! 2. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
+//! 2. [`Algorithm::GreedyReorder`]: the same order with *first* fit (the lowest gap that
+//!    holds the buffer), then rounds that move the buffers ending above the lower bound to
+//!    the front of the order ("squeaky wheel"), the smallest arena kept. On planned
+//!    training steps it packs far tighter than best fit (DenseNet-121 1.017x the live
+//!    peak where best fit leaves 1.105x; Inception-v3 1.017x for 1.110x; the LSTM LM
+//!    1.008x for 1.077x). Each round costs what greedy by size does; it shares its
+//!    `greedy_work` limit.
+//! 3. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
 //!    blocks); each starting buffer, largest first, takes the smallest free block that fits,
 //!    else the top of the arena grows. O(n log n), as is the next one.
-//! 3. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
+//! 4. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
 //!    buffers by offset, each drops to the highest (new) end among the time-overlapping
 //!    buffers that were below it. The order "below" is kept, so the result stays valid, and
 //!    the gaps best fit leaves close (MegEngine's production choice).
-//! 4. [`Algorithm::Search`]: MiniMalloc's exact search (Moffitt, ASPLOS 2023), warm-started
+//! 5. [`Algorithm::Search`]: MiniMalloc's exact search (Moffitt, ASPLOS 2023), warm-started
 //!    from the best heuristic arena: a depth-first search over canonical placements
 //!    (buffers placed in order of offset, each at the lowest offset its placed neighbours
 //!    leave) with section bounds, dominance, hatless and symmetry pruning and dynamic
@@ -243,6 +250,7 @@ impl Default for AllocOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     GreedySize,
+    GreedyReorder,
     BestFitSweep,
     Pushdown,
     Search,
@@ -250,8 +258,9 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in the order [`allocate`] runs them and breaks ties.
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 5] = [
         Algorithm::GreedySize,
+        Algorithm::GreedyReorder,
         Algorithm::BestFitSweep,
         Algorithm::Pushdown,
         Algorithm::Search,
@@ -260,6 +269,7 @@ impl Algorithm {
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::GreedySize => "greedy-size",
+            Algorithm::GreedyReorder => "greedy-reorder",
             Algorithm::BestFitSweep => "best-fit-sweep",
             Algorithm::Pushdown => "pushdown",
             Algorithm::Search => "search",
@@ -425,12 +435,36 @@ pub fn lower_bound(buffers: &[Buffer], align: u64) -> u64 {
 /// Places the buffers with every algorithm of [`Algorithm::ALL`] and keeps the smallest
 /// arena. The result always passes [`validate_in_place`] with the same pairs.
 pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement, AllocError> {
+    allocate_until(buffers, options, 0)
+}
+
+/// [`allocate`], where an arena of `good_enough` bytes or less ends the heuristics'
+/// rounds as one within a thousandth of the lower bound does (a plan's arena merged by
+/// in-place chains has a bound below the one that counts).
+pub(crate) fn allocate_until(
+    buffers: &[Buffer],
+    options: &AllocOptions,
+    good_enough: u64,
+) -> Result<Placement, AllocError> {
     let inst = Instance::new(buffers, options.align, &options.in_place)?;
+    // Within a thousandth of the bound, more heuristic rounds are not worth their time
+    // (the exact search, where the effort allows it, still runs).
+    let goal = (inst.lb + inst.lb / 1000).max(good_enough / inst.align);
     // The heuristics are independent (pushdown starts from the sweep): run them side by
     // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
     // depend on the number of threads).
-    let (greedy, (swept, pushed)) = rayon::join(
-        || heuristic(&inst, Algorithm::GreedySize, options.effort),
+    // Reordering runs only where greedy by size left a gap to the bound (its rounds cost
+    // as much as greedy by size each).
+    let ((greedy, reordered), (swept, pushed)) = rayon::join(
+        || {
+            let greedy = heuristic(&inst, Algorithm::GreedySize, options.effort);
+            let at_bound = matches!(&greedy, Ok(o) if inst.arena_units(o) <= goal);
+            let reordered = (!at_bound).then(|| {
+                greedy::greedy_reorder(&inst, options.effort.greedy_work, goal)
+                    .map_err(|e| too_much(e, options.effort))
+            });
+            (greedy, reordered)
+        },
         || {
             let swept = sweep::best_fit_sweep(&inst);
             let pushed = sweep::pushdown(&inst, &swept);
@@ -439,11 +473,12 @@ pub fn allocate(buffers: &[Buffer], options: &AllocOptions) -> Result<Placement,
     );
     let mut best = Best::default();
     let placed = [
-        (Algorithm::GreedySize, greedy),
-        (Algorithm::BestFitSweep, Ok(swept)),
-        (Algorithm::Pushdown, Ok(pushed)),
+        Some((Algorithm::GreedySize, greedy)),
+        reordered.map(|r| (Algorithm::GreedyReorder, r)),
+        Some((Algorithm::BestFitSweep, Ok(swept))),
+        Some((Algorithm::Pushdown, Ok(pushed))),
     ];
-    for (alg, offsets) in placed {
+    for (alg, offsets) in placed.into_iter().flatten() {
         match offsets {
             Ok(offsets) => best.consider(&inst, alg, offsets),
             Err(reason) => best.skipped.push(Skipped {
@@ -517,14 +552,20 @@ pub fn allocate_with(
 /// Runs heuristic `alg` in align units, or says why it did not run.
 fn heuristic(inst: &Instance, alg: Algorithm, effort: Effort) -> Result<Vec<u64>, String> {
     match alg {
-        Algorithm::GreedySize => greedy::greedy_by_size(inst, effort.greedy_work).map_err(|e| {
-            format!(
-                "{} time-overlapping pairs: about {:.1e} steps, over the effort's {:.0e}",
-                e.pairs, e.work as f64, effort.greedy_work as f64
-            )
-        }),
+        Algorithm::GreedySize => {
+            greedy::greedy_by_size(inst, effort.greedy_work).map_err(|e| too_much(e, effort))
+        }
+        Algorithm::GreedyReorder => greedy::greedy_reorder(inst, effort.greedy_work, inst.lb)
+            .map_err(|e| too_much(e, effort)),
         Algorithm::BestFitSweep => Ok(sweep::best_fit_sweep(inst)),
         Algorithm::Pushdown => Ok(sweep::pushdown(inst, &sweep::best_fit_sweep(inst))),
         Algorithm::Search => unreachable!("the search is not a heuristic"),
     }
+}
+
+fn too_much(e: greedy::TooMuchWork, effort: Effort) -> String {
+    format!(
+        "{} time-overlapping pairs: about {:.1e} steps, over the effort's {:.0e}",
+        e.pairs, e.work as f64, effort.greedy_work as f64
+    )
 }
