@@ -191,10 +191,11 @@ fn ratio(arena: u64, bound: u64) -> f64 {
 }
 
 fn dsa(md: &mut String) {
-    let header = "| instance | buffers | lower bound | capacity | greedy-size | best-fit-sweep \
-                  | pushdown | arena | arena / lower bound | fits | search | work (M) | time (s) |";
+    let header = "| instance | buffers | lower bound | capacity | greedy-size | greedy-reorder \
+                  | best-fit-sweep | pushdown | arena | arena / lower bound | fits | search \
+                  | work (M) | time (s) |";
     let mut table =
-        format!("{header}\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n");
+        format!("{header}\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n");
     println!("{header}");
     for inst in instances() {
         let options = AllocOptions {
@@ -204,6 +205,7 @@ fn dsa(md: &mut String) {
         };
         let heuristics = [
             Algorithm::GreedySize,
+            Algorithm::GreedyReorder,
             Algorithm::BestFitSweep,
             Algorithm::Pushdown,
         ]
@@ -218,7 +220,7 @@ fn dsa(md: &mut String) {
             None => "-",
         };
         let row = format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {:?} | {:.0} | {:.3} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.4} | {} | {:?} | {:.0} | {:.3} |",
             inst.name,
             inst.buffers.len(),
             p.lower_bound,
@@ -226,6 +228,7 @@ fn dsa(md: &mut String) {
             heuristics[0],
             heuristics[1],
             heuristics[2],
+            heuristics[3],
             p.arena,
             ratio(p.arena, p.lower_bound),
             fits,

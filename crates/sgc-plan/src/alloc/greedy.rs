@@ -58,12 +58,18 @@ pub(crate) fn greedy_by_size(inst: &Instance, max_work: u64) -> Result<Vec<u64>,
 /// Rounds of [`greedy_reorder`] that may pass without a smaller arena before it stops.
 const STALE_ROUNDS: usize = 8;
 
+/// Scan steps [`greedy_reorder`]'s rounds after the first may take in all (about a tenth
+/// of a second): on a plan's few thousand lifetimes that is dozens of rounds, on a list of
+/// 20,000 long-lived buffers none.
+const REORDER_WORK: u64 = 100_000_000;
+
 /// Greedy by size with *first* fit (each buffer at the lowest gap that holds it), then
 /// rounds of reordering ("squeaky wheel"): the buffers that ended above the lower bound go
 /// first in the next round, in their order, the rest after them in theirs. Keeps the
 /// smallest arena; stops at `goal` (units, at least the lower bound), when the order stops changing, after
-/// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take it
-/// past `max_work` scan steps (the first round always runs when greedy by size would).
+/// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take the
+/// rounds past [`REORDER_WORK`] or `max_work` scan steps (the first round always runs when
+/// greedy by size would).
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
@@ -87,8 +93,9 @@ pub(crate) fn greedy_reorder(
     let mut order = size_order(inst);
     let mut best = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
     let mut best_arena = inst.arena_units(&best);
-    let (mut stale, mut spent) = (0, round);
-    while best_arena > goal && stale < STALE_ROUNDS && spent + round <= max_work {
+    let (mut stale, mut spent) = (0, 0);
+    let limit = max_work.min(REORDER_WORK);
+    while best_arena > goal && stale < STALE_ROUNDS && spent + round <= limit {
         let offsets = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
         let next = lifted(inst, &order, &offsets);
         spent += round;
