@@ -22,12 +22,21 @@ Around that call, three things make real models trace:
   AOTAutograd they are wrapped in `FunctionalTensor`s, so the check is widened for the
   duration of the trace.
 
+After tracing, every training-mode `aten.native_dropout` is split (`split_dropout`): the
+random op keeps drawing its boolean mask, and its scaled output is computed again from
+the input and the mask by two multiplies, which recompute. As one op, the dropout's float
+output (4 bytes an element) had to be kept wherever the backward or a recomputation read
+it; split, a plan keeps the 1-byte mask and recomputes the product, as PyTorch's
+decomposition lets its partitioner do. The values are bit for bit those of the fused op
+(`x.mul(mask).mul_(scale)` is how ATen computes it on the CPU).
+
 Failures become one `ExportError` naming the op and the module being traced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import sys
 import warnings
 from collections.abc import Mapping
@@ -159,8 +168,69 @@ def trace_joint(
         except Exception as e:
             raise ExportError(explain("tracing the training step", e, labeller.current())) from e
         labeller.transfer(gm.graph)
+    split_dropout(gm)
     names = [n[len(prefix) :] if n.startswith(prefix) else n for n in unused]
     return JointTrace(gm, sig, list(inputs), prefix=prefix, without_grad=names)
+
+
+# -- dropout: a random mask and a recomputable product ----------------------------------
+
+
+def split_dropout(gm: torch.fx.GraphModule) -> int:
+    """Rewrites the readers of each training-mode `native_dropout`'s output to read
+    `mul(mul(x, mask), scale)` instead (see the module docs); returns how many were split.
+
+    The dropout node stays (it draws the mask, in the same order, so the random stream is
+    unchanged); its float output is then read by nothing. The new nodes carry the output's
+    metadata (module label; the product its fake value, so views of it stay views)."""
+    aten = torch.ops.aten
+    g = gm.graph
+    order = {n: i for i, n in enumerate(g.nodes)}
+    count = 0
+    for node in list(g.nodes):
+        if node.op != "call_function" or node.target is not aten.native_dropout.default:
+            continue
+        x = node.args[0]
+        p = node.args[1] if len(node.args) > 1 else node.kwargs.get("p")
+        train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+        if train is False or not isinstance(p, (int, float)):
+            continue
+        items = {u.args[1]: u for u in node.users if u.op == "call_function" and u.target is operator.getitem}
+        out, mask = items.get(0), items.get(1)
+        if out is None or mask is None or not out.users:
+            continue
+        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)  # as ATen computes it, in double
+        with g.inserting_after(max(out, mask, key=order.__getitem__)):
+            masked = g.call_function(aten.mul.Tensor, (x, mask))
+        with g.inserting_after(masked):
+            scaled = g.call_function(aten.mul.Tensor, (masked, scale))
+        # The product takes over the output's fake value, whose storage the views made
+        # from it share; the dropout's unread output and the unscaled product get fresh ones.
+        masked.meta = _fresh_meta(out.meta)
+        scaled.meta = out.meta
+        out.meta = _fresh_meta(out.meta)
+        vals = node.meta.get("val")
+        if isinstance(vals, (tuple, list)) and len(vals) == 2:
+            # The exporter reads a multi-output op's values from the op's own node.
+            node.meta["val"] = (out.meta["val"], vals[1])
+        out.replace_all_uses_with(scaled)
+        count += 1
+    if count:
+        g.lint()
+        gm.recompile()
+    return count
+
+
+def _fresh_meta(meta: dict) -> dict:
+    """`meta` with a fake value of its own storage (the exporter reads storage identity:
+    a shared fake value would make the product a view of the dropout's output)."""
+    out = dict(meta)
+    val = meta.get("val")
+    if isinstance(val, torch.Tensor):
+        mode = getattr(val, "fake_mode", None)
+        with mode if mode is not None else contextlib.nullcontext():
+            out["val"] = torch.empty_like(val)
+    return out
 
 
 # -- parameters the loss does not use -------------------------------------------------

@@ -43,6 +43,48 @@ def test_dropout_is_not_recomputable():
     assert all(op.get("recomputable", True) for op in _by_type(graph, "aten.native_dropout_backward.default"))
 
 
+def test_dropout_output_is_a_recomputable_product_of_the_mask():
+    """The random op's float output is read by nothing: its readers read `x * mask * scale`,
+    two recomputable multiplies, so a plan can keep the 1-byte mask and recompute the rest."""
+    graph = export(lambda: gpt.build(dropout=0.1), gpt.loss, gpt.inputs(2))
+    read = {t for op in graph["ops"] for t in op["inputs"]}
+    tensors = {t["name"]: t for t in graph["tensors"]}
+    by_input = {}
+    for op in graph["ops"]:
+        for t in op["inputs"]:
+            by_input.setdefault(t, []).append(op)
+    for op in _by_type(graph, "aten.native_dropout.default"):
+        out, mask = op["outputs"]
+        assert out not in read and out not in graph["outputs"]
+        (masked,) = [o for o in by_input[mask] if o["op"] == "aten.mul.Tensor"]
+        assert masked["inputs"] == [op["inputs"][0], mask] and masked.get("recomputable", True)
+        (scaled,) = by_input[masked["outputs"][0]]
+        assert scaled["op"] == "aten.mul.Tensor" and scaled.get("recomputable", True)
+        assert scaled["attrs"]["other"] == pytest.approx(1 / (1 - op["attrs"]["p"]))
+        # Each owns its bytes: none is a view of the dropout's unread output.
+        for name in [out, mask, *masked["outputs"], *scaled["outputs"]]:
+            assert "alias_of" not in tensors[name], name
+
+
+def test_split_dropout_is_bitwise_the_fused_op():
+    x = torch.randn(64, 33)
+    torch.manual_seed(3)
+    out, mask = aten.native_dropout(x, 0.3, True)
+    gm = torch.fx.symbolic_trace(_Dropout())
+    from sgc_trace.trace import split_dropout
+
+    assert split_dropout(gm) == 1
+    torch.manual_seed(3)
+    got, got_mask = gm(x)
+    assert torch.equal(got.view(torch.int32), out.view(torch.int32)) and torch.equal(got_mask, mask)
+
+
+class _Dropout(nn.Module):
+    def forward(self, x):
+        out, mask = aten.native_dropout.default(x, 0.3, True)
+        return out, mask
+
+
 def _node(target, *args, **kwargs) -> torch.fx.Node:
     g = torch.fx.Graph()
     q = g.placeholder("q")

@@ -150,6 +150,9 @@ pub enum Kernel {
     DropoutBackward {
         scale: f32,
     },
+    /// `aten.mul.Tensor(x, mask)` with a boolean mask of `x`'s shape: `x * mask` (the
+    /// recomputable half of a dropout the exporter split, see `sgc_trace.trace`).
+    MaskMul,
     /// `aten.unbind`: one output per index of `axis`, the axis dropped.
     Unbind {
         axis: usize,
@@ -665,6 +668,11 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
     let o = graph.op(op);
     let rank = |i: usize| o.inputs.get(i).map_or(0, |&t| graph.tensor(t).shape.len());
     let shape = |i: usize| o.inputs.get(i).map(|&t| graph.tensor(t).shape.clone());
+    let is_bool = |i: usize| {
+        o.inputs
+            .get(i)
+            .is_some_and(|&t| graph.tensor(t).dtype == sgc_ir::DType::Bool)
+    };
     let window = || -> Result<(usize, usize, usize), ExecError> {
         let kernel = a.square("kernel_size")?;
         let stride = a.square_or("stride", kernel)?;
@@ -944,6 +952,12 @@ fn aten(graph: &Graph, op: OpId, kind: OpKind, a: &Attrs) -> Result<Option<Kerne
                 }
             }
         }
+        K::AtenMulTensor if o.inputs.len() == 2 && is_bool(1) => {
+            if shape(0) != shape(1) {
+                return Err(a.err("a boolean mask must have the shape of what it masks".into()));
+            }
+            Kernel::MaskMul
+        }
         K::AtenMulTensor if o.inputs.len() == 2 => Kernel::Mul,
         K::AtenMulTensor => Kernel::MulScalar {
             value: a.f64_of("other")? as f32,
@@ -1210,6 +1224,7 @@ impl Kernel {
             Zeros { .. } => K::AtenZeros,
             Dropout { .. } => K::AtenDropout,
             DropoutBackward { .. } => K::AtenDropoutBackward,
+            MaskMul => K::AtenMulTensor,
             Unbind { .. } => K::AtenUnbind,
             Stack { .. } => K::AtenStack,
             Assign => K::AtenCopy,

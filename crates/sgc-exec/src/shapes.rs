@@ -71,7 +71,10 @@ fn output_dtype(k: &Kernel, i: usize) -> DType {
 
 /// Whether input slot `i` of `k` is a boolean mask.
 fn is_mask_slot(k: &Kernel, i: usize) -> bool {
-    matches!((k, i), (Kernel::DropoutBackward { .. }, 1))
+    matches!(
+        (k, i),
+        (Kernel::DropoutBackward { .. }, 1) | (Kernel::MaskMul, 1)
+    )
 }
 
 /// Kernels whose operands may be of any dtype, all alike (byte copies, integer counters).
@@ -111,7 +114,7 @@ fn arity(k: &Kernel) -> (Option<usize>, usize) {
         Bernoulli { .. } => (Some(1), 1),
         Zeros { inputs } => (Some(*inputs), 1),
         Dropout { .. } => (Some(1), 2),
-        DropoutBackward { .. } => (Some(2), 1),
+        DropoutBackward { .. } | MaskMul => (Some(2), 1),
         Unbind { .. } => (Some(1), VARIADIC),
         Stack { .. } => (None, 1),
         Assign => (Some(2), 1),
@@ -453,7 +456,7 @@ fn check_shapes<'a>(
             eq("output", o(0), s(0))?;
             eq("mask", o(1), s(0))
         }
-        DropoutBackward { .. } => {
+        DropoutBackward { .. } | MaskMul => {
             eq("mask", s(1), s(0))?;
             eq("output", o(0), s(0))
         }

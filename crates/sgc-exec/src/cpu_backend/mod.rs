@@ -417,6 +417,18 @@ impl CpuBackend {
                     .collect();
                 self.write_f32(&outputs[0], &dx)?;
             }
+            Kernel::MaskMul => {
+                let x = self.f32_of(&inputs[0])?;
+                let mask = self.bytes(&inputs[1])?;
+                // `x * mask` as PyTorch computes it: the mask promoted to 1.0 or 0.0 (so a
+                // masked negative or infinite value gives -0.0 or NaN, not 0.0).
+                let y: Vec<f32> = x
+                    .iter()
+                    .zip(&mask)
+                    .map(|(v, &m)| v * f32::from(u8::from(m != 0)))
+                    .collect();
+                self.write_f32(&outputs[0], &y)?;
+            }
             Kernel::Bernoulli { p, seed } => {
                 let run = self.draws.entry(*seed).or_insert(0);
                 let mut y = vec![0.0f32; outputs[0].numel()];
@@ -826,7 +838,8 @@ fn run(
         | MaxPool2dIndices { .. }
         | Bernoulli { .. }
         | Dropout { .. }
-        | DropoutBackward { .. } => {
+        | DropoutBackward { .. }
+        | MaskMul => {
             return Err(KernelError::Operands(
                 "runs through the byte path of `launch`".to_string(),
             ))
