@@ -18,7 +18,9 @@ The method, in four steps:
    sgc's schedule, not the joint graph's (where every recomputation would sit at the start
    of the backward and be live at once; `min_cut_rematerialization_partition` reorders
    for the same reason, `reordering_to_mimic_autograd_engine`). Random ops are never
-   recomputed (the exporter marks them `recomputable: false`), so dropout masks are saved.
+   recomputed (the exporter marks them `recomputable: false`), so dropout masks are saved;
+   a dropout's output is a product of its input and mask (`trace.split_dropout`), which
+   the plan may recompute.
 4. **Run** the two modules: both FX modules use the boxed calling convention (the argument
    list is cleared on entry) and FX frees every value after its last use, so the forward
    holds only the saved values when it returns and the backward frees each one after its

@@ -32,7 +32,9 @@ The mapping, node by node:
   write into the `state` tensors. `native_batch_norm_backward` in training mode does not
   read the running statistics it is passed, so they are left out of its inputs.
 * Random ops (tag `nondeterministic_seeded`: dropout, `rand*`, `bernoulli`) and ops that
-  write one of their arguments are `recomputable: false`. Scaled-dot-product attention
+  write one of their arguments are `recomputable: false`. A training-mode dropout reaches
+  this module split (`trace.split_dropout`): the random op draws the mask, and two
+  recomputable multiplies make its output from the input and the mask. Scaled-dot-product attention
   overloads carry the tag for their optional dropout; with `dropout_p == 0` they draw
   nothing and stay recomputable.
 * FLOPs come from `torch.utils.flop_counter`'s formula registry, per node; ops without a
