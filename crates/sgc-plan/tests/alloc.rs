@@ -283,12 +283,13 @@ fn a_list_too_large_for_greedy_says_so_and_stays_valid() {
     let buffers: Vec<Buffer> = (0..n).map(|l| b(l, 2 * n - l, 1 + l % 7)).collect();
     let p = allocate(&buffers, &AllocOptions::default()).unwrap();
     validate(&buffers, &p, 1).unwrap();
-    let skipped: Vec<&str> = p.skipped.iter().map(|s| s.algorithm.as_str()).collect();
-    assert_eq!(skipped, ["greedy-size", "greedy-reorder"]);
-    assert!(p
-        .skipped
-        .iter()
-        .all(|s| s.reason.contains("time-overlapping pairs")));
+    assert_eq!(
+        p.skipped.len(),
+        1,
+        "the sweep reaches the bound: no reordering"
+    );
+    assert_eq!(p.skipped[0].algorithm, "greedy-size");
+    assert!(p.skipped[0].reason.contains("time-overlapping pairs"));
     assert_eq!(
         p.arena, p.lower_bound,
         "nested lifetimes stack without gaps"

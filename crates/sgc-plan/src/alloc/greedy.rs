@@ -74,9 +74,10 @@ const REORDER_WORK: u64 = 100_000_000;
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
 /// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x,
-/// Inception-v3's 1.017x for 1.110x. The rounds lift the buffers that set the arena's top
-/// into the first choice of gaps (the LSTM language model's plan from 1.077x to 1.008x,
-/// after seven rounds that changed almost nothing: hence [`STALE_ROUNDS`] 8).
+/// Inception-v3's 1.025x for 1.110x. The rounds lift the buffers that set the arena's top
+/// into the first choice of gaps (an earlier export of the LSTM language model went from
+/// 1.077x to 1.008x after seven rounds that changed almost nothing: hence
+/// [`STALE_ROUNDS`] 8).
 pub(crate) fn greedy_reorder(
     inst: &Instance,
     max_work: u64,

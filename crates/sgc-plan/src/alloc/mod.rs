@@ -18,21 +18,14 @@
 //!    pairs (below). Its cost grows with the time-overlapping pairs (quadratic when most
 //!    buffers are alive together); above the effort's `greedy_work` it is skipped, and
 //!    [`Placement::skipped`] says so.
-//! 2. [`Algorithm::GreedyReorder`]: the same order with *first* fit (the lowest gap that
-//!    holds the buffer), then rounds that move the buffers ending above the lower bound to
-//!    the front of the order ("squeaky wheel"), the smallest arena kept. On planned
-//!    training steps it packs far tighter than best fit (DenseNet-121 1.017x the live
-//!    peak where best fit leaves 1.105x; Inception-v3 1.017x for 1.110x; the LSTM LM
-//!    1.008x for 1.077x). Each round costs what greedy by size does; it shares its
-//!    `greedy_work` limit.
-//! 3. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
+//! 2. [`Algorithm::BestFitSweep`]: walk time; free buffers at their end (coalescing free
 //!    blocks); each starting buffer, largest first, takes the smallest free block that fits,
 //!    else the top of the arena grows. O(n log n), as is the next one.
-//! 4. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
+//! 3. [`Algorithm::Pushdown`]: the best-fit sweep followed by a gravity pass: visiting the
 //!    buffers by offset, each drops to the highest (new) end among the time-overlapping
 //!    buffers that were below it. The order "below" is kept, so the result stays valid, and
 //!    the gaps best fit leaves close (MegEngine's production choice).
-//! 5. [`Algorithm::Search`]: MiniMalloc's exact search (Moffitt, ASPLOS 2023), warm-started
+//! 4. [`Algorithm::Search`]: MiniMalloc's exact search (Moffitt, ASPLOS 2023), warm-started
 //!    from the best heuristic arena: a depth-first search over canonical placements
 //!    (buffers placed in order of offset, each at the lowest offset its placed neighbours
 //!    leave) with section bounds, dominance, hatless and symmetry pruning and dynamic
@@ -41,6 +34,15 @@
 //!    arena found. See the module docs in `search/mod.rs`. It is bounded by a work budget
 //!    ([`Effort`]), so results do not depend on the machine; a wall-clock cap is a safety
 //!    net only, and [`Placement::search`] says which one stopped it.
+//! 5. [`Algorithm::GreedyReorder`], last and only where the arena is still above the
+//!    bound (within a thousandth): greedy by size's order with *first* fit (the lowest gap
+//!    that holds the buffer), then rounds that move the buffers ending above the lower
+//!    bound to the front of the order ("squeaky wheel"), the smallest arena kept. On
+//!    planned training steps, where the search is too large to run, it packs far tighter
+//!    than best fit (DenseNet-121 1.017x the live peak where best fit leaves 1.105x;
+//!    Inception-v3 1.025x for 1.110x; BERT-base 1.007x for 1.013x; on the LSTM LM's plan
+//!    nothing below greedy by size's 1.070x). Each round costs what greedy by size does;
+//!    it shares its `greedy_work` limit.
 //!
 //! # In-place reuse
 //! [`InPlace`] pairs name an output buffer that may take exactly its input's address: legal
@@ -166,7 +168,7 @@ pub enum ArenaEffort {
     /// Heuristics only ([`Effort::FAST`]).
     Fast,
     /// [`Effort::PLAN`]: hundredths of a second; plans of more than 600 lifetimes keep
-    /// the heuristics' arena (the real corpus's within 2% of the aligned live peak).
+    /// the heuristics' arena (most real plans within 2% of the aligned live peak).
     #[default]
     Plan,
     /// [`Effort::DEFAULT`] (what `sgc alloc` spends): up to a few seconds; reaches the
@@ -251,20 +253,20 @@ impl Default for AllocOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     GreedySize,
-    GreedyReorder,
     BestFitSweep,
     Pushdown,
     Search,
+    GreedyReorder,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order [`allocate`] runs them and breaks ties.
     pub const ALL: [Algorithm; 5] = [
         Algorithm::GreedySize,
-        Algorithm::GreedyReorder,
         Algorithm::BestFitSweep,
         Algorithm::Pushdown,
         Algorithm::Search,
+        Algorithm::GreedyReorder,
     ];
 
     pub fn name(self) -> &'static str {
@@ -454,18 +456,8 @@ pub(crate) fn allocate_until(
     // The heuristics are independent (pushdown starts from the sweep): run them side by
     // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
     // depend on the number of threads).
-    // Reordering runs only where greedy by size left a gap to the bound (its rounds cost
-    // as much as greedy by size each).
-    let ((greedy, reordered), (swept, pushed)) = rayon::join(
-        || {
-            let greedy = heuristic(&inst, Algorithm::GreedySize, options.effort);
-            let at_bound = matches!(&greedy, Ok(o) if inst.arena_units(o) <= goal);
-            let reordered = (!at_bound).then(|| {
-                greedy::greedy_reorder(&inst, options.effort.greedy_work, goal)
-                    .map_err(|e| too_much(e, options.effort))
-            });
-            (greedy, reordered)
-        },
+    let (greedy, (swept, pushed)) = rayon::join(
+        || heuristic(&inst, Algorithm::GreedySize, options.effort),
         || {
             let swept = sweep::best_fit_sweep(&inst);
             let pushed = sweep::pushdown(&inst, &swept);
@@ -474,28 +466,26 @@ pub(crate) fn allocate_until(
     );
     let mut best = Best::default();
     let placed = [
-        Some((Algorithm::GreedySize, greedy)),
-        reordered.map(|r| (Algorithm::GreedyReorder, r)),
-        Some((Algorithm::BestFitSweep, Ok(swept))),
-        Some((Algorithm::Pushdown, Ok(pushed))),
+        (Algorithm::GreedySize, greedy),
+        (Algorithm::BestFitSweep, Ok(swept)),
+        (Algorithm::Pushdown, Ok(pushed)),
     ];
-    for (alg, offsets) in placed.into_iter().flatten() {
-        match offsets {
-            Ok(offsets) => best.consider(&inst, alg, offsets),
-            Err(reason) => best.skipped.push(Skipped {
-                algorithm: alg.name().to_string(),
-                reason,
-            }),
-        }
+    for (alg, offsets) in placed {
+        best.take(&inst, alg, offsets);
     }
-    // The search starts from the best of greedy by size, the sweep and pushdown, not from
-    // greedy-reorder's: the capacities its bisection asks for follow from the start, and
-    // from reorder's smaller arena they left MiniMalloc's instance J above its capacity
-    // (1052672 for 1048576; 1035264 from the others'). Reorder's arena still competes.
-    let arena = best.arena_without(&inst, Algorithm::GreedyReorder);
-    let run = search::improve(&inst, arena, options.effort);
+    let run = search::improve(&inst, best.arena(), options.effort);
     if let Some(better) = run.offsets {
         best.consider(&inst, Algorithm::Search, better);
+    }
+    // Greedy-reorder runs last, and only where the others left the arena above `goal`:
+    // its rounds cost as much as greedy by size each, and where the search runs it
+    // usually reaches the bound first. It does not warm-start the search: the capacities
+    // the bisection asks for follow from its start, and from reorder's smaller arena they
+    // left MiniMalloc's instance J above its capacity (1052672 for 1048576).
+    if best.arena() > goal {
+        let reordered = greedy::greedy_reorder(&inst, options.effort.greedy_work, goal)
+            .map_err(|e| too_much(e, options.effort));
+        best.take(&inst, Algorithm::GreedyReorder, reordered);
     }
     Ok(best.into_placement(&inst, run.summary))
 }
@@ -520,15 +510,20 @@ impl Best {
         }
     }
 
-    /// The smallest arena of the trials other than `alg`'s (units).
-    fn arena_without(&self, inst: &Instance, alg: Algorithm) -> u64 {
-        let name = alg.name();
-        self.trials
-            .iter()
-            .filter(|t| t.algorithm != name)
-            .map(|t| t.arena)
-            .min()
-            .map_or_else(|| self.best.as_ref().map_or(0, |b| b.2), |a| a / inst.align)
+    /// Considers a heuristic's offsets, or records why it did not run.
+    fn take(&mut self, inst: &Instance, alg: Algorithm, offsets: Result<Vec<u64>, String>) {
+        match offsets {
+            Ok(offsets) => self.consider(inst, alg, offsets),
+            Err(reason) => self.skipped.push(Skipped {
+                algorithm: alg.name().to_string(),
+                reason,
+            }),
+        }
+    }
+
+    /// The smallest arena so far (units; 0 before any).
+    fn arena(&self) -> u64 {
+        self.best.as_ref().map_or(0, |b| b.2)
     }
 
     fn into_placement(self, inst: &Instance, search: SearchSummary) -> Placement {
