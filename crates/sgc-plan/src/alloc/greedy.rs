@@ -91,25 +91,28 @@ pub(crate) fn greedy_reorder(
     if round > max_work {
         return Err(TooMuchWork { pairs, work: round });
     }
+    let place =
+        |order: &[usize]| place_in_order(inst, order, finder(inst, scan <= index), Fit::First);
     let mut order = size_order(inst);
-    let mut best = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
+    let mut offsets = place(&order);
+    let mut best = offsets.clone();
     let mut best_arena = inst.arena_units(&best);
     let (mut stale, mut spent) = (0, 0);
     let limit = max_work.min(REORDER_WORK);
     while best_arena > goal && stale < STALE_ROUNDS && spent + round <= limit {
-        let offsets = place_in_order(inst, &order, finder(inst, scan <= index), Fit::First);
         let next = lifted(inst, &order, &offsets);
-        spent += round;
-        let arena = inst.arena_units(&offsets);
-        if arena < best_arena {
-            (best, best_arena, stale) = (offsets, arena, 0);
-        } else {
-            stale += 1;
-        }
         if next == order {
             break;
         }
         order = next;
+        offsets = place(&order);
+        spent += round;
+        let arena = inst.arena_units(&offsets);
+        if arena < best_arena {
+            (best, best_arena, stale) = (offsets.clone(), arena, 0);
+        } else {
+            stale += 1;
+        }
     }
     Ok(best)
 }
