@@ -12,6 +12,7 @@ from torch import nn
 import gpt
 from sgc_trace import InputSpec, export
 from sgc_trace.convert import _recomputable
+from sgc_trace.trace import split_dropout
 
 aten = torch.ops.aten
 SDPA_CPU = "aten._scaled_dot_product_flash_attention_for_cpu.default"
@@ -71,8 +72,6 @@ def test_split_dropout_is_bitwise_the_fused_op():
     torch.manual_seed(3)
     out, mask = aten.native_dropout(x, 0.3, True)
     gm = torch.fx.symbolic_trace(_Dropout())
-    from sgc_trace.trace import split_dropout
-
     assert split_dropout(gm) == 1
     torch.manual_seed(3)
     got, got_mask = gm(x)

@@ -36,23 +36,45 @@ pub(crate) struct TooMuchWork {
 /// Offsets (units) by greedy by size with best fit, unless that costs more than
 /// `max_work` scan steps.
 pub(crate) fn greedy_by_size(inst: &Instance, max_work: u64) -> Result<Vec<u64>, TooMuchWork> {
-    let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
-    let pairs = overlapping_pairs(inst);
-    let scan = n * n / 2;
-    let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
-    if scan.min(index) > max_work {
-        return Err(TooMuchWork {
-            pairs,
-            work: scan.min(index),
-        });
-    }
-    let order = size_order(inst);
+    let round = Round::of(inst, max_work)?;
     Ok(place_in_order(
         inst,
-        &order,
-        finder(inst, scan <= index),
+        &size_order(inst),
+        round.finder(inst),
         Fit::Best,
     ))
+}
+
+/// One greedy placement's estimated work (scan steps) and the cheaper way to find the
+/// time-overlapping buffers (see the module docs).
+struct Round {
+    work: u64,
+    scan: bool,
+}
+
+impl Round {
+    /// The estimate, or why it is over `max_work`.
+    fn of(inst: &Instance, max_work: u64) -> Result<Round, TooMuchWork> {
+        let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
+        let pairs = overlapping_pairs(inst);
+        let scan = n * n / 2;
+        let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
+        let work = scan.min(index);
+        if work > max_work {
+            return Err(TooMuchWork { pairs, work });
+        }
+        Ok(Round {
+            work: work.max(1),
+            scan: scan <= index,
+        })
+    }
+
+    fn finder(&self, inst: &Instance) -> Finder {
+        match self.scan {
+            true => Finder::Scan(Placed::default()),
+            false => Finder::Index(Index::new(inst)),
+        }
+    }
 }
 
 /// Rounds of [`greedy_reorder`] that may pass without a smaller arena before it stops.
@@ -66,7 +88,8 @@ const REORDER_WORK: u64 = 100_000_000;
 /// Greedy by size with *first* fit (each buffer at the lowest gap that holds it), then
 /// rounds of reordering ("squeaky wheel"): the buffers that ended above the lower bound go
 /// first in the next round, in their order, the rest after them in theirs. Keeps the
-/// smallest arena; stops at `goal` (units, at least the lower bound), when the order stops changing, after
+/// smallest arena; stops at `goal` (units, at least the lower bound), when the order
+/// stops changing, after
 /// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take the
 /// rounds past [`REORDER_WORK`] or `max_work` scan steps (the first round always runs when
 /// greedy by size would).
@@ -74,39 +97,30 @@ const REORDER_WORK: u64 = 100_000_000;
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
 /// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x,
-/// Inception-v3's 1.025x for 1.110x. The rounds lift the buffers that set the arena's top
-/// into the first choice of gaps (an earlier export of the LSTM language model went from
-/// 1.077x to 1.008x after seven rounds that changed almost nothing: hence
-/// [`STALE_ROUNDS`] 8).
+/// Inception-v3's 1.025x for 1.110x (`sgc plan` on `graphs/real/`). The rounds lift the
+/// buffers that set the arena's top into the first choice of gaps; a round can change
+/// nothing for several rounds before one that does, hence [`STALE_ROUNDS`].
 pub(crate) fn greedy_reorder(
     inst: &Instance,
     max_work: u64,
     goal: u64,
 ) -> Result<Vec<u64>, TooMuchWork> {
-    let n = inst.w.iter().filter(|&&w| w > 0).count() as u64;
-    let pairs = overlapping_pairs(inst);
-    let scan = n * n / 2;
-    let index = pairs.saturating_mul(INDEX_STEPS_PER_PAIR);
-    let round = scan.min(index).max(1);
-    if round > max_work {
-        return Err(TooMuchWork { pairs, work: round });
-    }
-    let place =
-        |order: &[usize]| place_in_order(inst, order, finder(inst, scan <= index), Fit::First);
+    let round = Round::of(inst, max_work)?;
+    let place = |order: &[usize]| place_in_order(inst, order, round.finder(inst), Fit::First);
     let mut order = size_order(inst);
     let mut offsets = place(&order);
     let mut best = offsets.clone();
     let mut best_arena = inst.arena_units(&best);
     let (mut stale, mut spent) = (0, 0);
     let limit = max_work.min(REORDER_WORK);
-    while best_arena > goal && stale < STALE_ROUNDS && spent + round <= limit {
+    while best_arena > goal && stale < STALE_ROUNDS && spent + round.work <= limit {
         let next = lifted(inst, &order, &offsets);
         if next == order {
             break;
         }
         order = next;
         offsets = place(&order);
-        spent += round;
+        spent += round.work;
         let arena = inst.arena_units(&offsets);
         if arena < best_arena {
             (best, best_arena, stale) = (offsets.clone(), arena, 0);
@@ -134,13 +148,6 @@ fn size_order(inst: &Instance) -> Vec<usize> {
         (std::cmp::Reverse(inst.w[i]), std::cmp::Reverse(len), i)
     });
     order
-}
-
-fn finder(inst: &Instance, scan: bool) -> Finder {
-    match scan {
-        true => Finder::Scan(Placed::default()),
-        false => Finder::Index(Index::new(inst)),
-    }
 }
 
 /// Which gap a buffer takes among those that hold it.
@@ -472,6 +479,10 @@ mod index_tests {
             assert_eq!(scan, want);
             let index = place_in_order(&inst, &order, Finder::Index(Index::new(&inst)), Fit::Best);
             assert_eq!(index, want);
+            // First fit sees the same neighbours either way.
+            let scan = place_in_order(&inst, &order, Finder::Scan(Placed::default()), Fit::First);
+            let index = place_in_order(&inst, &order, Finder::Index(Index::new(&inst)), Fit::First);
+            assert_eq!(scan, index);
             let brute = (0..inst.len())
                 .flat_map(|i| (0..i).map(move |j| (i, j)))
                 .filter(|&(i, j)| inst.w[i] > 0 && inst.w[j] > 0)
