@@ -52,6 +52,16 @@ pub(crate) struct Context<'g> {
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
     pub freeable_by_made: Vec<(u32, u32, TensorId)>,
+    /// The discard plan's tables ([`crate::discard`]), one entry per `freeable_by_made`
+    /// entry, flat: entry `j`'s accesses are `gap_acc[gap_at[j]..gap_at[j + 1]]`, and at the
+    /// same offsets `gap_best[.. + i]` is the gap (index of its opening access) that a
+    /// discard opening at access `i` or later takes: the longest gap worth discarding over
+    /// (longer than the closing reader's activation inputs), the earliest on ties, or
+    /// [`NO_GAP`]. These depend on the graph only, so a discard plan reads them instead of
+    /// scanning every storage's accesses for every candidate.
+    pub gap_acc: Vec<u32>,
+    pub gap_best: Vec<u32>,
+    pub gap_at: Vec<u32>,
     pub rerunnable: Vec<bool>,
     /// Per op.
     pub hazard: Vec<u32>,
@@ -81,8 +91,6 @@ pub(crate) struct Context<'g> {
     /// Per op: whether exactly one of its outputs is read by some op (a storage made by
     /// such an op is not discarded right after it is made: see [`crate::discard`]).
     pub single_output: Vec<bool>,
-    /// Per op: its distinct activation inputs (tensors, views counted on their own).
-    pub activation_inputs: Vec<u32>,
 }
 
 impl<'g> Context<'g> {
@@ -132,6 +140,10 @@ impl<'g> Context<'g> {
             })
             .collect();
         freeable_by_made.sort_unstable();
+        let activation_inputs: Vec<u32> =
+            g.ops().iter().map(|o| activation_inputs(g, o)).collect();
+        let (gap_acc, gap_best, gap_at) =
+            gap_tables(&freeable_by_made, &accesses, &activation_inputs);
         let mut by_last: Vec<(u32, TensorId)> =
             freeable_by_made.iter().map(|&(_, l, r)| (l, r)).collect();
         by_last.sort_unstable();
@@ -173,7 +185,9 @@ impl<'g> Context<'g> {
                         == 1
                 })
                 .collect(),
-            activation_inputs: g.ops().iter().map(|o| activation_inputs(g, o)).collect(),
+            gap_acc,
+            gap_best,
+            gap_at,
             bytes: g.tensor_ids().map(|t| g.tensor(t).size).collect(),
             validity,
             activation: g
@@ -358,6 +372,40 @@ fn accesses(g: &Graph, ins: &Roots, outs: &Roots) -> Vec<Vec<u32>> {
 }
 
 /// Distinct activation tensors an op reads.
+/// No gap is worth a discard (see [`Context::gap_best`]).
+pub(crate) const NO_GAP: u32 = u32::MAX;
+
+/// [`Context::gap_acc`], [`Context::gap_best`] and [`Context::gap_at`]; `activation_inputs`
+/// per op: its distinct activation inputs (tensors, views counted on their own).
+fn gap_tables(
+    by_made: &[(u32, u32, TensorId)],
+    accesses: &[Vec<u32>],
+    activation_inputs: &[u32],
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut acc_flat = Vec::new();
+    let mut best_flat = Vec::new();
+    let mut at = Vec::with_capacity(by_made.len() + 1);
+    at.push(0u32);
+    for &(_, _, r) in by_made {
+        let acc = &accesses[r.index()];
+        let start = best_flat.len();
+        best_flat.resize(start + acc.len(), NO_GAP);
+        // Suffix maxima from the back: `>=` keeps the earliest of equally long gaps.
+        let mut best: Option<(u32, usize)> = None;
+        for i in (0..acc.len().saturating_sub(1)).rev() {
+            let stride = acc[i + 1] - acc[i];
+            let worth = stride > activation_inputs[acc[i + 1] as usize];
+            if worth && best.is_none_or(|(b, _)| stride >= b) {
+                best = Some((stride, i));
+            }
+            best_flat[start + i] = best.map_or(NO_GAP, |(_, k)| k as u32);
+        }
+        acc_flat.extend_from_slice(acc);
+        at.push(acc_flat.len() as u32);
+    }
+    (acc_flat, best_flat, at)
+}
+
 fn activation_inputs(g: &Graph, o: &sgc_ir::Op) -> u32 {
     let mut v: Vec<TensorId> = o
         .inputs
@@ -491,4 +539,50 @@ pub(crate) fn start_state(ctx: &Context<'_>) -> Vec<Slot> {
         slots[t.index()].open = (0, 0);
     }
     slots
+}
+
+#[cfg(test)]
+mod gap_tests {
+    use super::*;
+
+    /// The tables give, for every first gap a discard may take, the gap a scan of the
+    /// accesses from there picks (the longest worth-discarding one, the earliest on ties).
+    #[test]
+    fn gap_tables_agree_with_a_scan() {
+        let mut seed = 11u64;
+        let mut next = |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let act: Vec<u32> = (0..400).map(|_| next(6) as u32).collect();
+        let mut accesses = Vec::new();
+        let mut by_made = Vec::new();
+        for r in 0..300u32 {
+            let k = 1 + next(8) as usize;
+            let mut a: Vec<u32> = (0..k).map(|_| next(400) as u32).collect();
+            a.sort_unstable();
+            a.dedup();
+            by_made.push((a[0], *a.last().unwrap(), TensorId(r)));
+            accesses.push(a);
+        }
+        let (acc, best, at) = gap_tables(&by_made, &accesses, &act);
+        for (j, &(_, _, r)) in by_made.iter().enumerate() {
+            let a = &accesses[r.index()];
+            let (lo, hi) = (at[j] as usize, at[j + 1] as usize);
+            assert_eq!(&acc[lo..hi], &a[..]);
+            for i0 in 0..a.len() {
+                let mut want: Option<(u32, usize)> = None;
+                for i in i0..a.len() - 1 {
+                    let stride = a[i + 1] - a[i];
+                    if stride > act[a[i + 1] as usize] && want.is_none_or(|(b, _)| stride > b) {
+                        want = Some((stride, i));
+                    }
+                }
+                let want = want.map_or(NO_GAP, |(_, i)| i as u32);
+                assert_eq!(best[lo + i0], want, "root {r:?} from access {i0}: {a:?}");
+            }
+        }
+    }
 }

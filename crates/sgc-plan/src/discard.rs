@@ -75,7 +75,7 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
     let block_last = |k: usize| s.get(k).copied().unwrap_or(last_pos);
     let mut out = Vec::new();
     let mut k = 0; // the block of the current root: it ends at block_last(k)
-    for &(made, last, r) in &ctx.freeable_by_made {
+    for (j, &(made, last, r)) in ctx.freeable_by_made.iter().enumerate() {
         while made > block_last(k) {
             k += 1;
         }
@@ -91,7 +91,7 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
             last: block_last(k),
             next_last: block_last(k + 1),
         };
-        if let Some(mut d) = discard_of(ctx, &block, genome.rules, r) {
+        if let Some(mut d) = discard_of(ctx, &block, genome.rules, j) {
             if genome.rules.unbounded {
                 d.block_begin = 0;
             }
@@ -148,29 +148,29 @@ impl Bits {
     }
 }
 
-/// The discard of one freeable root, if the rules of the module doc give one.
-fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, r: TensorId) -> Option<Discard> {
-    let acc = &ctx.accesses[r.index()];
+/// The discard of freeable root `j` (its index in [`Context::freeable_by_made`]), if the
+/// rules of the module doc give one.
+fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, j: usize) -> Option<Discard> {
+    let r = ctx.freeable_by_made[j].2;
+    let (a, b) = (ctx.gap_at[j] as usize, ctx.gap_at[j + 1] as usize);
+    let acc = &ctx.gap_acc[a..b];
+    let gaps = &ctx.gap_best[a..b];
     let made = *acc.first()?;
     let (first, last) = (block.first, block.last);
     if *acc.last()? <= last {
         return None;
     }
-    let i0 = acc.partition_point(|&a| a <= last) - 1;
-    let single = ctx.single_output[made as usize] && !rules.at_creation;
-    let mut best: Option<(u32, usize)> = None;
-    for i in i0..acc.len() - 1 {
-        if i == 0 && single {
-            continue;
-        }
-        let stride = acc[i + 1] - acc[i];
-        let worth = stride > ctx.activation_inputs[acc[i + 1] as usize];
-        if worth && best.is_none_or(|(b, _)| stride > b) {
-            best = Some((stride, i));
-        }
+    // The last access inside the block opens the first gap a discard may take; the gap
+    // right after the storage is made only when its producer's other outputs are read.
+    let mut i0 = acc.partition_point(|&x| x <= last) - 1;
+    if i0 == 0 && ctx.single_output[made as usize] && !rules.at_creation {
+        i0 = 1;
     }
-    let (_, i) = best?;
-    let (open, close) = (acc[i], acc[i + 1]);
+    let i = *gaps.get(i0)?;
+    if i == crate::context::NO_GAP {
+        return None;
+    }
+    let (open, close) = (acc[i as usize], acc[i as usize + 1]);
     let in_next_block = close > last && close <= block.next_last && last + 1 < ctx.n as u32;
     if (in_next_block && !rules.next_block) || close > ctx.root_hazard(r) {
         return None;
