@@ -38,7 +38,7 @@ scaling:
 # The allocator benchmark's instance and scaling tables, into README.md (SGC_DSA_EXTRA=DIR
 # adds instances, e.g. minimalloc's benchmarks/challenging; see benches/alloc.rs).
 alloc-table:
-    ALLOC_MARKDOWN=target/alloc.md cargo bench --bench alloc -- dsa scaling
+    ALLOC_MARKDOWN=target/alloc.md cargo bench --bench alloc -- dsa scaling real
     bash scripts/readme-section.sh alloc target/alloc.md
 
 # Refresh the committed peak-memory baseline that CI checks (after a deliberate change).

@@ -18,3 +18,18 @@ pub fn graph_files() -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// Every real traced graph (`graphs/real/*.json.gz`), sorted by path.
+#[allow(dead_code)] // not every bench reads the real corpus
+pub fn real_graph_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/real");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}

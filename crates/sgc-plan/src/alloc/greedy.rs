@@ -80,10 +80,16 @@ impl Round {
 /// Rounds of [`greedy_reorder`] that may pass without a smaller arena before it stops.
 const STALE_ROUNDS: usize = 8;
 
-/// Scan steps [`greedy_reorder`]'s rounds after the first may take in all (about a tenth
-/// of a second): on a plan's few thousand lifetimes that is dozens of rounds, on a list of
-/// 20,000 long-lived buffers none.
+/// Scan steps [`greedy_reorder`]'s rounds may take in all, the first included (about a
+/// tenth of a second): on a plan's few thousand lifetimes that is dozens of rounds; a list
+/// where one round costs more is not reordered (on a 30k-op plan one round took as long as
+/// the rest of the arena, and the planner's time grew faster than linearly with the graph).
 const REORDER_WORK: u64 = 100_000_000;
+
+/// The scan steps [`greedy_reorder`] may take under an effort's `greedy_work`.
+pub(crate) fn reorder_work(greedy_work: u64) -> u64 {
+    greedy_work.min(REORDER_WORK)
+}
 
 /// Greedy by size with *first* fit (each buffer at the lowest gap that holds it), then
 /// rounds of reordering ("squeaky wheel"): the buffers that ended above the lower bound go
@@ -91,8 +97,8 @@ const REORDER_WORK: u64 = 100_000_000;
 /// smallest arena; stops at `goal` (units, at least the lower bound), when the order
 /// stops changing, after
 /// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take the
-/// rounds past [`REORDER_WORK`] or `max_work` scan steps (the first round always runs when
-/// greedy by size would).
+/// rounds past [`REORDER_WORK`] or `max_work` scan steps (when the first one would, it does
+/// not run: [`TooMuchWork`]).
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
@@ -105,14 +111,14 @@ pub(crate) fn greedy_reorder(
     max_work: u64,
     goal: u64,
 ) -> Result<Vec<u64>, TooMuchWork> {
-    let round = Round::of(inst, max_work)?;
+    let limit = reorder_work(max_work);
+    let round = Round::of(inst, limit)?;
     let place = |order: &[usize]| place_in_order(inst, order, round.finder(inst), Fit::First);
     let mut order = size_order(inst);
     let mut offsets = place(&order);
     let mut best = offsets.clone();
     let mut best_arena = inst.arena_units(&best);
-    let (mut stale, mut spent) = (0, 0);
-    let limit = max_work.min(REORDER_WORK);
+    let (mut stale, mut spent) = (0, round.work);
     while best_arena > goal && stale < STALE_ROUNDS && spent + round.work <= limit {
         let next = lifted(inst, &order, &offsets);
         if next == order {
