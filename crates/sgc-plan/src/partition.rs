@@ -59,8 +59,11 @@ const MAX_CUTS: usize = 160;
 const CHAIN_POINTS: usize = 48;
 /// Tensors one greedy step tries ([`Model::greedy`]).
 const GREEDY_TRIES: usize = 48;
-/// Greedy steps from one hull vertex.
-const GREEDY_STEPS: usize = 16;
+/// Greedy steps from one hull vertex: enough to cross a wide gap between two vertices
+/// (GPT-2's log-softmax output, 196 MiB, makes one: with 16 steps the walks stopped tens
+/// of MiB short of it, and a budget there recomputed the LM head, 79 GFLOPs, where 56 now
+/// suffice at 220 MiB).
+const GREEDY_STEPS: usize = 64;
 /// Copies of the network with jittered prices ([`Model::jittered`]).
 const JITTER_COPIES: u64 = 16;
 /// How far a jittered price may be off (a fraction).
