@@ -128,6 +128,9 @@ class TorchStep:
     saved_bytes: int = 0
     recomputed: list | None = None
     recompute_flops: int = 0
+    # The recomputed ops that draw random numbers (`nondeterministic_seeded`, e.g. dropout):
+    # run again in the backward they draw a new mask unless the RNG state is replayed.
+    recomputed_random: list | None = None
 
 
 def torch_compiled_step(model: nn.Module, loss_fn: LossFn, budget: float, num_model_inputs: int = 1,
@@ -147,6 +150,7 @@ def torch_compiled_step(model: nn.Module, loss_fn: LossFn, budget: float, num_mo
         again = [n for n in bw.graph.nodes if n.op == "call_function" and n.name in fw_names]
         out.recomputed = [n.name for n in again]
         out.recompute_flops = sum(_flops(n) for n in again)
+        out.recomputed_random = [n.name for n in again if _is_random(n)]
         return fw, bw
 
     backend = aot_autograd(fw_compiler=lambda g, _: make_boxed_func(g), bw_compiler=lambda g, _: make_boxed_func(g),
@@ -192,6 +196,24 @@ def compare(a: nn.Module, b: nn.Module, exact: bool = True) -> tuple[bool, float
         same = torch.equal(x, y) if exact else torch.allclose(x, y, rtol=1e-4, atol=1e-5)
         ok = ok and same
     return ok, worst
+
+
+def _is_random(node) -> bool:
+    tags = getattr(node.target, "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags
+
+
+def torch_grads(model: nn.Module, loss_fn: LossFn, batch, budget: float, seed: int = 1234):
+    """Loss and gradients (by parameter name) of one `torch_compiled_step` at `budget` on a
+    fresh copy of `model`, the RNG seeded first: two budgets whose plans keep every random
+    draw of the forward give the same bits."""
+    m = fresh(model)
+    torch._dynamo.reset()
+    step = torch_compiled_step(m, loss_fn, budget)
+    torch.manual_seed(seed)
+    loss = step.run(*batch)
+    grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
 
 
 def fresh(model: nn.Module) -> nn.Module:
