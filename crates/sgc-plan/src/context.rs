@@ -371,7 +371,6 @@ fn accesses(g: &Graph, ins: &Roots, outs: &Roots) -> Vec<Vec<u32>> {
     acc
 }
 
-/// Distinct activation tensors an op reads.
 /// No gap is worth a discard (see [`Context::gap_best`]).
 pub(crate) const NO_GAP: u32 = u32::MAX;
 
@@ -406,6 +405,7 @@ fn gap_tables(
     (acc_flat, best_flat, at)
 }
 
+/// Distinct activation tensors an op reads.
 fn activation_inputs(g: &Graph, o: &sgc_ir::Op) -> u32 {
     let mut v: Vec<TensorId> = o
         .inputs

@@ -97,6 +97,9 @@ pub(crate) struct Scratch {
     by_open: Vec<u32>,
     close_at: Vec<u32>,
     by_close: Vec<u32>,
+    /// Roots whose instance was opened at some point (graph inputs' from the start): the
+    /// ones [`Walk::close_all`] may have to close.
+    opened: Vec<u32>,
 }
 
 /// The finished walk of `plan` in `scratch`'s buffers.
@@ -171,6 +174,10 @@ impl<'c, 's> Walk<'c, 's> {
         scratch.delta.clear();
         scratch.delta.push(0);
         scratch.stack.clear();
+        scratch.opened.clear();
+        scratch
+            .opened
+            .extend(ctx.input_roots.iter().map(|r| r.index() as u32));
         Walk {
             ctx,
             blocks,
@@ -268,7 +275,8 @@ impl<'c, 's> Walk<'c, 's> {
         if n == 0 {
             return 0;
         }
-        for r in 0..self.scratch.slot.len() {
+        for k in 0..self.scratch.opened.len() {
+            let r = self.scratch.opened[k] as usize;
             let (start, last) = self.scratch.slot[r].open;
             if start != NEVER {
                 let last = if self.ctx.kept[r] { n as u32 - 1 } else { last };
@@ -437,11 +445,9 @@ impl<'c, 's> Walk<'c, 's> {
         let s = sc.steps.len() as u32;
         sc.steps.push((op, recompute));
         sc.delta.push(0);
-        for &t in ctx.inputs(i) {
-            let f = sc.slot[t.index()];
-            if f.validity == Validity::Current {
-                sc.slot[f.root.index()].open.1 = s;
-            }
+        // The roots of its non-persistent inputs (`Validity::Current`) are used now.
+        for &r in &ctx.in_roots[i] {
+            sc.slot[r.index()].open.1 = s;
         }
         for &t in ctx.outputs(i) {
             let f = sc.slot[t.index()];
@@ -459,6 +465,9 @@ impl<'c, 's> Walk<'c, 's> {
             if f.validity == Validity::Current {
                 if r == t {
                     let old = std::mem::replace(&mut sc.slot[r.index()].open, (s, s));
+                    if old.0 == NEVER {
+                        sc.opened.push(r.index() as u32);
+                    }
                     close(&mut sc.delta, ctx.bytes[r.index()], old);
                 } else {
                     sc.slot[r.index()].open.1 = s;
