@@ -134,9 +134,12 @@ class TorchStep:
 
 
 def torch_compiled_step(model: nn.Module, loss_fn: LossFn, budget: float, num_model_inputs: int = 1,
-                        raw_output: bool = False) -> TorchStep:
+                        raw_output: bool = False, keep_random: bool = False) -> TorchStep:
     """PyTorch's own answer at `budget` (`torch._functorch.config.activation_memory_budget`,
-    default partitioner `min_cut_rematerialization_partition`, eager kernels)."""
+    default partitioner `min_cut_rematerialization_partition`, eager kernels). With
+    `keep_random`, every op that draws random numbers is tagged `CheckpointPolicy.MUST_SAVE`
+    in the joint graph first, so the partitioner saves what it drew instead of drawing again
+    in the backward (which it does under a budget, giving other gradients)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch import config as fconfig
@@ -145,6 +148,12 @@ def torch_compiled_step(model: nn.Module, loss_fn: LossFn, budget: float, num_mo
     out = TorchStep(run=None, budget=budget)
 
     def partition(joint, inputs, **kw):
+        if keep_random:
+            from torch.utils.checkpoint import CheckpointPolicy
+
+            for node in joint.graph.nodes:
+                if node.op == "call_function" and _is_random(node):
+                    node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
         fw, bw = min_cut_rematerialization_partition(joint, inputs, **kw)
         fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
         again = [n for n in bw.graph.nodes if n.op == "call_function" and n.name in fw_names]
@@ -203,13 +212,14 @@ def _is_random(node) -> bool:
     return torch.Tag.nondeterministic_seeded in tags
 
 
-def torch_grads(model: nn.Module, loss_fn: LossFn, batch, budget: float, seed: int = 1234):
+def torch_grads(model: nn.Module, loss_fn: LossFn, batch, budget: float, seed: int = 1234,
+                keep_random: bool = False):
     """Loss and gradients (by parameter name) of one `torch_compiled_step` at `budget` on a
     fresh copy of `model`, the RNG seeded first: two budgets whose plans keep every random
     draw of the forward give the same bits."""
     m = fresh(model)
     torch._dynamo.reset()
-    step = torch_compiled_step(m, loss_fn, budget)
+    step = torch_compiled_step(m, loss_fn, budget, keep_random=keep_random)
     torch.manual_seed(seed)
     loss = step.run(*batch)
     grads = {n: p.grad.detach().clone() for n, p in m.named_parameters() if p.grad is not None}

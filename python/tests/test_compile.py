@@ -295,3 +295,39 @@ def test_cli_subcommands(tmp_path, capsys, command):
         assert main(["report", *common]) == 0
         text = capsys.readouterr().out
         assert "| unplanned |" in text and "| planned |" in text
+
+
+class _DropoutMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 64)
+        self.drop = nn.Dropout(0.3)
+        self.b = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+def test_pytorch_with_its_random_draws_kept_gives_its_unplanned_gradients():
+    """The vs-torch bench judges sgc against PyTorch's `activation_memory_budget` answer with
+    every random op tagged must-save where PyTorch's own answer draws dropout again in the
+    backward: that answer must be PyTorch's unplanned step, gradient for gradient."""
+    from sgc_trace.measure import torch_compiled_step, torch_grads
+
+    torch.manual_seed(0)
+    model = _DropoutMLP().train()
+    g = torch.Generator().manual_seed(1)
+    batch = (torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g))
+    ref_loss, ref = torch_grads(model, F.cross_entropy, batch, 1.0)
+    # (At budget 0.0 PyTorch recomputes everything, must-save tags included.)
+    loss, grads = torch_grads(model, F.cross_entropy, batch, 0.1, keep_random=True)
+    assert torch.equal(loss, ref_loss)
+    assert ref.keys() == grads.keys()
+    for k in ref:
+        assert torch.equal(grads[k], ref[k]), k
+    torch._dynamo.reset()
+    step = torch_compiled_step(fresh(model), F.cross_entropy, 0.1, keep_random=True)
+    step.run(*batch)
+    assert step.recomputed_random == []
+    assert step.recomputed, "at 0.1 PyTorch recomputes something"
+
