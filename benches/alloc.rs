@@ -456,7 +456,11 @@ fn real(md: &mut String) {
     let files = common::real_graph_files();
     for path in &files {
         let g = sgc::ir::load_any(path).expect("graph loads");
-        let name = path.file_name().unwrap().to_string_lossy().replace(".json.gz", "");
+        let name = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".json.gz", "");
         let o = PlanOptions {
             strategy: Strategy::Sublinear,
             genetic_iters: 20,
@@ -468,8 +472,7 @@ fn real(md: &mut String) {
         let mut placed = Vec::new();
         for effort in [Effort::PLAN, Effort::DEFAULT] {
             let start = Instant::now();
-            let a = sgc::plan::arena::assign(&g, &ops, &p.lifetimes, 256, effort)
-                .expect("arena");
+            let a = sgc::plan::arena::assign(&g, &ops, &p.lifetimes, 256, effort).expect("arena");
             let secs = start.elapsed().as_secs_f64();
             p.arena = Some(a.clone());
             if let Err(v) = sgc::plan::verify(&g, &p) {

@@ -140,8 +140,7 @@ impl<'g> Context<'g> {
             })
             .collect();
         freeable_by_made.sort_unstable();
-        let activation_inputs: Vec<u32> =
-            g.ops().iter().map(|o| activation_inputs(g, o)).collect();
+        let activation_inputs: Vec<u32> = g.ops().iter().map(|o| activation_inputs(g, o)).collect();
         let (gap_acc, gap_best, gap_at) =
             gap_tables(&freeable_by_made, &accesses, &activation_inputs);
         let mut by_last: Vec<(u32, TensorId)> =
