@@ -102,8 +102,8 @@ pub(crate) fn reorder_work(greedy_work: u64) -> u64 {
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
-/// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x,
-/// Inception-v3's 1.025x for 1.110x (`sgc plan` on `graphs/real/`). The rounds lift the
+/// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x
+/// (`sgc plan` on `graphs/real/`). The rounds lift the
 /// buffers that set the arena's top into the first choice of gaps; a round can change
 /// nothing for several rounds before one that does, hence [`STALE_ROUNDS`].
 pub(crate) fn greedy_reorder(

@@ -39,9 +39,9 @@
 //!    that holds the buffer), then rounds that move the buffers ending above the lower
 //!    bound to the front of the order ("squeaky wheel"), the smallest arena kept. On
 //!    planned training steps, where the search is too large to run, it packs far tighter
-//!    than best fit (DenseNet-121 1.017x the live peak where best fit leaves 1.105x;
-//!    Inception-v3 1.025x for 1.110x; BERT-base 1.007x for 1.013x; on the LSTM LM's plan
-//!    nothing below greedy by size's 1.070x). Each round costs what greedy by size does;
+//!    than best fit (DenseNet-121's plan 1.017x the live peak where best fit leaves
+//!    1.105x, when it was measured; `cargo bench --bench alloc -- real` has the current
+//!    plans'). Each round costs what greedy by size does;
 //!    its rounds, the first included, take at most 10^8 scan steps (about a tenth of a
 //!    second), so a list where one round costs more is not reordered (it is reported as
 //!    skipped): on large plans one round took as long as the rest of the arena.
@@ -174,8 +174,8 @@ pub enum ArenaEffort {
     #[default]
     Plan,
     /// [`Effort::DEFAULT`] (what `sgc alloc` spends): up to a few seconds; reaches the
-    /// aligned live peak on most real plans (DenseNet-121's, 1.7% below `plan`'s arena;
-    /// Inception-v3 within 0.5% of it, 2% below).
+    /// aligned live peak on most real plans and within 1% of it on all twelve of
+    /// `graphs/real/` (`cargo bench --bench alloc -- real`).
     Default,
     /// [`Effort::THOROUGH`].
     Thorough,
