@@ -26,6 +26,8 @@
 //! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in
 //! README.md); `REAL_ONLY=a,b` restricts the graphs.
 
+mod common;
+
 use sgc_plan::{plan_with_stats, Plan, PlanOptions, RunConfig, Strategy};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -60,19 +62,15 @@ fn corpus() -> Vec<PathBuf> {
     let only: Option<Vec<String>> = std::env::var("REAL_ONLY")
         .ok()
         .map(|s| s.split(',').map(str::to_string).collect());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("graphs/real"))
-        .expect("graphs/real/ exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".json.gz"))
-        .filter(|p| only.as_ref().is_none_or(|o| o.contains(&stem(p))))
-        .collect();
-    files.sort();
+    let files = common::real_graph_files();
+    assert!(!files.is_empty(), "graphs/real/ holds the corpus");
     files
-}
-
-fn stem(p: &Path) -> String {
-    let name = p.file_name().unwrap_or_default().to_string_lossy();
-    name.trim_end_matches(".json.gz").to_string()
+        .into_iter()
+        .filter(|p| {
+            only.as_ref()
+                .is_none_or(|o| o.contains(&common::real_name(p)))
+        })
+        .collect()
 }
 
 /// `(graph name, genetic_nr_iter)` -> record, from the reference's results file.
@@ -97,7 +95,7 @@ fn rerun_reference(path: &Path) -> Option<std::collections::HashMap<(String, u64
     }
     let dir = std::env::temp_dir().join(format!("sgc-real-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
-    let plain = dir.join(format!("{}.json", stem(path)));
+    let plain = dir.join(format!("{}.json", common::real_name(path)));
     let mut text = String::new();
     flate2::read::GzDecoder::new(std::fs::File::open(path).ok()?)
         .read_to_string(&mut text)
@@ -207,7 +205,9 @@ fn main() {
     let mut verdicts = Vec::new();
     for path in corpus() {
         let g = sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{e}"));
-        let name = g.name().map_or_else(|| stem(&path), str::to_string);
+        let name = g
+            .name()
+            .map_or_else(|| common::real_name(&path), str::to_string);
         let unplanned = g.memory_profile().peak;
         let mut sub20: Option<Row> = None;
         for (strategy, iters, label) in configs {

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// Every zoo graph (`graphs/*.json`) and Checkmate graph (`../shared/data/checkmate`)
 /// there is, sorted by path.
+#[allow(dead_code)] // not every bench reads the zoo
 pub fn graph_files() -> Vec<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
@@ -17,6 +18,13 @@ pub fn graph_files() -> Vec<PathBuf> {
     }
     files.sort();
     files
+}
+
+/// A real graph's name: its file name without `.json.gz`.
+#[allow(dead_code)] // not every bench reads the real corpus
+pub fn real_name(p: &std::path::Path) -> String {
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    name.trim_end_matches(".json.gz").to_string()
 }
 
 /// Every real traced graph (`graphs/real/*.json.gz`), sorted by path.

@@ -196,9 +196,7 @@ def compare_torch(name, what, factory, batch, loss_fn, repeat: int) -> list[str]
             # gives its unplanned step's gradients: sgc is judged against that one here.
             row, point, _ = answer(b, True)
             rows.append(row)
-            fixed.append(point)
-        else:
-            fixed.append(point)
+        fixed.append(point)
     torch._dynamo.reset()
     _, base_peak = peak_bytes(base.run, *batch)
     _, sgc_base_peak = peak_bytes(sgc.base, *batch)

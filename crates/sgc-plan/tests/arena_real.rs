@@ -1,9 +1,9 @@
 //! Plans of real traced models get arenas close to their aligned live peak at the effort
 //! `sgc plan` spends by default (`--arena-effort plan`, hundredths of a second): the
 //! bytes a device must hold are the plan's peak, not a tenth more. Greedy by size alone
-//! left DenseNet-121 10.5%, MobileNetV3 8.5% and ViT-B/16 2.2% above it (`sgc plan
-//! --genetic-iters 20`); first fit with reordering rounds (`greedy-reorder`) packs them
-//! within 2% (1.7%, 0.04%, 0.8%).
+//! leaves DenseNet-121 10.5%, MobileNetV3 8.6% and ViT-B/16 2.2% above it; the plan's
+//! portfolio (first fit with reordering rounds among it) packs them within 2% (1.7%, 0.5%,
+//! 0.8%): `cargo bench --bench alloc -- real` prints both.
 
 use sgc_plan::alloc::{allocate_with, Algorithm, AllocOptions, Effort};
 use sgc_plan::arena::buffers;

@@ -39,9 +39,9 @@
 //!    that holds the buffer), then rounds that move the buffers ending above the lower
 //!    bound to the front of the order ("squeaky wheel"), the smallest arena kept. On
 //!    planned training steps, where the search is too large to run, it packs far tighter
-//!    than best fit (DenseNet-121's plan 1.017x the live peak where best fit leaves
-//!    1.105x, when it was measured; `cargo bench --bench alloc -- real` has the current
-//!    plans'). Each round costs what greedy by size does;
+//!    than best fit (DenseNet-121's plan 1.017x its aligned live peak where greedy by
+//!    size leaves 1.105x, MobileNetV3's 1.005x for 1.086x: `cargo bench --bench alloc
+//!    -- real`). Each round costs what greedy by size does;
 //!    its rounds, the first included, take at most 10^8 scan steps (about a tenth of a
 //!    second), so a list where one round costs more is not reordered (it is reported as
 //!    skipped): on large plans one round took as long as the rest of the arena.
