@@ -129,8 +129,11 @@ fn bucket(
     for d in plan {
         at[pos(d) as usize + 2] += 1;
     }
-    for i in 2..at.len() {
-        at[i] += at[i - 1];
+    // A running sum in a register: `at[i] += at[i - 1]` waits on the store before it.
+    let mut sum = 0;
+    for x in &mut at[2..] {
+        sum += *x;
+        *x = sum;
     }
     order.clear();
     order.resize(plan.len(), 0);
