@@ -172,13 +172,34 @@ def test_committed_fixture_is_current():
     assert make_fixture() == committed, "regenerate with: python3 python/tests/fixture.py"
 
 
+# How far PyTorch's own loss and gradients may move between CPUs, as a share of each tensor's
+# largest magnitude: the same torch build picks other kernels (vector widths, blocking) on
+# another processor, which rounds float32 sums differently. Measured: up to 7.7e-7 between
+# the machine that wrote the fixtures and a later CI machine; `tests/torch_values.rs` holds
+# sgc to 1e-5 of the same scale.
+CPU_DRIFT = 1e-5
+
+
 @pytest.mark.parametrize("path,make", [(VALUES, make_values), (LM_PATH, make_lm_fixture)], ids=["cnn", "lm"])
 def test_committed_values_fixtures_are_current(path, make):
-    """The PyTorch values the Rust test `tests/torch_values.rs` compares against."""
+    """The PyTorch values the Rust test `tests/torch_values.rs` compares against: the graph,
+    the inputs and weights exactly as committed; PyTorch's loss and gradients within
+    CPU_DRIFT of each tensor's scale (exact equality failed on another processor)."""
     committed = json.loads(path.read_text())
     if committed["torch_version"] != torch.__version__.split("+")[0]:
         pytest.skip(f"fixture made with torch {committed['torch_version']}, this is {torch.__version__}")
-    assert json.loads(json.dumps(make())) == committed, "regenerate with: python3 python/tests/values_fixture.py"
+    made = json.loads(json.dumps(make()))
+    hint = "regenerate with: python3 python/tests/values_fixture.py"
+    assert {k: v for k, v in made.items() if k != "expected"} == {
+        k: v for k, v in committed.items() if k != "expected"
+    }, hint
+    assert made["expected"].keys() == committed["expected"].keys(), hint
+    for name, want in committed["expected"].items():
+        got = made["expected"][name]
+        assert got["shape"] == want["shape"] and len(got["data"]) == len(want["data"]), f"{name}: {hint}"
+        scale = max((abs(x) for x in want["data"]), default=0.0) or 1.0
+        worst = max((abs(a - b) for a, b in zip(got["data"], want["data"])), default=0.0)
+        assert worst <= CPU_DRIFT * scale, f"{name}: off by {worst:.3g} of scale {scale:.3g}; {hint}"
 
 
 def test_cli_exports(tmp_path):
