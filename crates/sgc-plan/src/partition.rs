@@ -429,15 +429,14 @@ impl Model {
             sets.extend(self.greedy(&pair[0].kept, pair[1].bytes));
             sets.extend(self.shed(&pair[1].kept, pair[0].bytes));
         }
-        let walks: Vec<Vec<Point>> = hull
+        let walked: Vec<Point> = hull
             .windows(2)
             .collect::<Vec<_>>()
             .par_iter()
             .flat_map_iter(|pair| {
-                [
-                    self.pareto(&pair[0].kept, pair[1].bytes, Direction::Add),
-                    self.pareto(&pair[1].kept, pair[0].bytes, Direction::Drop),
-                ]
+                let up = self.pareto(&pair[0].kept, pair[1].bytes, Direction::Add);
+                let down = self.pareto(&pair[1].kept, pair[0].bytes, Direction::Drop);
+                up.into_iter().chain(down)
             })
             .collect();
         sets.extend(hull.into_iter().map(|c| c.kept));
@@ -447,7 +446,16 @@ impl Model {
         sets.extend(self.jittered(&ties));
         sets.sort();
         sets.dedup();
-        let walked: Vec<Point> = walks.into_iter().flatten().collect();
+        let found = self.found(&sets, &walked);
+        sets.extend(found);
+        sets.sort();
+        sets.dedup();
+        sets
+    }
+
+    /// The walks' sets and one swap from every member of the front so far (of `sets` and
+    /// `walked` together), those on the final front and [`thin`]ned.
+    fn found(&self, sets: &[Vec<u32>], walked: &[Point]) -> Vec<Vec<u32>> {
         let known: Vec<(u64, u64)> = sets
             .par_iter()
             .map(|s| {
@@ -459,50 +467,34 @@ impl Model {
             Member::Set(i) => self.mask_of(&sets[i]).0,
             Member::Walked(i) => walked[i].mask.clone(),
         };
-        // One swap from every member of the front so far (compact: the member and the swap).
-        let front = lower_front(&known, walked.iter().map(|p| (p.bytes, p.units)));
-        let units_of = |m: Member| match m {
+        let units_at = |m: Member, found: &[(u64, u64)]| match m {
             Member::Set(i) => known[i].1,
-            Member::Walked(i) => walked[i].units,
+            Member::Walked(i) => found[i].1,
         };
-        let front = thin(front, units_of, SWAP_FRONT);
+        // One swap from every member of the front so far (compact: the member and the swap).
+        let mut found: Vec<(u64, u64)> = walked.iter().map(|p| (p.bytes, p.units)).collect();
+        let front = lower_front(&known, found.iter().copied());
+        let front = thin(front, |m| units_at(m, &found), SWAP_FRONT);
         let swapped: Vec<Swap> = front
             .par_iter()
             .flat_map_iter(|&m| self.swaps(&mask_at(m)).into_iter().map(move |s| (m, s)))
             .collect();
-        let figures = walked
-            .iter()
-            .map(|p| (p.bytes, p.units))
-            .chain(swapped.iter().map(|(_, s)| (s.bytes, s.units)));
-        let found: Vec<(u64, u64)> = figures.collect();
-        let mut extra = Vec::new();
+        found.extend(swapped.iter().map(|(_, s)| (s.bytes, s.units)));
         let front = lower_front(&known, found.iter().copied());
-        let front = thin(
-            front,
-            |m| match m {
-                Member::Set(i) => known[i].1,
-                Member::Walked(i) => found[i].1,
-            },
-            MAX_FOUND,
-        );
-        for m in front {
-            let Member::Walked(i) = m else { continue };
-            let mask = match walked.get(i) {
-                Some(p) => p.mask.clone(),
-                None => {
+        thin(front, |m| units_at(m, &found), MAX_FOUND)
+            .into_iter()
+            .filter_map(|m| match m {
+                Member::Set(_) => None,
+                Member::Walked(i) if i < walked.len() => Some(kept_in(&walked[i].mask)),
+                Member::Walked(i) => {
                     let (base, s) = &swapped[i - walked.len()];
                     let mut mask = mask_at(*base);
                     mask[s.drop as usize] = false;
                     mask[s.add as usize] = true;
-                    mask
+                    Some(kept_in(&mask))
                 }
-            };
-            extra.push(kept_in(&mask));
-        }
-        sets.extend(extra);
-        sets.sort();
-        sets.dedup();
-        sets
+            })
+            .collect()
     }
 
     /// Kept sets one swap from `mask`: one kept tensor dropped (of the [`SWAP_TRIES`]
