@@ -37,6 +37,9 @@ pub(crate) struct Context<'g> {
     pub root: Vec<TensorId>,
     /// The state every split walk starts from ([`start_state`]).
     pub walk_start: Vec<Slot>,
+    /// Walk states along the plan-independent prefix, made by the first walk that needs
+    /// them ([`crate::recompute`]).
+    pub prefixes: std::sync::OnceLock<Prefixes>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
     /// The freeable roots by the traced position of their last access (see
@@ -232,6 +235,7 @@ impl<'g> Context<'g> {
             persistent_bytes: profile.persistent_bytes,
             lower_bound: g.lower_bound(),
             walk_start: Default::default(),
+            prefixes: std::sync::OnceLock::new(),
             forward: Vec::new(),
         };
         let fwd = ctx.forward_ops();
@@ -510,6 +514,32 @@ pub(crate) struct Slot {
     pub flags: u8,
     /// How its validity is decided.
     pub validity: Validity,
+}
+
+/// Split walks' states before evenly spaced positions of the prefix that every plan walks
+/// alike (see [`crate::recompute`], which makes and reads them; the context caches them as
+/// it caches [`start_state`]). By increasing position.
+#[derive(Default)]
+pub(crate) struct Prefixes {
+    pub states: Vec<PrefixState>,
+}
+
+/// A walk's buffers before position `pos` (no recomputation has run).
+pub(crate) struct PrefixState {
+    pub pos: u32,
+    pub slot: Vec<Slot>,
+    pub runs: Vec<u8>,
+    pub steps: Vec<(OpId, bool)>,
+    pub delta: Vec<i128>,
+    pub opened: Vec<u32>,
+}
+
+impl Prefixes {
+    /// The last state at or before `pos`.
+    pub fn at_or_before(&self, pos: u32) -> Option<&PrefixState> {
+        let k = self.states.partition_point(|s| s.pos <= pos);
+        k.checked_sub(1).map(|k| &self.states[k])
+    }
 }
 
 /// The per-tensor state a split walk starts from: each tensor's version when made (graph

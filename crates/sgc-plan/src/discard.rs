@@ -69,7 +69,7 @@ impl<'a> Blocks<'a> {
 
 /// The discard plan of `genome`, ordered by root.
 pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
-    let protected = protected(ctx, genome);
+    let kept = kept(ctx, genome);
     let s = &genome.splits;
     let last_pos = (ctx.n as u32).saturating_sub(1);
     let block_last = |k: usize| s.get(k).copied().unwrap_or(last_pos);
@@ -79,8 +79,16 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
         while made > block_last(k) {
             k += 1;
         }
-        // Read only inside its block, or protected: kept.
-        if last <= block_last(k) || protected.contains(r) {
+        // Read only inside its block: kept.
+        if last <= block_last(k) {
+            continue;
+        }
+        // A checkpoint: an output of the op closing the block it was made in (the last
+        // block closes at no split). Or kept on purpose.
+        let checkpoint = s
+            .get(k)
+            .is_some_and(|&split| ctx.out_roots[split as usize].contains(&r));
+        if checkpoint || kept.as_ref().is_some_and(|b| b.contains(r)) {
             continue;
         }
         if genome.rules.forward_only && !ctx.forward[made as usize] {
@@ -110,25 +118,18 @@ struct Block {
     next_last: u32,
 }
 
-/// Roots never discarded: checkpoints (outputs of a block's last op made in that block)
-/// and the genome's kept roots.
-fn protected(ctx: &Context<'_>, genome: &Genome) -> Bits {
-    let mut p = Bits::new(ctx.g.num_tensors());
-    let s = &genome.splits;
-    for (j, &split) in s.iter().enumerate() {
-        let first = if j == 0 { 0 } else { s[j - 1] + 1 };
-        for &r in &ctx.out_roots[split as usize] {
-            if ctx.accesses[r.index()].first().is_some_and(|&a| a >= first) {
-                p.insert(r);
-            }
-        }
+/// The genome's kept roots (`None`: none).
+fn kept(ctx: &Context<'_>, genome: &Genome) -> Option<Bits> {
+    if genome.keep.is_empty() {
+        return None;
     }
+    let mut p = Bits::new(ctx.g.num_tensors());
     for &k in &genome.keep {
         if (k as usize) < ctx.g.num_tensors() {
             p.insert(TensorId(k));
         }
     }
-    p
+    Some(p)
 }
 
 /// A set of tensors, one bit each.

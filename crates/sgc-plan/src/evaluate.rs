@@ -226,6 +226,9 @@ mod tests {
             };
             let plan = discard::plan(&ctx, &genome);
             let walked = recompute::schedule(&ctx, &genome, &plan).expect("scheduled");
+            let whole = recompute::schedule_whole(&ctx, &genome, &plan).expect("scheduled");
+            assert_eq!(walked.steps, whole.steps, "resumed walk: {genome:?}");
+            assert_eq!(walked.live, whole.live, "resumed walk: {genome:?}");
             assert_eq!(
                 Some(walked.live.clone()),
                 crate::profile::live_bytes(&ctx, &steps),
@@ -301,6 +304,55 @@ mod tests {
             let g = random_graph(seed, &GenConfig::small());
             check_graph(&g, &mut SplitMix64::new(seed), 12);
         }
+    }
+
+    /// A walk resumed from a prefix state ([`recompute::Prefixes`]) gives the steps, the
+    /// live bytes and the outcome of the walk from the first op, on every graph of the real
+    /// corpus: for the search's own threshold plans (whose first close is right after the
+    /// forward pass) and for random genomes (whose gaps may close anywhere), and a walk
+    /// that fails fails the same way.
+    #[test]
+    fn resumed_walks_equal_whole_walks_on_the_real_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../graphs/real");
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("graphs/real/")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        files.sort();
+        let mut resumed = 0;
+        for (k, p) in files.iter().enumerate() {
+            let g = sgc_ir::load_any(p).expect("real graph loads");
+            let ctx = Context::new(&g);
+            let sums = crate::sublinear::BlockSums::of(&ctx);
+            let p_act = ctx.unplanned_peak.saturating_sub(ctx.persistent_bytes);
+            let mut rng = SplitMix64::new(k as u64);
+            let mut genomes: Vec<Genome> = [3, 8, 20]
+                .iter()
+                .map(|&d| crate::sublinear::threshold_splits(&sums, p_act / d))
+                .collect();
+            genomes.extend((0..3).map(|_| random_genome(&mut rng, ctx.n, g.num_tensors())));
+            for genome in &genomes {
+                let plan = discard::plan(&ctx, genome);
+                let a = recompute::schedule(&ctx, genome, &plan);
+                let b = recompute::schedule_whole(&ctx, genome, &plan);
+                match (a, b) {
+                    (Ok(a), Ok(b)) => {
+                        assert_eq!(a.steps, b.steps, "{}: {genome:?}", p.display());
+                        assert_eq!(a.live, b.live, "{}: {genome:?}", p.display());
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a, b, "{}", p.display()),
+                    (a, b) => panic!("{}: {:?} vs {:?}", p.display(), a.is_ok(), b.is_ok()),
+                }
+                let from = recompute::resumes_at(&ctx, &plan).unwrap_or(0);
+                resumed += usize::from(from as usize > ctx.n / 4);
+            }
+        }
+        assert!(files.len() >= 12, "real graphs found: {}", files.len());
+        // At least the threshold plans resume past the first quarter of the graph.
+        assert!(
+            resumed >= files.len() * 3,
+            "walks resumed past n/4: {resumed}"
+        );
     }
 
     #[test]

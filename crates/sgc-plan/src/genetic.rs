@@ -45,7 +45,7 @@ pub(crate) fn refine(
         let mut fits = ev.eval_batch(&all).into_iter();
         for (island, children) in islands.iter_mut().zip(broods) {
             let pop = &mut island.pop;
-            let mut known: std::collections::HashSet<Genome> =
+            let mut known: rustc_hash::FxHashSet<Genome> =
                 pop.iter().map(|m| m.genome.clone()).collect();
             for genome in children {
                 let fitness = fits.next().unwrap_or(Fitness::INFEASIBLE);

@@ -164,38 +164,44 @@ impl<'a> Evaluator<'a> {
                 fresh.push(i);
             }
         }
-        let plans: Vec<Vec<discard::Discard>> = self.pool.install(|| {
+        // Each fresh genome's discard plan and its key, in parallel; a plan whose outcome
+        // is cached is dropped by the worker that made it.
+        let outcomes = &self.outcomes;
+        let planned: Vec<(Fingerprint, Option<Vec<discard::Discard>>)> = self.pool.install(|| {
             fresh
                 .par_iter()
-                .map(|&i| discard::plan(ctx, &genomes[i]))
-                .collect()
-        });
-        let keys: Vec<Fingerprint> = fresh
-            .iter()
-            .zip(&plans)
-            .map(|(&i, p)| discard::key(&genomes[i], p))
-            .collect();
-        // Distinct new plans, each evaluated once.
-        let mut todo: Vec<usize> = Vec::new();
-        let mut new_keys = HashSet::default();
-        for (j, k) in keys.iter().enumerate() {
-            if !self.outcomes.contains_key(k) && new_keys.insert(*k) {
-                todo.push(j);
-            }
-        }
-        let scratch = &self.scratch;
-        let results: Vec<Outcome> = self.pool.install(|| {
-            todo.par_iter()
-                .map(|&j| {
-                    let mut s = scratch.take();
-                    let r = outcome_in(ctx, &genomes[fresh[j]], &plans[j], &mut s);
-                    scratch.give(s);
-                    r
+                .map(|&i| {
+                    let plan = discard::plan(ctx, &genomes[i]);
+                    let key = discard::key(&genomes[i], &plan);
+                    (key, (!outcomes.contains_key(&key)).then_some(plan))
                 })
                 .collect()
         });
-        self.stats.evaluated += todo.len();
-        for (&j, r) in todo.iter().zip(results) {
+        // Distinct new plans, each evaluated once.
+        let mut todo: Vec<(usize, Vec<discard::Discard>)> = Vec::new();
+        let mut new_keys = HashSet::default();
+        let mut keys: Vec<Fingerprint> = Vec::with_capacity(planned.len());
+        for (j, (k, plan)) in planned.into_iter().enumerate() {
+            keys.push(k);
+            if let Some(plan) = plan {
+                if new_keys.insert(k) {
+                    todo.push((j, plan));
+                }
+            }
+        }
+        let scratch = &self.scratch;
+        let results: Vec<(usize, Outcome)> = self.pool.install(|| {
+            todo.into_par_iter()
+                .map(|(j, plan)| {
+                    let mut s = scratch.take();
+                    let r = outcome_in(ctx, &genomes[fresh[j]], &plan, &mut s);
+                    scratch.give(s);
+                    (j, r)
+                })
+                .collect()
+        });
+        self.stats.evaluated += results.len();
+        for (j, r) in results {
             self.outcomes.insert(keys[j], r);
         }
         for (&i, k) in fresh.iter().zip(&keys) {

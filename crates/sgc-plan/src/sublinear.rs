@@ -80,7 +80,8 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     }];
     let chen = crate::chen::best(ctx);
     let chen_fit = ev.eval(&chen);
-    let best_t = add_thresholds(ev, &mut pop, &thresholds);
+    let sums = BlockSums::of(ctx);
+    let best_t = add_thresholds(ev, &sums, &mut pop, &thresholds);
     if let Some(bt) = best_t {
         let around: Vec<u64> = (0..n)
             .map(|i| {
@@ -91,13 +92,13 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
                 ))
             })
             .collect();
-        add_thresholds(ev, &mut pop, &around);
+        add_thresholds(ev, &sums, &mut pop, &around);
     }
     let budgets = (1..=24u64).map(|i| mul_div(p, i, 24));
     let seeds: Vec<Genome> = [0.25, 0.5, 1.0, 2.0, 4.0]
         .into_iter()
         .map(|k| crate::chen::scaled(ctx, k))
-        .chain(budgets.map(|b| budget_splits(ctx, b)))
+        .chain(budgets.map(|b| budget_splits(&sums, b)))
         .chain([chen.clone()])
         .collect();
     let fits = ev.eval_batch(&seeds);
@@ -323,12 +324,13 @@ fn best_by(pop: &[Member], obj: Objective) -> Member {
 /// of the best one.
 fn add_thresholds(
     ev: &mut Evaluator<'_>,
+    sums: &BlockSums,
     pop: &mut Vec<Member>,
     thresholds: &[u64],
 ) -> Option<u64> {
     let genomes: Vec<Genome> = thresholds
         .iter()
-        .map(|&t| threshold_splits(ev.ctx, t))
+        .map(|&t| threshold_splits(sums, t))
         .collect();
     let fits = ev.eval_batch(&genomes);
     let mut best: Option<(Fitness, u64)> = None;
@@ -355,47 +357,76 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
 /// traced order, a storage made in the current block and read later adds its bytes when it
 /// is made and gives them back after its last access; the block closes after an op whose
 /// sum reaches the threshold (the last op always closes one).
-pub(crate) fn threshold_splits(ctx: &Context<'_>, threshold: u64) -> Genome {
-    block_splits(ctx, threshold, false)
+pub(crate) fn threshold_splits(sums: &BlockSums, threshold: u64) -> Genome {
+    block_splits(sums, threshold, false)
 }
 
 /// [`threshold_splits`] where the checkpoints kept so far count against the threshold too
 /// (Chen's greedy segmentation under a memory budget): the backward pass recomputes a
 /// block while every earlier block's checkpoint is still held, so later blocks get
 /// shorter.
-pub(crate) fn budget_splits(ctx: &Context<'_>, budget: u64) -> Genome {
-    block_splits(ctx, budget, true)
+pub(crate) fn budget_splits(sums: &BlockSums, budget: u64) -> Genome {
+    block_splits(sums, budget, true)
 }
 
-fn block_splits(ctx: &Context<'_>, threshold: u64, count_checkpoints: bool) -> Genome {
-    let g = ctx.g;
-    // Roots made at each position that are read later, and roots dying at each position.
-    let mut created = vec![Vec::new(); ctx.n];
-    let mut dying = vec![Vec::new(); ctx.n];
-    for t in g.tensor_ids() {
-        let acc = &ctx.accesses[t.index()];
-        let made = g.producer(t).filter(|_| g.storage_root(t) == t);
-        let (Some(p), [_, .., last]) = (made, &acc[..]) else {
-            continue;
-        };
-        if g.tensor(t).kind == sgc_ir::TensorKind::Activation {
-            created[p.index()].push(t);
-            dying[*last as usize].push((t, p.index()));
-        }
-    }
-    let mut splits = Vec::new();
-    let (mut sum, mut start, mut kept) = (0u64, 0usize, 0u64);
-    for i in 0..ctx.n {
-        sum += created[i].iter().map(|&t| ctx.size(t)).sum::<u64>();
-        for &(t, made) in &dying[i] {
-            if made >= start {
-                sum -= ctx.size(t);
+/// What [`block_splits`] sums, per traced position: the bytes of the activation roots made
+/// there that are read later, and the roots whose last access it is (with the position
+/// that made them). The same for every threshold, so made once per search.
+pub(crate) struct BlockSums {
+    created: Vec<u64>,
+    /// Position `i`'s dying roots are `dying[dying_at[i]..dying_at[i + 1]]`: (made at, bytes).
+    dying: Vec<(usize, u64)>,
+    dying_at: Vec<usize>,
+}
+
+impl BlockSums {
+    pub(crate) fn of(ctx: &Context<'_>) -> BlockSums {
+        let g = ctx.g;
+        let mut created = vec![0u64; ctx.n];
+        let mut by_last: Vec<(usize, usize, u64)> = Vec::new();
+        for t in g.tensor_ids() {
+            let acc = &ctx.accesses[t.index()];
+            let made = g.producer(t).filter(|_| g.storage_root(t) == t);
+            let (Some(p), [_, .., last]) = (made, &acc[..]) else {
+                continue;
+            };
+            if g.tensor(t).kind == sgc_ir::TensorKind::Activation {
+                created[p.index()] += ctx.size(t);
+                by_last.push((*last as usize, p.index(), ctx.size(t)));
             }
         }
-        if sum.saturating_add(kept) >= threshold || i + 1 == ctx.n {
+        // Stable by position, so each position's roots stay in id order.
+        by_last.sort_by_key(|d| d.0);
+        let mut dying_at = vec![0usize; ctx.n + 1];
+        for d in &by_last {
+            dying_at[d.0 + 1] += 1;
+        }
+        for i in 0..ctx.n {
+            dying_at[i + 1] += dying_at[i];
+        }
+        BlockSums {
+            created,
+            dying: by_last.into_iter().map(|(_, p, b)| (p, b)).collect(),
+            dying_at,
+        }
+    }
+}
+
+fn block_splits(sums: &BlockSums, threshold: u64, count_checkpoints: bool) -> Genome {
+    let n = sums.created.len();
+    let mut splits = Vec::new();
+    let (mut sum, mut start, mut kept) = (0u64, 0usize, 0u64);
+    for i in 0..n {
+        sum += sums.created[i];
+        for &(made, bytes) in &sums.dying[sums.dying_at[i]..sums.dying_at[i + 1]] {
+            if made >= start {
+                sum -= bytes;
+            }
+        }
+        if sum.saturating_add(kept) >= threshold || i + 1 == n {
             splits.push(i as u32);
             if count_checkpoints {
-                kept += created[i].iter().map(|&t| ctx.size(t)).sum::<u64>();
+                kept += sums.created[i];
             }
             sum = 0;
             start = i + 1;
