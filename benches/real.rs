@@ -22,9 +22,8 @@
 //! the file's times are used, and the table says so. Both sides are timed
 //! [`repeats`] times (`REAL_REPEATS`, default 3) and the fastest run counts: the searches
 //! are deterministic, so the runs differ only in what else the machine was doing. sgc's
-//! runs go on until they also span [`MIN_SPAN`] seconds: three runs of a 0.1 s plan fall
-//! in one slow second of a noisy machine (on the development machine, the same binary's
-//! DenseNet-121 plan took 0.32 s in one bench run and 0.55 s in the next), while the
+//! runs go on until they also span [`MIN_SPAN`] seconds: three runs of a plan that takes
+//! a tenth of a second can all fall in one slow second of a noisy machine, while the
 //! reference's three runs span several seconds each.
 //!
 //! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in

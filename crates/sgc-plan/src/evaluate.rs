@@ -306,8 +306,8 @@ mod tests {
         }
     }
 
-    /// A walk resumed from a prefix state ([`recompute::Prefixes`]) gives the steps, the
-    /// live bytes and the outcome of the walk from the first op, on every graph of the real
+    /// A walk resumed from a prefix state ([`crate::context::Prefixes`]) gives the steps
+    /// and the live bytes of the walk from the first op, on every graph of the real
     /// corpus: for the search's own threshold plans (whose first close is right after the
     /// forward pass) and for random genomes (whose gaps may close anywhere), and a walk
     /// that fails fails the same way.
