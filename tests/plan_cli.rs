@@ -1,5 +1,5 @@
 //! `sgc plan`: the report a user reads (planned against unplanned peak, the bound, the
-//! search's work), the plan file it writes and `--check` accepts, and one readable error
+//! bytes kept for the backward, the search's work), the plan file it writes and `--check` accepts, and one readable error
 //! with a non-zero exit for a budget below the per-op lower bound.
 
 use serde_json::Value;
@@ -66,6 +66,45 @@ fn json_report_has_the_peaks_the_bound_and_the_search() {
         String::from_utf8_lossy(&checked.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The report's bytes kept from the forward for the backward: the traced order's for
+/// `--strategy none`, and within the budget that `--budget-of saved` sets for `partition`.
+#[test]
+fn json_report_has_the_bytes_kept_for_the_backward() {
+    let file = zoo("resnet50");
+    let traced = json(&sgc(&[
+        "plan",
+        &file,
+        "--strategy",
+        "none",
+        "--quiet",
+        "--json",
+    ]));
+    let n = |r: &Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
+    let all = n(&traced, "unplanned_saved_bytes");
+    assert!(all > 0);
+    assert_eq!(n(&traced, "saved_bytes"), all);
+    let budget = all / 2;
+    let r = json(&sgc(&[
+        "plan",
+        &file,
+        "--strategy",
+        "partition",
+        "--budget",
+        &budget.to_string(),
+        "--budget-of",
+        "saved",
+        "--quiet",
+        "--json",
+    ]));
+    let saved = n(&r, "saved_bytes");
+    assert!(saved > 0 && saved <= budget, "{saved} of {budget}");
+    assert_eq!(n(&r, "unplanned_saved_bytes"), all);
+    let ratio = r["saved_over_unplanned"]
+        .as_f64()
+        .expect("saved_over_unplanned");
+    assert!((ratio - saved as f64 / all as f64).abs() < 1e-12);
 }
 
 #[test]

@@ -147,7 +147,7 @@ pub fn run(args: Args) -> CliResult {
     }
     let workers = workers_used(args.workers.map(|w| w as usize));
     let written_to = args.output.as_ref().map(|p| p.display().to_string());
-    let report = PlanReport::new(&plan, Some(&stats), file, workers, secs, written_to);
+    let report = PlanReport::new(&plan, &graph, Some(&stats), file, workers, secs, written_to);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -3,6 +3,7 @@
 //! peak, recompute share and its cost source, and what the search did. One implementation
 //! for the command line (text and `--json`) and for `sgc.Plan.report()` in Python.
 
+use crate::ir::{Graph, OpId};
 use crate::plan::{Plan, PlanOptions, PlanStats, SearchStats};
 use crate::units::human_bytes;
 use serde::Serialize;
@@ -21,6 +22,12 @@ pub struct PlanReport<'a> {
     pub lower_bound_bytes: u64,
     pub planned_over_lower_bound: f64,
     pub persistent_bytes: u64,
+    /// Bytes the plan keeps from its forward for its backward
+    /// ([`sgc_plan::plan::saved_bytes`]: what `torch.compile`'s partition saves, and what
+    /// `--budget-of saved` bounds), beside the traced order's.
+    pub saved_bytes: u64,
+    pub unplanned_saved_bytes: u64,
+    pub saved_over_unplanned: f64,
     pub recompute_share: f64,
     pub recompute_cost: f64,
     pub step_cost: f64,
@@ -123,6 +130,7 @@ impl<'a> PlanReport<'a> {
     /// where it was saved.
     pub fn new(
         plan: &'a Plan,
+        graph: &Graph,
         stats: Option<&PlanStats>,
         file: String,
         workers: usize,
@@ -130,6 +138,11 @@ impl<'a> PlanReport<'a> {
         written_to: Option<String>,
     ) -> PlanReport<'a> {
         let mut report = build(plan, file, workers, secs, written_to);
+        let steps: Vec<(OpId, bool)> = plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
+        let traced: Vec<(OpId, bool)> = graph.op_ids().map(|op| (op, false)).collect();
+        report.saved_bytes = sgc_plan::plan::saved_bytes(graph, &steps);
+        report.unplanned_saved_bytes = sgc_plan::plan::saved_bytes(graph, &traced);
+        report.saved_over_unplanned = ratio(report.saved_bytes, report.unplanned_saved_bytes);
         if let Some(stats) = stats {
             report.search = stats.search.as_ref().map(|s| search_report(s, stats));
             report.schedule_time_s = stats.schedule_secs;
@@ -146,6 +159,15 @@ impl<'a> PlanReport<'a> {
     }
 }
 
+/// `a / b`, 1 when `b` is 0.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        1.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
 fn build<'a>(
     plan: &'a Plan,
     file: String,
@@ -154,7 +176,6 @@ fn build<'a>(
     written_to: Option<String>,
 ) -> PlanReport<'a> {
     let s = &plan.summary;
-    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
     PlanReport {
         file,
         graph: plan.graph.name.as_deref(),
@@ -167,6 +188,9 @@ fn build<'a>(
         lower_bound_bytes: s.lower_bound,
         planned_over_lower_bound: ratio(s.planned_peak, s.lower_bound),
         persistent_bytes: s.persistent_bytes,
+        saved_bytes: 0,
+        unplanned_saved_bytes: 0,
+        saved_over_unplanned: 1.0,
         recompute_share: s.recompute_share,
         recompute_cost: s.recompute_cost,
         step_cost: s.step_cost,
@@ -209,6 +233,13 @@ fn render(r: &PlanReport<'_>) -> String {
         r.planned_over_lower_bound
     );
     let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
+    let _ = writeln!(
+        s,
+        "kept for backward  {}  ({:.3}x the traced order's {})",
+        bytes(r.saved_bytes),
+        r.saved_over_unplanned,
+        human_bytes(r.unplanned_saved_bytes)
+    );
     if let Some(a) = &r.arena {
         let _ = writeln!(
             s,

@@ -84,6 +84,7 @@ impl Plan {
         let stats = self.stats.as_ref();
         PlanReport::new(
             &self.plan,
+            &self.graph,
             stats,
             self.file.clone(),
             self.workers,
