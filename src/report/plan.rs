@@ -1,6 +1,7 @@
 //! The report of a plan, as `sgc plan` prints it and as the Python bindings return it:
-//! unplanned vs planned peak, the per-op lower bound, the arena against its aligned live
-//! peak, recompute share and its cost source, and what the search did. One implementation
+//! unplanned vs planned peak, the per-op lower bound, the bytes kept from the forward for
+//! the backward against the traced order's, the arena against its aligned live peak,
+//! recompute share and its cost source, and what the search did. One implementation
 //! for the command line (text and `--json`) and for `sgc.Plan.report()` in Python.
 
 use crate::ir::{Graph, OpId};
@@ -137,12 +138,7 @@ impl<'a> PlanReport<'a> {
         secs: f64,
         written_to: Option<String>,
     ) -> PlanReport<'a> {
-        let mut report = build(plan, file, workers, secs, written_to);
-        let steps: Vec<(OpId, bool)> = plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
-        let traced: Vec<(OpId, bool)> = graph.op_ids().map(|op| (op, false)).collect();
-        report.saved_bytes = sgc_plan::plan::saved_bytes(graph, &steps);
-        report.unplanned_saved_bytes = sgc_plan::plan::saved_bytes(graph, &traced);
-        report.saved_over_unplanned = ratio(report.saved_bytes, report.unplanned_saved_bytes);
+        let mut report = build(plan, graph, file, workers, secs, written_to);
         if let Some(stats) = stats {
             report.search = stats.search.as_ref().map(|s| search_report(s, stats));
             report.schedule_time_s = stats.schedule_secs;
@@ -170,12 +166,17 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 fn build<'a>(
     plan: &'a Plan,
+    graph: &Graph,
     file: String,
     workers: usize,
     secs: f64,
     written_to: Option<String>,
 ) -> PlanReport<'a> {
     let s = &plan.summary;
+    let steps: Vec<(OpId, bool)> = plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
+    let traced: Vec<(OpId, bool)> = graph.op_ids().map(|op| (op, false)).collect();
+    let saved = sgc_plan::plan::saved_bytes(graph, &steps);
+    let unplanned_saved = sgc_plan::plan::saved_bytes(graph, &traced);
     PlanReport {
         file,
         graph: plan.graph.name.as_deref(),
@@ -188,9 +189,9 @@ fn build<'a>(
         lower_bound_bytes: s.lower_bound,
         planned_over_lower_bound: ratio(s.planned_peak, s.lower_bound),
         persistent_bytes: s.persistent_bytes,
-        saved_bytes: 0,
-        unplanned_saved_bytes: 0,
-        saved_over_unplanned: 1.0,
+        saved_bytes: saved,
+        unplanned_saved_bytes: unplanned_saved,
+        saved_over_unplanned: ratio(saved, unplanned_saved),
         recompute_share: s.recompute_share,
         recompute_cost: s.recompute_cost,
         step_cost: s.step_cost,
