@@ -175,10 +175,8 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
 ///    islands, half as many generations as the main search) bred from every plan of the
 ///    population at or under the peak, the pick included (the refinement keeps the best
 ///    plan it has seen, so this start is at least as good as the pick); without
-///    generations, the pick itself. A climb from the pick as well never gave the final
-///    plan on the real corpus, the zoo or the Checkmate graphs (seeds 0-2 on the corpus)
-///    and cost up to 8% of the schedules built (DenseNet-121: 5140 of them, 4717 without
-///    it), so it is not made;
+///    generations, the pick itself (a climb from the pick as well would repeat work the
+///    bred start already covers);
 /// 2. the cheapest plans evaluated so far that peak just above it (by at most 1/2000,
 ///    1/500 and 1/100): the climb pushes them under the peak when a small change can.
 ///
