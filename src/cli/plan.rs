@@ -35,8 +35,9 @@ pub struct Args {
     /// checkpoints again, most expensive first, while the peak stays at or under it.
     #[arg(long, value_parser = parse_size)]
     lb_memory: Option<u64>,
-    /// sublinear without a budget: `lowest-peak` (whatever it recomputes, then the least
-    /// recompute; MegEngine's rule) or `balanced` (memory and recompute weighed equally, each
+    /// sublinear without a budget: `lowest-peak` (MegEngine's rule, then the least recompute
+    /// there; a plan at most 1% above it wins when each 1% of memory saves at least 20% of a
+    /// step) or `balanced` (memory and recompute weighed equally, each
     /// as a share of what there is to gain: the knee of the memory/recompute front).
     #[arg(long, value_enum, default_value = "lowest-peak")]
     goal: GoalArg,

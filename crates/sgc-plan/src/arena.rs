@@ -145,6 +145,15 @@ pub fn assign(
     })
 }
 
+/// The smallest arena any placement of the schedule could have, placing nothing: the
+/// aligned live peak of its lifetimes with every in-place chain merged into one buffer
+/// (the merged instance [`assign`] places). O(n log n), where [`assign`] runs a portfolio.
+pub(crate) fn floor(graph: &Graph, ops: &[OpId], lifetimes: &[Lifetime], align: u64) -> u64 {
+    let pairs = in_place_pairs(graph, ops, lifetimes);
+    let chains = Chains::new(lifetimes.len(), &pairs);
+    alloc::lower_bound(&chains.buffers(&buffers(lifetimes)), align)
+}
+
 /// An arena, its offsets, the algorithm and the in-place pairs it uses.
 type Candidate = (u64, Vec<u64>, String, Vec<(usize, usize)>);
 

@@ -34,10 +34,11 @@
 //! with the lowest peaks) and the per-op lower bound.
 
 use crate::context::Context;
+use crate::device::device_bytes;
 use crate::evaluate::{fitness_of, schedule, Fitness};
 use crate::genome::Genome;
 use crate::search::Evaluator;
-use crate::{arena, dtr, BudgetOf, Plan, PlanError, PlanOptions, Strategy};
+use crate::{dtr, BudgetOf, PlanError, PlanOptions, Strategy};
 use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
@@ -186,30 +187,6 @@ impl Candidate {
             }),
         }
     }
-}
-
-/// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)
-/// plus the persistent bytes.
-pub(crate) fn device_bytes(
-    ctx: &Context<'_>,
-    opts: &PlanOptions,
-    steps: &[(OpId, bool)],
-) -> Result<u64, PlanError> {
-    let g = ctx.g;
-    let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
-    let profile = sgc_ir::simulate(g, &ops).map_err(|e| PlanError::Internal {
-        strategy: opts.strategy.to_string(),
-        message: e.to_string(),
-    })?;
-    let plan = Plan::assemble(g, opts, steps, &profile);
-    let layout = arena::assign(
-        g,
-        &ops,
-        &plan.lifetimes,
-        opts.align,
-        opts.arena_effort.effort(),
-    )?;
-    Ok(layout.size.saturating_add(g.persistent_bytes()))
 }
 
 /// The candidate that recomputes least among those whose device bytes fit `budget`.

@@ -22,7 +22,8 @@
 //!
 //! - [`alloc`]: static memory sharing: offsets in one arena for any set of buffers;
 //! - [`arena`]: the plan's arena: its lifetimes and in-place pairs placed by [`alloc`],
-//!   stored in the plan (`Plan::arena`) and checked by the verifier;
+//!   stored in the plan (`Plan::arena`) and checked by the verifier; `device`: a
+//!   schedule's device bytes (its arena placed, or the arena's floor) for the searches;
 //! - [`fit`]: the largest batch whose plan (arena plus persistent bytes) fits a memory
 //!   size, per strategy, and the batch no plan can pass.
 //!
@@ -47,6 +48,7 @@ mod bound;
 mod budget;
 mod chen;
 mod context;
+mod device;
 mod discard;
 mod dtr;
 mod error;
@@ -429,7 +431,7 @@ fn run_dtr_budgeted(ctx: &Context<'_>, options: &PlanOptions) -> Result<DtrOutco
     }
     let mut threshold = options.eviction_threshold.unwrap_or(limit);
     for _ in 0..2 {
-        let device = budget::device_bytes(ctx, options, &out.0)?;
+        let device = device::device_bytes(ctx, options, &out.0)?;
         if device <= limit || threshold <= lb {
             break;
         }
