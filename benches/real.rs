@@ -327,7 +327,8 @@ struct Verdict {
     /// The reference's time was measured in this run (else: read from the results file).
     timed_now: bool,
     max_runs: u32,
-    holds: bool,
+    /// The targets missed (empty: all hold).
+    missed: Vec<&'static str>,
 }
 
 fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference, timed_now: bool) -> Verdict {
@@ -353,11 +354,17 @@ fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference, timed_now: bo
     let search_speedup = r.secs / ours.search_secs.unwrap_or(ours.secs).max(1e-9);
     let max_runs = ours.max_runs.unwrap_or(0);
     // The reference writes recompute shares rounded to 5 decimals.
-    let holds = ours.planned <= r.planned
-        && ours.recompute <= r.recompute + 5e-6
-        && !budget.starts_with("FAILS")
-        && speedup >= 10.0
-        && max_runs <= 2;
+    let missed: Vec<&'static str> = [
+        (ours.planned <= r.planned, "peak"),
+        (ours.recompute <= r.recompute + 5e-6, "recompute"),
+        (!budget.starts_with("FAILS"), "budget"),
+        (speedup >= 10.0, "plan time"),
+        (max_runs <= 2, "op runs"),
+    ]
+    .into_iter()
+    .filter(|t| !t.0)
+    .map(|t| t.1)
+    .collect();
     Verdict {
         graph: name.to_string(),
         peak_ratio: ours.planned as f64 / r.planned as f64,
@@ -367,7 +374,7 @@ fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference, timed_now: bo
         search_speedup,
         timed_now,
         max_runs,
-        holds,
+        missed,
     }
 }
 
@@ -422,7 +429,7 @@ fn markdown(rows: &[Row], verdicts: &[Verdict]) -> String {
     for v in verdicts {
         let _ = writeln!(
             s,
-            "| {} | {:.4} | {:.2}% vs {:.2}% | {} | {:.0}x ({:.0}x){} | {} | {} |",
+            "| {} | {:.4} | {:.3}% vs {:.3}% | {} | {:.0}x ({:.0}x){} | {} | {} |",
             v.graph,
             v.peak_ratio,
             100.0 * v.recompute.0,
@@ -432,7 +439,11 @@ fn markdown(rows: &[Row], verdicts: &[Verdict]) -> String {
             v.search_speedup,
             if v.timed_now { "" } else { " (file's time)" },
             v.max_runs,
-            if v.holds { "hold" } else { "MISSED" }
+            if v.missed.is_empty() {
+                "hold".to_string()
+            } else {
+                format!("MISSED ({})", v.missed.join(", "))
+            }
         );
     }
     s

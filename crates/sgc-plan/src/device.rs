@@ -3,7 +3,8 @@
 //! ([`device_floor`]).
 
 use crate::context::Context;
-use crate::{arena, Plan, PlanError, PlanOptions};
+use crate::plan::Lifetime;
+use crate::{arena, PlanError, PlanOptions};
 use sgc_ir::OpId;
 
 /// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)
@@ -13,11 +14,11 @@ pub(crate) fn device_bytes(
     opts: &PlanOptions,
     steps: &[(OpId, bool)],
 ) -> Result<u64, PlanError> {
-    let (ops, plan) = assembled(ctx, opts, steps)?;
+    let (ops, lifetimes) = lifetimes(ctx, opts, steps)?;
     let layout = arena::assign(
         ctx.g,
         &ops,
-        &plan.lifetimes,
+        &lifetimes,
         opts.align,
         opts.arena_effort.effort(),
     )?;
@@ -31,22 +32,22 @@ pub(crate) fn device_floor(
     opts: &PlanOptions,
     steps: &[(OpId, bool)],
 ) -> Result<u64, PlanError> {
-    let (ops, plan) = assembled(ctx, opts, steps)?;
-    let floor = arena::floor(ctx.g, &ops, &plan.lifetimes, opts.align);
+    let (ops, lifetimes) = lifetimes(ctx, opts, steps)?;
+    let floor = arena::floor(ctx.g, &ops, &lifetimes, opts.align);
     Ok(floor.saturating_add(ctx.g.persistent_bytes()))
 }
 
-/// A schedule's ops and its plan (the lifetimes an arena places).
-fn assembled(
+/// A schedule's ops and the storage lifetimes an arena places (those of its plan).
+fn lifetimes(
     ctx: &Context<'_>,
     opts: &PlanOptions,
     steps: &[(OpId, bool)],
-) -> Result<(Vec<OpId>, Plan), PlanError> {
+) -> Result<(Vec<OpId>, Vec<Lifetime>), PlanError> {
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
     let profile = sgc_ir::simulate(ctx.g, &ops).map_err(|e| PlanError::Internal {
         strategy: opts.strategy.to_string(),
         message: e.to_string(),
     })?;
-    let plan = Plan::assemble(ctx.g, opts, steps, &profile);
-    Ok((ops, plan))
+    let lifetimes = profile.instances.iter().map(Lifetime::from).collect();
+    Ok((ops, lifetimes))
 }
