@@ -66,6 +66,10 @@ pub struct SearchReport {
     pub memory_for_speed_candidates: usize,
     /// Candidates per second of the schedule phase.
     pub candidates_per_s: f64,
+    /// When the plan traded a little peak for recompute (at most 1% of it, each 1% of
+    /// memory for at least 20% of a step): the lowest peak found and its recompute share.
+    pub lowest_peak_bytes: Option<u64>,
+    pub lowest_peak_recompute_share: Option<f64>,
 }
 
 fn search_report(s: &SearchStats, stats: &PlanStats) -> SearchReport {
@@ -74,6 +78,8 @@ fn search_report(s: &SearchStats, stats: &PlanStats) -> SearchReport {
         schedules_built: s.evaluated,
         memory_for_speed_candidates: s.relax_candidates,
         candidates_per_s: s.candidates as f64 / stats.schedule_secs.max(1e-9),
+        lowest_peak_bytes: s.traded_from.map(|t| t.peak),
+        lowest_peak_recompute_share: s.traded_from.map(|t| t.recompute_share()),
     }
 }
 
@@ -311,6 +317,16 @@ fn render(r: &PlanReport<'_>) -> String {
             x.memory_for_speed_candidates,
             x.schedules_built
         );
+        if let (Some(low), Some(share)) = (x.lowest_peak_bytes, x.lowest_peak_recompute_share) {
+            let _ = writeln!(
+                s,
+                "near lowest peak   {:+.3}% peak for {:.2}% of a step less recompute: the lowest peak found, {}, recomputes {:.2}% (each 1% of memory must save 20% of a step)",
+                100.0 * (r.planned_peak_bytes as f64 / low.max(1) as f64 - 1.0),
+                100.0 * (share - r.recompute_share),
+                human_bytes(low),
+                100.0 * share
+            );
+        }
     }
     let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
     let _ = writeln!(

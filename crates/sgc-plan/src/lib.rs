@@ -76,7 +76,7 @@ pub use plan::ArenaLayout;
 pub use plan::{
     BudgetOf, Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
 };
-pub use search::{Progress, ProgressFn, SearchStats};
+pub use search::{Progress, ProgressFn, SearchStats, Traded};
 pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};
 
 use context::Context;
@@ -413,7 +413,11 @@ fn run_sublinear(
         return Ok((chosen, ev.stats));
     };
     let cands = budget::candidates(&mut ev, options, &best, fit.peak);
-    let stats = ev.stats;
+    // The budget selects among the candidates; the unbudgeted pick's trade is not the plan's.
+    let stats = SearchStats {
+        traded_from: None,
+        ..ev.stats
+    };
     Ok((budget::choose(ctx, options, &cands, limit)?, stats))
 }
 

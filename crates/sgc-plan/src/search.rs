@@ -45,6 +45,25 @@ pub struct SearchStats {
     pub evaluated: usize,
     /// Candidates of the memory-for-speed step (part of `candidates`).
     pub relax_candidates: usize,
+    /// Without a budget, the lowest-peak plan that a steep trade next to it replaced
+    /// (`sublinear`'s last step), when one did.
+    pub traded_from: Option<Traded>,
+}
+
+/// The lowest-peak plan a trade replaced: its peak and its recompute cost, in the cost
+/// units of which one step is `step_units`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Traded {
+    pub peak: u64,
+    pub recompute_units: u64,
+    pub step_units: u64,
+}
+
+impl Traded {
+    /// Its recompute as a share of one step.
+    pub fn recompute_share(&self) -> f64 {
+        self.recompute_units as f64 / self.step_units.max(1) as f64
+    }
 }
 
 pub(crate) struct Evaluator<'a> {

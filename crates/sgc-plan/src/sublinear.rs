@@ -212,7 +212,14 @@ fn near_peak(
     // The score already makes the trade steep in the memory model's peak.
     let saved = picked.1.cost.saturating_sub(knee.1.cost);
     match (device(&picked.0), device(&knee.0)) {
-        (Some(a), Some(b)) if steep(saved, step, a, b) => knee,
+        (Some(a), Some(b)) if steep(saved, step, a, b) => {
+            ev.stats.traded_from = Some(crate::search::Traded {
+                peak: picked.1.peak,
+                recompute_units: picked.1.cost,
+                step_units: step,
+            });
+            knee
+        }
         _ => picked,
     }
 }
