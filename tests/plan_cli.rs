@@ -130,10 +130,14 @@ fn a_steep_trade_next_to_the_lowest_peak_is_reported() {
     let low_share = s["lowest_peak_recompute_share"].as_f64().unwrap();
     let peak = r["planned_peak_bytes"].as_u64().unwrap();
     let share = r["recompute_share"].as_f64().unwrap();
-    assert!(low < peak && peak * 100 <= low * 101, "{low} -> {peak}");
+    let span = sgc::plan::NEAR_PEAK_SPAN;
+    assert!(
+        low < peak && peak * span <= low * (span + 1),
+        "{low} -> {peak}"
+    );
     let grown = peak as f64 / low as f64 - 1.0;
     assert!(
-        low_share - share >= 20.0 * grown,
+        low_share - share >= sgc::plan::PEAK_WORTH as f64 * grown,
         "{low_share} -> {share} for {grown}"
     );
     let out = sgc(&["plan", &file, "--quiet"]);

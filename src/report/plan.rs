@@ -320,11 +320,12 @@ fn render(r: &PlanReport<'_>) -> String {
         if let (Some(low), Some(share)) = (x.lowest_peak_bytes, x.lowest_peak_recompute_share) {
             let _ = writeln!(
                 s,
-                "near lowest peak   {:+.3}% peak for {:.2}% of a step less recompute: the lowest peak found, {}, recomputes {:.2}% (each 1% of memory must save 20% of a step)",
+                "near lowest peak   {:+.3}% peak for {:.2}% of a step less recompute: the lowest peak found, {}, recomputes {:.2}% (each 1% of memory must save {}% of a step)",
                 100.0 * (r.planned_peak_bytes as f64 / low.max(1) as f64 - 1.0),
                 100.0 * (share - r.recompute_share),
                 human_bytes(low),
-                100.0 * share
+                100.0 * share,
+                sgc_plan::PEAK_WORTH
             );
         }
     }

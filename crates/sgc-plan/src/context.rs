@@ -88,6 +88,8 @@ pub(crate) struct Context<'g> {
     /// Per op: its cost in integer units (see [`cost_units`]), so that recompute costs add
     /// up exactly in any grouping and an incremental evaluation equals a full one.
     pub cost_units: Vec<u64>,
+    /// Cost units of one step: every op once (at least 1).
+    pub step_units: u64,
     /// The most recompute cost units a schedule may spend
     /// ([`MAX_RECOMPUTE_STEPS`] steps).
     pub max_recompute_units: u64,
@@ -172,9 +174,10 @@ impl<'g> Context<'g> {
             .collect();
         let cost: Vec<f64> = g.op_ids().map(|o| g.op_cost_with(o, device).0).collect();
         let cost_units = cost_units(&cost);
-        let step_units: u64 = cost_units.iter().sum();
+        let step_units: u64 = cost_units.iter().sum::<u64>().max(1);
         let mut ctx = Context {
             max_recompute_units: step_units.saturating_mul(MAX_RECOMPUTE_STEPS),
+            step_units,
             cost_units,
             single_output: g
                 .ops()

@@ -112,7 +112,7 @@ impl Balance {
                 .unplanned_peak
                 .saturating_sub(ctx.lower_bound.bytes)
                 .max(1),
-            step_units: ctx.cost_units.iter().sum::<u64>().max(1),
+            step_units: ctx.step_units,
         }
     }
 

@@ -77,6 +77,7 @@ pub use plan::{
     BudgetOf, Goal, GraphRef, Lifetime, Plan, PlanOptions, Step, Strategy, Summary, DEFAULT_ALIGN,
 };
 pub use search::{Progress, ProgressFn, SearchStats, Traded};
+pub use sublinear::{NEAR_PEAK_SPAN, PEAK_WORTH};
 pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};
 
 use context::Context;

@@ -262,22 +262,23 @@ pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
     });
 }
 
+/// A feasible member with one split at `tag` (distinct tags, distinct genomes), for tests.
+#[cfg(test)]
+pub(crate) fn member(peak: u64, cost: u64, tag: u32) -> Member {
+    Member {
+        genome: Genome::from_splits(vec![tag]),
+        fitness: Fitness {
+            feasible: true,
+            peak,
+            cost,
+            splits: 1,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::genome::Genome;
-
-    fn member(peak: u64, cost: u64, tag: u32) -> Member {
-        Member {
-            genome: Genome::from_splits(vec![tag]),
-            fitness: Fitness {
-                feasible: true,
-                peak,
-                cost,
-                splits: 1,
-            },
-        }
-    }
 
     /// The front keeps exactly the non-dominated candidates, by increasing peak and
     /// strictly decreasing cost, whatever the order they come in.

@@ -167,17 +167,19 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
     near_peak(ev, opts, picked, cap)
 }
 
-/// What [`near_peak`] asks of a trade: each 1% more memory must save at least 20% of a step
-/// in recompute (recompute in steps over relative memory growth).
-const PEAK_WORTH: u64 = 20;
+/// What `sublinear` (goal `lowest-peak`) asks of a trade next to the lowest peak
+/// ([`near_peak`]): each 1% more memory must save at least 20% of a step in recompute
+/// (recompute in steps over relative memory growth).
+pub const PEAK_WORTH: u64 = 20;
 
 /// How far above the lowest peak [`near_peak`] looks, as a fraction of it (1/100).
-const NEAR_PEAK_SPAN: u64 = 100;
+pub const NEAR_PEAK_SPAN: u64 = 100;
 
 /// Steep trades next to the lowest peak. The lowest-peak rule ranks any lower peak above any
 /// saving in recompute, however small the peak difference: on the real LSTM language model
 /// the lowest peak found recomputes 8.2% of a step, and a plan 0.07% above it 5.6% (and
-/// its arena is 2.4% smaller). The recompute is paid every step. So among the plans
+/// its arena is 2.4% smaller: `sgc plan` prints both, the lowest-peak plan with its peak as
+/// `--budget` and `--budget-of peak`). The recompute is paid every step. So among the plans
 /// evaluated ([`crate::search::Front`]) that peak above the pick by at most 1/100 of it
 /// (and no higher than Chen's plan, so the pick never peaks above that), the one
 /// minimising `recompute / step + PEAK_WORTH * (peak / pick's peak - 1)` is refined with
@@ -186,16 +188,16 @@ const NEAR_PEAK_SPAN: u64 = 100;
 /// `PEAK_WORTH` times the relative growth of the device floor
 /// ([`crate::device::device_floor`]: the aligned live peak with in-place chains merged, plus
 /// the persistent bytes; no arena is placed). The memory model's peak does not see in-place
-/// sharing: on the zoo's ResNet-50 a plan 0.02% above the lowest peak saved 1.8% of a step
-/// but lost an in-place saving worth 0.9% of the arena, and the floor turns it down. Where
-/// the front is flat next to the lowest peak nothing moves.
+/// sharing, so a plan a little above the lowest peak can need more device memory than its
+/// peak says, when it loses an output written over its input; the floor turns such a trade
+/// down. Where the front is flat next to the lowest peak nothing moves.
 fn near_peak(
     ev: &mut Evaluator<'_>,
     opts: &PlanOptions,
     picked: (Genome, Fitness),
     cap: u64,
 ) -> (Genome, Fitness) {
-    let step = ev.ctx.cost_units.iter().sum::<u64>().max(1);
+    let step = ev.ctx.step_units;
     let Some(m) = near_candidate(&ev.front.members, &picked.1, cap, step).cloned() else {
         return picked;
     };
@@ -533,18 +535,7 @@ fn block_splits(sums: &BlockSums, threshold: u64, count_checkpoints: bool) -> Ge
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn member(peak: u64, cost: u64, tag: u32) -> Member {
-        Member {
-            genome: Genome::from_splits(vec![tag]),
-            fitness: Fitness {
-                feasible: true,
-                peak,
-                cost,
-                splits: 1,
-            },
-        }
-    }
+    use crate::search::member;
 
     const STEP: u64 = 1_000_000;
 
