@@ -10,7 +10,9 @@
 //! - `sublinear/20` peaks at most at the reference's `ga=20` peak and recomputes at most
 //!   its share;
 //! - `sgc plan --budget P --budget-of peak`, P the reference's `ga=20` peak (a memory-model
-//!   peak, so the budget bounds the same quantity), succeeds (and at what share);
+//!   peak, so the budget bounds the same quantity), succeeds (and at what share, with the
+//!   strategy of the plan that met it: a budget may be met by a static DTR plan, which can
+//!   run an op three times, see `crates/sgc-plan/src/budget.rs`);
 //! - plan time of `sublinear/20` at least 10x below the reference's;
 //! - no split-based plan runs an op more than twice.
 //!
@@ -341,8 +343,10 @@ fn judge(g: &sgc_ir::Graph, name: &str, ours: &Row, r: &Reference, timed_now: bo
     };
     let budget = match plan(g, &o) {
         Ok((p, _, _)) => format!(
-            "fits at {:.1}% recompute",
-            100.0 * p.summary.recompute_share
+            "fits at {:.1}% recompute ({}, ops run at most {}x)",
+            100.0 * p.summary.recompute_share,
+            p.options.strategy.as_str(),
+            p.summary.max_op_runs
         ),
         Err(sgc_plan::PlanError::BudgetNotMet { best_peak, .. }) => format!(
             "FAILS: lowest peak reached {:.4}x the reference's",

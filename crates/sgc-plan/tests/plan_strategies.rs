@@ -230,20 +230,32 @@ fn plan_files_do_not_depend_on_worker_count() {
     }
 }
 
+/// 20 generations never end worse than none. The pick the search lands on is compared, in
+/// (peak, recompute) order, before the last step's steep trade next to the lowest peak
+/// (`SearchStats::traded_from`): that trade gives up a little peak on purpose, so a traded
+/// plan may peak a little above a plan without generations that did not trade.
 #[test]
 fn genetic_refinement_never_ends_worse() {
+    let lowest = |g: &Graph, iters: usize| {
+        let o = options(g, Strategy::Sublinear, iters);
+        let (p, stats) = sgc_plan::plan_with_stats(g, &o, &RunConfig::default()).expect("plans");
+        verify(g, &p).expect("the plan verifies");
+        match stats.search.and_then(|s| s.traded_from) {
+            Some(t) => (t.peak, t.recompute_share()),
+            None => (p.summary.planned_peak, p.summary.recompute_share),
+        }
+    };
     for (name, g) in graphs() {
-        let p0 = checked(&g, &options(&g, Strategy::Sublinear, 0), None);
-        let p20 = checked(&g, &options(&g, Strategy::Sublinear, 20), None);
-        let (a, b) = (&p0.summary, &p20.summary);
+        let (a, b) = (lowest(&g, 0), lowest(&g, 20));
         assert!(
-            b.planned_peak < a.planned_peak
-                || (b.planned_peak == a.planned_peak && b.recompute_cost <= a.recompute_cost),
-            "{name}: 20 iterations ({} B, cost {}) worse than 0 ({} B, cost {})",
-            b.planned_peak,
-            b.recompute_cost,
-            a.planned_peak,
-            a.recompute_cost
+            // Shares from integer cost units and from the summary's costs differ in the
+            // last digits.
+            b.0 < a.0 || (b.0 == a.0 && b.1 <= a.1 * (1.0 + 1e-9)),
+            "{name}: 20 iterations ({} B, {:.5} of a step) worse than 0 ({} B, {:.5})",
+            b.0,
+            b.1,
+            a.0,
+            a.1
         );
     }
 }
