@@ -56,11 +56,10 @@ const CLIMBED_ISLANDS: u64 = 2;
 
 /// The island of the main refinement that starts from the population climbed with the
 /// costliest recomputations kept too ([`crate::polish::costly`]), in place of a second
-/// island from the plain climb. Measured on the real corpus, seeds 0-6 against that
-/// island: ResNet-50 recomputes 18.7-20.3% of a step instead of 23.1-26.0% at the same
-/// peak (and seed 6 reaches the lowest peak of the others), DenseNet-121 peaks 0.728x the
-/// reference's on every seed instead of 0.76-0.91x; for 5.9% more schedules built over
-/// the corpus.
+/// island from the plain climb. On the real corpus at seeds 0-6 (`sgc plan --seed N`),
+/// ResNet-50 recomputes 18.7-20.3% of a step and DenseNet-121 peaks 0.728x the
+/// reference's on every seed; commit 72325ab compares this with the plain island
+/// (23.1-26.0% and 0.76-0.91x, for 5.9% fewer schedules built).
 const COSTLY_ISLAND: u64 = 1;
 
 /// Islands of the fixed-peak refinement ([`at_peak`]).
@@ -118,12 +117,18 @@ pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fit
             .map(|(genome, fitness)| Member { genome, fitness }),
     );
     dedup(&mut pop);
+    sort_population(&mut pop, ev.objective);
     let unclimbed = pop.clone();
-    climb(ev, &mut pop);
+    // Both climbs start from the best plan with its peak's blocks reshaped, once.
+    let shaped = crate::polish::bottleneck(ev, &pop[0]);
+    let climbed = crate::polish::polish(ev, &shaped);
+    push_best(&mut pop, climbed);
     let initial = pop.clone();
     if opts.genetic_iters > 0 {
         let mut costly = unclimbed.clone();
-        climb_costly(ev, &mut costly);
+        let kept = crate::polish::costly(ev, &shaped);
+        let kept = crate::polish::polish(ev, &kept);
+        push_best(&mut costly, kept);
         let mut islands: Vec<genetic::Island> = (0..ISLANDS)
             .map(|k| genetic::Island {
                 // The later islands start from the population before the climb: the climb
@@ -420,18 +425,12 @@ fn climb(ev: &mut Evaluator<'_>, pop: &mut Vec<Member>) {
     sort_population(pop, ev.objective);
     let better = crate::polish::bottleneck(ev, &pop[0]);
     let better = crate::polish::polish(ev, &better);
-    if better.genome != pop[0].genome {
-        pop.insert(0, better);
-    }
+    push_best(pop, better);
 }
 
-/// [`climb`] with the climb that keeps the costliest recomputations
-/// ([`crate::polish::costly`]) between the two others.
-fn climb_costly(ev: &mut Evaluator<'_>, pop: &mut Vec<Member>) {
-    sort_population(pop, ev.objective);
-    let better = crate::polish::bottleneck(ev, &pop[0]);
-    let better = crate::polish::costly(ev, &better);
-    let better = crate::polish::polish(ev, &better);
+/// Puts `better`, climbed from the best of `pop` (sorted, best first), in front of it
+/// unless the climb did not move.
+fn push_best(pop: &mut Vec<Member>, better: Member) {
     if better.genome != pop[0].genome {
         pop.insert(0, better);
     }
