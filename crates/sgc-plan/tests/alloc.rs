@@ -433,6 +433,50 @@ proptest! {
         }
     }
 
+    /// Without the search (an instance too large for the effort), greedy-reorder runs beside
+    /// the other heuristics and stops early once they reach the goal: the placement is still
+    /// the one the heuristics run one by one give (the smallest, the earlier of `ALL` on a
+    /// tie, greedy-reorder only where the others left the arena above a thousandth over the
+    /// bound), on one thread and on two.
+    #[test]
+    fn heuristics_side_by_side_place_as_one_by_one(
+        v in prop::collection::vec((0u64..40, 1u64..12, 1u64..5000), 0..60),
+        align in prop::sample::select(vec![1u64, 8]),
+    ) {
+        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
+        let options = AllocOptions {
+            effort: Effort { search_work: 0, ..Effort::DEFAULT },
+            ..small(align)
+        };
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| allocate(&buffers, &options).unwrap())
+        };
+        let (one, two) = (on(1), on(2));
+        prop_assert_eq!(&one.offsets, &two.offsets);
+        let alone = |alg| allocate_with(&buffers, &options, alg).unwrap();
+        let mut best = alone(Algorithm::GreedySize);
+        for alg in [Algorithm::BestFitSweep, Algorithm::Pushdown] {
+            let h = alone(alg);
+            if h.arena < best.arena {
+                best = h;
+            }
+        }
+        let lb = lower_bound(&buffers, align) / align;
+        if best.arena / align > lb + lb / 1000 {
+            let h = alone(Algorithm::GreedyReorder);
+            if h.arena < best.arena {
+                best = h;
+            }
+        }
+        prop_assert_eq!(one.arena, best.arena);
+        prop_assert_eq!(&one.offsets, &best.offsets);
+        prop_assert_eq!(&one.algorithm, &best.algorithm);
+    }
+
     /// Larger random instances with a real search budget: still valid, never worse than
     /// greedy, and the proven bound never above the arena.
     #[test]

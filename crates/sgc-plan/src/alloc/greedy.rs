@@ -20,6 +20,7 @@
 //! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const UNPLACED: u64 = u64::MAX;
 
@@ -98,7 +99,8 @@ pub(crate) fn reorder_work(greedy_work: u64) -> u64 {
 /// stops changing, after
 /// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take the
 /// rounds past [`REORDER_WORK`] or `max_work` scan steps (when the first one would, it does
-/// not run: [`TooMuchWork`]).
+/// not run: [`TooMuchWork`]), or once `cancel` is set (the caller no longer needs the
+/// result).
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
@@ -110,6 +112,7 @@ pub(crate) fn greedy_reorder(
     inst: &Instance,
     max_work: u64,
     goal: u64,
+    cancel: &AtomicBool,
 ) -> Result<Vec<u64>, TooMuchWork> {
     let limit = reorder_work(max_work);
     let round = Round::of(inst, limit)?;
@@ -119,7 +122,11 @@ pub(crate) fn greedy_reorder(
     let mut best = offsets.clone();
     let mut best_arena = inst.arena_units(&best);
     let (mut stale, mut spent) = (0, round.work);
-    while best_arena > goal && stale < STALE_ROUNDS && spent + round.work <= limit {
+    while best_arena > goal
+        && stale < STALE_ROUNDS
+        && spent + round.work <= limit
+        && !cancel.load(Ordering::Relaxed)
+    {
         let next = lifted(inst, &order, &offsets);
         if next == order {
             break;
