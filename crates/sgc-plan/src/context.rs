@@ -533,7 +533,7 @@ pub(crate) struct PrefixState {
     pub slot: Vec<Slot>,
     pub runs: Vec<u8>,
     pub steps: Vec<(OpId, bool)>,
-    pub delta: Vec<i128>,
+    pub delta: Vec<u64>,
     pub opened: Vec<u32>,
 }
 

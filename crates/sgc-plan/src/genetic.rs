@@ -10,7 +10,6 @@
 //! the same for any number of workers. The population keeps the best candidates ever
 //! evaluated, so the search never ends worse than it started.
 
-use crate::evaluate::Fitness;
 use crate::genome::Genome;
 use crate::search::{sort_population, Evaluator, Member};
 use rand::Rng;
@@ -36,20 +35,25 @@ pub(crate) fn refine(
     for island in islands.iter_mut() {
         sort_population(&mut island.pop, ev.objective);
     }
+    // Per island, every genome that ever joined its population. One that left it cannot
+    // come back: the population keeps the best ever, so whatever beat it still does.
+    let mut known: Vec<rustc_hash::FxHashSet<_>> = islands
+        .iter()
+        .map(|island| island.pop.iter().map(|m| m.genome.fingerprint()).collect())
+        .collect();
     for gen in 0..iters {
         let broods: Vec<Vec<Genome>> = islands
             .iter_mut()
             .map(|island| brood(&island.pop, pool_size, n, &mut island.rng))
             .collect();
-        let all: Vec<Genome> = broods.iter().flatten().cloned().collect();
-        let mut fits = ev.eval_batch(&all).into_iter();
-        for (island, children) in islands.iter_mut().zip(broods) {
+        let sizes: Vec<usize> = broods.iter().map(Vec::len).collect();
+        let all: Vec<Genome> = broods.into_iter().flatten().collect();
+        let (fits, prints) = ev.eval_batch_printed(&all);
+        let mut children = all.into_iter().zip(fits).zip(prints);
+        for ((island, size), known) in islands.iter_mut().zip(sizes).zip(&mut known) {
             let pop = &mut island.pop;
-            let mut known: rustc_hash::FxHashSet<Genome> =
-                pop.iter().map(|m| m.genome.clone()).collect();
-            for genome in children {
-                let fitness = fits.next().unwrap_or(Fitness::INFEASIBLE);
-                if known.insert(genome.clone()) {
+            for ((genome, fitness), print) in children.by_ref().take(size) {
+                if known.insert(print) {
                     pop.push(Member { genome, fitness });
                 }
             }

@@ -134,8 +134,12 @@ pub(crate) struct Scratch {
     /// Per op: runs so far.
     runs: Vec<u8>,
     steps: Vec<(OpId, bool)>,
-    /// Per step (and one past): bytes of instances starting minus bytes ending before it.
-    delta: Vec<i128>,
+    /// Per step (and one past): bytes of instances starting minus bytes ending before it,
+    /// in wrapping arithmetic: the running sums are the live bytes modulo 2^64, which are
+    /// exact, since a step holds at most one instance of each storage and a valid graph's
+    /// storages add up within 64 bits (`sgc_ir` refuses a graph whose do not). Half the
+    /// bytes of `i128` deltas, which every resumed walk copies.
+    delta: Vec<u64>,
     /// The recomputation stack: (op, index of the next input to check).
     stack: Vec<(OpId, usize)>,
     /// The plan's discards by opening and by closing position (counting sort, stable, so
@@ -195,10 +199,10 @@ fn bucket(
 
 /// Counts an instance `(start, last)` of `bytes` in the live-bytes deltas (nothing if it
 /// was never used).
-fn close(delta: &mut [i128], bytes: u64, (start, last): (u32, u32)) {
+fn close(delta: &mut [u64], bytes: u64, (start, last): (u32, u32)) {
     if start != NEVER && last != NEVER {
-        delta[start as usize] += i128::from(bytes);
-        delta[last as usize + 1] -= i128::from(bytes);
+        delta[start as usize] = delta[start as usize].wrapping_add(bytes);
+        delta[last as usize + 1] = delta[last as usize + 1].wrapping_sub(bytes);
     }
 }
 
@@ -213,7 +217,7 @@ const PREFIX_BYTES: usize = 64 << 20;
 fn prefixes(ctx: &Context<'_>) -> Prefixes {
     let n = ctx.n;
     let per_state = ctx.walk_start.len() * (std::mem::size_of::<Slot>() + 4)
-        + n * (1 + std::mem::size_of::<(OpId, bool)>() + std::mem::size_of::<i128>());
+        + n * (1 + std::mem::size_of::<(OpId, bool)>() + std::mem::size_of::<u64>());
     let k = (PREFIX_BYTES / per_state.max(1)).min(PREFIX_STATES);
     let mut positions: Vec<usize> = (1..=k).map(|j| j * n / (k + 1)).collect();
     positions.retain(|&p| p > 0);
@@ -436,12 +440,12 @@ impl<'c, 's> Walk<'c, 's> {
     /// The live bytes at every step.
     fn live(&mut self) -> Vec<u64> {
         let n = self.close_all();
-        let mut acc = 0i128;
+        let mut acc = 0u64;
         self.scratch.delta[..n]
             .iter()
             .map(|d| {
-                acc += d;
-                u64::try_from(acc).unwrap_or(u64::MAX)
+                acc = acc.wrapping_add(*d);
+                acc
             })
             .collect()
     }
@@ -449,12 +453,12 @@ impl<'c, 's> Walk<'c, 's> {
     /// The most live bytes at any step ([`Walk::live`]'s maximum).
     fn peak_live(&mut self) -> u64 {
         let n = self.close_all();
-        let (mut acc, mut max) = (0i128, 0i128);
+        let (mut acc, mut max) = (0u64, 0u64);
         for d in &self.scratch.delta[..n] {
-            acc += d;
+            acc = acc.wrapping_add(*d);
             max = max.max(acc);
         }
-        u64::try_from(max).unwrap_or(u64::MAX)
+        max
     }
 
     fn root(&self, t: TensorId) -> TensorId {

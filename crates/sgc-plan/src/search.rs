@@ -66,6 +66,9 @@ impl Traded {
     }
 }
 
+/// Batches of at least this many genomes are fingerprinted in parallel.
+const PARALLEL_PRINTS: usize = 64;
+
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
     pool: &'a rayon::ThreadPool,
@@ -115,9 +118,8 @@ pub(crate) struct Front {
 
 impl Front {
     /// Adds a candidate unless a member dominates it (or equals it in both); drops the
-    /// members it dominates.
-    pub fn insert(&mut self, m: &Member) {
-        let f = m.fitness;
+    /// members it dominates. The genome is cloned only when it joins.
+    pub fn insert(&mut self, genome: &Genome, f: Fitness) {
         if !f.feasible {
             return;
         }
@@ -134,7 +136,11 @@ impl Front {
                 .iter()
                 .take_while(|x| x.fitness.cost >= f.cost)
                 .count();
-        v.splice(start..end, [m.clone()]);
+        let m = Member {
+            genome: genome.clone(),
+            fitness: f,
+        };
+        v.splice(start..end, [m]);
     }
 
     /// The member that recomputes least among those peaking at or under `bound`.
@@ -173,9 +179,21 @@ impl<'a> Evaluator<'a> {
 
     /// Fitness of each genome, in order.
     pub fn eval_batch(&mut self, genomes: &[Genome]) -> Vec<Fitness> {
+        self.eval_batch_printed(genomes).0
+    }
+
+    /// [`Evaluator::eval_batch`], with each genome's fingerprint.
+    pub fn eval_batch_printed(&mut self, genomes: &[Genome]) -> (Vec<Fitness>, Vec<Fingerprint>) {
         self.stats.candidates += genomes.len();
         let ctx = self.ctx;
-        let prints: Vec<Fingerprint> = genomes.iter().map(Genome::fingerprint).collect();
+        // A genome's fingerprint reads all its kept roots (hundreds after the
+        // memory-for-speed step): large batches take them in parallel too.
+        let prints: Vec<Fingerprint> = if genomes.len() >= PARALLEL_PRINTS {
+            self.pool
+                .install(|| genomes.par_iter().map(Genome::fingerprint).collect())
+        } else {
+            genomes.iter().map(Genome::fingerprint).collect()
+        };
         let mut fresh: Vec<usize> = Vec::new();
         let mut seen = HashSet::default();
         for (i, f) in prints.iter().enumerate() {
@@ -227,12 +245,10 @@ impl<'a> Evaluator<'a> {
             let g = &genomes[i];
             let fitness = fitness_with(self.outcomes[k], g);
             self.cache.insert(prints[i], fitness);
-            self.front.insert(&Member {
-                genome: g.clone(),
-                fitness,
-            });
+            self.front.insert(g, fitness);
         }
-        prints.iter().map(|f| self.cache[f]).collect()
+        let fits = prints.iter().map(|f| self.cache[f]).collect();
+        (fits, prints)
     }
 
     pub fn eval(&mut self, genome: &Genome) -> Fitness {
@@ -301,7 +317,8 @@ mod tests {
         for order in orders {
             let mut f = Front::default();
             for &k in &order {
-                f.insert(&member(pts[k].0, pts[k].1, k as u32));
+                let m = member(pts[k].0, pts[k].1, k as u32);
+                f.insert(&m.genome, m.fitness);
             }
             let got: Vec<(u64, u64)> = f
                 .members

@@ -466,9 +466,11 @@ fn add_thresholds(
     best.map(|b| b.1)
 }
 
+/// Drops the later members with the genome of an earlier one (by fingerprint, the
+/// evaluator's cache key: no genome is cloned or hashed twice).
 fn dedup(pop: &mut Vec<Member>) {
-    let mut seen = std::collections::HashSet::new();
-    pop.retain(|m| seen.insert(m.genome.clone()));
+    let mut seen = rustc_hash::FxHashSet::default();
+    pop.retain(|m| seen.insert(m.genome.fingerprint()));
 }
 
 fn mul_div(a: u64, b: u64, c: u64) -> u64 {
