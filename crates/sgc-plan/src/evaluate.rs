@@ -239,6 +239,24 @@ mod tests {
                 simulated(g, &steps),
                 "{genome:?}"
             );
+            // The instances at the peak, as the bottleneck climb reads them.
+            let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+            let profile = sgc_ir::simulate(g, &ops).expect("a walked schedule runs");
+            let p = profile.peak_step.expect("steps") as u32;
+            let mut expected: Vec<(u32, u32, u32)> = profile
+                .instances
+                .iter()
+                .filter(|i| i.start as u32 <= p && p <= i.end as u32)
+                .map(|i| (i.root.0, i.start as u32, i.end as u32))
+                .collect();
+            let mut got: Vec<(u32, u32, u32)> = crate::profile::at_peak(&ctx, &steps, &walked.live)
+                .expect("instances")
+                .iter()
+                .map(|i| (i.root.0, i.start, i.last))
+                .collect();
+            expected.sort_unstable();
+            got.sort_unstable();
+            assert_eq!(got, expected, "{genome:?}");
             let f = evaluate(&ctx, &genome);
             assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
             assert_eq!(

@@ -61,7 +61,6 @@ mod maxflow;
 mod partition;
 pub mod plan;
 mod polish;
-#[cfg(test)]
 mod profile;
 mod recompute;
 mod relax;

@@ -150,19 +150,14 @@ fn costly_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Ve
 
 /// The neighbours [`bottleneck`] tries, or `None` when the genome has no schedule.
 fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Vec<Genome>> {
-    let steps = crate::evaluate::schedule(ctx, g)?;
-    let ops: Vec<sgc_ir::OpId> = steps.iter().map(|s| s.0).collect();
-    let profile = sgc_ir::simulate(ctx.g, &ops).ok()?;
-    let peak = profile.peak_step?;
+    let plan = crate::discard::plan(ctx, g);
+    let schedule = crate::recompute::schedule(ctx, g, &plan).ok()?;
+    let at_peak = crate::profile::at_peak(ctx, &schedule.steps, &schedule.live)?;
     let blocks = crate::discard::Blocks::new(&g.splits, ctx.n);
     let mut weight: std::collections::BTreeMap<(u32, u32), u64> = Default::default();
-    for i in profile
-        .instances
-        .iter()
-        .filter(|i| i.start <= peak && peak <= i.end)
-    {
+    for i in at_peak {
         if let Some(p) = ctx.g.producer(i.root) {
-            *weight.entry(blocks.of(p.index() as u32)).or_default() += i.bytes;
+            *weight.entry(blocks.of(p.index() as u32)).or_default() += ctx.size(i.root);
         }
     }
     let mut heavy: Vec<((u32, u32), u64)> = weight.into_iter().collect();
