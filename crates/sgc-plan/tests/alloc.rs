@@ -433,13 +433,12 @@ proptest! {
         }
     }
 
-    /// Without the search (an instance too large for the effort), greedy-reorder runs beside
-    /// the other heuristics and stops early once they reach the goal: the placement is still
-    /// the one the heuristics run one by one give (the smallest, the earlier of `ALL` on a
-    /// tie, greedy-reorder only where the others left the arena above a thousandth over the
-    /// bound), on one thread and on two.
+    /// Without the search, the portfolio's placement is the one its heuristics run one by
+    /// one give (the smallest, the earlier of `ALL` on a tie, greedy-reorder only where the
+    /// others left the arena above a thousandth over the bound), on one thread and on two
+    /// (greedy by size and the sweeps run side by side).
     #[test]
-    fn heuristics_side_by_side_place_as_one_by_one(
+    fn the_portfolio_places_as_its_heuristics_one_by_one(
         v in prop::collection::vec((0u64..40, 1u64..12, 1u64..5000), 0..60),
         align in prop::sample::select(vec![1u64, 8]),
     ) {

@@ -20,7 +20,6 @@
 //! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 const UNPLACED: u64 = u64::MAX;
 
@@ -99,8 +98,7 @@ pub(crate) fn reorder_work(greedy_work: u64) -> u64 {
 /// stops changing, after
 /// [`STALE_ROUNDS`] rounds without a smaller arena, or when another round would take the
 /// rounds past [`REORDER_WORK`] or `max_work` scan steps (when the first one would, it does
-/// not run: [`TooMuchWork`]), or once `cancel` is set (the caller no longer needs the
-/// result).
+/// not run: [`TooMuchWork`]).
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
@@ -112,7 +110,6 @@ pub(crate) fn greedy_reorder(
     inst: &Instance,
     max_work: u64,
     goal: u64,
-    cancel: &AtomicBool,
 ) -> Result<Vec<u64>, TooMuchWork> {
     let limit = reorder_work(max_work);
     let round = Round::of(inst, limit)?;
@@ -122,11 +119,7 @@ pub(crate) fn greedy_reorder(
     let mut best = offsets.clone();
     let mut best_arena = inst.arena_units(&best);
     let (mut stale, mut spent) = (0, round.work);
-    while best_arena > goal
-        && stale < STALE_ROUNDS
-        && spent + round.work <= limit
-        && !cancel.load(Ordering::Relaxed)
-    {
+    while best_arena > goal && stale < STALE_ROUNDS && spent + round.work <= limit {
         let next = lifted(inst, &order, &offsets);
         if next == order {
             break;

@@ -44,10 +44,7 @@
 //!    -- real`). Each round costs what greedy by size does;
 //!    its rounds, the first included, take at most 10^8 scan steps (about a tenth of a
 //!    second), so a list where one round costs more is not reordered (it is reported as
-//!    skipped): on large plans one round took as long as the rest of the arena. It
-//!    depends on no other result, so where the search does not run it runs beside the
-//!    others from the start (stopped once they reach the goal, where its result would not
-//!    count); the placement is the same as one by one, on any number of threads.
+//!    skipped): on large plans one round took as long as the rest of the arena.
 //!
 //! # In-place reuse
 //! [`InPlace`] pairs name an output buffer that may take exactly its input's address: legal
@@ -68,7 +65,6 @@ mod validate;
 
 use instance::Instance;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -460,62 +456,38 @@ pub(crate) fn allocate_until(
     // The heuristics are independent (pushdown starts from the sweep): run them side by
     // side, then judge them in the fixed order of `Algorithm::ALL` (the result does not
     // depend on the number of threads).
-    let done = AtomicBool::new(false);
-    let reorder = || {
-        greedy::greedy_reorder(&inst, options.effort.greedy_work, goal, &done)
-            .map_err(|e| too_much_to_reorder(e, options.effort))
-    };
-    let rest = || {
-        let (greedy, (swept, pushed)) = rayon::join(
-            || heuristic(&inst, Algorithm::GreedySize, options.effort),
-            || {
-                let swept = sweep::best_fit_sweep(&inst);
-                let pushed = sweep::pushdown(&inst, &swept);
-                (swept, pushed)
-            },
-        );
-        let mut best = Best::default();
-        let placed = [
-            (Algorithm::GreedySize, greedy),
-            (Algorithm::BestFitSweep, Ok(swept)),
-            (Algorithm::Pushdown, Ok(pushed)),
-        ];
-        for (alg, offsets) in placed {
-            best.take(&inst, alg, offsets);
-        }
-        let run = search::improve(&inst, best.arena(), options.effort);
-        if let Some(better) = run.offsets {
-            best.consider(&inst, Algorithm::Search, better);
-        }
-        if best.arena() <= goal {
-            // Greedy-reorder's rounds beside these would not count: stop them.
-            done.store(true, Ordering::Relaxed);
-        }
-        (best, run.summary)
-    };
-    // Greedy-reorder counts last, and only where the others left the arena above `goal`:
+    let (greedy, (swept, pushed)) = rayon::join(
+        || heuristic(&inst, Algorithm::GreedySize, options.effort),
+        || {
+            let swept = sweep::best_fit_sweep(&inst);
+            let pushed = sweep::pushdown(&inst, &swept);
+            (swept, pushed)
+        },
+    );
+    let mut best = Best::default();
+    let placed = [
+        (Algorithm::GreedySize, greedy),
+        (Algorithm::BestFitSweep, Ok(swept)),
+        (Algorithm::Pushdown, Ok(pushed)),
+    ];
+    for (alg, offsets) in placed {
+        best.take(&inst, alg, offsets);
+    }
+    let run = search::improve(&inst, best.arena(), options.effort);
+    if let Some(better) = run.offsets {
+        best.consider(&inst, Algorithm::Search, better);
+    }
+    // Greedy-reorder runs last, and only where the others left the arena above `goal`:
     // its rounds cost as much as greedy by size each, and where the search runs it
     // usually reaches the bound first. It does not warm-start the search: the capacities
     // the bisection asks for follow from its start, and from reorder's smaller arena they
-    // left MiniMalloc's instance J above its capacity (1052672 for 1048576). It depends on
-    // none of them, so where the search does not run (an instance too large for the
-    // effort) it runs beside them, and the arena takes as long as its rounds alone.
-    let beside = !search::runs(&inst, options.effort);
-    let (mut best, summary, reordered) = if beside {
-        let (reordered, (best, summary)) = rayon::join(reorder, rest);
-        (best, summary, Some(reordered))
-    } else {
-        let (best, summary) = rest();
-        (best, summary, None)
-    };
+    // left MiniMalloc's instance J above its capacity (1052672 for 1048576).
     if best.arena() > goal {
-        best.take(
-            &inst,
-            Algorithm::GreedyReorder,
-            reordered.unwrap_or_else(reorder),
-        );
+        let reordered = greedy::greedy_reorder(&inst, options.effort.greedy_work, goal)
+            .map_err(|e| too_much_to_reorder(e, options.effort));
+        best.take(&inst, Algorithm::GreedyReorder, reordered);
     }
-    Ok(best.into_placement(&inst, summary))
+    Ok(best.into_placement(&inst, run.summary))
 }
 
 /// The smallest arena so far (ties keep the earlier algorithm) and every trial.
@@ -590,13 +562,10 @@ fn heuristic(inst: &Instance, alg: Algorithm, effort: Effort) -> Result<Vec<u64>
         Algorithm::GreedySize => {
             greedy::greedy_by_size(inst, effort.greedy_work).map_err(|e| too_much(e, effort))
         }
-        Algorithm::GreedyReorder => greedy::greedy_reorder(
-            inst,
-            effort.greedy_work,
-            near_bound(inst),
-            &AtomicBool::new(false),
-        )
-        .map_err(|e| too_much_to_reorder(e, effort)),
+        Algorithm::GreedyReorder => {
+            greedy::greedy_reorder(inst, effort.greedy_work, near_bound(inst))
+                .map_err(|e| too_much_to_reorder(e, effort))
+        }
         Algorithm::BestFitSweep => Ok(sweep::best_fit_sweep(inst)),
         Algorithm::Pushdown => Ok(sweep::pushdown(inst, &sweep::best_fit_sweep(inst))),
         Algorithm::Search => unreachable!("the search is not a heuristic"),

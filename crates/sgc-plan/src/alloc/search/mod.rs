@@ -77,12 +77,6 @@ pub(crate) struct SearchRun {
     pub summary: SearchSummary,
 }
 
-/// Whether [`improve`] may search `inst` under `effort` (it may still stop at once: at
-/// the lower bound, or when the overlaps are too many to list).
-pub(crate) fn runs(inst: &Instance, effort: Effort) -> bool {
-    effort.search_work > 0 && inst.w.iter().filter(|&&w| w > 0).count() <= effort.search_max_buffers
-}
-
 /// Searches for a placement with an arena below `arena` (units): the best heuristic's.
 pub(crate) fn improve(inst: &Instance, arena: u64, effort: Effort) -> SearchRun {
     let active = inst.w.iter().filter(|&&w| w > 0).count();
