@@ -74,8 +74,9 @@ pub(crate) fn plan(ctx: &Context<'_>, genome: &Genome) -> Vec<Discard> {
     let last_pos = (ctx.n as u32).saturating_sub(1);
     let block_last = |k: usize| s.get(k).copied().unwrap_or(last_pos);
     let mut out = Vec::with_capacity(ctx.discardable.len());
-    let mut k = 0; // the block of the current root: it ends at block_last(k)
-                   // Only storages with a gap worth discarding over: the others never are.
+    // The block of the current storage: it ends at block_last(k).
+    let mut k = 0;
+    // Only storages with a gap worth discarding over: the others never are.
     for &j in &ctx.discardable {
         let j = j as usize;
         let (made, last, r) = ctx.freeable_by_made[j];

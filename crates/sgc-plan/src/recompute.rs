@@ -137,7 +137,7 @@ pub(crate) struct Scratch {
     /// Per step (and one past): bytes of instances starting minus bytes ending before it,
     /// in wrapping arithmetic: the running sums are the live bytes modulo 2^64, which are
     /// exact, since a step holds at most one instance of each storage and a valid graph's
-    /// storages add up within 64 bits (`sgc_ir` refuses a graph whose do not). Half the
+    /// storages add up within 64 bits (`sgc_ir` refuses a graph whose storages do not). Half the
     /// bytes of `i128` deltas, which every resumed walk copies.
     delta: Vec<u64>,
     /// The recomputation stack: (op, index of the next input to check).
