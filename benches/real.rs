@@ -27,11 +27,12 @@
 //! go on until they span [`MIN_SPAN`] seconds. Then the judged pair is timed in
 //! alternating windows of equal length: the reference runs [`repeats`] times, and after
 //! each of its runs `sublinear/20` is planned again for as long as that run took. On this
-//! 2-core machine a slow spell (another tenant on one core) lasts seconds and slows sgc's
-//! two workers more than the reference's one thread: timed only before the reference,
-//! within 2 s against the reference's 10 s or more, the same code read 9x and 14x on
-//! DenseNet-121 in two runs of the same day (0.466 s and 0.302 s against 4.08 s and 4.12
-//! s), where equal, interleaved windows expose both sides to the same spells.
+//! shared 2-core machine a slow spell lasts seconds and slows sgc's two workers more than
+//! the reference's one thread: timed only before the reference, within 2 s against the
+//! reference's 10 s or more, the same search read 9x and 14x on DenseNet-121 in two runs
+//! of the same day (0.466 s and 0.302 s against 4.08 s and 4.12 s; the two builds'
+//! arenas at most 0.02 s apart), where equal, interleaved windows expose both sides to
+//! the same spells.
 //!
 //! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in
 //! README.md); `REAL_ONLY=a,b` restricts the graphs.
