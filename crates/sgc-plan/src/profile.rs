@@ -7,8 +7,8 @@
 //! ([`crate::recompute::Schedule::live`]); this is the same model computed from the steps
 //! alone, without the walk's state, and `evaluate::tests` check all three agree. The
 //! bottleneck climb ([`crate::polish`]) reads the instances live at a plan's peak here
-//! rather than from `simulate`, which builds a whole profile (about twice the walk's own
-//! time on the LSTM language model, once per climb round, between parallel batches).
+//! rather than from `simulate`, which builds a whole profile, once per climb round,
+//! between parallel batches (commit 153676e gives the times).
 
 use crate::context::{Context, Validity};
 use sgc_ir::{OpId, TensorId};

@@ -186,8 +186,8 @@ impl<'a> Evaluator<'a> {
     pub fn eval_batch_printed(&mut self, genomes: &[Genome]) -> (Vec<Fitness>, Vec<Fingerprint>) {
         self.stats.candidates += genomes.len();
         let ctx = self.ctx;
-        // A genome's fingerprint reads all its split points and kept roots (about 1100
-        // split points on the LSTM language model): large batches take them in parallel.
+        // A genome's fingerprint reads all its split points and kept roots (a thousand
+        // and more on long recurrent graphs): large batches take them in parallel.
         let prints: Vec<Fingerprint> = if genomes.len() >= PARALLEL_PRINTS {
             self.pool
                 .install(|| genomes.par_iter().map(Genome::fingerprint).collect())

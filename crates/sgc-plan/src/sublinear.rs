@@ -467,7 +467,7 @@ fn add_thresholds(
 }
 
 /// Drops the later members with the genome of an earlier one (by fingerprint, the
-/// evaluator's cache key: no genome is cloned or hashed twice).
+/// evaluator's cache key, without cloning genomes).
 fn dedup(pop: &mut Vec<Member>) {
     let mut seen = rustc_hash::FxHashSet::default();
     pop.retain(|m| seen.insert(m.genome.fingerprint()));
