@@ -33,7 +33,9 @@
 //!    first, then for capacities bisected between the lowest one not ruled out and the best
 //!    arena found. See the module docs in `search/mod.rs`. It is bounded by a work budget
 //!    ([`Effort`]), so results do not depend on the machine; a wall-clock cap is a safety
-//!    net only, and [`Placement::search`] says which one stopped it.
+//!    net only, and [`Placement::search`] says which one stopped it. Its restarts run
+//!    side by side on the rayon pool's threads, with the result of running them one by
+//!    one.
 //! 5. [`Algorithm::GreedyReorder`], last and only where the arena is still above the
 //!    bound (within a thousandth): greedy by size's order with *first* fit (the lowest gap
 //!    that holds the buffer), then rounds that move the buffers ending above the lower

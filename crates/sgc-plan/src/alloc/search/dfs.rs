@@ -3,6 +3,8 @@
 
 use super::model::{Id, Model, NO_TWIN};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 const UNPLACED: u64 = u64::MAX;
@@ -71,9 +73,9 @@ pub(super) struct Dfs<'m> {
     stack: Vec<Entry>,
     /// Scratch list of the entries whose minimum offset rose.
     raised: Vec<Entry>,
-    /// The preordered buffers of each partition, per preorder (they do not depend on the
-    /// capacity), made on first use.
-    roots: Vec<Option<Vec<Vec<Entry>>>>,
+    /// The preordered buffers of each partition and the work of ordering them, per
+    /// preorder (they do not depend on the capacity), made on first use.
+    roots: Vec<Option<(Vec<Vec<Entry>>, u64)>>,
     /// Work done by this attempt (see [`Dfs::attempt`]).
     pub work: u64,
     limit: u64,
@@ -81,6 +83,11 @@ pub(super) struct Dfs<'m> {
     deadline: Option<Instant>,
     /// Set once the deadline passed; every later attempt aborts at once.
     pub timed_out: bool,
+    /// The index of the earliest attempt that decided, shared by the threads of one
+    /// decision, and this attempt's index: an attempt after the decided one stops.
+    watched: Option<(Arc<AtomicUsize>, usize)>,
+    /// Set when this attempt stopped because an earlier one decided.
+    pub cancelled: bool,
 }
 
 impl<'m> Dfs<'m> {
@@ -112,28 +119,47 @@ impl<'m> Dfs<'m> {
             nodes: 0,
             deadline,
             timed_out: false,
+            watched: None,
+            cancelled: false,
         }
     }
 
     /// Tries to place every buffer in `cap` units, ordering by `preorder`, within `limit`
     /// work. Work counts the entries scanned: buffers ordered at a node, overlaps, sections
-    /// and section members visited by a placement, and sections checked.
-    pub fn attempt(&mut self, cap: u64, preorder: Preorder, limit: u64) -> Outcome {
+    /// and section members visited by a placement, and sections checked; with
+    /// `charge_roots`, also the preordering of the partitions (made once per preorder and
+    /// kept, so the decision charges it to the first attempt of each preorder, whichever
+    /// searcher runs it).
+    pub fn attempt(
+        &mut self,
+        cap: u64,
+        preorder: Preorder,
+        limit: u64,
+        charge_roots: bool,
+    ) -> Outcome {
         self.reset(cap, preorder, limit);
-        if self.total.iter().any(|&t| t > cap) {
+        if self.exceeds(cap) {
             return Outcome::Infeasible;
         }
         let m = self.m;
         let p = preorder as usize;
         if self.roots[p].is_none() {
+            let mut work = 0;
             let roots = m
                 .partitions
                 .iter()
-                .map(|g| self.preordered(&g.buffers))
+                .map(|g| {
+                    let (order, w) = self.preordered_at_start(&g.buffers);
+                    work += w;
+                    order
+                })
                 .collect();
-            self.roots[p] = Some(roots);
+            self.roots[p] = Some((roots, work));
         }
-        let roots = self.roots[p].take().expect("made above");
+        let (roots, work) = self.roots[p].take().expect("made above");
+        if charge_roots {
+            self.work += work;
+        }
         let mut outcome = Outcome::Found;
         for (g, order) in m.partitions.iter().zip(&roots) {
             outcome = self.solve_group(order, g.lo, g.hi);
@@ -141,12 +167,24 @@ impl<'m> Dfs<'m> {
                 break;
             }
         }
-        self.roots[p] = Some(roots);
+        self.roots[p] = Some((roots, work));
         outcome
+    }
+
+    /// Whether some section alone holds more than `cap` units: every attempt at `cap`
+    /// fails at once, before preordering anything.
+    pub fn exceeds(&self, cap: u64) -> bool {
+        self.initial_total.iter().any(|&t| t > cap)
     }
 
     pub fn model(&self) -> &'m Model {
         self.m
+    }
+
+    /// Makes the next attempts, as attempt `index` of a decision, stop once `decided`
+    /// (the earliest attempt that decided) is below it; `None`: never.
+    pub fn watch(&mut self, watched: Option<(Arc<AtomicUsize>, usize)>) {
+        self.watched = watched;
     }
 
     fn reset(&mut self, cap: u64, preorder: Preorder, limit: u64) {
@@ -170,6 +208,7 @@ impl<'m> Dfs<'m> {
         self.work = self.setup_work();
         self.nodes = 0;
         self.limit = limit;
+        self.cancelled = false;
     }
 
     /// Solves one independent group (buffers `set` over sections `[lo, hi)`) from scratch:
@@ -194,6 +233,13 @@ impl<'m> Dfs<'m> {
 
     /// `set` with its ranks in the preorder: largest features first, then by index.
     fn preordered(&mut self, set: &[Id]) -> Vec<Entry> {
+        let (order, work) = self.preordered_at_start(set);
+        self.work += work;
+        order
+    }
+
+    /// [`Dfs::preordered`] and its work, not yet counted.
+    fn preordered_at_start(&self, set: &[Id]) -> (Vec<Entry>, u64) {
         let m = self.m;
         let mut spans = 0;
         let mut key = |i: Id| {
@@ -210,13 +256,13 @@ impl<'m> Dfs<'m> {
         };
         let mut keyed: Vec<((u128, u128, u128), Id)> = set.iter().map(|&i| (key(i), i)).collect();
         keyed.sort_unstable_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
-        self.work += spans + set.len() as u64;
+        let work = spans + set.len() as u64;
         let entry = |(r, &(_, id)): (usize, &(_, Id))| Entry {
             off: 0,
             rank: r as u32,
             id,
         };
-        keyed.iter().enumerate().map(entry).collect()
+        (keyed.iter().enumerate().map(entry).collect(), work)
     }
 
     /// The work of resetting the state for an attempt: one pass over the buffers and
@@ -231,8 +277,11 @@ impl<'m> Dfs<'m> {
             if let Some(d) = self.deadline {
                 self.timed_out |= Instant::now() >= d;
             }
+            if let Some((decided, index)) = &self.watched {
+                self.cancelled |= decided.load(Ordering::Relaxed) < *index;
+            }
         }
-        self.work > self.limit || self.timed_out
+        self.work > self.limit || self.timed_out || self.cancelled
     }
 
     /// A search node: the unplaced buffers of the ordering `from` (a stack range) in
