@@ -416,6 +416,7 @@ fn run_sublinear(
     // The budget selects among the candidates; the unbudgeted pick's trade is not the plan's.
     let stats = SearchStats {
         traded_from: None,
+        before_fixed_peak: None,
         ..ev.stats
     };
     Ok((budget::choose(ctx, options, &cands, limit)?, stats))

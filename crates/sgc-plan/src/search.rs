@@ -48,6 +48,9 @@ pub struct SearchStats {
     /// Without a budget, the lowest-peak plan that a steep trade next to it replaced
     /// (`sublinear`'s last step), when one did.
     pub traded_from: Option<Traded>,
+    /// Without a budget, the plan the search picked before its fixed-peak stage (the least
+    /// recompute at the peak reached), in the same form.
+    pub before_fixed_peak: Option<Traded>,
 }
 
 /// The lowest-peak plan a trade replaced: its peak and its recompute cost, in the cost

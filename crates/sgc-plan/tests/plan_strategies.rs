@@ -6,7 +6,7 @@
 //! are honoured.
 
 use sgc_ir::Graph;
-use sgc_plan::{plan, verify, PlanError, PlanOptions, RunConfig, Strategy};
+use sgc_plan::{plan, verify, PlanError, PlanOptions, RunConfig, Strategy, Traded};
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
@@ -230,32 +230,53 @@ fn plan_files_do_not_depend_on_worker_count() {
     }
 }
 
-/// 20 generations never end worse than none. The pick the search lands on is compared, in
-/// (peak, recompute) order, before the last step's steep trade next to the lowest peak
-/// (`SearchStats::traded_from`): that trade gives up a little peak on purpose, so a traded
-/// plan may peak a little above a plan without generations that did not trade.
+/// 20 generations never end worse than none up to the fixed-peak stage, and that stage never
+/// ends worse than it starts. The search picks the better of the plans finished from the
+/// refined and from the unrefined population, in (peak, recompute) order; the fixed-peak
+/// stage (the least recompute at that peak) keeps its input unless a climb ends cheaper at
+/// or under its peak; the last step's steep trade next to the lowest peak
+/// (`SearchStats::traded_from`) gives up a little peak on purpose, so the stage's result is
+/// read before it. The stage's climbs are greedy and start from other plans after
+/// generations, so its result is not ordered the same way: on MobileNetV3 at seed 7, 20
+/// generations end at 6.110% of a step and none at 6.104%, at the same peak. Climbing from
+/// every start a search without generations takes as well would order it, for 44% more
+/// plan time on gpt2_deep at 100k ops (the commit that added the 5% rung measures both).
 #[test]
 fn genetic_refinement_never_ends_worse() {
-    let lowest = |g: &Graph, iters: usize| {
+    let share = |t: Traded| (t.peak, t.recompute_share());
+    // (peak, share) before the fixed-peak stage and after it.
+    let run = |g: &Graph, iters: usize| {
         let o = options(g, Strategy::Sublinear, iters);
         let (p, stats) = sgc_plan::plan_with_stats(g, &o, &RunConfig::default()).expect("plans");
         verify(g, &p).expect("the plan verifies");
-        match stats.search.and_then(|s| s.traded_from) {
-            Some(t) => (t.peak, t.recompute_share()),
-            None => (p.summary.planned_peak, p.summary.recompute_share),
-        }
+        let s = stats.search.expect("a sublinear search");
+        let before = share(s.before_fixed_peak.expect("no budget: the stage runs"));
+        let after = s
+            .traded_from
+            .map(share)
+            .unwrap_or((p.summary.planned_peak, p.summary.recompute_share));
+        (before, after)
     };
+    // Shares from integer cost units and from the summary's costs differ in the last digits.
+    let no_worse =
+        |b: (u64, f64), a: (u64, f64)| b.0 < a.0 || (b.0 == a.0 && b.1 <= a.1 * (1.0 + 1e-9));
     for (name, g) in graphs() {
-        let (a, b) = (lowest(&g, 0), lowest(&g, 20));
+        let (a, b) = (run(&g, 0), run(&g, 20));
+        for (iters, (before, after)) in [(0, a), (20, b)] {
+            assert!(
+                no_worse(after, before),
+                "{name}, {iters} generations: the fixed-peak stage ended worse than it started \
+                 ({after:?} after, {before:?} before)"
+            );
+        }
         assert!(
-            // Shares from integer cost units and from the summary's costs differ in the
-            // last digits.
-            b.0 < a.0 || (b.0 == a.0 && b.1 <= a.1 * (1.0 + 1e-9)),
-            "{name}: 20 iterations ({} B, {:.5} of a step) worse than 0 ({} B, {:.5})",
-            b.0,
-            b.1,
-            a.0,
-            a.1
+            no_worse(b.0, a.0),
+            "{name}: 20 iterations ({} B, {:.5} of a step) worse than 0 ({} B, {:.5}) before the \
+             fixed-peak stage",
+            b.0 .0,
+            b.0 .1,
+            a.0 .0,
+            a.0 .1
         );
     }
 }
