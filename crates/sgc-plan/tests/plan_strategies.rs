@@ -240,7 +240,8 @@ fn plan_files_do_not_depend_on_worker_count() {
 /// generations, so its result is not ordered the same way: on MobileNetV3 at seed 7, 20
 /// generations end at 6.110% of a step and none at 6.104%, at the same peak. Climbing from
 /// every start a search without generations takes as well would order it, for 44% more
-/// plan time on gpt2_deep at 100k ops (the commit that added the 5% rung measures both).
+/// schedules built on gpt2_deep at 100k ops (the commit that added the 5% rung measures
+/// both).
 #[test]
 fn genetic_refinement_never_ends_worse() {
     let share = |t: Traded| (t.peak, t.recompute_share());
