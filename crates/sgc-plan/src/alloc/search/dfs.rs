@@ -149,7 +149,7 @@ impl<'m> Dfs<'m> {
                 .partitions
                 .iter()
                 .map(|g| {
-                    let (order, w) = self.preordered_at_start(&g.buffers);
+                    let (order, w) = self.preorder_with_work(&g.buffers);
                     work += w;
                     order
                 })
@@ -233,13 +233,13 @@ impl<'m> Dfs<'m> {
 
     /// `set` with its ranks in the preorder: largest features first, then by index.
     fn preordered(&mut self, set: &[Id]) -> Vec<Entry> {
-        let (order, work) = self.preordered_at_start(set);
+        let (order, work) = self.preorder_with_work(set);
         self.work += work;
         order
     }
 
-    /// [`Dfs::preordered`] and its work, not yet counted.
-    fn preordered_at_start(&self, set: &[Id]) -> (Vec<Entry>, u64) {
+    /// [`Dfs::preordered`], and its work without counting it.
+    fn preorder_with_work(&self, set: &[Id]) -> (Vec<Entry>, u64) {
         let m = self.m;
         let mut spans = 0;
         let mut key = |i: Id| {
