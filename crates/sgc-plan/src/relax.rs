@@ -51,8 +51,13 @@ pub(crate) fn relax(
     greedy(ev, best, fit, bound, &groups, Some(screen))
 }
 
+/// Groups [`by_savings`] evaluates alone at a time.
+const SAVINGS_CHUNK: usize = 64;
+
 /// The step with its groups ranked by what each saves alone, exactly (see the module doc):
-/// groups that do not fit alone, or save nothing, are left out.
+/// groups that do not fit alone, or save nothing, are left out. They are evaluated
+/// [`SAVINGS_CHUNK`] at a time, costliest op first, and no chunk starts once the
+/// evaluator's limit is spent; the groups not evaluated are left out too.
 pub(crate) fn by_savings(
     ev: &mut Evaluator<'_>,
     best: Genome,
@@ -63,16 +68,25 @@ pub(crate) fn by_savings(
         return (best, fit);
     };
     let groups = screen.groups(ev.ctx);
-    let cands: Vec<Genome> = groups.iter().map(|g| with(&best, g)).collect();
     let proposed = ev.stats.candidates;
-    let fits = ev.eval_batch(&cands);
+    let mut ranked: Vec<(u64, Vec<TensorId>)> = Vec::new();
+    // In chunks, costliest op first, while the evaluator's limit allows: on a 100k-op graph
+    // thousands of groups, each a discard plan held until its batch is evaluated.
+    for chunk in groups.chunks(SAVINGS_CHUNK) {
+        if ev.spent() {
+            break;
+        }
+        let cands: Vec<Genome> = chunk.iter().map(|g| with(&best, g)).collect();
+        let fits = ev.eval_batch(&cands);
+        ranked.extend(
+            chunk
+                .iter()
+                .zip(fits)
+                .filter(|(_, f)| passes(f, &fit, bound) && f.cost < fit.cost)
+                .map(|(g, f)| (fit.cost - f.cost, g.clone())),
+        );
+    }
     ev.stats.relax_candidates += ev.stats.candidates - proposed;
-    let mut ranked: Vec<(u64, Vec<TensorId>)> = groups
-        .into_iter()
-        .zip(fits)
-        .filter(|(_, f)| passes(f, &fit, bound) && f.cost < fit.cost)
-        .map(|(g, f)| (fit.cost - f.cost, g))
-        .collect();
     // Stable: equal savings keep the cost order.
     ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     let groups: Vec<Vec<TensorId>> = ranked.into_iter().map(|r| r.1).collect();
