@@ -73,3 +73,16 @@ vs-torch PYTHON="python3":
     cargo build --release
     cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/vs_torch.py --out ../target/vs_torch.md
     bash scripts/readme-section.sh vs-torch target/vs_torch.md
+
+# What the GPU check carries to a GPU machine (target/gpu-carry: sgc and the CUDA tests built
+# with --features cuda, the abi3 wheel).
+gpu-prepare:
+    bash scripts/gpu-prepare.sh
+
+# The GPU check, on a machine with a GPU (README "GPU check"); `just gpu-check --dry-run` on the CPU.
+gpu-check *ARGS:
+    bash scripts/gpu-check.sh {{ARGS}}
+
+# Tracing time per phase, CPU and CUDA fake tensors (GPT-2 small, ViT-B/16, BERT-base).
+trace-time PYTHON="python3":
+    {{PYTHON}} python/bench/trace_time.py

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Prints the path of a virtualenv holding python/requirements-ci.txt, creating it first when
-# needed. It is cached between runs on the same machine under
+# Prints the path of a virtualenv holding a requirements file (default
+# python/requirements-ci.txt, the pinned newest torch; python/requirements-ci-oldest.txt holds the
+# oldest torch pyproject.toml declares), creating it first when needed. It is cached between runs on the same machine under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sgc/venv-<hash of the requirements file>, so a changed pin
 # gets a fresh one; a half-built one (interrupted install) is rebuilt. Concurrent runs wait on
 # a lock. Progress goes to stderr, the path alone to stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-req=python/requirements-ci.txt
+req=${1:-python/requirements-ci.txt}
 hash=$(sha256sum "$req" | cut -c1-16)
 root="${XDG_CACHE_HOME:-$HOME/.cache}/sgc"
 venv="$root/venv-$hash"

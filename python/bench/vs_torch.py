@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sgc_trace.apply import compile as sgc_compile  # noqa: E402
 from sgc_trace.apply import input_specs, trace  # noqa: E402
@@ -235,7 +236,16 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="")
     p.add_argument("--skip-torch", action="store_true", help="only the plan-vs-prediction table")
     p.add_argument("--repeat", type=int, default=3)
-    a = p.parse_args(argv)
+    p.add_argument("--device", default="cpu",
+                   help="cpu (this table); cuda: the GPU table at training sizes (bench/gpu_table.py, which "
+                        "takes the remaining options)")
+    a, rest = p.parse_known_args(argv)
+    if a.device != "cpu":
+        import gpu_table
+
+        return gpu_table.main(["--device", a.device, "--out", a.out, *(["--only", a.only] if a.only else []), *rest])
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     table = models()
     names = [n for n in table if not a.only or n in a.only.split(",")]
     start = time.time()

@@ -6,8 +6,9 @@
     sgc_trace.save(graph, "model.json")
 
 The model is built inside a FakeTensorMode, so its weights take no memory; see
-`build.py` for building, `trace.py` for the tracing, `convert.py` for how the joint graph
-maps to the format and `cost.py` for the roofline `time_us`.
+`build.py` for building, `trace.py` for the tracing (`engine.py` for the backward of a CUDA
+trace), `convert.py` for how the joint graph maps to the format, `cost.py` for the roofline
+`time_us` and `apply.py` for plans applied back to the training step (`compile`).
 """
 
 __version__ = "0.2.0"

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
 import json
 import math
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .build import build, prepare
-from .convert import UPDATES, to_graph
+from .convert import DTYPES, UPDATES, to_graph
 from .cost import DEFAULT_PROFILE, DeviceProfile, parse_profile
 from .errors import ExportError, explain
 from .trace import InputSpec, LossFn, trace_joint
@@ -32,6 +35,9 @@ def export(
     device_profile: str | DeviceProfile = DEFAULT_PROFILE,
     raw_output: bool = False,
     mark_batch: bool = True,
+    device: str | None = None,
+    autocast: torch.dtype | None = None,
+    timings: dict | None = None,
     _traced: list | None = None,
 ) -> dict:
     """Traces one training step and returns its version-1 graph as a JSON-ready dict.
@@ -52,6 +58,21 @@ def export(
     tools can rescale the graph even where the batch enters through a constant (the
     zero initial state of an LSTM, a class token expanded to the batch).
 
+    `device`: where the step runs (`"cuda"`, `"cpu"`). By default the device of the model's
+    parameters and buffers (a factory builds on the CPU); given, a factory builds its
+    module on it and a module's tensors are traced as if moved there (fake tensors: no GPU
+    is needed to trace for one). Every input follows the model unless its `InputSpec`
+    names a device; a model on two devices, or an input on another than the model's, is
+    an `ExportError` naming both.
+    `autocast`: a dtype (`torch.bfloat16`, `torch.float16`) to trace the step under
+    `torch.autocast(device, dtype)`, as a mixed-precision training step runs: the casts
+    become ops of the graph and the tensors they make have that dtype's size. A step
+    traced inside an active `torch.autocast` uses its dtype.
+
+    `timings`: a dict that receives the seconds of each phase: `build` (the fake model),
+    `trace` (AOTAutograd's joint graph), `convert` (to the sgc graph, costs included) and
+    `mark_batch` (the second trace, whole).
+
     Every failure raises one `ExportError` whose message says what failed and where.
     `_traced` (internal, `sgc_trace.compile`): a list that receives the `JointTrace` and
     the map from op and tensor names back to its FX nodes.
@@ -59,33 +80,94 @@ def export(
     profile = parse_profile(device_profile)
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
-    args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output)
-    graph = _export_once(model, inputs, *args, traced=_traced)
+    args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output, device, autocast)
+    clock = _Clock(timings)
+    graph = _export_once(model, inputs, *args, traced=_traced, clock=clock)
     if mark_batch and any(spec.batch_dim is not None for spec in inputs):
-        _mark_batch_dims(graph, _export_once(model, _grown(inputs), *args))
+        with clock("mark_batch"):
+            _mark_batch_dims(graph, _export_once(model, _grown(inputs), *args))
     return graph
 
 
+class _Clock:
+    """`with clock("phase"):` adds the block's seconds to `timings["phase"]` (when given)."""
+
+    def __init__(self, timings: dict | None):
+        self.timings = timings
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.timings is not None:
+                self.timings[phase] = self.timings.get(phase, 0.0) + time.perf_counter() - start
+
+
 def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output,
-                 traced: list | None = None) -> dict:
+                 device=None, autocast=None, traced: list | None = None, clock: _Clock | None = None) -> dict:
+    clock = clock or _Clock(None)
     # Factory calls in forward (torch.arange for positions) make real constants while
     # AOTAutograd collects metadata; let fake ops read them.
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with _failures("preparing the model"):
+    with _failures("preparing the model"), clock("build"):
         if isinstance(model, nn.Module):
-            module, built = prepare(model, mode), "given"
+            module, built = prepare(model, mode, device), "given"
         else:
-            module, built = build(model, mode)
+            module, built = build(model, mode, device)
         module.train()
-    with _failures("tracing the training step"):
-        trace = trace_joint(module, loss_fn, inputs, num_model_inputs, mode, raw_output)
+        where = model_device(module)
+        inputs = on_device(inputs, where)
+    with _failures("tracing the training step"), clock("trace"):
+        trace = trace_joint(module, loss_fn, inputs, num_model_inputs, mode, raw_output, autocast)
     extra = {"model": type(module).__name__, "built": built, **(meta or {})}
+    if where.type != "cpu":  # absent: the CPU (graphs traced before devices were recorded)
+        extra["device"] = where.type
+    if trace.autocast is not None:
+        extra["autocast"] = DTYPES[trace.autocast]
     fx_nodes: dict | None = {} if traced is not None else None
-    with _failures("converting the traced graph"):
+    with _failures("converting the traced graph"), clock("convert"):
         graph = to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=fx_nodes)
     if traced is not None:
         traced.extend([trace, fx_nodes])
     return graph
+
+
+def model_device(module: nn.Module) -> torch.device:
+    """The one device of the module's parameters and buffers (the CPU for a module with
+    none); an `ExportError` naming two of them when they differ."""
+    seen: dict[torch.device, str] = {}
+    for kind, items in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, t in items:
+            seen.setdefault(t.device, f"{kind} `{name}`")
+    if len(seen) > 1:
+        (d1, w1), (d2, w2) = list(seen.items())[:2]
+        raise ExportError(
+            f"the model is on two devices: {w1} on {d1}, {w2} on {d2}. Move it to one "
+            f"(`model.to('{d2.type}')`) before tracing")
+    return next(iter(seen), torch.device("cpu"))
+
+
+def on_device(inputs: Sequence[InputSpec], device: torch.device) -> list[InputSpec]:
+    """The inputs with the model's `device` where they name none; an `ExportError` naming
+    both devices for one that names another."""
+    out = []
+    for spec in inputs:
+        if spec.device is None:
+            spec = dataclasses.replace(spec, device=str(device))
+        elif not _same_device(torch.device(spec.device), device):
+            raise ExportError(
+                f"input `{spec.name}` is on {spec.device} but the model is on {device}: move the batch to "
+                f"the model's device (`x.to('{device}')`) or the model to the batch's")
+        out.append(spec)
+    return out
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """`cuda` and `cuda:0` name one device when the current CUDA device is 0 (fakes made with
+    `device="cuda"` carry index 0)."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
 
 
 def _grown(inputs: Sequence[InputSpec]) -> list[InputSpec]:

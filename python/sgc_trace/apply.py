@@ -33,6 +33,7 @@ the BatchNorm running statistics updated, as `loss_fn(model(x), y).backward()` d
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 from dataclasses import dataclass, field
@@ -73,16 +74,17 @@ def input_specs(example_batch: Sequence[torch.Tensor], num_model_inputs: int) ->
         if not isinstance(t, torch.Tensor):
             raise ExportError(f"batch element {i} is a {type(t).__name__}, not a tensor")
         name = f"input_{i}" if i < num_model_inputs else f"target_{i - num_model_inputs}"
-        specs.append(InputSpec(name, tuple(t.shape), t.dtype, batch_dim=0 if t.dim() else None))
+        specs.append(InputSpec(name, tuple(t.shape), t.dtype, batch_dim=0 if t.dim() else None, device=str(t.device)))
     return specs
 
 
 def trace(model: nn.Module, loss_fn: LossFn, specs: Sequence[InputSpec], num_model_inputs: int = 1,
-          raw_output: bool = False, mark_batch: bool = True, name: str | None = None) -> tuple[dict, JointTrace, dict]:
+          raw_output: bool = False, mark_batch: bool = True, name: str | None = None,
+          autocast: torch.dtype | None = None) -> tuple[dict, JointTrace, dict]:
     """The exporter's graph of the step, its joint trace and the names -> FX nodes map."""
     traced: list = []
     graph = export(model, loss_fn, specs, num_model_inputs=num_model_inputs, raw_output=raw_output,
-                   mark_batch=mark_batch, name=name or type(model).__name__, _traced=traced)
+                   mark_batch=mark_batch, name=name or type(model).__name__, autocast=autocast, _traced=traced)
     return graph, traced[0], traced[1]
 
 
@@ -264,6 +266,7 @@ class PlannedStep:
     def __post_init__(self):
         self._step = TrainStep(self.model, self.loss_fn, self.num_model_inputs, self.raw_output)
         self._shapes = [(tuple(s.shape), s.dtype) for s in self.trace.inputs]
+        self._device = torch.device(self.trace.inputs[0].device or "cpu") if self.trace.inputs else torch.device("cpu")
         sig = self.trace.signature
         self._order = []
         user = {ph: i for i, ph in enumerate(sig.user_inputs)}
@@ -277,15 +280,39 @@ class PlannedStep:
             else:
                 self._order.append(("input", user[n.name]))
         if self.backend == "inductor":
-            self._run_fw = _unboxed(torch.compile(_Unbox(self.partition.forward), backend="inductor"))
-            self._run_bw = _unboxed(torch.compile(_Unbox(self.partition.backward), backend="inductor"))
+            self._run_fw = _inductor(self.partition.forward)
+            self._run_bw = _inductor(self.partition.backward)
         else:
             self._run_fw, self._run_bw = self.partition.forward, self.partition.backward
 
     def __call__(self, *batch: torch.Tensor) -> torch.Tensor:
-        got = [(tuple(t.shape), t.dtype) for t in batch]
+        self._check(batch)
+        with torch.no_grad(), torch.autocast(self._device.type, enabled=False):
+            return self._run(batch)
+
+    def _check(self, batch) -> None:
+        """The batch is what the step was traced for: shapes, dtypes, device, autocast."""
+        got = [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__ for t in batch]
         if got != self._shapes:
-            raise ExportError(f"the step was traced for inputs {self._shapes}, got {got}: compile again for new shapes")
+            raise ExportError(
+                f"the step was traced for inputs {self._shapes}, got {got}: a batch of other shapes needs its own "
+                f"step (sgc_trace.compile again with it; a smaller last batch: drop it, e.g. "
+                f"DataLoader(drop_last=True), or compile a step for its shape)")
+        for i, t in enumerate(batch):
+            if t.device.type != self._device.type or (t.device.index or 0) != (self._device.index or 0):
+                raise ExportError(f"batch element {i} is on {t.device}, the step was traced for {self._device}: "
+                                  f"move it there (`.to('{self._device}')`)")
+        traced = self.trace.autocast
+        if torch.is_autocast_enabled(self._device.type):
+            active = torch.get_autocast_dtype(self._device.type)
+            if active != traced:
+                was = f"under autocast {traced}" if traced is not None else "without autocast"
+                raise ExportError(
+                    f"the step is called under torch.autocast({self._device.type!r}, dtype={active}) but was traced "
+                    f"{was}: its casts are fixed when it is traced; compile it inside the same autocast "
+                    f"(or with autocast={active})")
+
+    def _run(self, batch) -> torch.Tensor:
         step = self._step
         args = []
         for kind, key in self._order:
@@ -294,49 +321,61 @@ class PlannedStep:
             elif kind == "buffer":
                 args.append(step.get_buffer(key))
             else:
-                args.append(batch[key])
+                # Traced for contiguous inputs (its views assume their strides): a slice of
+                # a larger tensor is copied once, as its reader would have to.
+                args.append(batch[key].contiguous())
         part = self.partition
-        with torch.no_grad():
-            outs = list(self._run_fw(args))
-            k = len(part.mutated_buffers)
-            for fqn, value in zip(part.mutated_buffers, outs[:k]):
-                self.model.get_buffer(fqn).copy_(value)
-            loss = outs[k]
-            saved = outs[k + 1:]
-            outs.clear()
-            # The loss is returned to the caller: held whether or not the backward reads it.
-            self.saved_bytes = distinct_bytes(saved, exclude=self._persistent() | {loss.untyped_storage().data_ptr()})
-            grads = self._run_bw(saved)
-            for fqn, g in zip(part.grad_params, grads):
-                p = self.model.get_parameter(fqn)
-                if p.grad is None:
-                    p.grad = g
-                else:  # in place, as autograd accumulates (a tied parameter: one gradient per use)
-                    p.grad.add_(g)
+        outs = list(self._run_fw(args))
+        k = len(part.mutated_buffers)
+        for fqn, value in zip(part.mutated_buffers, outs[:k]):
+            self.model.get_buffer(fqn).copy_(value)
+        loss = outs[k]
+        saved = outs[k + 1:]
+        outs.clear()
+        # The loss is returned to the caller: held whether or not the backward reads it.
+        self.saved_bytes = distinct_bytes(saved, exclude=self._persistent() | {loss.untyped_storage().data_ptr()})
+        grads = self._run_bw(saved)
+        for fqn, g in zip(part.grad_params, grads):
+            p = self.model.get_parameter(fqn)
+            if p.grad is None:
+                p.grad = g
+            else:  # in place, as autograd accumulates (a tied parameter: one gradient per use)
+                p.grad.add_(g)
         return loss.detach()
 
     def _persistent(self) -> set:
         return {t.untyped_storage().data_ptr() for t in [*self.model.parameters(), *self.model.buffers()]}
 
 
-class _Unbox(nn.Module):
-    """A boxed FX module as a plain one (for torch.compile)."""
+def _inductor(gm: fx.GraphModule) -> Callable:
+    """`gm` compiled by inductor on its first call, with that call's tensors as examples
+    (their real strides: the traced fake values of a module's inputs need not have them),
+    and called boxed: it takes the argument list, clears it and frees each input after its
+    last use, so a backward holds a saved value no longer than the aot_eager module does (a
+    plain `torch.compile` of the module keeps its arguments alive for the whole call)."""
+    compiled: list = []
 
-    def __init__(self, gm: fx.GraphModule):
-        super().__init__()
-        self.gm = gm
-
-    def forward(self, *args):
-        return self.gm(list(args))
-
-
-def _unboxed(fn):
     def run(args: list):
-        a = list(args)
-        args.clear()
-        return fn(*a)
+        if not compiled:
+            compiled.append(_compile_boxed(gm, args))
+        return compiled[0](args)
 
     return run
+
+
+def _compile_boxed(gm: fx.GraphModule, example: list) -> Callable:
+    from torch._dynamo.utils import GmWrapper
+    from torch._inductor.compile_fx import compile_fx
+
+    graph = copy.deepcopy(gm.graph)
+    graph.set_codegen(fx.graph.CodeGen())  # compile_fx takes positional arguments
+    plain = fx.GraphModule(gm, graph, gm.__class__.__name__)
+    # Wrapped as dynamo wraps a graph of flat inputs (`flatten_graph_inputs`): AOTAutograd
+    # then returns its boxed entry point, which clears the argument list.
+    compiled = compile_fx(GmWrapper(plain, lambda args: args), list(example))
+    if not getattr(compiled, "_boxed_call", False):
+        raise ExportError("internal: inductor's compiled module is not boxed: use backend='aot_eager'")
+    return compiled
 
 
 def distinct_bytes(tensors, exclude: set = frozenset()) -> int:
@@ -364,6 +403,7 @@ def compile(
     plan: dict | None = None,
     traced: tuple | None = None,
     budget_of: str = "device",
+    autocast: torch.dtype | None = None,
 ) -> PlannedStep:
     """A training step for `model` that follows an sgc plan: `loss = step(*batch)`.
 
@@ -379,11 +419,16 @@ def compile(
     `inductor`. A model the exporter cannot trace raises its `ExportError` (the op, the
     module and the model's line). `traced`: `trace(...)`'s answer for this model and batch,
     to apply several plans without tracing again (the partition reads only the FX graph).
+    Devices: the step runs where the model's parameters are; every batch tensor must be
+    there too (an `ExportError` names both devices otherwise). `autocast`: a dtype
+    (`torch.bfloat16`) to trace the step under `torch.autocast` (compiling inside an active
+    `torch.autocast` does the same with its dtype): the casts are ops of the traced graph,
+    the plan sizes each tensor in its own dtype, and the step runs them as traced.
     """
     if backend not in BACKENDS:
         raise ExportError(f"unknown backend `{backend}`: expected one of {', '.join(BACKENDS)}")
     specs = input_specs(example_batch, num_model_inputs)
-    graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output)
+    graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output, autocast=autocast)
     if plan is None:
         plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed,
                           budget_of=budget_of)

@@ -50,6 +50,8 @@ def lm_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
+AUTOCAST = {"bf16": torch.bfloat16, "f16": torch.float16}
+
 LOSSES = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss, "lm_cross_entropy": lm_cross_entropy}
 
 
@@ -118,6 +120,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw-output", action="store_true",
                    help="pass the model's output to the loss as is (default: a ModelOutput, dict "
                         "or tuple is reduced to its logits or first tensor)")
+    p.add_argument("--device", default="cpu",
+                   help="where the step runs: cpu (default) or cuda. export traces with fake tensors on it "
+                        "(no GPU needed); plan and report build the model there and measure it there")
+    p.add_argument("--autocast", choices=AUTOCAST, default=None,
+                   help="trace the step under torch.autocast with this dtype (mixed precision)")
 
 
 def _planning(p: argparse.ArgumentParser) -> None:
@@ -183,6 +190,10 @@ def _real_setup(a: argparse.Namespace):
     if not callable(factory):
         raise ExportError(f"`{a.model}` is a {type(factory).__name__}, not a callable that builds the model")
     loss = LOSSES.get(a.loss) or load_object(a.loss)
+    if torch.device(a.device).type == "cuda" and not torch.cuda.is_available():
+        raise ExportError(f"--device {a.device}: this machine has no usable CUDA device (torch.cuda.is_available() "
+                          f"is false); `sgc-trace export --device {a.device}` traces for one without it, plan and "
+                          f"report run the step on it")
     torch.manual_seed(a.seed)
     try:
         model = factory(**dict(a.arg))
@@ -191,8 +202,8 @@ def _real_setup(a: argparse.Namespace):
     if not isinstance(model, torch.nn.Module):
         raise ExportError(f"the factory returned a {type(model).__name__}, not a torch.nn.Module")
     gen = torch.Generator().manual_seed(a.seed)
-    batch = [spec.real(gen) for spec in a.input + a.target]
-    return model.train(), loss, batch
+    batch = [spec.real(gen).to(a.device) for spec in a.input + a.target]
+    return model.to(a.device).train(), loss, batch
 
 
 def _measure(a: argparse.Namespace) -> dict:
@@ -201,7 +212,8 @@ def _measure(a: argparse.Namespace) -> dict:
     model, loss, batch = _real_setup(a)
     return measure_plans(model, loss, batch, num_model_inputs=len(a.input), budget=a.budget,
                          strategy=a.strategy, genetic_iters=a.genetic_iters, seed=a.seed,
-                         backend=a.backend, raw_output=a.raw_output, budget_of=a.budget_of)
+                         backend=a.backend, raw_output=a.raw_output, budget_of=a.budget_of,
+                         autocast=AUTOCAST.get(a.autocast))
 
 
 def _run_report(a: argparse.Namespace) -> int:
@@ -222,7 +234,8 @@ def _run_plan(a: argparse.Namespace) -> int:
         from .planner import plan
 
         model, loss, batch = _real_setup(a)
-        graph, _, _ = trace(model, loss, input_specs(batch, len(a.input)), len(a.input), a.raw_output)
+        graph, _, _ = trace(model, loss, input_specs(batch, len(a.input)), len(a.input), a.raw_output,
+                            autocast=AUTOCAST.get(a.autocast))
         planned = plan(graph, strategy=a.strategy, budget=a.budget, genetic_iters=a.genetic_iters, seed=a.seed,
                        budget_of=a.budget_of)
     else:
@@ -257,7 +270,8 @@ def _run(a: argparse.Namespace) -> int:
     graph = export(lambda: factory(**kwargs), loss, a.input + a.target,
                    num_model_inputs=len(a.input), name=a.name or a.model.rpartition(":")[2],
                    update=a.update, lr=a.lr, meta={"factory_args": kwargs} if kwargs else None,
-                   device_profile=a.device_profile, raw_output=a.raw_output)
+                   device_profile=a.device_profile, raw_output=a.raw_output, device=a.device,
+                   autocast=AUTOCAST.get(a.autocast))
     seconds = time.perf_counter() - start
     try:
         save(graph, a.output)

@@ -6,9 +6,10 @@ The mapping, node by node:
   targets) `input` with their `batch_dim`. Names are the module paths
   (`layer1.0.conv1.weight`) and the input names.
 * Every other FX node that yields tensors becomes one op whose type is the aten overload
-  (`aten.convolution.default`). A node that returns a tuple (`native_batch_norm`,
-  `convolution_backward`) is one op with one output per tensor element; `getitem` nodes
-  only name those elements. Elements that are `None` are dropped.
+  (`aten.convolution.default`; `aten.detach.default`, which older torch writes where newer
+  writes `aten.alias.default`, is written as the latter). A node that returns a tuple
+  (`native_batch_norm`, `convolution_backward`) is one op with one output per tensor
+  element; `getitem` nodes only name those elements. Elements that are `None` are dropped.
 * Storage identity decides views: each tensor's fake value has an untyped storage; the
   first tensor seen with a storage owns it, every later tensor on that storage is written
   as `alias_of` that owner, so a view (`view`, `t`, `expand`, `alias`, `slice`, ...) adds
@@ -432,7 +433,7 @@ def _op(node: torch.fx.Node, st: _State, renames: dict[str, str], is_forward: bo
     outputs = _declare_outputs(node, st, [(renames.get(fx, fx), val) for fx, val in slots], slots)
     op: dict[str, Any] = {
         "name": st.take_op(_op_label(node), node),
-        "op": str(node.target),
+        "op": _op_type(node),
         "inputs": inputs,
         "outputs": outputs,
         "phase": "forward" if is_forward else "backward",
@@ -444,6 +445,17 @@ def _op(node: torch.fx.Node, st: _State, renames: dict[str, str], is_forward: bo
     if not _recomputable(node):
         op["recomputable"] = False
     return op
+
+
+# Op types written under another name: the same op, spelled as the newest torch traces it
+# (torch 2.11's joint graph detaches saved values where 2.15's aliases them), so that one
+# step gives one graph on every supported torch.
+SAME_OP = {"aten.detach.default": "aten.alias.default"}
+
+
+def _op_type(node: torch.fx.Node) -> str:
+    name = str(node.target)
+    return SAME_OP.get(name, name)
 
 
 def _op_label(node: torch.fx.Node) -> str:

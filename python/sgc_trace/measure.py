@@ -105,12 +105,16 @@ def best_seconds(fn: Callable, *args, repeat: int = 5, warmup: int = 1) -> float
     return min(times)
 
 
-def eager_step(model: nn.Module, loss_fn: LossFn, num_model_inputs: int = 1, raw_output: bool = False):
-    """`loss_fn(model(*inputs), *targets).backward()`, returning the loss (the reference step)."""
+def eager_step(model: nn.Module, loss_fn: LossFn, num_model_inputs: int = 1, raw_output: bool = False,
+               autocast: torch.dtype | None = None):
+    """`loss_fn(model(*inputs), *targets).backward()`, returning the loss (the reference step);
+    with `autocast`, the forward under `torch.autocast` and the backward outside it."""
     step = TrainStep(model, loss_fn, num_model_inputs, raw_output)
 
     def run(*batch):
-        (loss,) = step(*batch)
+        device = batch[0].device.type if batch else "cpu"
+        with torch.autocast(device, dtype=autocast, enabled=autocast is not None):
+            (loss,) = step(*batch)
         loss.backward()
         return loss.detach()
 

@@ -27,6 +27,8 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._pytree import tree_flatten
 
+from . import engine
+
 META_KEY = "sgc_module"
 
 
@@ -46,6 +48,10 @@ class ModuleLabeller:
         # Autograd nodes at or below it were made before the call and are not its own.
         self._floors: list[int] = []
         self._handles: list = []
+        # Claimed autograd node -> its module, for `engine.python_grad` (which cannot call
+        # the nodes' pre-hooks and tells its observers instead).
+        self._owner: dict = {}
+        self._observing = None
 
     def __enter__(self) -> "ModuleLabeller":
         reg = nn.modules.module
@@ -53,12 +59,16 @@ class ModuleLabeller:
             reg.register_module_forward_pre_hook(self._pre),
             reg.register_module_forward_hook(self._post),
         ]
+        self._observing = engine.observe(self._before_node)
+        self._observing.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._flush()
         for h in self._handles:
             h.remove()
+        self._observing.__exit__(None, None, None)
+        self._owner.clear()
 
     # -- boundaries ---------------------------------------------------------------
 
@@ -139,7 +149,13 @@ class ModuleLabeller:
             if id(fn) not in self._claimed:  # inner modules claimed theirs already
                 self._claimed.add(id(fn))
                 fn.register_prehook(self._backward_hook(name))
+                self._owner[fn] = name
             todo.extend(f for f, _ in fn.next_functions)
+
+    def _before_node(self, node) -> None:
+        name = self._owner.get(node)
+        if name is not None:
+            self._set_label(name)
 
     def _backward_hook(self, name: str):
         def hook(grad_outputs):

@@ -22,11 +22,13 @@ from .trace import LossFn
 
 def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tensor], num_model_inputs: int = 1,
                   budget=None, strategy: str = "sublinear", genetic_iters: int = 20, seed: int = 0,
-                  backend: str = "aot_eager", raw_output: bool = False, budget_of: str = "device") -> dict:
-    """Rows `eager`, `unplanned`, `planned` of the report, as dicts; and the plan."""
+                  backend: str = "aot_eager", raw_output: bool = False, budget_of: str = "device",
+                  autocast: torch.dtype | None = None) -> dict:
+    """Rows `eager`, `unplanned`, `planned` of the report, as dicts; and the plan. With
+    `autocast`, every step is traced and the eager one run under `torch.autocast`."""
     ref = fresh(model)
     torch.manual_seed(seed)  # the same random draws (dropout) in every step
-    ref_loss, ref_peak = peak_bytes(eager_step(ref, loss_fn, num_model_inputs, raw_output), *batch)
+    ref_loss, ref_peak = peak_bytes(eager_step(ref, loss_fn, num_model_inputs, raw_output, autocast), *batch)
     rows = [{"step": "eager", "measured_peak": ref_peak.bytes, "loss": ref_loss.item()}]
     steps, models = {}, {}
     for label, kw in (("unplanned", {"strategy": "none"}),
@@ -34,7 +36,7 @@ def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tenso
                                    "seed": seed, "budget_of": budget_of})):
         m = fresh(model)
         step = compile_step(m, loss_fn, batch, backend=backend, num_model_inputs=num_model_inputs,
-                            raw_output=raw_output, **kw)
+                            raw_output=raw_output, autocast=autocast, **kw)
         torch.manual_seed(seed)
         loss, peak = peak_bytes(step, *batch)
         exact = backend == "aot_eager"

@@ -8,19 +8,27 @@ graph holding the forward pass, the loss and the backward pass, plus a signature
 says which placeholders are parameters, buffers and user inputs, which outputs are
 gradients and which buffers the step mutates (BatchNorm running statistics).
 
-Around that call, three things make real models trace:
+Around that call, these make real models trace:
 
 * The model's output may be a `transformers` `ModelOutput`, a dict or a tuple; the loss
   gets its `logits` (or its first tensor) unless the caller asks for the raw output.
 * AOTAutograd asserts that every parameter receives a gradient. A parameter the forward
   never uses (a registered but unused one, or the second name of a tied one, as BERT's
-  `cls.predictions.bias`) does not, so one fake forward pass first finds the parameter
-  names that the loss does not reach, and those names are traced as plain tensors that
-  need no gradient (sharing the storage of the original, so ties stay ties).
+  `cls.predictions.bias`) does not, so one fake forward and backward pass first finds the
+  parameter names that the loss does not reach, and those names are traced as plain
+  tensors that need no gradient (sharing the storage of the original, so ties stay ties).
 * `transformers` skips its data-dependent attention-mask shortcuts (`padding_mask.all()`)
   when it sees it is being traced, but recognises only bare fake tensors; inside
   AOTAutograd they are wrapped in `FunctionalTensor`s, so the check is widened for the
   duration of the trace.
+* The trace follows the device of the inputs (`InputSpec.device`, the model's by default:
+  `api.export`). For CUDA nothing reaches the CUDA runtime, with or without a GPU: the
+  tensors are fakes, tensors made from Python data on the device are made on the host and
+  copied (`_DataOnHost`), AOTAutograd's second pass over the joint graph runs inside the
+  fake mode (its factory ops would otherwise run for real), and the backward is traced by
+  `engine.python_grad` (the C++ autograd engine asks the driver for CUDA streams).
+* `autocast`: the forward runs under `torch.autocast` and the backward outside it, as the
+  recommended eager mixed-precision step does; the casts become ops of the graph.
 
 After tracing, every training-mode `aten.native_dropout` is split (`split_dropout`): the
 random op keeps drawing its boolean mask, and its scaled output is computed again from
@@ -47,7 +55,9 @@ import torch
 from torch import nn
 from torch._functorch.aot_autograd import aot_export_module
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
 
+from .engine import grad_without_cuda
 from .errors import ExportError, explain
 from .modules import ModuleLabeller
 
@@ -67,15 +77,21 @@ class InputSpec:
     # Integer inputs (class ids, token ids) are drawn below this bound when a real
     # tensor is needed (tests); tracing never reads values.
     high: int = 2
+    # The device the step receives this input on; `None`: the model's (see `api.export`).
+    device: str | None = None
 
     def fake(self, mode: FakeTensorMode) -> torch.Tensor:
+        """A fake tensor of `mode` with this input's shape, dtype and device. A CUDA fake
+        needs no GPU: the mode creates it on the meta device and only labels it CUDA."""
         with mode:
-            return torch.empty(self.shape, dtype=self.dtype)
+            return torch.empty(self.shape, dtype=self.dtype, device=self.device or "cpu")
 
     def real(self, generator: torch.Generator | None = None) -> torch.Tensor:
         if self.dtype.is_floating_point:
-            return torch.randn(self.shape, dtype=self.dtype, generator=generator)
-        return torch.randint(0, self.high, self.shape, dtype=self.dtype, generator=generator)
+            t = torch.randn(self.shape, dtype=self.dtype, generator=generator)
+        else:
+            t = torch.randint(0, self.high, self.shape, dtype=self.dtype, generator=generator)
+        return t.to(self.device) if self.device else t
 
 
 LossFn = Callable[..., torch.Tensor]
@@ -140,6 +156,8 @@ class JointTrace:
     prefix: str  # module-path prefix of the model inside the TrainStep ("model.")
     # Parameter names (without the prefix) traced without a gradient: the loss does not use them.
     without_grad: list[str] = field(default_factory=list)
+    # The dtype the step was traced under `torch.autocast` with (None: no autocast).
+    autocast: torch.dtype | None = None
 
 
 def trace_joint(
@@ -149,28 +167,109 @@ def trace_joint(
     num_model_inputs: int,
     mode: FakeTensorMode,
     raw_output: bool = False,
+    autocast: torch.dtype | None = None,
 ) -> JointTrace:
     """Traces forward + loss + backward of `model` on fake `inputs`.
 
     Every parameter and buffer of `model` must be a fake tensor of `mode` (`build.build`,
     `build.prepare`), and the model must be in the mode it trains in (`model.train()`).
+    `autocast`: trace under `torch.autocast(device, autocast)` (`autocast_dtype`).
     """
     step = TrainStep(model, loss_fn, num_model_inputs, raw_output)
     fake_inputs = tuple(spec.fake(mode) for spec in inputs)
+    device = fake_inputs[0].device.type if fake_inputs else "cpu"
+    autocast = autocast_dtype(device, autocast)
     prefix = "model."
-    with warnings.catch_warnings(), _transformers_sees_tracing():
+    with warnings.catch_warnings(), _transformers_sees_tracing(), _autocast(device, autocast), \
+            grad_without_cuda(device), _DataOnHost():
         warnings.simplefilter("ignore")
         unused = _params_without_grad(step, fake_inputs, mode)
         labeller = ModuleLabeller(model)
         try:
-            with _without_grad(step, unused), labeller:
+            # Inside `mode`: `aot_export_module` traces the joint graph a second time
+            # (`make_fx` of the first, real mode), where the graph's factory ops (`arange`,
+            # `ones`) would otherwise run for real on the model's device.
+            with _without_grad(step, unused), labeller, mode:
                 gm, sig = aot_export_module(step, fake_inputs, trace_joint=True, output_loss_index=0)
         except Exception as e:
             raise ExportError(explain("tracing the training step", e, labeller.current())) from e
         labeller.transfer(gm.graph)
     split_dropout(gm)
     names = [n[len(prefix) :] if n.startswith(prefix) else n for n in unused]
-    return JointTrace(gm, sig, list(inputs), prefix=prefix, without_grad=names)
+    return JointTrace(gm, sig, list(inputs), prefix=prefix, without_grad=names, autocast=autocast)
+
+
+AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def autocast_dtype(device: str, dtype: torch.dtype | None) -> torch.dtype | None:
+    """The autocast dtype to trace a step on `device` with: `dtype` when given, else the
+    dtype of a `torch.autocast` active for that device around the call, else None."""
+    if dtype is None and torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+    if dtype is not None and dtype not in AUTOCAST_DTYPES:
+        raise ExportError(f"autocast dtype {dtype} is not one of {', '.join(map(str, AUTOCAST_DTYPES))}")
+    return dtype
+
+
+@contextlib.contextmanager
+def _autocast(device: str, dtype: torch.dtype | None):
+    """The forward under `torch.autocast(device, dtype)` and the backward without it, as
+    the recommended eager step runs (`with autocast: loss = ...` then `loss.backward()`
+    outside: AOTAutograd's `backward_pass_autocast="off"`); with no dtype, autocast off
+    throughout, whatever context the trace is called in."""
+    from torch._functorch import config
+
+    if dtype is None:
+        with torch.autocast(device, enabled=False):
+            yield
+        return
+    with _autocast_on(device, dtype), config.patch(backward_pass_autocast="off"):
+        yield
+
+
+@contextlib.contextmanager
+def _autocast_on(device: str, dtype: torch.dtype):
+    """What `torch.autocast(device, dtype)` does on entry and exit, without its check that
+    the device is available: `torch.autocast("cuda")` on a machine without a GPU warns and
+    turns itself off, and a CUDA trace made there would silently have no casts."""
+    prev = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device), torch.is_autocast_cache_enabled())
+    torch.set_autocast_enabled(device, True)
+    torch.set_autocast_dtype(device, dtype)
+    torch.autocast_increment_nesting()
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled(device, prev[0])
+        torch.set_autocast_dtype(device, prev[1])
+        torch.set_autocast_cache_enabled(prev[2])
+
+
+class _DataOnHost(TorchFunctionMode):
+    """While tracing, tensors made from Python data on an accelerator (`torch.tensor(data,
+    device="cuda")`, `as_tensor`, `asarray`, `Tensor.new_tensor`) are made on the CPU and
+    moved: the same fake tensor, without the CUDA runtime.
+
+    Those constructors initialise the device before any tensor mode sees the call (a real
+    CUDA context on a GPU machine, "Found no NVIDIA driver" without one). `transformers`'
+    key/value cache makes its empty tensors this way in every forward
+    (`DynamicLayer.lazy_initialization`); dead for the loss, they leave no op in the graph."""
+
+    _FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if func in self._FROM_DATA and device is not None and torch.device(device).type != "cpu":
+            made = func(*args, **{**kwargs, "device": "cpu"})
+            # Not `made.to(device)`: `Tensor.to`'s argument parser initialises the device too,
+            # and the tracer computes ops on small constants for real. A fresh tensor and a
+            # copy into it are ops of the graph, on fake tensors.
+            out = torch.empty(made.shape, dtype=made.dtype, device=device)
+            return out.copy_(made)
+        return func(*args, **kwargs)
 
 
 # -- dropout: a random mask and a recomputable product ----------------------------------
@@ -238,32 +337,26 @@ def _fresh_meta(meta: dict) -> dict:
 
 def _params_without_grad(step: nn.Module, fake_inputs, mode: FakeTensorMode) -> list[str]:
     """Names (every registration, tied ones included) of the parameters that require a
-    gradient but that the loss does not depend on, found by one fake forward pass in which
-    each name is its own leaf tensor. A forward that fails here returns [] and fails again,
-    with its own message, in the real trace."""
+    gradient but that the loss does not depend on, found by one fake forward and backward
+    pass in which each name is its own leaf tensor: `torch.autograd.grad(...,
+    allow_unused=True)` answers `None` for a leaf the loss does not reach. (Walking the
+    autograd graph to its `AccumulateGrad` nodes' `variable`s instead finds no leaf at all
+    on torch 2.11.) A pass that fails here returns [] and fails again, with its own message,
+    in the real trace."""
     leaves = {
         name: p.detach().requires_grad_()
         for name, p in step.named_parameters(remove_duplicate=False)
         if p.requires_grad
     }
+    if not leaves:
+        return []
     try:
         with mode, torch.enable_grad():
             (loss,) = torch.func.functional_call(step, leaves, fake_inputs, tie_weights=False, strict=False)
+            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     except Exception:
         return []
-    reached: set[int] = set()
-    seen: set[int] = set()
-    todo = [loss.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        variable = getattr(fn, "variable", None)  # AccumulateGrad: the leaf it feeds
-        if variable is not None:
-            reached.add(id(variable))
-        todo.extend(f for f, _ in fn.next_functions)
-    return [name for name, leaf in leaves.items() if id(leaf) not in reached]
+    return [name for name, g in zip(leaves, grads) if g is None]
 
 
 @contextlib.contextmanager

@@ -72,7 +72,11 @@ def _tiny_vit():
 def test_vit_trunc_normal_init_falls_back_to_a_real_build():
     graph = export(_tiny_vit, F.cross_entropy, [InputSpec("x", (2, 3, 32, 32)), InputSpec("y", (2,), torch.int64)])
     built = graph["meta"]["built"]
-    assert built.startswith("real: DataDependentOutputException") and "vision_transformer.py" in built
+    # torch 2.15's trunc_normal_ reads data (no fake build: the real fallback); 2.11's does not.
+    if torch.__version__ >= "2.12":
+        assert built.startswith("real: DataDependentOutputException") and "vision_transformer.py" in built
+    else:
+        assert built == "fake"
     assert _param_count(graph) == _real_param_count(_tiny_vit)
 
 

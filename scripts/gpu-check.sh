@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU, its preinstalled torch (with torchvision and
+# transformers) and no internet, from a checkout that carries target/gpu-carry
+# (scripts/gpu-prepare.sh). Writes into $OUT (default target/gpu-check):
+#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_tiny, cuda_dtr, cuda_kernels)
+#   trace.md        tracing time per phase, CPU and CUDA fakes (python/bench/trace_time.py)
+#   trace-profile.txt  where each trace spends its time (cProfile)
+#   gpu-table.md    eager, sgc and torch.compile steps on the GPU (python/bench/gpu_table.py)
+#   check.log       everything printed, with each part's exit status
+# About 8 minutes on an H100. `--dry-run`: the same script on the CPU at small sizes (no GPU
+# needed; the Rust CUDA tests then skip), to check it before spending GPU time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+out=${OUT:-$repo/target/gpu-check}
+mkdir -p "$out"
+exec > >(tee "$out/check.log") 2>&1
+dry=0
+[ "${1:-}" = "--dry-run" ] && dry=1
+carry=$repo/target/gpu-carry
+status=0
+part() {  # part NAME COMMAND...: runs one part, records its status, goes on
+  local name=$1; shift
+  local start=$SECONDS
+  echo "== $name"
+  "$@"
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || status=1
+}
+if [ ! -d "$carry" ]; then
+  echo "error: $carry is missing: run scripts/gpu-prepare.sh here first and carry it" >&2
+  exit 1
+fi
+python=${PYTHON:-python3}
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no GPU')"
+"$python" -c 'import torch, torchvision, transformers; print("torch", torch.__version__, "torchvision", torchvision.__version__, "transformers", transformers.__version__, "cuda available:", torch.cuda.is_available())'
+# The wheel carried (no internet: no dependencies; torch is the machine's).
+site=$(mktemp -d)
+"$python" -m pip install --quiet --no-index --no-deps --target "$site" "$carry"/sgc-*.whl || exit 1
+export PYTHONPATH="$site:$repo/python"
+export PYTHONUNBUFFERED=1
+# The test binaries read files by the absolute paths of the machine that built them.
+built=$(strings "$carry/tests/cuda_tiny" 2>/dev/null | grep -o '/[^ ]*/crates/sgc-exec' | head -1)
+built_root=${built%/crates/sgc-exec}
+if [ -n "$built_root" ] && [ "$built_root" != "$repo" ] && [ ! -e "$built_root" ]; then
+  mkdir -p "$(dirname "$built_root")" && ln -s "$repo" "$built_root"
+fi
+# NVRTC and ptxas of the machine's CUDA toolkit, for the kernel compile test.
+cuda=${CUDA_HOME:-/usr/local/cuda}
+[ -z "${SGC_NVRTC:-}" ] && [ -e "$cuda/lib64/libnvrtc.so" ] && export SGC_NVRTC=$cuda/lib64/libnvrtc.so
+[ -z "${SGC_PTXAS:-}" ] && [ -x "$cuda/bin/ptxas" ] && export SGC_PTXAS=$cuda/bin/ptxas
+rust_tests() {  # every carried CUDA test binary; the log in rust-cuda.log, the results here
+  local rc=0 require=$1
+  {
+    for t in "$carry"/tests/*; do
+      echo "-- $(basename "$t")"
+      SGC_REQUIRE_CUDA_TOOLS=$require "$t" --test-threads 1 || rc=1
+    done
+  } > "$out/rust-cuda.log" 2>&1
+  grep -E "^-- |test result|^skipped" "$out/rust-cuda.log"
+  # On a GPU machine a test skipped for want of a device tested nothing.
+  if [ "$require" = 1 ] && grep -q "^skipped" "$out/rust-cuda.log"; then
+    echo "error: CUDA tests were skipped on a machine with a GPU (see above)"
+    rc=1
+  fi
+  return $rc
+}
+if [ $dry = 1 ]; then
+  part "rust cuda tests (dry run: they skip without a GPU)" rust_tests 0
+  part "trace time" timeout 600 "$python" python/bench/trace_time.py --only gpt2 --devices cuda \
+    --out "$out/trace.md" --profile "$out/trace-profile.txt"
+  part "gpu table" timeout 1200 "$python" python/bench/gpu_table.py --device cpu --small --warmup 1 --repeat 2 \
+    --genetic-iters 2 --out "$out/gpu-table.md"
+else
+  part "rust cuda tests" rust_tests 1
+  part "trace time" timeout 300 "$python" python/bench/trace_time.py --check 60 --out "$out/trace.md" \
+    --profile "$out/trace-profile.txt"
+  part "gpu table" timeout 420 "$python" python/bench/gpu_table.py --device cuda --out "$out/gpu-table.md"
+fi
+echo "== gpu check: $([ $status = 0 ] && echo all parts passed || echo some part failed); outputs in $out"
+exit $status
