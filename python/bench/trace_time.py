@@ -34,14 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sgc_trace.api import export  # noqa: E402
 from sgc_trace.cli import lm_cross_entropy  # noqa: E402
-from sgc_trace.trace import InputSpec  # noqa: E402
+from sgc_trace.corpus import image_inputs, token_inputs  # noqa: E402
 
 PHASES = ("build", "trace", "convert", "mark_batch")
-
-
-def _tokens(batch, seq, vocab):
-    return [InputSpec("tokens", (batch, seq), torch.int64, high=vocab),
-            InputSpec("target", (batch, seq), torch.int64, high=vocab)]
 
 
 def models() -> dict:
@@ -51,13 +46,12 @@ def models() -> dict:
 
     return {
         "gpt2": ("GPT-2 small (12 x 768), batch 8, 512 tokens",
-                 lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config()), _tokens(8, 512, 50257),
+                 lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config()), token_inputs(8, 512, 50257),
                  lm_cross_entropy),
         "vit_b_16": ("ViT-B/16, batch 32, 224x224", lambda: torchvision.models.vit_b_16(),
-                     [InputSpec("image", (32, 3, 224, 224)), InputSpec("label", (32,), torch.int64, high=1000)],
-                     F.cross_entropy),
+                     image_inputs(32, 224), F.cross_entropy),
         "bert_base": ("BERT-base (masked LM), batch 8, 512 tokens",
-                      lambda: transformers.BertForMaskedLM(transformers.BertConfig()), _tokens(8, 512, 30522),
+                      lambda: transformers.BertForMaskedLM(transformers.BertConfig()), token_inputs(8, 512, 30522),
                       lm_cross_entropy),
     }
 

@@ -53,11 +53,13 @@ class Entry:
     notes: str = field(default="")
 
 
-def _images(batch: int, size: int, classes: int = 1000) -> list[InputSpec]:
+def image_inputs(batch: int, size: int, classes: int = 1000) -> list[InputSpec]:
+    """An image batch and its class labels."""
     return [InputSpec("image", (batch, 3, size, size)), InputSpec("label", (batch,), torch.int64, high=classes)]
 
 
-def _tokens(batch: int, seq: int, vocab: int) -> list[InputSpec]:
+def token_inputs(batch: int, seq: int, vocab: int) -> list[InputSpec]:
+    """A token batch and its next-token targets."""
     return [
         InputSpec("tokens", (batch, seq), torch.int64, high=vocab),
         InputSpec("target", (batch, seq), torch.int64, high=vocab),
@@ -70,7 +72,7 @@ def _torchvision(fn: str, size: int, small_size: int, **kwargs) -> Callable[[boo
 
         build = getattr(torchvision.models, fn)
         s = small_size if small else size
-        return Spec(lambda: build(weights=None, **kwargs), _images(2 if small else 64, s), F.cross_entropy)
+        return Spec(lambda: build(weights=None, **kwargs), image_inputs(2 if small else 64, s), F.cross_entropy)
 
     return make
 
@@ -86,7 +88,7 @@ def _inception(small: bool) -> Spec:
     size = 299  # the auxiliary head needs 17 x 17 features, which takes 299 x 299 images
     return Spec(
         lambda: torchvision.models.inception_v3(weights=None, aux_logits=True, init_weights=True),
-        _images(2 if small else 64, size),
+        image_inputs(2 if small else 64, size),
         inception_loss,
         raw_output=True,
     )
@@ -96,7 +98,7 @@ def _vit(small: bool) -> Spec:
     import torchvision
 
     size = 64 if small else 224
-    return Spec(lambda: torchvision.models.vit_b_16(weights=None, image_size=size), _images(2 if small else 64, size), F.cross_entropy)
+    return Spec(lambda: torchvision.models.vit_b_16(weights=None, image_size=size), image_inputs(2 if small else 64, size), F.cross_entropy)
 
 
 def _gpt2(small: bool) -> Spec:
@@ -104,7 +106,7 @@ def _gpt2(small: bool) -> Spec:
 
     return Spec(
         lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config()),
-        _tokens(2, 32, 50257) if small else _tokens(8, 1024, 50257),
+        token_inputs(2, 32, 50257) if small else token_inputs(8, 1024, 50257),
         lm_cross_entropy,
     )
 
@@ -114,17 +116,17 @@ def _bert(small: bool) -> Spec:
 
     return Spec(
         lambda: transformers.BertForMaskedLM(transformers.BertConfig()),
-        _tokens(2, 32, 30522) if small else _tokens(16, 512, 30522),
+        token_inputs(2, 32, 30522) if small else token_inputs(16, 512, 30522),
         lm_cross_entropy,
     )
 
 
 def _transformer_lm(small: bool) -> Spec:
-    return Spec(TransformerEncoderLM, _tokens(2, 32, 32000) if small else _tokens(32, 512, 32000), lm_cross_entropy)
+    return Spec(TransformerEncoderLM, token_inputs(2, 32, 32000) if small else token_inputs(32, 512, 32000), lm_cross_entropy)
 
 
 def _lstm(small: bool) -> Spec:
-    return Spec(LSTMLanguageModel, _tokens(2, 8, 10000) if small else _tokens(20, 35, 10000), lm_cross_entropy)
+    return Spec(LSTMLanguageModel, token_inputs(2, 8, 10000) if small else token_inputs(20, 35, 10000), lm_cross_entropy)
 
 
 def _unet(small: bool) -> Spec:
