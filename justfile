@@ -43,11 +43,11 @@ alloc-table:
 
 # Refresh the committed peak-memory baseline that CI checks (after a deliberate change).
 baseline:
-    cargo run --release -- compare graphs/*.json ../shared/data/checkmate/*.json --write-baseline benches/peak_memory.json
+    cargo run --release -- compare graphs/*.json benches/data/checkmate/*.json --write-baseline benches/peak_memory.json
 
 # Check peak memory against the committed baseline, as CI does.
 check-memory:
-    cargo run --release -- compare graphs/*.json ../shared/data/checkmate/*.json --check benches/peak_memory.json
+    cargo run --release -- compare graphs/*.json benches/data/checkmate/*.json --check benches/peak_memory.json
 
 # Regenerate the peak-memory table in README.md.
 readme-table:

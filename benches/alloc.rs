@@ -2,7 +2,7 @@
 //! measured in the same run. Four tables (`-- dsa`, `-- scaling`, `-- plans`, `-- real` run
 //! those named):
 //!
-//! - **dsa**: every instance of `../shared/data/dsa` (minimalloc's challenging instances
+//! - **dsa**: every instance of `benches/data/dsa` (minimalloc's challenging instances
 //!   A, C, E with their capacity in the file name, the SOMAS lists, the README example),
 //!   the SOMAS list at 256-byte alignment and synthetic lists; for each, the heuristics'
 //!   arenas over the bound, then `allocate` with the default effort: arena, arena over the
@@ -17,7 +17,7 @@
 //!   its own: time, CPU time, peak resident memory (Linux; the CSV text included, as the
 //!   command holds its file) and the exponent of the least-squares fit time ~ n^k.
 //! - **plans**: the plans of every zoo graph (`graphs/`) and Checkmate graph
-//!   (`../shared/data/checkmate`), `none` and `sublinear` with 20 genetic iterations,
+//!   (`benches/data/checkmate`), `none` and `sublinear` with 20 genetic iterations,
 //!   placed as `sgc plan` does (`sgc_plan::arena::assign`, align 256, in-place pairs,
 //!   `Effort::PLAN`): the arena over the aligned live peak and the allocation time.
 //!
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn dsa_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/dsa")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/data/dsa")
 }
 
 /// SplitMix64: a tiny deterministic generator, so the instances are the same everywhere.

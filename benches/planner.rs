@@ -1,5 +1,5 @@
 //! `cargo bench --bench planner`: for every zoo graph (`graphs/*.json`) and every Checkmate
-//! graph (`../shared/data/checkmate`), each strategy's planned peak next to the unplanned
+//! graph (`benches/data/checkmate`), each strategy's planned peak next to the unplanned
 //! peak and the per-op lower bound, its recompute share of one step, and its plan time.
 //! Then the targets of the planner issue, each with the figures it rests on:
 //! - ResNet-50: activation part of the planned peak <= 40% of unplanned, recompute <= 35%;

@@ -139,5 +139,7 @@ def fit(
     alloc_effort: str = "fast",
     workers: int | None = None,
     device_profile: str | None = None,
+    max_recompute: float | None = 1 / 3,
 ) -> dict[str, Any]:
-    """What `sgc fit --json` reports: the largest batch that fits, per strategy."""
+    """What `sgc fit --json` reports: the largest batch that fits, per strategy, whose plan
+    recomputes at most `max_recompute` of a step (None: no limit)."""

@@ -3,7 +3,7 @@
 # `sgc compare` on the zoo and the Checkmate graphs. Run from anywhere: `just readme-table`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-table=$(cargo run --release --quiet -- compare graphs/*.json ../shared/data/checkmate/*.json)
+table=$(cargo run --release --quiet -- compare graphs/*.json benches/data/checkmate/*.json)
 python3 - "$table" <<'PY'
 import re, sys
 table = sys.argv[1].strip() + "\n"

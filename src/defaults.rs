@@ -38,3 +38,11 @@ pub fn evictee_min_size() -> u64 {
 
 /// The strategies `sgc fit` searches when none are named, in this order.
 pub const FIT_STRATEGIES: [Strategy; 3] = [Strategy::None, Strategy::ChenSqrt, Strategy::Sublinear];
+
+/// The most a plan `sgc fit` accepts may recompute, as a share of one step's cost: a batch
+/// trained several times slower is rarely what the user asks for (`--max-recompute none`
+/// lifts it).
+pub const FIT_MAX_RECOMPUTE: f64 = 1.0 / 3.0;
+
+/// `--max-recompute`'s default as the command line shows it.
+pub const FIT_MAX_RECOMPUTE_TEXT: &str = "1/3";

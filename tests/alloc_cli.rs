@@ -11,7 +11,7 @@ fn sgc() -> Command {
 
 fn dsa(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/dsa")
+        .join("benches/data/dsa")
         .join(file)
 }
 

@@ -12,7 +12,7 @@ fn compare(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sgc"))
         .arg("compare")
         .arg(repo("graphs/tiny_cnn.json"))
-        .arg(repo("../shared/data/checkmate/vgg16_b256_train.json"))
+        .arg(repo("benches/data/checkmate/vgg16_b256_train.json"))
         .args(args)
         .output()
         .unwrap()

@@ -1,6 +1,7 @@
 //! `sgc::fit`: the reported batch fits and the next one does not (probed afresh, same
 //! options), no strategy passes the lower-bound limit, memory below the persistent bytes
-//! fits nothing, and the CLI prints the same answer as JSON.
+//! fits nothing, the CLI prints the same answer as JSON, and a recompute limit caps the
+//! batch at the plans that recompute at most that share of a step.
 
 use sgc::fit::{fit, lower_bound_limit, probe, FitOptions, FitReport};
 use sgc::ir::{format, rescale, Graph};
@@ -163,7 +164,11 @@ fn cli_reports_the_same_answer_as_json() {
         String::from_utf8_lossy(&run.stderr)
     );
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let report = run_fit(&g, &FitOptions::new(memory));
+    // The command line's default recompute limit.
+    let mut opts = FitOptions::new(memory);
+    opts.max_recompute = Some(sgc::defaults::FIT_MAX_RECOMPUTE);
+    assert_eq!(json["max_recompute"], opts.max_recompute.unwrap());
+    let report = run_fit(&g, &opts);
     for (i, sf) in report.strategies.iter().enumerate() {
         assert_eq!(json["strategies"][i]["strategy"], sf.strategy.as_str());
         assert_eq!(json["strategies"][i]["batch"], sf.batch);
@@ -179,4 +184,91 @@ fn cli_reports_the_same_answer_as_json() {
     let row = format!("{:<11} {:>7}", "none", report.strategies[0].batch);
     assert!(text.contains(&row), "{text}");
     assert!(text.contains("per-op lower bound: batch"), "{text}");
+}
+
+fn real_resnet50() -> Graph {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/real/resnet50.json.gz");
+    sgc::ir::load_any(path).unwrap()
+}
+
+#[test]
+fn a_recompute_limit_caps_the_batch_at_that_share_of_a_step() {
+    let g = real_resnet50();
+    let sublinear = [PlanOptions {
+        strategy: Strategy::Sublinear,
+        genetic_iters: 20,
+        ..PlanOptions::default()
+    }];
+    let free = fit(
+        &g,
+        &sublinear,
+        &FitOptions::new(11_000_000_000),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let mut opts = FitOptions::new(11_000_000_000);
+    opts.max_recompute = Some(1.0 / 3.0);
+    let capped = fit(&g, &sublinear, &opts, &mut |_, _| {}).unwrap();
+    let (f, c) = (&free.strategies[0], &capped.strategies[0]);
+    let at = c.fitting.as_ref().expect("some batch fits");
+    assert!(at.recompute_share <= 1.0 / 3.0, "{at:?}");
+    // The limit binds here: the largest batch that fits the memory recomputes more.
+    let unlimited = f.fitting.as_ref().unwrap();
+    assert!(
+        unlimited.recompute_share > 1.0 / 3.0 && c.batch < f.batch,
+        "{} {}",
+        c.batch,
+        f.batch
+    );
+    // The next batch fits the memory, but its plan recomputes too much, probed afresh.
+    let next = probe(&g, c.batch + 1, &sublinear[0], &opts).unwrap();
+    assert!(!next.fits && next.recompute_share > 1.0 / 3.0, "{next:?}");
+    assert!(
+        next.note
+            .as_deref()
+            .unwrap()
+            .contains("above the limit of 33.3%"),
+        "{next:?}"
+    );
+}
+
+#[test]
+fn the_cli_limits_recompute_to_a_third_by_default_and_shows_the_trade() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/real/resnet50.json.gz");
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args([
+            "fit",
+            "--memory",
+            "11GiB",
+            "--strategy",
+            "none,sublinear",
+            "-q",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        text.contains("recomputes at most 33.3% of a step"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sublinear: batch against recompute"),
+        "{text}"
+    );
+    let share = |line: &str| -> f64 {
+        line.split_whitespace()
+            .nth(5)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
+    };
+    let row = text.lines().find(|l| l.starts_with("sublinear ")).unwrap();
+    assert!(share(row) <= 33.3, "{row}");
 }

@@ -1,5 +1,5 @@
 //! `sgc inspect`: the figures it prints for the Checkmate graphs equal the README of
-//! `../shared/data/checkmate`, and a bad file is one readable error with a non-zero exit.
+//! `benches/data/checkmate`, and a bad file is one readable error with a non-zero exit.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -15,7 +15,7 @@ fn inspect(args: &[&str], file: &PathBuf) -> Output {
 
 fn checkmate(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/data/checkmate")
+        .join("benches/data/checkmate")
         .join(file)
 }
 

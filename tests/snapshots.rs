@@ -234,8 +234,8 @@ fn alloc() {
     snapshot(
         "alloc",
         &[
-            &["alloc", "../shared/data/dsa/input.12.csv"],
-            &["alloc", "../shared/data/dsa/A.1048576.csv", "-o", &placed],
+            &["alloc", "benches/data/dsa/input.12.csv"],
+            &["alloc", "benches/data/dsa/A.1048576.csv", "-o", &placed],
             &[
                 "alloc",
                 "tests/fixtures/bad_inputs/csv/reversed_lifetime.csv",

@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-/// Every zoo graph (`graphs/*.json`) and Checkmate graph (`../shared/data/checkmate`)
+/// Every zoo graph (`graphs/*.json`) and Checkmate graph (`benches/data/checkmate`)
 /// there is, sorted by path.
 #[allow(dead_code)] // not every bench reads the zoo
 pub fn graph_files() -> Vec<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in [root.join("graphs"), root.join("../shared/data/checkmate")] {
+    for dir in [root.join("graphs"), root.join("benches/data/checkmate")] {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             files.extend(
                 rd.filter_map(|e| e.ok().map(|e| e.path()))

@@ -21,6 +21,7 @@ saved). Both count exactly the tensors held from the forward to the backward.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -56,6 +57,10 @@ def peak_bytes(fn: Callable, *args):
         return out, Peak(torch.cuda.max_memory_allocated() - base)
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
+
+    # Kineto, the profiler's tracing library, logs every start and stop and, without a GPU,
+    # "gpuGetDeviceCount failed": level 6 is above all of its levels (read at first use).
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn(*args)

@@ -18,7 +18,29 @@ from .errors import ExportError
 
 
 class PlanError(ExportError):
-    """Planning failed (no plan fits the budget, an invalid graph): sgc's own message."""
+    """Planning failed (no plan fits the budget, an invalid graph): sgc's own message.
+
+    With the native module, what is raised is also that module's own exception (for one
+    budget not met, `sgc.BudgetNotMet`, with `.budget`, `.best_device`, `.best_peak` and
+    `.lower_bound`): `except sgc.BudgetNotMet` and `except sgc_trace.PlanError` both catch
+    it (`typed`)."""
+
+
+_TYPED: dict[type, type] = {}
+
+
+def typed(err: BaseException) -> PlanError:
+    """The native module's exception `err` as an exception of its own class and of
+    `PlanError` (one class per native class, made once), with its message and attributes."""
+    cls = type(err)
+    both = _TYPED.get(cls)
+    if both is None:
+        both = type(cls.__name__, (cls, PlanError), {"__module__": __name__, "__doc__": cls.__doc__})
+        _TYPED[cls] = both
+    out = both(*err.args)
+    for key, value in vars(err).items():
+        setattr(out, key, value)
+    return out
 
 
 def _native():
@@ -56,7 +78,7 @@ def plan(
             planned = mod.plan(graph, strategy=strategy, genetic_iters=genetic_iters, budget=budget_text, seed=seed,
                                budget_of=budget_of)
         except getattr(mod, "SgcError", ()) as e:  # noqa: B030
-            raise PlanError(str(e)) from e
+            raise typed(e) from None
         return planned.to_dict()
     return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed, budget_of)
 

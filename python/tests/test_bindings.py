@@ -202,7 +202,7 @@ def test_a_tampered_plan_is_rejected():
         sgc.load_plan(d, g)
 
 
-def test_bad_arguments_are_value_errors_with_the_cli_wording():
+def test_bad_arguments_are_value_errors_naming_the_python_arguments():
     with pytest.raises(ValueError, match='unknown strategy "fastest": use none, chen-sqrt, sublinear, dtr or partition'):
         sgc.plan(TINY, strategy="fastest")
     with pytest.raises(ValueError, match=r'invalid size "abc"'):
@@ -211,8 +211,12 @@ def test_bad_arguments_are_value_errors_with_the_cli_wording():
         sgc.plan(TINY, goal="fast")
     with pytest.raises(ValueError, match="workers"):
         sgc.plan(TINY, workers=0)
-    with pytest.raises(ValueError, match="--align must be at least 1"):
+    # The library's message names the CLI's `--align`; Python's names the keyword argument.
+    with pytest.raises(ValueError, match="invalid option: align must be at least 1") as caught:
         sgc.plan(TINY, align=0)
+    assert "--" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"max_recompute=-1: expected a share"):
+        sgc.fit(TINY, memory="1MiB", max_recompute=-1.0)
     with pytest.raises(TypeError):
         sgc.plan(TINY, budget=True)
     assert sgc.plan(TINY, budget="1.5GB").to_dict()["options"]["budget"] == 1_500_000_000
@@ -227,6 +231,7 @@ def test_inspect_and_fit_are_the_cli_json():
     ours = sgc.fit(graph, memory="64KiB", strategy="none,sublinear", genetic_iters=2)
     theirs = json.loads(cli("fit", graph, "--memory", "64KiB", "--strategy", "none,sublinear",
                             "--genetic-iters", "2", "--json", "-q").stdout)
+    assert ours["max_recompute"] == theirs["max_recompute"] == pytest.approx(1 / 3)
 
     def untimed(report):
         for s in report["strategies"]:
@@ -238,6 +243,11 @@ def test_inspect_and_fit_are_the_cli_json():
 
     assert untimed(ours) == untimed(theirs)
     assert ours["strategies"][1]["batch"] >= ours["strategies"][0]["batch"] > 0
+    unlimited = sgc.fit(graph, memory="64KiB", strategy="none,sublinear", genetic_iters=2, max_recompute=None)
+    assert untimed(unlimited) == untimed(json.loads(cli(
+        "fit", graph, "--memory", "64KiB", "--strategy", "none,sublinear", "--genetic-iters", "2",
+        "--max-recompute", "none", "--json", "-q").stdout))
+    assert unlimited["max_recompute"] is None
     with pytest.raises(ValueError, match="--alloc-effort"):
         sgc.fit(graph, memory="64KiB", alloc_effort="max")
 

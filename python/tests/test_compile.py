@@ -331,3 +331,19 @@ def test_pytorch_with_its_random_draws_kept_gives_its_unplanned_gradients():
     assert step.recomputed_random == []
     assert step.recomputed, "at 0.1 PyTorch recomputes something"
 
+
+
+def test_a_budget_not_met_is_the_native_modules_typed_error():
+    sgc = pytest.importorskip("sgc")
+    model, loss_fn, batch = _case("cnn")
+    un = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="none")
+    low = un.plan["summary"]["lower_bound"]
+    for budget, reached in ((1000, False), (low + 1, True)):
+        with pytest.raises(sgc.BudgetNotMet) as caught:
+            sgc_trace.compile(fresh(model), loss_fn, batch, budget=budget)
+        e = caught.value
+        assert isinstance(e, sgc_trace.PlanError) and isinstance(e, sgc.SgcError)
+        assert e.budget == budget and e.lower_bound == low
+        assert (e.best_device is not None) == reached, (budget, e.best_device)
+        # Python's argument names, not the command line's options.
+        assert "--" not in str(e), str(e)

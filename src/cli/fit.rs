@@ -20,6 +20,10 @@ pub struct Args {
     /// Memory kept free for everything else on the device (CUDA context, workspaces).
     #[arg(long, value_parser = parse_size, default_value = "0")]
     reserve: u64,
+    /// The most a fitting plan may recompute, as a share of one step: 1/3, 0.5, 25%, or
+    /// none (no limit: the largest batch whatever it costs).
+    #[arg(long, value_parser = parse_share, default_value = defaults::FIT_MAX_RECOMPUTE_TEXT)]
+    max_recompute: Share,
     /// Strategies to search, comma-separated or repeated, in this order.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES.map(StrategyArg::from))]
     strategy: Vec<StrategyArg>,
@@ -77,6 +81,7 @@ pub fn run(args: Args) -> CliResult {
         align: args.align,
         effort,
         workers: args.workers.map(|w| w as usize),
+        max_recompute: args.max_recompute.0,
     };
     let verbose = args.verbose;
     // Each probe plans the rescaled graph: seconds in all on a large one.
@@ -109,6 +114,37 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
+/// A share of one step, or no limit.
+#[derive(Clone, Copy, Debug)]
+pub struct Share(Option<f64>);
+
+/// `1/3`, `0.5`, `25%` or `none`.
+fn parse_share(text: &str) -> Result<Share, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("none") {
+        return Ok(Share(None));
+    }
+    let bad = || format!("`{text}`: expected a share of a step such as 1/3, 0.5 or 25%, or none");
+    let value = if let Some(pct) = t.strip_suffix('%') {
+        pct.trim().parse::<f64>().map_err(|_| bad())? / 100.0
+    } else if let Some((a, b)) = t.split_once('/') {
+        let (a, b): (f64, f64) = (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        );
+        if b == 0.0 {
+            return Err(bad());
+        }
+        a / b
+    } else {
+        t.parse::<f64>().map_err(|_| bad())?
+    };
+    if !value.is_finite() || value < 0.0 {
+        return Err(bad());
+    }
+    Ok(Share(Some(value)))
+}
+
 fn table(file: &str, r: &FitReport) -> String {
     let mut s = format!(
         "{file}: {} (batch {} in the file); memory {} - reserve {} = limit {}; persistent {}\n",
@@ -119,6 +155,13 @@ fn table(file: &str, r: &FitReport) -> String {
         human_bytes(r.limit),
         human_bytes(r.persistent_bytes)
     );
+    s += &match r.max_recompute {
+        Some(m) => format!(
+            "a batch fits when its plan also recomputes at most {:.1}% of a step (--max-recompute; none: no limit)\n",
+            100.0 * m
+        ),
+        None => "no recompute limit (--max-recompute none): the largest batch whatever it recomputes\n".into(),
+    };
     s += &format!(
         "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",
         "strategy",
@@ -161,6 +204,7 @@ fn table(file: &str, r: &FitReport) -> String {
             );
         }
     }
+    s += &trade(r);
     let sources: std::collections::BTreeSet<&str> = r
         .strategies
         .iter()
@@ -179,5 +223,48 @@ fn table(file: &str, r: &FitReport) -> String {
         r.lower_bound_batch + 1,
         human_bytes(r.lower_bound_next)
     );
+    s
+}
+
+/// Per strategy whose recompute changes with the batch (the budget-aware ones), every
+/// batch probed with its device bytes and recompute share: the trade between batch and
+/// recompute, around the answer.
+fn trade(r: &FitReport) -> String {
+    let mut s = String::new();
+    for f in &r.strategies {
+        // Shares as printed (0.1% steps): chen-sqrt's differ only in rounding.
+        let shares: std::collections::BTreeSet<i64> = f
+            .probes
+            .iter()
+            .filter(|p| p.cost_source.is_some())
+            .map(|p| (p.recompute_share * 1000.0).round() as i64)
+            .collect();
+        if shares.len() < 2 {
+            continue;
+        }
+        s += &format!(
+            "{}: batch against recompute (every batch probed)\n{:>9} {:>13} {:>10}  {}\n",
+            f.strategy, "batch", "device bytes", "recompute", "fits"
+        );
+        for p in &f.probes {
+            let planned = p.cost_source.is_some();
+            let device = if planned {
+                human_bytes(p.arena + p.persistent)
+            } else {
+                "-".into()
+            };
+            let share = if planned {
+                format!("{:.1}%", 100.0 * p.recompute_share)
+            } else {
+                "-".into()
+            };
+            let fits = if p.fits {
+                "yes".to_string()
+            } else {
+                format!("no: {}", p.note.as_deref().unwrap_or("no plan"))
+            };
+            s += &format!("{:>9} {:>13} {:>10}  {fits}\n", p.batch, device, share);
+        }
+    }
     s
 }

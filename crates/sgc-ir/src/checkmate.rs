@@ -1,6 +1,6 @@
 //! Import of Checkmate / Moccasin graphs (NetworkX node-link JSON) into ordinary graphs.
 //!
-//! Two variants exist (see `shared/data/checkmate/README.md`):
+//! Two variants exist (see `benches/data/checkmate/README.md`):
 //! - model graphs: nodes carry `id`, `name`, `cost_ram`, `cost_cpu`, `backward`; links
 //!   have `source`/`target` node ids; ids in increasing order are the execution order.
 //! - random layered graphs: nodes carry `name` (the id), `out_cost`, `duration`,

@@ -1,4 +1,4 @@
-//! Checkmate / Moccasin graphs from `../shared/data/checkmate`: import, round trip, and
+//! Checkmate / Moccasin graphs from `benches/data/checkmate`: import, round trip, and
 //! the unplanned peak and per-op lower bound of its README.
 
 use sgc_ir::{format, load_any};
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/checkmate")
+        .join("../../benches/data/checkmate")
         .join(name)
 }
 

@@ -92,7 +92,7 @@ fn check_file_round_trip(g: &Graph, tag: &str) {
 
 fn checkmate_text(file: &str) -> String {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/checkmate")
+        .join("../../benches/data/checkmate")
         .join(file);
     std::fs::read_to_string(path).unwrap()
 }

@@ -3,7 +3,9 @@
 //! # What "fits" means
 //! A batch `b` fits memory `M` with reserve `R` under a strategy when the graph rescaled to
 //! `b` ([`sgc_ir::rescale`]) has a plan whose arena plus persistent bytes is at most
-//! `M - R`. The arena is what the plan's arena stage ([`crate::arena::assign`]) packs
+//! `M - R`, and, with a recompute limit ([`FitOptions::max_recompute`]), whose
+//! recomputation costs at most that share of one step: a batch trained several times
+//! slower is not one a user wants. The arena is what the plan's arena stage ([`crate::arena::assign`]) packs
 //! the plan's storage lifetimes into (closed `[first, last]` steps become half-open
 //! `[first, last + 1)`), offsets aligned to `align` bytes (256, as CUDA allocators do), so
 //! fragmentation and padding count, not only the peak. Each probe plans with
@@ -50,6 +52,10 @@ pub struct FitOptions {
     pub effort: Effort,
     /// Planner worker threads (`None`: all cores); results do not depend on it.
     pub workers: Option<usize>,
+    /// The most a fitting plan may recompute, as a share of one step's cost (`None`: no
+    /// limit). A budget-aware planner already picks the plan recomputing least within the
+    /// memory, so a batch whose plan recomputes more does not fit.
+    pub max_recompute: Option<f64>,
 }
 
 impl FitOptions {
@@ -61,6 +67,7 @@ impl FitOptions {
             align: 256,
             effort: Effort::FAST,
             workers: None,
+            max_recompute: None,
         }
     }
 
@@ -131,6 +138,8 @@ pub struct FitReport {
     pub memory: u64,
     pub reserve: u64,
     pub limit: u64,
+    /// The recompute limit every fitting plan keeps (share of one step), if any.
+    pub max_recompute: Option<f64>,
     pub persistent_bytes: u64,
     /// The largest batch whose per-op lower bound fits: no plan passes it.
     pub lower_bound_batch: u64,
@@ -169,6 +178,7 @@ pub fn fit(
         memory: opts.memory,
         reserve: opts.reserve,
         limit: opts.limit(),
+        max_recompute: opts.max_recompute,
         persistent_bytes: graph.persistent_bytes(),
         lower_bound_batch,
         lower_bound_next,
@@ -289,8 +299,19 @@ pub fn probe(
     p.recompute_share = plan.summary.recompute_share;
     p.cost_source = Some(plan.summary.cost_source.clone());
     let total = size.saturating_add(persistent);
-    p.fits = total <= limit;
-    p.note = (!p.fits).then(|| "the arena plus persistent bytes exceed the limit".into());
+    let too_slow = opts.max_recompute.filter(|&m| p.recompute_share > m);
+    p.fits = total <= limit && too_slow.is_none();
+    p.note = if total > limit {
+        Some("the arena plus persistent bytes exceed the limit".into())
+    } else {
+        too_slow.map(|m| {
+            format!(
+                "recomputes {:.1}% of a step, above the limit of {:.1}%",
+                100.0 * p.recompute_share,
+                100.0 * m
+            )
+        })
+    };
     p.plan_seconds = t0.elapsed().as_secs_f64();
     Ok(p)
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 fn dsa(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/dsa")
+        .join("../../benches/data/dsa")
         .join(file)
 }
 

@@ -1,6 +1,6 @@
 //! Every strategy on every zoo graph (`graphs/*.json`, when present), every graph of the
 //! real corpus (`graphs/real/*.json.gz`) and every Checkmate graph of
-//! `../shared/data/checkmate` gives a plan that the verifier accepts (which holds the
+//! `benches/data/checkmate` gives a plan that the verifier accepts (which holds the
 //! split-based strategies to one recomputation per op, and Chen's to one forward pass);
 //! plans do not depend on the worker count; genetic refinement never ends worse; budgets
 //! are honoured.
@@ -19,7 +19,7 @@ fn graphs() -> Vec<(String, Graph)> {
     for dir in [
         root().join("graphs"),
         root().join("graphs/real"),
-        root().join("../shared/data/checkmate"),
+        root().join("benches/data/checkmate"),
     ] {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             files.extend(rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| {

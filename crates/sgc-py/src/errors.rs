@@ -1,7 +1,9 @@
 //! The exceptions of the `sgc` module and the conversion of the library's errors into
 //! them. Every exception carries the message the command line prints after `error: `
 //! (the file, then the library's one-line message); some carry the error's figures as
-//! attributes too (`BudgetNotMet.budget`, `PlanRejected.violations`).
+//! attributes too (`BudgetNotMet.budget`, `PlanRejected.violations`). Where the library's
+//! message names a command-line option (`--genetic-iters`), the exception names the
+//! keyword argument instead (`genetic_iters`).
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -47,12 +49,42 @@ create_exception!(
     "The verifier refuses the plan: attribute violations lists every violation found."
 );
 
-/// `"{file}: {message}"`, or the message alone when the input was not a file.
+/// `"{file}: {message}"`, or the message alone when the input was not a file; in Python's
+/// words ([`python_words`]).
 fn located(file: Option<&str>, message: impl std::fmt::Display) -> String {
+    let message = python_words(&message.to_string());
     match file {
         Some(f) => format!("{f}: {message}"),
-        None => message.to_string(),
+        None => message,
     }
+}
+
+/// The library's messages name the command line's options (`--genetic-iters`); from
+/// Python they are the keyword arguments of the same name (`genetic_iters`).
+pub(crate) fn python_words(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("--") {
+        let (before, flag) = rest.split_at(at);
+        out.push_str(before);
+        let starts_word = before
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || "(`/".contains(c));
+        let name_len = flag[2..]
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .unwrap_or(flag.len() - 2);
+        let name = &flag[2..2 + name_len];
+        if starts_word && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            out.push_str(&name.replace('-', "_"));
+            rest = &flag[2 + name_len..];
+        } else {
+            out.push_str("--");
+            rest = &flag[2..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// An exception of type `T` with `message` and these attributes set on it.
@@ -73,12 +105,12 @@ fn with_attrs<T: pyo3::PyTypeInfo>(
 
 /// A file that could not be read, or a graph that is not valid.
 pub fn load_error(e: &LoadError) -> PyErr {
-    GraphError::new_err(e.to_string())
+    GraphError::new_err(python_words(&e.to_string()))
 }
 
 /// A graph text (not a file) that is not valid.
 pub fn graph_error(e: &sgc::ir::GraphError) -> PyErr {
-    GraphError::new_err(e.to_string())
+    GraphError::new_err(python_words(&e.to_string()))
 }
 
 /// `BudgetNotMet` for a budget below a bound, no plan made: no peak or device bytes reached.

@@ -62,12 +62,14 @@ fn strategies(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Strategy>> {
 }
 
 /// What `sgc fit` reports, as data (`sgc fit --json`): the largest batch whose arena plus
-/// persistent bytes fit `memory - reserve`, unplanned and per strategy.
+/// persistent bytes fit `memory - reserve` and whose plan recomputes at most
+/// `max_recompute` of a step (`None`: no limit), unplanned and per strategy.
 #[pyfunction]
 #[pyo3(signature = (
     graph, memory, reserve=None, strategy=None, genetic_iters=defaults::GENETIC_ITERS,
     thresh_tries=defaults::thresh_tries(), seed=defaults::seed(), align=None,
     alloc_effort="fast", workers=None, device_profile=None,
+    max_recompute=Some(defaults::FIT_MAX_RECOMPUTE),
 ))]
 #[allow(clippy::too_many_arguments)]
 fn fit(
@@ -83,7 +85,13 @@ fn fit(
     alloc_effort: &str,
     workers: Option<u64>,
     device_profile: Option<&str>,
+    max_recompute: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
+    if let Some(m) = max_recompute.filter(|m| !m.is_finite() || *m < 0.0) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "max_recompute={m}: expected a share of a step of at least 0 (1/3: a third), or None for no limit"
+        )));
+    }
     let base = PlanOptions {
         seed,
         genetic_iters,
@@ -103,6 +111,7 @@ fn fit(
     opts.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
     opts.effort = Effort::by_name(alloc_effort).map_err(pyo3::exceptions::PyValueError::new_err)?;
     opts.workers = convert::workers(workers)?;
+    opts.max_recompute = max_recompute;
     let graph = Graph::of(graph)?;
     let graph = graph.get();
     let g = &graph.graph;
