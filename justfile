@@ -30,16 +30,16 @@ inspect FILE:
 bench:
     cargo bench
 
-# The planner benchmark; puts its search-speed table in README.md.
+# The planner benchmark; puts its search-speed table in docs/benchmarks.md.
 scaling:
     PLANNER_MARKDOWN=target/scaling.md cargo bench --bench planner
-    bash scripts/readme-section.sh scaling target/scaling.md
+    bash scripts/docs-section.sh docs/benchmarks.md scaling target/scaling.md "just scaling"
 
-# The allocator benchmark's instance and scaling tables, into README.md (SGC_DSA_EXTRA=DIR
-# adds instances, e.g. minimalloc's benchmarks/challenging; see benches/alloc.rs).
+# The allocator benchmark's instance and scaling tables, into docs/benchmarks.md
+# (SGC_DSA_EXTRA=DIR adds instances, e.g. minimalloc's benchmarks/challenging; see benches/alloc.rs).
 alloc-table:
     ALLOC_MARKDOWN=target/alloc.md cargo bench --bench alloc -- dsa scaling real
-    bash scripts/readme-section.sh alloc target/alloc.md
+    bash scripts/docs-section.sh docs/benchmarks.md alloc target/alloc.md "just alloc-table"
 
 # Refresh the committed peak-memory baseline that CI checks (after a deliberate change).
 baseline:
@@ -49,30 +49,31 @@ baseline:
 check-memory:
     cargo run --release -- compare graphs/*.json benches/data/checkmate/*.json --check benches/peak_memory.json
 
-# Regenerate the peak-memory table in README.md.
-readme-table:
-    bash scripts/readme-table.sh
+# Regenerate the cheap generated sections of README.md and docs/ (the session, `sgc --help`,
+# the peak-memory table) from the binary; `cargo test` fails when they are stale.
+docs:
+    SGC_BLESS=1 cargo test --test snapshots docs_sections
 
 # The real corpus planned by every strategy beside MegEngine's search (reference results in
-# benches/real_reference.json; refresh them with scripts/real-reference.sh); updates README.md.
+# benches/real_reference.json; refresh them with scripts/real-reference.sh); updates docs/benchmarks.md.
 real:
     REAL_MARKDOWN=target/real.md cargo bench --bench real
-    bash scripts/readme-section.sh real target/real.md
+    bash scripts/docs-section.sh docs/benchmarks.md real target/real.md "just real"
 
 # Run-time DTR: bookkeeping overhead on the CPU backend and the threshold sweep of
-# MegEngine's guide (zoo ResNet-50, batch 200, 11 GB) beside the static plan; updates README.md
-# and docs/dtr_sweep.svg.
+# MegEngine's guide (zoo ResNet-50, batch 200, 11 GB) beside the static plan; updates
+# docs/benchmarks.md and docs/dtr_sweep.svg.
 dtr:
     DTR_MARKDOWN=target/dtr.md DTR_SVG=docs/dtr_sweep.svg cargo bench --bench dtr
-    bash scripts/readme-section.sh dtr target/dtr.md
+    bash scripts/docs-section.sh docs/benchmarks.md dtr target/dtr.md "just dtr"
 
 # sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
 # measured beside sgc's prediction, and beside torch.compile's activation_memory_budget
-# 0.1..0.9; updates README.md (CPU; about half an hour on 2 cores). Use the CI venv or set PYTHON.
+# 0.1..0.9; updates docs/pytorch.md (CPU; about half an hour on 2 cores). Use the CI venv or set PYTHON.
 vs-torch PYTHON="python3":
     cargo build --release
     cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/vs_torch.py --out ../target/vs_torch.md
-    bash scripts/readme-section.sh vs-torch target/vs_torch.md
+    bash scripts/docs-section.sh docs/pytorch.md vs-torch target/vs_torch.md "just vs-torch"
 
 # What the GPU check carries to a GPU machine (target/gpu-carry: sgc and the CUDA tests built
 # with --features cuda, the abi3 wheel).

@@ -30,7 +30,7 @@
 //!
 //! Every placement is checked by the independent validator (plans by the plan verifier)
 //! before its row is printed. `ALLOC_MARKDOWN=FILE` also writes the dsa, scaling and real
-//! tables there as markdown (`just alloc-table` puts them in the README).
+//! tables there as markdown (`just alloc-table` puts them in docs/benchmarks.md).
 
 mod common;
 

@@ -12,7 +12,7 @@
 //!    at the bytes DTR touched and at the threshold, with the verdict per threshold.
 //!
 //! `cargo bench --bench dtr [STEPS]` (release). `DTR_MARKDOWN=FILE` also writes the tables
-//! as markdown (`just dtr` puts them in README.md); `DTR_SVG=FILE` writes the sweep's plot.
+//! as markdown (`just dtr` puts them in docs/benchmarks.md); `DTR_SVG=FILE` writes the sweep's plot.
 
 use sgc::exec::dtr::{simulate, DtrExecutor, DtrOptions};
 use sgc::exec::{CpuBackend, Executor};

@@ -34,7 +34,7 @@
 //! the same spells.
 //!
 //! `REAL_MARKDOWN=FILE` also writes the tables as markdown (`just real` puts them in
-//! README.md); `REAL_ONLY=a,b` restricts the graphs.
+//! docs/benchmarks.md); `REAL_ONLY=a,b` restricts the graphs.
 
 mod common;
 

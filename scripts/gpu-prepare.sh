@@ -3,7 +3,7 @@
 # that has no Rust toolchain and no internet: target/gpu-carry/ holds the release `sgc` built
 # with --features cuda, the CUDA test binaries of sgc-exec (stripped), and the abi3 wheel of
 # the Python package. Then, with the device tool: carry target/gpu-carry and run
-# `bash scripts/gpu-check.sh` (README "GPU check").
+# `bash scripts/gpu-check.sh` (docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 carry=target/gpu-carry

@@ -4,7 +4,7 @@
 //! `sgc fit`, `sgc compare` and `sgc inspect` agree with it and with each other. One
 //! exception, on purpose: the genetic refinement. The library's default is 0 (a caller
 //! asks for the search it pays for); the command line refines for [`GENETIC_ITERS`]
-//! generations, the setting every table in README uses and the one users were told to type.
+//! generations, the setting every table in docs/ uses and the one users were told to type.
 
 use crate::plan::{PlanOptions, Strategy};
 

@@ -3,6 +3,9 @@
 //! masked (`<t>`, `<n>`, `<repo>`, `<tmp>`), everything else must match the snapshot in
 //! `tests/snapshots/` exactly. After a deliberate change of wording, refresh them with
 //! `SGC_BLESS=1 cargo test --test snapshots` and review the diff.
+//!
+//! The same holds for the generated sections of README.md and docs/ (the session, `sgc
+//! --help`, the peak-memory table): `just docs` rewrites them, and a stale one fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -305,5 +308,150 @@ fn dtr() {
                 "16kB..8kB",
             ],
         ],
+    );
+}
+
+// -- the generated sections of README.md and docs/ -------------------------------------
+
+/// One generated section: the text between `<!-- NAME:begin -->` and `<!-- NAME:end -->`
+/// in `file`, made from the output of `sgc` commands.
+struct Section {
+    file: &'static str,
+    name: &'static str,
+    body: String,
+}
+
+/// Commands' outputs as a transcript: each command after `$ `, what it printed; the exit
+/// line of a command that succeeded is left out.
+fn transcript(commands: &[&[&str]]) -> String {
+    let mut s = String::from("```text\n");
+    for c in commands {
+        s += &run(c).replace("--- exit 0\n", "");
+    }
+    s + "```\n"
+}
+
+/// `graphs/*.json` and `benches/data/checkmate/*.json`, sorted, as the shell expands them.
+fn compare_inputs() -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in ["graphs", "benches/data/checkmate"] {
+        let mut names: Vec<String> = std::fs::read_dir(Path::new(repo()).join(dir))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".json"))
+            .map(|n| format!("{dir}/{n}"))
+            .collect();
+        names.sort();
+        files.extend(names);
+    }
+    files
+}
+
+/// Every generated section, made afresh.
+fn docs_sections() -> Vec<Section> {
+    let inputs = compare_inputs();
+    let mut compare: Vec<&str> = vec!["compare"];
+    compare.extend(inputs.iter().map(String::as_str));
+    let compared = run(&compare);
+    let table = compared
+        .lines()
+        .filter(|l| l.starts_with('|') || l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    vec![
+        Section {
+            file: "README.md",
+            name: "session",
+            body: transcript(&[
+                &[
+                    "plan",
+                    "graphs/resnet50.json",
+                    "--genetic-iters",
+                    "20",
+                    "-o",
+                    "out/resnet50.plan.json",
+                ],
+                &[
+                    "fit",
+                    "graphs/real/resnet50.json.gz",
+                    "--memory",
+                    "11GiB",
+                    "--strategy",
+                    "none,sublinear",
+                    "-q",
+                ],
+                &[
+                    "run",
+                    "graphs/tiny_cnn.json",
+                    "--strategy",
+                    "sublinear",
+                    "--compare",
+                ],
+            ]),
+        },
+        Section {
+            file: "docs/commands.md",
+            name: "help",
+            body: transcript(&[&["--help"]]),
+        },
+        Section {
+            file: "docs/benchmarks.md",
+            name: "compare",
+            body: table.trim().to_string() + "\n",
+        },
+    ]
+}
+
+/// `text` with section `name` holding `body`; `None` when it has no such markers.
+fn with_section(text: &str, name: &str, body: &str) -> Option<String> {
+    let (begin, end) = (
+        format!("<!-- {name}:begin -->\n"),
+        format!("<!-- {name}:end -->"),
+    );
+    let (head, rest) = text.split_once(&begin)?;
+    let (_, tail) = rest.split_once(&end)?;
+    Some(format!("{head}{begin}{body}{end}{tail}"))
+}
+
+/// The generated sections are what the commands print now: `just docs` (`SGC_BLESS=1`)
+/// rewrites them; otherwise a stale one fails, naming its file and section. A copy of
+/// README with one figure of its session changed must fail the same comparison.
+#[test]
+fn docs_sections_are_current() {
+    let mut stale = Vec::new();
+    for s in docs_sections() {
+        let path = Path::new(repo()).join(s.file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let fresh = with_section(&text, s.name, &s.body)
+            .unwrap_or_else(|| panic!("{}: no `{}` section markers", s.file, s.name));
+        if s.name == "session" {
+            let digit = fresh.find("planned peak").unwrap()
+                + fresh[fresh.find("planned peak").unwrap()..]
+                    .find(|c: char| c.is_ascii_digit())
+                    .unwrap();
+            let mut edited = fresh.clone();
+            let changed = if &fresh[digit..=digit] == "9" {
+                "8"
+            } else {
+                "9"
+            };
+            edited.replace_range(digit..=digit, changed);
+            assert_ne!(
+                with_section(&edited, s.name, &s.body).as_deref(),
+                Some(edited.as_str()),
+                "an edited figure must make the section stale"
+            );
+        }
+        if std::env::var_os("SGC_BLESS").is_some() {
+            std::fs::write(&path, &fresh).unwrap();
+        } else if fresh != text {
+            stale.push(format!("{} (section `{}`)", s.file, s.name));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "generated sections differ from what the commands print now: {}; run `just docs` \
+         (SGC_BLESS=1 cargo test --test snapshots docs_sections) and review the diff",
+        stale.join(", ")
     );
 }

@@ -4,7 +4,7 @@
 //! `plot -o`, `compare --write-baseline`) first refuses an output path that names one of its inputs (the same file by
 //! any path: it would lose the input), then writes through `sgc_ir::file::write_atomic`:
 //! a temporary file beside the output, renamed into place, so an interrupted run leaves the
-//! old file.
+//! old file. A missing folder of the output is made.
 
 use super::CliResult;
 use std::path::Path;
@@ -30,8 +30,12 @@ pub fn refuse_input(output: &Path, inputs: &[&Path]) -> CliResult {
     }
 }
 
-/// Writes `bytes` to `output` atomically; the error names the file.
+/// Writes `bytes` to `output` atomically, making its folder first when it is missing
+/// (`-o out/plan.json` in a fresh clone); the error names the file.
 pub fn write(output: &Path, bytes: &[u8]) -> CliResult {
-    sgc::ir::file::write_atomic(output, bytes)
-        .map_err(|e| format!("{}: cannot write: {e}", output.display()).into())
+    let cannot = |e: std::io::Error| format!("{}: cannot write: {e}", output.display());
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(cannot)?;
+    }
+    sgc::ir::file::write_atomic(output, bytes).map_err(|e| cannot(e).into())
 }

@@ -42,9 +42,14 @@ impl Plan {
 
     /// Writes the plan file (atomically: a temporary file renamed into place).
     fn save(&self, path: std::path::PathBuf) -> PyResult<()> {
-        sgc::ir::file::write_atomic(&path, self.plan.to_json().as_bytes()).map_err(|e| {
+        let cannot = |e: std::io::Error| {
             pyo3::exceptions::PyOSError::new_err(format!("{}: cannot write: {e}", path.display()))
-        })
+        };
+        // A missing folder is made, as `sgc plan -o` makes it.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(cannot)?;
+        }
+        sgc::ir::file::write_atomic(&path, self.plan.to_json().as_bytes()).map_err(cannot)
     }
 
     /// The plan's figures (the plan file's `summary`), with `strategy`, `arena_bytes` and
