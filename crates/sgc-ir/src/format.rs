@@ -1,4 +1,4 @@
-//! Reading and writing the version-1 graph format (`shared/docs/graph-format.md`).
+//! Reading and writing the version-1 graph format (`docs/graph-format.md`).
 //!
 //! Reading goes JSON text -> `serde_json::Value` (syntax errors carry line and column)
 //! -> [`GraphDef`] by hand, field by field, so that every field-level problem (an unknown

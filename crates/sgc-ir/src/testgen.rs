@@ -30,7 +30,7 @@ use crate::ids::{DType, Phase, TensorKind};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 
-/// The example graph of `shared/docs/graph-format.md`, verbatim.
+/// The example graph of `docs/graph-format.md`, verbatim.
 pub const DOC_EXAMPLE: &str = r#"{
   "format": "sgc-graph", "version": 1, "name": "tiny",
   "tensors": [

@@ -6,9 +6,10 @@ use sgc_ir::testgen::{random_graph, random_graph_def, GenConfig, DOC_EXAMPLE};
 use sgc_ir::{format, load_any, Graph, TensorKind};
 use std::path::PathBuf;
 
-fn shared(rel: &str) -> PathBuf {
+/// A file of the repository, by its path from the root.
+fn repo(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
+        .join("../..")
         .join(rel)
 }
 
@@ -28,7 +29,7 @@ fn assert_round_trip(g: &Graph, what: &str) -> String {
 
 #[test]
 fn doc_example_is_the_format_docs_example_verbatim() {
-    let doc = std::fs::read_to_string(shared("docs/graph-format.md")).unwrap();
+    let doc = std::fs::read_to_string(repo("docs/graph-format.md")).unwrap();
     let start = doc.find("```json\n").expect("the doc has a json block") + "```json\n".len();
     let len = doc[start..].find("\n```").unwrap();
     assert_eq!(&doc[start..start + len], DOC_EXAMPLE);
@@ -56,7 +57,7 @@ fn save_and_load_through_a_file() {
 
 #[test]
 fn every_checkmate_graph_round_trips() {
-    let dir = shared("data/checkmate");
+    let dir = repo("benches/data/checkmate");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
