@@ -41,7 +41,7 @@ site=$(mktemp -d)
 export PYTHONPATH="$site:$repo/python"
 export PYTHONUNBUFFERED=1
 # The test binaries read files by the absolute paths of the machine that built them.
-built=$(strings "$carry/tests/cuda_tiny" 2>/dev/null | grep -o '/[^ ]*/crates/sgc-exec' | head -1)
+built=$(grep -aoE '/[A-Za-z0-9_./+-]*/crates/sgc-exec' "$carry/tests/cuda_tiny" 2>/dev/null | head -1)
 built_root=${built%/crates/sgc-exec}
 if [ -n "$built_root" ] && [ "$built_root" != "$repo" ] && [ ! -e "$built_root" ]; then
   mkdir -p "$(dirname "$built_root")" && ln -s "$repo" "$built_root"
