@@ -91,6 +91,13 @@ pub enum GraphError {
         field: String,
         value: String,
     },
+    #[error("op `{op}` (type `{op_type}`) {effect} but is recomputable (its `recomputable` is true or absent, and absent means true): a planner would run it again; set \"recomputable\": false on it")]
+    EffectfulRecomputable {
+        op: String,
+        op_type: String,
+        /// What the op table says the type does: `draws random numbers` or `writes state`.
+        effect: &'static str,
+    },
     #[error("op `{op}`: inplace pair {pair} is invalid: {why}")]
     BadInplace {
         op: String,
@@ -181,7 +188,8 @@ impl GraphError {
             | ReadBeforeProduced { op, .. }
             | ViewBeforeBase { op, .. }
             | BadCost { op, .. }
-            | BadInplace { op, .. } => Some(op),
+            | BadInplace { op, .. }
+            | EffectfulRecomputable { op, .. } => Some(op),
             DuplicateOp(o) => Some(o),
             LinkAgainstOrder { to, .. } => Some(to),
             UnknownNode { node, .. } => Some(node),

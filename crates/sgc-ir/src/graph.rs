@@ -77,16 +77,19 @@ pub struct OpDef {
 }
 
 impl OpDef {
-    /// An op of type `op` with no phase, cost, attributes or in-place pairs.
+    /// An op of type `op` with no phase, cost, attributes or in-place pairs; recomputable
+    /// unless the op table says the type draws random numbers or writes state.
     pub fn new(
         name: impl Into<String>,
         op: impl Into<String>,
         inputs: Vec<String>,
         outputs: Vec<String>,
     ) -> Self {
+        let op = op.into();
+        let recomputable = OpKind::parse(&op).is_none_or(|k| k.spec().recomputable());
         OpDef {
             name: name.into(),
-            op: op.into(),
+            op,
             inputs,
             outputs,
             phase: None,
@@ -94,7 +97,7 @@ impl OpDef {
             flops: None,
             attrs: None,
             inplace: Vec::new(),
-            recomputable: true,
+            recomputable,
         }
     }
 }

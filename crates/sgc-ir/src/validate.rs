@@ -6,7 +6,7 @@
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 use crate::ids::{OpId, TensorId, TensorKind};
-use crate::ops::OpKind;
+use crate::ops::{Effect, OpKind};
 
 use std::collections::HashMap;
 
@@ -186,6 +186,8 @@ fn check_op(o: &OpDef, ids: &HashMap<String, TensorId>) -> Result<Op, GraphError
     };
     let inputs = resolve(&o.inputs)?;
     let outputs = resolve(&o.outputs)?;
+    let kind = OpKind::parse(&o.op);
+    check_effect(o, kind)?;
     for (field, v) in [("time_us", o.time_us), ("flops", o.flops)] {
         if let Some(v) = v {
             if !v.is_finite() || v < 0.0 {
@@ -215,7 +217,7 @@ fn check_op(o: &OpDef, ids: &HashMap<String, TensorId>) -> Result<Op, GraphError
     Ok(Op {
         name: o.name.clone(),
         op_type: o.op.clone(),
-        kind: OpKind::parse(&o.op),
+        kind,
         inputs,
         outputs,
         phase: o.phase,
@@ -224,6 +226,26 @@ fn check_op(o: &OpDef, ids: &HashMap<String, TensorId>) -> Result<Op, GraphError
         attrs: o.attrs.clone(),
         inplace,
         recomputable: o.recomputable,
+    })
+}
+
+/// The op table decides what an op does besides computing its outputs: a type it lists as
+/// drawing random numbers or writing state must not be `recomputable`, whatever the file
+/// says (the planners and the verifier read the flag). A type the table does not know
+/// keeps the file's flag.
+fn check_effect(o: &OpDef, kind: Option<OpKind>) -> Result<(), GraphError> {
+    let effect = match kind.map(|k| k.spec().effect) {
+        Some(Effect::Random) => "draws random numbers",
+        Some(Effect::Writes) => "writes state",
+        Some(Effect::Pure) | None => return Ok(()),
+    };
+    if !o.recomputable {
+        return Ok(());
+    }
+    Err(GraphError::EffectfulRecomputable {
+        op: o.name.clone(),
+        op_type: o.op.clone(),
+        effect,
     })
 }
 

@@ -646,6 +646,54 @@ fn op_missing_fields() {
     rejects!(text, GraphError::MissingField { ref context, .. } if context == "op #1", ["op #1"]);
 }
 
+// ----- effects: the op table decides what may be recomputed -----
+
+/// The example with op `act` of type `ty`, its `recomputable` field written as `flag`
+/// (nothing when `None`).
+fn act_of_type(ty: &str, flag: Option<&str>) -> String {
+    let field = flag.map_or(String::new(), |f| format!(r#", "recomputable": {f}"#));
+    edit(&[(
+        r#"{"name": "act",  "op": "relu",        "inputs": ["h"], "outputs": ["y"]}"#,
+        &format!(r#"{{"name": "act",  "op": "{ty}", "inputs": ["h"], "outputs": ["y"]{field}}}"#),
+    )])
+}
+
+#[test]
+fn random_or_writing_op_marked_recomputable() {
+    use sgc_ir::ops::OpKind;
+    for (kind, effect) in [
+        (OpKind::AtenDropout, "draws random numbers"),
+        (OpKind::AtenBernoulli, "draws random numbers"),
+        (OpKind::AtenCopyInPlace, "writes state"),
+        (OpKind::SgdUpdate, "writes state"),
+    ] {
+        for flag in [None, Some("true")] {
+            let text = act_of_type(kind.name(), flag);
+            rejects!(text, GraphError::EffectfulRecomputable { ref op, ref op_type, .. } if op == "act" && op_type == kind.name(),
+                [q("act"), q(kind.name()), effect, r#"set "recomputable": false"#]);
+        }
+        let g = format::from_str(&act_of_type(kind.name(), Some("false"))).unwrap();
+        assert!(!g.op(g.op_by_name("act").unwrap()).recomputable);
+    }
+}
+
+#[test]
+fn the_file_flag_holds_for_pure_and_unknown_ops() {
+    for (ty, flag, recomputable) in [
+        ("relu", None, true),
+        ("relu", Some("false"), false),
+        ("my_random_op", None, true),
+        ("my_random_op", Some("false"), false),
+    ] {
+        let g = format::from_str(&act_of_type(ty, flag)).unwrap();
+        assert_eq!(
+            g.op(g.op_by_name("act").unwrap()).recomputable,
+            recomputable,
+            "{ty} {flag:?}"
+        );
+    }
+}
+
 // ----- batch_dim -----
 
 #[test]
