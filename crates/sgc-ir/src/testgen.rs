@@ -27,8 +27,19 @@
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase, TensorKind};
+use crate::ops::OpKind;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
+
+/// Op types the op table ([`OpKind`]) does not know, on purpose: planning treats a file's op
+/// types as opaque, and generated graphs keep exercising that (an effectful one among them
+/// keeps the file's `recomputable` flag).
+const OPAQUE_VIEW: &str = "view";
+const OPAQUE_DROPOUT: &str = "dropout";
+const OPAQUE_RNG: &str = "rng_uniform";
+const OPAQUE_SPLIT: &str = "split";
+const OPAQUE_POOL_WITH_INDICES: &str = "max_pool_with_indices";
+const OPAQUE_UPDATE: &str = "adam_step";
 
 /// The example graph of `docs/graph-format.md`, verbatim.
 pub const DOC_EXAMPLE: &str = r#"{
@@ -466,7 +477,12 @@ impl<'c> Gen<'c> {
         let v = self.like(format!("v{n}"), base, TensorKind::Activation);
         self.def.tensors[v].alias_of = Some(self.name(base));
         self.def.tensors[v].bytes = None;
-        let kind = *self.rng.pick(&["view", "reshape", "transpose", "slice"]);
+        let kind = *self.rng.pick(&[
+            OPAQUE_VIEW,
+            OpKind::Reshape.name(),
+            OpKind::Transpose.name(),
+            OpKind::Slice.name(),
+        ]);
         self.op(kind, &[base], &[v], Phase::Forward);
         self.record_fwd(vec![base], vec![v]);
         self.pool.push(v);
@@ -493,15 +509,22 @@ impl<'c> Gen<'c> {
         }
         let non_recomputable = self.rng.chance(self.cfg.non_recomputable_prob);
         let kind = if non_recomputable {
-            *self.rng.pick(&["dropout", "rng_uniform"])
+            *self.rng.pick(&[OPAQUE_DROPOUT, OPAQUE_RNG])
         } else if n_out > 1 {
-            *self
-                .rng
-                .pick(&["split", "batch_norm", "max_pool_with_indices"])
+            *self.rng.pick(&[
+                OPAQUE_SPLIT,
+                OpKind::BatchNorm.name(),
+                OPAQUE_POOL_WITH_INDICES,
+            ])
         } else {
-            *self
-                .rng
-                .pick(&["matmul", "conv2d", "relu", "add", "layer_norm", "gelu"])
+            *self.rng.pick(&[
+                OpKind::MatMul.name(),
+                OpKind::Conv2d.name(),
+                OpKind::Relu.name(),
+                OpKind::Add.name(),
+                OpKind::LayerNorm.name(),
+                OpKind::Gelu.name(),
+            ])
         };
         let op = self.op(kind, &inputs, &outputs, Phase::Forward);
         self.def.ops[op].recomputable = !non_recomputable;
@@ -567,7 +590,7 @@ impl<'c> Gen<'c> {
         let v = self.like(format!("{}_t{n}", self.name(w)), w, TensorKind::Activation);
         self.def.tensors[v].alias_of = Some(self.name(w));
         self.def.tensors[v].bytes = None;
-        self.op("transpose", &[w], &[v], Phase::Forward);
+        self.op(OpKind::Transpose.name(), &[w], &[v], Phase::Forward);
         self.record_fwd(vec![w], vec![v]);
         v
     }
@@ -602,7 +625,12 @@ impl<'c> Gen<'c> {
         let loss = self.tensor("loss".into(), vec![], TensorKind::Activation);
         self.def.tensors[loss].dtype = DType::F32;
         self.def.tensors[loss].bytes = None;
-        self.op("cross_entropy", &inputs, &[loss], Phase::Forward);
+        self.op(
+            OpKind::CrossEntropy.name(),
+            &inputs,
+            &[loss],
+            Phase::Forward,
+        );
         self.record_fwd(inputs, vec![loss]);
         if self.rng.chance(0.3) {
             self.def.outputs.push(self.name(head)); // logits for metrics
@@ -681,7 +709,7 @@ impl<'c> Gen<'c> {
         let v = self.like(format!("d{n}_view"), g, TensorKind::Activation);
         self.def.tensors[v].alias_of = Some(self.name(g));
         self.def.tensors[v].bytes = None;
-        self.op("reshape", &[g], &[v], Phase::Backward);
+        self.op(OpKind::Reshape.name(), &[g], &[v], Phase::Backward);
         Some(v)
     }
 
@@ -700,7 +728,7 @@ impl<'c> Gen<'c> {
                 w,
                 TensorKind::Activation,
             );
-            let op = self.op("adam_step", &[w, g, m], &[w_next, m_next], Phase::Update);
+            let op = self.op(OPAQUE_UPDATE, &[w, g, m], &[w_next, m_next], Phase::Update);
             self.def.ops[op].recomputable = false;
             self.def.outputs.push(self.name(w_next));
             self.def.outputs.push(self.name(m_next));

@@ -4,6 +4,7 @@
 
 use super::{numel, NewOp, Record, Rule, TrainBuilder, TrainError, Var};
 use crate::ids::Phase;
+use crate::ops::OpKind;
 use serde_json::json;
 
 type R<T> = Result<T, TrainError>;
@@ -57,7 +58,7 @@ impl TrainBuilder {
         let name = format!("{}.grad_acc{}", self.name_of(x), count);
         let flops = numel(self.shape(x)) as f64;
         let sum = self.activation_like(&name, x)?;
-        let op = NewOp::new(&name, "add", vec![prev, g], vec![sum], flops)
+        let op = NewOp::new(&name, OpKind::Add, vec![prev, g], vec![sum], flops)
             .inplace(0, 0)
             .inplace(0, 1);
         self.push(op, Phase::Backward)?;
@@ -101,8 +102,8 @@ impl TrainBuilder {
                 .map(|s| (s, dy))
                 .collect()),
             Rule::Mul => self.mul_backward(rec, dy),
-            Rule::Relu => self.elementwise_backward(rec, dy, "relu_grad", rec.outputs[0], 1.0),
-            Rule::Gelu => self.elementwise_backward(rec, dy, "gelu_grad", rec.inputs[0], 16.0),
+            Rule::Relu => self.elementwise_backward(rec, dy, OpKind::ReluGrad, rec.outputs[0], 1.0),
+            Rule::Gelu => self.elementwise_backward(rec, dy, OpKind::GeluGrad, rec.inputs[0], 16.0),
             Rule::Conv2d { stride, padding } => self.conv_backward(rec, dy, *stride, *padding),
             Rule::MaxPool2d {
                 kernel,
@@ -110,20 +111,25 @@ impl TrainBuilder {
                 padding,
             } => {
                 let attrs = json!({ "kernel": kernel, "stride": stride, "padding": padding });
-                let op = self.single(rec, "max_pool2d_grad", vec![rec.inputs[0], dy], rec.flops);
+                let op = self.single(
+                    rec,
+                    OpKind::MaxPool2dGrad,
+                    vec![rec.inputs[0], dy],
+                    rec.flops,
+                );
                 self.one(rec, op.attrs(attrs))
             }
             Rule::GlobalAvgPool => {
                 let s = self.shape(rec.inputs[0]).to_vec();
                 let attrs = json!({ "height": s[2], "width": s[3] });
-                let op = self.single(rec, "global_avg_pool_grad", vec![dy], numel(&s) as f64);
+                let op = self.single(rec, OpKind::GlobalAvgPoolGrad, vec![dy], numel(&s) as f64);
                 self.one(rec, op.attrs(attrs))
             }
-            Rule::BatchNorm => self.norm_backward(rec, dy, "batch_norm_grad"),
-            Rule::LayerNorm => self.norm_backward(rec, dy, "layer_norm_grad"),
+            Rule::BatchNorm => self.norm_backward(rec, dy, OpKind::BatchNormGrad),
+            Rule::LayerNorm => self.norm_backward(rec, dy, OpKind::LayerNormGrad),
             Rule::Softmax { scale } => {
                 let flops = 4.0 * numel(self.shape(dy)) as f64;
-                let op = self.single(rec, "softmax_grad", vec![rec.outputs[0], dy], flops);
+                let op = self.single(rec, OpKind::SoftmaxGrad, vec![rec.outputs[0], dy], flops);
                 self.one(rec, op.attrs(json!({ "scale": scale })).inplace(0, 1))
             }
             Rule::Embedding => self.embedding_backward(rec, dy),
@@ -131,7 +137,7 @@ impl TrainBuilder {
                 let name = format!("{}.grad_input", rec.name);
                 let g = self.view(&name, dy, self.shape(rec.inputs[0]).to_vec())?;
                 self.push(
-                    NewOp::new(&name, "reshape", vec![dy], vec![g], 0.0),
+                    NewOp::new(&name, OpKind::Reshape, vec![dy], vec![g], 0.0),
                     Phase::Backward,
                 )?;
                 Ok(vec![(0, g)])
@@ -142,13 +148,13 @@ impl TrainBuilder {
                     inverse[p] = i;
                 }
                 let flops = numel(self.shape(dy)) as f64;
-                let op = self.single(rec, "transpose", vec![dy], flops);
+                let op = self.single(rec, OpKind::Transpose, vec![dy], flops);
                 self.one(rec, op.attrs(json!({ "perm": inverse })))
             }
             Rule::Concat { axis } => self.concat_backward(rec, dy, *axis),
             Rule::Upsample2x => {
                 let flops = numel(self.shape(dy)) as f64;
-                let op = self.single(rec, "upsample_nearest2x_grad", vec![dy], flops);
+                let op = self.single(rec, OpKind::Upsample2xGrad, vec![dy], flops);
                 self.one(rec, op)
             }
             Rule::CrossEntropy => self.cross_entropy_backward(rec),
@@ -156,10 +162,10 @@ impl TrainBuilder {
     }
 
     /// A backward op `<name>.grad_input` (outputs filled in by [`Self::one`]).
-    fn single(&self, rec: &Record, ty: &'static str, inputs: Vec<Var>, flops: f64) -> NewOp {
+    fn single(&self, rec: &Record, kind: OpKind, inputs: Vec<Var>, flops: f64) -> NewOp {
         NewOp::new(
             &format!("{}.grad_input", rec.name),
-            ty,
+            kind,
             inputs,
             vec![],
             flops,
@@ -178,18 +184,23 @@ impl TrainBuilder {
         &mut self,
         rec: &Record,
         dy: Var,
-        ty: &'static str,
+        kind: OpKind,
         saved: Var,
         per_elem: f64,
     ) -> R<Vec<Contribution>> {
         let flops = per_elem * numel(self.shape(dy)) as f64;
-        let op = self.single(rec, ty, vec![saved, dy], flops).inplace(0, 1);
+        let op = self.single(rec, kind, vec![saved, dy], flops).inplace(0, 1);
         self.one(rec, op)
     }
 
     fn cross_entropy_backward(&mut self, rec: &Record) -> R<Vec<Contribution>> {
         let (logits, labels) = (rec.inputs[0], rec.inputs[1]);
-        let op = self.single(rec, "cross_entropy_grad", vec![logits, labels], rec.flops);
+        let op = self.single(
+            rec,
+            OpKind::CrossEntropyGrad,
+            vec![logits, labels],
+            rec.flops,
+        );
         self.one(rec, op.attrs(json!({ "reduction": "mean" })))
     }
 
@@ -197,13 +208,13 @@ impl TrainBuilder {
         let (a, b) = (rec.inputs[0], rec.inputs[1]);
         let mut out = Vec::new();
         if self.wants(rec, 0) {
-            let op = self.single(rec, "matmul", vec![dy, b], rec.flops);
+            let op = self.single(rec, OpKind::MatMul, vec![dy, b], rec.flops);
             out.push((0, self.grad_op(op.attrs(json!({ "transpose_b": !tb })), a)?));
         }
         if self.wants(rec, 1) {
             let name = format!("{}.grad_weight", rec.name);
             let inputs = if tb { vec![dy, a] } else { vec![a, dy] };
-            let op = NewOp::new(&name, "matmul_tn", inputs, vec![], rec.flops);
+            let op = NewOp::new(&name, OpKind::MatMulTn, inputs, vec![], rec.flops);
             out.push((1, self.grad_op(op, b)?));
         }
         Ok(out)
@@ -243,7 +254,7 @@ impl TrainBuilder {
         like: Var,
     ) -> R<Var> {
         let name = format!("{}.{suffix}", rec.name);
-        let op = NewOp::new(&name, "batched_matmul", inputs, vec![], rec.flops)
+        let op = NewOp::new(&name, OpKind::BatchedMatMul, inputs, vec![], rec.flops)
             .attrs(json!({ "transpose_a": ta, "transpose_b": tb }));
         self.grad_op(op, like)
     }
@@ -256,7 +267,7 @@ impl TrainBuilder {
         if self.wants(rec, 1) {
             let name = format!("{}.grad_bias", rec.name);
             let flops = numel(self.shape(dy)) as f64;
-            let op = NewOp::new(&name, "bias_add_grad", vec![dy], vec![], flops)
+            let op = NewOp::new(&name, OpKind::BiasAddGrad, vec![dy], vec![], flops)
                 .attrs(json!({ "axis": axis }));
             out.push((1, self.grad_op(op, rec.inputs[1])?));
         }
@@ -269,7 +280,7 @@ impl TrainBuilder {
         for (slot, suffix, other) in [(0, "grad_a", b), (1, "grad_b", a)] {
             if self.wants(rec, slot) {
                 let name = format!("{}.{suffix}", rec.name);
-                let op = NewOp::new(&name, "mul", vec![dy, other], vec![], rec.flops);
+                let op = NewOp::new(&name, OpKind::Mul, vec![dy, other], vec![], rec.flops);
                 out.push((slot, self.grad_op(op, rec.inputs[slot])?));
             }
         }
@@ -281,12 +292,18 @@ impl TrainBuilder {
         let attrs = json!({ "stride": s, "padding": p });
         let mut out = Vec::new();
         if self.wants(rec, 0) {
-            let op = self.single(rec, "conv2d_grad_input", vec![dy, w], rec.flops);
+            let op = self.single(rec, OpKind::Conv2dGradInput, vec![dy, w], rec.flops);
             out.push((0, self.grad_op(op.attrs(attrs.clone()), x)?));
         }
         if self.wants(rec, 1) {
             let name = format!("{}.grad_weight", rec.name);
-            let op = NewOp::new(&name, "conv2d_grad_weight", vec![x, dy], vec![], rec.flops);
+            let op = NewOp::new(
+                &name,
+                OpKind::Conv2dGradWeight,
+                vec![x, dy],
+                vec![],
+                rec.flops,
+            );
             out.push((1, self.grad_op(op.attrs(attrs), w)?));
         }
         Ok(out)
@@ -294,7 +311,7 @@ impl TrainBuilder {
 
     /// `batch_norm_grad` / `layer_norm_grad`: one op `<name>.grad` reading the input,
     /// gamma, the saved statistics and dy, writing dx, dgamma and dbeta.
-    fn norm_backward(&mut self, rec: &Record, dy: Var, ty: &'static str) -> R<Vec<Contribution>> {
+    fn norm_backward(&mut self, rec: &Record, dy: Var, kind: OpKind) -> R<Vec<Contribution>> {
         let (x, gamma, beta) = (rec.inputs[0], rec.inputs[1], rec.inputs[2]);
         let (mean, spread) = (rec.outputs[1], rec.outputs[2]);
         let mut outs = Vec::new();
@@ -309,7 +326,7 @@ impl TrainBuilder {
         let flops = 12.0 * numel(self.shape(x)) as f64;
         let op = NewOp::new(
             &name,
-            ty,
+            kind,
             vec![x, gamma, mean, spread, dy],
             outs.clone(),
             flops,
@@ -329,7 +346,7 @@ impl TrainBuilder {
         let name = format!("{}.grad_weight", rec.name);
         let v = self.shape(weight)[0];
         let flops = numel(self.shape(dy)) as f64;
-        let op = NewOp::new(&name, "embedding_grad", vec![ids, dy], vec![], flops)
+        let op = NewOp::new(&name, OpKind::EmbeddingGrad, vec![ids, dy], vec![], flops)
             .attrs(json!({ "num_embeddings": v }));
         Ok(vec![(1, self.grad_op(op, weight)?)])
     }
@@ -342,7 +359,7 @@ impl TrainBuilder {
             if self.wants(rec, slot) {
                 let name = format!("{}.grad_input{slot}", rec.name);
                 let flops = numel(self.shape(x)) as f64;
-                let op = NewOp::new(&name, "slice", vec![dy], vec![], flops)
+                let op = NewOp::new(&name, OpKind::Slice, vec![dy], vec![], flops)
                     .attrs(json!({ "axis": axis, "start": start, "end": end }));
                 out.push((slot, self.grad_op(op, x)?));
             }

@@ -56,6 +56,7 @@ pub use error::TrainError;
 
 use crate::graph::{GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase, TensorKind};
+use crate::ops::OpKind;
 use crate::Graph;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -134,7 +135,7 @@ struct Record {
 /// An op about to be appended.
 struct NewOp {
     name: String,
-    ty: &'static str,
+    kind: OpKind,
     inputs: Vec<Var>,
     outputs: Vec<Var>,
     flops: f64,
@@ -143,10 +144,10 @@ struct NewOp {
 }
 
 impl NewOp {
-    fn new(name: &str, ty: &'static str, inputs: Vec<Var>, outputs: Vec<Var>, flops: f64) -> Self {
+    fn new(name: &str, kind: OpKind, inputs: Vec<Var>, outputs: Vec<Var>, flops: f64) -> Self {
         NewOp {
             name: name.to_string(),
-            ty,
+            kind,
             inputs,
             outputs,
             flops,
@@ -277,13 +278,10 @@ impl TrainBuilder {
     fn sgd_update(&mut self, param: Var, grad: Var) -> Result<(), TrainError> {
         let name = format!("{}.sgd", self.name_of(param));
         let flops = 2.0 * numel(self.shape(param)) as f64;
-        let op = NewOp::new(&name, "sgd_update", vec![param, grad], vec![], flops)
+        let op = NewOp::new(&name, OpKind::SgdUpdate, vec![param, grad], vec![], flops)
             .attrs(serde_json::json!({ "lr": self.lr }));
-        self.push(op, Phase::Update)?;
-        if let Some(last) = self.ops.last_mut() {
-            last.recomputable = false;
-        }
-        Ok(())
+        // Not recomputable: the op table says it writes state (`OpDef::new`).
+        self.push(op, Phase::Update)
     }
 
     fn add_tensor(
@@ -333,7 +331,12 @@ impl TrainBuilder {
                 .map(|v| self.tensors[v.index()].name.clone())
                 .collect()
         };
-        let mut def = OpDef::new(op.name, op.ty, names(&op.inputs), names(&op.outputs));
+        let mut def = OpDef::new(
+            op.name,
+            op.kind.name(),
+            names(&op.inputs),
+            names(&op.outputs),
+        );
         def.phase = Some(phase);
         def.flops = Some(op.flops);
         def.attrs = op.attrs;

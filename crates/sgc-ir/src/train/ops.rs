@@ -3,6 +3,7 @@
 
 use super::{numel, NewOp, Rule, TrainBuilder, TrainError, Var};
 use crate::ids::DType;
+use crate::ops::OpKind;
 use serde_json::json;
 
 type R<T> = Result<T, TrainError>;
@@ -61,12 +62,12 @@ impl TrainBuilder {
     }
 
     /// An element-wise op with one float operand: output of the same shape.
-    fn unary(&mut self, name: &str, ty: &'static str, x: Var, per_elem: f64, rule: Rule) -> R<Var> {
+    fn unary(&mut self, name: &str, kind: OpKind, x: Var, per_elem: f64, rule: Rule) -> R<Var> {
         self.expect_float(name, x)?;
         let y = self.activation_like(name, x)?;
         let flops = per_elem * numel(self.shape(x)) as f64;
         self.forward(
-            NewOp::new(name, ty, vec![x], vec![y], flops).inplace(0, 0),
+            NewOp::new(name, kind, vec![x], vec![y], flops).inplace(0, 0),
             rule,
         )?;
         Ok(y)
@@ -99,7 +100,7 @@ impl TrainBuilder {
         out.push(n);
         let flops = 2.0 * numel(rows) as f64 * k as f64 * n as f64;
         let y = self.activation(name, self.dtype(a), out)?;
-        let op = NewOp::new(name, "matmul", vec![a, b], vec![y], flops)
+        let op = NewOp::new(name, OpKind::MatMul, vec![a, b], vec![y], flops)
             .attrs(json!({ "transpose_b": transpose_b }));
         self.forward(op, Rule::MatMul { transpose_b })?;
         Ok(y)
@@ -156,7 +157,7 @@ impl TrainBuilder {
         out.extend([m, n]);
         let flops = 2.0 * numel(&sa[..r - 2]) as f64 * m as f64 * k as f64 * n as f64;
         let y = self.activation(name, self.dtype(a), out)?;
-        let op = NewOp::new(name, "batched_matmul", vec![a, b], vec![y], flops)
+        let op = NewOp::new(name, OpKind::BatchedMatMul, vec![a, b], vec![y], flops)
             .attrs(json!({ "transpose_a": transpose_a, "transpose_b": transpose_b }));
         let rule = Rule::BatchedMatMul {
             transpose_a,
@@ -179,7 +180,7 @@ impl TrainBuilder {
         }
         let flops = numel(sx) as f64;
         let y = self.activation_like(name, x)?;
-        let op = NewOp::new(name, "bias_add", vec![x, bias], vec![y], flops)
+        let op = NewOp::new(name, OpKind::BiasAdd, vec![x, bias], vec![y], flops)
             .attrs(json!({ "axis": axis }))
             .inplace(0, 0);
         self.forward(op, Rule::BiasAdd { axis })?;
@@ -191,7 +192,7 @@ impl TrainBuilder {
         self.expect_same_shape(name, a, b)?;
         let y = self.activation_like(name, a)?;
         let flops = numel(self.shape(a)) as f64;
-        let op = NewOp::new(name, "add", vec![a, b], vec![y], flops)
+        let op = NewOp::new(name, OpKind::Add, vec![a, b], vec![y], flops)
             .inplace(0, 0)
             .inplace(0, 1);
         self.forward(op, Rule::Add)?;
@@ -204,7 +205,7 @@ impl TrainBuilder {
         let y = self.activation_like(name, a)?;
         let flops = numel(self.shape(a)) as f64;
         self.forward(
-            NewOp::new(name, "mul", vec![a, b], vec![y], flops),
+            NewOp::new(name, OpKind::Mul, vec![a, b], vec![y], flops),
             Rule::Mul,
         )?;
         Ok(y)
@@ -212,7 +213,7 @@ impl TrainBuilder {
 
     /// `relu`: `max(x, 0)`.
     pub fn relu(&mut self, name: &str, x: Var) -> R<Var> {
-        self.unary(name, "relu", x, 1.0, Rule::Relu)
+        self.unary(name, OpKind::Relu, x, 1.0, Rule::Relu)
     }
 
     /// `gelu`: the tanh approximation.
@@ -221,7 +222,7 @@ impl TrainBuilder {
         let y = self.activation_like(name, x)?;
         let flops = 8.0 * numel(self.shape(x)) as f64;
         self.forward(
-            NewOp::new(name, "gelu", vec![x], vec![y], flops),
+            NewOp::new(name, OpKind::Gelu, vec![x], vec![y], flops),
             Rule::Gelu,
         )?;
         Ok(y)
@@ -245,7 +246,7 @@ impl TrainBuilder {
         let out = vec![sx[0], sw[0], ho, wo];
         let flops = 2.0 * numel(&out) as f64 * numel(&sw[1..]) as f64;
         let y = self.activation(name, self.dtype(x), out)?;
-        let op = NewOp::new(name, "conv2d", vec![x, w], vec![y], flops)
+        let op = NewOp::new(name, OpKind::Conv2d, vec![x, w], vec![y], flops)
             .attrs(json!({ "stride": stride, "padding": padding }));
         self.forward(op, Rule::Conv2d { stride, padding })?;
         Ok(y)
@@ -271,7 +272,7 @@ impl TrainBuilder {
         let out = vec![sx[0], sx[1], ho, wo];
         let flops = numel(&out) as f64 * (kernel as f64).powi(2);
         let y = self.activation(name, self.dtype(x), out)?;
-        let op = NewOp::new(name, "max_pool2d", vec![x], vec![y], flops)
+        let op = NewOp::new(name, OpKind::MaxPool2d, vec![x], vec![y], flops)
             .attrs(json!({ "kernel": kernel, "stride": stride, "padding": padding }));
         let rule = Rule::MaxPool2d {
             kernel,
@@ -289,7 +290,7 @@ impl TrainBuilder {
         let sx = self.shape(x).to_vec();
         let flops = numel(&sx) as f64;
         let y = self.activation(name, self.dtype(x), vec![sx[0], sx[1]])?;
-        let op = NewOp::new(name, "global_avg_pool", vec![x], vec![y], flops);
+        let op = NewOp::new(name, OpKind::GlobalAvgPool, vec![x], vec![y], flops);
         self.forward(op, Rule::GlobalAvgPool)?;
         Ok(y)
     }
@@ -300,7 +301,15 @@ impl TrainBuilder {
         let c = *self.shape(x).get(1).ok_or_else(|| {
             TrainError::shape(name, "batch_norm takes x of rank >= 2 (channels on axis 1)")
         })?;
-        self.norm(name, "batch_norm", x, gamma, beta, c, ("mean", "invstd"))
+        self.norm(
+            name,
+            OpKind::BatchNorm,
+            x,
+            gamma,
+            beta,
+            c,
+            ("mean", "invstd"),
+        )
     }
 
     /// `layer_norm` over the last axis of `x`, with the statistics as extra outputs
@@ -310,14 +319,14 @@ impl TrainBuilder {
             .shape(x)
             .last()
             .ok_or_else(|| TrainError::shape(name, "layer_norm takes x of rank >= 1"))?;
-        self.norm(name, "layer_norm", x, gamma, beta, d, ("mean", "rstd"))
+        self.norm(name, OpKind::LayerNorm, x, gamma, beta, d, ("mean", "rstd"))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn norm(
         &mut self,
         name: &str,
-        ty: &'static str,
+        kind: OpKind,
         x: Var,
         gamma: Var,
         beta: Var,
@@ -339,7 +348,7 @@ impl TrainBuilder {
                 ));
             }
         }
-        let stat_shape = if ty == "batch_norm" {
+        let stat_shape = if kind == OpKind::BatchNorm {
             vec![features]
         } else {
             let s = self.shape(x);
@@ -350,9 +359,15 @@ impl TrainBuilder {
         let mean = self.activation(&format!("{name}.{}", stats.0), dtype, stat_shape.clone())?;
         let spread = self.activation(&format!("{name}.{}", stats.1), dtype, stat_shape)?;
         let flops = 8.0 * numel(self.shape(x)) as f64;
-        let op = NewOp::new(name, ty, vec![x, gamma, beta], vec![y, mean, spread], flops)
-            .attrs(json!({ "eps": NORM_EPS }));
-        let rule = if ty == "batch_norm" {
+        let op = NewOp::new(
+            name,
+            kind,
+            vec![x, gamma, beta],
+            vec![y, mean, spread],
+            flops,
+        )
+        .attrs(json!({ "eps": NORM_EPS }));
+        let rule = if kind == OpKind::BatchNorm {
             Rule::BatchNorm
         } else {
             Rule::LayerNorm
@@ -382,7 +397,7 @@ impl TrainBuilder {
         }
         let flops = 5.0 * numel(s) as f64;
         let y = self.activation_like(name, x)?;
-        let op = NewOp::new(name, "softmax", vec![x], vec![y], flops)
+        let op = NewOp::new(name, OpKind::Softmax, vec![x], vec![y], flops)
             .attrs(json!({ "scale": scale, "causal": causal }));
         self.forward(op, Rule::Softmax { scale })?;
         Ok(y)
@@ -398,7 +413,7 @@ impl TrainBuilder {
         out.push(self.shape(weight)[1]);
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(weight), out)?;
-        let op = NewOp::new(name, "embedding", vec![ids, weight], vec![y], flops);
+        let op = NewOp::new(name, OpKind::Embedding, vec![ids, weight], vec![y], flops);
         self.forward(op, Rule::Embedding)?;
         Ok(y)
     }
@@ -413,7 +428,7 @@ impl TrainBuilder {
         }
         let y = self.view(name, x, shape.to_vec())?;
         self.forward(
-            NewOp::new(name, "reshape", vec![x], vec![y], 0.0),
+            NewOp::new(name, OpKind::Reshape, vec![x], vec![y], 0.0),
             Rule::Reshape,
         )?;
         Ok(y)
@@ -446,8 +461,8 @@ impl TrainBuilder {
         let out: Vec<u64> = perm.iter().map(|&p| s[p]).collect();
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(x), out)?;
-        let op =
-            NewOp::new(name, "transpose", vec![x], vec![y], flops).attrs(json!({ "perm": perm }));
+        let op = NewOp::new(name, OpKind::Transpose, vec![x], vec![y], flops)
+            .attrs(json!({ "perm": perm }));
         let rule = Rule::Transpose {
             perm: perm.to_vec(),
         };
@@ -489,8 +504,8 @@ impl TrainBuilder {
         }
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(first), out)?;
-        let op =
-            NewOp::new(name, "concat", xs.to_vec(), vec![y], flops).attrs(json!({ "axis": axis }));
+        let op = NewOp::new(name, OpKind::Concat, xs.to_vec(), vec![y], flops)
+            .attrs(json!({ "axis": axis }));
         self.forward(op, Rule::Concat { axis })?;
         Ok(y)
     }
@@ -503,7 +518,7 @@ impl TrainBuilder {
         let out = vec![s[0], s[1], s[2].saturating_mul(2), s[3].saturating_mul(2)];
         let flops = numel(&out) as f64;
         let y = self.activation(name, self.dtype(x), out)?;
-        let op = NewOp::new(name, "upsample_nearest2x", vec![x], vec![y], flops);
+        let op = NewOp::new(name, OpKind::Upsample2x, vec![x], vec![y], flops);
         self.forward(op, Rule::Upsample2x)?;
         Ok(y)
     }
@@ -525,8 +540,14 @@ impl TrainBuilder {
         }
         let flops = 5.0 * numel(s) as f64;
         let y = self.activation(name, self.dtype(logits), vec![])?;
-        let op = NewOp::new(name, "cross_entropy", vec![logits, labels], vec![y], flops)
-            .attrs(json!({ "reduction": "mean" }));
+        let op = NewOp::new(
+            name,
+            OpKind::CrossEntropy,
+            vec![logits, labels],
+            vec![y],
+            flops,
+        )
+        .attrs(json!({ "reduction": "mean" }));
         self.forward(op, Rule::CrossEntropy)?;
         Ok(y)
     }

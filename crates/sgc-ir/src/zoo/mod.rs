@@ -37,74 +37,77 @@ pub struct ZooModel {
     pub build_at: fn(u64) -> Graph,
 }
 
+/// A [`ZooModel`] entry: `model!(name, batch, builder, description)`, where
+/// `builder(batch)` builds the model at any batch size.
+macro_rules! model {
+    ($name:literal, $batch:literal, $builder:path, $description:expr) => {
+        ZooModel {
+            name: $name,
+            description: $description,
+            build: || built($builder($batch)),
+            batch: $batch,
+            build_at: |batch| built($builder(batch)),
+        }
+    };
+}
+
 /// Every zoo model, in a fixed order.
 pub fn models() -> Vec<ZooModel> {
     vec![
-        ZooModel {
-            name: "tiny_mlp",
-            description: "MLP 8-16-16-4, batch 4 (runs on a CPU in milliseconds)",
-            build: || built(mlp::tiny_mlp(4)),
-            batch: 4,
-            build_at: |batch| built(mlp::tiny_mlp(batch)),
-        },
-        ZooModel {
-            name: "tiny_cnn",
-            description:
-                "2 convs with batch norm, max pool, global average pool, linear; batch 2, 3x8x8",
-            build: || built(cnn::tiny_cnn(2)),
-            batch: 2,
-            build_at: |batch| built(cnn::tiny_cnn(batch)),
-        },
-        ZooModel {
-            name: "tiny_transformer",
-            description: "GPT-style decoder: 2 layers, 2 heads, d=16, seq 8, vocab 32, batch 2",
-            build: || built(transformer::tiny_transformer(2)),
-            batch: 2,
-            build_at: |batch| built(transformer::tiny_transformer(batch)),
-        },
-        ZooModel {
-            name: "mlp",
-            description: "MLP 784-1024-1024-10 with ReLU, batch 64",
-            build: || built(mlp::mlp(64)),
-            batch: 64,
-            build_at: |batch| built(mlp::mlp(batch)),
-        },
-        ZooModel {
-            name: "chain1000",
-            description:
-                "1,000 linear+ReLU layers of width 256 (no bias), batch 128: planner scaling",
-            build: || built(mlp::chain1000(128)),
-            batch: 128,
-            build_at: |batch| built(mlp::chain1000(batch)),
-        },
-        ZooModel {
-            name: "vgg16",
-            description: "VGG-16 (138.4M params), batch 64, 3x224x224, no dropout",
-            build: || built(cnn::vgg16(64)),
-            batch: 64,
-            build_at: |batch| built(cnn::vgg16(batch)),
-        },
-        ZooModel {
-            name: "resnet50",
-            description: "ResNet-50 v1.5 (25.6M params), batch 64, 3x224x224",
-            build: || built(cnn::resnet50(64)),
-            batch: 64,
-            build_at: |batch| built(cnn::resnet50(batch)),
-        },
-        ZooModel {
-            name: "unet",
-            description: "U-Net, 4 levels, base 64 channels, batch 8, 3x256x256 -> 2 classes",
-            build: || built(unet::unet(8)),
-            batch: 8,
-            build_at: |batch| built(unet::unet(batch)),
-        },
-        ZooModel {
-            name: "gpt2",
-            description: "GPT-2 small (124.4M params), 12 layers, d=768, seq 1024, batch 8",
-            build: || built(transformer::gpt2(8)),
-            batch: 8,
-            build_at: |batch| built(transformer::gpt2(batch)),
-        },
+        model!(
+            "tiny_mlp",
+            4,
+            mlp::tiny_mlp,
+            "MLP 8-16-16-4, batch 4 (runs on a CPU in milliseconds)"
+        ),
+        model!(
+            "tiny_cnn",
+            2,
+            cnn::tiny_cnn,
+            "2 convs with batch norm, max pool, global average pool, linear; batch 2, 3x8x8"
+        ),
+        model!(
+            "tiny_transformer",
+            2,
+            transformer::tiny_transformer,
+            "GPT-style decoder: 2 layers, 2 heads, d=16, seq 8, vocab 32, batch 2"
+        ),
+        model!(
+            "mlp",
+            64,
+            mlp::mlp,
+            "MLP 784-1024-1024-10 with ReLU, batch 64"
+        ),
+        model!(
+            "chain1000",
+            128,
+            mlp::chain1000,
+            "1,000 linear+ReLU layers of width 256 (no bias), batch 128: planner scaling"
+        ),
+        model!(
+            "vgg16",
+            64,
+            cnn::vgg16,
+            "VGG-16 (138.4M params), batch 64, 3x224x224, no dropout"
+        ),
+        model!(
+            "resnet50",
+            64,
+            cnn::resnet50,
+            "ResNet-50 v1.5 (25.6M params), batch 64, 3x224x224"
+        ),
+        model!(
+            "unet",
+            8,
+            unet::unet,
+            "U-Net, 4 levels, base 64 channels, batch 8, 3x256x256 -> 2 classes"
+        ),
+        model!(
+            "gpt2",
+            8,
+            transformer::gpt2,
+            "GPT-2 small (124.4M params), 12 layers, d=768, seq 1024, batch 8"
+        ),
     ]
 }
 
