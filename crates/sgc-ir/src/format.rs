@@ -16,10 +16,14 @@ use crate::ids::{DType, Phase, TensorKind};
 use serde_json::{Map, Number, Value};
 use std::path::Path;
 
-const GRAPH_FIELDS: &[&str] = &[
+/// The fields of a graph file's top-level object. These three lists are the reader's whole
+/// vocabulary: the parser refuses any other field, and `tests/spec.rs` checks that the
+/// tables of `docs/graph-format.md` name exactly these.
+pub const GRAPH_FIELDS: &[&str] = &[
     "format", "version", "name", "tensors", "ops", "outputs", "loss", "meta",
 ];
-const TENSOR_FIELDS: &[&str] = &[
+/// The fields of an entry of `tensors`.
+pub const TENSOR_FIELDS: &[&str] = &[
     "name",
     "dtype",
     "shape",
@@ -28,7 +32,8 @@ const TENSOR_FIELDS: &[&str] = &[
     "alias_of",
     "batch_dim",
 ];
-const OP_FIELDS: &[&str] = &[
+/// The fields of an entry of `ops`.
+pub const OP_FIELDS: &[&str] = &[
     "name",
     "op",
     "inputs",
