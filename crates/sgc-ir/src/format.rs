@@ -4,7 +4,7 @@
 //! -> [`GraphDef`] by hand, field by field, so that every field-level problem (an unknown
 //! field, a wrong type, an unknown dtype, a shape entry that overflows 64 bits, an
 //! infinite cost) names the tensor or op it is in -> [`Graph`] through the semantic
-//! rules of [`crate::validate`]. The crate enables serde_json's `arbitrary_precision`, so
+//! rules of `validate.rs`. The crate enables serde_json's `arbitrary_precision`, so
 //! a number is seen exactly as written and `1e999` is reported, not rounded.
 //!
 //! Writing puts every tensor and op on a line of its own: files stay small and diff well.
@@ -170,12 +170,25 @@ pub fn def_from_value(v: &Value) -> Result<GraphDef, GraphError> {
     })
 }
 
-fn tensor_def(v: &Value, index: usize) -> Result<TensorDef, GraphError> {
-    let fallback = format!("tensor #{index}");
-    let obj = as_object(v, &format!("{fallback} (an entry of `tensors`)"))?;
+/// Entry `index` of list `list` as an object of `fields` only, with its name and the
+/// context its errors give (`tensor `x``; before the name is known, `tensor #3`).
+fn entry<'a>(
+    v: &'a Value,
+    what: &str,
+    list: &str,
+    index: usize,
+    fields: &[&str],
+) -> Result<(&'a Map<String, Value>, String, String), GraphError> {
+    let fallback = format!("{what} #{index}");
+    let obj = as_object(v, &format!("{fallback} (an entry of `{list}`)"))?;
     let name = required_string(obj, &fallback, "name")?;
-    let ctx = format!("tensor `{name}`");
-    check_fields(obj, TENSOR_FIELDS, &ctx)?;
+    let ctx = format!("{what} `{name}`");
+    check_fields(obj, fields, &ctx)?;
+    Ok((obj, name, ctx))
+}
+
+fn tensor_def(v: &Value, index: usize) -> Result<TensorDef, GraphError> {
+    let (obj, name, ctx) = entry(v, "tensor", "tensors", index, TENSOR_FIELDS)?;
     let dtype_name = required_string(obj, &ctx, "dtype")?;
     let dtype = DType::parse(&dtype_name).ok_or_else(|| GraphError::UnknownDtype {
         tensor: name.clone(),
@@ -245,11 +258,7 @@ fn size_value(v: &Value, tensor: &str, what: &str) -> Result<u64, GraphError> {
 }
 
 fn op_def(v: &Value, index: usize) -> Result<OpDef, GraphError> {
-    let fallback = format!("op #{index}");
-    let obj = as_object(v, &format!("{fallback} (an entry of `ops`)"))?;
-    let name = required_string(obj, &fallback, "name")?;
-    let ctx = format!("op `{name}`");
-    check_fields(obj, OP_FIELDS, &ctx)?;
+    let (obj, name, ctx) = entry(v, "op", "ops", index, OP_FIELDS)?;
     let phase = match opt_string(obj, &ctx, "phase")? {
         None => None,
         Some(p) => Some(Phase::parse(&p).ok_or(GraphError::UnknownPhase {
@@ -261,11 +270,8 @@ fn op_def(v: &Value, index: usize) -> Result<OpDef, GraphError> {
         None => Vec::new(),
         Some(v) => inplace_pairs(v, &ctx)?,
     };
-    let recomputable = match obj.get("recomputable") {
-        None => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(wrong(&ctx, "recomputable", "true or false")),
-    };
+    let recomputable =
+        optional(obj, &ctx, "recomputable", "true or false", Value::as_bool)?.unwrap_or(true);
     Ok(OpDef {
         op: required_string(obj, &ctx, "op")?,
         inputs: string_list(obj, &ctx, "inputs")?,
@@ -364,11 +370,9 @@ fn opt_string(
     ctx: &str,
     field: &str,
 ) -> Result<Option<String>, GraphError> {
-    match obj.get(field) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(wrong(ctx, field, "a string")),
-    }
+    optional(obj, ctx, field, "a string", |v| {
+        v.as_str().map(str::to_string)
+    })
 }
 
 fn opt_object(
@@ -376,11 +380,21 @@ fn opt_object(
     ctx: &str,
     field: &str,
 ) -> Result<Option<Map<String, Value>>, GraphError> {
-    match obj.get(field) {
-        None => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m.clone())),
-        Some(_) => Err(wrong(ctx, field, "a JSON object")),
-    }
+    optional(obj, ctx, field, "a JSON object", |v| v.as_object().cloned())
+}
+
+/// `obj[field]` as `read` takes it, `None` when absent; a value `read` refuses is a wrong
+/// type, `expected` saying what it must be.
+fn optional<T>(
+    obj: &Map<String, Value>,
+    ctx: &str,
+    field: &str,
+    expected: &str,
+    read: impl Fn(&Value) -> Option<T>,
+) -> Result<Option<T>, GraphError> {
+    obj.get(field)
+        .map(|v| read(v).ok_or_else(|| wrong(ctx, field, expected)))
+        .transpose()
 }
 
 fn string_list(

@@ -177,6 +177,15 @@ impl CostSource {
     }
 }
 
+/// What validation works out on the way and the graph keeps: names to ids, and each
+/// tensor's producer and storage root.
+pub(crate) struct Lookup {
+    pub tensor_ids: HashMap<String, TensorId>,
+    pub op_ids: HashMap<String, OpId>,
+    pub producer: Vec<Option<OpId>>,
+    pub root: Vec<TensorId>,
+}
+
 /// A training-step graph that satisfies every rule of the format doc.
 #[derive(Clone, Debug)]
 pub struct Graph {
@@ -208,20 +217,22 @@ impl PartialEq for Graph {
 }
 
 impl Graph {
-    /// Assembles a graph from parts that [`crate::validate`] has checked.
-    #[allow(clippy::too_many_arguments)]
+    /// Assembles a graph from parts that [`crate::validate`] has checked: the definition's
+    /// name and meta, its tensors, ops, outputs and loss resolved, and the lookups built
+    /// on the way.
     pub(crate) fn assemble(
-        name: Option<String>,
+        def: GraphDef,
         tensors: Vec<Tensor>,
         ops: Vec<Op>,
-        outputs: Vec<TensorId>,
-        loss: Option<TensorId>,
-        meta: Option<Map<String, Value>>,
-        tensor_ids: HashMap<String, TensorId>,
-        op_ids: HashMap<String, OpId>,
-        producer: Vec<Option<OpId>>,
-        root: Vec<TensorId>,
+        (outputs, loss): (Vec<TensorId>, Option<TensorId>),
+        lookup: Lookup,
     ) -> Graph {
+        let Lookup {
+            tensor_ids,
+            op_ids,
+            producer,
+            root,
+        } = lookup;
         let mut consumers = vec![Vec::new(); tensors.len()];
         for (i, op) in ops.iter().enumerate() {
             for &t in &op.inputs {
@@ -232,12 +243,12 @@ impl Graph {
         }
         let deps = dependency_graph(&ops, &producer);
         let mut g = Graph {
-            name,
+            name: def.name,
             tensors,
             ops,
             outputs,
             loss,
-            meta,
+            meta: def.meta,
             tensor_ids,
             op_ids,
             producer,

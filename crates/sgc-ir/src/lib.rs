@@ -1,6 +1,6 @@
 //! The sgc graph IR.
 //!
-//! - [`format`]: the version-1 graph file format (load, validate, save).
+//! - [`format`](mod@format): the version-1 graph file format (load, validate, save).
 //! - [`file`](mod@file): graph files on disk, plain JSON or gzip (`.json.gz`).
 //! - [`cost`]: op costs; the opt-in roofline estimate for a [`DeviceProfile`].
 //! - [`checkmate`]: import of Checkmate / Moccasin node-link graphs.

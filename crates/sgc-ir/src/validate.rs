@@ -4,7 +4,7 @@
 //! before ops and ops in file order, so the message is stable.
 
 use crate::error::GraphError;
-use crate::graph::{Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
+use crate::graph::{Graph, GraphDef, Lookup, Op, OpDef, Tensor, TensorDef};
 use crate::ids::{OpId, TensorId, TensorKind};
 use crate::ops::{Effect, OpKind};
 
@@ -52,26 +52,41 @@ pub(crate) fn build(def: GraphDef) -> Result<Graph, GraphError> {
         ),
         None => None,
     };
-    Ok(Graph::assemble(
-        def.name, tensors, ops, outputs, loss, def.meta, tensor_ids, op_ids, producer, root,
-    ))
+    let lookup = Lookup {
+        tensor_ids,
+        op_ids,
+        producer,
+        root,
+    };
+    Ok(Graph::assemble(def, tensors, ops, (outputs, loss), lookup))
 }
 
 fn index_tensors(defs: &[TensorDef]) -> Result<HashMap<String, TensorId>, GraphError> {
-    let mut ids = HashMap::with_capacity(defs.len());
-    for (i, t) in defs.iter().enumerate() {
-        if ids.insert(t.name.clone(), TensorId::new(i)).is_some() {
-            return Err(GraphError::DuplicateTensor(t.name.clone()));
-        }
-    }
-    Ok(ids)
+    index(
+        defs.iter().map(|t| &t.name),
+        TensorId::new,
+        GraphError::DuplicateTensor,
+    )
 }
 
 fn index_ops(defs: &[OpDef]) -> Result<HashMap<String, OpId>, GraphError> {
-    let mut ids = HashMap::with_capacity(defs.len());
-    for (i, o) in defs.iter().enumerate() {
-        if ids.insert(o.name.clone(), OpId::new(i)).is_some() {
-            return Err(GraphError::DuplicateOp(o.name.clone()));
+    index(
+        defs.iter().map(|o| &o.name),
+        OpId::new,
+        GraphError::DuplicateOp,
+    )
+}
+
+/// Each name to the id of its position; a name given twice is `duplicate(name)`.
+fn index<'a, Id>(
+    names: impl ExactSizeIterator<Item = &'a String>,
+    id: fn(usize) -> Id,
+    duplicate: fn(String) -> GraphError,
+) -> Result<HashMap<String, Id>, GraphError> {
+    let mut ids = HashMap::with_capacity(names.len());
+    for (i, name) in names.enumerate() {
+        if ids.insert(name.clone(), id(i)).is_some() {
+            return Err(duplicate(name.clone()));
         }
     }
     Ok(ids)
