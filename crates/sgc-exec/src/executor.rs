@@ -23,7 +23,7 @@
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::kernel::Kernel;
-use crate::runner::{check_ops, placed_operand, Runner, Schedule};
+use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
 use crate::ExecError;
 use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
@@ -106,15 +106,10 @@ impl<B: Backend> Schedule<B> for PlanReplay {
         self.persistent[graph.storage_root(t).index()].map(|b| (b, 0))
     }
 
-    fn step(
-        &mut self,
-        graph: &Graph,
-        backend: &mut B,
-        inputs: &[Option<Vec<u8>>],
-    ) -> Result<(), ExecError> {
-        for (t, bytes) in inputs.iter().enumerate() {
-            if let (Some(bytes), Some(off)) = (bytes, self.input_offsets[t]) {
-                backend.write(self.arena, off, bytes)?;
+    fn step(&mut self, graph: &Graph, backend: &mut B, inputs: &Inputs) -> Result<(), ExecError> {
+        for (t, off) in self.input_offsets.iter().enumerate() {
+            if let (Some(bytes), Some(off)) = (inputs.of(TensorId::new(t)), off) {
+                backend.write(self.arena, *off, bytes)?;
             }
         }
         for (i, l) in self.launches.iter().enumerate() {

@@ -24,14 +24,9 @@ pub trait Schedule<B: Backend> {
     /// when `t` has no persistent storage of its own.
     fn persistent_home(&self, graph: &Graph, t: TensorId) -> Option<(BufferId, u64)>;
 
-    /// Runs one training step on `backend`, every bound input (by root, `inputs`) written
-    /// at its place first; every input and persistent tensor is bound.
-    fn step(
-        &mut self,
-        graph: &Graph,
-        backend: &mut B,
-        inputs: &[Option<Vec<u8>>],
-    ) -> Result<(), ExecError>;
+    /// Runs one training step on `backend`, every bound input written at its place
+    /// first; every input and persistent tensor is bound.
+    fn step(&mut self, graph: &Graph, backend: &mut B, inputs: &Inputs) -> Result<(), ExecError>;
 
     /// Where tensor `t` can be read now (buffer, offset): a persistent tensor, or a graph
     /// output resident when the last step ended; `None` before the first step.
@@ -44,9 +39,18 @@ pub struct Runner<B: Backend, S> {
     pub(crate) graph: Graph,
     pub(crate) backend: B,
     pub(crate) schedule: S,
-    /// Host copy of each bound input root, written at every step's start.
-    inputs: Vec<Option<Vec<u8>>>,
+    inputs: Inputs,
     bound: Vec<bool>,
+}
+
+/// Host copy of each bound input root, written at every step's start.
+pub struct Inputs(Vec<Option<Vec<u8>>>);
+
+impl Inputs {
+    /// The bytes bound to input root `root`, if any.
+    pub fn of(&self, root: TensorId) -> Option<&[u8]> {
+        self.0[root.index()].as_deref()
+    }
 }
 
 impl<B: Backend, S: Schedule<B>> Runner<B, S> {
@@ -56,7 +60,7 @@ impl<B: Backend, S: Schedule<B>> Runner<B, S> {
             graph: graph.clone(),
             backend,
             schedule,
-            inputs: vec![None; graph.num_tensors()],
+            inputs: Inputs(vec![None; graph.num_tensors()]),
             bound: vec![false; graph.num_tensors()],
         }
     }
@@ -75,7 +79,7 @@ impl<B: Backend, S: Schedule<B>> Runner<B, S> {
         if let Some((buf, off)) = self.schedule.persistent_home(&self.graph, t) {
             self.backend.write(buf, off, &bytes)?;
         } else if decl.kind == TensorKind::Input && self.graph.storage_root(t) == t {
-            self.inputs[t.index()] = Some(bytes);
+            self.inputs.0[t.index()] = Some(bytes);
         } else {
             return Err(ExecError::NotBindable {
                 tensor: name.to_string(),

@@ -10,7 +10,7 @@ use super::{report, DtrOptions, DtrReport, Event, Target};
 use crate::backend::{Backend, BufferId, Operand};
 use crate::executor::moves_no_data;
 use crate::kernel::Kernel;
-use crate::runner::{check_ops, placed_operand, Runner, Schedule};
+use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
 use crate::ExecError;
 use sgc_ir::{Graph, OpId, TensorId};
 use std::time::Instant;
@@ -47,8 +47,7 @@ struct Kernels<'a, B: Backend> {
     backend: &'a mut B,
     pool: BufferId,
     launches: &'a mut [Option<Launch>],
-    /// Host copy of each bound input, written at the step's start.
-    inputs: &'a [Option<Vec<u8>>],
+    inputs: &'a Inputs,
     input_seconds: &'a mut f64,
 }
 
@@ -84,7 +83,7 @@ impl<B: Backend> Target for Kernels<'_, B> {
 
     fn write_input(&mut self, root: TensorId, offset: u64) -> Result<(), ExecError> {
         let start = Instant::now();
-        if let Some(bytes) = &self.inputs[root.index()] {
+        if let Some(bytes) = self.inputs.of(root) {
             self.backend.write(self.pool, offset, bytes)?;
         }
         *self.input_seconds += start.elapsed().as_secs_f64();
@@ -99,12 +98,7 @@ impl<B: Backend> Schedule<B> for RunTimeDtr {
             .then(|| (self.pool, self.engine.offsets[root.index()]))
     }
 
-    fn step(
-        &mut self,
-        graph: &Graph,
-        backend: &mut B,
-        inputs: &[Option<Vec<u8>>],
-    ) -> Result<(), ExecError> {
+    fn step(&mut self, graph: &Graph, backend: &mut B, inputs: &Inputs) -> Result<(), ExecError> {
         let start = Instant::now();
         let mut target = Kernels {
             graph,
