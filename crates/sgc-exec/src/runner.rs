@@ -28,8 +28,8 @@ pub trait Schedule<B: Backend> {
     /// first; every input and persistent tensor is bound.
     fn step(&mut self, graph: &Graph, backend: &mut B, inputs: &Inputs) -> Result<(), ExecError>;
 
-    /// Where tensor `t` can be read now (buffer, offset): a persistent tensor, or a graph
-    /// output resident when the last step ended; `None` before the first step.
+    /// Where tensor `t` can be read now (buffer, offset): a persistent tensor at any time,
+    /// a graph output resident when the last step ended; `None` for anything else.
     fn resident(&self, graph: &Graph, t: TensorId) -> Option<(BufferId, u64)>;
 }
 
