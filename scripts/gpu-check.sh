@@ -2,7 +2,7 @@
 # The GPU check, on a machine with an NVIDIA GPU, its preinstalled torch (with torchvision and
 # transformers) and no internet, from a checkout that carries target/gpu-carry
 # (scripts/gpu-prepare.sh). Writes into $OUT (default target/gpu-check):
-#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_tiny, cuda_dtr, cuda_kernels)
+#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_kernels, and the cuda:: tests of tiny, dtr)
 #   trace.md        tracing time per phase, CPU and CUDA fakes (python/bench/trace_time.py)
 #   trace-profile.txt  where each trace spends its time (cProfile)
 #   gpu-table.md    eager, sgc and torch.compile steps on the GPU (python/bench/gpu_table.py)
@@ -41,7 +41,7 @@ site=$(mktemp -d)
 export PYTHONPATH="$site:$repo/python"
 export PYTHONUNBUFFERED=1
 # The test binaries read files by the absolute paths of the machine that built them.
-built=$(grep -aoE '/[A-Za-z0-9_./+-]*/crates/sgc-exec' "$carry/tests/cuda_tiny" 2>/dev/null | head -1)
+built=$(grep -aoE '/[A-Za-z0-9_./+-]*/crates/sgc-exec' "$carry/tests/tiny" 2>/dev/null | head -1)
 built_root=${built%/crates/sgc-exec}
 if [ -n "$built_root" ] && [ "$built_root" != "$repo" ] && [ ! -e "$built_root" ]; then
   mkdir -p "$(dirname "$built_root")" && ln -s "$repo" "$built_root"
@@ -55,7 +55,10 @@ rust_tests() {  # every carried CUDA test binary; the log in rust-cuda.log, the 
   {
     for t in "$carry"/tests/*; do
       echo "-- $(basename "$t")"
-      SGC_REQUIRE_CUDA_TOOLS=$require "$t" --test-threads 1 || rc=1
+      # tiny and dtr run every test on every device: only their cuda:: tests here.
+      local only=
+      case $(basename "$t") in tiny|dtr) only=cuda:: ;; esac
+      SGC_REQUIRE_CUDA_TOOLS=$require "$t" --test-threads 1 $only || rc=1
     done
   } > "$out/rust-cuda.log" 2>&1
   grep -E "^-- |test result|^skipped" "$out/rust-cuda.log"

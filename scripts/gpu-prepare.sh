@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on this machine, what the GPU check (scripts/gpu-check.sh) carries to a GPU machine
 # that has no Rust toolchain and no internet: target/gpu-carry/ holds the release `sgc` built
-# with --features cuda, the CUDA test binaries of sgc-exec (stripped), and the abi3 wheel of
-# the Python package. Then, with the device tool: carry target/gpu-carry and run
+# with --features cuda, the test binaries of sgc-exec that hold CUDA tests (stripped), and the
+# abi3 wheel of the Python package. Then, with the device tool: carry target/gpu-carry and run
 # `bash scripts/gpu-check.sh` (docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ cp target/release/sgc "$carry/sgc"
 # The CUDA integration tests of sgc-exec, built as they run in CI (debug assertions on,
 # optimised: --release keeps them fast on the device).
 cargo test --release --features cuda -p sgc-exec --no-run --message-format=json \
-  --test cuda_ops --test cuda_tiny --test cuda_dtr --test cuda_kernels 2>/dev/null |
+  --test cuda_ops --test tiny --test dtr --test cuda_kernels 2>/dev/null |
   python3 -c '
 import json, sys
 for line in sys.stdin:

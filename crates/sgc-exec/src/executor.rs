@@ -1,5 +1,7 @@
 //! The executor: runs an [`sgc_plan::Plan`] of a graph on a [`Backend`] (its steps in
-//! order, every tensor at the plan's arena offset) and measures what it used.
+//! order, every tensor at the plan's arena offset) and measures what it used. Binding,
+//! stepping and reading are the shared run loop ([`Runner`]); what is here is the
+//! schedule, [`PlanReplay`].
 //!
 //! # Method
 //!
@@ -20,12 +22,11 @@
 //! writes the parameter in place, so parameters carry over from one step to the next.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
-use crate::host::HostTensor;
 use crate::kernel::Kernel;
-use crate::view;
-use crate::{shapes, ExecError};
+use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
+use crate::ExecError;
 use serde::Serialize;
-use sgc_ir::{DType, Graph, OpId, TensorId, TensorKind};
+use sgc_ir::{Graph, OpId, TensorId, TensorKind};
 use sgc_plan::Plan;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -80,10 +81,11 @@ pub struct RunReport {
 }
 
 /// Runs a graph's schedule on backend `B`: see the [module docs](self).
-pub struct Executor<B: Backend> {
-    graph: Graph,
+pub type Executor<B> = Runner<B, PlanReplay>;
+
+/// The schedule of an [`Executor`]: a verified plan, replayed as written.
+pub struct PlanReplay {
     plan: Plan,
-    backend: B,
     arena: BufferId,
     /// Allocation of each persistent storage root.
     persistent: Vec<Option<BufferId>>,
@@ -92,9 +94,6 @@ pub struct Executor<B: Backend> {
     input_offsets: Vec<Option<u64>>,
     /// Arena offset of each non-persistent root resident at the end, if any.
     final_offsets: Vec<Option<u64>>,
-    /// Host copy of each bound input, written at every step's start.
-    inputs: Vec<Option<Vec<u8>>>,
-    bound: Vec<bool>,
     model_peak: u64,
     steps_run: usize,
     op_seconds: Vec<f64>,
@@ -102,7 +101,53 @@ pub struct Executor<B: Backend> {
     recompute_seconds: f64,
 }
 
-impl<B: Backend> Executor<B> {
+impl<B: Backend> Schedule<B> for PlanReplay {
+    fn persistent_home(&self, graph: &Graph, t: TensorId) -> Option<(BufferId, u64)> {
+        self.persistent[graph.storage_root(t).index()].map(|b| (b, 0))
+    }
+
+    fn step(&mut self, graph: &Graph, backend: &mut B, inputs: &Inputs) -> Result<(), ExecError> {
+        for (t, off) in self.input_offsets.iter().enumerate() {
+            if let (Some(bytes), Some(off)) = (inputs.of(TensorId::new(t)), off) {
+                backend.write(self.arena, *off, bytes)?;
+            }
+        }
+        for (i, l) in self.launches.iter().enumerate() {
+            if l.no_op {
+                continue;
+            }
+            let start = Instant::now();
+            backend
+                .launch(&l.kernel, &l.inputs, &l.outputs)
+                .map_err(|e| ExecError::Step {
+                    step: i,
+                    op: graph.op(self.plan.steps[i].op).name.clone(),
+                    source: Box::new(e),
+                })?;
+            backend.synchronize()?;
+            let secs = start.elapsed().as_secs_f64();
+            let step = &self.plan.steps[i];
+            self.op_seconds[step.op.index()] += secs;
+            self.op_runs[step.op.index()] += 1;
+            if step.recompute {
+                self.recompute_seconds += secs;
+            }
+        }
+        self.steps_run += 1;
+        Ok(())
+    }
+
+    fn resident(&self, graph: &Graph, t: TensorId) -> Option<(BufferId, u64)> {
+        let root = graph.storage_root(t).index();
+        match (self.persistent[root], self.final_offsets[root]) {
+            (Some(b), _) => Some((b, 0)),
+            (None, Some(o)) if self.steps_run > 0 => Some((self.arena, o)),
+            _ => None,
+        }
+    }
+}
+
+impl<B: Backend> Runner<B, PlanReplay> {
     /// The unplanned executor: the plan of strategy `none` (the traced order, every
     /// storage freed after its last use, at the planner's arena offsets), so unplanned and
     /// planned runs go through the same path and the same verifier.
@@ -148,292 +193,64 @@ impl<B: Backend> Executor<B> {
         }
         let mut resolver = Resolver::new(graph, &places, arena, &persistent);
         let launches = resolver.resolve(&ops, kernels)?;
-        let n = graph.num_tensors();
         let final_offsets = places.resident_at_end(&plan, resolver.current);
-        Ok(Executor {
-            graph: graph.clone(),
+        let replay = PlanReplay {
             input_offsets: resolver.input_offsets,
             final_offsets,
             plan,
-            backend,
             arena,
             persistent,
             launches,
-            inputs: vec![None; n],
-            bound: vec![false; n],
             model_peak,
             steps_run: 0,
             op_seconds: vec![0.0; graph.num_ops()],
             op_runs: vec![0; graph.num_ops()],
             recompute_seconds: 0.0,
-        })
-    }
-
-    pub fn graph(&self) -> &Graph {
-        &self.graph
+        };
+        Ok(Runner::with_schedule(graph, backend, replay))
     }
 
     /// The plan being run (with its arena, placed if the given plan had none).
     pub fn plan(&self) -> &Plan {
-        &self.plan
-    }
-
-    fn tensor_id(&self, name: &str) -> Result<TensorId, ExecError> {
-        self.graph
-            .tensor_by_name(name)
-            .ok_or_else(|| ExecError::NoSuchTensor(name.to_string()))
-    }
-
-    /// Binds an input (copied in at every step) or a persistent tensor (written now;
-    /// `sgd_update` changes params in place from then on). Shape and dtype are checked.
-    pub fn bind(&mut self, name: &str, value: &HostTensor) -> Result<(), ExecError> {
-        let t = check_binding(&self.graph, name, value)?;
-        let decl = self.graph.tensor(t);
-        let root = self.graph.storage_root(t);
-        let bytes = value.to_bytes();
-        if let Some(buf) = self.persistent[root.index()] {
-            self.backend.write(buf, 0, &bytes)?;
-        } else if decl.kind == TensorKind::Input && root == t {
-            self.inputs[t.index()] = Some(bytes);
-        } else {
-            return Err(ExecError::NotBindable {
-                tensor: name.to_string(),
-                kind: decl.kind.as_str().to_string(),
-            });
-        }
-        self.bound[t.index()] = true;
-        Ok(())
-    }
-
-    /// Binds every `(name, value)` pair.
-    pub fn bind_all<'a>(
-        &mut self,
-        values: impl IntoIterator<Item = &'a (String, HostTensor)>,
-    ) -> Result<(), ExecError> {
-        values.into_iter().try_for_each(|(n, v)| self.bind(n, v))
-    }
-
-    /// Binds every input and persistent tensor to seeded values ([`crate::init`]).
-    pub fn bind_seeded(&mut self, seed: u64) -> Result<(), ExecError> {
-        let values = crate::init::seeded(&self.graph, seed)?;
-        self.bind_all(&values)
-    }
-
-    fn check_bound(&self) -> Result<(), ExecError> {
-        for t in self.graph.tensor_ids() {
-            let d = self.graph.tensor(t);
-            let needs = self.graph.storage_root(t) == t
-                && (d.kind == TensorKind::Input || d.kind.is_persistent());
-            if needs && !self.bound[t.index()] {
-                return Err(ExecError::Unbound(
-                    d.name.clone(),
-                    d.kind.as_str().to_string(),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs one training step (the whole schedule).
-    pub fn step(&mut self) -> Result<(), ExecError> {
-        self.check_bound()?;
-        for (t, bytes) in self.inputs.iter().enumerate() {
-            if let (Some(bytes), Some(off)) = (bytes, self.input_offsets[t]) {
-                self.backend.write(self.arena, off, bytes)?;
-            }
-        }
-        for (i, l) in self.launches.iter().enumerate() {
-            if l.no_op {
-                continue;
-            }
-            let start = Instant::now();
-            self.backend
-                .launch(&l.kernel, &l.inputs, &l.outputs)
-                .map_err(|e| ExecError::Step {
-                    step: i,
-                    op: self.graph.op(self.plan.steps[i].op).name.clone(),
-                    source: Box::new(e),
-                })?;
-            self.backend.synchronize()?;
-            let secs = start.elapsed().as_secs_f64();
-            let step = &self.plan.steps[i];
-            self.op_seconds[step.op.index()] += secs;
-            self.op_runs[step.op.index()] += 1;
-            if step.recompute {
-                self.recompute_seconds += secs;
-            }
-        }
-        self.steps_run += 1;
-        Ok(())
-    }
-
-    /// Runs `steps` training steps; returns the loss after each (empty if the graph
-    /// names no loss).
-    pub fn run(&mut self, steps: usize) -> Result<Vec<f32>, ExecError> {
-        let mut losses = Vec::new();
-        for _ in 0..steps {
-            self.step()?;
-            if self.graph.loss().is_some() {
-                losses.push(self.loss()?);
-            }
-        }
-        Ok(losses)
-    }
-
-    /// Reads a tensor resident when the step ends: a persistent tensor or a graph
-    /// output (the loss, gradients).
-    pub fn read(&mut self, name: &str) -> Result<HostTensor, ExecError> {
-        let t = self.tensor_id(name)?;
-        let d = self.graph.tensor(t);
-        let root = self.graph.storage_root(t);
-        let (buf, off) = match (
-            self.persistent[root.index()],
-            self.final_offsets[root.index()],
-        ) {
-            (Some(b), _) => (b, 0),
-            (None, Some(o)) if self.steps_run > 0 => (self.arena, o),
-            _ => return Err(ExecError::NotResident(name.to_string())),
-        };
-        read_tensor(&mut self.backend, d, buf, off)
-    }
-
-    /// The scalar loss after the last step.
-    pub fn loss(&mut self) -> Result<f32, ExecError> {
-        let name = loss_name(&self.graph)?;
-        let v = self.read(&name)?;
-        scalar(name, &v)
+        &self.schedule.plan
     }
 
     /// Bytes of the arena allocation.
     pub fn arena_bytes(&self) -> u64 {
-        self.plan.arena.as_ref().map_or(0, |a| a.size)
+        self.schedule.plan.arena.as_ref().map_or(0, |a| a.size)
     }
 
     /// Measured memory and time so far.
     pub fn report(&self) -> RunReport {
         let g = &self.graph;
+        let s = &self.schedule;
         let op_times = g
             .op_ids()
-            .filter(|o| self.op_runs[o.index()] > 0)
+            .filter(|o| s.op_runs[o.index()] > 0)
             .map(|o| OpTime {
                 op: g.op(o).name.clone(),
                 op_type: g.op(o).op_type.clone(),
-                runs: self.op_runs[o.index()],
-                seconds: self.op_seconds[o.index()],
+                runs: s.op_runs[o.index()],
+                seconds: s.op_seconds[o.index()],
             })
             .collect();
         let persistent = g.persistent_bytes();
         RunReport {
             device: self.backend.name(),
-            steps: self.steps_run,
-            schedule_len: self.plan.steps.len(),
-            recompute_steps: self.plan.steps.iter().filter(|s| s.recompute).count(),
+            steps: s.steps_run,
+            schedule_len: s.plan.steps.len(),
+            recompute_steps: s.plan.steps.iter().filter(|s| s.recompute).count(),
             arena_bytes: self.arena_bytes(),
             persistent_bytes: persistent,
             planned_bytes: self.arena_bytes() + persistent,
             allocator: self.backend.memory(),
-            model_peak_bytes: self.model_peak,
+            model_peak_bytes: s.model_peak,
             lower_bound_bytes: g.lower_bound().bytes,
-            seconds: self.op_seconds.iter().sum(),
-            recompute_seconds: self.recompute_seconds,
+            seconds: s.op_seconds.iter().sum(),
+            recompute_seconds: s.recompute_seconds,
             op_times,
         }
     }
-}
-
-/// The tensor `name` names, if `value` matches its declared dtype and shape.
-pub(crate) fn check_binding(
-    graph: &Graph,
-    name: &str,
-    value: &HostTensor,
-) -> Result<TensorId, ExecError> {
-    let t = graph
-        .tensor_by_name(name)
-        .ok_or_else(|| ExecError::NoSuchTensor(name.to_string()))?;
-    let decl = graph.tensor(t);
-    let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-    if value.dtype() != decl.dtype
-        || value.shape != shape
-        || value.len() != shape.iter().product::<usize>()
-    {
-        return Err(ExecError::BindMismatch {
-            tensor: name.to_string(),
-            found: format!(
-                "{} {:?} ({} elements)",
-                value.dtype().as_str(),
-                value.shape,
-                value.len()
-            ),
-            expected: format!("{} {:?}", decl.dtype.as_str(), shape),
-        });
-    }
-    Ok(t)
-}
-
-/// Parses and checks every op of the plan before anything runs.
-pub(crate) fn check_ops<B: Backend>(
-    graph: &Graph,
-    ops: &[OpId],
-    backend: &B,
-) -> Result<Vec<Kernel>, ExecError> {
-    let mut kernels: Vec<Option<Kernel>> = vec![None; graph.num_ops()];
-    for &op in ops {
-        if kernels[op.index()].is_some() {
-            continue;
-        }
-        let o = graph.op(op);
-        let k = Kernel::from_op(graph, op).map_err(|e| match e {
-            ExecError::UnknownOpType { op, op_type, .. } => ExecError::UnknownOpType {
-                op,
-                op_type,
-                backend: backend.name(),
-            },
-            e => e,
-        })?;
-        if !backend.supports(&k) {
-            return Err(ExecError::UnknownOpType {
-                op: o.name.clone(),
-                op_type: o.op_type.clone(),
-                backend: backend.name(),
-            });
-        }
-        for &t in o.inputs.iter().chain(&o.outputs) {
-            let d = graph.tensor(t);
-            if !matches!(d.dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool) {
-                return Err(ExecError::UnsupportedDType {
-                    tensor: d.name.clone(),
-                    dtype: d.dtype.as_str().to_string(),
-                });
-            }
-        }
-        let shape_only = |ts: &[TensorId]| {
-            ts.iter()
-                .map(|&t| operand(graph, t, BufferId(0), 0))
-                .collect::<Vec<_>>()
-        };
-        shapes::check(&k, &shape_only(&o.inputs), &shape_only(&o.outputs)).map_err(|detail| {
-            ExecError::BadOperands {
-                op: o.name.clone(),
-                op_type: o.op_type.clone(),
-                detail: Box::new(detail),
-            }
-        })?;
-        kernels[op.index()] = Some(k);
-    }
-    Ok(ops
-        .iter()
-        .filter_map(|op| kernels[op.index()].clone())
-        .collect())
-}
-
-pub(crate) fn operand(graph: &Graph, t: TensorId, buffer: BufferId, offset: u64) -> Operand {
-    let d = graph.tensor(t);
-    Operand::new(
-        buffer,
-        offset,
-        d.dtype,
-        d.shape.iter().map(|&x| x as usize).collect(),
-    )
 }
 
 /// The plan's arena offsets, by storage instance (root and first step).
@@ -518,19 +335,19 @@ impl<'a> Resolver<'a> {
 
     fn locate(&self, t: TensorId) -> Result<Operand, ExecError> {
         let root = self.graph.storage_root(t);
-        let mut op = if let Some(buf) = self.persistent[root.index()] {
-            operand(self.graph, t, buf, 0)
-        } else {
-            let off = self.current[root.index()].ok_or_else(|| {
-                ExecError::Layout(format!(
-                    "tensor `{}` is used before its storage is placed",
-                    self.graph.tensor(t).name
-                ))
-            })?;
-            operand(self.graph, t, self.arena, off)
+        let (buf, off) = match self.persistent[root.index()] {
+            Some(buf) => (buf, 0),
+            None => {
+                let off = self.current[root.index()].ok_or_else(|| {
+                    ExecError::Layout(format!(
+                        "tensor `{}` is used before its storage is placed",
+                        self.graph.tensor(t).name
+                    ))
+                })?;
+                (self.arena, off)
+            }
         };
-        op.view = view::view_of(self.graph, t)?.map(Box::new);
-        Ok(op)
+        placed_operand(self.graph, t, buf, off)
     }
 
     fn resolve(&mut self, ops: &[OpId], kernels: Vec<Kernel>) -> Result<Vec<Launch>, ExecError> {
@@ -588,38 +405,4 @@ pub(crate) fn moves_no_data(graph: &Graph, op: OpId, kernel: &Kernel) -> bool {
         && o.outputs
             .iter()
             .all(|&t| graph.storage_root(t) == graph.storage_root(o.inputs[0]))
-}
-
-/// Reads tensor `d` from `off` in `buf` to the host.
-pub(crate) fn read_tensor<B: Backend>(
-    backend: &mut B,
-    d: &sgc_ir::Tensor,
-    buf: BufferId,
-    off: u64,
-) -> Result<HostTensor, ExecError> {
-    let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
-    let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
-    backend.read(buf, off, &mut bytes)?;
-    HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
-        tensor: d.name.clone(),
-        dtype: d.dtype.as_str().to_string(),
-    })
-}
-
-/// The name of the graph's loss tensor.
-pub(crate) fn loss_name(graph: &Graph) -> Result<String, ExecError> {
-    let t = graph
-        .loss()
-        .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
-    Ok(graph.tensor(t).name.clone())
-}
-
-/// The first value of tensor `name`, read as `v`, as a scalar f32.
-pub(crate) fn scalar(name: String, v: &HostTensor) -> Result<f32, ExecError> {
-    v.as_f32()
-        .and_then(|s| s.first().copied())
-        .ok_or_else(|| ExecError::UnsupportedDType {
-            tensor: name,
-            dtype: v.dtype().as_str().to_string(),
-        })
 }

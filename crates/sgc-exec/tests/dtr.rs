@@ -1,59 +1,71 @@
-//! Run-time DTR on the CPU backend: results bitwise equal to the unplanned run at three
-//! eviction thresholds on the runnable zoo graphs and real exports; every trace
-//! replayed by an independent checker (no overlapping live blocks, no pinned or
-//! unevictable storage evicted, every operand resident when its op runs); a run and its
+//! Run-time DTR on every device (`cpu::…`, `cuda::…`; see [`common::device`]): results
+//! bitwise equal to the unplanned run on the same device at three eviction thresholds on
+//! the runnable zoo graphs (and, on the CPU, the real exports); in tight pools that evict
+//! and compact (device-to-device copies on CUDA, overlapping ones through the workspace);
+//! every trace replayed by an independent checker (no overlapping live blocks, no pinned
+//! or unevictable storage evicted, every operand resident when its op runs); a run and its
 //! simulation decide alike; an allocation that cannot be served is an error naming the op
-//! and the request.
+//! and the request. Bitwise holds on CUDA too: a recomputation re-runs the same kernel on
+//! the same bytes, every pool offset 256-byte aligned like the unplanned arena's.
 
 mod common;
 mod dtr_audit;
 
-use common::{load, TINY};
+use common::device::{
+    self, assert_matches, every_device, on_device, read_all, trained, Device, SEED,
+};
+use common::{load, real, REAL_SMALL, TINY};
 use sgc_exec::dtr::{simulate, DtrOptions, Simulator};
 use sgc_exec::{CpuBackend, DtrExecutor, DtrReport, ExecError, Executor, HostTensor};
-use sgc_ir::{Graph, TensorKind};
-use std::path::PathBuf;
+use sgc_ir::Graph;
 
-const SEED: u64 = 7;
-
-/// Graph outputs (loss and gradients) and params, by name.
-fn names(g: &Graph) -> Vec<String> {
-    let mut v: Vec<String> = g
-        .outputs()
-        .iter()
-        .map(|&t| g.tensor(t).name.clone())
-        .collect();
-    v.extend(
-        g.tensor_ids()
-            .filter(|&t| g.tensor(t).kind == TensorKind::Param)
-            .map(|t| g.tensor(t).name.clone()),
+fn main() {
+    let mut tests = every_device!(
+        dtr_runs_of_the_runnable_zoo_graphs_equal_the_unplanned_run_bitwise,
+        tight_pools_without_threshold_evict_and_compact_and_stay_exact,
+        sqrt_sampling_is_deterministic_and_exact,
+        a_run_and_its_simulation_evict_alike,
+        an_allocation_that_cannot_be_served_names_the_op_and_the_request,
+        persistent_storage_that_cannot_fit_is_refused_before_the_first_step,
     );
-    v
+    tests.extend(
+        on_device!(CpuBackend: dtr_runs_of_the_real_exports_equal_the_unplanned_run_bitwise),
+    );
+    tests.extend(device::plain(&[
+        (
+            "the_lstm_at_batch_2_goes_from_no_eviction_to_thrashing",
+            the_lstm_at_batch_2_goes_from_no_eviction_to_thrashing,
+        ),
+        (
+            "simulation_traces_pass_the_checker_on_the_big_zoo_graphs",
+            simulation_traces_pass_the_checker_on_the_big_zoo_graphs,
+        ),
+        (
+            "eviction_never_picks_a_pinned_tensor",
+            eviction_never_picks_a_pinned_tensor,
+        ),
+    ]));
+    device::run(tests)
 }
 
-fn unplanned(g: &Graph, steps: usize) -> Vec<(String, HostTensor)> {
-    let mut ex = Executor::unplanned(g, CpuBackend::new()).unwrap();
-    ex.bind_seeded(SEED).unwrap();
-    ex.run(steps).unwrap();
-    names(g)
-        .into_iter()
-        .map(|n| (n.clone(), ex.read(&n).unwrap()))
-        .collect()
+/// The unplanned run's outputs and params after `steps` steps on `D`.
+fn unplanned<D: Device>(g: &Graph, steps: usize) -> Vec<(String, HostTensor)> {
+    trained(g, &mut Executor::unplanned(g, D::open()).unwrap(), steps)
 }
 
-/// A DTR run of `steps` steps: its values, report, and the checker's findings.
-fn dtr(g: &Graph, options: &DtrOptions, steps: usize) -> (Vec<(String, HostTensor)>, DtrReport) {
-    let mut ex = DtrExecutor::new(g, CpuBackend::new(), options).unwrap();
+/// A DTR run of `steps` steps on `D`: its values and report; its trace passes the checker.
+fn dtr<D: Device>(
+    g: &Graph,
+    options: &DtrOptions,
+    steps: usize,
+) -> (Vec<(String, HostTensor)>, DtrReport) {
+    let mut ex = DtrExecutor::new(g, D::open(), options).unwrap();
     ex.bind_seeded(SEED).unwrap();
     ex.run(steps).unwrap_or_else(|e| panic!("{e}"));
     let bad = dtr_audit::violations(g, options.memory, ex.trace().unwrap());
     assert!(bad.is_empty(), "{:?}", &bad[..bad.len().min(10)]);
     assert!(ex.leftovers().is_empty(), "{:?}", ex.leftovers());
-    let values = names(g)
-        .into_iter()
-        .map(|n| (n.clone(), ex.read(&n).unwrap()))
-        .collect();
-    (values, ex.report())
+    (read_all(g, &mut ex), ex.report())
 }
 
 /// Three thresholds between the per-op lower bound and the unplanned peak: the peak, the
@@ -73,22 +85,14 @@ fn options(g: &Graph, threshold: Option<u64>) -> DtrOptions {
     o
 }
 
-fn assert_bitwise(what: &str, want: &[(String, HostTensor)], got: &[(String, HostTensor)]) {
-    assert_eq!(want.len(), got.len());
-    for ((n, a), (_, b)) in want.iter().zip(got) {
-        assert!(a.bits_eq(b), "{what}: `{n}` differs from the unplanned run");
-    }
-}
-
 /// The zoo graphs small enough to run on the CPU in a test: the tiny ones and the MLP
 /// (15 MB, 0.6 GFLOP a step); the others are simulated below.
 const RUNNABLE_ZOO: [&str; 4] = ["tiny_mlp", "tiny_cnn", "tiny_transformer", "mlp"];
 
-#[test]
-fn dtr_runs_of_the_runnable_zoo_graphs_equal_the_unplanned_run_bitwise() {
+fn dtr_runs_of_the_runnable_zoo_graphs_equal_the_unplanned_run_bitwise<D: Device>() {
     for name in RUNNABLE_ZOO {
         let g = load(name);
-        let want = unplanned(&g, 2);
+        let want = unplanned::<D>(&g, 2);
         let mut ths = thresholds(&g);
         if name == "mlp" {
             // Its live bytes never pass lb + (peak - lb) / 8 before an op (the peak is
@@ -96,8 +100,8 @@ fn dtr_runs_of_the_runnable_zoo_graphs_equal_the_unplanned_run_bitwise() {
             ths[2] = g.persistent_bytes();
         }
         for (k, th) in ths.into_iter().enumerate() {
-            let (got, r) = dtr(&g, &options(&g, Some(th)), 2);
-            assert_bitwise(&format!("{name} at threshold {th}"), &want, &got);
+            let (got, r) = dtr::<D>(&g, &options(&g, Some(th)), 2);
+            assert_matches(&format!("{name} at threshold {th}"), &want, &got, None);
             if k == 2 {
                 assert!(
                     r.counters.evictions > 0 && r.counters.recomputes > 0,
@@ -108,22 +112,6 @@ fn dtr_runs_of_the_runnable_zoo_graphs_equal_the_unplanned_run_bitwise() {
         }
     }
 }
-
-fn real(name: &str) -> Graph {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/real_small")
-        .join(format!("{name}.json.gz"));
-    sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-const REAL: &[&str] = &[
-    "resnet18",
-    "resnet50",
-    "densenet121",
-    "mobilenet_v3_large",
-    "efficientnet_b0",
-    "lstm_lm",
-];
 
 /// Three thresholds for a real export at batch 2, where parameters and gradients (never
 /// evictable) are most of the unplanned peak and thresholds near the lower bound make
@@ -152,15 +140,14 @@ fn real_thresholds(g: &Graph) -> [u64; 3] {
     [up, ok[ok.len() - 2], ok[ok.len() - 1]]
 }
 
-#[test]
-fn dtr_runs_of_the_real_exports_equal_the_unplanned_run_bitwise() {
-    for name in REAL {
+fn dtr_runs_of_the_real_exports_equal_the_unplanned_run_bitwise<D: Device>() {
+    for name in REAL_SMALL {
         let g = real(name);
-        let want = unplanned(&g, 1);
+        let want = unplanned::<D>(&g, 1);
         for (k, th) in real_thresholds(&g).into_iter().enumerate() {
-            let (got, r) = dtr(&g, &options(&g, Some(th)), 1);
-            assert_bitwise(&format!("{name} at threshold {th}"), &want, &got);
-            if k == 2 && *name != "lstm_lm" {
+            let (got, r) = dtr::<D>(&g, &options(&g, Some(th)), 1);
+            assert_matches(&format!("{name} at threshold {th}"), &want, &got, None);
+            if k == 2 && name != "lstm_lm" {
                 assert!(r.counters.recomputes > 0, "{name}: {:?}", r.counters);
             }
         }
@@ -170,7 +157,6 @@ fn dtr_runs_of_the_real_exports_equal_the_unplanned_run_bitwise() {
 /// The LSTM at batch 2 has a cliff: its activations are 12 KB, its per-step weight
 /// gradients 36 MB and never evictable, so any threshold below those makes every op evict
 /// every activation and recompute the recurrence from its start.
-#[test]
 fn the_lstm_at_batch_2_goes_from_no_eviction_to_thrashing() {
     let g = real("lstm_lm");
     let [_, _, lowest] = real_thresholds(&g);
@@ -213,18 +199,17 @@ fn tightest_pool(g: &Graph, o: &DtrOptions) -> u64 {
     hi * o.align
 }
 
-#[test]
-fn tight_pools_without_threshold_evict_and_compact_and_stay_exact() {
+fn tight_pools_without_threshold_evict_and_compact_and_stay_exact<D: Device>() {
     let mut compacted = false;
     for name in TINY {
         let g = load(name);
-        let want = unplanned(&g, 2);
+        let want = unplanned::<D>(&g, 2);
         let mut o = options(&g, None);
         let tight = tightest_pool(&g, &o);
         for memory in [tight, tight + tight / 16, tight + tight / 4] {
             o.memory = memory;
-            let (got, r) = dtr(&g, &o, 2);
-            assert_bitwise(&format!("{name} in {memory} bytes"), &want, &got);
+            let (got, r) = dtr::<D>(&g, &o, 2);
+            assert_matches(&format!("{name} in {memory} bytes"), &want, &got, None);
             assert!(r.pool.touched_bytes <= memory);
             if memory == tight {
                 assert!(
@@ -242,28 +227,26 @@ fn tight_pools_without_threshold_evict_and_compact_and_stay_exact() {
     );
 }
 
-#[test]
-fn sqrt_sampling_is_deterministic_and_exact() {
+fn sqrt_sampling_is_deterministic_and_exact<D: Device>() {
     let g = load("tiny_transformer");
-    let want = unplanned(&g, 2);
+    let want = unplanned::<D>(&g, 2);
     let mut o = options(&g, Some(thresholds(&g)[2]));
     o.sqrt_sampling = true;
     o.seed = 3;
-    let (a, ra) = dtr(&g, &o, 2);
-    let (b, rb) = dtr(&g, &o, 2);
-    assert_bitwise("sqrt sampling", &want, &a);
-    assert_bitwise("sqrt sampling, again", &a, &b);
+    let (a, ra) = dtr::<D>(&g, &o, 2);
+    let (b, rb) = dtr::<D>(&g, &o, 2);
+    assert_matches("sqrt sampling", &want, &a, None);
+    assert_matches("sqrt sampling, again", &a, &b, None);
     assert_eq!(ra.counters.evictions, rb.counters.evictions);
     assert!(ra.counters.evictions > 0);
 }
 
-#[test]
-fn a_run_and_its_simulation_evict_alike() {
+fn a_run_and_its_simulation_evict_alike<D: Device>() {
     for name in TINY {
         let g = load(name);
         for th in thresholds(&g) {
             let o = options(&g, Some(th));
-            let (_, run) = dtr(&g, &o, 2);
+            let (_, run) = dtr::<D>(&g, &o, 2);
             let sim = simulate(&g, &o, 2).unwrap();
             let (a, b) = (&run.counters, &sim.counters);
             assert_eq!(
@@ -291,7 +274,6 @@ fn a_run_and_its_simulation_evict_alike() {
     }
 }
 
-#[test]
 fn simulation_traces_pass_the_checker_on_the_big_zoo_graphs() {
     for name in ["resnet50", "gpt2", "unet", "vgg16", "chain1000"] {
         let g = load(name);
@@ -306,13 +288,12 @@ fn simulation_traces_pass_the_checker_on_the_big_zoo_graphs() {
     }
 }
 
-#[test]
-fn an_allocation_that_cannot_be_served_names_the_op_and_the_request() {
+fn an_allocation_that_cannot_be_served_names_the_op_and_the_request<D: Device>() {
     let g = load("tiny_cnn");
     let lb = g.lower_bound().bytes;
     let mut o = options(&g, None);
     o.memory = lb * 2 / 3;
-    let err = match DtrExecutor::new(&g, CpuBackend::new(), &o) {
+    let err = match DtrExecutor::new(&g, D::open(), &o) {
         Err(e) => e,
         Ok(mut ex) => {
             ex.bind_seeded(SEED).unwrap();
@@ -329,21 +310,17 @@ fn an_allocation_that_cannot_be_served_names_the_op_and_the_request() {
     assert_eq!(sim.to_string(), msg, "the simulation fails alike");
 }
 
-#[test]
-fn persistent_storage_that_cannot_fit_is_refused_before_the_first_step() {
+fn persistent_storage_that_cannot_fit_is_refused_before_the_first_step<D: Device>() {
     let g = load("tiny_mlp");
     let mut o = options(&g, None);
     o.memory = g.persistent_bytes() / 2;
-    let err = DtrExecutor::new(&g, CpuBackend::new(), &o)
-        .err()
-        .expect("refused");
+    let err = DtrExecutor::new(&g, D::open(), &o).err().expect("refused");
     assert!(err.to_string().contains("persistent storage"), "{err}");
 }
 
 /// Pinning is exercised, not vacuous: evictions happen while ops are being run or
 /// recomputed (inside their enter/exit), and none of them hits an operand of an op on the
 /// stack (the checker's rule), with and without sqrt sampling.
-#[test]
 fn eviction_never_picks_a_pinned_tensor() {
     use sgc_exec::dtr::{Event, FreeKind};
     for name in TINY {

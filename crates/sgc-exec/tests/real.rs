@@ -13,26 +13,11 @@
 
 mod common;
 
+use common::device::assert_matches;
+use common::{real, REAL_SMALL};
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::Graph;
 use sgc_plan::{Plan, PlanOptions, Strategy};
-use std::path::PathBuf;
-
-const GRAPHS: &[&str] = &[
-    "resnet18",
-    "resnet50",
-    "densenet121",
-    "mobilenet_v3_large",
-    "efficientnet_b0",
-    "lstm_lm",
-];
-
-fn load(name: &str) -> Graph {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/real_small")
-        .join(format!("{name}.json.gz"));
-    sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The loss and every gradient after one step.
 fn outputs(g: &Graph, ex: &mut Executor<CpuBackend>) -> Vec<(String, HostTensor)> {
@@ -63,8 +48,8 @@ fn dtr_at_lower_bound(g: &Graph) -> Plan {
 
 #[test]
 fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
-    for name in GRAPHS {
-        let g = load(name);
+    for name in REAL_SMALL {
+        let g = real(name);
         let mut base = Executor::unplanned(&g, CpuBackend::new()).unwrap();
         let expected = outputs(&g, &mut base);
         assert!(expected.len() > 10, "{name}: loss and gradients");
@@ -93,12 +78,7 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
         for (strategy, plan) in plans {
             let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
             let got = outputs(&g, &mut ex);
-            for ((n, a), (_, b)) in expected.iter().zip(&got) {
-                assert!(
-                    a.bits_eq(b),
-                    "{name} / {strategy}: `{n}` differs from the unplanned run"
-                );
-            }
+            assert_matches(&format!("{name} / {strategy}"), &expected, &got, None);
         }
     }
 }

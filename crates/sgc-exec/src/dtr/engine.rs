@@ -222,51 +222,84 @@ impl Engine {
                 let m = self.facts.mutates[i][k];
                 self.freeze_readers(m, op, target)?;
             }
-            self.stack.push((op, false));
-            self.event(Event::Enter {
-                op,
-                recompute: false,
-            });
-            let ins = self.facts.in_roots[i].clone();
-            let outs = self.facts.out_roots[i].clone();
-            self.pin(&ins);
-            self.pin(&outs);
-            self.evict_over_threshold();
-            for &r in &ins {
-                if !self.slots[r.index()].resident {
-                    self.materialise(r, target)?;
-                }
-            }
+            let (ins, outs) = self.enter(op, false, target)?;
             for &r in &outs {
                 self.place(r, target)?;
             }
-            self.event(Event::Launch {
-                op,
-                recompute: false,
-            });
-            let d = target.launch(op, &self.offsets)?;
-            self.counters.launches += 1;
-            self.counters.compute += d;
-            self.counters.compute_cost += self.facts.cost[i];
-            self.touch(&ins);
-            self.touch(&outs);
-            self.clock += 1;
+            self.launch(op, false, &ins, &outs, target)?;
             for &r in &outs {
                 self.make(r, i);
             }
-            self.unpin(&ins);
-            self.unpin(&outs);
-            for &r in ins.iter().chain(&outs) {
-                self.refresh_candidate(r);
-            }
-            self.event(Event::Exit { op });
-            self.stack.pop();
+            self.leave(op, &ins, &outs);
         }
         for k in 0..self.facts.deaths[i].len() {
             let r = self.facts.deaths[i][k];
             self.die(r);
         }
         Ok(())
+    }
+
+    /// Starts on `op` (a first run or a recomputation): its operand roots pinned,
+    /// candidates evicted over the threshold, its evicted inputs brought back. Returns its
+    /// input and output roots.
+    fn enter(
+        &mut self,
+        op: OpId,
+        recompute: bool,
+        target: &mut impl Target,
+    ) -> Result<(Vec<TensorId>, Vec<TensorId>), ExecError> {
+        self.stack.push((op, recompute));
+        self.event(Event::Enter { op, recompute });
+        let ins = self.facts.in_roots[op.index()].clone();
+        let outs = self.facts.out_roots[op.index()].clone();
+        self.pin(&ins);
+        self.pin(&outs);
+        self.evict_over_threshold();
+        for &r in &ins {
+            if !self.slots[r.index()].resident {
+                self.materialise(r, target)?;
+            }
+        }
+        Ok((ins, outs))
+    }
+
+    /// Runs `op`'s kernel (its operands resident), counts it and unpins its operands.
+    fn launch(
+        &mut self,
+        op: OpId,
+        recompute: bool,
+        ins: &[TensorId],
+        outs: &[TensorId],
+        target: &mut impl Target,
+    ) -> Result<(), ExecError> {
+        self.event(Event::Launch { op, recompute });
+        let d = target.launch(op, &self.offsets)?;
+        let cost = self.facts.cost[op.index()];
+        let c = &mut self.counters;
+        if recompute {
+            c.recomputes += 1;
+            c.recompute += d;
+            c.recompute_cost += cost;
+        } else {
+            c.launches += 1;
+            c.compute += d;
+            c.compute_cost += cost;
+        }
+        self.touch(ins);
+        self.touch(outs);
+        self.clock += 1;
+        self.unpin(ins);
+        self.unpin(outs);
+        Ok(())
+    }
+
+    /// Done with `op`: its operands' candidacy by their state now.
+    fn leave(&mut self, op: OpId, ins: &[TensorId], outs: &[TensorId]) {
+        for &r in ins.iter().chain(outs) {
+            self.refresh_candidate(r);
+        }
+        self.event(Event::Exit { op });
+        self.stack.pop();
     }
 
     /// `r` was just made by its producer (first run, op `i`).
@@ -308,22 +341,7 @@ impl Engine {
                 limit,
             });
         }
-        let i = p.index();
-        self.stack.push((p, true));
-        self.event(Event::Enter {
-            op: p,
-            recompute: true,
-        });
-        let ins = self.facts.in_roots[i].clone();
-        let outs = self.facts.out_roots[i].clone();
-        self.pin(&ins);
-        self.pin(&outs);
-        self.evict_over_threshold();
-        for &x in &ins {
-            if !self.slots[x.index()].resident {
-                self.materialise(x, target)?;
-            }
-        }
+        let (ins, outs) = self.enter(p, true, target)?;
         for &o in &outs {
             if !self.slots[o.index()].resident {
                 self.place(o, target)?;
@@ -331,30 +349,14 @@ impl Engine {
                 so.temp = !so.retained();
             }
         }
-        self.event(Event::Launch {
-            op: p,
-            recompute: true,
-        });
-        let d = target.launch(p, &self.offsets)?;
-        self.counters.recomputes += 1;
-        self.counters.recompute += d;
-        self.counters.recompute_cost += self.facts.cost[i];
-        self.touch(&ins);
-        self.touch(&outs);
-        self.clock += 1;
-        self.unpin(&ins);
-        self.unpin(&outs);
+        self.launch(p, true, &ins, &outs, target)?;
         for &o in &outs {
             if self.slots[o.index()].temp {
                 self.slots[o.index()].temp = false;
                 self.free_block(o, FreeKind::Temporary);
             }
         }
-        for &x in ins.iter().chain(&outs) {
-            self.refresh_candidate(x);
-        }
-        self.event(Event::Exit { op: p });
-        self.stack.pop();
+        self.leave(p, &ins, &outs);
         Ok(())
     }
 

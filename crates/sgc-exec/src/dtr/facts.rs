@@ -56,17 +56,14 @@ impl Facts {
         writes_first: &[bool],
         profile: Option<&DeviceProfile>,
     ) -> Facts {
-        let nt = graph.num_tensors();
         let n = graph.num_ops();
         let root: Vec<TensorId> = graph.tensor_ids().map(|t| graph.storage_root(t)).collect();
         let is_root = |t: TensorId| root[t.index()] == t;
-        let size = graph.tensor_ids().map(|t| graph.tensor(t).size).collect();
-        let kind = |t: TensorId| graph.tensor(t).kind;
         let persistent: Vec<bool> = graph
             .tensor_ids()
-            .map(|t| kind(t).is_persistent())
+            .map(|t| graph.tensor(t).kind.is_persistent())
             .collect();
-        let mut output = vec![false; nt];
+        let mut output = vec![false; graph.num_tensors()];
         for &t in graph.outputs() {
             output[root[t.index()].index()] = true;
         }
@@ -74,117 +71,50 @@ impl Facts {
             .tensor_ids()
             .map(|t| graph.producer(t).filter(|_| is_root(t)))
             .collect();
-        let mut in_roots = Vec::with_capacity(n);
-        let mut out_roots = Vec::with_capacity(n);
-        let mut mutates = vec![Vec::new(); n];
-        let mut last_use = vec![0usize; nt];
-        for op in graph.op_ids() {
-            let o = graph.op(op);
-            let i = op.index();
-            let mut ins: Vec<TensorId> = o.inputs.iter().map(|&t| root[t.index()]).collect();
-            ins.sort();
-            ins.dedup();
-            let mut all: Vec<TensorId> = ins.clone();
-            all.extend(o.outputs.iter().map(|&t| root[t.index()]));
-            all.sort();
-            all.dedup();
-            for &r in &all {
-                last_use[r.index()] = i;
-            }
-            if writes_first.get(i).copied().unwrap_or(false) {
-                if let Some(&t) = o.inputs.first() {
-                    mutates[i].push(root[t.index()]);
-                }
-            }
-            if !no_op[i] {
-                for &t in o.outputs.iter().filter(|&&t| !is_root(t)) {
-                    mutates[i].push(root[t.index()]);
-                }
-            }
-            mutates[i].sort();
-            mutates[i].dedup();
-            ins.retain(|r| !persistent[r.index()]);
-            in_roots.push(if no_op[i] { Vec::new() } else { ins });
-            let outs: Vec<TensorId> = o
-                .outputs
-                .iter()
-                .copied()
-                .filter(|&t| is_root(t) && !persistent[t.index()])
-                .collect();
-            out_roots.push(outs);
-        }
-        let mut written = vec![false; nt];
-        for m in mutates.iter().flatten() {
-            written[m.index()] = true;
-        }
-        let mut readers = vec![Vec::new(); nt];
-        for op in graph.op_ids().filter(|o| !no_op[o.index()]) {
-            for &t in &graph.op(op).inputs {
-                let r = root[t.index()];
-                if written[r.index()] && readers[r.index()].last() != Some(&op) {
-                    readers[r.index()].push(op);
-                }
-            }
-        }
-        let mut deaths = vec![Vec::new(); n];
-        let mut persistent_roots = Vec::new();
-        let mut input_roots = Vec::new();
-        for t in graph.tensor_ids().filter(|&t| is_root(t)) {
-            if persistent[t.index()] {
-                persistent_roots.push(t);
-                continue;
-            }
-            if kind(t) == TensorKind::Input {
-                input_roots.push(t);
-            }
-            if output[t.index()] {
-                last_use[t.index()] = usize::MAX;
-            } else if n > 0 {
-                deaths[last_use[t.index()].min(n - 1)].push(t);
-            }
-        }
+        let mut ops = OpRoots::new(graph, &root, &persistent, &no_op, writes_first);
+        let (written, readers) = readers(graph, &root, &no_op, &ops.mutates);
+        let lists = StorageLists::new(graph, &root, &persistent, &output, &mut ops.last_use);
         let evictable: Vec<bool> = graph
             .tensor_ids()
             .map(|t| {
-                let p: Option<OpId> = producer_of(&producer, t);
                 is_root(t)
-                    && kind(t) == TensorKind::Activation
+                    && graph.tensor(t).kind == TensorKind::Activation
                     && !output[t.index()]
                     && !written[t.index()]
-                    && p.is_some_and(|p| graph.op(p).recomputable && !no_op[p.index()])
+                    && producer[t.index()]
+                        .is_some_and(|p| graph.op(p).recomputable && !no_op[p.index()])
             })
             .collect();
-        let mut children = vec![Vec::new(); nt];
+        let mut children = vec![Vec::new(); graph.num_tensors()];
         for t in graph.tensor_ids().filter(|t| evictable[t.index()]) {
-            if let Some(p) = producer_of(&producer, t) {
-                for &x in &in_roots[p.index()] {
+            if let Some(p) = producer[t.index()] {
+                for &x in &ops.in_roots[p.index()] {
                     children[x.index()].push(t);
                 }
             }
         }
-        let cost = graph
-            .op_ids()
-            .map(|o| graph.op_cost_with(o, profile).0)
-            .collect();
         Facts {
             num_ops: n,
+            size: graph.tensor_ids().map(|t| graph.tensor(t).size).collect(),
             root,
-            size,
             persistent,
             output,
             producer,
             evictable,
-            last_use,
-            deaths,
-            in_roots,
-            out_roots,
+            last_use: ops.last_use,
+            deaths: lists.deaths,
+            in_roots: ops.in_roots,
+            out_roots: ops.out_roots,
             children,
             no_op,
-            mutates,
+            mutates: ops.mutates,
             readers,
-            cost,
-            persistent_roots,
-            input_roots,
+            cost: graph
+                .op_ids()
+                .map(|o| graph.op_cost_with(o, profile).0)
+                .collect(),
+            persistent_roots: lists.persistent_roots,
+            input_roots: lists.input_roots,
         }
     }
 
@@ -213,6 +143,132 @@ impl Facts {
     }
 }
 
-fn producer_of(producer: &[Option<OpId>], t: TensorId) -> Option<OpId> {
-    producer[t.index()]
+/// The storage roots each op touches, and where each root is last used.
+struct OpRoots {
+    in_roots: Vec<Vec<TensorId>>,
+    out_roots: Vec<Vec<TensorId>>,
+    mutates: Vec<Vec<TensorId>>,
+    last_use: Vec<usize>,
+}
+
+impl OpRoots {
+    fn new(
+        graph: &Graph,
+        root: &[TensorId],
+        persistent: &[bool],
+        no_op: &[bool],
+        writes_first: &[bool],
+    ) -> OpRoots {
+        let n = graph.num_ops();
+        let is_root = |t: TensorId| root[t.index()] == t;
+        let mut r = OpRoots {
+            in_roots: Vec::with_capacity(n),
+            out_roots: Vec::with_capacity(n),
+            mutates: vec![Vec::new(); n],
+            last_use: vec![0usize; graph.num_tensors()],
+        };
+        for op in graph.op_ids() {
+            let o = graph.op(op);
+            let i = op.index();
+            let mut ins: Vec<TensorId> = o.inputs.iter().map(|&t| root[t.index()]).collect();
+            ins.sort();
+            ins.dedup();
+            let mut all: Vec<TensorId> = ins.clone();
+            all.extend(o.outputs.iter().map(|&t| root[t.index()]));
+            all.sort();
+            all.dedup();
+            for &x in &all {
+                r.last_use[x.index()] = i;
+            }
+            let mutates = &mut r.mutates[i];
+            if writes_first.get(i).copied().unwrap_or(false) {
+                if let Some(&t) = o.inputs.first() {
+                    mutates.push(root[t.index()]);
+                }
+            }
+            if !no_op[i] {
+                for &t in o.outputs.iter().filter(|&&t| !is_root(t)) {
+                    mutates.push(root[t.index()]);
+                }
+            }
+            mutates.sort();
+            mutates.dedup();
+            ins.retain(|x| !persistent[x.index()]);
+            r.in_roots.push(if no_op[i] { Vec::new() } else { ins });
+            let outs: Vec<TensorId> = o
+                .outputs
+                .iter()
+                .copied()
+                .filter(|&t| is_root(t) && !persistent[t.index()])
+                .collect();
+            r.out_roots.push(outs);
+        }
+        r
+    }
+}
+
+/// Which roots some op writes in place, and per such root the ops (not no-ops) that read
+/// it, in order.
+fn readers(
+    graph: &Graph,
+    root: &[TensorId],
+    no_op: &[bool],
+    mutates: &[Vec<TensorId>],
+) -> (Vec<bool>, Vec<Vec<OpId>>) {
+    let nt = graph.num_tensors();
+    let mut written = vec![false; nt];
+    for m in mutates.iter().flatten() {
+        written[m.index()] = true;
+    }
+    let mut readers = vec![Vec::new(); nt];
+    for op in graph.op_ids().filter(|o| !no_op[o.index()]) {
+        for &t in &graph.op(op).inputs {
+            let r = root[t.index()];
+            if written[r.index()] && readers[r.index()].last() != Some(&op) {
+                readers[r.index()].push(op);
+            }
+        }
+    }
+    (written, readers)
+}
+
+/// The roots by role: persistent and input roots in graph order, and per op the roots
+/// whose last use it is.
+struct StorageLists {
+    deaths: Vec<Vec<TensorId>>,
+    persistent_roots: Vec<TensorId>,
+    input_roots: Vec<TensorId>,
+}
+
+impl StorageLists {
+    /// Also sets the last use of graph outputs' roots to `usize::MAX`.
+    fn new(
+        graph: &Graph,
+        root: &[TensorId],
+        persistent: &[bool],
+        output: &[bool],
+        last_use: &mut [usize],
+    ) -> StorageLists {
+        let n = graph.num_ops();
+        let mut l = StorageLists {
+            deaths: vec![Vec::new(); n],
+            persistent_roots: Vec::new(),
+            input_roots: Vec::new(),
+        };
+        for t in graph.tensor_ids().filter(|&t| root[t.index()] == t) {
+            if persistent[t.index()] {
+                l.persistent_roots.push(t);
+                continue;
+            }
+            if graph.tensor(t).kind == TensorKind::Input {
+                l.input_roots.push(t);
+            }
+            if output[t.index()] {
+                last_use[t.index()] = usize::MAX;
+            } else if n > 0 {
+                l.deaths[last_use[t.index()].min(n - 1)].push(t);
+            }
+        }
+        l
+    }
 }

@@ -39,7 +39,7 @@ pub mod pool;
 mod run;
 
 pub use pool::{Pool, PoolStats};
-pub use run::DtrExecutor;
+pub use run::{DtrExecutor, RunTimeDtr};
 
 use crate::ExecError;
 use engine::{Engine, Names};

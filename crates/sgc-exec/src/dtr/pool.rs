@@ -287,12 +287,18 @@ mod tests {
         p.check().unwrap();
     }
 
-    #[test]
-    fn freed_neighbours_coalesce() {
+    /// A 400-byte pool of four 100-byte blocks, the first and the third freed.
+    fn every_other_block_free() -> (Pool, Vec<u64>) {
         let mut p = Pool::new(400, 1);
         let offs: Vec<u64> = (0..4).map(|i| p.alloc(100, t(i)).unwrap()).collect();
         p.free(offs[0]);
         p.free(offs[2]);
+        (p, offs)
+    }
+
+    #[test]
+    fn freed_neighbours_coalesce() {
+        let (mut p, offs) = every_other_block_free();
         assert_eq!(p.largest_free(), 100);
         p.free(offs[1]);
         assert_eq!(p.largest_free(), 300);
@@ -303,10 +309,7 @@ mod tests {
 
     #[test]
     fn scattered_free_blocks_do_not_serve_a_larger_request_until_compacted() {
-        let mut p = Pool::new(400, 1);
-        let offs: Vec<u64> = (0..4).map(|i| p.alloc(100, t(i)).unwrap()).collect();
-        p.free(offs[0]);
-        p.free(offs[2]);
+        let (mut p, _) = every_other_block_free();
         assert_eq!(p.free_bytes(), 200);
         assert_eq!(p.alloc(200, t(9)), None);
         let moves = p.compact();

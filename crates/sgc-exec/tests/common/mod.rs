@@ -1,8 +1,11 @@
-//! Shared by the tests and the benchmark: the tiny zoo graphs, and plans to run them with
-//! beside the planner's: hand-made schedules (recompute before every use) and arenas
-//! (no sharing), each a verified `sgc_plan::Plan`, the one thing the executor runs.
+//! Shared by the tests: the tiny zoo graphs and the small real exports, and plans to run
+//! them with beside the planner's: hand-made schedules (recompute before every use) and
+//! arenas (no sharing), each a verified `sgc_plan::Plan`, the one thing the executor runs.
+//! [`device`]: one test body on every device, and reading a run's results.
 
 #![allow(dead_code)]
+
+pub mod device;
 
 use sgc_ir::{Graph, OpId, Phase, TensorId};
 use sgc_plan::Plan;
@@ -10,10 +13,28 @@ use sgc_plan::Plan;
 /// The tiny zoo graphs, executed in tests (the big ones are not).
 pub const TINY: [&str; 3] = ["tiny_mlp", "tiny_cnn", "tiny_transformer"];
 
+/// The real PyTorch exports at batch 2 in `tests/fixtures/real_small` (see tests/real.rs).
+pub const REAL_SMALL: [&str; 6] = [
+    "resnet18",
+    "resnet50",
+    "densenet121",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+    "lstm_lm",
+];
+
 /// Loads `graphs/<name>.json` of the repository.
 pub fn load(name: &str) -> Graph {
     let path = format!("{}/../../graphs/{name}.json", env!("CARGO_MANIFEST_DIR"));
     sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Loads the real export `name` of [`REAL_SMALL`].
+pub fn real(name: &str) -> Graph {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/real_small")
+        .join(format!("{name}.json.gz"));
+    sgc_ir::load_any(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The forward ops that (re)produce `t`: its producer and, for a view, the producers

@@ -30,10 +30,14 @@ pub fn violations(g: &Graph, memory: u64, trace: &[Event]) -> Vec<String> {
     let name = |t: TensorId| g.tensor(t).name.clone();
     let mut live: HashMap<TensorId, (u64, u64)> = HashMap::new();
     let mut stack: Vec<OpId> = Vec::new();
-    let overlap = |live: &HashMap<TensorId, (u64, u64)>, r: TensorId, off: u64, len: u64| {
-        live.iter()
+    // Puts `r` at `[off, off + len)`; the live block it lands on, if any.
+    let settle = |live: &mut HashMap<TensorId, (u64, u64)>, r: TensorId, off: u64, len: u64| {
+        let hit = live
+            .iter()
             .find(|(&o, &(oo, ol))| o != r && off < oo + ol && oo < off + len)
-            .map(|(&o, _)| o)
+            .map(|(&o, _)| o);
+        live.insert(r, (off, len));
+        hit
     };
     for (i, ev) in trace.iter().enumerate() {
         match *ev {
@@ -85,14 +89,11 @@ pub fn violations(g: &Graph, memory: u64, trace: &[Event]) -> Vec<String> {
                 if live.contains_key(&root) {
                     bad.push(format!("event {i}: `{}` allocated twice", name(root)));
                 }
-                if let Some(o) = overlap(&live, root, offset, bytes) {
-                    bad.push(format!(
-                        "event {i}: `{}` overlaps live `{}`",
-                        name(root),
-                        name(o)
-                    ));
-                }
-                live.insert(root, (offset, bytes));
+                bad.extend(
+                    settle(&mut live, root, offset, bytes).map(|o| {
+                        format!("event {i}: `{}` overlaps live `{}`", name(root), name(o))
+                    }),
+                );
             }
             Event::Move {
                 root,
@@ -106,14 +107,11 @@ pub fn violations(g: &Graph, memory: u64, trace: &[Event]) -> Vec<String> {
                         name(root)
                     ));
                 }
-                if let Some(o) = overlap(&live, root, to, bytes) {
-                    bad.push(format!(
-                        "event {i}: `{}` moved over live `{}`",
-                        name(root),
-                        name(o)
-                    ));
-                }
-                live.insert(root, (to, bytes));
+                bad.extend(
+                    settle(&mut live, root, to, bytes).map(|o| {
+                        format!("event {i}: `{}` moved over live `{}`", name(root), name(o))
+                    }),
+                );
             }
             Event::Free { root, offset, why } => {
                 if live.remove(&root).map(|b| b.0) != Some(offset) {
