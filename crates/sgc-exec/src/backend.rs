@@ -8,9 +8,9 @@
 //!   persistent storage, so `memory().peak_bytes` is what the plan promised.
 //! - [`Backend::launch`] reads every byte of `inputs` and writes **every** byte of
 //!   `outputs` (an arena region is reused and holds stale data: kernels that accumulate,
-//!   such as `embedding_grad` or `max_pool2d_grad`, clear their output first). The one
-//!   exception is [`Kernel::SgdUpdate`], which has no outputs and writes its first input
-//!   (the parameter) in place.
+//!   such as `embedding_grad` or `max_pool2d_grad`, clear their output first). The
+//!   exceptions are `sgd_update` and `copy_` ([`Kernel::writes_first_input`]), which have
+//!   no outputs and write their first input (the parameter) in place.
 //! - Outputs never overlap each other or any input (the layout guarantees it; backends
 //!   check it and return an error, never corrupt memory), with one exception: a kernel
 //!   that [runs in place](Kernel::runs_in_place) may write an output that *is* one of its
@@ -164,9 +164,9 @@ pub trait Backend {
 }
 
 /// Checks that `outputs` overlap neither each other nor any input (except an input they
-/// exactly are, for a kernel that [runs in place](Kernel::runs_in_place)), and for
-/// [`Kernel::SgdUpdate`] that the parameter does not overlap the gradient. Backends call
-/// it at the top of `launch`.
+/// exactly are, for a kernel that [runs in place](Kernel::runs_in_place)), and for a
+/// kernel that [writes its first input](Kernel::writes_first_input) that the parameter
+/// does not overlap the gradient. Backends call it at the top of `launch`.
 pub fn check_disjoint(
     backend: &str,
     kernel: &Kernel,

@@ -1,4 +1,12 @@
-//! Element-wise kernels, bias, and the SGD update.
+//! Element-wise kernels, bias, scalar arithmetic, activations and the SGD update.
+
+use super::shape::expand;
+use super::{f, CpuBackend, Slice, NAME};
+use crate::backend::{Backend, Operand};
+use crate::ops::elementwise::{BinOp, Elementwise};
+use crate::ops::Family;
+use crate::{ExecError, KernelError};
+use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -80,4 +88,119 @@ pub(crate) fn sgd_update(param: &mut [f32], grad: &[f32], lr: f32) {
     for (p, g) in param.iter_mut().zip(grad) {
         *p -= lr * g;
     }
+}
+
+pub(crate) fn add_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x + v;
+    }
+}
+
+pub(crate) fn mul_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x * v;
+    }
+}
+
+pub(crate) fn div_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x / v;
+    }
+}
+
+/// `threshold_backward`: `dy` where `x > threshold`, else 0.
+pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshold: f32) {
+    for ((d, &g), &v) in dx.iter_mut().zip(dy).zip(x) {
+        *d = if v > threshold { g } else { 0.0 };
+    }
+}
+
+/// Runs a kernel of the family on f32 data.
+pub(super) fn run(
+    k: &Elementwise,
+    ins: &[Slice],
+    outs: &mut [&mut [f32]],
+    ops_in: &[Operand],
+    ops_out: &[Operand],
+) -> Result<(), KernelError> {
+    use Elementwise as E;
+    let sh = |i: usize| ops_in[i].shape.as_slice();
+    match k {
+        E::BiasAdd { axis } => bias_add(f(&ins[0])?, f(&ins[1])?, outs[0], sh(0), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(f(&ins[0])?, outs[0], sh(0), *axis),
+        E::Add => add(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        E::Mul => mul(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        E::Relu => relu(f(&ins[0])?, outs[0]),
+        E::ReluGrad => relu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        E::Gelu => gelu(f(&ins[0])?, outs[0]),
+        E::GeluGrad => gelu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
+        E::SgdUpdate { lr } => sgd_update(outs[0], f(&ins[0])?, *lr),
+        E::AddScalar { value } => add_scalar(f(&ins[0])?, outs[0], *value as f32),
+        E::MulScalar { value } => mul_scalar(f(&ins[0])?, outs[0], *value),
+        E::DivScalar { value } => div_scalar(f(&ins[0])?, outs[0], *value),
+        E::ThresholdBackward { threshold } => {
+            threshold_backward(f(&ins[0])?, f(&ins[1])?, outs[0], *threshold)
+        }
+        E::Pointwise(u) => {
+            for (y, &x) in outs[0].iter_mut().zip(f(&ins[0])?) {
+                *y = u.apply(x);
+            }
+        }
+        E::PointwiseBackward(u) => {
+            let (dy, v) = (f(&ins[0])?, f(&ins[1])?);
+            for ((d, &g), &v) in outs[0].iter_mut().zip(dy).zip(v) {
+                *d = u.grad(g, v);
+            }
+        }
+        E::Broadcast { op } => {
+            let y = &ops_out[0].shape;
+            let n = outs[0].len();
+            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+            expand(f(&ins[0])?, &mut a, sh(0), y);
+            expand(f(&ins[1])?, &mut b, sh(1), y);
+            let op = |(a, b): (&f32, &f32)| match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+            };
+            for (o, v) in outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
+                *o = v;
+            }
+        }
+        E::Fill { value } => outs[0].fill(*value),
+        E::Zeros { .. } => outs[0].fill(0.0),
+    }
+    Ok(())
+}
+
+/// `add_scalar` on an i64 tensor (an integer counter), through bytes; `false` for every
+/// other kernel.
+pub(super) fn launch_bytes(
+    be: &mut CpuBackend,
+    k: &Elementwise,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<bool, ExecError> {
+    let Elementwise::AddScalar { value } = k else {
+        return Ok(false);
+    };
+    if inputs[0].dtype != DType::I64 {
+        return Ok(false);
+    }
+    if value.fract() != 0.0 {
+        return Err(ExecError::backend(
+            NAME,
+            format!("{}: adds {value} to an integer tensor", k.kind().name()),
+        ));
+    }
+    let x = be.bytes(&inputs[0])?;
+    let y: Vec<u8> = x
+        .chunks_exact(8)
+        .flat_map(|c| {
+            let v = i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+            v.wrapping_add(*value as i64).to_ne_bytes()
+        })
+        .collect();
+    be.write(outputs[0].buffer, outputs[0].offset, &y)?;
+    Ok(true)
 }

@@ -1,6 +1,11 @@
 //! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
 //! same operands always give the same bits).
 
+use super::{f, last, Slice};
+use crate::backend::Operand;
+use crate::ops::linalg::{inner_cols, Linalg};
+use crate::KernelError;
+
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
@@ -106,4 +111,62 @@ pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
         let bm = Mat::new(bi, if d.transpose_b { d.k } else { d.n }, d.transpose_b);
         gemm(d.m, d.k, d.n, am, bm, 0.0, &mut y[i * sy..(i + 1) * sy]);
     }
+}
+
+/// `addmm`: `a [M, K] @ b [K, N] + bias [N]` (`b [N, K]` when `transpose_b`).
+pub(crate) fn addmm(
+    bias: &[f32],
+    a: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
+    matmul(a, b, y, k, n, transpose_b);
+    for row in y.chunks_mut(n.max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(
+    k: &Linalg,
+    ins: &[Slice],
+    outs: &mut [&mut [f32]],
+    ops_in: &[Operand],
+    ops_out: &[Operand],
+) -> Result<(), KernelError> {
+    let sh = |i: usize| ops_in[i].shape.as_slice();
+    match k {
+        Linalg::MatMul { transpose_b } => {
+            let (kk, n) = inner_cols(sh(1), *transpose_b);
+            matmul(f(&ins[0])?, f(&ins[1])?, outs[0], kk, n, *transpose_b)
+        }
+        Linalg::MatMulTn => matmul_tn(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), last(sh(1))),
+        Linalg::BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
+            let r = a.len();
+            let d = Bmm {
+                batch: a[..r - 2].iter().product(),
+                m: y[r - 2],
+                n: y[r - 1],
+                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
+                transpose_a: *transpose_a,
+                transpose_b: *transpose_b,
+            };
+            batched_matmul(f(&ins[0])?, f(&ins[1])?, outs[0], &d)
+        }
+        Linalg::AddMm { transpose_b } => {
+            let (k, n) = inner_cols(sh(2), *transpose_b);
+            let (bias, a, b) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
+            addmm(bias, a, b, outs[0], k, n, *transpose_b)
+        }
+    }
+    Ok(())
 }

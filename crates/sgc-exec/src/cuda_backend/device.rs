@@ -320,3 +320,24 @@ impl Device {
         Ok(self.address(mem))
     }
 }
+
+/// An index operand: its address and whether it holds i64 (else i32).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Idx {
+    pub ptr: u64,
+    pub is_i64: bool,
+}
+
+impl Idx {
+    /// The index operand `op` at device address `ptr`.
+    pub(crate) fn of(op: &crate::backend::Operand, ptr: u64) -> Idx {
+        Idx {
+            ptr,
+            is_i64: op.dtype == sgc_ir::DType::I64,
+        }
+    }
+
+    pub(crate) fn args(self) -> [Arg; 2] {
+        [Arg::Ptr(self.ptr), Arg::I32(self.is_i64 as i32)]
+    }
+}

@@ -2,6 +2,10 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
+use super::runtime::no_kernel;
+use crate::backend::Operand;
+use crate::ops::elementwise::Elementwise;
+use crate::ops::Family;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -76,4 +80,29 @@ pub(crate) fn gelu_grad(d: &Device, x: u64, dy: u64, dx: u64, len: usize) -> R {
 pub(crate) fn sgd_update(d: &Device, param: u64, grad: u64, lr: f32, len: usize) -> R {
     let args = [Arg::Ptr(param), Arg::Ptr(grad), Arg::F32(lr), n(len)];
     d.launch("sgd_update", Grid::Elements(len), &args)
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(
+    k: &Elementwise,
+    d: &mut Device,
+    ins: &[u64],
+    outs: &[u64],
+    ops_in: &[Operand],
+) -> R {
+    use Elementwise as E;
+    let shape = || ops_in[0].shape.as_slice();
+    let numel = || ops_in[0].numel();
+    match k {
+        E::BiasAdd { axis } => bias_add(d, ins[0], ins[1], outs[0], shape(), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(d, ins[0], outs[0], shape(), *axis),
+        E::Add => add(d, ins[0], ins[1], outs[0], numel()),
+        E::Mul => mul(d, ins[0], ins[1], outs[0], numel()),
+        E::Relu => relu(d, ins[0], outs[0], numel()),
+        E::ReluGrad => relu_grad(d, ins[0], ins[1], outs[0], numel()),
+        E::Gelu => gelu(d, ins[0], outs[0], numel()),
+        E::GeluGrad => gelu_grad(d, ins[0], ins[1], outs[0], numel()),
+        E::SgdUpdate { lr } => sgd_update(d, ins[0], ins[1], *lr, numel()),
+        _ => Err(no_kernel(k.kind())),
+    }
 }

@@ -2,6 +2,10 @@
 //! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
 
 use super::device::{Device, Gemm, R};
+use super::runtime::{last, no_kernel, rows};
+use crate::backend::Operand;
+use crate::ops::linalg::{inner_cols, Linalg};
+use crate::ops::Family;
 
 /// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
 /// `(address, transposed)`.
@@ -60,4 +64,45 @@ pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
         stride_b: s.k * s.n,
         ..single((s.m, s.n, s.k), (a, s.transpose_a), (b, s.transpose_b), y)
     })
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(
+    k: &Linalg,
+    d: &mut Device,
+    ins: &[u64],
+    outs: &[u64],
+    ops_in: &[Operand],
+    ops_out: &[Operand],
+) -> R {
+    let sh = |i: usize| ops_in[i].shape.as_slice();
+    match k {
+        Linalg::MatMul { transpose_b } => {
+            let (kk, n) = inner_cols(sh(1), *transpose_b);
+            // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
+            let rows = ops_out[0].numel().checked_div(n).unwrap_or(0);
+            matmul(d, ins[0], ins[1], outs[0], rows, kk, n, *transpose_b)
+        }
+        Linalg::MatMulTn => {
+            let (m, n) = (last(sh(0)), last(sh(1)));
+            matmul_tn(d, ins[0], ins[1], outs[0], rows(&ops_in[0]), m, n)
+        }
+        Linalg::BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
+            let r = a.len();
+            let s = Bmm {
+                batch: a[..r - 2].iter().product(),
+                m: y[r - 2],
+                n: y[r - 1],
+                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
+                transpose_a: *transpose_a,
+                transpose_b: *transpose_b,
+            };
+            batched_matmul(d, ins[0], ins[1], outs[0], &s)
+        }
+        Linalg::AddMm { .. } => Err(no_kernel(k.kind())),
+    }
 }

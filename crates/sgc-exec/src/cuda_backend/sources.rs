@@ -10,11 +10,15 @@
 /// The shared prelude: typedefs, loop macros, the fixed-order block reductions.
 pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
 
-/// The kernel files, `(file name, source)`, named after the CPU backend's modules.
+/// The kernel files, `(file name, source)`: one per op family with CUDA kernels, named
+/// after the family (`ops/<family>.rs`, `cpu_backend/<family>.rs`).
 pub const FILES: &[(&str, &str)] = &[
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
+    ("pool.cu", include_str!("kernels/pool.cu")),
     ("norm.cu", include_str!("kernels/norm.cu")),
+    ("loss.cu", include_str!("kernels/loss.cu")),
+    ("embedding.cu", include_str!("kernels/embedding.cu")),
     ("shape.cu", include_str!("kernels/shape.cu")),
 ];
 
@@ -87,6 +91,7 @@ pub const SIGNATURES: &[(&str, &[ParamKind])] = &[
         "col2im",
         &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64],
     ),
+    // pool.cu
     (
         "max_pool2d",
         &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64],
@@ -116,12 +121,14 @@ pub const SIGNATURES: &[(&str, &[ParamKind])] = &[
     ),
     ("softmax", &[Ptr, Ptr, I64, I64, F32, I32]),
     ("softmax_grad", &[Ptr, Ptr, Ptr, I64, I64, F32]),
+    // loss.cu
     ("cross_entropy", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
     ("cross_entropy_mean", &[Ptr, Ptr, I64]),
     ("cross_entropy_grad", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
-    // shape.cu
+    // embedding.cu
     ("embedding", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
     ("embedding_grad", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
+    // shape.cu
     ("reshape", &[Ptr, Ptr, I64]),
     ("transpose", &[Ptr, Ptr, I64, Dims]),
     ("concat", &[Ptr, Ptr, I64, I64, I64, I64]),
