@@ -13,7 +13,7 @@
 //!   CPU backend's names. Matrix products (`matmul`,
 //!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
 //! - `device.rs`: context, stream, kernel launch (arguments checked against
-//!   [`sources::SIGNATURES`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
+//!   [`sources::signatures`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
 //!   the dispatch.
 //!
 //! Memory: every [`crate::Backend::alloc`] is one device allocation (the executor makes one
