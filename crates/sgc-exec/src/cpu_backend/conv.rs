@@ -2,8 +2,7 @@
 //! `convolution_backward` (per group, over the plain kernels).
 
 use super::linalg::{gemm, Mat};
-use super::{f, Slice};
-use crate::backend::Operand;
+use super::{f, Io};
 use crate::ops::conv::Conv;
 use crate::KernelError;
 
@@ -274,49 +273,28 @@ pub(crate) fn conv_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Conv,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let y = ops_out[0].shape.as_slice();
+pub(super) fn run(k: &Conv, io: Io) -> Result<(), KernelError> {
+    let g = k.window(io.ops_in, io.ops_out);
+    let w = io.ops_in[if matches!(k, Conv::ConvBackward { .. }) {
+        2
+    } else {
+        1
+    }]
+    .shape[0];
+    let (a, b) = (f(&io.ins[0])?, f(&io.ins[1])?);
     match k {
-        Conv::Conv2d { stride, padding } => {
-            let g = Window::conv(sh(0), sh(1), y, *stride, *padding);
-            conv2d(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
+        Conv::Conv2d { .. } => conv2d(a, b, io.outs[0], &g, w),
+        Conv::Conv2dGradInput { .. } => conv2d_grad_input(a, b, io.outs[0], &g, w),
+        // `dy [N, O, Ho, Wo]`: its channels are the outputs'.
+        Conv::Conv2dGradWeight { .. } => {
+            conv2d_grad_weight(a, b, io.outs[0], &g, io.ops_in[1].shape[1])
         }
-        Conv::Conv2dGradInput { stride, padding } => {
-            let g = Window::conv(y, sh(1), sh(0), *stride, *padding);
-            conv2d_grad_input(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
+        Conv::ConvBackward { groups, mask, .. } => {
+            conv_backward(a, b, f(&io.ins[2])?, io.outs, *mask, &g, w, *groups)
         }
-        Conv::Conv2dGradWeight { stride, padding } => {
-            let g = Window::conv(sh(0), y, sh(1), *stride, *padding);
-            conv2d_grad_weight(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[1])
-        }
-        Conv::ConvBackward {
-            stride,
-            padding,
-            groups,
-            mask,
-        } => {
-            let (x, w) = (sh(1), sh(2));
-            let g = Window::conv(x, w, sh(0), *stride, *padding);
-            let (dy, xv, wv) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
-            conv_backward(dy, xv, wv, outs, *mask, &g, w[0], *groups)
-        }
-        Conv::ConvGrouped {
-            stride,
-            padding,
-            groups,
-            bias,
-        } => {
-            let (x, w) = (sh(0), sh(1));
-            let g = Window::conv(x, w, y, *stride, *padding);
-            let b = if *bias { Some(f(&ins[2])?) } else { None };
-            conv_grouped(f(&ins[0])?, f(&ins[1])?, b, outs[0], &g, w[0], *groups)
+        Conv::ConvGrouped { groups, bias, .. } => {
+            let bias = if *bias { Some(f(&io.ins[2])?) } else { None };
+            conv_grouped(a, b, bias, io.outs[0], &g, w, *groups)
         }
     }
     Ok(())

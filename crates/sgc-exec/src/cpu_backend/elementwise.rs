@@ -1,7 +1,7 @@
 //! Element-wise kernels, bias, scalar arithmetic, activations and the SGD update.
 
 use super::shape::expand;
-use super::{f, CpuBackend, Slice, NAME};
+use super::{f, CpuBackend, Io, NAME};
 use crate::backend::{Backend, Operand};
 use crate::ops::elementwise::{BinOp, Elementwise};
 use crate::ops::Family;
@@ -116,59 +116,53 @@ pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshol
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(
-    k: &Elementwise,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
+pub(super) fn run(k: &Elementwise, io: Io) -> Result<(), KernelError> {
     use Elementwise as E;
-    let sh = |i: usize| ops_in[i].shape.as_slice();
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
-        E::BiasAdd { axis } => bias_add(f(&ins[0])?, f(&ins[1])?, outs[0], sh(0), *axis),
-        E::BiasAddGrad { axis } => bias_add_grad(f(&ins[0])?, outs[0], sh(0), *axis),
-        E::Add => add(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        E::Mul => mul(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        E::Relu => relu(f(&ins[0])?, outs[0]),
-        E::ReluGrad => relu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        E::Gelu => gelu(f(&ins[0])?, outs[0]),
-        E::GeluGrad => gelu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        E::SgdUpdate { lr } => sgd_update(outs[0], f(&ins[0])?, *lr),
-        E::AddScalar { value } => add_scalar(f(&ins[0])?, outs[0], *value as f32),
-        E::MulScalar { value } => mul_scalar(f(&ins[0])?, outs[0], *value),
-        E::DivScalar { value } => div_scalar(f(&ins[0])?, outs[0], *value),
+        E::BiasAdd { axis } => bias_add(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], sh(0), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(f(&io.ins[0])?, io.outs[0], sh(0), *axis),
+        E::Add => add(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Mul => mul(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Relu => relu(f(&io.ins[0])?, io.outs[0]),
+        E::ReluGrad => relu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Gelu => gelu(f(&io.ins[0])?, io.outs[0]),
+        E::GeluGrad => gelu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::SgdUpdate { lr } => sgd_update(io.outs[0], f(&io.ins[0])?, *lr),
+        E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value as f32),
+        E::MulScalar { value } => mul_scalar(f(&io.ins[0])?, io.outs[0], *value),
+        E::DivScalar { value } => div_scalar(f(&io.ins[0])?, io.outs[0], *value),
         E::ThresholdBackward { threshold } => {
-            threshold_backward(f(&ins[0])?, f(&ins[1])?, outs[0], *threshold)
+            threshold_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *threshold)
         }
         E::Pointwise(u) => {
-            for (y, &x) in outs[0].iter_mut().zip(f(&ins[0])?) {
+            for (y, &x) in io.outs[0].iter_mut().zip(f(&io.ins[0])?) {
                 *y = u.apply(x);
             }
         }
         E::PointwiseBackward(u) => {
-            let (dy, v) = (f(&ins[0])?, f(&ins[1])?);
-            for ((d, &g), &v) in outs[0].iter_mut().zip(dy).zip(v) {
+            let (dy, v) = (f(&io.ins[0])?, f(&io.ins[1])?);
+            for ((d, &g), &v) in io.outs[0].iter_mut().zip(dy).zip(v) {
                 *d = u.grad(g, v);
             }
         }
         E::Broadcast { op } => {
-            let y = &ops_out[0].shape;
-            let n = outs[0].len();
+            let y = &io.ops_out[0].shape;
+            let n = io.outs[0].len();
             let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
-            expand(f(&ins[0])?, &mut a, sh(0), y);
-            expand(f(&ins[1])?, &mut b, sh(1), y);
+            expand(f(&io.ins[0])?, &mut a, sh(0), y);
+            expand(f(&io.ins[1])?, &mut b, sh(1), y);
             let op = |(a, b): (&f32, &f32)| match op {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
                 BinOp::Mul => a * b,
             };
-            for (o, v) in outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
+            for (o, v) in io.outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
                 *o = v;
             }
         }
-        E::Fill { value } => outs[0].fill(*value),
-        E::Zeros { .. } => outs[0].fill(0.0),
+        E::Fill { value } => io.outs[0].fill(*value),
+        E::Zeros { .. } => io.outs[0].fill(0.0),
     }
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! Embedding lookups and their gradient (rows accumulated in id order).
 
-use super::{f, idx, Indices, Slice};
-use crate::backend::Operand;
+use super::{f, idx, Indices, Io};
 use crate::ops::embedding::Embedding;
 use crate::KernelError;
 
@@ -39,30 +38,24 @@ pub(crate) fn embedding_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Embedding,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let dw = ops_out[0].shape.as_slice();
+pub(super) fn run(k: &Embedding, io: Io) -> Result<(), KernelError> {
+    let dw = io.ops_out[0].shape.as_slice();
     match k {
         Embedding::Embedding => {
-            let w = &ops_in[1].shape;
-            embedding(idx(&ins[0])?, f(&ins[1])?, outs[0], w[0], w[1])
+            let w = &io.ops_in[1].shape;
+            embedding(idx(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], w[0], w[1])
         }
         Embedding::EmbeddingGrad => {
-            embedding_grad(idx(&ins[0])?, f(&ins[1])?, outs[0], dw[0], dw[1])
+            embedding_grad(idx(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], dw[0], dw[1])
         }
         Embedding::EmbeddingRows => {
-            let w = &ops_in[0].shape;
-            embedding(idx(&ins[1])?, f(&ins[0])?, outs[0], w[0], w[1])
+            let w = &io.ops_in[0].shape;
+            embedding(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], w[0], w[1])
         }
         Embedding::EmbeddingDenseBackward { padding_idx } => {
-            embedding_grad(idx(&ins[1])?, f(&ins[0])?, outs[0], dw[0], dw[1])?;
+            embedding_grad(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], dw[0], dw[1])?;
             if let Some(p) = padding_idx {
-                outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
+                io.outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
             }
             Ok(())
         }

@@ -1,9 +1,8 @@
 //! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
 //! same operands always give the same bits).
 
-use super::{f, last, Slice};
-use crate::backend::Operand;
-use crate::ops::linalg::{inner_cols, Linalg};
+use super::{f, last, Io};
+use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 use crate::KernelError;
 
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
@@ -91,16 +90,6 @@ pub(crate) fn matmul_tn(p: &[f32], q: &[f32], y: &mut [f32], m: usize, n: usize)
     );
 }
 
-/// Dimensions of one `batched_matmul`.
-pub(crate) struct Bmm {
-    pub batch: usize,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
-}
-
 /// `batched_matmul`: one product per leading index.
 pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
     let (sa, sb, sy) = (d.m * d.k, d.k * d.n, d.m * d.n);
@@ -132,40 +121,38 @@ pub(crate) fn addmm(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Linalg,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
+pub(super) fn run(k: &Linalg, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Linalg::MatMul { transpose_b } => {
             let (kk, n) = inner_cols(sh(1), *transpose_b);
-            matmul(f(&ins[0])?, f(&ins[1])?, outs[0], kk, n, *transpose_b)
+            matmul(
+                f(&io.ins[0])?,
+                f(&io.ins[1])?,
+                io.outs[0],
+                kk,
+                n,
+                *transpose_b,
+            )
         }
-        Linalg::MatMulTn => matmul_tn(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), last(sh(1))),
+        Linalg::MatMulTn => matmul_tn(
+            f(&io.ins[0])?,
+            f(&io.ins[1])?,
+            io.outs[0],
+            last(sh(0)),
+            last(sh(1)),
+        ),
         Linalg::BatchedMatMul {
             transpose_a,
             transpose_b,
         } => {
-            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
-            let r = a.len();
-            let d = Bmm {
-                batch: a[..r - 2].iter().product(),
-                m: y[r - 2],
-                n: y[r - 1],
-                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
-                transpose_a: *transpose_a,
-                transpose_b: *transpose_b,
-            };
-            batched_matmul(f(&ins[0])?, f(&ins[1])?, outs[0], &d)
+            let d = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
+            batched_matmul(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], &d)
         }
         Linalg::AddMm { transpose_b } => {
             let (k, n) = inner_cols(sh(2), *transpose_b);
-            let (bias, a, b) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
-            addmm(bias, a, b, outs[0], k, n, *transpose_b)
+            let (bias, a, b) = (f(&io.ins[0])?, f(&io.ins[1])?, f(&io.ins[2])?);
+            addmm(bias, a, b, io.outs[0], k, n, *transpose_b)
         }
     }
     Ok(())

@@ -1,8 +1,7 @@
 //! Losses: cross-entropy over logits, negative log-likelihood over log-probabilities;
 //! sums in f64, in row order.
 
-use super::{f, idx, last, Indices, Slice};
-use crate::backend::Operand;
+use super::{f, idx, last, Indices, Io};
 use crate::ops::loss::Loss;
 use crate::KernelError;
 
@@ -93,25 +92,25 @@ pub(crate) fn nll_loss_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Loss,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    _ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
+pub(super) fn run(k: &Loss, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
-        Loss::CrossEntropy => cross_entropy(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0))),
+        Loss::CrossEntropy => {
+            cross_entropy(f(&io.ins[0])?, idx(&io.ins[1])?, io.outs[0], last(sh(0)))
+        }
         Loss::CrossEntropyGrad => {
-            cross_entropy_grad(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
+            cross_entropy_grad(f(&io.ins[0])?, idx(&io.ins[1])?, io.outs[0], last(sh(0)))
         }
-        Loss::NllLoss { ignore_index } => {
-            nll_loss(f(&ins[0])?, idx(&ins[1])?, outs, last(sh(0)), *ignore_index)
-        }
+        Loss::NllLoss { ignore_index } => nll_loss(
+            f(&io.ins[0])?,
+            idx(&io.ins[1])?,
+            io.outs,
+            last(sh(0)),
+            *ignore_index,
+        ),
         Loss::NllLossBackward { ignore_index } => {
-            let (dl, t, tw) = (f(&ins[0])?, idx(&ins[2])?, f(&ins[3])?);
-            nll_loss_backward(dl, t, tw, outs[0], last(sh(1)), *ignore_index)
+            let (dl, t, tw) = (f(&io.ins[0])?, idx(&io.ins[2])?, f(&io.ins[3])?);
+            nll_loss_backward(dl, t, tw, io.outs[0], last(sh(1)), *ignore_index)
         }
     }
 }

@@ -255,7 +255,13 @@ impl Backend for CpuBackend {
             .iter()
             .map(|o| self.write_slice(o))
             .collect::<Result<Vec<_>, _>>()?;
-        run(kernel, &ins, &mut outs, inputs, outputs).map_err(|error| ExecError::Kernel {
+        let io = Io {
+            ins: &ins,
+            outs: &mut outs,
+            ops_in: inputs,
+            ops_out: outputs,
+        };
+        run(kernel, io).map_err(|error| ExecError::Kernel {
             backend: NAME.to_string(),
             kernel: kernel.name(),
             error: Box::new(error),
@@ -449,25 +455,27 @@ fn wrong_dtype(expected: &'static str, found: &'static str) -> KernelError {
     }
 }
 
+/// One launch's operands: their memory (`ins`, `outs`) and the operands themselves (for
+/// shapes).
+pub(crate) struct Io<'s, 'a> {
+    ins: &'s [Slice<'a>],
+    outs: &'s mut [&'a mut [f32]],
+    ops_in: &'s [Operand],
+    ops_out: &'s [Operand],
+}
+
 /// The dispatch: each family's kernels run in the module of the family's name.
-/// `ops_in`/`ops_out` are the operands (for shapes); `ins`/`outs` their memory.
-fn run(
-    k: &Kernel,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
+fn run(k: &Kernel, io: Io) -> Result<(), KernelError> {
     match k {
-        Kernel::Linalg(k) => linalg::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Elementwise(k) => elementwise::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Conv(k) => conv::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Pool(k) => pool::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Norm(k) => norm::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Loss(k) => loss::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Embedding(k) => embedding::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Shape(k) => shape::run(k, ins, outs, ops_in, ops_out),
-        Kernel::Reduce(k) => reduce::run(k, ins, outs, ops_in, ops_out),
+        Kernel::Linalg(k) => linalg::run(k, io),
+        Kernel::Elementwise(k) => elementwise::run(k, io),
+        Kernel::Conv(k) => conv::run(k, io),
+        Kernel::Pool(k) => pool::run(k, io),
+        Kernel::Norm(k) => norm::run(k, io),
+        Kernel::Loss(k) => loss::run(k, io),
+        Kernel::Embedding(k) => embedding::run(k, io),
+        Kernel::Shape(k) => shape::run(k, io),
+        Kernel::Reduce(k) => reduce::run(k, io),
         Kernel::Random(_) => Err(byte_path()),
     }
 }

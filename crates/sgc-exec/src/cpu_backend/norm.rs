@@ -1,7 +1,6 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
-use super::{f, last, Slice};
-use crate::backend::Operand;
+use super::{f, last, Io};
 use crate::ops::norm::Norm;
 use crate::KernelError;
 
@@ -245,31 +244,33 @@ pub(crate) fn log_softmax_backward(dy: &[f32], y: &[f32], dx: &mut [f32], n: usi
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Norm,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    _ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let ins_f = |n: usize| -> Result<Vec<&[f32]>, KernelError> { ins[..n].iter().map(f).collect() };
+pub(super) fn run(k: &Norm, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    let ins_f =
+        |n: usize| -> Result<Vec<&[f32]>, KernelError> { io.ins[..n].iter().map(f).collect() };
     match k {
         Norm::BatchNorm { eps } => {
             let d = bn_dims(sh(0));
-            batch_norm(f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, *eps, d, outs)
+            batch_norm(
+                f(&io.ins[0])?,
+                f(&io.ins[1])?,
+                f(&io.ins[2])?,
+                *eps,
+                d,
+                io.outs,
+            )
         }
-        Norm::BatchNormGrad => batch_norm_grad(five(&ins_f(5)?), bn_dims(sh(0)), outs),
+        Norm::BatchNormGrad => batch_norm_grad(five(&ins_f(5)?), bn_dims(sh(0)), io.outs),
         Norm::LayerNorm { eps } => {
-            let (x, g, b) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
-            layer_norm(x, g, b, *eps, last(sh(0)), outs)
+            let (x, g, b) = (f(&io.ins[0])?, f(&io.ins[1])?, f(&io.ins[2])?);
+            layer_norm(x, g, b, *eps, last(sh(0)), io.outs)
         }
-        Norm::LayerNormGrad => layer_norm_grad(five(&ins_f(5)?), last(sh(0)), outs),
+        Norm::LayerNormGrad => layer_norm_grad(five(&ins_f(5)?), last(sh(0)), io.outs),
         Norm::BatchNormBackward { mask } => {
-            batch_norm_backward(five(&ins_f(5)?), bn_dims(sh(1)), *mask, outs)
+            batch_norm_backward(five(&ins_f(5)?), bn_dims(sh(1)), *mask, io.outs)
         }
         Norm::LayerNormBackward { mask } => {
-            layer_norm_backward(five(&ins_f(5)?), last(sh(1)), *mask, outs)
+            layer_norm_backward(five(&ins_f(5)?), last(sh(1)), *mask, io.outs)
         }
         Norm::BatchNormUpdateStats {
             momentum,
@@ -277,18 +278,24 @@ pub(super) fn run(
             count,
         } => {
             let v = ins_f(4)?;
-            batch_norm_update_stats([v[0], v[1], v[2], v[3]], *momentum, *eps, *count, outs)
+            batch_norm_update_stats([v[0], v[1], v[2], v[3]], *momentum, *eps, *count, io.outs)
         }
         Norm::Softmax { scale, causal } => {
-            softmax(f(&ins[0])?, outs[0], last(sh(0)), *scale, *causal)
+            softmax(f(&io.ins[0])?, io.outs[0], last(sh(0)), *scale, *causal)
         }
-        Norm::SoftmaxGrad { scale } => {
-            softmax_grad(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), *scale)
+        Norm::SoftmaxGrad { scale } => softmax_grad(
+            f(&io.ins[0])?,
+            f(&io.ins[1])?,
+            io.outs[0],
+            last(sh(0)),
+            *scale,
+        ),
+        Norm::SoftmaxBackward => {
+            softmax_grad(f(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], last(sh(0)), 1.0)
         }
-        Norm::SoftmaxBackward => softmax_grad(f(&ins[1])?, f(&ins[0])?, outs[0], last(sh(0)), 1.0),
-        Norm::LogSoftmax => log_softmax(f(&ins[0])?, outs[0], last(sh(0))),
+        Norm::LogSoftmax => log_softmax(f(&io.ins[0])?, io.outs[0], last(sh(0))),
         Norm::LogSoftmaxBackward => {
-            log_softmax_backward(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)))
+            log_softmax_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], last(sh(0)))
         }
     }
     Ok(())

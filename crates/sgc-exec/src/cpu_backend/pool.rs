@@ -2,7 +2,7 @@
 //! global average) and nearest 2x upsampling over `[N, C, H, W]`.
 
 use super::conv::Window;
-use super::{byte_path, f, idx, CpuBackend, Indices, Slice};
+use super::{byte_path, f, idx, CpuBackend, Indices, Io};
 use crate::backend::{Backend, Operand};
 use crate::ops::pool::Pool;
 use crate::ExecError;
@@ -170,63 +170,31 @@ pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window) {
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(
-    k: &Pool,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let y = ops_out[0].shape.as_slice();
+pub(super) fn run(k: &Pool, io: Io) -> Result<(), KernelError> {
+    let x = f(&io.ins[0])?;
+    let out = &mut *io.outs[0];
+    if let Some(g) = k.window(io.ops_in, io.ops_out) {
+        match k {
+            Pool::MaxPool2d { .. } => max_pool2d(x, out, &g),
+            Pool::MaxPool2dGrad { .. } => max_pool2d_grad(x, f(&io.ins[1])?, out, &g),
+            Pool::MaxPool2dIndicesBackward { .. } => {
+                return max_pool2d_indices_backward(x, idx(&io.ins[2])?, out, &g)
+            }
+            Pool::AvgPool2d { .. } => avg_pool2d(x, out, &g),
+            Pool::AvgPool2dBackward { .. } => avg_pool2d_backward(x, out, &g),
+            _ => return Err(byte_path()),
+        }
+        return Ok(());
+    }
+    let (s, y) = (
+        io.ops_in[0].shape.as_slice(),
+        io.ops_out[0].shape.as_slice(),
+    );
     match k {
-        Pool::MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => max_pool2d(
-            f(&ins[0])?,
-            outs[0],
-            &Window::pool(sh(0), y, *kernel, *stride, *padding),
-        ),
-        Pool::MaxPool2dGrad {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(sh(0), sh(1), *kernel, *stride, *padding);
-            max_pool2d_grad(f(&ins[0])?, f(&ins[1])?, outs[0], &g)
-        }
-        Pool::GlobalAvgPool => global_avg_pool(f(&ins[0])?, outs[0], sh(0)[2] * sh(0)[3]),
-        Pool::GlobalAvgPoolGrad => global_avg_pool_grad(f(&ins[0])?, outs[0], y[2] * y[3]),
-        Pool::MaxPool2dIndicesBackward {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
-            return max_pool2d_indices_backward(f(&ins[0])?, idx(&ins[2])?, outs[0], &g);
-        }
-        Pool::AvgPool2d {
-            kernel,
-            stride,
-            padding,
-        } => avg_pool2d(
-            f(&ins[0])?,
-            outs[0],
-            &Window::pool(sh(0), y, *kernel, *stride, *padding),
-        ),
-        Pool::AvgPool2dBackward {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
-            avg_pool2d_backward(f(&ins[0])?, outs[0], &g)
-        }
-        Pool::Upsample2x => upsample_nearest2x(f(&ins[0])?, outs[0], sh(0)[2], sh(0)[3]),
-        Pool::Upsample2xGrad => upsample_nearest2x_grad(f(&ins[0])?, outs[0], y[2], y[3]),
-        Pool::MaxPool2dIndices { .. } => return Err(byte_path()),
+        Pool::GlobalAvgPool => global_avg_pool(x, out, s[2] * s[3]),
+        Pool::GlobalAvgPoolGrad => global_avg_pool_grad(x, out, y[2] * y[3]),
+        Pool::Upsample2x => upsample_nearest2x(x, out, s[2], s[3]),
+        _ => upsample_nearest2x_grad(x, out, y[2], y[3]),
     }
     Ok(())
 }
@@ -239,22 +207,10 @@ pub(super) fn launch_bytes(
     inputs: &[Operand],
     outputs: &[Operand],
 ) -> Result<bool, ExecError> {
-    let Pool::MaxPool2dIndices {
-        kernel,
-        stride,
-        padding,
-    } = k
-    else {
+    let (Pool::MaxPool2dIndices { .. }, Some(g)) = (k, k.window(inputs, outputs)) else {
         return Ok(false);
     };
     let x = be.f32_of(&inputs[0])?;
-    let g = Window::pool(
-        &inputs[0].shape,
-        &outputs[0].shape,
-        *kernel,
-        *stride,
-        *padding,
-    );
     let mut y = vec![0.0f32; outputs[0].numel()];
     let mut idx = vec![0i64; outputs[1].numel()];
     max_pool2d_indices(&x, &mut y, &mut idx, &g);

@@ -1,7 +1,6 @@
 //! Sums and means over contiguous axes, accumulated in f64 in a fixed order.
 
-use super::{f, Slice};
-use crate::backend::Operand;
+use super::{f, Io};
 use crate::ops::reduce::Reduce;
 use crate::KernelError;
 
@@ -18,16 +17,10 @@ pub(crate) fn reduce(x: &[f32], y: &mut [f32], red: usize, inner: usize, mean: b
 }
 
 /// Runs the family's kernel.
-pub(super) fn run(
-    k: &Reduce,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    _ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let x = ops_in[0].shape.as_slice();
+pub(super) fn run(k: &Reduce, io: Io) -> Result<(), KernelError> {
+    let x = io.ops_in[0].shape.as_slice();
     let red = x[k.start..k.end].iter().product();
     let inner = x[k.end..].iter().product();
-    reduce(f(&ins[0])?, outs[0], red, inner, k.mean);
+    reduce(f(&io.ins[0])?, io.outs[0], red, inner, k.mean);
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Data movement: transpose, concat, slice, broadcasting, reshape and byte copies.
 
-use super::{byte_path, f, CpuBackend, Slice};
+use super::{byte_path, f, CpuBackend, Io};
 use crate::backend::{Backend, Operand};
 use crate::ops::shape::Shape;
 use crate::ExecError;
@@ -97,43 +97,39 @@ pub(crate) fn expand(x: &[f32], y: &mut [f32], xs: &[usize], ys: &[usize]) {
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(
-    k: &Shape,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
+pub(super) fn run(k: &Shape, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
-        Shape::Reshape => reshape(f(&ins[0])?, outs[0]),
-        Shape::Transpose { perm } => transpose(f(&ins[0])?, outs[0], sh(0), perm),
+        Shape::Reshape => reshape(f(&io.ins[0])?, io.outs[0]),
+        Shape::Transpose { perm } => transpose(f(&io.ins[0])?, io.outs[0], sh(0), perm),
         Shape::Concat { axis } => {
-            let xs = ins
+            let xs = io
+                .ins
                 .iter()
-                .zip(ops_in)
+                .zip(io.ops_in)
                 .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
                 .collect::<Result<Vec<_>, KernelError>>()?;
-            concat(&xs, outs[0], *axis)
+            concat(&xs, io.outs[0], *axis)
         }
         Shape::Slice { axis, start, end } => {
-            slice(f(&ins[0])?, outs[0], sh(0), *axis, *start, *end)
+            slice(f(&io.ins[0])?, io.outs[0], sh(0), *axis, *start, *end)
         }
         Shape::Split { axis, size } => {
             let x = sh(0);
-            for (i, out) in outs.iter_mut().enumerate() {
+            for (i, out) in io.outs.iter_mut().enumerate() {
                 let start = i * size;
                 let end = (start + size).min(x[*axis]);
-                slice(f(&ins[0])?, out, x, *axis, start, end);
+                slice(f(&io.ins[0])?, out, x, *axis, start, end);
             }
         }
         Shape::Unbind { axis } => {
-            for (i, out) in outs.iter_mut().enumerate() {
-                slice(f(&ins[0])?, out, sh(0), *axis, i, i + 1);
+            for (i, out) in io.outs.iter_mut().enumerate() {
+                slice(f(&io.ins[0])?, out, sh(0), *axis, i, i + 1);
             }
         }
         Shape::Stack { axis } => {
-            let shapes: Vec<Vec<usize>> = ops_in
+            let shapes: Vec<Vec<usize>> = io
+                .ops_in
                 .iter()
                 .map(|o| {
                     let mut s = o.shape.clone();
@@ -141,15 +137,16 @@ pub(super) fn run(
                     s
                 })
                 .collect();
-            let xs = ins
+            let xs = io
+                .ins
                 .iter()
                 .zip(&shapes)
                 .map(|(s, sh)| Ok((f(s)?, sh.as_slice())))
                 .collect::<Result<Vec<_>, KernelError>>()?;
-            concat(&xs, outs[0], *axis)
+            concat(&xs, io.outs[0], *axis)
         }
-        Shape::Expand => expand(f(&ins[0])?, outs[0], sh(0), &ops_out[0].shape),
-        Shape::Assign => expand(f(&ins[1])?, outs[0], sh(1), &ops_out[0].shape),
+        Shape::Expand => expand(f(&io.ins[0])?, io.outs[0], sh(0), &io.ops_out[0].shape),
+        Shape::Assign => expand(f(&io.ins[1])?, io.outs[0], sh(1), &io.ops_out[0].shape),
         Shape::CopyInto => return Err(byte_path()),
     }
     Ok(())

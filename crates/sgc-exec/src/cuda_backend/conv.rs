@@ -7,8 +7,7 @@
 //! `conv2d_grad_weight` one SGEMM per image accumulating in image order, as the CPU does.
 
 use super::device::{n, Arg, Device, Gemm, Grid, R};
-use super::runtime::no_kernel;
-use crate::backend::Operand;
+use super::runtime::{no_kernel, Io};
 use crate::ops::conv::Conv;
 use crate::ops::Family;
 
@@ -165,28 +164,17 @@ pub(crate) fn conv2d_grad_weight(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Conv,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let y = ops_out[0].shape.as_slice();
+pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
+    let Io { ins, outs, .. } = io;
+    let g = || k.window(io.ops_in, io.ops_out);
+    let w = io.ops_in[1].shape[0];
     match k {
-        Conv::Conv2d { stride, padding } => {
-            let g = Window::conv(sh(0), sh(1), y, *stride, *padding);
-            conv2d(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
-        }
-        Conv::Conv2dGradInput { stride, padding } => {
-            let g = Window::conv(y, sh(1), sh(0), *stride, *padding);
-            conv2d_grad_input(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
-        }
-        Conv::Conv2dGradWeight { stride, padding } => {
-            let g = Window::conv(sh(0), y, sh(1), *stride, *padding);
-            conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g, sh(1)[1])
+        Conv::Conv2d { .. } => conv2d(d, ins[0], ins[1], outs[0], &g(), w),
+        Conv::Conv2dGradInput { .. } => conv2d_grad_input(d, ins[0], ins[1], outs[0], &g(), w),
+        // `dy [N, O, Ho, Wo]`: its channels are the outputs'.
+        Conv::Conv2dGradWeight { .. } => {
+            let o = io.ops_in[1].shape[1];
+            conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g(), o)
         }
         Conv::ConvGrouped { .. } | Conv::ConvBackward { .. } => Err(no_kernel(k.kind())),
     }

@@ -2,8 +2,7 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::no_kernel;
-use crate::backend::Operand;
+use super::runtime::{no_kernel, Io};
 use crate::ops::elementwise::Elementwise;
 use crate::ops::Family;
 
@@ -83,26 +82,20 @@ pub(crate) fn sgd_update(d: &Device, param: u64, grad: u64, lr: f32, len: usize)
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Elementwise,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-) -> R {
+pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
     use Elementwise as E;
-    let shape = || ops_in[0].shape.as_slice();
-    let numel = || ops_in[0].numel();
+    let shape = || io.ops_in[0].shape.as_slice();
+    let numel = || io.ops_in[0].numel();
     match k {
-        E::BiasAdd { axis } => bias_add(d, ins[0], ins[1], outs[0], shape(), *axis),
-        E::BiasAddGrad { axis } => bias_add_grad(d, ins[0], outs[0], shape(), *axis),
-        E::Add => add(d, ins[0], ins[1], outs[0], numel()),
-        E::Mul => mul(d, ins[0], ins[1], outs[0], numel()),
-        E::Relu => relu(d, ins[0], outs[0], numel()),
-        E::ReluGrad => relu_grad(d, ins[0], ins[1], outs[0], numel()),
-        E::Gelu => gelu(d, ins[0], outs[0], numel()),
-        E::GeluGrad => gelu_grad(d, ins[0], ins[1], outs[0], numel()),
-        E::SgdUpdate { lr } => sgd_update(d, ins[0], ins[1], *lr, numel()),
+        E::BiasAdd { axis } => bias_add(d, io.ins[0], io.ins[1], io.outs[0], shape(), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(d, io.ins[0], io.outs[0], shape(), *axis),
+        E::Add => add(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Mul => mul(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Relu => relu(d, io.ins[0], io.outs[0], numel()),
+        E::ReluGrad => relu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Gelu => gelu(d, io.ins[0], io.outs[0], numel()),
+        E::GeluGrad => gelu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr, numel()),
         _ => Err(no_kernel(k.kind())),
     }
 }

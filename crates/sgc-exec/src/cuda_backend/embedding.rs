@@ -2,8 +2,7 @@
 //! `cpu_backend/embedding.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::runtime::no_kernel;
-use crate::backend::Operand;
+use super::runtime::{no_kernel, Io};
 use crate::ops::embedding::Embedding;
 use crate::ops::Family;
 
@@ -56,24 +55,17 @@ pub(crate) fn embedding_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Embedding,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
-    let ids = Idx::of(&ops_in[0], ins[0]);
-    let n = ops_in[0].numel();
+pub(super) fn run(k: &Embedding, d: &mut Device, io: Io) -> R {
+    let ids = Idx::of(&io.ops_in[0], io.ins[0]);
+    let n = io.ops_in[0].numel();
     match k {
         Embedding::Embedding => {
-            let w = &ops_in[1].shape;
-            embedding(d, ids, ins[1], outs[0], n, w[0], w[1])
+            let w = &io.ops_in[1].shape;
+            embedding(d, ids, io.ins[1], io.outs[0], n, w[0], w[1])
         }
         Embedding::EmbeddingGrad => {
-            let dw = &ops_out[0].shape;
-            embedding_grad(d, ids, ins[1], outs[0], n, dw[0], dw[1])
+            let dw = &io.ops_out[0].shape;
+            embedding_grad(d, ids, io.ins[1], io.outs[0], n, dw[0], dw[1])
         }
         _ => Err(no_kernel(k.kind())),
     }

@@ -2,9 +2,8 @@
 //! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
 
 use super::device::{Device, Gemm, R};
-use super::runtime::{last, no_kernel, rows};
-use crate::backend::Operand;
-use crate::ops::linalg::{inner_cols, Linalg};
+use super::runtime::{last, no_kernel, rows, Io};
+use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 use crate::ops::Family;
 
 /// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
@@ -46,16 +45,6 @@ pub(crate) fn matmul_tn(d: &Device, p: u64, q: u64, y: u64, rows: usize, m: usiz
     d.gemm(&single((m, n, rows), (p, true), (q, false), y))
 }
 
-/// Dimensions of one `batched_matmul`.
-pub(crate) struct Bmm {
-    pub batch: usize,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
-}
-
 /// `batched_matmul`: one strided-batched SGEMM.
 pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
     d.gemm(&Gemm {
@@ -67,41 +56,42 @@ pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Linalg,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
-    let sh = |i: usize| ops_in[i].shape.as_slice();
+pub(super) fn run(k: &Linalg, d: &mut Device, io: Io) -> R {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Linalg::MatMul { transpose_b } => {
             let (kk, n) = inner_cols(sh(1), *transpose_b);
             // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
-            let rows = ops_out[0].numel().checked_div(n).unwrap_or(0);
-            matmul(d, ins[0], ins[1], outs[0], rows, kk, n, *transpose_b)
+            let rows = io.ops_out[0].numel().checked_div(n).unwrap_or(0);
+            matmul(
+                d,
+                io.ins[0],
+                io.ins[1],
+                io.outs[0],
+                rows,
+                kk,
+                n,
+                *transpose_b,
+            )
         }
         Linalg::MatMulTn => {
             let (m, n) = (last(sh(0)), last(sh(1)));
-            matmul_tn(d, ins[0], ins[1], outs[0], rows(&ops_in[0]), m, n)
+            matmul_tn(
+                d,
+                io.ins[0],
+                io.ins[1],
+                io.outs[0],
+                rows(&io.ops_in[0]),
+                m,
+                n,
+            )
         }
         Linalg::BatchedMatMul {
             transpose_a,
             transpose_b,
         } => {
-            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
-            let r = a.len();
-            let s = Bmm {
-                batch: a[..r - 2].iter().product(),
-                m: y[r - 2],
-                n: y[r - 1],
-                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
-                transpose_a: *transpose_a,
-                transpose_b: *transpose_b,
-            };
-            batched_matmul(d, ins[0], ins[1], outs[0], &s)
+            let s = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
+            batched_matmul(d, io.ins[0], io.ins[1], io.outs[0], &s)
         }
         Linalg::AddMm { .. } => Err(no_kernel(k.kind())),
     }

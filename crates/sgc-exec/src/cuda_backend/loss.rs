@@ -2,8 +2,7 @@
 //! `cpu_backend/loss.rs`, same names): one block per row, sums in f64.
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::runtime::{last, no_kernel};
-use crate::backend::Operand;
+use super::runtime::{last, no_kernel, Io};
 use crate::ops::loss::Loss;
 use crate::ops::Family;
 
@@ -47,12 +46,12 @@ pub(crate) fn cross_entropy_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Loss, d: &mut Device, ins: &[u64], outs: &[u64], ops_in: &[Operand]) -> R {
-    let labels = || Idx::of(&ops_in[1], ins[1]);
-    let (c, rows) = (last(&ops_in[0].shape), ops_in[1].numel());
+pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
+    let labels = || Idx::of(&io.ops_in[1], io.ins[1]);
+    let (c, rows) = (last(&io.ops_in[0].shape), io.ops_in[1].numel());
     match k {
-        Loss::CrossEntropy => cross_entropy(d, ins[0], labels(), outs[0], rows, c),
-        Loss::CrossEntropyGrad => cross_entropy_grad(d, ins[0], labels(), outs[0], rows, c),
+        Loss::CrossEntropy => cross_entropy(d, io.ins[0], labels(), io.outs[0], rows, c),
+        Loss::CrossEntropyGrad => cross_entropy_grad(d, io.ins[0], labels(), io.outs[0], rows, c),
         _ => Err(no_kernel(k.kind())),
     }
 }

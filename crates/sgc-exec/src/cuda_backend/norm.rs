@@ -3,8 +3,7 @@
 //! tree order.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::{last, no_kernel, rows};
-use crate::backend::Operand;
+use super::runtime::{last, no_kernel, rows, Io};
 use crate::ops::norm::Norm;
 use crate::ops::Family;
 
@@ -123,25 +122,25 @@ pub(crate) fn softmax_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Norm, d: &mut Device, ins: &[u64], outs: &[u64], ops_in: &[Operand]) -> R {
-    let x = ops_in[0].shape.as_slice();
-    let rows = || rows(&ops_in[0]);
+pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
+    let x = io.ops_in[0].shape.as_slice();
+    let rows = || rows(&io.ops_in[0]);
     match k {
         Norm::BatchNorm { eps } => {
-            let three = [ins[0], ins[1], ins[2]];
-            batch_norm(d, three, *eps, bn_dims(x), out3(outs))
+            let three = [io.ins[0], io.ins[1], io.ins[2]];
+            batch_norm(d, three, *eps, bn_dims(x), out3(io.outs))
         }
-        Norm::BatchNormGrad => batch_norm_grad(d, in5(ins), bn_dims(x), out3(outs)),
+        Norm::BatchNormGrad => batch_norm_grad(d, in5(io.ins), bn_dims(x), out3(io.outs)),
         Norm::LayerNorm { eps } => {
-            let three = [ins[0], ins[1], ins[2]];
-            layer_norm(d, three, *eps, rows(), last(x), out3(outs))
+            let three = [io.ins[0], io.ins[1], io.ins[2]];
+            layer_norm(d, three, *eps, rows(), last(x), out3(io.outs))
         }
-        Norm::LayerNormGrad => layer_norm_grad(d, in5(ins), rows(), last(x), out3(outs)),
+        Norm::LayerNormGrad => layer_norm_grad(d, in5(io.ins), rows(), last(x), out3(io.outs)),
         Norm::Softmax { scale, causal } => {
-            softmax(d, ins[0], outs[0], rows(), last(x), *scale, *causal)
+            softmax(d, io.ins[0], io.outs[0], rows(), last(x), *scale, *causal)
         }
         Norm::SoftmaxGrad { scale } => {
-            softmax_grad(d, ins[0], ins[1], outs[0], rows(), last(x), *scale)
+            softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale)
         }
         _ => Err(no_kernel(k.kind())),
     }

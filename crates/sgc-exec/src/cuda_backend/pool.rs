@@ -3,8 +3,7 @@
 
 use super::conv::{with_ptrs, Window};
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::no_kernel;
-use crate::backend::Operand;
+use super::runtime::{no_kernel, Io};
 use crate::ops::pool::Pool;
 use crate::ops::Family;
 
@@ -88,39 +87,21 @@ pub(crate) fn upsample_nearest2x_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(
-    k: &Pool,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
-    let x = ops_in[0].shape.as_slice();
-    let y = ops_out[0].shape.as_slice();
-    match k {
-        Pool::MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(x, y, *kernel, *stride, *padding);
-            max_pool2d(d, ins[0], outs[0], &g)
-        }
-        Pool::MaxPool2dGrad {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(x, &ops_in[1].shape, *kernel, *stride, *padding);
-            max_pool2d_grad(d, ins[0], ins[1], outs[0], &g)
-        }
-        Pool::GlobalAvgPool => global_avg_pool(d, ins[0], outs[0], x[0] * x[1], x[2] * x[3]),
-        Pool::GlobalAvgPoolGrad => {
+pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
+    let Io { ins, outs, .. } = io;
+    let (x, y) = (
+        io.ops_in[0].shape.as_slice(),
+        io.ops_out[0].shape.as_slice(),
+    );
+    match (k, k.window(io.ops_in, io.ops_out)) {
+        (Pool::MaxPool2d { .. }, Some(g)) => max_pool2d(d, ins[0], outs[0], &g),
+        (Pool::MaxPool2dGrad { .. }, Some(g)) => max_pool2d_grad(d, ins[0], ins[1], outs[0], &g),
+        (Pool::GlobalAvgPool, _) => global_avg_pool(d, ins[0], outs[0], x[0] * x[1], x[2] * x[3]),
+        (Pool::GlobalAvgPoolGrad, _) => {
             global_avg_pool_grad(d, ins[0], outs[0], y[0] * y[1], y[2] * y[3])
         }
-        Pool::Upsample2x => upsample_nearest2x(d, ins[0], outs[0], x[0] * x[1], x[2], x[3]),
-        Pool::Upsample2xGrad => {
+        (Pool::Upsample2x, _) => upsample_nearest2x(d, ins[0], outs[0], x[0] * x[1], x[2], x[3]),
+        (Pool::Upsample2xGrad, _) => {
             upsample_nearest2x_grad(d, ins[0], outs[0], y[0] * y[1], y[2], y[3])
         }
         _ => Err(no_kernel(k.kind())),

@@ -240,8 +240,13 @@ impl Backend for CudaBackend {
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        run(kernel, &mut self.dev, &ins, &outs, inputs, outputs)
-            .map_err(|error| Self::kernel_err(kernel, error))
+        let io = Io {
+            ins: &ins,
+            outs: &outs,
+            ops_in: inputs,
+            ops_out: outputs,
+        };
+        run(kernel, &mut self.dev, io).map_err(|error| Self::kernel_err(kernel, error))
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
@@ -253,26 +258,27 @@ impl Backend for CudaBackend {
     }
 }
 
+/// One launch's operands: their device addresses (`ins`, `outs`) and the operands
+/// themselves (for shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
+#[derive(Clone, Copy)]
+pub(super) struct Io<'a> {
+    pub ins: &'a [u64],
+    pub outs: &'a [u64],
+    pub ops_in: &'a [Operand],
+    pub ops_out: &'a [Operand],
+}
+
 /// The dispatch: each family's kernels run in the module of the family's name.
-/// `ins`/`outs` are the operands' device addresses, `ops_in`/`ops_out` the operands (for
-/// shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
-fn run(
-    k: &Kernel,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
+fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
     match k {
-        Kernel::Linalg(k) => linalg::run(k, d, ins, outs, ops_in, ops_out),
-        Kernel::Elementwise(k) => elementwise::run(k, d, ins, outs, ops_in),
-        Kernel::Conv(k) => conv::run(k, d, ins, outs, ops_in, ops_out),
-        Kernel::Pool(k) => pool::run(k, d, ins, outs, ops_in, ops_out),
-        Kernel::Norm(k) => norm::run(k, d, ins, outs, ops_in),
-        Kernel::Loss(k) => loss::run(k, d, ins, outs, ops_in),
-        Kernel::Embedding(k) => embedding::run(k, d, ins, outs, ops_in, ops_out),
-        Kernel::Shape(k) => shape::run(k, d, ins, outs, ops_in),
+        Kernel::Linalg(k) => linalg::run(k, d, io),
+        Kernel::Elementwise(k) => elementwise::run(k, d, io),
+        Kernel::Conv(k) => conv::run(k, d, io),
+        Kernel::Pool(k) => pool::run(k, d, io),
+        Kernel::Norm(k) => norm::run(k, d, io),
+        Kernel::Loss(k) => loss::run(k, d, io),
+        Kernel::Embedding(k) => embedding::run(k, d, io),
+        Kernel::Shape(k) => shape::run(k, d, io),
         Kernel::Reduce(_) | Kernel::Random(_) => Err(no_kernel(k.kind())),
     }
 }

@@ -2,9 +2,8 @@
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
 use super::device::{n, Arg, Device, DimsArg, Grid, R};
-use super::runtime::no_kernel;
+use super::runtime::{no_kernel, Io};
 use super::sources::MAX_RANK;
-use crate::backend::Operand;
 use crate::ops::shape::Shape;
 use crate::ops::Family;
 use crate::KernelError;
@@ -89,20 +88,23 @@ pub(crate) fn slice(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Shape, d: &mut Device, ins: &[u64], outs: &[u64], ops_in: &[Operand]) -> R {
-    let x = ops_in[0].shape.as_slice();
+pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
+    let x = io.ops_in[0].shape.as_slice();
     match k {
-        Shape::Reshape => reshape(d, ins[0], outs[0], ops_in[0].numel()),
-        Shape::Transpose { perm } => transpose(d, ins[0], outs[0], x, perm),
+        Shape::Reshape => reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel()),
+        Shape::Transpose { perm } => transpose(d, io.ins[0], io.outs[0], x, perm),
         Shape::Concat { axis } => {
-            let xs: Vec<(u64, &[usize])> = ins
+            let xs: Vec<(u64, &[usize])> = io
+                .ins
                 .iter()
-                .zip(ops_in)
+                .zip(io.ops_in)
                 .map(|(&p, o)| (p, o.shape.as_slice()))
                 .collect();
-            concat(d, &xs, outs[0], *axis)
+            concat(d, &xs, io.outs[0], *axis)
         }
-        Shape::Slice { axis, start, end } => slice(d, ins[0], outs[0], x, *axis, *start, *end),
+        Shape::Slice { axis, start, end } => {
+            slice(d, io.ins[0], io.outs[0], x, *axis, *start, *end)
+        }
         _ => Err(no_kernel(k.kind())),
     }
 }

@@ -4,6 +4,7 @@
 use super::{Cx, Family};
 use crate::backend::Operand;
 use crate::shapes::{eq, expect, masked, window_out};
+use crate::window::Window;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
@@ -95,6 +96,29 @@ fn aten_window(cx: &Cx) -> Result<(usize, usize), ExecError> {
     a.flag("transposed", false, "a convolution that is not transposed")?;
     a.unit_dilation()?;
     Ok((a.square("stride")?, a.square("padding")?))
+}
+
+impl Conv {
+    /// The window geometry of this kernel over its operands, the same in every backend.
+    pub(crate) fn window(&self, ins: &[Operand], outs: &[Operand]) -> Window {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let y = || outs[0].shape.as_slice();
+        match *self {
+            Conv::Conv2d { stride, padding }
+            | Conv::ConvGrouped {
+                stride, padding, ..
+            } => Window::conv(s(0), s(1), y(), stride, padding),
+            Conv::Conv2dGradInput { stride, padding } => {
+                Window::conv(y(), s(1), s(0), stride, padding)
+            }
+            Conv::Conv2dGradWeight { stride, padding } => {
+                Window::conv(s(0), y(), s(1), stride, padding)
+            }
+            Conv::ConvBackward {
+                stride, padding, ..
+            } => Window::conv(s(1), s(2), s(0), stride, padding),
+        }
+    }
 }
 
 impl Family for Conv {

@@ -68,6 +68,31 @@ pub(crate) fn inner_cols(b: &[usize], transpose_b: bool) -> (usize, usize) {
     }
 }
 
+/// Dimensions of one `batched_matmul`.
+pub(crate) struct Bmm {
+    pub batch: usize,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+impl Bmm {
+    /// The product of `a [*, M, K]` (`[*, K, M]` when `transpose_a`) into `y [*, M, N]`.
+    pub(crate) fn of(a: &[usize], y: &[usize], transpose_a: bool, transpose_b: bool) -> Bmm {
+        let r = a.len();
+        Bmm {
+            batch: a[..r - 2].iter().product(),
+            m: y[r - 2],
+            n: y[r - 1],
+            k: if transpose_a { a[r - 2] } else { a[r - 1] },
+            transpose_a,
+            transpose_b,
+        }
+    }
+}
+
 impl Family for Linalg {
     fn kind(&self) -> OpKind {
         match self {

@@ -4,6 +4,7 @@
 use super::{Cx, Family, Slot};
 use crate::backend::Operand;
 use crate::shapes::{eq, expect, window_out};
+use crate::window::Window;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
@@ -141,6 +142,48 @@ fn aten_window(cx: &Cx) -> Result<(usize, usize, usize), ExecError> {
     let kernel = a.square("kernel_size")?;
     let stride = a.square_or("stride", kernel)?;
     Ok((kernel, stride, a.square_or("padding", 0)?))
+}
+
+impl Pool {
+    /// The window geometry of a windowed pooling kernel over its operands, the same in
+    /// every backend (`None` for global pooling and upsampling).
+    pub(crate) fn window(&self, ins: &[Operand], outs: &[Operand]) -> Option<Window> {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let y = outs[0].shape.as_slice();
+        Some(match *self {
+            Pool::MaxPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::AvgPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndices {
+                kernel,
+                stride,
+                padding,
+            } => Window::pool(s(0), y, kernel, stride, padding),
+            Pool::MaxPool2dGrad {
+                kernel,
+                stride,
+                padding,
+            } => Window::pool(s(0), s(1), kernel, stride, padding),
+            Pool::AvgPool2dBackward {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndicesBackward {
+                kernel,
+                stride,
+                padding,
+            } => Window::pool(s(1), s(0), kernel, stride, padding),
+            _ => return None,
+        })
+    }
 }
 
 impl Family for Pool {
