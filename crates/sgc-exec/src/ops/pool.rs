@@ -3,7 +3,7 @@
 
 use super::{Cx, Family, Slot};
 use crate::backend::Operand;
-use crate::shapes::{eq, expect, window_out};
+use crate::shapes::{eq, expect, window_out, R};
 use crate::window::Window;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
@@ -145,13 +145,26 @@ fn aten_window(cx: &Cx) -> Result<(usize, usize, usize), ExecError> {
 }
 
 impl Pool {
-    /// The window geometry of a windowed pooling kernel over its operands, the same in
-    /// every backend (`None` for global pooling and upsampling).
-    pub(crate) fn window(&self, ins: &[Operand], outs: &[Operand]) -> Option<Window> {
-        let s = |i: usize| ins[i].shape.as_slice();
-        let y = outs[0].shape.as_slice();
-        Some(match *self {
+    /// `(kernel, stride, padding)` of a windowed kernel (`None` for global pooling and
+    /// upsampling).
+    fn params(&self) -> Option<(usize, usize, usize)> {
+        match *self {
             Pool::MaxPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dGrad {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndices {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndicesBackward {
                 kernel,
                 stride,
                 padding,
@@ -161,28 +174,58 @@ impl Pool {
                 stride,
                 padding,
             }
-            | Pool::MaxPool2dIndices {
+            | Pool::AvgPool2dBackward {
                 kernel,
                 stride,
                 padding,
-            } => Window::pool(s(0), y, kernel, stride, padding),
-            Pool::MaxPool2dGrad {
-                kernel,
-                stride,
-                padding,
-            } => Window::pool(s(0), s(1), kernel, stride, padding),
-            Pool::AvgPool2dBackward {
-                kernel,
-                stride,
-                padding,
+            } => Some((kernel, stride, padding)),
+            _ => None,
+        }
+    }
+
+    /// The slot of the pooled input: the forward's input, or the backward's `x` after `dy`.
+    fn input_slot(&self) -> usize {
+        match self {
+            Pool::AvgPool2dBackward { .. } | Pool::MaxPool2dIndicesBackward { .. } => 1,
+            _ => 0,
+        }
+    }
+
+    /// The window geometry of a windowed pooling kernel over its operands, the same in
+    /// every backend (`None` for global pooling and upsampling).
+    pub(crate) fn window(&self, ins: &[Operand], outs: &[Operand]) -> Option<Window> {
+        let (kernel, stride, padding) = self.params()?;
+        let x = self.input_slot();
+        let y = match self {
+            Pool::MaxPool2dGrad { .. } => &ins[1].shape,
+            _ if x == 1 => &ins[0].shape,
+            _ => &outs[0].shape,
+        };
+        Some(Window::pool(&ins[x].shape, y, kernel, stride, padding))
+    }
+
+    /// Operand checks of a windowed kernel, whose pooled shape is `y`.
+    fn check_windowed(&self, y: &[usize], ins: &[Operand], outs: &[Operand]) -> R {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        match self {
+            Pool::MaxPool2d { .. } | Pool::AvgPool2d { .. } => eq("output", o(0), y),
+            Pool::MaxPool2dGrad { .. } => {
+                eq("dy", s(1), y)?;
+                eq("output", o(0), s(0))
             }
-            | Pool::MaxPool2dIndicesBackward {
-                kernel,
-                stride,
-                padding,
-            } => Window::pool(s(1), s(0), kernel, stride, padding),
-            _ => return None,
-        })
+            Pool::MaxPool2dIndices { .. } => {
+                eq("output", o(0), y)?;
+                eq("indices", o(1), y)
+            }
+            _ => {
+                eq("dy", s(0), y)?;
+                if matches!(self, Pool::MaxPool2dIndicesBackward { .. }) {
+                    eq("indices", s(2), y)?;
+                }
+                eq("output", o(0), s(1))
+            }
+        }
     }
 }
 
@@ -228,52 +271,11 @@ impl Family for Pool {
     fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
         let s = |i: usize| ins[i].shape.as_slice();
         let o = |i: usize| outs[i].shape.as_slice();
+        if let Some((kernel, stride, padding)) = self.params() {
+            let y = pool_out(s(self.input_slot()), kernel, stride, padding)?;
+            return self.check_windowed(&y, ins, outs);
+        }
         match self {
-            Pool::MaxPool2d {
-                kernel,
-                stride,
-                padding,
-            }
-            | Pool::AvgPool2d {
-                kernel,
-                stride,
-                padding,
-            } => eq("output", o(0), &pool_out(s(0), *kernel, *stride, *padding)?),
-            Pool::MaxPool2dGrad {
-                kernel,
-                stride,
-                padding,
-            } => {
-                eq("dy", s(1), &pool_out(s(0), *kernel, *stride, *padding)?)?;
-                eq("output", o(0), s(0))
-            }
-            Pool::AvgPool2dBackward {
-                kernel,
-                stride,
-                padding,
-            } => {
-                eq("dy", s(0), &pool_out(s(1), *kernel, *stride, *padding)?)?;
-                eq("output", o(0), s(1))
-            }
-            Pool::MaxPool2dIndices {
-                kernel,
-                stride,
-                padding,
-            } => {
-                let y = pool_out(s(0), *kernel, *stride, *padding)?;
-                eq("output", o(0), &y)?;
-                eq("indices", o(1), &y)
-            }
-            Pool::MaxPool2dIndicesBackward {
-                kernel,
-                stride,
-                padding,
-            } => {
-                let y = pool_out(s(1), *kernel, *stride, *padding)?;
-                eq("dy", s(0), &y)?;
-                eq("indices", s(2), &y)?;
-                eq("output", o(0), s(1))
-            }
             Pool::GlobalAvgPool => {
                 expect(s(0).len() == 4, || format!("rank-4 input, got {:?}", s(0)))?;
                 eq("output", o(0), &s(0)[..2])
@@ -287,7 +289,7 @@ impl Family for Pool {
                 expect(x.len() == 4, || format!("rank-4 input, got {x:?}"))?;
                 eq("output", o(0), &[x[0], x[1], 2 * x[2], 2 * x[3]])
             }
-            Pool::Upsample2xGrad => {
+            _ => {
                 let dx = o(0);
                 expect(dx.len() == 4, || format!("rank-4 output, got {dx:?}"))?;
                 eq("dy", s(0), &[dx[0], dx[1], 2 * dx[2], 2 * dx[3]])
