@@ -5,13 +5,12 @@
 //! attributes, checks its operands and runs it in each backend; this module only routes.
 //! The semantics (layouts, attributes, formulas) are those of the training builder
 //! (`sgc_ir::train`, `docs/ops.md`) and of ATen for the exporter's ops.
-//! [`Kernel::from_op`] refuses an unknown op type by name; [`Kernel::check_shapes`] refuses
+//! [`Kernel::from_op`] refuses an unknown op type by name; [`crate::shapes::check`] refuses
 //! operands whose shapes or dtypes the kernel would misread, so kernels index in bounds by
 //! construction.
 
-use crate::backend::Operand;
 use crate::ops::{self, Cx, Family};
-use crate::{ExecError, KernelError};
+use crate::ExecError;
 use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, OpId};
 
@@ -97,11 +96,6 @@ impl Kernel {
         };
         let kind = o.kind.ok_or_else(unknown)?;
         parse(kind, &Cx::new(graph, o))?.ok_or_else(unknown)
-    }
-
-    /// Checks the operands of this kernel (counts, dtypes, shapes); see [`crate::shapes`].
-    pub fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
-        crate::shapes::check(self, ins, outs)
     }
 
     /// Whether the kernel stays correct when its output is the very buffer of one of its

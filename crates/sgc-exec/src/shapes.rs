@@ -1,34 +1,14 @@
 //! Operand checks of every kernel: counts, dtypes and shapes, run on every op before the
 //! first step so that kernels index in bounds by construction. The counts and dtypes come
-//! from the kernel's family ([`crate::ops::Family`]), which checks its own shapes; the
-//! helpers here are the vocabulary of those checks.
+//! from the kernel's family ([`crate::ops::Family`]), which checks its own shapes.
 
-use crate::backend::Operand;
 use crate::kernel::Kernel;
+use crate::operand::Operand;
 use crate::ops::{Slot, VARIADIC};
 use crate::KernelError;
 use sgc_ir::DType;
 
-pub(crate) type R = Result<(), KernelError>;
-
-pub(crate) fn expect(cond: bool, msg: impl FnOnce() -> String) -> R {
-    if cond {
-        Ok(())
-    } else {
-        Err(KernelError::Operands(msg()))
-    }
-}
-
-pub(crate) fn eq(what: &'static str, found: &[usize], expected: &[usize]) -> R {
-    if found == expected {
-        return Ok(());
-    }
-    Err(KernelError::Shape {
-        what,
-        found: found.to_vec(),
-        expected: expected.to_vec(),
-    })
-}
+type R = Result<(), KernelError>;
 
 fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
     if ok {
@@ -39,12 +19,6 @@ fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
         expected,
         found: found.as_str(),
     })
-}
-
-/// Output length of a sliding window, if the window fits.
-pub(crate) fn window_out(len: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
-    let padded = len + 2 * pad;
-    (stride > 0 && k > 0 && padded >= k).then(|| (padded - k) / stride + 1)
 }
 
 /// Whether input slot `i` of `k` holds integer indices rather than f32 data.
@@ -109,22 +83,4 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
         }
     }
     k.family().check_shapes(ins, outs)
-}
-
-/// Whether `x` broadcasts to `y`: axes aligned on the right, each equal or 1 in `x`.
-pub(crate) fn broadcasts(x: &[usize], y: &[usize]) -> bool {
-    x.len() <= y.len()
-        && x.iter()
-            .rev()
-            .zip(y.iter().rev())
-            .all(|(a, b)| a == b || *a == 1)
-}
-
-/// The results a mask asks for, in order, have the wanted shapes.
-pub(crate) fn masked(mask: &[bool; 3], wanted: &[&[usize]; 3], outs: &[Operand]) -> R {
-    let present = (0..3).filter(|&i| mask[i]);
-    for (slot, i) in present.enumerate() {
-        eq("result", &outs[slot].shape, wanted[i])?;
-    }
-    Ok(())
 }

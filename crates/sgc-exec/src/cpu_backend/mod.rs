@@ -422,7 +422,7 @@ fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
                     .iter()
                     .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
         }
-        ViewStep::Expand(to) => crate::shapes::broadcasts(shape, to),
+        ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
         ViewStep::Slice { axis, start, end } => {
             *axis < shape.len() && start <= end && *end <= shape[*axis]
         }

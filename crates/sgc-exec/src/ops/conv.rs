@@ -1,9 +1,9 @@
 //! 2-d convolutions over `[N, C, H, W]`: the builder's `conv2d` and its gradients, and the
 //! exporter's `convolution` (groups, bias) and `convolution_backward`.
 
+use super::check::{eq, expect, masked, window_out};
 use super::{Cx, Family};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect, masked, window_out};
+use crate::operand::Operand;
 use crate::window::Window;
 use crate::{ExecError, KernelError};
 use serde_json::Value;

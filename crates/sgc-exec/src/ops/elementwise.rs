@@ -1,9 +1,9 @@
 //! Element-wise ops: arithmetic (tensor and scalar, broadcasting), activations and their
 //! gradients, bias, constant fills and the SGD update.
 
+use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family};
-use crate::backend::Operand;
-use crate::shapes::{broadcasts, eq, expect};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 

@@ -1,9 +1,9 @@
 //! Embedding lookups (the builder's `(ids, w)` and ATen's `(w, ids)` operand orders) and
 //! their gradients.
 
+use super::check::{eq, expect};
 use super::{Cx, Family, Slot};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 

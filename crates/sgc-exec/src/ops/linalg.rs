@@ -1,9 +1,9 @@
 //! Matrix products: the builder's `matmul`, `matmul_tn`, `batched_matmul`, and the
 //! exporter's `mm`, `bmm`, `addmm`.
 
+use super::check::{eq, expect};
 use super::{Cx, Family};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 

@@ -1,9 +1,9 @@
 //! Losses over the last axis: the builder's cross-entropy over logits, the exporter's
 //! negative log-likelihood over log-probabilities, and their gradients.
 
+use super::check::{eq, expect};
 use super::{Cx, Family, Slot};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;

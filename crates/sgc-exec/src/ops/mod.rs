@@ -9,6 +9,7 @@
 //! kinds (`None` for a kind it does not claim); and its enum, implementing [`Family`].
 //! Adding an op takes its line in `sgc_ir::ops` and these family files.
 
+pub(crate) mod check;
 pub mod conv;
 pub mod elementwise;
 pub mod embedding;
@@ -20,7 +21,7 @@ pub mod random;
 pub mod reduce;
 pub mod shape;
 
-use crate::backend::Operand;
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use serde_json::{Map, Value};
 use sgc_ir::ops::OpKind;

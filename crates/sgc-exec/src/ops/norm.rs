@@ -1,9 +1,9 @@
 //! Normalisations (batch norm, layer norm, their gradients, the running statistics) and
 //! softmax and log-softmax over the last axis.
 
+use super::check::{eq, expect, masked};
 use super::{Cx, Family};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect, masked};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;

@@ -1,9 +1,9 @@
 //! Pooling over `[N, C, H, W]` (max, average, global average; the exporter's max pooling
 //! with indices) and nearest 2x upsampling, with their gradients.
 
+use super::check::{eq, expect, window_out, R};
 use super::{Cx, Family, Slot};
-use crate::backend::Operand;
-use crate::shapes::{eq, expect, window_out, R};
+use crate::operand::Operand;
 use crate::window::Window;
 use crate::{ExecError, KernelError};
 use serde_json::Value;

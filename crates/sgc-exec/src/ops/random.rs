@@ -3,9 +3,9 @@
 //! a counter-based stream keyed by a seed from the op's name and the run: these ops are
 //! never recomputed, so planned and unplanned runs draw the same values.
 
+use super::check::eq;
 use super::{name_seed, Cx, Family, Slot};
-use crate::backend::Operand;
-use crate::shapes::eq;
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;

@@ -1,8 +1,8 @@
 //! Reductions: the exporter's `sum` and `mean` over adjacent axes.
 
+use super::check::expect;
 use super::{Cx, Family};
-use crate::backend::Operand;
-use crate::shapes::expect;
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;

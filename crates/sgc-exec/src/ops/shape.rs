@@ -1,9 +1,9 @@
 //! Data movement: reshapes and views, transposes, concatenation and stacking, slicing and
 //! splitting, broadcasting copies, and the exporter's `copy`/`copy_`.
 
+use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family, VARIADIC};
-use crate::backend::Operand;
-use crate::shapes::{broadcasts, eq, expect};
+use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
