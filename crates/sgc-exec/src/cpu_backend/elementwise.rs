@@ -83,6 +83,20 @@ pub(crate) fn gelu_grad(x: &[f32], dy: &[f32], dx: &mut [f32]) {
     }
 }
 
+/// `leaky_relu`: `x` where positive, else `slope * x`.
+pub(crate) fn leaky_relu(x: &[f32], y: &mut [f32], slope: f32) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = if x > 0.0 { x } else { x * slope };
+    }
+}
+
+/// `leaky_relu_backward`: `(dy, x) -> dy` where `x` is positive, else `slope * dy`.
+pub(crate) fn leaky_relu_backward(dy: &[f32], x: &[f32], dx: &mut [f32], slope: f32) {
+    for ((d, &g), &x) in dx.iter_mut().zip(dy).zip(x) {
+        *d = if x > 0.0 { g } else { g * slope };
+    }
+}
+
 /// `param -= lr * grad`, in place.
 pub(crate) fn sgd_update(param: &mut [f32], grad: &[f32], lr: f32) {
     for (p, g) in param.iter_mut().zip(grad) {
@@ -128,6 +142,10 @@ pub(super) fn run(k: &Elementwise, io: Io) -> Result<(), KernelError> {
         E::ReluGrad => relu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
         E::Gelu => gelu(f(&io.ins[0])?, io.outs[0]),
         E::GeluGrad => gelu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::LeakyRelu { slope } => leaky_relu(f(&io.ins[0])?, io.outs[0], *slope),
+        E::LeakyReluBackward { slope } => {
+            leaky_relu_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *slope)
+        }
         E::SgdUpdate { lr } => sgd_update(io.outs[0], f(&io.ins[0])?, *lr),
         E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value as f32),
         E::MulScalar { value } => mul_scalar(f(&io.ins[0])?, io.outs[0], *value),
@@ -197,4 +215,36 @@ pub(super) fn launch_bytes(
         .collect();
     be.write(outputs[0].buffer, outputs[0].offset, &y)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `leaky_relu_backward` against a central difference of `leaky_relu`, away from the
+    /// kink at 0, for the default slope and a steep one.
+    #[test]
+    fn leaky_relu_gradient_matches_finite_differences() {
+        let xs: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.1 + 0.013).collect();
+        let h = 1e-3f32;
+        for slope in [0.01f32, 0.2] {
+            let shifted = |d: f32| {
+                let x: Vec<f32> = xs.iter().map(|v| v + d).collect();
+                let mut y = vec![0.0; x.len()];
+                leaky_relu(&x, &mut y, slope);
+                y
+            };
+            let (up, down) = (shifted(h), shifted(-h));
+            let mut dx = vec![0.0; xs.len()];
+            leaky_relu_backward(&vec![1.0; xs.len()], &xs, &mut dx, slope);
+            for (i, &x) in xs.iter().enumerate() {
+                let numeric = (f64::from(up[i]) - f64::from(down[i])) / (2.0 * f64::from(h));
+                let analytic = f64::from(dx[i]);
+                assert!(
+                    (numeric - analytic).abs() <= 1e-3,
+                    "slope {slope} at {x}: derivative {analytic}, central difference {numeric}"
+                );
+            }
+        }
+    }
 }

@@ -19,6 +19,8 @@ pub const KINDS: &[(OpKind, bool)] = &[
     (OpKind::GeluGrad, true),
     (OpKind::SgdUpdate, true),
     (OpKind::AtenRelu, true),
+    (OpKind::AtenLeakyRelu, true),
+    (OpKind::AtenLeakyReluBackward, true),
     (OpKind::AtenAddTensor, false),
     (OpKind::AtenAddScalar, false),
     (OpKind::AtenSubTensor, false),
@@ -70,6 +72,14 @@ pub enum Elementwise {
     Gelu,
     /// `(x, dy) -> dy * gelu'(x)`.
     GeluGrad,
+    /// `x` where positive, else `slope * x`.
+    LeakyRelu {
+        slope: f32,
+    },
+    /// `(dy, x) -> dy` where `x` is positive, else `slope * dy` (ATen's operand order).
+    LeakyReluBackward {
+        slope: f32,
+    },
     /// `param -= lr * grad`, in place; no outputs.
     SgdUpdate {
         lr: f32,
@@ -128,6 +138,20 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         K::ReluGrad => E::ReluGrad,
         K::Gelu => E::Gelu,
         K::GeluGrad => E::GeluGrad,
+        K::AtenLeakyRelu => E::LeakyRelu {
+            slope: a.f32_or("negative_slope", Some(0.01))?,
+        },
+        K::AtenLeakyReluBackward => {
+            let slope = a.f32_or("negative_slope", Some(0.01))?;
+            // From the result, `y > 0` is `x > 0` only for a non-negative slope.
+            let from_input = |v: &serde_json::Value| v.as_bool() == Some(false) || slope >= 0.0;
+            a.require(
+                "self_is_result",
+                from_input,
+                "the input or a non-negative slope",
+            )?;
+            E::LeakyReluBackward { slope }
+        }
         K::SgdUpdate => E::SgdUpdate {
             lr: a.f32_or("lr", None)?,
         },
@@ -218,6 +242,8 @@ impl Family for Elementwise {
             E::ReluGrad => K::ReluGrad,
             E::Gelu => K::Gelu,
             E::GeluGrad => K::GeluGrad,
+            E::LeakyRelu { .. } => K::AtenLeakyRelu,
+            E::LeakyReluBackward { .. } => K::AtenLeakyReluBackward,
             E::SgdUpdate { .. } => K::SgdUpdate,
             E::AddScalar { .. } => K::AtenAddScalar,
             E::MulScalar { .. } => K::AtenMulScalar,
@@ -240,6 +266,7 @@ impl Family for Elementwise {
             E::Zeros { inputs } => (Some(*inputs), 1),
             E::Relu
             | E::Gelu
+            | E::LeakyRelu { .. }
             | E::BiasAddGrad { .. }
             | E::AddScalar { .. }
             | E::MulScalar { .. }
@@ -274,6 +301,7 @@ impl Family for Elementwise {
             | E::Mul
             | E::ReluGrad
             | E::GeluGrad
+            | E::LeakyReluBackward { .. }
             | E::ThresholdBackward { .. }
             | E::PointwiseBackward(_) => {
                 eq("input 1", s(1), s(0))?;
@@ -281,6 +309,7 @@ impl Family for Elementwise {
             }
             E::Relu
             | E::Gelu
+            | E::LeakyRelu { .. }
             | E::AddScalar { .. }
             | E::MulScalar { .. }
             | E::DivScalar { .. }
