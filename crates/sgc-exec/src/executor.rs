@@ -392,16 +392,7 @@ impl<'a> Resolver<'a> {
 /// (crate::view).
 pub(crate) fn moves_no_data(graph: &Graph, op: OpId, kernel: &Kernel) -> bool {
     let o = graph.op(op);
-    let view_op = matches!(
-        kernel,
-        Kernel::Reshape
-            | Kernel::Transpose { .. }
-            | Kernel::Expand
-            | Kernel::Slice { .. }
-            | Kernel::Split { .. }
-            | Kernel::Unbind { .. }
-    );
-    view_op
+    kernel.is_view_like()
         && o.outputs
             .iter()
             .all(|&t| graph.storage_root(t) == graph.storage_root(o.inputs[0]))

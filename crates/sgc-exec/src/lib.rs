@@ -22,6 +22,8 @@ pub mod executor;
 pub mod host;
 pub mod init;
 pub mod kernel;
+pub mod operand;
+pub mod ops;
 pub mod runner;
 pub mod shapes;
 mod view;

@@ -12,7 +12,7 @@
 
 mod skip;
 
-use sgc_exec::cuda_backend::sources::{self, declared_kernels, nvrtc_options, SIGNATURES};
+use sgc_exec::cuda_backend::sources::{self, declared_kernels, nvrtc_options};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,23 +21,21 @@ const INSTALL: &str = "bash scripts/install-cuda-tools.sh";
 const ARCHS: [u32; 2] = [80, 90];
 
 fn launcher_signatures_match_the_kernel_declarations() {
+    // The launcher's table is the declarations themselves: every parameter must be one it
+    // can pass, and every name unique.
     let declared = declared_kernels(&sources::program());
-    assert_eq!(declared.len(), SIGNATURES.len(), "{declared:?}");
     for (name, params) in &declared {
-        let expected = sources::signature(name)
-            .unwrap_or_else(|| panic!("kernel `{name}` is missing from SIGNATURES"));
-        let found: Vec<_> = params
-            .iter()
-            .map(|p| {
-                p.unwrap_or_else(|| panic!("`{name}`: a parameter type the launcher cannot pass"))
-            })
-            .collect();
-        assert_eq!(found, expected, "kernel `{name}`");
+        assert!(
+            params.iter().all(Option::is_some),
+            "`{name}`: a parameter type the launcher cannot pass"
+        );
     }
-    let mut names: Vec<&str> = SIGNATURES.iter().map(|(n, _)| *n).collect();
+    let signatures = sources::signatures();
+    assert_eq!(declared.len(), signatures.len(), "{declared:?}");
+    let mut names: Vec<&str> = signatures.iter().map(|(n, _)| n.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), SIGNATURES.len(), "duplicate kernel names");
+    assert_eq!(names.len(), signatures.len(), "duplicate kernel names");
 }
 
 fn every_cpu_kernel_name_has_a_cuda_kernel_or_is_cublas() {
@@ -52,9 +50,8 @@ fn every_cpu_kernel_name_has_a_cuda_kernel_or_is_cublas() {
         "conv2d_grad_weight",
     ];
     // The builder's kinds; the exporter's kinds marked for CUDA lower onto their kernels.
-    let builder = sgc_exec::kernel::KERNELS
-        .iter()
-        .filter(|(k, cuda)| *cuda && !k.name().starts_with("aten."));
+    let builder =
+        sgc_exec::kernel::kernels().filter(|(k, cuda)| *cuda && !k.name().starts_with("aten."));
     for op in builder.map(|(k, _)| k.name()) {
         assert!(
             cublas.contains(&op) || sources::signature(op).is_some(),
@@ -293,7 +290,7 @@ fn every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90() {
             ptx.log
         );
         let text = String::from_utf8_lossy(&ptx.image);
-        for (name, _) in SIGNATURES {
+        for (name, _) in sources::signatures() {
             assert!(
                 text.contains(&format!(".entry {name}(")),
                 "compute_{arch}: no entry `{name}`"
@@ -306,7 +303,7 @@ fn every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90() {
         assert!(!cubin.image.is_empty(), "sm_{arch}: empty CUBIN");
         println!(
             "sm_{arch}: {} kernels, PTX {} bytes, ptxas ok ({} report lines), NVRTC CUBIN {} bytes",
-            SIGNATURES.len(),
+            sources::signatures().len(),
             ptx.image.len(),
             report.lines().count(),
             cubin.image.len()

@@ -451,6 +451,8 @@ vocabulary! {
     AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
     AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();
     AtenHardsigmoidBackward = "aten.hardsigmoid_backward.default" => pointwise();
+    AtenLeakyRelu = "aten.leaky_relu.default" => pointwise();
+    AtenLeakyReluBackward = "aten.leaky_relu_backward.default" => pointwise();
     AtenDropout = "aten.native_dropout.default" => map().effect(Random);
     AtenDropoutBackward = "aten.native_dropout_backward.default" => pointwise();
     AtenBernoulli = "aten.bernoulli.p" => map().effect(Random);

@@ -1,12 +1,16 @@
-//! Convolution (im2col + sgemm), pooling and nearest upsampling over `[N, C, H, W]`.
+//! Convolution (im2col + sgemm) over `[N, C, H, W]`, grouped convolution and ATen's
+//! `convolution_backward` (per group, over the plain kernels).
 
 use super::linalg::{gemm, Mat};
+use super::{f, Io};
+use crate::ops::conv::Conv;
+use crate::KernelError;
 
 pub(crate) use crate::window::Window;
 
 impl Window {
     /// Input row/column of output position `o` and kernel tap `k`, if inside the image.
-    fn src(&self, o: usize, k: usize, len: usize) -> Option<usize> {
+    pub(super) fn src(&self, o: usize, k: usize, len: usize) -> Option<usize> {
         (o * self.stride + k)
             .checked_sub(self.pad)
             .filter(|&i| i < len)
@@ -114,91 +118,184 @@ pub(crate) fn conv2d_grad_weight(x: &[f32], dy: &[f32], dw: &mut [f32], g: &Wind
     }
 }
 
-/// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
-pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-    (0..g.kh).flat_map(move |ki| {
-        (0..g.kw).filter_map(move |kj| Some((g.src(oi, ki, g.h)?, g.src(oj, kj, g.w)?)))
-    })
-}
-
-/// Flat index of the first maximum of window `(plane, oi, oj)`, if any tap is inside.
-pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for ki in 0..g.kh {
-        for kj in 0..g.kw {
-            if let (Some(i), Some(j)) = (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
-                let idx = (plane * g.h + i) * g.w + j;
-                if best.is_none_or(|b| x[idx] > x[b]) {
-                    best = Some(idx);
-                }
-            }
-        }
+/// Channels `[grp * c, (grp + 1) * c)` of every image of `x` (`[n, total, plane]`),
+/// contiguous.
+fn gather(x: &[f32], n: usize, total: usize, c: usize, grp: usize, plane: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * c * plane);
+    for img in 0..n {
+        let start = (img * total + grp * c) * plane;
+        out.extend_from_slice(&x[start..start + c * plane]);
     }
-    best
+    out
 }
 
-/// `max_pool2d` (padding counts as -infinity).
-pub(crate) fn max_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
-    for plane in 0..g.n * g.c {
-        for oi in 0..g.ho {
-            for oj in 0..g.wo {
-                let v = argmax(x, g, plane, oi, oj).map_or(f32::NEG_INFINITY, |i| x[i]);
-                y[(plane * g.ho + oi) * g.wo + oj] = v;
-            }
-        }
+/// The inverse of [`gather`]: `part` written back into its channels of `y`.
+fn scatter(
+    y: &mut [f32],
+    part: &[f32],
+    n: usize,
+    total: usize,
+    c: usize,
+    grp: usize,
+    plane: usize,
+) {
+    for img in 0..n {
+        let start = (img * total + grp * c) * plane;
+        y[start..start + c * plane].copy_from_slice(&part[img * c * plane..(img + 1) * c * plane]);
     }
 }
 
-/// `max_pool2d_grad`: each window's gradient goes to its first maximum.
-pub(crate) fn max_pool2d_grad(x: &[f32], dy: &[f32], dx: &mut [f32], g: &Window) {
-    dx.fill(0.0);
-    for plane in 0..g.n * g.c {
-        for oi in 0..g.ho {
-            for oj in 0..g.wo {
-                if let Some(i) = argmax(x, g, plane, oi, oj) {
-                    dx[i] += dy[(plane * g.ho + oi) * g.wo + oj];
-                }
-            }
-        }
-    }
+/// One group of a grouped convolution: its input and output channels, its window (the
+/// group's channels), the input and output plane sizes and its slice of the weight.
+struct Groups {
+    cg: usize,
+    og: usize,
+    gw: Window,
+    pin: usize,
+    pout: usize,
+    wlen: usize,
 }
 
-/// `global_avg_pool`: the mean of each `H*W` plane, accumulated in f64.
-pub(crate) fn global_avg_pool(x: &[f32], y: &mut [f32], hw: usize) {
-    for (p, y) in y.iter_mut().enumerate() {
-        let s: f64 = x[p * hw..(p + 1) * hw].iter().map(|&v| f64::from(v)).sum();
-        *y = (s / hw as f64) as f32;
-    }
-}
-
-/// `global_avg_pool_grad`: `dy / (H*W)` spread over each plane.
-pub(crate) fn global_avg_pool_grad(dy: &[f32], dx: &mut [f32], hw: usize) {
-    for (p, g) in dy.iter().enumerate() {
-        dx[p * hw..(p + 1) * hw].fill(g / hw as f32);
-    }
-}
-
-/// `upsample_nearest2x` of planes `h x w`.
-pub(crate) fn upsample_nearest2x(x: &[f32], y: &mut [f32], h: usize, w: usize) {
-    let planes = x.len().checked_div(h * w).unwrap_or(0);
-    for p in 0..planes {
-        for i in 0..2 * h {
-            for j in 0..2 * w {
-                y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
-            }
+impl Groups {
+    fn of(g: &Window, o: usize, groups: usize) -> Groups {
+        let (cg, og) = (g.c / groups, o / groups);
+        Groups {
+            cg,
+            og,
+            gw: Window { c: cg, ..*g },
+            pin: g.h * g.w,
+            pout: g.ho * g.wo,
+            wlen: og * cg * g.kh * g.kw,
         }
     }
 }
 
-/// `upsample_nearest2x_grad`: sum of each 2x2 block, into planes `h x w`.
-pub(crate) fn upsample_nearest2x_grad(dy: &[f32], dx: &mut [f32], h: usize, w: usize) {
-    let planes = dx.len().checked_div(h * w).unwrap_or(0);
-    for p in 0..planes {
-        for i in 0..h {
-            for j in 0..w {
-                let at = |a: usize, b: usize| dy[(p * 2 * h + 2 * i + a) * 2 * w + 2 * j + b];
-                dx[(p * h + i) * w + j] = at(0, 0) + at(0, 1) + at(1, 0) + at(1, 1);
+/// `convolution` with `groups` (each group's output channels see only its input
+/// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
+/// the builder's `conv2d` over that group's channels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_grouped(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    g: &Window,
+    o: usize,
+    groups: usize,
+) {
+    let Groups {
+        cg,
+        og,
+        gw,
+        pin,
+        pout,
+        wlen,
+    } = Groups::of(g, o, groups);
+    for grp in 0..groups {
+        let xs = gather(x, g.n, g.c, cg, grp, pin);
+        let mut ys = vec![0.0; g.n * og * pout];
+        conv2d(&xs, &w[grp * wlen..(grp + 1) * wlen], &mut ys, &gw, og);
+        scatter(y, &ys, g.n, o, og, grp, pout);
+    }
+    if let Some(b) = bias {
+        for (i, plane) in y.chunks_mut(pout.max(1)).enumerate() {
+            let v = b[i % o.max(1)];
+            for y in plane {
+                *y += v;
             }
         }
     }
+}
+
+/// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
+/// group when `groups > 1`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_backward(
+    dy: &[f32],
+    x: &[f32],
+    w: &[f32],
+    outs: &mut [&mut [f32]],
+    mask: [bool; 3],
+    g: &Window,
+    o: usize,
+    groups: usize,
+) {
+    let Groups {
+        cg,
+        og,
+        gw,
+        pin,
+        pout,
+        wlen,
+    } = Groups::of(g, o, groups);
+    let mut slot = 0;
+    if mask[0] {
+        if groups == 1 {
+            conv2d_grad_input(dy, w, outs[slot], g, o);
+        } else {
+            for grp in 0..groups {
+                let dys = gather(dy, g.n, o, og, grp, pout);
+                let mut dxs = vec![0.0; g.n * cg * pin];
+                conv2d_grad_input(&dys, &w[grp * wlen..(grp + 1) * wlen], &mut dxs, &gw, og);
+                scatter(outs[slot], &dxs, g.n, g.c, cg, grp, pin);
+            }
+        }
+        slot += 1;
+    }
+    if mask[1] {
+        if groups == 1 {
+            conv2d_grad_weight(x, dy, outs[slot], g, o);
+        } else {
+            for grp in 0..groups {
+                let (xs, dys) = (
+                    gather(x, g.n, g.c, cg, grp, pin),
+                    gather(dy, g.n, o, og, grp, pout),
+                );
+                let dw = &mut outs[slot][grp * wlen..(grp + 1) * wlen];
+                conv2d_grad_weight(&xs, &dys, dw, &gw, og);
+            }
+        }
+        slot += 1;
+    }
+    if mask[2] {
+        for (c, db) in outs[slot].iter_mut().enumerate() {
+            let mut s = 0.0f64;
+            for n in 0..g.n {
+                let start = (n * o + c) * pout;
+                s += dy[start..start + pout]
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .sum::<f64>();
+            }
+            *db = s as f32;
+        }
+    }
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Conv, io: Io) -> Result<(), KernelError> {
+    let g = k.window(io.ops_in, io.ops_out);
+    let w = io.ops_in[if matches!(k, Conv::ConvBackward { .. }) {
+        2
+    } else {
+        1
+    }]
+    .shape[0];
+    let (a, b) = (f(&io.ins[0])?, f(&io.ins[1])?);
+    match k {
+        Conv::Conv2d { .. } => conv2d(a, b, io.outs[0], &g, w),
+        Conv::Conv2dGradInput { .. } => conv2d_grad_input(a, b, io.outs[0], &g, w),
+        // `dy [N, O, Ho, Wo]`: its channels are the outputs'.
+        Conv::Conv2dGradWeight { .. } => {
+            conv2d_grad_weight(a, b, io.outs[0], &g, io.ops_in[1].shape[1])
+        }
+        Conv::ConvBackward { groups, mask, .. } => {
+            conv_backward(a, b, f(&io.ins[2])?, io.outs, *mask, &g, w, *groups)
+        }
+        Conv::ConvGrouped { groups, bias, .. } => {
+            let bias = if *bias { Some(f(&io.ins[2])?) } else { None };
+            conv_grouped(a, b, bias, io.outs[0], &g, w, *groups)
+        }
+    }
+    Ok(())
 }

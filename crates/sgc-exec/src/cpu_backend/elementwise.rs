@@ -1,4 +1,12 @@
-//! Element-wise kernels, bias, and the SGD update.
+//! Element-wise kernels, bias, scalar arithmetic, activations and the SGD update.
+
+use super::shape::expand;
+use super::{f, CpuBackend, Io, NAME};
+use crate::backend::{Backend, Operand};
+use crate::ops::elementwise::{BinOp, Elementwise};
+use crate::ops::Family;
+use crate::{ExecError, KernelError};
+use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -75,9 +83,168 @@ pub(crate) fn gelu_grad(x: &[f32], dy: &[f32], dx: &mut [f32]) {
     }
 }
 
+/// `leaky_relu`: `x` where positive, else `slope * x`.
+pub(crate) fn leaky_relu(x: &[f32], y: &mut [f32], slope: f32) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = if x > 0.0 { x } else { x * slope };
+    }
+}
+
+/// `leaky_relu_backward`: `(dy, x) -> dy` where `x` is positive, else `slope * dy`.
+pub(crate) fn leaky_relu_backward(dy: &[f32], x: &[f32], dx: &mut [f32], slope: f32) {
+    for ((d, &g), &x) in dx.iter_mut().zip(dy).zip(x) {
+        *d = if x > 0.0 { g } else { g * slope };
+    }
+}
+
 /// `param -= lr * grad`, in place.
 pub(crate) fn sgd_update(param: &mut [f32], grad: &[f32], lr: f32) {
     for (p, g) in param.iter_mut().zip(grad) {
         *p -= lr * g;
+    }
+}
+
+pub(crate) fn add_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x + v;
+    }
+}
+
+pub(crate) fn mul_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x * v;
+    }
+}
+
+pub(crate) fn div_scalar(x: &[f32], y: &mut [f32], v: f32) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x / v;
+    }
+}
+
+/// `threshold_backward`: `dy` where `x > threshold`, else 0.
+pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshold: f32) {
+    for ((d, &g), &v) in dx.iter_mut().zip(dy).zip(x) {
+        *d = if v > threshold { g } else { 0.0 };
+    }
+}
+
+/// Runs a kernel of the family on f32 data.
+pub(super) fn run(k: &Elementwise, io: Io) -> Result<(), KernelError> {
+    use Elementwise as E;
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    match k {
+        E::BiasAdd { axis } => bias_add(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], sh(0), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(f(&io.ins[0])?, io.outs[0], sh(0), *axis),
+        E::Add => add(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Mul => mul(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Relu => relu(f(&io.ins[0])?, io.outs[0]),
+        E::ReluGrad => relu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::Gelu => gelu(f(&io.ins[0])?, io.outs[0]),
+        E::GeluGrad => gelu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::LeakyRelu { slope } => leaky_relu(f(&io.ins[0])?, io.outs[0], *slope),
+        E::LeakyReluBackward { slope } => {
+            leaky_relu_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *slope)
+        }
+        E::SgdUpdate { lr } => sgd_update(io.outs[0], f(&io.ins[0])?, *lr),
+        E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value as f32),
+        E::MulScalar { value } => mul_scalar(f(&io.ins[0])?, io.outs[0], *value),
+        E::DivScalar { value } => div_scalar(f(&io.ins[0])?, io.outs[0], *value),
+        E::ThresholdBackward { threshold } => {
+            threshold_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *threshold)
+        }
+        E::Pointwise(u) => {
+            for (y, &x) in io.outs[0].iter_mut().zip(f(&io.ins[0])?) {
+                *y = u.apply(x);
+            }
+        }
+        E::PointwiseBackward(u) => {
+            let (dy, v) = (f(&io.ins[0])?, f(&io.ins[1])?);
+            for ((d, &g), &v) in io.outs[0].iter_mut().zip(dy).zip(v) {
+                *d = u.grad(g, v);
+            }
+        }
+        E::Broadcast { op } => {
+            let y = &io.ops_out[0].shape;
+            let n = io.outs[0].len();
+            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+            expand(f(&io.ins[0])?, &mut a, sh(0), y);
+            expand(f(&io.ins[1])?, &mut b, sh(1), y);
+            let op = |(a, b): (&f32, &f32)| match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+            };
+            for (o, v) in io.outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
+                *o = v;
+            }
+        }
+        E::Fill { value } => io.outs[0].fill(*value),
+        E::Zeros { .. } => io.outs[0].fill(0.0),
+    }
+    Ok(())
+}
+
+/// `add_scalar` on an i64 tensor (an integer counter), through bytes; `false` for every
+/// other kernel.
+pub(super) fn launch_bytes(
+    be: &mut CpuBackend,
+    k: &Elementwise,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<bool, ExecError> {
+    let Elementwise::AddScalar { value } = k else {
+        return Ok(false);
+    };
+    if inputs[0].dtype != DType::I64 {
+        return Ok(false);
+    }
+    if value.fract() != 0.0 {
+        return Err(ExecError::backend(
+            NAME,
+            format!("{}: adds {value} to an integer tensor", k.kind().name()),
+        ));
+    }
+    let x = be.bytes(&inputs[0])?;
+    let y: Vec<u8> = x
+        .chunks_exact(8)
+        .flat_map(|c| {
+            let v = i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+            v.wrapping_add(*value as i64).to_ne_bytes()
+        })
+        .collect();
+    be.write(outputs[0].buffer, outputs[0].offset, &y)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `leaky_relu_backward` against a central difference of `leaky_relu`, away from the
+    /// kink at 0, for the default slope and a steep one.
+    #[test]
+    fn leaky_relu_gradient_matches_finite_differences() {
+        let xs: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.1 + 0.013).collect();
+        let h = 1e-3f32;
+        for slope in [0.01f32, 0.2] {
+            let shifted = |d: f32| {
+                let x: Vec<f32> = xs.iter().map(|v| v + d).collect();
+                let mut y = vec![0.0; x.len()];
+                leaky_relu(&x, &mut y, slope);
+                y
+            };
+            let (up, down) = (shifted(h), shifted(-h));
+            let mut dx = vec![0.0; xs.len()];
+            leaky_relu_backward(&vec![1.0; xs.len()], &xs, &mut dx, slope);
+            for (i, &x) in xs.iter().enumerate() {
+                let numeric = (f64::from(up[i]) - f64::from(down[i])) / (2.0 * f64::from(h));
+                let analytic = f64::from(dx[i]);
+                assert!(
+                    (numeric - analytic).abs() <= 1e-3,
+                    "slope {slope} at {x}: derivative {analytic}, central difference {numeric}"
+                );
+            }
+        }
     }
 }

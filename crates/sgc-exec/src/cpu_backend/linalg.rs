@@ -1,6 +1,10 @@
 //! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
 //! same operands always give the same bits).
 
+use super::{f, last, Io};
+use crate::ops::linalg::{inner_cols, Bmm, Linalg};
+use crate::KernelError;
+
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
 #[derive(Clone, Copy)]
 pub(crate) struct Mat<'a> {
@@ -86,16 +90,6 @@ pub(crate) fn matmul_tn(p: &[f32], q: &[f32], y: &mut [f32], m: usize, n: usize)
     );
 }
 
-/// Dimensions of one `batched_matmul`.
-pub(crate) struct Bmm {
-    pub batch: usize,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
-}
-
 /// `batched_matmul`: one product per leading index.
 pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
     let (sa, sb, sy) = (d.m * d.k, d.k * d.n, d.m * d.n);
@@ -106,4 +100,60 @@ pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
         let bm = Mat::new(bi, if d.transpose_b { d.k } else { d.n }, d.transpose_b);
         gemm(d.m, d.k, d.n, am, bm, 0.0, &mut y[i * sy..(i + 1) * sy]);
     }
+}
+
+/// `addmm`: `a [M, K] @ b [K, N] + bias [N]` (`b [N, K]` when `transpose_b`).
+pub(crate) fn addmm(
+    bias: &[f32],
+    a: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
+    matmul(a, b, y, k, n, transpose_b);
+    for row in y.chunks_mut(n.max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Linalg, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    match k {
+        Linalg::MatMul { transpose_b } => {
+            let (kk, n) = inner_cols(sh(1), *transpose_b);
+            matmul(
+                f(&io.ins[0])?,
+                f(&io.ins[1])?,
+                io.outs[0],
+                kk,
+                n,
+                *transpose_b,
+            )
+        }
+        Linalg::MatMulTn => matmul_tn(
+            f(&io.ins[0])?,
+            f(&io.ins[1])?,
+            io.outs[0],
+            last(sh(0)),
+            last(sh(1)),
+        ),
+        Linalg::BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let d = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
+            batched_matmul(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], &d)
+        }
+        Linalg::AddMm { transpose_b } => {
+            let (k, n) = inner_cols(sh(2), *transpose_b);
+            let (bias, a, b) = (f(&io.ins[0])?, f(&io.ins[1])?, f(&io.ins[2])?);
+            addmm(bias, a, b, io.outs[0], k, n, *transpose_b)
+        }
+    }
+    Ok(())
 }

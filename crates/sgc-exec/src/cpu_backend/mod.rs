@@ -3,23 +3,27 @@
 //!
 //! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
 //! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
-//! hands the kernel plain slices. Each op type is one function of the same name, in
-//! `linalg`, `elementwise`, `conv`, `norm` and `shape`; the CUDA backend has the same
-//! names. Every reduction runs in a fixed order (the GEMM splits its output among threads,
+//! hands the kernel plain slices. Each op family ([`crate::ops`]) has a module of its
+//! name here, with its `run` and one function per op type; the CUDA backend has the same
+//! modules and names. Every reduction runs in a fixed order (the GEMM splits its output among threads,
 //! never a sum), so a recomputed tensor is bitwise identical to the first computation
 //! whatever the thread count. Reductions over the batch (bias gradients, pooling means,
-//! norm statistics, losses) accumulate in f64. `aten` holds the exporter's ops that no
-//! builder kernel computes; views of exported graphs are materialised on read.
+//! norm statistics, losses) accumulate in f64. Views of exported graphs are materialised
+//! on read.
 
-mod aten;
 mod conv;
 mod elementwise;
+mod embedding;
 mod linalg;
+mod loss;
 mod norm;
+mod pool;
+mod random;
+mod reduce;
 mod shape;
 
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
-use crate::kernel::{BinOp, Kernel};
+use crate::kernel::{Kernel, Linalg};
 use crate::{ExecError, KernelError};
 use sgc_ir::DType;
 
@@ -251,7 +255,13 @@ impl Backend for CpuBackend {
             .iter()
             .map(|o| self.write_slice(o))
             .collect::<Result<Vec<_>, _>>()?;
-        run(kernel, &ins, &mut outs, inputs, outputs).map_err(|error| ExecError::Kernel {
+        let io = Io {
+            ins: &ins,
+            outs: &mut outs,
+            ops_in: inputs,
+            ops_out: outputs,
+        };
+        run(kernel, io).map_err(|error| ExecError::Kernel {
             backend: NAME.to_string(),
             kernel: kernel.name(),
             error: Box::new(error),
@@ -296,7 +306,7 @@ impl CpuBackend {
                 }
                 ViewStep::Expand(to) => {
                     let mut y = vec![0.0; to.iter().product()];
-                    aten::expand(&data, &mut y, &shape, to);
+                    shape::expand(&data, &mut y, &shape, to);
                     (to.clone(), y)
                 }
                 ViewStep::Slice { axis, start, end } => {
@@ -347,7 +357,7 @@ impl CpuBackend {
     }
 
     /// Kernels that write something other than f32 (a byte copy, an i64 counter, pooling
-    /// indices), through copies of their operands; `false` for every other kernel.
+    /// indices, masks), through copies of their operands; `false` for every other kernel.
     fn launch_bytes(
         &mut self,
         kernel: &Kernel,
@@ -355,90 +365,12 @@ impl CpuBackend {
         outputs: &[Operand],
     ) -> Result<bool, ExecError> {
         match kernel {
-            Kernel::CopyInto => {
-                let src = self.bytes(&inputs[1])?;
-                self.write(inputs[0].buffer, inputs[0].offset, &src)?;
-            }
-            Kernel::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
-                let src = self.bytes(&inputs[0])?;
-                self.write(outputs[0].buffer, outputs[0].offset, &src)?;
-            }
-            Kernel::AddScalar { value } if inputs[0].dtype == DType::I64 => {
-                if value.fract() != 0.0 {
-                    return Err(ExecError::backend(
-                        NAME,
-                        format!("{}: adds {value} to an integer tensor", kernel.name()),
-                    ));
-                }
-                let x = self.bytes(&inputs[0])?;
-                let y: Vec<u8> = x
-                    .chunks_exact(8)
-                    .flat_map(|c| {
-                        let v = i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
-                        v.wrapping_add(*value as i64).to_ne_bytes()
-                    })
-                    .collect();
-                self.write(outputs[0].buffer, outputs[0].offset, &y)?;
-            }
-            Kernel::MaxPool2dIndices {
-                kernel: k,
-                stride,
-                padding,
-            } => {
-                let x = self.f32_of(&inputs[0])?;
-                let g =
-                    conv::Window::pool(&inputs[0].shape, &outputs[0].shape, *k, *stride, *padding);
-                let mut y = vec![0.0f32; outputs[0].numel()];
-                let mut idx = vec![0i64; outputs[1].numel()];
-                aten::max_pool2d_indices(&x, &mut y, &mut idx, &g);
-                let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_ne_bytes()).collect();
-                self.write_f32(&outputs[0], &y)?;
-                self.write(outputs[1].buffer, outputs[1].offset, &ib)?;
-            }
-            Kernel::Dropout { p, seed } => {
-                let x = self.f32_of(&inputs[0])?;
-                let run = self.draws.entry(*seed).or_insert(0);
-                let mut keep = vec![0.0f32; x.len()];
-                aten::bernoulli(&mut keep, 1.0 - *p, *seed, *run);
-                *run += 1;
-                let scale = (1.0 / (1.0 - *p)) as f32;
-                let y: Vec<f32> = x.iter().zip(&keep).map(|(v, k)| v * k * scale).collect();
-                let mask: Vec<u8> = keep.iter().map(|&k| u8::from(k != 0.0)).collect();
-                self.write_f32(&outputs[0], &y)?;
-                self.write(outputs[1].buffer, outputs[1].offset, &mask)?;
-            }
-            Kernel::DropoutBackward { scale } => {
-                let dy = self.f32_of(&inputs[0])?;
-                let mask = self.bytes(&inputs[1])?;
-                let dx: Vec<f32> = dy
-                    .iter()
-                    .zip(&mask)
-                    .map(|(g, &m)| if m != 0 { g * scale } else { 0.0 })
-                    .collect();
-                self.write_f32(&outputs[0], &dx)?;
-            }
-            Kernel::MaskMul => {
-                let x = self.f32_of(&inputs[0])?;
-                let mask = self.bytes(&inputs[1])?;
-                // `x * mask` as PyTorch computes it: the mask promoted to 1.0 or 0.0 (so a
-                // masked negative or infinite value gives -0.0 or NaN, not 0.0).
-                let y: Vec<f32> = x
-                    .iter()
-                    .zip(&mask)
-                    .map(|(v, &m)| v * f32::from(u8::from(m != 0)))
-                    .collect();
-                self.write_f32(&outputs[0], &y)?;
-            }
-            Kernel::Bernoulli { p, seed } => {
-                let run = self.draws.entry(*seed).or_insert(0);
-                let mut y = vec![0.0f32; outputs[0].numel()];
-                aten::bernoulli(&mut y, *p, *seed, *run);
-                *run += 1;
-                self.write_f32(&outputs[0], &y)?;
-            }
-            _ => return Ok(false),
+            Kernel::Shape(k) => shape::launch_bytes(self, k, inputs, outputs),
+            Kernel::Elementwise(k) => elementwise::launch_bytes(self, k, inputs, outputs),
+            Kernel::Pool(k) => pool::launch_bytes(self, k, inputs, outputs),
+            Kernel::Random(k) => random::launch(self, k, inputs, outputs).map(|()| true),
+            _ => Ok(false),
         }
-        Ok(true)
     }
 }
 
@@ -448,8 +380,8 @@ impl CpuBackend {
 /// product is the same sum in the same order.
 fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Operand>)> {
     let slot = match kernel {
-        Kernel::MatMul { transpose_b: false } => 1,
-        Kernel::AddMm { transpose_b: false } => 2,
+        Kernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
+        Kernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
         _ => return None,
     };
     let view = inputs.get(slot)?.view.as_ref()?;
@@ -464,9 +396,10 @@ fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Op
         view.base.clone(),
     );
     let k = match kernel {
-        Kernel::MatMul { .. } => Kernel::MatMul { transpose_b: true },
-        _ => Kernel::AddMm { transpose_b: true },
+        Kernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
+        _ => Linalg::AddMm { transpose_b: true },
     };
+    let k = Kernel::Linalg(k);
     Some((k, ins))
 }
 
@@ -489,7 +422,7 @@ fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
                     .iter()
                     .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
         }
-        ViewStep::Expand(to) => crate::shapes::broadcasts(shape, to),
+        ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
         ViewStep::Slice { axis, start, end } => {
             *axis < shape.len() && start <= end && *end <= shape[*axis]
         }
@@ -522,346 +455,37 @@ fn wrong_dtype(expected: &'static str, found: &'static str) -> KernelError {
     }
 }
 
-/// The dispatch: one arm per op type, each calling the kernel of the same name.
-/// `ops_in`/`ops_out` are the operands (for shapes); `ins`/`outs` their memory.
-fn run(
-    k: &Kernel,
-    ins: &[Slice],
-    outs: &mut [&mut [f32]],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> Result<(), KernelError> {
-    use Kernel::*;
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
+/// One launch's operands: their memory (`ins`, `outs`) and the operands themselves (for
+/// shapes).
+pub(crate) struct Io<'s, 'a> {
+    ins: &'s [Slice<'a>],
+    outs: &'s mut [&'a mut [f32]],
+    ops_in: &'s [Operand],
+    ops_out: &'s [Operand],
+}
+
+/// The dispatch: each family's kernels run in the module of the family's name.
+fn run(k: &Kernel, io: Io) -> Result<(), KernelError> {
     match k {
-        MatMul { transpose_b } => {
-            let b = sh(1);
-            let (kk, n) = if *transpose_b {
-                (b[1], b[0])
-            } else {
-                (b[0], b[1])
-            };
-            linalg::matmul(f(&ins[0])?, f(&ins[1])?, outs[0], kk, n, *transpose_b)
-        }
-        MatMulTn => linalg::matmul_tn(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), last(sh(1))),
-        BatchedMatMul {
-            transpose_a,
-            transpose_b,
-        } => {
-            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
-            let r = a.len();
-            let d = linalg::Bmm {
-                batch: a[..r - 2].iter().product(),
-                m: y[r - 2],
-                n: y[r - 1],
-                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
-                transpose_a: *transpose_a,
-                transpose_b: *transpose_b,
-            };
-            linalg::batched_matmul(f(&ins[0])?, f(&ins[1])?, outs[0], &d)
-        }
-        BiasAdd { axis } => elementwise::bias_add(f(&ins[0])?, f(&ins[1])?, outs[0], sh(0), *axis),
-        BiasAddGrad { axis } => elementwise::bias_add_grad(f(&ins[0])?, outs[0], sh(0), *axis),
-        Add => elementwise::add(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        Mul => elementwise::mul(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        Relu => elementwise::relu(f(&ins[0])?, outs[0]),
-        ReluGrad => elementwise::relu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        Gelu => elementwise::gelu(f(&ins[0])?, outs[0]),
-        GeluGrad => elementwise::gelu_grad(f(&ins[0])?, f(&ins[1])?, outs[0]),
-        Conv2d { stride, padding } => {
-            let g = conv::Window::conv(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
-            conv::conv2d(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
-        }
-        Conv2dGradInput { stride, padding } => {
-            let g = conv::Window::conv(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
-            conv::conv2d_grad_input(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[0])
-        }
-        Conv2dGradWeight { stride, padding } => {
-            let g = conv::Window::conv(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
-            conv::conv2d_grad_weight(f(&ins[0])?, f(&ins[1])?, outs[0], &g, sh(1)[1])
-        }
-        MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = conv::Window::pool(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
-            conv::max_pool2d(f(&ins[0])?, outs[0], &g)
-        }
-        MaxPool2dGrad {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = conv::Window::pool(sh(0), sh(1), *kernel, *stride, *padding);
-            conv::max_pool2d_grad(f(&ins[0])?, f(&ins[1])?, outs[0], &g)
-        }
-        GlobalAvgPool => conv::global_avg_pool(f(&ins[0])?, outs[0], sh(0)[2] * sh(0)[3]),
-        GlobalAvgPoolGrad => {
-            let s = &ops_out[0].shape;
-            conv::global_avg_pool_grad(f(&ins[0])?, outs[0], s[2] * s[3])
-        }
-        BatchNorm { eps } => {
-            let d = bn_dims(sh(0));
-            norm::batch_norm(f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, *eps, d, outs)
-        }
-        BatchNormGrad => norm::batch_norm_grad(five(ins)?, bn_dims(sh(0)), outs),
-        LayerNorm { eps } => norm::layer_norm(
-            f(&ins[0])?,
-            f(&ins[1])?,
-            f(&ins[2])?,
-            *eps,
-            last(sh(0)),
-            outs,
-        ),
-        LayerNormGrad => norm::layer_norm_grad(five(ins)?, last(sh(0)), outs),
-        Softmax { scale, causal } => {
-            norm::softmax(f(&ins[0])?, outs[0], last(sh(0)), *scale, *causal)
-        }
-        SoftmaxGrad { scale } => {
-            norm::softmax_grad(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)), *scale)
-        }
-        Embedding => {
-            let w = sh(1);
-            return shape::embedding(idx(&ins[0])?, f(&ins[1])?, outs[0], w[0], w[1]);
-        }
-        EmbeddingGrad => {
-            let dw = &ops_out[0].shape;
-            return shape::embedding_grad(idx(&ins[0])?, f(&ins[1])?, outs[0], dw[0], dw[1]);
-        }
-        Reshape => shape::reshape(f(&ins[0])?, outs[0]),
-        Transpose { perm } => shape::transpose(f(&ins[0])?, outs[0], sh(0), perm),
-        Concat { axis } => {
-            let xs = ins
-                .iter()
-                .zip(ops_in)
-                .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
-                .collect::<Result<Vec<_>, KernelError>>()?;
-            shape::concat(&xs, outs[0], *axis)
-        }
-        Slice { axis, start, end } => {
-            shape::slice(f(&ins[0])?, outs[0], sh(0), *axis, *start, *end)
-        }
-        Upsample2x => conv::upsample_nearest2x(f(&ins[0])?, outs[0], sh(0)[2], sh(0)[3]),
-        Upsample2xGrad => {
-            let s = &ops_out[0].shape;
-            conv::upsample_nearest2x_grad(f(&ins[0])?, outs[0], s[2], s[3])
-        }
-        CrossEntropy => {
-            return norm::cross_entropy(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
-        }
-        CrossEntropyGrad => {
-            return norm::cross_entropy_grad(f(&ins[0])?, idx(&ins[1])?, outs[0], last(sh(0)))
-        }
-        SgdUpdate { lr } => elementwise::sgd_update(outs[0], f(&ins[0])?, *lr),
-        ConvBackward {
-            stride,
-            padding,
-            groups,
-            mask,
-        } => {
-            let (x, w) = (sh(1), sh(2));
-            let g = conv::Window::conv(x, w, sh(0), *stride, *padding);
-            let (dy, xv, wv) = (f(&ins[0])?, f(&ins[1])?, f(&ins[2])?);
-            aten::conv_backward(dy, xv, wv, outs, *mask, &g, w[0], *groups)
-        }
-        ConvGrouped {
-            stride,
-            padding,
-            groups,
-            bias,
-        } => {
-            let (x, w) = (sh(0), sh(1));
-            let g = conv::Window::conv(x, w, &ops_out[0].shape, *stride, *padding);
-            let b = if *bias { Some(f(&ins[2])?) } else { None };
-            aten::conv_grouped(f(&ins[0])?, f(&ins[1])?, b, outs[0], &g, w[0], *groups)
-        }
-        BatchNormBackward { mask } => {
-            aten::batch_norm_backward(five(ins)?, bn_dims(sh(1)), *mask, outs)
-        }
-        BatchNormUpdateStats {
-            momentum,
-            eps,
-            count,
-        } => {
-            let four = [f(&ins[0])?, f(&ins[1])?, f(&ins[2])?, f(&ins[3])?];
-            aten::batch_norm_update_stats(four, *momentum, *eps, *count, outs)
-        }
-        AddScalar { value } => aten::add_scalar(f(&ins[0])?, outs[0], *value as f32),
-        MulScalar { value } => aten::mul_scalar(f(&ins[0])?, outs[0], *value),
-        DivScalar { value } => aten::div_scalar(f(&ins[0])?, outs[0], *value),
-        ThresholdBackward { threshold } => {
-            aten::threshold_backward(f(&ins[0])?, f(&ins[1])?, outs[0], *threshold)
-        }
-        MaxPool2dIndicesBackward {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = conv::Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
-            return aten::max_pool2d_indices_backward(f(&ins[0])?, idx(&ins[2])?, outs[0], &g);
-        }
-        AvgPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = conv::Window::pool(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
-            aten::avg_pool2d(f(&ins[0])?, outs[0], &g)
-        }
-        AvgPool2dBackward {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = conv::Window::pool(sh(1), sh(0), *kernel, *stride, *padding);
-            aten::avg_pool2d_backward(f(&ins[0])?, outs[0], &g)
-        }
-        Reduce { start, end, mean } => {
-            let x = sh(0);
-            let red = x[*start..*end].iter().product();
-            let inner = x[*end..].iter().product();
-            aten::reduce(f(&ins[0])?, outs[0], red, inner, *mean)
-        }
-        Expand => aten::expand(f(&ins[0])?, outs[0], sh(0), &ops_out[0].shape),
-        Fill { value } => outs[0].fill(*value),
-        AddMm { transpose_b } => {
-            let b = sh(2);
-            let (k, n) = if *transpose_b {
-                (b[1], b[0])
-            } else {
-                (b[0], b[1])
-            };
-            aten::addmm(
-                f(&ins[0])?,
-                f(&ins[1])?,
-                f(&ins[2])?,
-                outs[0],
-                k,
-                n,
-                *transpose_b,
-            )
-        }
-        LogSoftmax => aten::log_softmax(f(&ins[0])?, outs[0], last(sh(0))),
-        LogSoftmaxBackward => {
-            aten::log_softmax_backward(f(&ins[0])?, f(&ins[1])?, outs[0], last(sh(0)))
-        }
-        NllLoss { ignore_index } => {
-            return aten::nll_loss(f(&ins[0])?, idx(&ins[1])?, outs, last(sh(0)), *ignore_index)
-        }
-        NllLossBackward { ignore_index } => {
-            let (dl, t, tw) = (f(&ins[0])?, idx(&ins[2])?, f(&ins[3])?);
-            return aten::nll_loss_backward(dl, t, tw, outs[0], last(sh(1)), *ignore_index);
-        }
-        Pointwise(u) => {
-            for (y, &x) in outs[0].iter_mut().zip(f(&ins[0])?) {
-                *y = u.apply(x);
-            }
-        }
-        PointwiseBackward(u) => {
-            let (dy, v) = (f(&ins[0])?, f(&ins[1])?);
-            for ((d, &g), &v) in outs[0].iter_mut().zip(dy).zip(v) {
-                *d = u.grad(g, v);
-            }
-        }
-        EmbeddingRows => {
-            let w = sh(0);
-            return shape::embedding(idx(&ins[1])?, f(&ins[0])?, outs[0], w[0], w[1]);
-        }
-        EmbeddingDenseBackward { padding_idx } => {
-            let dw = &ops_out[0].shape;
-            shape::embedding_grad(idx(&ins[1])?, f(&ins[0])?, outs[0], dw[0], dw[1])?;
-            if let Some(p) = padding_idx {
-                outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
-            }
-        }
-        LayerNormBackward { mask } => {
-            let ins6 = [
-                f(&ins[0])?,
-                f(&ins[1])?,
-                f(&ins[2])?,
-                f(&ins[3])?,
-                f(&ins[4])?,
-            ];
-            aten::layer_norm_backward(ins6, last(sh(1)), *mask, outs)
-        }
-        SoftmaxBackward => norm::softmax_grad(f(&ins[1])?, f(&ins[0])?, outs[0], last(sh(0)), 1.0),
-        Split { axis, size } => {
-            let x = sh(0);
-            for (i, out) in outs.iter_mut().enumerate() {
-                let start = i * size;
-                let end = (start + size).min(x[*axis]);
-                shape::slice(f(&ins[0])?, out, x, *axis, start, end);
-            }
-        }
-        Broadcast { op } => {
-            let y = &ops_out[0].shape;
-            let n = outs[0].len();
-            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
-            aten::expand(f(&ins[0])?, &mut a, sh(0), y);
-            aten::expand(f(&ins[1])?, &mut b, sh(1), y);
-            let op = |(a, b): (&f32, &f32)| match op {
-                BinOp::Add => a + b,
-                BinOp::Sub => a - b,
-                BinOp::Mul => a * b,
-            };
-            for (o, v) in outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
-                *o = v;
-            }
-        }
-        Zeros { .. } => outs[0].fill(0.0),
-        Assign => aten::expand(f(&ins[1])?, outs[0], sh(1), &ops_out[0].shape),
-        Unbind { axis } => {
-            let x = sh(0);
-            for (i, out) in outs.iter_mut().enumerate() {
-                shape::slice(f(&ins[0])?, out, x, *axis, i, i + 1);
-            }
-        }
-        Stack { axis } => {
-            let shapes: Vec<Vec<usize>> = ops_in
-                .iter()
-                .map(|o| {
-                    let mut s = o.shape.clone();
-                    s.insert(*axis, 1);
-                    s
-                })
-                .collect();
-            let xs = ins
-                .iter()
-                .zip(&shapes)
-                .map(|(s, sh)| Ok((f(s)?, sh.as_slice())))
-                .collect::<Result<Vec<_>, KernelError>>()?;
-            shape::concat(&xs, outs[0], *axis)
-        }
-        CopyInto
-        | MaxPool2dIndices { .. }
-        | Bernoulli { .. }
-        | Dropout { .. }
-        | DropoutBackward { .. }
-        | MaskMul => {
-            return Err(KernelError::Operands(
-                "runs through the byte path of `launch`".to_string(),
-            ))
-        }
+        Kernel::Linalg(k) => linalg::run(k, io),
+        Kernel::Elementwise(k) => elementwise::run(k, io),
+        Kernel::Conv(k) => conv::run(k, io),
+        Kernel::Pool(k) => pool::run(k, io),
+        Kernel::Norm(k) => norm::run(k, io),
+        Kernel::Loss(k) => loss::run(k, io),
+        Kernel::Embedding(k) => embedding::run(k, io),
+        Kernel::Shape(k) => shape::run(k, io),
+        Kernel::Reduce(k) => reduce::run(k, io),
+        Kernel::Random(_) => Err(byte_path()),
     }
-    Ok(())
 }
 
-fn five<'a>(ins: &'a [Slice]) -> Result<[&'a [f32]; 5], KernelError> {
-    Ok([
-        f(&ins[0])?,
-        f(&ins[1])?,
-        f(&ins[2])?,
-        f(&ins[3])?,
-        f(&ins[4])?,
-    ])
+/// The error of a kernel that runs through the byte path of `launch` only.
+fn byte_path() -> KernelError {
+    KernelError::Operands("runs through the byte path of `launch`".to_string())
 }
 
-fn bn_dims(x: &[usize]) -> norm::NormDims {
-    norm::NormDims {
-        outer: x[0],
-        feat: x[1],
-        inner: x[2..].iter().product(),
-    }
+/// The last axis of `s` (1 for a scalar).
+fn last(s: &[usize]) -> usize {
+    s.last().copied().unwrap_or(1)
 }

@@ -1,6 +1,7 @@
-//! Normalisations, softmax and cross-entropy: reductions in f64, in a fixed order.
+//! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
-use super::Indices;
+use super::{f, last, Io};
+use crate::ops::norm::Norm;
 use crate::KernelError;
 
 /// Layout of a norm: `outer x feat x inner` for batch norm (features on axis 1, stats over
@@ -148,48 +149,166 @@ pub(crate) fn softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], n: usize, scal
     }
 }
 
-/// Log-sum-exp of one row and its maximum.
-fn lse(row: &[f32]) -> (f32, f64) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let s: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    (max, s.ln() + max as f64)
+/// `native_batch_norm_backward`: `(dy, x, gamma, mean, invstd)` -> the masked results of
+/// `(dx, dgamma, dbeta)` (the builder's `batch_norm_grad`, absent results discarded).
+pub(crate) fn batch_norm_backward(
+    ins: [&[f32]; 5],
+    d: NormDims,
+    mask: [bool; 3],
+    outs: &mut [&mut [f32]],
+) {
+    let [dy, x, gamma, mean, invstd] = ins;
+    let sizes = [x.len(), d.feat, d.feat];
+    with_masked(mask, sizes, outs, |all| {
+        batch_norm_grad([x, gamma, mean, invstd, dy], d, all)
+    });
 }
 
-/// `cross_entropy`: mean over rows of `lse(row) - row[label]`.
-pub(crate) fn cross_entropy(
-    logits: &[f32],
-    labels: &Indices,
-    loss: &mut [f32],
-    c: usize,
-) -> Result<(), KernelError> {
-    let rows = labels.len();
-    let mut total = 0f64;
-    for r in 0..rows {
-        let row = &logits[r * c..(r + 1) * c];
-        let l = labels.get(r, c)?;
-        total += lse(row).1 - row[l] as f64;
+/// `native_layer_norm_backward`: `(dy, x, mean, rstd, gamma)` -> the masked results of
+/// `(dx, dgamma, dbeta)` (the builder's `layer_norm_grad`, absent results discarded).
+pub(crate) fn layer_norm_backward(
+    ins: [&[f32]; 5],
+    feat: usize,
+    mask: [bool; 3],
+    outs: &mut [&mut [f32]],
+) {
+    let [dy, x, mean, rstd, gamma] = ins;
+    let sizes = [x.len(), feat, feat];
+    with_masked(mask, sizes, outs, |all| {
+        layer_norm_grad([x, gamma, mean, rstd, dy], feat, all)
+    });
+}
+
+/// Runs `f` on all three results, the ones `mask` leaves out in scratch buffers.
+fn with_masked(
+    mask: [bool; 3],
+    sizes: [usize; 3],
+    outs: &mut [&mut [f32]],
+    f: impl FnOnce(&mut [&mut [f32]]),
+) {
+    let mut scratch: Vec<Vec<f32>> = (0..3)
+        .map(|i| vec![0.0; if mask[i] { 0 } else { sizes[i] }])
+        .collect();
+    let mut given = outs.iter_mut();
+    let mut all: Vec<&mut [f32]> = Vec::with_capacity(3);
+    for (i, s) in scratch.iter_mut().enumerate() {
+        if mask[i] {
+            all.push(given.next().map(|o| &mut **o).unwrap_or(&mut []));
+        } else {
+            all.push(s.as_mut_slice());
+        }
     }
-    loss[0] = (total / rows.max(1) as f64) as f32;
-    Ok(())
+    f(&mut all);
 }
 
-/// `cross_entropy_grad`: `(softmax(row) - onehot(label)) / rows`.
-pub(crate) fn cross_entropy_grad(
-    logits: &[f32],
-    labels: &Indices,
-    dx: &mut [f32],
-    c: usize,
-) -> Result<(), KernelError> {
-    let rows = labels.len();
-    for r in 0..rows {
-        let row = &logits[r * c..(r + 1) * c];
-        let l = labels.get(r, c)?;
-        let (_, lse) = lse(row);
-        for j in 0..c {
-            let p = ((row[j] as f64) - lse).exp();
-            let t = if j == l { 1.0 } else { 0.0 };
-            dx[r * c + j] = ((p - t) / rows as f64) as f32;
+/// `sgc.batch_norm_update_stats`: `var = 1/invstd^2 - eps`, unbiased by
+/// `count/(count-1)`, each statistic moved `momentum` of the way to the batch's.
+pub(crate) fn batch_norm_update_stats(
+    ins: [&[f32]; 4],
+    momentum: f32,
+    eps: f32,
+    count: u64,
+    outs: &mut [&mut [f32]],
+) {
+    let [rm, rv, mean, invstd] = ins;
+    let unbias = count as f64 / (count as f64 - 1.0);
+    let m = f64::from(momentum);
+    for c in 0..rm.len() {
+        let var = 1.0 / (f64::from(invstd[c]) * f64::from(invstd[c])) - f64::from(eps);
+        outs[0][c] = ((1.0 - m) * f64::from(rm[c]) + m * f64::from(mean[c])) as f32;
+        outs[1][c] = ((1.0 - m) * f64::from(rv[c]) + m * var * unbias) as f32;
+    }
+}
+
+/// Log-softmax over rows of `n`.
+pub(crate) fn log_softmax(x: &[f32], y: &mut [f32], n: usize) {
+    for (xr, yr) in x.chunks(n.max(1)).zip(y.chunks_mut(n.max(1))) {
+        let m = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let s: f64 = xr.iter().map(|&v| f64::from(v - m).exp()).sum();
+        let lse = s.ln() as f32;
+        for (y, &v) in yr.iter_mut().zip(xr) {
+            *y = v - m - lse;
+        }
+    }
+}
+
+/// `_log_softmax_backward_data`: `dy - exp(y) * sum(dy)` over rows of `n`.
+pub(crate) fn log_softmax_backward(dy: &[f32], y: &[f32], dx: &mut [f32], n: usize) {
+    let rows = dy.chunks(n.max(1)).zip(y.chunks(n.max(1)));
+    for ((dr, yr), xr) in rows.zip(dx.chunks_mut(n.max(1))) {
+        let s: f64 = dr.iter().map(|&v| f64::from(v)).sum();
+        for ((x, &d), &v) in xr.iter_mut().zip(dr).zip(yr) {
+            *x = d - (f64::from(v).exp() * s) as f32;
+        }
+    }
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Norm, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    let ins_f =
+        |n: usize| -> Result<Vec<&[f32]>, KernelError> { io.ins[..n].iter().map(f).collect() };
+    match k {
+        Norm::BatchNorm { eps } => {
+            let d = bn_dims(sh(0));
+            batch_norm(
+                f(&io.ins[0])?,
+                f(&io.ins[1])?,
+                f(&io.ins[2])?,
+                *eps,
+                d,
+                io.outs,
+            )
+        }
+        Norm::BatchNormGrad => batch_norm_grad(five(&ins_f(5)?), bn_dims(sh(0)), io.outs),
+        Norm::LayerNorm { eps } => {
+            let (x, g, b) = (f(&io.ins[0])?, f(&io.ins[1])?, f(&io.ins[2])?);
+            layer_norm(x, g, b, *eps, last(sh(0)), io.outs)
+        }
+        Norm::LayerNormGrad => layer_norm_grad(five(&ins_f(5)?), last(sh(0)), io.outs),
+        Norm::BatchNormBackward { mask } => {
+            batch_norm_backward(five(&ins_f(5)?), bn_dims(sh(1)), *mask, io.outs)
+        }
+        Norm::LayerNormBackward { mask } => {
+            layer_norm_backward(five(&ins_f(5)?), last(sh(1)), *mask, io.outs)
+        }
+        Norm::BatchNormUpdateStats {
+            momentum,
+            eps,
+            count,
+        } => {
+            let v = ins_f(4)?;
+            batch_norm_update_stats([v[0], v[1], v[2], v[3]], *momentum, *eps, *count, io.outs)
+        }
+        Norm::Softmax { scale, causal } => {
+            softmax(f(&io.ins[0])?, io.outs[0], last(sh(0)), *scale, *causal)
+        }
+        Norm::SoftmaxGrad { scale } => softmax_grad(
+            f(&io.ins[0])?,
+            f(&io.ins[1])?,
+            io.outs[0],
+            last(sh(0)),
+            *scale,
+        ),
+        Norm::SoftmaxBackward => {
+            softmax_grad(f(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], last(sh(0)), 1.0)
+        }
+        Norm::LogSoftmax => log_softmax(f(&io.ins[0])?, io.outs[0], last(sh(0))),
+        Norm::LogSoftmaxBackward => {
+            log_softmax_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], last(sh(0)))
         }
     }
     Ok(())
+}
+
+fn five<'a>(v: &[&'a [f32]]) -> [&'a [f32]; 5] {
+    [v[0], v[1], v[2], v[3], v[4]]
+}
+
+fn bn_dims(x: &[usize]) -> NormDims {
+    NormDims {
+        outer: x[0],
+        feat: x[1],
+        inner: x[2..].iter().product(),
+    }
 }

@@ -1,40 +1,11 @@
-//! Data movement: embedding lookups, transpose, concat, slice, reshape copies.
+//! Data movement: transpose, concat, slice, broadcasting, reshape and byte copies.
 
-use super::Indices;
+use super::{byte_path, f, CpuBackend, Io};
+use crate::backend::{Backend, Operand};
+use crate::ops::shape::Shape;
+use crate::ExecError;
 use crate::KernelError;
-
-/// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
-pub(crate) fn embedding(
-    ids: &Indices,
-    w: &[f32],
-    y: &mut [f32],
-    v: usize,
-    d: usize,
-) -> Result<(), KernelError> {
-    for r in 0..ids.len() {
-        let id = ids.get(r, v)?;
-        y[r * d..(r + 1) * d].copy_from_slice(&w[id * d..(id + 1) * d]);
-    }
-    Ok(())
-}
-
-/// `embedding_grad`: `dw[ids[r]] += dy[r]`, rows in order.
-pub(crate) fn embedding_grad(
-    ids: &Indices,
-    dy: &[f32],
-    dw: &mut [f32],
-    v: usize,
-    d: usize,
-) -> Result<(), KernelError> {
-    dw.fill(0.0);
-    for r in 0..ids.len() {
-        let id = ids.get(r, v)?;
-        for j in 0..d {
-            dw[id * d + j] += dy[r * d + j];
-        }
-    }
-    Ok(())
-}
+use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
 pub(crate) fn reshape(x: &[f32], y: &mut [f32]) {
@@ -100,4 +71,103 @@ pub(crate) fn slice(
         let src = o * row + start * inner;
         y[o * chunk..(o + 1) * chunk].copy_from_slice(&x[src..src + chunk]);
     }
+}
+
+/// Broadcast `x` (shape `xs`) to `y` (shape `ys`), axes aligned on the right.
+pub(crate) fn expand(x: &[f32], y: &mut [f32], xs: &[usize], ys: &[usize]) {
+    let lead = ys.len() - xs.len();
+    // Stride of each output axis in `x` (0 where `x` broadcasts).
+    let mut strides = vec![0usize; ys.len()];
+    let mut s = 1;
+    for d in (0..xs.len()).rev() {
+        strides[lead + d] = if xs[d] == 1 { 0 } else { s };
+        s *= xs[d];
+    }
+    let mut pos = vec![0usize; ys.len()];
+    for v in y.iter_mut() {
+        *v = x[pos.iter().zip(&strides).map(|(p, s)| p * s).sum::<usize>()];
+        for d in (0..ys.len()).rev() {
+            pos[d] += 1;
+            if pos[d] < ys[d] {
+                break;
+            }
+            pos[d] = 0;
+        }
+    }
+}
+
+/// Runs a kernel of the family on f32 data.
+pub(super) fn run(k: &Shape, io: Io) -> Result<(), KernelError> {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    match k {
+        Shape::Reshape => reshape(f(&io.ins[0])?, io.outs[0]),
+        Shape::Transpose { perm } => transpose(f(&io.ins[0])?, io.outs[0], sh(0), perm),
+        Shape::Concat { axis } => {
+            let xs = io
+                .ins
+                .iter()
+                .zip(io.ops_in)
+                .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
+                .collect::<Result<Vec<_>, KernelError>>()?;
+            concat(&xs, io.outs[0], *axis)
+        }
+        Shape::Slice { axis, start, end } => {
+            slice(f(&io.ins[0])?, io.outs[0], sh(0), *axis, *start, *end)
+        }
+        Shape::Split { axis, size } => {
+            let x = sh(0);
+            for (i, out) in io.outs.iter_mut().enumerate() {
+                let start = i * size;
+                let end = (start + size).min(x[*axis]);
+                slice(f(&io.ins[0])?, out, x, *axis, start, end);
+            }
+        }
+        Shape::Unbind { axis } => {
+            for (i, out) in io.outs.iter_mut().enumerate() {
+                slice(f(&io.ins[0])?, out, sh(0), *axis, i, i + 1);
+            }
+        }
+        Shape::Stack { axis } => {
+            let shapes: Vec<Vec<usize>> = io
+                .ops_in
+                .iter()
+                .map(|o| {
+                    let mut s = o.shape.clone();
+                    s.insert(*axis, 1);
+                    s
+                })
+                .collect();
+            let xs = io
+                .ins
+                .iter()
+                .zip(&shapes)
+                .map(|(s, sh)| Ok((f(s)?, sh.as_slice())))
+                .collect::<Result<Vec<_>, KernelError>>()?;
+            concat(&xs, io.outs[0], *axis)
+        }
+        Shape::Expand => expand(f(&io.ins[0])?, io.outs[0], sh(0), &io.ops_out[0].shape),
+        Shape::Assign => expand(f(&io.ins[1])?, io.outs[0], sh(1), &io.ops_out[0].shape),
+        Shape::CopyInto => return Err(byte_path()),
+    }
+    Ok(())
+}
+
+/// Byte copies: `copy_` (any dtype) and a reshape of a stored non-f32 tensor; `false` for
+/// every other kernel.
+pub(super) fn launch_bytes(
+    be: &mut CpuBackend,
+    k: &Shape,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<bool, ExecError> {
+    let (src, dst) = match k {
+        Shape::CopyInto => (&inputs[1], &inputs[0]),
+        Shape::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
+            (&inputs[0], &outputs[0])
+        }
+        _ => return Ok(false),
+    };
+    let bytes = be.bytes(src)?;
+    be.write(dst.buffer, dst.offset, &bytes)?;
+    Ok(true)
 }

@@ -1,6 +1,5 @@
-//! Convolution (im2col + cuBLAS SGEMM over chunks of images), pooling and nearest
-//! upsampling over `[N, C, H, W]` (`kernels/conv.cu`; the CPU reference is
-//! `cpu_backend/conv.rs`, same names).
+//! Convolution (im2col + cuBLAS SGEMM over chunks of images) over `[N, C, H, W]`
+//! (`kernels/conv.cu`; the CPU reference is `cpu_backend/conv.rs`, same names).
 //!
 //! The im2col matrices of a chunk of images live in the device workspace, sized to
 //! [`SCRATCH_FLOATS`] (or one image when that is more); `conv2d` and `conv2d_grad_input`
@@ -8,6 +7,9 @@
 //! `conv2d_grad_weight` one SGEMM per image accumulating in image order, as the CPU does.
 
 use super::device::{n, Arg, Device, Gemm, Grid, R};
+use super::runtime::{no_kernel, Io};
+use crate::ops::conv::Conv;
+use crate::ops::Family;
 
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
@@ -15,7 +17,7 @@ const SCRATCH_FLOATS: usize = 16 << 20;
 pub(crate) use crate::window::Window;
 
 impl Window {
-    fn image(&self) -> usize {
+    pub(super) fn image(&self) -> usize {
         self.c * self.h * self.w
     }
 
@@ -41,20 +43,6 @@ impl Window {
             n(self.wo),
         ]
     }
-
-    /// Pooling arguments: `planes, h, w, k, stride, pad, ho, wo`.
-    fn pool_args(&self) -> [Arg; 8] {
-        [
-            n(self.n * self.c),
-            n(self.h),
-            n(self.w),
-            n(self.kh),
-            n(self.stride),
-            n(self.pad),
-            n(self.ho),
-            n(self.wo),
-        ]
-    }
 }
 
 /// Address `elems` floats past `p`.
@@ -62,7 +50,7 @@ fn at(p: u64, elems: usize) -> u64 {
     p + 4 * elems as u64
 }
 
-fn with_ptrs<const K: usize>(ptrs: &[u64], rest: [Arg; K]) -> Vec<Arg> {
+pub(super) fn with_ptrs<const K: usize>(ptrs: &[u64], rest: [Arg; K]) -> Vec<Arg> {
     ptrs.iter().map(|&p| Arg::Ptr(p)).chain(rest).collect()
 }
 
@@ -175,65 +163,19 @@ pub(crate) fn conv2d_grad_weight(
     Ok(())
 }
 
-/// `max_pool2d` (padding counts as -infinity).
-pub(crate) fn max_pool2d(d: &Device, x: u64, y: u64, g: &Window) -> R {
-    let total = g.n * g.c * g.ho * g.wo;
-    d.launch(
-        "max_pool2d",
-        Grid::Elements(total),
-        &with_ptrs(&[x, y], g.pool_args()),
-    )
-}
-
-/// `max_pool2d_grad`: each window's gradient goes to its first maximum.
-pub(crate) fn max_pool2d_grad(d: &Device, x: u64, dy: u64, dx: u64, g: &Window) -> R {
-    let total = g.n * g.image();
-    let args = with_ptrs(&[x, dy, dx], g.pool_args());
-    d.launch("max_pool2d_grad", Grid::Elements(total), &args)
-}
-
-/// `global_avg_pool`: the mean of each `H*W` plane.
-pub(crate) fn global_avg_pool(d: &Device, x: u64, y: u64, planes: usize, hw: usize) -> R {
-    let args = [Arg::Ptr(x), Arg::Ptr(y), n(planes), n(hw)];
-    d.launch("global_avg_pool", Grid::Rows(planes), &args)
-}
-
-/// `global_avg_pool_grad`: `dy / (H*W)` spread over each plane.
-pub(crate) fn global_avg_pool_grad(d: &Device, dy: u64, dx: u64, planes: usize, hw: usize) -> R {
-    let args = [Arg::Ptr(dy), Arg::Ptr(dx), n(planes), n(hw)];
-    d.launch("global_avg_pool_grad", Grid::Elements(planes * hw), &args)
-}
-
-/// `upsample_nearest2x` of `planes` planes `h x w`.
-pub(crate) fn upsample_nearest2x(
-    d: &Device,
-    x: u64,
-    y: u64,
-    planes: usize,
-    h: usize,
-    w: usize,
-) -> R {
-    let args = [Arg::Ptr(x), Arg::Ptr(y), n(planes), n(h), n(w)];
-    d.launch(
-        "upsample_nearest2x",
-        Grid::Elements(planes * 4 * h * w),
-        &args,
-    )
-}
-
-/// `upsample_nearest2x_grad`: sum of each 2x2 block, into `planes` planes `h x w`.
-pub(crate) fn upsample_nearest2x_grad(
-    d: &Device,
-    dy: u64,
-    dx: u64,
-    planes: usize,
-    h: usize,
-    w: usize,
-) -> R {
-    let args = [Arg::Ptr(dy), Arg::Ptr(dx), n(planes), n(h), n(w)];
-    d.launch(
-        "upsample_nearest2x_grad",
-        Grid::Elements(planes * h * w),
-        &args,
-    )
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
+    let Io { ins, outs, .. } = io;
+    let g = || k.window(io.ops_in, io.ops_out);
+    let w = io.ops_in[1].shape[0];
+    match k {
+        Conv::Conv2d { .. } => conv2d(d, ins[0], ins[1], outs[0], &g(), w),
+        Conv::Conv2dGradInput { .. } => conv2d_grad_input(d, ins[0], ins[1], outs[0], &g(), w),
+        // `dy [N, O, Ho, Wo]`: its channels are the outputs'.
+        Conv::Conv2dGradWeight { .. } => {
+            let o = io.ops_in[1].shape[1];
+            conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g(), o)
+        }
+        Conv::ConvGrouped { .. } | Conv::ConvBackward { .. } => Err(no_kernel(k.kind())),
+    }
 }

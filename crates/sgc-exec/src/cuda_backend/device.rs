@@ -1,6 +1,6 @@
 //! The device side: the context, stream, loaded kernels and cuBLAS handle, and the three
 //! primitives the op files build on: [`Device::launch`] (a kernel by name, its arguments
-//! checked against [`sources::SIGNATURES`]), [`Device::gemm`] (row-major strided-batched
+//! checked against [`sources::signatures`]), [`Device::gemm`] (row-major strided-batched
 //! SGEMM through cuBLAS) and [`Device::scratch`] (an internal workspace, e.g. im2col).
 //!
 //! Everything is queued on one stream, so kernels run in launch order; with one stream and
@@ -158,11 +158,11 @@ impl Device {
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .map_err(|e| driver("loading the kernels", e))?;
         let mut funcs = HashMap::new();
-        for (name, _) in sources::SIGNATURES {
+        for (name, _) in sources::signatures() {
             let f = module
                 .load_function(name)
                 .map_err(|e| driver(&format!("kernel `{name}`"), e))?;
-            funcs.insert(*name, f);
+            funcs.insert(name.as_str(), f);
         }
         let blas = CudaBlas::new(stream.clone()).map_err(|e| driver("cuBLAS", e))?;
         let flag = stream
@@ -244,7 +244,7 @@ impl Device {
             shared_mem_bytes: 0,
         };
         // SAFETY: the arguments match the kernel's C parameters (checked above against
-        // SIGNATURES, which the kernel-compile test checks against the sources); every
+        // its declaration in the sources); every
         // pointer was bounds-checked by the backend for the extent the kernel addresses.
         unsafe { b.launch(cfg) }
             .map_err(|e| KernelError::device(format!("launching `{name}`"), e))?;
@@ -318,5 +318,26 @@ impl Device {
             .as_ref()
             .ok_or_else(|| KernelError::device("the workspace", "missing"))?;
         Ok(self.address(mem))
+    }
+}
+
+/// An index operand: its address and whether it holds i64 (else i32).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Idx {
+    pub ptr: u64,
+    pub is_i64: bool,
+}
+
+impl Idx {
+    /// The index operand `op` at device address `ptr`.
+    pub(crate) fn of(op: &crate::backend::Operand, ptr: u64) -> Idx {
+        Idx {
+            ptr,
+            is_i64: op.dtype == sgc_ir::DType::I64,
+        }
+    }
+
+    pub(crate) fn args(self) -> [Arg; 2] {
+        [Arg::Ptr(self.ptr), Arg::I32(self.is_i64 as i32)]
     }
 }

@@ -2,6 +2,9 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
+use super::runtime::{no_kernel, Io};
+use crate::ops::elementwise::Elementwise;
+use crate::ops::Family;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -72,8 +75,56 @@ pub(crate) fn gelu_grad(d: &Device, x: u64, dy: u64, dx: u64, len: usize) -> R {
     binary(d, "gelu_grad", x, dy, dx, len)
 }
 
+/// `leaky_relu`: `x` where positive, else `slope * x`.
+pub(crate) fn leaky_relu(d: &Device, x: u64, y: u64, slope: f32, len: usize) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), Arg::F32(slope), n(len)];
+    d.launch("leaky_relu", Grid::Elements(len), &args)
+}
+
+/// `leaky_relu_backward`: `(dy, x) -> dy` where `x` is positive, else `slope * dy`.
+pub(crate) fn leaky_relu_backward(
+    d: &Device,
+    dy: u64,
+    x: u64,
+    dx: u64,
+    slope: f32,
+    len: usize,
+) -> R {
+    let args = [
+        Arg::Ptr(dy),
+        Arg::Ptr(x),
+        Arg::Ptr(dx),
+        Arg::F32(slope),
+        n(len),
+    ];
+    d.launch("leaky_relu_backward", Grid::Elements(len), &args)
+}
+
 /// `param -= lr * grad`, in place.
 pub(crate) fn sgd_update(d: &Device, param: u64, grad: u64, lr: f32, len: usize) -> R {
     let args = [Arg::Ptr(param), Arg::Ptr(grad), Arg::F32(lr), n(len)];
     d.launch("sgd_update", Grid::Elements(len), &args)
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
+    use Elementwise as E;
+    let shape = || io.ops_in[0].shape.as_slice();
+    let numel = || io.ops_in[0].numel();
+    match k {
+        E::BiasAdd { axis } => bias_add(d, io.ins[0], io.ins[1], io.outs[0], shape(), *axis),
+        E::BiasAddGrad { axis } => bias_add_grad(d, io.ins[0], io.outs[0], shape(), *axis),
+        E::Add => add(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Mul => mul(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Relu => relu(d, io.ins[0], io.outs[0], numel()),
+        E::ReluGrad => relu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::Gelu => gelu(d, io.ins[0], io.outs[0], numel()),
+        E::GeluGrad => gelu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::LeakyRelu { slope } => leaky_relu(d, io.ins[0], io.outs[0], *slope, numel()),
+        E::LeakyReluBackward { slope } => {
+            leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope, numel())
+        }
+        E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr, numel()),
+        _ => Err(no_kernel(k.kind())),
+    }
 }

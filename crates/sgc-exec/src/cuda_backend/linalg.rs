@@ -2,6 +2,9 @@
 //! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
 
 use super::device::{Device, Gemm, R};
+use super::runtime::{last, no_kernel, rows, Io};
+use crate::ops::linalg::{inner_cols, Bmm, Linalg};
+use crate::ops::Family;
 
 /// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
 /// `(address, transposed)`.
@@ -42,16 +45,6 @@ pub(crate) fn matmul_tn(d: &Device, p: u64, q: u64, y: u64, rows: usize, m: usiz
     d.gemm(&single((m, n, rows), (p, true), (q, false), y))
 }
 
-/// Dimensions of one `batched_matmul`.
-pub(crate) struct Bmm {
-    pub batch: usize,
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
-}
-
 /// `batched_matmul`: one strided-batched SGEMM.
 pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
     d.gemm(&Gemm {
@@ -60,4 +53,46 @@ pub(crate) fn batched_matmul(d: &Device, a: u64, b: u64, y: u64, s: &Bmm) -> R {
         stride_b: s.k * s.n,
         ..single((s.m, s.n, s.k), (a, s.transpose_a), (b, s.transpose_b), y)
     })
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Linalg, d: &mut Device, io: Io) -> R {
+    let sh = |i: usize| io.ops_in[i].shape.as_slice();
+    match k {
+        Linalg::MatMul { transpose_b } => {
+            let (kk, n) = inner_cols(sh(1), *transpose_b);
+            // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
+            let rows = io.ops_out[0].numel().checked_div(n).unwrap_or(0);
+            matmul(
+                d,
+                io.ins[0],
+                io.ins[1],
+                io.outs[0],
+                rows,
+                kk,
+                n,
+                *transpose_b,
+            )
+        }
+        Linalg::MatMulTn => {
+            let (m, n) = (last(sh(0)), last(sh(1)));
+            matmul_tn(
+                d,
+                io.ins[0],
+                io.ins[1],
+                io.outs[0],
+                rows(&io.ops_in[0]),
+                m,
+                n,
+            )
+        }
+        Linalg::BatchedMatMul {
+            transpose_a,
+            transpose_b,
+        } => {
+            let s = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
+            batched_matmul(d, io.ins[0], io.ins[1], io.outs[0], &s)
+        }
+        Linalg::AddMm { .. } => Err(no_kernel(k.kind())),
+    }
 }

@@ -4,15 +4,16 @@
 //! NVRTC and cuBLAS are opened at run time, after `loader` checked that each one loads,
 //! so a machine without them gets [`crate::ExecError::CudaUnavailable`], never a panic).
 //!
-//! - `kernels/*.cu`: the kernels in CUDA C, one file per CPU module (`elementwise`,
-//!   `conv`, `norm`, `shape`), each kernel named after the op type it runs. [`sources`]
+//! - `kernels/*.cu`: the kernels in CUDA C, one file per op family with CUDA kernels
+//!   ([`crate::ops`]), each kernel named after the op type it runs. [`sources`]
 //!   assembles them into one program, compiled by NVRTC when the backend is created, for
 //!   the device's own architecture, and loaded as one module.
-//! - `elementwise.rs`, `linalg.rs`, `conv.rs`, `norm.rs`, `shape.rs`: the launchers, one
-//!   function per op type with the CPU backend's names. Matrix products (`matmul`,
+//! - `<family>.rs` (`elementwise`, `linalg`, `conv`, `pool`, `norm`, `loss`, `embedding`,
+//!   `shape`): the family's `run` and its launchers, one function per op type with the
+//!   CPU backend's names. Matrix products (`matmul`,
 //!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
 //! - `device.rs`: context, stream, kernel launch (arguments checked against
-//!   [`sources::SIGNATURES`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
+//!   [`sources::signatures`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
 //!   the dispatch.
 //!
 //! Memory: every [`crate::Backend::alloc`] is one device allocation (the executor makes one
@@ -42,11 +43,17 @@ mod device;
 #[cfg(feature = "cuda")]
 mod elementwise;
 #[cfg(feature = "cuda")]
+mod embedding;
+#[cfg(feature = "cuda")]
 mod linalg;
 #[cfg(feature = "cuda")]
 mod loader;
 #[cfg(feature = "cuda")]
+mod loss;
+#[cfg(feature = "cuda")]
 mod norm;
+#[cfg(feature = "cuda")]
+mod pool;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]

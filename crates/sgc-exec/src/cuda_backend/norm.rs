@@ -1,8 +1,11 @@
-//! Normalisations, softmax and cross-entropy (`kernels/norm.cu`; the CPU reference is
+//! Normalisations and softmax (`kernels/norm.cu`; the CPU reference is
 //! `cpu_backend/norm.rs`, same names): one block per channel or row, f64 sums in a fixed
 //! tree order.
 
 use super::device::{n, Arg, Device, Grid, R};
+use super::runtime::{last, no_kernel, rows, Io};
+use crate::ops::norm::Norm;
+use crate::ops::Family;
 
 /// Layout of a norm: `outer x feat x inner` (batch norm: features on axis 1).
 #[derive(Clone, Copy, Debug)]
@@ -10,19 +13,6 @@ pub(crate) struct NormDims {
     pub outer: usize,
     pub feat: usize,
     pub inner: usize,
-}
-
-/// An index operand: its address and whether it holds i64 (else i32).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Idx {
-    pub ptr: u64,
-    pub is_i64: bool,
-}
-
-impl Idx {
-    fn args(self) -> [Arg; 2] {
-        [Arg::Ptr(self.ptr), Arg::I32(self.is_i64 as i32)]
-    }
 }
 
 fn ptrs(p: &[u64]) -> impl Iterator<Item = Arg> + '_ {
@@ -131,41 +121,43 @@ pub(crate) fn softmax_grad(
     d.launch("softmax_grad", Grid::Rows(rows), &args)
 }
 
-/// `cross_entropy`: per-row losses (f64, in the workspace), then their mean.
-pub(crate) fn cross_entropy(
-    d: &mut Device,
-    logits: u64,
-    labels: Idx,
-    loss: u64,
-    rows: usize,
-    c: usize,
-) -> R {
-    let per_row = d.scratch(8 * rows)?;
-    let args: Vec<Arg> = [Arg::Ptr(logits)]
-        .into_iter()
-        .chain(labels.args())
-        .chain([Arg::Ptr(per_row), n(rows), n(c), d.flag()])
-        .collect();
-    d.launch("cross_entropy", Grid::Rows(rows), &args)?;
-    let args = [Arg::Ptr(per_row), Arg::Ptr(loss), n(rows)];
-    d.launch("cross_entropy_mean", Grid::One, &args)?;
-    d.check_flag()
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
+    let x = io.ops_in[0].shape.as_slice();
+    let rows = || rows(&io.ops_in[0]);
+    match k {
+        Norm::BatchNorm { eps } => {
+            let three = [io.ins[0], io.ins[1], io.ins[2]];
+            batch_norm(d, three, *eps, bn_dims(x), out3(io.outs))
+        }
+        Norm::BatchNormGrad => batch_norm_grad(d, in5(io.ins), bn_dims(x), out3(io.outs)),
+        Norm::LayerNorm { eps } => {
+            let three = [io.ins[0], io.ins[1], io.ins[2]];
+            layer_norm(d, three, *eps, rows(), last(x), out3(io.outs))
+        }
+        Norm::LayerNormGrad => layer_norm_grad(d, in5(io.ins), rows(), last(x), out3(io.outs)),
+        Norm::Softmax { scale, causal } => {
+            softmax(d, io.ins[0], io.outs[0], rows(), last(x), *scale, *causal)
+        }
+        Norm::SoftmaxGrad { scale } => {
+            softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale)
+        }
+        _ => Err(no_kernel(k.kind())),
+    }
 }
 
-/// `cross_entropy_grad`: `(softmax(row) - onehot(label)) / rows`.
-pub(crate) fn cross_entropy_grad(
-    d: &mut Device,
-    logits: u64,
-    labels: Idx,
-    dx: u64,
-    rows: usize,
-    c: usize,
-) -> R {
-    let args: Vec<Arg> = [Arg::Ptr(logits)]
-        .into_iter()
-        .chain(labels.args())
-        .chain([Arg::Ptr(dx), n(rows), n(c), d.flag()])
-        .collect();
-    d.launch("cross_entropy_grad", Grid::Rows(rows), &args)?;
-    d.check_flag()
+fn in5(ins: &[u64]) -> [u64; 5] {
+    [ins[0], ins[1], ins[2], ins[3], ins[4]]
+}
+
+fn out3(outs: &[u64]) -> [u64; 3] {
+    [outs[0], outs[1], outs[2]]
+}
+
+fn bn_dims(x: &[usize]) -> NormDims {
+    NormDims {
+        outer: x[0],
+        feat: x[1],
+        inner: x[2..].iter().product(),
+    }
 }

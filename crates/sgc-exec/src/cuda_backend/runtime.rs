@@ -3,20 +3,18 @@
 //! [`Backend::alloc`] makes one device allocation per call (the executor makes one arena
 //! and one per persistent storage); an [`Operand`] is a byte offset into one of them,
 //! checked against its bounds and dtype alignment before its address is handed to a
-//! kernel. [`run`] mirrors the CPU backend's dispatch arm for arm, calling the function
-//! of the same name in `linalg`, `elementwise`, `conv`, `norm` or `shape`.
+//! kernel. [`run`] routes each kernel to its family's module (the CPU backend's names),
+//! which calls the launcher of the op type's name.
 
-use super::conv::{self, Window};
 use super::device::{Device, R};
-use super::linalg::{self, Bmm};
-use super::norm::{self, Idx, NormDims};
-use super::{elementwise, loader, shape, sources};
+use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape, sources};
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Shape};
 use crate::shapes::is_index_slot;
 use crate::{ExecError, KernelError};
 use cudarc::driver::result::memcpy_dtod_async;
 use cudarc::driver::CudaSlice;
+use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 const NAME: &str = "cuda";
@@ -119,7 +117,7 @@ impl Backend for CudaBackend {
 
     fn supports(&self, kernel: &Kernel) -> bool {
         match kernel {
-            Kernel::Transpose { perm } => perm.len() <= sources::MAX_RANK,
+            Kernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
             k => k.on_cuda(),
         }
     }
@@ -242,8 +240,13 @@ impl Backend for CudaBackend {
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        run(kernel, &mut self.dev, &ins, &outs, inputs, outputs)
-            .map_err(|error| Self::kernel_err(kernel, error))
+        let io = Io {
+            ins: &ins,
+            outs: &outs,
+            ops_in: inputs,
+            ops_out: outputs,
+        };
+        run(kernel, &mut self.dev, io).map_err(|error| Self::kernel_err(kernel, error))
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
@@ -255,179 +258,43 @@ impl Backend for CudaBackend {
     }
 }
 
-fn idx(op: &Operand, ptr: u64) -> Idx {
-    Idx {
-        ptr,
-        is_i64: op.dtype == DType::I64,
-    }
+/// One launch's operands: their device addresses (`ins`, `outs`) and the operands
+/// themselves (for shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
+#[derive(Clone, Copy)]
+pub(super) struct Io<'a> {
+    pub ins: &'a [u64],
+    pub outs: &'a [u64],
+    pub ops_in: &'a [Operand],
+    pub ops_out: &'a [Operand],
 }
 
-/// The dispatch: one arm per op type, each calling the function of the same name.
-/// `ins`/`outs` are the operands' device addresses, `ops_in`/`ops_out` the operands (for
-/// shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
-fn run(
-    k: &Kernel,
-    d: &mut Device,
-    ins: &[u64],
-    outs: &[u64],
-    ops_in: &[Operand],
-    ops_out: &[Operand],
-) -> R {
-    use Kernel::*;
-    let sh = |i: usize| ops_in[i].shape.as_slice();
-    let numel = |i: usize| ops_in[i].numel();
-    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
-    let rows_of = |i: usize| numel(i).checked_div(last(sh(i))).unwrap_or(0);
+/// The dispatch: each family's kernels run in the module of the family's name.
+fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
     match k {
-        MatMul { transpose_b } => {
-            let b = sh(1);
-            let (kk, n) = if *transpose_b {
-                (b[1], b[0])
-            } else {
-                (b[0], b[1])
-            };
-            // Rows from the output: with k = 0, `a` is empty but `y` still has rows.
-            let rows = ops_out[0].numel().checked_div(n).unwrap_or(0);
-            linalg::matmul(d, ins[0], ins[1], outs[0], rows, kk, n, *transpose_b)
-        }
-        MatMulTn => {
-            let (m, n) = (last(sh(0)), last(sh(1)));
-            linalg::matmul_tn(d, ins[0], ins[1], outs[0], rows_of(0), m, n)
-        }
-        BatchedMatMul {
-            transpose_a,
-            transpose_b,
-        } => {
-            let (a, y) = (sh(0), ops_out[0].shape.as_slice());
-            let r = a.len();
-            let s = Bmm {
-                batch: a[..r - 2].iter().product(),
-                m: y[r - 2],
-                n: y[r - 1],
-                k: if *transpose_a { a[r - 2] } else { a[r - 1] },
-                transpose_a: *transpose_a,
-                transpose_b: *transpose_b,
-            };
-            linalg::batched_matmul(d, ins[0], ins[1], outs[0], &s)
-        }
-        BiasAdd { axis } => elementwise::bias_add(d, ins[0], ins[1], outs[0], sh(0), *axis),
-        BiasAddGrad { axis } => elementwise::bias_add_grad(d, ins[0], outs[0], sh(0), *axis),
-        Add => elementwise::add(d, ins[0], ins[1], outs[0], numel(0)),
-        Mul => elementwise::mul(d, ins[0], ins[1], outs[0], numel(0)),
-        Relu => elementwise::relu(d, ins[0], outs[0], numel(0)),
-        ReluGrad => elementwise::relu_grad(d, ins[0], ins[1], outs[0], numel(0)),
-        Gelu => elementwise::gelu(d, ins[0], outs[0], numel(0)),
-        GeluGrad => elementwise::gelu_grad(d, ins[0], ins[1], outs[0], numel(0)),
-        Conv2d { stride, padding } => {
-            let g = Window::conv(sh(0), sh(1), &ops_out[0].shape, *stride, *padding);
-            conv::conv2d(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
-        }
-        Conv2dGradInput { stride, padding } => {
-            let g = Window::conv(&ops_out[0].shape, sh(1), sh(0), *stride, *padding);
-            conv::conv2d_grad_input(d, ins[0], ins[1], outs[0], &g, sh(1)[0])
-        }
-        Conv2dGradWeight { stride, padding } => {
-            let g = Window::conv(sh(0), &ops_out[0].shape, sh(1), *stride, *padding);
-            conv::conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g, sh(1)[1])
-        }
-        MaxPool2d {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(sh(0), &ops_out[0].shape, *kernel, *stride, *padding);
-            conv::max_pool2d(d, ins[0], outs[0], &g)
-        }
-        MaxPool2dGrad {
-            kernel,
-            stride,
-            padding,
-        } => {
-            let g = Window::pool(sh(0), sh(1), *kernel, *stride, *padding);
-            conv::max_pool2d_grad(d, ins[0], ins[1], outs[0], &g)
-        }
-        GlobalAvgPool => {
-            let x = sh(0);
-            conv::global_avg_pool(d, ins[0], outs[0], x[0] * x[1], x[2] * x[3])
-        }
-        GlobalAvgPoolGrad => {
-            let s = &ops_out[0].shape;
-            conv::global_avg_pool_grad(d, ins[0], outs[0], s[0] * s[1], s[2] * s[3])
-        }
-        BatchNorm { eps } => {
-            let three = [ins[0], ins[1], ins[2]];
-            norm::batch_norm(d, three, *eps, bn_dims(sh(0)), out3(outs))
-        }
-        BatchNormGrad => norm::batch_norm_grad(d, in5(ins), bn_dims(sh(0)), out3(outs)),
-        LayerNorm { eps } => {
-            let three = [ins[0], ins[1], ins[2]];
-            norm::layer_norm(d, three, *eps, rows_of(0), last(sh(0)), out3(outs))
-        }
-        LayerNormGrad => norm::layer_norm_grad(d, in5(ins), rows_of(0), last(sh(0)), out3(outs)),
-        Softmax { scale, causal } => {
-            norm::softmax(d, ins[0], outs[0], rows_of(0), last(sh(0)), *scale, *causal)
-        }
-        SoftmaxGrad { scale } => {
-            norm::softmax_grad(d, ins[0], ins[1], outs[0], rows_of(0), last(sh(0)), *scale)
-        }
-        Embedding => {
-            let w = sh(1);
-            let ids = idx(&ops_in[0], ins[0]);
-            shape::embedding(d, ids, ins[1], outs[0], numel(0), w[0], w[1])
-        }
-        EmbeddingGrad => {
-            let dw = &ops_out[0].shape;
-            let ids = idx(&ops_in[0], ins[0]);
-            shape::embedding_grad(d, ids, ins[1], outs[0], numel(0), dw[0], dw[1])
-        }
-        Reshape => shape::reshape(d, ins[0], outs[0], numel(0)),
-        Transpose { perm } => shape::transpose(d, ins[0], outs[0], sh(0), perm),
-        Concat { axis } => {
-            let xs: Vec<(u64, &[usize])> = ins
-                .iter()
-                .zip(ops_in)
-                .map(|(&p, o)| (p, o.shape.as_slice()))
-                .collect();
-            shape::concat(d, &xs, outs[0], *axis)
-        }
-        Slice { axis, start, end } => shape::slice(d, ins[0], outs[0], sh(0), *axis, *start, *end),
-        Upsample2x => {
-            let x = sh(0);
-            conv::upsample_nearest2x(d, ins[0], outs[0], x[0] * x[1], x[2], x[3])
-        }
-        Upsample2xGrad => {
-            let s = &ops_out[0].shape;
-            conv::upsample_nearest2x_grad(d, ins[0], outs[0], s[0] * s[1], s[2], s[3])
-        }
-        CrossEntropy => {
-            let labels = idx(&ops_in[1], ins[1]);
-            norm::cross_entropy(d, ins[0], labels, outs[0], numel(1), last(sh(0)))
-        }
-        CrossEntropyGrad => {
-            let labels = idx(&ops_in[1], ins[1]);
-            norm::cross_entropy_grad(d, ins[0], labels, outs[0], numel(1), last(sh(0)))
-        }
-        SgdUpdate { lr } => elementwise::sgd_update(d, ins[0], ins[1], *lr, numel(0)),
-        // `supports` refuses these before any launch (`Kernel::on_cuda`).
-        other => Err(KernelError::Operands(format!(
-            "{} has no CUDA kernel",
-            other.name()
-        ))),
+        Kernel::Linalg(k) => linalg::run(k, d, io),
+        Kernel::Elementwise(k) => elementwise::run(k, d, io),
+        Kernel::Conv(k) => conv::run(k, d, io),
+        Kernel::Pool(k) => pool::run(k, d, io),
+        Kernel::Norm(k) => norm::run(k, d, io),
+        Kernel::Loss(k) => loss::run(k, d, io),
+        Kernel::Embedding(k) => embedding::run(k, d, io),
+        Kernel::Shape(k) => shape::run(k, d, io),
+        Kernel::Reduce(_) | Kernel::Random(_) => Err(no_kernel(k.kind())),
     }
 }
 
-fn in5(ins: &[u64]) -> [u64; 5] {
-    [ins[0], ins[1], ins[2], ins[3], ins[4]]
+/// The error of a kernel CUDA lacks: `supports` refuses these before any launch
+/// (`Kernel::on_cuda`).
+pub(super) fn no_kernel(kind: OpKind) -> KernelError {
+    KernelError::Operands(format!("{} has no CUDA kernel", kind.name()))
 }
 
-fn out3(outs: &[u64]) -> [u64; 3] {
-    [outs[0], outs[1], outs[2]]
+/// Rows of operand `o` over its last axis.
+pub(super) fn rows(o: &Operand) -> usize {
+    o.numel().checked_div(last(&o.shape)).unwrap_or(0)
 }
 
-fn bn_dims(x: &[usize]) -> NormDims {
-    NormDims {
-        outer: x[0],
-        feat: x[1],
-        inner: x[2..].iter().product(),
-    }
+/// The last axis of `s` (1 for a scalar).
+pub(super) fn last(s: &[usize]) -> usize {
+    s.last().copied().unwrap_or(1)
 }

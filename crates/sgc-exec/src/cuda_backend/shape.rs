@@ -1,58 +1,12 @@
-//! Data movement: embedding lookups, transpose, concat, slice, reshape copies
+//! Data movement: transpose, concat, slice, reshape copies
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
 use super::device::{n, Arg, Device, DimsArg, Grid, R};
-use super::norm::Idx;
+use super::runtime::{no_kernel, Io};
 use super::sources::MAX_RANK;
+use crate::ops::shape::Shape;
+use crate::ops::Family;
 use crate::KernelError;
-
-/// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
-pub(crate) fn embedding(
-    d: &mut Device,
-    ids: Idx,
-    w: u64,
-    y: u64,
-    rows: usize,
-    v: usize,
-    dd: usize,
-) -> R {
-    let args = [
-        Arg::Ptr(ids.ptr),
-        Arg::I32(ids.is_i64 as i32),
-        Arg::Ptr(w),
-        Arg::Ptr(y),
-        n(rows),
-        n(v),
-        n(dd),
-        d.flag(),
-    ];
-    d.launch("embedding", Grid::Elements(rows * dd), &args)?;
-    d.check_flag()
-}
-
-/// `embedding_grad`: `dw[ids[r]] += dy[r]`, rows in order (one thread per column).
-pub(crate) fn embedding_grad(
-    d: &mut Device,
-    ids: Idx,
-    dy: u64,
-    dw: u64,
-    rows: usize,
-    v: usize,
-    dd: usize,
-) -> R {
-    let args = [
-        Arg::Ptr(ids.ptr),
-        Arg::I32(ids.is_i64 as i32),
-        Arg::Ptr(dy),
-        Arg::Ptr(dw),
-        n(rows),
-        n(v),
-        n(dd),
-        d.flag(),
-    ];
-    d.launch("embedding_grad", Grid::Elements(dd), &args)?;
-    d.check_flag()
-}
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
 pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
@@ -131,4 +85,26 @@ pub(crate) fn slice(
         n(start * inner),
     ];
     d.launch("slice", Grid::Elements(outer * chunk), &args)
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
+    let x = io.ops_in[0].shape.as_slice();
+    match k {
+        Shape::Reshape => reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel()),
+        Shape::Transpose { perm } => transpose(d, io.ins[0], io.outs[0], x, perm),
+        Shape::Concat { axis } => {
+            let xs: Vec<(u64, &[usize])> = io
+                .ins
+                .iter()
+                .zip(io.ops_in)
+                .map(|(&p, o)| (p, o.shape.as_slice()))
+                .collect();
+            concat(d, &xs, io.outs[0], *axis)
+        }
+        Shape::Slice { axis, start, end } => {
+            slice(d, io.ins[0], io.outs[0], x, *axis, *start, *end)
+        }
+        _ => Err(no_kernel(k.kind())),
+    }
 }

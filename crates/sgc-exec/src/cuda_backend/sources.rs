@@ -3,18 +3,22 @@
 //! Compiled into every build (it is only text), so that the kernel-compile test
 //! (`tests/cuda_kernels.rs`) compiles exactly what the backend compiles, without the
 //! `cuda` feature and without a GPU. The backend compiles [`program`] once, at creation,
-//! into one module. [`SIGNATURES`] is the ABI the Rust side launches with: the backend
-//! refuses a launch whose arguments do not match it, and the kernel-compile test checks it
-//! against the `extern "C" __global__` declarations parsed from the sources.
+//! into one module. [`signatures`], parsed from the sources' `extern "C" __global__`
+//! declarations, is the ABI the Rust side launches with: the backend refuses a launch
+//! whose arguments do not match it.
 
 /// The shared prelude: typedefs, loop macros, the fixed-order block reductions.
 pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
 
-/// The kernel files, `(file name, source)`, named after the CPU backend's modules.
+/// The kernel files, `(file name, source)`: one per op family with CUDA kernels, named
+/// after the family (`ops/<family>.rs`, `cpu_backend/<family>.rs`).
 pub const FILES: &[(&str, &str)] = &[
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
+    ("pool.cu", include_str!("kernels/pool.cu")),
     ("norm.cu", include_str!("kernels/norm.cu")),
+    ("loss.cu", include_str!("kernels/loss.cu")),
+    ("embedding.cu", include_str!("kernels/embedding.cu")),
     ("shape.cu", include_str!("kernels/shape.cu")),
 ];
 
@@ -63,77 +67,29 @@ pub enum ParamKind {
     Dims,
 }
 
+use std::sync::OnceLock;
 use ParamKind::{Dims, Ptr, F32, I32, I64};
 
-/// Every kernel of [`program`] with its parameters, in declaration order.
-pub const SIGNATURES: &[(&str, &[ParamKind])] = &[
-    // elementwise.cu
-    ("bias_add", &[Ptr, Ptr, Ptr, I64, I64, I64]),
-    ("bias_add_grad", &[Ptr, Ptr, I64, I64, I64]),
-    ("add", &[Ptr, Ptr, Ptr, I64]),
-    ("mul", &[Ptr, Ptr, Ptr, I64]),
-    ("relu", &[Ptr, Ptr, I64]),
-    ("relu_grad", &[Ptr, Ptr, Ptr, I64]),
-    ("gelu", &[Ptr, Ptr, I64]),
-    ("gelu_grad", &[Ptr, Ptr, Ptr, I64]),
-    ("sgd_update", &[Ptr, Ptr, F32, I64]),
-    ("fill_zero", &[Ptr, I64]),
-    // conv.cu
-    (
-        "im2col",
-        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64],
-    ),
-    (
-        "col2im",
-        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64, I64, I64],
-    ),
-    (
-        "max_pool2d",
-        &[Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64],
-    ),
-    (
-        "max_pool2d_grad",
-        &[Ptr, Ptr, Ptr, I64, I64, I64, I64, I64, I64, I64, I64],
-    ),
-    ("global_avg_pool", &[Ptr, Ptr, I64, I64]),
-    ("global_avg_pool_grad", &[Ptr, Ptr, I64, I64]),
-    ("upsample_nearest2x", &[Ptr, Ptr, I64, I64, I64]),
-    ("upsample_nearest2x_grad", &[Ptr, Ptr, I64, I64, I64]),
-    // norm.cu
-    (
-        "batch_norm",
-        &[Ptr, Ptr, Ptr, F32, Ptr, Ptr, Ptr, I64, I64, I64],
-    ),
-    (
-        "batch_norm_grad",
-        &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64, I64],
-    ),
-    ("layer_norm", &[Ptr, Ptr, Ptr, F32, Ptr, Ptr, Ptr, I64, I64]),
-    ("layer_norm_grad", &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64]),
-    (
-        "layer_norm_grad_params",
-        &[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I64, I64],
-    ),
-    ("softmax", &[Ptr, Ptr, I64, I64, F32, I32]),
-    ("softmax_grad", &[Ptr, Ptr, Ptr, I64, I64, F32]),
-    ("cross_entropy", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
-    ("cross_entropy_mean", &[Ptr, Ptr, I64]),
-    ("cross_entropy_grad", &[Ptr, Ptr, I32, Ptr, I64, I64, Ptr]),
-    // shape.cu
-    ("embedding", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
-    ("embedding_grad", &[Ptr, I32, Ptr, Ptr, I64, I64, I64, Ptr]),
-    ("reshape", &[Ptr, Ptr, I64]),
-    ("transpose", &[Ptr, Ptr, I64, Dims]),
-    ("concat", &[Ptr, Ptr, I64, I64, I64, I64]),
-    ("slice", &[Ptr, Ptr, I64, I64, I64, I64]),
-];
+/// Every kernel of [`program`] with its parameters, in declaration order, read from the
+/// sources' `extern "C" __global__` declarations: a kernel's signature is written once,
+/// in its `.cu` file. A kernel with a parameter the launcher cannot pass is left out (and
+/// the kernel-compile test fails on it).
+pub fn signatures() -> &'static [(String, Vec<ParamKind>)] {
+    static TABLE: OnceLock<Vec<(String, Vec<ParamKind>)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        declared_kernels(&program())
+            .into_iter()
+            .filter_map(|(name, params)| Some((name, params.into_iter().collect::<Option<_>>()?)))
+            .collect()
+    })
+}
 
 /// The parameters of kernel `name`, if the program has it.
 pub fn signature(name: &str) -> Option<&'static [ParamKind]> {
-    SIGNATURES
+    signatures()
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, params)| *params)
+        .find(|(n, _)| n == name)
+        .map(|(_, params)| params.as_slice())
 }
 
 /// The kind of one C parameter declaration such as `const float* x` or `i64 n`.

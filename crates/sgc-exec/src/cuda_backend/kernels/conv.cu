@@ -1,11 +1,5 @@
-// Convolution helpers (im2col / col2im around cuBLAS), pooling and nearest upsampling over
-// [N, C, H, W] (cpu_backend/conv.rs). A window is (c, h, w, kh, kw, stride, pad, ho, wo).
-
-// Input row/column of output position `o` and tap `k`, or -1 when it falls in the padding.
-__device__ i64 window_src(i64 o, i64 k, i64 stride, i64 pad, i64 len) {
-    i64 i = o * stride + k - pad;
-    return (i >= 0 && i < len) ? i : -1;
-}
+// Convolution helpers (im2col / col2im around cuBLAS) over [N, C, H, W]
+// (cpu_backend/conv.rs). A window is (c, h, w, kh, kw, stride, pad, ho, wo).
 
 // Unfolds `images` images of x [*, C, H, W] into col [images, C*kh*kw, Ho*Wo] (0 for padding).
 extern "C" __global__ void im2col(const float* x, float* col, i64 images, i64 c, i64 h, i64 w,
@@ -39,88 +33,5 @@ extern "C" __global__ void col2im(const float* col, float* dx, i64 images, i64 c
             }
         }
         dx[e] = s;
-    }
-}
-
-// Flat index of the first maximum of window (plane, oi, oj), or -1 if no tap is inside.
-__device__ i64 window_argmax(const float* x, i64 plane, i64 oi, i64 oj, i64 h, i64 w, i64 k,
-                             i64 stride, i64 pad) {
-    i64 best = -1;
-    for (i64 ki = 0; ki < k; ki++) {
-        i64 si = window_src(oi, ki, stride, pad, h);
-        if (si < 0) continue;
-        for (i64 kj = 0; kj < k; kj++) {
-            i64 sj = window_src(oj, kj, stride, pad, w);
-            if (sj < 0) continue;
-            i64 idx = (plane * h + si) * w + sj;
-            if (best < 0 || x[idx] > x[best]) best = idx;
-        }
-    }
-    return best;
-}
-
-// Padding counts as -infinity.
-extern "C" __global__ void max_pool2d(const float* x, float* y, i64 planes, i64 h, i64 w, i64 k,
-                                      i64 stride, i64 pad, i64 ho, i64 wo) {
-    GRID_STRIDE(e, planes * ho * wo) {
-        i64 oj = e % wo, oi = (e / wo) % ho, plane = e / (wo * ho);
-        i64 b = window_argmax(x, plane, oi, oj, h, w, k, stride, pad);
-        y[e] = b >= 0 ? x[b] : NEG_INF;
-    }
-}
-
-// First output position whose window (size k, stride s, padding pad) covers input index i.
-__device__ i64 first_window(i64 i, i64 k, i64 stride, i64 pad) {
-    i64 num = i + pad - k + 1;
-    return num <= 0 ? 0 : (num + stride - 1) / stride;
-}
-
-// Each dx element gathers dy of the windows whose first maximum it is, windows in (oi, oj)
-// order, the order in which the CPU reference scatters them.
-extern "C" __global__ void max_pool2d_grad(const float* x, const float* dy, float* dx, i64 planes,
-                                           i64 h, i64 w, i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
-    GRID_STRIDE(e, planes * h * w) {
-        i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        i64 oi_end = min((i + pad) / stride + 1, ho), oj_end = min((j + pad) / stride + 1, wo);
-        float s = 0.0f;
-        for (i64 oi = first_window(i, k, stride, pad); oi < oi_end; oi++) {
-            for (i64 oj = first_window(j, k, stride, pad); oj < oj_end; oj++) {
-                if (window_argmax(x, plane, oi, oj, h, w, k, stride, pad) == e) {
-                    s += dy[(plane * ho + oi) * wo + oj];
-                }
-            }
-        }
-        dx[e] = s;
-    }
-}
-
-// The mean of each H*W plane: one block per plane.
-extern "C" __global__ void global_avg_pool(const float* x, float* y, i64 planes, i64 hw) {
-    __shared__ double sh[BLOCK];
-    ROWS(p, planes) {
-        double s = 0.0;
-        BLOCK_STRIDE(j, hw) { s += (double)x[p * hw + j]; }
-        s = block_sum(s, sh);
-        if (threadIdx.x == 0) y[p] = (float)s / (float)hw;
-    }
-}
-
-extern "C" __global__ void global_avg_pool_grad(const float* dy, float* dx, i64 planes, i64 hw) {
-    GRID_STRIDE(e, planes * hw) { dx[e] = dy[e / hw] / (float)hw; }
-}
-
-extern "C" __global__ void upsample_nearest2x(const float* x, float* y, i64 planes, i64 h, i64 w) {
-    GRID_STRIDE(e, planes * 4 * h * w) {
-        i64 j = e % (2 * w), i = (e / (2 * w)) % (2 * h), p = e / (4 * h * w);
-        y[e] = x[(p * h + i / 2) * w + j / 2];
-    }
-}
-
-// The sum of each 2x2 block of dy [*, 2H, 2W] into dx [*, H, W].
-extern "C" __global__ void upsample_nearest2x_grad(const float* dy, float* dx, i64 planes, i64 h, i64 w) {
-    GRID_STRIDE(e, planes * h * w) {
-        i64 j = e % w, i = (e / w) % h, p = e / (w * h);
-        const float* at = dy + (p * 2 * h + 2 * i) * 2 * w + 2 * j;
-        dx[e] = at[0] + at[1] + at[2 * w] + at[2 * w + 1];
     }
 }

@@ -55,6 +55,17 @@ extern "C" __global__ void gelu_grad(const float* x, const float* dy, float* dx,
     }
 }
 
+// x where positive, else slope * x.
+extern "C" __global__ void leaky_relu(const float* x, float* y, float slope, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = x[i] > 0.0f ? x[i] : x[i] * slope; }
+}
+
+// (dy, x): dy where x is positive, else slope * dy.
+extern "C" __global__ void leaky_relu_backward(const float* dy, const float* x, float* dx, float slope,
+                                               i64 n) {
+    GRID_STRIDE(i, n) { dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * slope; }
+}
+
 // param -= lr * grad, in place.
 extern "C" __global__ void sgd_update(float* param, const float* grad, float lr, i64 n) {
     GRID_STRIDE(i, n) { param[i] -= lr * grad[i]; }

@@ -60,3 +60,9 @@ __device__ float block_max(float v, float* sh) {
 __device__ i64 load_index(const void* ids, int idx64, i64 r) {
     return idx64 ? ((const long long*)ids)[r] : (i64)((const int*)ids)[r];
 }
+
+// Input row/column of output position `o` and tap `k`, or -1 when it falls in the padding.
+__device__ i64 window_src(i64 o, i64 k, i64 stride, i64 pad, i64 len) {
+    i64 i = o * stride + k - pad;
+    return (i >= 0 && i < len) ? i : -1;
+}

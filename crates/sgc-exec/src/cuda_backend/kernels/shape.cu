@@ -1,37 +1,4 @@
-// Data movement: embedding lookups, transpose, concat, slice, reshape copies
-// (cpu_backend/shape.rs).
-
-// Row ids[r] of w [V, D] into row r of y; an id outside 0..V sets the error flag and
-// gives a zero row.
-extern "C" __global__ void embedding(const void* ids, int idx64, const float* w, float* y, i64 rows,
-                                     i64 v, i64 d, int* err) {
-    GRID_STRIDE(e, rows * d) {
-        i64 id = load_index(ids, idx64, e / d);
-        if (id < 0 || id >= v) {
-            *err = 1;
-            y[e] = 0.0f;
-        } else {
-            y[e] = w[id * d + e % d];
-        }
-    }
-}
-
-// dw[ids[r]] += dy[r], zero-filled first: one thread per column j adds the rows in order,
-// as the CPU reference does, so repeated ids accumulate deterministically without atomics.
-extern "C" __global__ void embedding_grad(const void* ids, int idx64, const float* dy, float* dw,
-                                          i64 rows, i64 v, i64 d, int* err) {
-    GRID_STRIDE(j, d) {
-        for (i64 k = 0; k < v; k++) dw[k * d + j] = 0.0f;
-        for (i64 r = 0; r < rows; r++) {
-            i64 id = load_index(ids, idx64, r);
-            if (id < 0 || id >= v) {
-                *err = 1;
-                continue;
-            }
-            dw[id * d + j] += dy[r * d + j];
-        }
-    }
-}
+// Data movement: transpose, concat, slice, reshape copies (cpu_backend/shape.rs).
 
 // A reshape into its own storage: a plain copy.
 extern "C" __global__ void reshape(const float* x, float* y, i64 n) {

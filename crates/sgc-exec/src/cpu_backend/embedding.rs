@@ -1,0 +1,63 @@
+//! Embedding lookups and their gradient (rows accumulated in id order).
+
+use super::{f, idx, Indices, Io};
+use crate::ops::embedding::Embedding;
+use crate::KernelError;
+
+/// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
+pub(crate) fn embedding(
+    ids: &Indices,
+    w: &[f32],
+    y: &mut [f32],
+    v: usize,
+    d: usize,
+) -> Result<(), KernelError> {
+    for r in 0..ids.len() {
+        let id = ids.get(r, v)?;
+        y[r * d..(r + 1) * d].copy_from_slice(&w[id * d..(id + 1) * d]);
+    }
+    Ok(())
+}
+
+/// `embedding_grad`: `dw[ids[r]] += dy[r]`, rows in order.
+pub(crate) fn embedding_grad(
+    ids: &Indices,
+    dy: &[f32],
+    dw: &mut [f32],
+    v: usize,
+    d: usize,
+) -> Result<(), KernelError> {
+    dw.fill(0.0);
+    for r in 0..ids.len() {
+        let id = ids.get(r, v)?;
+        for j in 0..d {
+            dw[id * d + j] += dy[r * d + j];
+        }
+    }
+    Ok(())
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Embedding, io: Io) -> Result<(), KernelError> {
+    let dw = io.ops_out[0].shape.as_slice();
+    match k {
+        Embedding::Embedding => {
+            let w = &io.ops_in[1].shape;
+            embedding(idx(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], w[0], w[1])
+        }
+        Embedding::EmbeddingGrad => {
+            embedding_grad(idx(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], dw[0], dw[1])
+        }
+        Embedding::EmbeddingRows => {
+            let w = &io.ops_in[0].shape;
+            embedding(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], w[0], w[1])
+        }
+        Embedding::EmbeddingDenseBackward { padding_idx } => {
+            embedding_grad(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], dw[0], dw[1])?;
+            if let Some(p) = padding_idx {
+                io.outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Pooling (max with the first maximum, with or without indices; average;
+//! global average) and nearest 2x upsampling over `[N, C, H, W]`.
+
+use super::conv::Window;
+use super::{byte_path, f, idx, CpuBackend, Indices, Io};
+use crate::backend::{Backend, Operand};
+use crate::ops::pool::Pool;
+use crate::ExecError;
+use crate::KernelError;
+
+/// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
+pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..g.kh).flat_map(move |ki| {
+        (0..g.kw).filter_map(move |kj| Some((g.src(oi, ki, g.h)?, g.src(oj, kj, g.w)?)))
+    })
+}
+
+/// Flat index of the first maximum of window `(plane, oi, oj)`, if any tap is inside.
+pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            if let (Some(i), Some(j)) = (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
+                let idx = (plane * g.h + i) * g.w + j;
+                if best.is_none_or(|b| x[idx] > x[b]) {
+                    best = Some(idx);
+                }
+            }
+        }
+    }
+    best
+}
+
+/// `max_pool2d` (padding counts as -infinity).
+pub(crate) fn max_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
+    for plane in 0..g.n * g.c {
+        for oi in 0..g.ho {
+            for oj in 0..g.wo {
+                let v = argmax(x, g, plane, oi, oj).map_or(f32::NEG_INFINITY, |i| x[i]);
+                y[(plane * g.ho + oi) * g.wo + oj] = v;
+            }
+        }
+    }
+}
+
+/// `max_pool2d_grad`: each window's gradient goes to its first maximum.
+pub(crate) fn max_pool2d_grad(x: &[f32], dy: &[f32], dx: &mut [f32], g: &Window) {
+    dx.fill(0.0);
+    for plane in 0..g.n * g.c {
+        for oi in 0..g.ho {
+            for oj in 0..g.wo {
+                if let Some(i) = argmax(x, g, plane, oi, oj) {
+                    dx[i] += dy[(plane * g.ho + oi) * g.wo + oj];
+                }
+            }
+        }
+    }
+}
+
+/// `global_avg_pool`: the mean of each `H*W` plane, accumulated in f64.
+pub(crate) fn global_avg_pool(x: &[f32], y: &mut [f32], hw: usize) {
+    for (p, y) in y.iter_mut().enumerate() {
+        let s: f64 = x[p * hw..(p + 1) * hw].iter().map(|&v| f64::from(v)).sum();
+        *y = (s / hw as f64) as f32;
+    }
+}
+
+/// `global_avg_pool_grad`: `dy / (H*W)` spread over each plane.
+pub(crate) fn global_avg_pool_grad(dy: &[f32], dx: &mut [f32], hw: usize) {
+    for (p, g) in dy.iter().enumerate() {
+        dx[p * hw..(p + 1) * hw].fill(g / hw as f32);
+    }
+}
+
+/// `upsample_nearest2x` of planes `h x w`.
+pub(crate) fn upsample_nearest2x(x: &[f32], y: &mut [f32], h: usize, w: usize) {
+    let planes = x.len().checked_div(h * w).unwrap_or(0);
+    for p in 0..planes {
+        for i in 0..2 * h {
+            for j in 0..2 * w {
+                y[(p * 2 * h + i) * 2 * w + j] = x[(p * h + i / 2) * w + j / 2];
+            }
+        }
+    }
+}
+
+/// `upsample_nearest2x_grad`: sum of each 2x2 block, into planes `h x w`.
+pub(crate) fn upsample_nearest2x_grad(dy: &[f32], dx: &mut [f32], h: usize, w: usize) {
+    let planes = dx.len().checked_div(h * w).unwrap_or(0);
+    for p in 0..planes {
+        for i in 0..h {
+            for j in 0..w {
+                let at = |a: usize, b: usize| dy[(p * 2 * h + 2 * i + a) * 2 * w + 2 * j + b];
+                dx[(p * h + i) * w + j] = at(0, 0) + at(0, 1) + at(1, 0) + at(1, 1);
+            }
+        }
+    }
+}
+
+/// `max_pool2d_with_indices`: each window's maximum (its first, as ATen picks) and the
+/// flat index of that maximum in its `H*W` plane.
+pub(crate) fn max_pool2d_indices(x: &[f32], y: &mut [f32], idx: &mut [i64], g: &Window) {
+    let plane_in = g.h * g.w;
+    for plane in 0..g.n * g.c {
+        for oi in 0..g.ho {
+            for oj in 0..g.wo {
+                let at = (plane * g.ho + oi) * g.wo + oj;
+                match argmax(x, g, plane, oi, oj) {
+                    Some(i) => {
+                        y[at] = x[i];
+                        idx[at] = (i - plane * plane_in) as i64;
+                    }
+                    None => {
+                        y[at] = f32::NEG_INFINITY;
+                        idx[at] = -1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `max_pool2d_with_indices_backward`: each window's gradient added at its index.
+pub(crate) fn max_pool2d_indices_backward(
+    dy: &[f32],
+    idx: &Indices,
+    dx: &mut [f32],
+    g: &Window,
+) -> Result<(), KernelError> {
+    dx.fill(0.0);
+    let plane_in = g.h * g.w;
+    let plane_out = g.ho * g.wo;
+    for (at, &grad) in dy.iter().enumerate() {
+        let i = idx.get(at, plane_in)?;
+        dx[(at / plane_out) * plane_in + i] += grad;
+    }
+    Ok(())
+}
+
+/// `avg_pool2d` with `count_include_pad`: each window's sum over `k*k`.
+pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
+    let div = (g.kh * g.kw) as f32;
+    for plane in 0..g.n * g.c {
+        for oi in 0..g.ho {
+            for oj in 0..g.wo {
+                let mut s = 0.0f32;
+                for (i, j) in taps(g, oi, oj) {
+                    s += x[(plane * g.h + i) * g.w + j];
+                }
+                y[(plane * g.ho + oi) * g.wo + oj] = s / div;
+            }
+        }
+    }
+}
+
+/// `avg_pool2d_backward`: each window's gradient over `k*k` spread on its taps.
+pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window) {
+    dx.fill(0.0);
+    let div = (g.kh * g.kw) as f32;
+    for plane in 0..g.n * g.c {
+        for oi in 0..g.ho {
+            for oj in 0..g.wo {
+                let grad = dy[(plane * g.ho + oi) * g.wo + oj] / div;
+                for (i, j) in taps(g, oi, oj) {
+                    dx[(plane * g.h + i) * g.w + j] += grad;
+                }
+            }
+        }
+    }
+}
+
+/// Runs a kernel of the family on f32 data.
+pub(super) fn run(k: &Pool, io: Io) -> Result<(), KernelError> {
+    let x = f(&io.ins[0])?;
+    let out = &mut *io.outs[0];
+    if let Some(g) = k.window(io.ops_in, io.ops_out) {
+        match k {
+            Pool::MaxPool2d { .. } => max_pool2d(x, out, &g),
+            Pool::MaxPool2dGrad { .. } => max_pool2d_grad(x, f(&io.ins[1])?, out, &g),
+            Pool::MaxPool2dIndicesBackward { .. } => {
+                return max_pool2d_indices_backward(x, idx(&io.ins[2])?, out, &g)
+            }
+            Pool::AvgPool2d { .. } => avg_pool2d(x, out, &g),
+            Pool::AvgPool2dBackward { .. } => avg_pool2d_backward(x, out, &g),
+            _ => return Err(byte_path()),
+        }
+        return Ok(());
+    }
+    let (s, y) = (
+        io.ops_in[0].shape.as_slice(),
+        io.ops_out[0].shape.as_slice(),
+    );
+    match k {
+        Pool::GlobalAvgPool => global_avg_pool(x, out, s[2] * s[3]),
+        Pool::GlobalAvgPoolGrad => global_avg_pool_grad(x, out, y[2] * y[3]),
+        Pool::Upsample2x => upsample_nearest2x(x, out, s[2], s[3]),
+        _ => upsample_nearest2x_grad(x, out, y[2], y[3]),
+    }
+    Ok(())
+}
+
+/// `max_pool2d` with indices (an i64 output), through copies; `false` for every other
+/// kernel.
+pub(super) fn launch_bytes(
+    be: &mut CpuBackend,
+    k: &Pool,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<bool, ExecError> {
+    let (Pool::MaxPool2dIndices { .. }, Some(g)) = (k, k.window(inputs, outputs)) else {
+        return Ok(false);
+    };
+    let x = be.f32_of(&inputs[0])?;
+    let mut y = vec![0.0f32; outputs[0].numel()];
+    let mut idx = vec![0i64; outputs[1].numel()];
+    max_pool2d_indices(&x, &mut y, &mut idx, &g);
+    let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    be.write_f32(&outputs[0], &y)?;
+    be.write(outputs[1].buffer, outputs[1].offset, &ib)?;
+    Ok(true)
+}

@@ -1,0 +1,61 @@
+// Cross-entropy (cpu_backend/loss.rs): one block per row, sums in f64 through the
+// fixed-order `block_sum`.
+
+// Log-sum-exp of row `xr` of c values (max in f32, sum of exp(v - max) in f64).
+__device__ double row_lse(const float* xr, i64 c, double* sh, float* shf) {
+    float mx = NEG_INF;
+    BLOCK_STRIDE(j, c) { mx = fmaxf(mx, xr[j]); }
+    mx = block_max(mx, shf);
+    double s = 0.0;
+    BLOCK_STRIDE(j, c) { s += exp((double)(xr[j] - mx)); }
+    return log(block_sum(s, sh)) + (double)mx;
+}
+
+// The label of row r, or -1 (and the error flag set) when it is outside 0..c.
+__device__ i64 row_label(const void* labels, int idx64, i64 r, i64 c, int* err) {
+    i64 l = load_index(labels, idx64, r);
+    if (l < 0 || l >= c) {
+        *err = 1;
+        return -1;
+    }
+    return l;
+}
+
+// Per-row loss lse(row) - row[label] into `per_row` (f64); `cross_entropy_mean` finishes.
+extern "C" __global__ void cross_entropy(const float* logits, const void* labels, int idx64,
+                                         double* per_row, i64 rows, i64 c, int* err) {
+    __shared__ double sh[BLOCK];
+    __shared__ float shf[BLOCK];
+    ROWS(r, rows) {
+        const float* xr = logits + r * c;
+        double lse = row_lse(xr, c, sh, shf);
+        i64 l = row_label(labels, idx64, r, c, err);
+        if (threadIdx.x == 0) per_row[r] = l >= 0 ? lse - (double)xr[l] : 0.0;
+    }
+}
+
+// loss[0] = mean of per_row (one block, fixed order).
+extern "C" __global__ void cross_entropy_mean(const double* per_row, float* loss, i64 rows) {
+    __shared__ double sh[BLOCK];
+    double s = 0.0;
+    BLOCK_STRIDE(r, rows) { s += per_row[r]; }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) loss[0] = (float)(s / (double)(rows > 0 ? rows : 1));
+}
+
+// (softmax(row) - onehot(label)) / rows.
+extern "C" __global__ void cross_entropy_grad(const float* logits, const void* labels, int idx64,
+                                              float* dx, i64 rows, i64 c, int* err) {
+    __shared__ double sh[BLOCK];
+    __shared__ float shf[BLOCK];
+    ROWS(r, rows) {
+        const float* xr = logits + r * c;
+        double lse = row_lse(xr, c, sh, shf);
+        i64 l = row_label(labels, idx64, r, c, err);
+        BLOCK_STRIDE(j, c) {
+            double p = exp((double)xr[j] - lse);
+            double t = j == l ? 1.0 : 0.0;
+            dx[r * c + j] = (float)((p - t) / (double)rows);
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Cross-entropy over logits (`kernels/loss.cu`; the CPU reference is
+//! `cpu_backend/loss.rs`, same names): one block per row, sums in f64.
+
+use super::device::{n, Arg, Device, Grid, Idx, R};
+use super::runtime::{last, no_kernel, Io};
+use crate::ops::loss::Loss;
+use crate::ops::Family;
+
+/// `cross_entropy`: per-row losses (f64, in the workspace), then their mean.
+pub(crate) fn cross_entropy(
+    d: &mut Device,
+    logits: u64,
+    labels: Idx,
+    loss: u64,
+    rows: usize,
+    c: usize,
+) -> R {
+    let per_row = d.scratch(8 * rows)?;
+    let args: Vec<Arg> = [Arg::Ptr(logits)]
+        .into_iter()
+        .chain(labels.args())
+        .chain([Arg::Ptr(per_row), n(rows), n(c), d.flag()])
+        .collect();
+    d.launch("cross_entropy", Grid::Rows(rows), &args)?;
+    let args = [Arg::Ptr(per_row), Arg::Ptr(loss), n(rows)];
+    d.launch("cross_entropy_mean", Grid::One, &args)?;
+    d.check_flag()
+}
+
+/// `cross_entropy_grad`: `(softmax(row) - onehot(label)) / rows`.
+pub(crate) fn cross_entropy_grad(
+    d: &mut Device,
+    logits: u64,
+    labels: Idx,
+    dx: u64,
+    rows: usize,
+    c: usize,
+) -> R {
+    let args: Vec<Arg> = [Arg::Ptr(logits)]
+        .into_iter()
+        .chain(labels.args())
+        .chain([Arg::Ptr(dx), n(rows), n(c), d.flag()])
+        .collect();
+    d.launch("cross_entropy_grad", Grid::Rows(rows), &args)?;
+    d.check_flag()
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
+    let labels = || Idx::of(&io.ops_in[1], io.ins[1]);
+    let (c, rows) = (last(&io.ops_in[0].shape), io.ops_in[1].numel());
+    match k {
+        Loss::CrossEntropy => cross_entropy(d, io.ins[0], labels(), io.outs[0], rows, c),
+        Loss::CrossEntropyGrad => cross_entropy_grad(d, io.ins[0], labels(), io.outs[0], rows, c),
+        _ => Err(no_kernel(k.kind())),
+    }
+}

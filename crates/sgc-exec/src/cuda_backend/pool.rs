@@ -1,0 +1,109 @@
+//! Pooling and nearest 2x upsampling over `[N, C, H, W]` (`kernels/pool.cu`; the CPU
+//! reference is `cpu_backend/pool.rs`, same names).
+
+use super::conv::{with_ptrs, Window};
+use super::device::{n, Arg, Device, Grid, R};
+use super::runtime::{no_kernel, Io};
+use crate::ops::pool::Pool;
+use crate::ops::Family;
+
+impl Window {
+    /// Pooling arguments: `planes, h, w, k, stride, pad, ho, wo`.
+    fn pool_args(&self) -> [Arg; 8] {
+        [
+            n(self.n * self.c),
+            n(self.h),
+            n(self.w),
+            n(self.kh),
+            n(self.stride),
+            n(self.pad),
+            n(self.ho),
+            n(self.wo),
+        ]
+    }
+}
+
+/// `max_pool2d` (padding counts as -infinity).
+pub(crate) fn max_pool2d(d: &Device, x: u64, y: u64, g: &Window) -> R {
+    let total = g.n * g.c * g.ho * g.wo;
+    d.launch(
+        "max_pool2d",
+        Grid::Elements(total),
+        &with_ptrs(&[x, y], g.pool_args()),
+    )
+}
+
+/// `max_pool2d_grad`: each window's gradient goes to its first maximum.
+pub(crate) fn max_pool2d_grad(d: &Device, x: u64, dy: u64, dx: u64, g: &Window) -> R {
+    let total = g.n * g.image();
+    let args = with_ptrs(&[x, dy, dx], g.pool_args());
+    d.launch("max_pool2d_grad", Grid::Elements(total), &args)
+}
+
+/// `global_avg_pool`: the mean of each `H*W` plane.
+pub(crate) fn global_avg_pool(d: &Device, x: u64, y: u64, planes: usize, hw: usize) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), n(planes), n(hw)];
+    d.launch("global_avg_pool", Grid::Rows(planes), &args)
+}
+
+/// `global_avg_pool_grad`: `dy / (H*W)` spread over each plane.
+pub(crate) fn global_avg_pool_grad(d: &Device, dy: u64, dx: u64, planes: usize, hw: usize) -> R {
+    let args = [Arg::Ptr(dy), Arg::Ptr(dx), n(planes), n(hw)];
+    d.launch("global_avg_pool_grad", Grid::Elements(planes * hw), &args)
+}
+
+/// `upsample_nearest2x` of `planes` planes `h x w`.
+pub(crate) fn upsample_nearest2x(
+    d: &Device,
+    x: u64,
+    y: u64,
+    planes: usize,
+    h: usize,
+    w: usize,
+) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), n(planes), n(h), n(w)];
+    d.launch(
+        "upsample_nearest2x",
+        Grid::Elements(planes * 4 * h * w),
+        &args,
+    )
+}
+
+/// `upsample_nearest2x_grad`: sum of each 2x2 block, into `planes` planes `h x w`.
+pub(crate) fn upsample_nearest2x_grad(
+    d: &Device,
+    dy: u64,
+    dx: u64,
+    planes: usize,
+    h: usize,
+    w: usize,
+) -> R {
+    let args = [Arg::Ptr(dy), Arg::Ptr(dx), n(planes), n(h), n(w)];
+    d.launch(
+        "upsample_nearest2x_grad",
+        Grid::Elements(planes * h * w),
+        &args,
+    )
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
+    let Io { ins, outs, .. } = io;
+    let (x, y) = (
+        io.ops_in[0].shape.as_slice(),
+        io.ops_out[0].shape.as_slice(),
+    );
+    match (k, k.window(io.ops_in, io.ops_out)) {
+        (Pool::MaxPool2d { .. }, Some(g)) => max_pool2d(d, ins[0], outs[0], &g),
+        (Pool::MaxPool2dGrad { .. }, Some(g)) => max_pool2d_grad(d, ins[0], ins[1], outs[0], &g),
+        (Pool::GlobalAvgPool, _) => global_avg_pool(d, ins[0], outs[0], x[0] * x[1], x[2] * x[3]),
+        (Pool::GlobalAvgPoolGrad, _) => {
+            global_avg_pool_grad(d, ins[0], outs[0], y[0] * y[1], y[2] * y[3])
+        }
+        (Pool::Upsample2x, _) => upsample_nearest2x(d, ins[0], outs[0], x[0] * x[1], x[2], x[3]),
+        (Pool::Upsample2xGrad, _) => {
+            upsample_nearest2x_grad(d, ins[0], outs[0], y[0] * y[1], y[2], y[3])
+        }
+        _ => Err(no_kernel(k.kind())),
+    }
+}

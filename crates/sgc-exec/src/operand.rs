@@ -1,0 +1,84 @@
+//! What a kernel reads and writes: an [`Operand`] is a tensor at a byte offset of a
+//! [`BufferId`], contiguous or a [`View`] of a stored tensor. Plain data, shared by the op
+//! families' checks and every backend.
+
+use sgc_ir::DType;
+
+/// A buffer made by [`crate::Backend::alloc`], valid for the backend that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferId(pub usize);
+
+/// A tensor as a kernel sees it: `numel(shape)` elements of `dtype`, contiguous
+/// (row-major), starting `offset` bytes into `buffer`; or, with a [`View`], a read-only
+/// view of the contiguous tensor stored there (a transposed, broadcast or sliced view
+/// that an exported graph declares as an alias), materialised by the backend on read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    pub buffer: BufferId,
+    pub offset: u64,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub view: Option<Box<View>>,
+}
+
+/// How a view operand derives from the tensor stored at its offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    /// Shape of the stored (contiguous) tensor.
+    pub base: Vec<usize>,
+    /// Steps from the stored tensor to the operand, in order.
+    pub steps: Vec<ViewStep>,
+}
+
+/// One step of a [`View`]; each gives a contiguous tensor of the step's shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewStep {
+    /// The same elements with another shape.
+    Reshape(Vec<usize>),
+    /// `out.shape[i] = in.shape[perm[i]]`.
+    Permute(Vec<usize>),
+    /// Broadcast to this shape (axes aligned on the right).
+    Expand(Vec<usize>),
+    /// `in[.., start..end, ..]` along `axis`.
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
+}
+
+impl Operand {
+    /// A plain contiguous operand.
+    pub fn new(buffer: BufferId, offset: u64, dtype: DType, shape: Vec<usize>) -> Operand {
+        Operand {
+            buffer,
+            offset,
+            dtype,
+            shape,
+            view: None,
+        }
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes the operand spans in its buffer (a view: the stored tensor's).
+    pub fn bytes(&self) -> u64 {
+        let n: usize = match &self.view {
+            Some(v) => v.base.iter().product(),
+            None => self.numel(),
+        };
+        n as u64 * self.dtype.size()
+    }
+
+    /// Whether the byte ranges of two operands intersect.
+    pub fn overlaps(&self, other: &Operand) -> bool {
+        self.buffer == other.buffer
+            && self.bytes() > 0
+            && other.bytes() > 0
+            && self.offset < other.offset + other.bytes()
+            && other.offset < self.offset + self.bytes()
+    }
+}

@@ -1,0 +1,121 @@
+//! Losses over the last axis: the builder's cross-entropy over logits, the exporter's
+//! negative log-likelihood over log-probabilities, and their gradients.
+
+use super::check::{eq, expect};
+use super::{Cx, Family, Slot};
+use crate::operand::Operand;
+use crate::{ExecError, KernelError};
+use serde_json::Value;
+use sgc_ir::ops::OpKind;
+
+/// The op kinds of the family, and whether CUDA runs them.
+pub const KINDS: &[(OpKind, bool)] = &[
+    (OpKind::CrossEntropy, true),
+    (OpKind::CrossEntropyGrad, true),
+    (OpKind::AtenNllLoss, false),
+    (OpKind::AtenNllLossBackward, false),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Loss {
+    /// Mean over rows of `logsumexp(logits) - logits[label]`.
+    CrossEntropy,
+    /// `(softmax(logits) - onehot(label)) / rows`.
+    CrossEntropyGrad,
+    /// `(logp [N, C], target [N]) -> (loss [], total_weight [])`, mean over the targets
+    /// that are not `ignore_index`.
+    NllLoss { ignore_index: i64 },
+    /// `(dloss [], logp [N, C], target [N], total_weight []) -> dlogp`.
+    NllLossBackward { ignore_index: i64 },
+}
+
+/// The kernel of op kind `kind`, if this family runs it.
+pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Loss>, ExecError> {
+    use OpKind as K;
+    let a = &cx.a;
+    Ok(Some(match kind {
+        K::CrossEntropy => Loss::CrossEntropy,
+        K::CrossEntropyGrad => Loss::CrossEntropyGrad,
+        K::AtenNllLoss | K::AtenNllLossBackward => {
+            let mean = |v: &Value| v.as_u64() == Some(1);
+            a.require("reduction", mean, "reduction = mean (1)")?;
+            a.require("weight", Value::is_null, "no class weights")?;
+            let ignore_index = a.i64_or("ignore_index", -100)?;
+            if kind == K::AtenNllLoss {
+                Loss::NllLoss { ignore_index }
+            } else {
+                Loss::NllLossBackward { ignore_index }
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+impl Family for Loss {
+    fn kind(&self) -> OpKind {
+        match self {
+            Loss::CrossEntropy => OpKind::CrossEntropy,
+            Loss::CrossEntropyGrad => OpKind::CrossEntropyGrad,
+            Loss::NllLoss { .. } => OpKind::AtenNllLoss,
+            Loss::NllLossBackward { .. } => OpKind::AtenNllLossBackward,
+        }
+    }
+
+    fn arity(&self) -> (Option<usize>, usize) {
+        match self {
+            Loss::CrossEntropy | Loss::CrossEntropyGrad => (Some(2), 1),
+            Loss::NllLoss { .. } => (Some(2), 2),
+            Loss::NllLossBackward { .. } => (Some(4), 1),
+        }
+    }
+
+    fn input(&self, i: usize) -> Slot {
+        match (self, i) {
+            (Loss::NllLossBackward { .. }, 2) => Slot::Index,
+            (Loss::NllLossBackward { .. }, _) => Slot::Data,
+            (_, 1) => Slot::Index,
+            _ => Slot::Data,
+        }
+    }
+
+    fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        match self {
+            Loss::CrossEntropy | Loss::CrossEntropyGrad => {
+                let (logits, labels) = (s(0), s(1));
+                expect(
+                    logits.len() >= 2 && labels == &logits[..logits.len() - 1],
+                    || format!("logits {logits:?} need labels [*], got {labels:?}"),
+                )?;
+                expect(logits[logits.len() - 1] > 0, || "no classes".into())?;
+                let out: &[usize] = if matches!(self, Loss::CrossEntropy) {
+                    &[]
+                } else {
+                    logits
+                };
+                expect(
+                    o(0).iter().product::<usize>() == out.iter().product::<usize>(),
+                    || format!("output {:?}, expected {out:?}", o(0)),
+                )
+            }
+            Loss::NllLoss { .. } => {
+                let (logp, t) = (s(0), s(1));
+                expect(logp.len() == 2 && t == [logp[0]], || {
+                    format!("log-probabilities {logp:?} need targets [N], got {t:?}")
+                })?;
+                expect(o(0).is_empty() && o(1).is_empty(), || {
+                    "loss and total weight are scalars".into()
+                })
+            }
+            Loss::NllLossBackward { .. } => {
+                let (dl, logp, t, tw) = (s(0), s(1), s(2), s(3));
+                expect(
+                    dl.is_empty() && tw.is_empty() && logp.len() == 2 && t == [logp[0]],
+                    || format!("nll_loss_backward of {logp:?} with targets {t:?}"),
+                )?;
+                eq("output", o(0), logp)
+            }
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Pooling over `[N, C, H, W]` (max, average, global average; the exporter's max pooling
+//! with indices) and nearest 2x upsampling, with their gradients.
+
+use super::check::{eq, expect, window_out, R};
+use super::{Cx, Family, Slot};
+use crate::operand::Operand;
+use crate::window::Window;
+use crate::{ExecError, KernelError};
+use serde_json::Value;
+use sgc_ir::ops::OpKind;
+use sgc_ir::DType;
+
+/// The op kinds of the family, and whether CUDA runs them.
+pub const KINDS: &[(OpKind, bool)] = &[
+    (OpKind::MaxPool2d, true),
+    (OpKind::MaxPool2dGrad, true),
+    (OpKind::GlobalAvgPool, true),
+    (OpKind::GlobalAvgPoolGrad, true),
+    (OpKind::Upsample2x, true),
+    (OpKind::Upsample2xGrad, true),
+    (OpKind::AtenMaxPool2d, false),
+    (OpKind::AtenMaxPool2dBackward, false),
+    (OpKind::AtenAvgPool2d, false),
+    (OpKind::AtenAvgPool2dBackward, false),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pool {
+    MaxPool2d {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    /// `(x, dy) -> dx`, the gradient routed to the first maximum of each window.
+    MaxPool2dGrad {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    GlobalAvgPool,
+    /// `dy [N, C] -> dx [N, C, H, W]`.
+    GlobalAvgPoolGrad,
+    /// `x -> (y, indices)`: the maximum of each window and its flat index in the plane.
+    MaxPool2dIndices {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    /// `(dy, x, indices) -> dx`: each window's gradient added at its index.
+    MaxPool2dIndicesBackward {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    /// `count_include_pad` average pooling.
+    AvgPool2d {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    /// `(dy, x) -> dx`.
+    AvgPool2dBackward {
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    },
+    Upsample2x,
+    /// Sum over each 2x2 block.
+    Upsample2xGrad,
+}
+
+/// The kernel of op kind `kind`, if this family runs it.
+pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Pool>, ExecError> {
+    use OpKind as K;
+    let a = &cx.a;
+    Ok(Some(match kind {
+        K::MaxPool2d => {
+            let (kernel, stride, padding) = a.window()?;
+            Pool::MaxPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+        }
+        K::MaxPool2dGrad => {
+            let (kernel, stride, padding) = a.window()?;
+            Pool::MaxPool2dGrad {
+                kernel,
+                stride,
+                padding,
+            }
+        }
+        K::GlobalAvgPool => Pool::GlobalAvgPool,
+        K::GlobalAvgPoolGrad => Pool::GlobalAvgPoolGrad,
+        K::Upsample2x => Pool::Upsample2x,
+        K::Upsample2xGrad => Pool::Upsample2xGrad,
+        K::AtenMaxPool2d | K::AtenMaxPool2dBackward => {
+            a.unit_dilation()?;
+            a.flag("ceil_mode", false, "ceil_mode = false")?;
+            let (kernel, stride, padding) = aten_window(cx)?;
+            if kind == K::AtenMaxPool2d {
+                Pool::MaxPool2dIndices {
+                    kernel,
+                    stride,
+                    padding,
+                }
+            } else {
+                Pool::MaxPool2dIndicesBackward {
+                    kernel,
+                    stride,
+                    padding,
+                }
+            }
+        }
+        K::AtenAvgPool2d | K::AtenAvgPool2dBackward => {
+            a.flag("ceil_mode", false, "ceil_mode = false")?;
+            a.flag("count_include_pad", true, "count_include_pad = true")?;
+            a.require("divisor_override", Value::is_null, "no divisor_override")?;
+            let (kernel, stride, padding) = aten_window(cx)?;
+            if kind == K::AtenAvgPool2d {
+                Pool::AvgPool2d {
+                    kernel,
+                    stride,
+                    padding,
+                }
+            } else {
+                Pool::AvgPool2dBackward {
+                    kernel,
+                    stride,
+                    padding,
+                }
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `(kernel, stride, padding)` of an exporter pooling op (square windows; the stride
+/// defaults to the kernel size).
+fn aten_window(cx: &Cx) -> Result<(usize, usize, usize), ExecError> {
+    let a = &cx.a;
+    let kernel = a.square("kernel_size")?;
+    let stride = a.square_or("stride", kernel)?;
+    Ok((kernel, stride, a.square_or("padding", 0)?))
+}
+
+impl Pool {
+    /// `(kernel, stride, padding)` of a windowed kernel (`None` for global pooling and
+    /// upsampling).
+    fn params(&self) -> Option<(usize, usize, usize)> {
+        match *self {
+            Pool::MaxPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dGrad {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndices {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::MaxPool2dIndicesBackward {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::AvgPool2d {
+                kernel,
+                stride,
+                padding,
+            }
+            | Pool::AvgPool2dBackward {
+                kernel,
+                stride,
+                padding,
+            } => Some((kernel, stride, padding)),
+            _ => None,
+        }
+    }
+
+    /// The slot of the pooled input: the forward's input, or the backward's `x` after `dy`.
+    fn input_slot(&self) -> usize {
+        match self {
+            Pool::AvgPool2dBackward { .. } | Pool::MaxPool2dIndicesBackward { .. } => 1,
+            _ => 0,
+        }
+    }
+
+    /// The window geometry of a windowed pooling kernel over its operands, the same in
+    /// every backend (`None` for global pooling and upsampling).
+    pub(crate) fn window(&self, ins: &[Operand], outs: &[Operand]) -> Option<Window> {
+        let (kernel, stride, padding) = self.params()?;
+        let x = self.input_slot();
+        let y = match self {
+            Pool::MaxPool2dGrad { .. } => &ins[1].shape,
+            _ if x == 1 => &ins[0].shape,
+            _ => &outs[0].shape,
+        };
+        Some(Window::pool(&ins[x].shape, y, kernel, stride, padding))
+    }
+
+    /// Operand checks of a windowed kernel, whose pooled shape is `y`.
+    fn check_windowed(&self, y: &[usize], ins: &[Operand], outs: &[Operand]) -> R {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        match self {
+            Pool::MaxPool2d { .. } | Pool::AvgPool2d { .. } => eq("output", o(0), y),
+            Pool::MaxPool2dGrad { .. } => {
+                eq("dy", s(1), y)?;
+                eq("output", o(0), s(0))
+            }
+            Pool::MaxPool2dIndices { .. } => {
+                eq("output", o(0), y)?;
+                eq("indices", o(1), y)
+            }
+            _ => {
+                eq("dy", s(0), y)?;
+                if matches!(self, Pool::MaxPool2dIndicesBackward { .. }) {
+                    eq("indices", s(2), y)?;
+                }
+                eq("output", o(0), s(1))
+            }
+        }
+    }
+}
+
+impl Family for Pool {
+    fn kind(&self) -> OpKind {
+        match self {
+            Pool::MaxPool2d { .. } => OpKind::MaxPool2d,
+            Pool::MaxPool2dGrad { .. } => OpKind::MaxPool2dGrad,
+            Pool::GlobalAvgPool => OpKind::GlobalAvgPool,
+            Pool::GlobalAvgPoolGrad => OpKind::GlobalAvgPoolGrad,
+            Pool::MaxPool2dIndices { .. } => OpKind::AtenMaxPool2d,
+            Pool::MaxPool2dIndicesBackward { .. } => OpKind::AtenMaxPool2dBackward,
+            Pool::AvgPool2d { .. } => OpKind::AtenAvgPool2d,
+            Pool::AvgPool2dBackward { .. } => OpKind::AtenAvgPool2dBackward,
+            Pool::Upsample2x => OpKind::Upsample2x,
+            Pool::Upsample2xGrad => OpKind::Upsample2xGrad,
+        }
+    }
+
+    fn arity(&self) -> (Option<usize>, usize) {
+        match self {
+            Pool::MaxPool2dGrad { .. } | Pool::AvgPool2dBackward { .. } => (Some(2), 1),
+            Pool::MaxPool2dIndices { .. } => (Some(1), 2),
+            Pool::MaxPool2dIndicesBackward { .. } => (Some(3), 1),
+            _ => (Some(1), 1),
+        }
+    }
+
+    fn input(&self, i: usize) -> Slot {
+        match (self, i) {
+            (Pool::MaxPool2dIndicesBackward { .. }, 2) => Slot::Index,
+            _ => Slot::Data,
+        }
+    }
+
+    fn output_dtype(&self, i: usize) -> DType {
+        match (self, i) {
+            (Pool::MaxPool2dIndices { .. }, 1) => DType::I64,
+            _ => DType::F32,
+        }
+    }
+
+    fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        if let Some((kernel, stride, padding)) = self.params() {
+            let y = pool_out(s(self.input_slot()), kernel, stride, padding)?;
+            return self.check_windowed(&y, ins, outs);
+        }
+        match self {
+            Pool::GlobalAvgPool => {
+                expect(s(0).len() == 4, || format!("rank-4 input, got {:?}", s(0)))?;
+                eq("output", o(0), &s(0)[..2])
+            }
+            Pool::GlobalAvgPoolGrad => {
+                expect(o(0).len() == 4, || format!("rank-4 output, got {:?}", o(0)))?;
+                eq("dy", s(0), &o(0)[..2])
+            }
+            Pool::Upsample2x => {
+                let x = s(0);
+                expect(x.len() == 4, || format!("rank-4 input, got {x:?}"))?;
+                eq("output", o(0), &[x[0], x[1], 2 * x[2], 2 * x[3]])
+            }
+            _ => {
+                let dx = o(0);
+                expect(dx.len() == 4, || format!("rank-4 output, got {dx:?}"))?;
+                eq("dy", s(0), &[dx[0], dx[1], 2 * dx[2], 2 * dx[3]])
+            }
+        }
+    }
+}
+
+fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usize>, KernelError> {
+    expect(x.len() == 4 && 2 * pad <= k, || {
+        format!("pool {k}x{k} (padding {pad}) of {x:?}")
+    })?;
+    match (
+        window_out(x[2], k, stride, pad),
+        window_out(x[3], k, stride, pad),
+    ) {
+        (Some(ho), Some(wo)) => Ok(vec![x[0], x[1], ho, wo]),
+        _ => Err(KernelError::Operands(format!(
+            "window {k} does not fit {x:?}"
+        ))),
+    }
+}

@@ -1,0 +1,307 @@
+//! Data movement: reshapes and views, transposes, concatenation and stacking, slicing and
+//! splitting, broadcasting copies, and the exporter's `copy`/`copy_`.
+
+use super::check::{broadcasts, eq, expect};
+use super::{Cx, Family, VARIADIC};
+use crate::operand::Operand;
+use crate::{ExecError, KernelError};
+use serde_json::Value;
+use sgc_ir::ops::OpKind;
+
+/// The op kinds of the family, and whether CUDA runs them.
+pub const KINDS: &[(OpKind, bool)] = &[
+    (OpKind::Reshape, true),
+    (OpKind::Transpose, true),
+    (OpKind::Concat, true),
+    (OpKind::Slice, true),
+    (OpKind::AtenView, true),
+    (OpKind::AtenUnsafeView, true),
+    (OpKind::AtenAlias, true),
+    (OpKind::AtenClone, true),
+    (OpKind::AtenUnsqueeze, true),
+    (OpKind::AtenSqueezeDim, true),
+    (OpKind::AtenT, true),
+    (OpKind::AtenTranspose, true),
+    (OpKind::AtenPermute, true),
+    (OpKind::AtenCat, true),
+    (OpKind::AtenSlice, true),
+    (OpKind::AtenExpand, false),
+    (OpKind::AtenSplit, false),
+    (OpKind::AtenUnbind, false),
+    (OpKind::AtenStack, false),
+    (OpKind::AtenCopy, false),
+    (OpKind::AtenCopyInPlace, false),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shape {
+    /// A view (or a copy when the output has its own storage).
+    Reshape,
+    /// Contiguous copy with `out.shape[i] = x.shape[perm[i]]`.
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
+    /// `x[.., start..end, ..]` along `axis`.
+    Slice {
+        axis: usize,
+        start: usize,
+        end: usize,
+    },
+    /// `aten.split`: consecutive slices of `size` along `axis`, one per output.
+    Split {
+        axis: usize,
+        size: usize,
+    },
+    /// `aten.unbind`: one output per index of `axis`, the axis dropped.
+    Unbind {
+        axis: usize,
+    },
+    /// `aten.stack`: the inputs along a new axis `axis`.
+    Stack {
+        axis: usize,
+    },
+    /// Broadcast to the output shape (axes aligned on the right).
+    Expand,
+    /// `aten.copy`: `(dst, src) -> src` broadcast to `dst`'s shape (a functional copy).
+    Assign,
+    /// `aten.copy_`: input 1 copied into input 0 (any dtype, byte for byte); no outputs.
+    CopyInto,
+}
+
+/// The kernel of op kind `kind`, if this family runs it.
+pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
+    use OpKind as K;
+    let a = &cx.a;
+    let r = cx.rank(0);
+    Ok(Some(match kind {
+        K::Reshape
+        | K::AtenView
+        | K::AtenUnsafeView
+        | K::AtenAlias
+        | K::AtenClone
+        | K::AtenUnsqueeze
+        | K::AtenSqueezeDim => Shape::Reshape,
+        K::Transpose => Shape::Transpose { perm: a.perm()? },
+        K::Concat => Shape::Concat {
+            axis: a.usize("axis")?,
+        },
+        K::Slice => Shape::Slice {
+            axis: a.usize("axis")?,
+            start: a.usize("start")?,
+            end: a.usize("end")?,
+        },
+        K::AtenT => Shape::Transpose {
+            perm: if r == 2 { vec![1, 0] } else { (0..r).collect() },
+        },
+        K::AtenTranspose => {
+            let mut perm: Vec<usize> = (0..r).collect();
+            perm.swap(a.axis_of("dim0", r)?, a.axis_of("dim1", r)?);
+            Shape::Transpose { perm }
+        }
+        K::AtenPermute => Shape::Transpose {
+            perm: permutation(cx)?,
+        },
+        K::AtenCat => Shape::Concat {
+            axis: a.axis_of("dim", r)?,
+        },
+        K::AtenSlice => aten_slice(cx)?,
+        K::AtenExpand => Shape::Expand,
+        K::AtenSplit => Shape::Split {
+            axis: a.axis_of("dim", r)?,
+            size: a
+                .get("split_size")
+                .and_then(Value::as_u64)
+                .filter(|&s| s > 0)
+                .ok_or_else(|| a.err("`split_size` must be a positive integer".into()))?
+                as usize,
+        },
+        K::AtenUnbind => Shape::Unbind {
+            axis: a.axis_of("dim", r)?,
+        },
+        K::AtenStack => Shape::Stack {
+            axis: a.axis_of("dim", r + 1)?,
+        },
+        K::AtenCopy => Shape::Assign,
+        K::AtenCopyInPlace => Shape::CopyInto,
+        _ => return Ok(None),
+    }))
+}
+
+/// `dims` of `aten.permute`.
+fn permutation(cx: &Cx) -> Result<Vec<usize>, ExecError> {
+    let (a, r) = (&cx.a, cx.rank(0));
+    let dims = a
+        .get("dims")
+        .and_then(Value::as_array)
+        .ok_or_else(|| a.err("`dims` is missing".into()))?;
+    dims.iter()
+        .map(|d| d.as_i64().and_then(|d| sgc_ir::ops::axis(d, r)))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| a.err("`dims` must list axes".into()))
+}
+
+/// `aten.slice` with step 1, its bounds clamped as Python's are.
+fn aten_slice(cx: &Cx) -> Result<Shape, ExecError> {
+    let a = &cx.a;
+    let axis = a.axis_of("dim", cx.rank(0))?;
+    a.require("step", |v| v.as_i64() == Some(1), "step 1")?;
+    let len = cx.shape(0).map_or(0, |s| s[axis]) as i64;
+    let clamp = |v: i64| (if v < 0 { v + len } else { v }).clamp(0, len) as usize;
+    let start = clamp(a.i64_or("start", 0)?);
+    let end = clamp(a.i64_or("end", len)?).max(start);
+    Ok(Shape::Slice { axis, start, end })
+}
+
+impl Shape {
+    /// Whether the kernel only re-reads its input (a view when its outputs share the
+    /// input's storage: the executor then moves no data).
+    pub fn is_view_like(&self) -> bool {
+        matches!(
+            self,
+            Shape::Reshape
+                | Shape::Transpose { .. }
+                | Shape::Expand
+                | Shape::Slice { .. }
+                | Shape::Split { .. }
+                | Shape::Unbind { .. }
+        )
+    }
+}
+
+impl Family for Shape {
+    fn kind(&self) -> OpKind {
+        match self {
+            Shape::Reshape => OpKind::Reshape,
+            Shape::Transpose { .. } => OpKind::Transpose,
+            Shape::Concat { .. } => OpKind::Concat,
+            Shape::Slice { .. } => OpKind::Slice,
+            Shape::Split { .. } => OpKind::AtenSplit,
+            Shape::Unbind { .. } => OpKind::AtenUnbind,
+            Shape::Stack { .. } => OpKind::AtenStack,
+            Shape::Expand => OpKind::AtenExpand,
+            Shape::Assign => OpKind::AtenCopy,
+            Shape::CopyInto => OpKind::AtenCopyInPlace,
+        }
+    }
+
+    fn arity(&self) -> (Option<usize>, usize) {
+        match self {
+            Shape::Concat { .. } | Shape::Stack { .. } => (None, 1),
+            Shape::Split { .. } | Shape::Unbind { .. } => (Some(1), VARIADIC),
+            Shape::Assign => (Some(2), 1),
+            Shape::CopyInto => (Some(2), 0),
+            _ => (Some(1), 1),
+        }
+    }
+
+    fn any_dtype(&self) -> bool {
+        matches!(self, Shape::CopyInto | Shape::Reshape)
+    }
+
+    fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
+        let s = |i: usize| ins[i].shape.as_slice();
+        let o = |i: usize| outs[i].shape.as_slice();
+        match self {
+            Shape::Reshape => {
+                let n = |x: &[usize]| x.iter().product::<usize>();
+                expect(n(s(0)) == n(o(0)), || {
+                    format!("reshape {:?} to {:?}", s(0), o(0))
+                })
+            }
+            Shape::Transpose { perm } => {
+                let x = s(0);
+                let mut seen = vec![false; x.len()];
+                let ok = perm.len() == x.len()
+                    && perm
+                        .iter()
+                        .all(|&p| p < x.len() && !std::mem::replace(&mut seen[p], true));
+                expect(ok, || format!("{perm:?} is not a permutation of {x:?}"))?;
+                let out: Vec<usize> = perm.iter().map(|&p| x[p]).collect();
+                eq("output", o(0), &out)
+            }
+            Shape::Concat { axis } => concat_shapes(*axis, ins, o(0)),
+            Shape::Slice { axis, start, end } => {
+                let x = s(0);
+                expect(*axis < x.len() && start <= end && *end <= x[*axis], || {
+                    format!("slice {start}..{end} of axis {axis} of {x:?}")
+                })?;
+                let mut out = x.to_vec();
+                out[*axis] = end - start;
+                eq("output", o(0), &out)
+            }
+            Shape::Split { axis, size } => split_shapes(*axis, *size, s(0), outs),
+            Shape::Unbind { axis } => {
+                let (x, n_out) = (s(0), outs.len());
+                expect(*axis < x.len() && x[*axis] == n_out, || {
+                    format!("{n_out} outputs from axis {axis} of {x:?}")
+                })?;
+                let mut want = x.to_vec();
+                want.remove(*axis);
+                for i in 0..n_out {
+                    eq("piece", o(i), &want)?;
+                }
+                Ok(())
+            }
+            Shape::Stack { axis } => {
+                let x = s(0);
+                expect(*axis <= x.len(), || format!("axis {axis} of {x:?} stacked"))?;
+                for i in 1..ins.len() {
+                    eq("input", s(i), x)?;
+                }
+                let mut want = x.to_vec();
+                want.insert(*axis, ins.len());
+                eq("output", o(0), &want)
+            }
+            Shape::Expand => {
+                let (x, y) = (s(0), o(0));
+                let fits = broadcasts(x, y);
+                expect(fits, || format!("{x:?} does not broadcast to {y:?}"))
+            }
+            Shape::Assign => {
+                let (x, y) = (s(1), o(0));
+                eq("output", y, s(0))?;
+                let fits = broadcasts(x, y);
+                expect(fits, || format!("source {x:?} does not broadcast to {y:?}"))
+            }
+            Shape::CopyInto => eq("source", s(1), s(0)),
+        }
+    }
+}
+
+/// The inputs agree off `axis`; the output's `axis` is the sum of theirs.
+fn concat_shapes(axis: usize, ins: &[Operand], y: &[usize]) -> Result<(), KernelError> {
+    let mut out = ins[0].shape.clone();
+    expect(axis < out.len(), || format!("axis {axis} of {out:?}"))?;
+    out[axis] = 0;
+    for (i, op) in ins.iter().enumerate() {
+        let x = op.shape.as_slice();
+        let agrees = x.len() == out.len() && (0..x.len()).all(|d| d == axis || x[d] == out[d]);
+        expect(agrees, || format!("input {i} {x:?} off axis {axis}"))?;
+        out[axis] += x[axis];
+    }
+    eq("output", y, &out)
+}
+
+/// Pieces of `size` along `axis` of `x`, one per output (the last may be shorter).
+fn split_shapes(
+    axis: usize,
+    size: usize,
+    x: &[usize],
+    outs: &[Operand],
+) -> Result<(), KernelError> {
+    let n_out = outs.len();
+    expect(axis < x.len(), || format!("axis {axis} of {x:?}"))?;
+    let pieces = x[axis].div_ceil(size).max(1);
+    expect(pieces == n_out, || {
+        format!("{pieces} pieces of {x:?}, {n_out} outputs")
+    })?;
+    for (i, o) in outs.iter().enumerate() {
+        let mut want = x.to_vec();
+        want[axis] = size.min(x[axis] - i * size);
+        eq("piece", &o.shape, &want)?;
+    }
+    Ok(())
+}
