@@ -3,7 +3,7 @@
 //!
 //! - *Accesses* of a storage: the positions (in the traced order) of the ops that produce,
 //!   view or read it. The gaps between consecutive accesses are where a storage may be
-//!   freed and later recomputed ([`crate::discard`] picks one per storage).
+//!   freed and later recomputed ([`crate::sublinear::discard`] picks one per storage).
 //! - *Rerunnable* ops: recomputable ops whose outputs' views can all be remade too (a
 //!   recomputed root makes its old views stale).
 //! - *Hazard* of an op: the first traced position of a non-recomputable op that reads a
@@ -38,7 +38,7 @@ pub(crate) struct Context<'g> {
     /// The state every split walk starts from ([`start_state`]).
     pub walk_start: Vec<Slot>,
     /// Walk states along the plan-independent prefix, made by the first walk that needs
-    /// them ([`crate::recompute`]).
+    /// them ([`crate::sublinear::recompute`]).
     pub prefixes: std::sync::OnceLock<Prefixes>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
@@ -55,7 +55,7 @@ pub(crate) struct Context<'g> {
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
     pub freeable_by_made: Vec<(u32, u32, TensorId)>,
-    /// The discard plan's tables ([`crate::discard`]), one entry per `freeable_by_made`
+    /// The discard plan's tables ([`crate::sublinear::discard`]), one entry per `freeable_by_made`
     /// entry, flat: entry `j`'s accesses are `gap_acc[gap_at[j]..gap_at[j + 1]]`, and at the
     /// same offsets `gap_best[.. + i]` is the gap (index of its opening access) that a
     /// discard opening at access `i` or later takes: the longest gap worth discarding over
@@ -98,7 +98,7 @@ pub(crate) struct Context<'g> {
     /// ([`MAX_RECOMPUTE_STEPS`] steps).
     pub max_recompute_units: u64,
     /// Per op: whether exactly one of its outputs is read by some op (a storage made by
-    /// such an op is not discarded right after it is made: see [`crate::discard`]).
+    /// such an op is not discarded right after it is made: see [`crate::sublinear::discard`]).
     pub single_output: Vec<bool>,
 }
 
@@ -511,7 +511,7 @@ pub(crate) const NEVER_MADE: u8 = u8::MAX;
 /// One tensor's walk state and the facts the walk reads with it, kept together so that a
 /// step reads and writes one place in memory per tensor (20 bytes; eleven arrays before).
 /// `version`, the flags and `open` are meaningful for roots only. The walk
-/// ([`crate::recompute`]) owns its meaning; the context caches its starting value.
+/// ([`crate::sublinear::recompute`]) owns its meaning; the context caches its starting value.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
     /// Its storage root.
@@ -532,7 +532,7 @@ pub(crate) struct Slot {
 }
 
 /// Split walks' states before evenly spaced positions of the prefix that every plan walks
-/// alike (see [`crate::recompute`], which makes and reads them; the context caches them as
+/// alike (see [`crate::sublinear::recompute`], which makes and reads them; the context caches them as
 /// it caches [`start_state`]). By increasing position.
 #[derive(Default)]
 pub(crate) struct Prefixes {

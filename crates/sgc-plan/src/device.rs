@@ -2,9 +2,11 @@
 //! persistent bytes), placed ([`device_bytes`]) or bounded from below without placing
 //! ([`device_floor`]).
 
+use crate::arena;
 use crate::context::Context;
+use crate::error::PlanError;
+use crate::options::PlanOptions;
 use crate::plan::Lifetime;
-use crate::{arena, PlanError, PlanOptions};
 use sgc_ir::OpId;
 
 /// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)

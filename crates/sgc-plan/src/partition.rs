@@ -854,7 +854,7 @@ impl Model {
             keep[ctx.root[self.tensors[k as usize].index()].index()] = true;
         }
         let steps = schedule(ctx, self.b0, &keep)?;
-        let fitness = crate::evaluate::fitness_of(ctx, &steps, 0);
+        let fitness = crate::sublinear::evaluate::fitness_of(ctx, &steps, 0);
         if !fitness.feasible {
             return Err(Infeasible::NoFixpoint);
         }

@@ -13,7 +13,7 @@
 //! instead held whole recomputed prefixes of the network at once: recomputing one
 //! ResNet-50 backward input from the image pinned 3.7 GiB at a 1 GiB threshold.)
 //! A [`Policy`] decides what to evict before each step. Unlike the split-based strategies
-//! ([`crate::recompute`], where every op runs at most twice), an evicted tensor may be
+//! ([`crate::sublinear::recompute`], where every op runs at most twice), an evicted tensor may be
 //! recomputed again and again; [`MAX_RECOMPUTE_STEPS`] bounds the total.
 //!
 //! Recomputation that cannot be done safely (a non-recomputable producer, or a persistent

@@ -32,10 +32,10 @@
 //! screen. It costs an evaluation per group more than the screened pass.
 
 use crate::context::Context;
-use crate::discard::{self, Discard};
-use crate::evaluate::Fitness;
-use crate::genome::Genome;
-use crate::search::Evaluator;
+use crate::sublinear::discard::{self, Discard};
+use crate::sublinear::evaluate::{Fitness, Objective};
+use crate::sublinear::genome::Genome;
+use crate::sublinear::search::{sort_population, Evaluator, Member};
 use sgc_ir::TensorId;
 
 /// Runs the step on `best` (fitness `fit`) under `bound`: groups in cost order, screened.
@@ -213,7 +213,7 @@ struct Screen {
 impl Screen {
     fn of(ctx: &Context<'_>, genome: &Genome) -> Option<Screen> {
         let plan = discard::plan(ctx, genome);
-        let s = crate::recompute::schedule(ctx, genome, &plan).ok()?;
+        let s = crate::sublinear::recompute::schedule(ctx, genome, &plan).ok()?;
         let mut step_of = vec![0; ctx.n];
         for (k, &(op, rec)) in s.steps.iter().enumerate() {
             if !rec {
@@ -304,11 +304,50 @@ impl RangeMax {
     }
 }
 
+/// The search's pick from a population (Chen's plan added): the memory-for-speed step on
+/// the best plan, and with a bound on the lowest-peak plan and the cheapest plan under it
+/// too.
+pub(crate) fn finish(
+    ev: &mut Evaluator<'_>,
+    mut pop: Vec<Member>,
+    bound: Option<u64>,
+    chen: &Member,
+) -> (Genome, Fitness) {
+    pop.push(chen.clone());
+    sort_population(&mut pop, ev.objective);
+    let best = pop[0].clone();
+    let Some(bound) = bound else {
+        // Without a bound, trade nothing: keep only what the best peak already affords.
+        return relax(ev, best.genome, best.fitness, best.fitness.peak);
+    };
+    // With a bound, relax the best plan under it, the lowest-peak plan and the cheapest
+    // plan under it ever evaluated, and keep the cheapest result that fits.
+    sort_population(&mut pop, Objective::default());
+    let lowest = pop[0].clone();
+    let cheapest = ev.front.cheapest_under(bound).cloned();
+    [Some(best), Some(lowest), cheapest]
+        .into_iter()
+        .flatten()
+        .filter(|m| m.fitness.feasible && m.fitness.peak <= bound)
+        .map(|m| relax(ev, m.genome, m.fitness, bound))
+        .min_by(|a, b| a.1.cmp(&b.1, Objective::budget(Some(bound))))
+        .unwrap_or_else(|| {
+            let m = best_by(&pop, ev.objective);
+            (m.genome, m.fitness)
+        })
+}
+
+fn best_by(pop: &[Member], obj: Objective) -> Member {
+    let mut v = pop.to_vec();
+    sort_population(&mut v, obj);
+    v.swap_remove(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::context::Context;
-    use crate::genome::Rules;
+    use crate::sublinear::genome::Rules;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
 
     fn pool() -> rayon::ThreadPool {
