@@ -28,7 +28,7 @@ pub(crate) fn sublinear_candidates(
 ) -> Result<budget::Candidates, PlanError> {
     let pool = pool(run)?;
     let mut ev = Evaluator::new(ctx, &pool, run.progress);
-    let (best, fit) = sublinear::search(&mut ev, &unbudgeted(options));
+    let (best, fit) = sublinear::best(&mut ev, &unbudgeted(options));
     Ok(budget::candidates(&mut ev, options, &best, fit.peak))
 }
 
@@ -110,7 +110,7 @@ pub(crate) fn sublinear(
     // The search never sees the budget: with one, it only selects among the candidates
     // that the unbudgeted search and the fixed ladder made, so that a larger budget never
     // costs more recompute.
-    let (best, fit) = sublinear::search(&mut ev, &unbudgeted(options));
+    let (best, fit) = sublinear::best(&mut ev, &unbudgeted(options));
     let Some(limit) = options.budget else {
         let steps = schedule(ctx, &best).unwrap_or_else(|| original(ctx));
         let chosen = budget::Chosen {

@@ -18,7 +18,7 @@
 //! - [`search`]: the evaluator that runs batches of candidates in parallel, caches them by
 //!   genome and by discard plan, and keeps the front of every plan it has seen.
 //!
-//! **The phases, in the order a plan is made** ([`search()`]):
+//! **The phases, in the order a plan is made** ([`best`]):
 //! 1. **Starting population** ([`thresholds`]): plans from thresholds on the live bytes a
 //!    block creates, Chen's sqrt(n) plan ([`chen`]) and its variants.
 //! 2. **Climb** ([`polish`]): a local hill climb from the best plan (moving, adding and
@@ -77,7 +77,7 @@ const CLIMBED_ISLANDS: u64 = 2;
 const COSTLY_ISLAND: u64 = 1;
 
 /// Runs the whole search and returns the best genome and its fitness.
-pub(crate) fn search(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
+pub(crate) fn best(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
     let (mut pop, chen) = thresholds::initial_population(ev, opts.thresh_tries);
     let unclimbed = pop.clone();
     // Both climbs start from the best plan with its peak's blocks reshaped, once.
