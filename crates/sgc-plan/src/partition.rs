@@ -928,6 +928,13 @@ fn schedule(ctx: &Context<'_>, b0: usize, keep: &[bool]) -> Result<Vec<(OpId, bo
 mod tests {
     use super::*;
 
+    /// The position of the graph's first backward op.
+    fn first_backward(ctx: &Context<'_>) -> usize {
+        (0..ctx.n)
+            .find(|&i| ctx.g.phase(OpId::new(i)) == Some(Phase::Backward))
+            .unwrap()
+    }
+
     fn load(name: &str) -> sgc_ir::Graph {
         let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../graphs")
@@ -965,9 +972,7 @@ mod tests {
     fn every_cut_is_the_exhaustive_optimum() {
         let g = load("tiny_mlp.json");
         let ctx = Context::new(&g);
-        let b0 = (0..ctx.n)
-            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-            .unwrap();
+        let b0 = first_backward(&ctx);
         let m = Model::new(&ctx, b0, false);
         let free: Vec<usize> = (0..m.tensors.len())
             .filter(|&k| m.producer[k].is_some())
@@ -1051,9 +1056,7 @@ mod tests {
         for (name, allowed) in [("tiny_mlp.json", 0), ("tiny_cnn.json", 1)] {
             let g = load(name);
             let ctx = Context::new(&g);
-            let b0 = (0..ctx.n)
-                .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-                .unwrap();
+            let b0 = first_backward(&ctx);
             let m = Model::new(&ctx, b0, false);
             let free = (0..m.tensors.len())
                 .filter(|&k| m.producer[k].is_some())
@@ -1084,9 +1087,7 @@ mod tests {
     fn hull_vertices_trade_bytes_for_recompute() {
         let g = load("tiny_cnn.json");
         let ctx = Context::new(&g);
-        let b0 = (0..ctx.n)
-            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-            .unwrap();
+        let b0 = first_backward(&ctx);
         let (hull, _) = Model::new(&ctx, b0, false).hull();
         assert!(hull.len() >= 2);
         for w in hull.windows(2) {

@@ -3,9 +3,9 @@
 //! summary, its arena (checked against the budget) and the verifier's verdict. Every plan
 //! that leaves this module has passed [`verify`].
 
-use crate::arena;
 use crate::budget;
 use crate::context::Context;
+use crate::device;
 use crate::error::PlanError;
 use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
 use crate::plan::{self, Plan};
@@ -38,13 +38,7 @@ pub fn plan_schedule(
         .collect();
     let mut plan = Plan::assemble(graph, options, &steps, &profile);
     if options.arena {
-        let layout = arena::assign(
-            graph,
-            ops,
-            &plan.lifetimes,
-            options.align,
-            options.arena_effort.effort(),
-        )?;
+        let layout = device::place(graph, ops, &plan.lifetimes, options)?;
         plan.arena = Some(layout);
     }
     verify(graph, &plan).map_err(|violations| PlanError::Rejected {
@@ -186,13 +180,7 @@ fn finish_plan(
     let mut plan = Plan::assemble(graph, options, steps, &profile);
     let start = std::time::Instant::now();
     if options.arena || options.budget.is_some() {
-        let layout = arena::assign(
-            graph,
-            &ops,
-            &plan.lifetimes,
-            options.align,
-            options.arena_effort.effort(),
-        )?;
+        let layout = device::place(graph, &ops, &plan.lifetimes, options)?;
         let device = layout.size.saturating_add(graph.persistent_bytes());
         let bounded = match options.budget_of {
             BudgetOf::Device => device,

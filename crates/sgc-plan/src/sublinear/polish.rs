@@ -355,20 +355,28 @@ mod tests {
     /// the costliest recomputed ops of its schedule (added, or moved there from the split
     /// before or after it), its splits sorted and distinct, its kept roots and rules
     /// unchanged; and the climb never ends worse than it started.
-    #[test]
-    fn costly_neighbours_split_at_the_costliest_recomputations() {
-        let pool = rayon::ThreadPoolBuilder::new()
+    fn pool() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
-            .expect("pool");
+            .expect("pool")
+    }
+
+    /// A genome of 1 to 6 random splits over the `n` ops.
+    fn random_splits(rng: &mut SplitMix64, n: usize) -> Genome {
+        let k = 1 + rng.index(6);
+        Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect())
+    }
+
+    #[test]
+    fn costly_neighbours_split_at_the_costliest_recomputations() {
+        let pool = pool();
         let mut tried = 0;
         for seed in 0..40 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let splits = (0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect();
-            let mut genome = Genome::from_splits(splits);
+            let mut genome = random_splits(&mut rng, ctx.n);
             genome.rules = Rules::all()[rng.index(8)];
             let Some(steps) = crate::sublinear::evaluate::schedule(&ctx, &genome) else {
                 continue;
@@ -414,18 +422,13 @@ mod tests {
     /// MegEngine's plan, at a lower peak than that plan's.
     #[test]
     fn the_relaxed_climb_never_ends_worse() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = pool();
         let mut moved = 0;
         for seed in 0..40 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let genome =
-                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let genome = random_splits(&mut rng, ctx.n);
             let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
             let start = Member {
                 fitness: ev.eval(&genome),

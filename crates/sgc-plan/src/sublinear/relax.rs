@@ -45,11 +45,18 @@ pub(crate) fn relax(
     fit: Fitness,
     bound: u64,
 ) -> (Genome, Fitness) {
-    let Some(screen) = Screen::of(ev.ctx, &best) else {
+    let Some((screen, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    let groups = screen.groups(ev.ctx);
     greedy(ev, best, fit, bound, &groups, Some(screen))
+}
+
+/// The screen of `best`'s schedule and its groups of recomputed storages, costliest first;
+/// `None` when `best` has no schedule.
+fn screened(ev: &Evaluator<'_>, best: &Genome) -> Option<(Screen, Vec<Vec<TensorId>>)> {
+    let screen = Screen::of(ev.ctx, best)?;
+    let groups = screen.groups(ev.ctx);
+    Some((screen, groups))
 }
 
 /// Groups [`by_savings`] evaluates alone at a time.
@@ -65,10 +72,9 @@ pub(crate) fn by_savings(
     fit: Fitness,
     bound: u64,
 ) -> (Genome, Fitness) {
-    let Some(screen) = Screen::of(ev.ctx, &best) else {
+    let Some((_, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    let groups = screen.groups(ev.ctx);
     let proposed = ev.stats.candidates;
     let mut ranked: Vec<(u64, Vec<TensorId>)> = Vec::new();
     // In chunks, costliest op first, while the evaluator's limit allows: on a 100k-op graph
