@@ -7,8 +7,8 @@
 //! less that saving first ([`in_place_slack`]) and placed only when that fits.
 //!
 //! **Monotone by construction.** A search run once per budget ends wherever its greedy
-//! steps lead, so a larger budget could cost more recompute (a sweep of 101 budgets on
-//! ResNet-50 found 11 such pairs). Here the planner builds a set of candidate plans that
+//! steps lead, so a larger budget could cost more recompute. Here the planner builds a
+//! set of candidate plans that
 //! does not depend on the budget, and the budget only selects from it: the candidate with
 //! the least recompute (then the lower peak) whose device bytes fit. A larger budget
 //! admits every plan a smaller one admitted, so it never costs more. The set:

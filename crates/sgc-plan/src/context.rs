@@ -66,8 +66,8 @@ pub(crate) struct Context<'g> {
     pub gap_best: Vec<u32>,
     pub gap_at: Vec<u32>,
     /// The indices `j` of the `freeable_by_made` entries that some genome may discard (a
-    /// gap worth discarding over exists), in order: a discard plan skips the others (on
-    /// the real corpus a third to a half of the freeable storages; commit 9a0bff0).
+    /// gap worth discarding over exists), in order: a discard plan skips the others (often
+    /// a large share of the freeable storages).
     pub discardable: Vec<u32>,
     pub rerunnable: Vec<bool>,
     /// Per op.
@@ -573,8 +573,8 @@ pub(crate) struct Slot {
 }
 
 /// Split walks' states before evenly spaced positions of the prefix that every plan walks
-/// alike (see [`crate::sublinear::recompute`], which makes and reads them; the context caches them as
-/// it caches [`start_state`]). By increasing position.
+/// alike (see [`crate::sublinear::recompute`], which makes and reads them; the context
+/// caches them as it caches [`start_state`]). By increasing position.
 #[derive(Default)]
 pub(crate) struct Prefixes {
     pub states: Vec<PrefixState>,

@@ -23,7 +23,7 @@ pub(crate) fn scaled(ctx: &Context<'_>, scale: f64) -> Genome {
     Genome::from_splits(fwd.iter().skip(k - 1).step_by(k).copied().collect())
 }
 
-/// Chen's plan: its split set under the variant of the rules ([`crate::sublinear::evaluate::Rules`])
+/// Chen's plan: its split set under the variant of the rules ([`super::evaluate::Rules`])
 /// that peaks lowest (then recomputes least; ties: the first variant).
 pub(crate) fn best(ctx: &Context<'_>) -> Genome {
     let mut best: Option<(Genome, crate::sublinear::evaluate::Fitness)> = None;

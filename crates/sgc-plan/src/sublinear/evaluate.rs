@@ -1,7 +1,7 @@
 //! Candidate evaluation: a genome (split points plus storages kept on purpose) becomes a
-//! discard plan ([`crate::sublinear::discard`]), a schedule with bounded recomputation
-//! ([`crate::sublinear::recompute`]: every op runs at most twice) and a fitness. The peak comes from
-//! [`crate::sublinear::profile`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
+//! discard plan ([`super::discard`]), a schedule with bounded recomputation
+//! ([`super::recompute`]: every op runs at most twice) and a fitness. The peak comes from
+//! [`super::profile`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
 //! shares, which still measures the chosen plan).
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
@@ -9,7 +9,7 @@
 //! fit come first and among them the least recompute cost wins; plans that do not fit are
 //! ranked by peak.
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard plan
-//! ([`crate::sublinear::discard::key`]), so a generation only pays for the plans it has not seen.
+//! ([`super::discard::key`]), so a generation only pays for the plans it has not seen.
 
 use crate::context::Context;
 use crate::sublinear::discard::{self, Discard};

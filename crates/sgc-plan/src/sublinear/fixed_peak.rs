@@ -154,7 +154,7 @@ fn steep(saved: u64, step: u64, base: u64, grown: u64) -> bool {
 /// lowest-peak search ranks any lower peak above any saving in recompute, so it ends on the
 /// first plan that reaches its best peak, not the cheapest one there.
 /// Here the peak is a budget and recompute the objective, from these starts, each climbed
-/// ([`crate::sublinear::polish`]) and relaxed ([`relax`]) under it:
+/// ([`super::polish`]) and relaxed ([`relax`]) under it:
 /// 1. with `genetic_iters` > 0, the best of a genetic refinement ([`AT_PEAK_ISLANDS`]
 ///    islands, half as many generations as the main search) bred from every plan of the
 ///    population at or under the peak, the pick included (the refinement keeps the best

@@ -95,10 +95,9 @@ const COSTLY_OPS: usize = 8;
 /// at it, so that its outputs close a block and are kept, either added or taking the place
 /// of the split before or after it. Up to [`MAX_ROUNDS`] rounds while strictly better.
 ///
-/// The other climbs move splits by fixed distances and never aim at an op: on the real
-/// ResNet-50 the plans the search ended at without this climb (commit 72325ab's parent,
-/// seed 0) recomputed six 3x3 convolutions (about 0.8% of a step each) that a plan of
-/// 200 generations kept at the same peak.
+/// The other climbs move splits by fixed distances and never aim at an op, so they can
+/// leave costly ops (convolutions) recomputed that a split right at them keeps at the same
+/// peak.
 pub(crate) fn costly(ev: &mut Evaluator<'_>, start: &Member) -> Member {
     let mut best = start.clone();
     for round in 0..MAX_ROUNDS {
@@ -196,13 +195,10 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
 }
 
 /// Climbs from the search's pick `start` (peak at most `level`) judging moves after
-/// memory for speed, ranked by what each storage saves ([`crate::sublinear::relax::by_savings`]). The
+/// memory for speed, ranked by what each storage saves ([`super::relax::by_savings`]). The
 /// other climbs rank a move before that step, so they turn down a move that recomputes a
-/// little more but lets costlier storages be kept: on the real LSTM language model, the
-/// pick's split at op 116 moved to op 120 recomputes more, and with two cell states kept
-/// 5.5551% of a step where the pick recomputes 5.5597%, at the same peak. (The climb, one
-/// move at a time, ends at 5.5570%: `sgc plan graphs/real/lstm_lm.json.gz`; MegEngine's
-/// plan recomputes 5.5589% at a peak 120000 B higher.)
+/// little more but lets costlier storages be kept (a split moved by a few ops on a
+/// recurrent net, so that its cell states can be kept).
 ///
 /// First the pick itself, its kept roots dropped, is relaxed again by savings. Then each
 /// round takes the neighbour of the plan (as [`polish`] makes them, kept roots dropped)
@@ -280,7 +276,7 @@ enum Edit {
     Remove(usize),
     /// A split added at position `p` (not already a split).
     Insert(u32),
-    /// Switch `k` of the rules flipped ([`crate::sublinear::genome::Rules::flipped`]).
+    /// Switch `k` of the rules flipped ([`super::genome::Rules::flipped`]).
     Flip(u8),
 }
 

@@ -22,12 +22,10 @@
 //! **Ranked by what they save** ([`by_savings`], for the search's last step only). The
 //! costliest op is not always the best storage to keep: keeping a storage also spares the
 //! recomputation of the inputs made only for it, and lets their copies die, which the
-//! screen does not see. On the real LSTM language model, the pick (split at op 116)
-//! recomputes 5.5597% of a step; split at op 120 instead, two cell states (`add_2`, an op
-//! of 0.18 µs, spares 0.53 µs) fit at the same peak, and the plan recomputes 5.5551%, but
-//! the screen passes both over and the pass in cost order keeps two sigmoids instead
-//! (5.5597%; the test `ranked_by_savings_keeps_what_the_screen_passes_over` checks both
-//! figures). So every group is first evaluated alone against the plan, exactly; those that
+//! screen does not see: a cheap op whose output spares costlier recomputations (a
+//! recurrent net's cell state) loses to a costlier op that spares nothing else
+//! (`ranked_by_savings_keeps_what_the_screen_passes_over` is such a case). So every group
+//! is first evaluated alone against the plan, exactly; those that
 //! fit and save go on, the largest saving first, through the same greedy pass without the
 //! screen. It costs an evaluation per group more than the screened pass.
 
@@ -422,7 +420,7 @@ mod tests {
         let screened = relax(&mut ev, genome.clone(), fit, fit.peak);
         let ranked = by_savings(&mut ev, genome, fit, fit.peak);
         assert!(ranked.1.peak <= fit.peak);
-        // The module doc's figures: 5.5597% screened, 5.5551% ranked.
+        // 5.5597% of a step screened, 5.5551% ranked.
         let share = |f: &Fitness| f.cost as f64 / ctx.step_units as f64;
         assert!(share(&screened.1) > 0.055596 && share(&ranked.1) < 0.055552);
         assert!(

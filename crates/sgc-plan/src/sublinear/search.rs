@@ -5,11 +5,11 @@
 //! the candidates were generated, so the outcome does not depend on the number of worker
 //! threads. Fitness values are cached by genome: re-proposed candidates (common once the
 //! population converges) cost nothing. Below that, outcomes (peak and recompute cost) are
-//! cached by discard plan ([`crate::sublinear::discard::key`]), the only thing a schedule depends on:
+//! cached by discard plan ([`super::discard::key`]), the only thing a schedule depends on:
 //! many genomes differ only in split points that change no discard (a split moved within
 //! a stretch where no chosen gap starts or ends, a split after the forward pass), so they
 //! are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
-//! ([`crate::sublinear::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
+//! ([`super::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
 //! caches live as long as the search.
 
 use crate::context::Context;
