@@ -289,10 +289,7 @@ mod tests {
     /// agrees with a from-scratch evaluation under `simulate`, genome by genome.
     #[test]
     fn evaluator_matches_scratch_evaluation() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = crate::sublinear::search::pool();
         for seed in 0..30 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);

@@ -345,18 +345,8 @@ mod tests {
     use super::*;
     use crate::context::Context;
     use crate::sublinear::genome::Rules;
+    use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
-
-    /// Each neighbour of the costly climb is the genome with one split put right at one of
-    /// the costliest recomputed ops of its schedule (added, or moved there from the split
-    /// before or after it), its splits sorted and distinct, its kept roots and rules
-    /// unchanged; and the climb never ends worse than it started.
-    fn pool() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool")
-    }
 
     /// A genome of 1 to 6 random splits over the `n` ops.
     fn random_splits(rng: &mut SplitMix64, n: usize) -> Genome {
@@ -364,6 +354,10 @@ mod tests {
         Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect())
     }
 
+    /// Each neighbour of the costly climb is the genome with one split put right at one of
+    /// the costliest recomputed ops of its schedule (added, or moved there from the split
+    /// before or after it), its splits sorted and distinct, its kept roots and rules
+    /// unchanged; and the climb never ends worse than it started.
     #[test]
     fn costly_neighbours_split_at_the_costliest_recomputations() {
         let pool = pool();

@@ -352,14 +352,8 @@ mod tests {
     use super::*;
     use crate::context::Context;
     use crate::sublinear::genome::Rules;
+    use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
-
-    fn pool() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool")
-    }
 
     /// Both passes end at or under the bound, recompute no more than they start, and only
     /// add kept roots, on random graphs, genomes and bounds (the plan's own peak and 5%

@@ -276,6 +276,15 @@ pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
     });
 }
 
+/// A pool of two workers, for tests.
+#[cfg(test)]
+pub(crate) fn pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool")
+}
+
 /// A feasible member with one split at `tag` (distinct tags, distinct genomes), for tests.
 #[cfg(test)]
 pub(crate) fn member(peak: u64, cost: u64, tag: u32) -> Member {
