@@ -1,10 +1,18 @@
-//! Dependencies point one way inside each crate: no top-level module reaches, through
-//! `crate::` paths in its code, a module that reaches it back. Test modules
-//! (`#[cfg(test)] mod ...`) and comments do not count; a name re-exported by the crate root
-//! (`crate::PlanError`) counts as the module it comes from.
+//! Dependencies point one way inside each crate.
+//! - No top-level module reaches, through `crate::` paths in its code, a module that
+//!   reaches it back (no cycles).
+//! - No module reaches up into its crate root: the root (`lib.rs`, `main.rs`) declares
+//!   modules and re-exports, and a module never uses an item the root itself defines.
+//!   sgc-plan's root defines none at all.
+//! - sgc-plan's modules stand in a declared order of layers ([`PLAN_LAYERS`]), and the
+//!   files of its sublinear search in the order of its phases ([`SUBLINEAR_LAYERS`]): a
+//!   module uses only modules of lower layers.
+//!
+//! Test modules (`#[cfg(test)] mod ...`) and comments do not count; a name re-exported by
+//! the crate root (`crate::PlanError`) counts as the module it comes from.
 //!
 //! On failure the message names the modules of each cycle and, for each, the modules it
-//! uses inside the cycle.
+//! uses inside the cycle; or each arrow that points up.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -62,14 +70,15 @@ fn ident(s: &str) -> &str {
     &s[..end]
 }
 
-/// Every name a `crate::` path of `code` starts with (`crate::{a, b::c}` gives a and b).
-fn crate_names(code: &str) -> Vec<String> {
+/// Every name that follows `prefix` (a path ending in `::`) in `code`.
+fn path_names(code: &str, prefix: &str) -> Vec<String> {
     let mut names = Vec::new();
-    for (i, _) in code.match_indices("crate::") {
-        if i > 0 && code[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
-            continue; // `sgc_crate::`, not `crate::`
+    for (i, _) in code.match_indices(prefix) {
+        if i > 0 && code[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
+            continue; // `sgc_crate::` or `a::crate::`, not `crate::`
         }
-        let rest = &code[i + "crate::".len()..];
+        let rest = &code[i + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let inner = &group[..group.find('}').unwrap_or(group.len())];
             names.extend(inner.split(',').map(|p| ident(p.trim()).to_string()));
@@ -77,17 +86,49 @@ fn crate_names(code: &str) -> Vec<String> {
             names.push(ident(rest).to_string());
         }
     }
-    names.retain(|n| !n.is_empty());
+    names.retain(|n| !n.is_empty() && n != "self");
     names
+}
+
+/// The names of the items a file defines at its top level (functions, types, constants,
+/// statics, traits, macros), not its modules or re-exports.
+fn items(text: &str) -> BTreeSet<String> {
+    const KINDS: [&str; 9] = [
+        "fn ",
+        "struct ",
+        "enum ",
+        "union ",
+        "const ",
+        "static ",
+        "type ",
+        "trait ",
+        "macro_rules! ",
+    ];
+    let mut out = BTreeSet::new();
+    for line in code(text).lines() {
+        let mut rest = line;
+        if let Some(r) = rest.strip_prefix("pub") {
+            rest = r.strip_prefix(' ').unwrap_or(r);
+            if rest.starts_with('(') {
+                rest = rest[rest.find(')').map_or(0, |i| i + 1)..].trim_start();
+            }
+        }
+        if let Some(r) = KINDS.iter().find_map(|k| rest.strip_prefix(k)) {
+            out.insert(ident(r).to_string());
+        }
+    }
+    out.retain(|n| !n.is_empty());
+    out
 }
 
 /// Names the crate root re-exports (`pub use module::{A, b}`), by the module they come from.
 fn root_exports(root: &str, modules: &BTreeSet<String>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for stmt in code(root).split(';') {
-        let Some(path) = stmt.trim().strip_prefix("pub use ") else {
+        let Some(at) = stmt.find("pub use ") else {
             continue;
         };
+        let path = &stmt[at + "pub use ".len()..];
         let module = ident(path);
         if !modules.contains(module) {
             continue;
@@ -107,33 +148,49 @@ fn root_exports(root: &str, modules: &BTreeSet<String>) -> BTreeMap<String, Stri
     out
 }
 
-/// The module graph of the crate whose sources are in `src`.
+/// The module graph of the crate whose sources are in `src`; a module that uses an item the
+/// crate root defines has an arrow to [`ROOT`].
 fn deps_of(src: &Path) -> Deps {
+    deps_in(src, &["crate::"], &["lib.rs", "main.rs"], ROOT)
+}
+
+/// The pseudo-module of the items a crate root (`lib.rs`, `main.rs`) defines.
+const ROOT: &str = "(crate root)";
+
+/// The graph of the modules in folder `dir` (each file or subfolder one module), as named
+/// after any of the path `prefixes` (`crate::`, or `crate::sublinear::` and `super::` for
+/// a folder module). The files in `roots` declare the folder's modules: names they re-export
+/// count as their module, and a use of an item they define is an arrow to `root`.
+fn deps_in(dir: &Path, prefixes: &[&str], roots: &[&str], root: &str) -> Deps {
     let mut files = Vec::new();
-    rust_files(src, &mut files);
+    rust_files(dir, &mut files);
     let module_of = |p: &Path| -> Option<String> {
-        let rel = p.strip_prefix(src).ok()?;
+        let rel = p.strip_prefix(dir).ok()?;
         let first = rel.components().next()?.as_os_str().to_string_lossy();
         let name = first.trim_end_matches(".rs").to_string();
-        (name != "lib" && name != "main").then_some(name)
+        (!roots.contains(&first.as_ref())).then_some(name)
     };
     let modules: BTreeSet<String> = files.iter().filter_map(|p| module_of(p)).collect();
-    let root = ["lib.rs", "main.rs"]
+    let root_text = roots
         .iter()
-        .filter_map(|f| std::fs::read_to_string(src.join(f)).ok())
+        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
         .collect::<Vec<_>>()
         .join("\n");
-    let exports = root_exports(&root, &modules);
+    let exports = root_exports(&root_text, &modules);
+    let defined = items(&root_text);
     let mut deps = Deps::new();
     for p in &files {
         let Some(m) = module_of(p) else { continue };
         let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let code = code(&text);
         let used = deps.entry(m.clone()).or_default();
-        for name in crate_names(&code(&text)) {
+        for name in prefixes.iter().flat_map(|pre| path_names(&code, pre)) {
             let target = if modules.contains(&name) {
                 Some(name)
+            } else if let Some(module) = exports.get(&name) {
+                Some(module.clone())
             } else {
-                exports.get(&name).cloned()
+                defined.contains(&name).then(|| root.to_string())
             };
             if let Some(t) = target.filter(|t| *t != m) {
                 used.insert(t);
@@ -235,6 +292,99 @@ fn no_module_imports_a_module_that_imports_it_back() {
     assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
 }
 
+/// sgc-plan's top-level modules, bottom layer first: plain data and the allocator, the
+/// per-graph context, the arena and the verifier, the strategies, the choice under a
+/// budget, one function per strategy, the entry points, and the batch fit on top.
+const PLAN_LAYERS: &[&[&str]] = &[
+    &["alloc", "maxflow", "violation"],
+    &["options"],
+    &["error"],
+    &["plan", "context"],
+    &["arena", "verify", "schedule"],
+    &["device", "dtr"],
+    &["sublinear"],
+    &["partition", "budget"],
+    &["run"],
+    &["planner"],
+    &["fit"],
+];
+
+/// The files of sgc-plan's `sublinear/`, bottom layer first: a candidate and its
+/// evaluation, then the phases of the search in the order a plan is made, and `mod.rs`
+/// (`mod`: its driver) on top.
+const SUBLINEAR_LAYERS: &[&[&str]] = &[
+    &["fingerprint"],
+    &["genome"],
+    &["discard"],
+    &["recompute", "profile"],
+    &["evaluate"],
+    &["search", "chen"],
+    &["thresholds", "genetic", "relax"],
+    &["polish"],
+    &["fixed_peak"],
+    &["mod"],
+];
+
+/// Every arrow of `deps` that does not point to a lower layer of `layers`, and every module
+/// missing from them, in words.
+fn upward(deps: &Deps, layers: &[&[&str]]) -> Vec<String> {
+    let layer = |m: &str| layers.iter().position(|l| l.contains(&m));
+    let mut out = Vec::new();
+    for (m, used) in deps {
+        let Some(lm) = layer(m) else {
+            out.push(format!("{m}: in no layer"));
+            continue;
+        };
+        for u in used {
+            match layer(u) {
+                Some(lu) if lu < lm => {}
+                Some(_) => out.push(format!("{m} -> {u}: not a lower layer")),
+                None => out.push(format!("{m} -> {u}: {u} in no layer")),
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_module_reaches_up_into_its_crate_root() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for c in CRATES {
+        for (m, used) in deps_of(&root.join(c)) {
+            if used.contains(ROOT) {
+                found.push(format!("{c}: {m} uses an item the crate root defines"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "arrows up:\n{}", found.join("\n"));
+    let lib = std::fs::read_to_string(root.join("crates/sgc-plan/src/lib.rs")).unwrap();
+    let defined = items(&lib);
+    assert!(
+        defined.is_empty(),
+        "sgc-plan's lib.rs defines {defined:?}: move them into a module and re-export them"
+    );
+}
+
+#[test]
+fn sgc_plan_modules_use_only_lower_layers() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/sgc-plan/src");
+    let mut found = upward(&deps_of(&src), PLAN_LAYERS);
+    let sub = deps_in(
+        &src.join("sublinear"),
+        &["crate::sublinear::", "super::"],
+        &["mod.rs"],
+        "mod",
+    );
+    let mut sub_up = upward(&sub, SUBLINEAR_LAYERS);
+    found.extend(sub_up.drain(..).map(|f| format!("sublinear/{f}")));
+    assert!(
+        found.is_empty(),
+        "arrows that do not point down:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The checker sees what it must: a `use crate::` edge, a grouped one, a re-exported name,
 /// a fully qualified path in code; and not a comment or a test module.
 #[test]
@@ -261,4 +411,55 @@ fn the_checker_finds_a_cycle_through_each_kind_of_path() {
     assert_eq!(found, vec![vec!["a", "b", "c"]], "{deps:?}");
     assert!(deps["d"].is_empty(), "a test module counted: {deps:?}");
     assert!(!deps["a"].contains("d"), "a comment counted: {deps:?}");
+}
+
+/// The layer and root checks see an arrow up: a module using an item its crate root defines,
+/// a module using one of a higher layer, a folder's file using an item of its `mod.rs`.
+#[test]
+fn the_checker_finds_arrows_up() {
+    let dir = std::env::temp_dir().join(format!("sgc-module-layers-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("folder")).unwrap();
+    let files = [
+        (
+            "lib.rs",
+            "mod folder; mod high; mod low;\npub fn helper() {}\npub use high::Top;\n",
+        ),
+        (
+            "low.rs",
+            "fn f() -> crate::Top { crate::helper(); todo!() }\n",
+        ),
+        ("high.rs", "pub struct Top;\nuse crate::low;\n"),
+        (
+            "folder/mod.rs",
+            "mod a;\nmod b;\npub(crate) fn driver() {}\n",
+        ),
+        ("folder/a.rs", "use super::driver;\n"),
+        ("folder/b.rs", "use crate::folder::a;\n"),
+    ];
+    for (f, text) in files {
+        std::fs::write(src.join(f), text).unwrap();
+    }
+    let deps = deps_of(&src);
+    let folder = deps_in(
+        &src.join("folder"),
+        &["crate::folder::", "super::"],
+        &["mod.rs"],
+        "mod",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(deps["low"].contains(ROOT), "{deps:?}");
+    assert_eq!(
+        upward(&deps, &[&["low", ROOT], &["high"], &["folder"]]),
+        vec![
+            "low -> (crate root): not a lower layer",
+            "low -> high: not a lower layer"
+        ],
+        "{deps:?}"
+    );
+    assert_eq!(
+        upward(&folder, &[&["a"], &["b"], &["mod"]]),
+        vec!["a -> mod: not a lower layer"],
+        "{folder:?}"
+    );
 }

@@ -7,19 +7,19 @@
 //! less that saving first ([`in_place_slack`]) and placed only when that fits.
 //!
 //! **Monotone by construction.** A search run once per budget ends wherever its greedy
-//! steps lead, so a larger budget could cost more recompute (a sweep of 101 budgets on
-//! ResNet-50 found 11 such pairs). Here the planner builds a set of candidate plans that
+//! steps lead, so a larger budget could cost more recompute. Here the planner builds a
+//! set of candidate plans that
 //! does not depend on the budget, and the budget only selects from it: the candidate with
 //! the least recompute (then the lower peak) whose device bytes fit. A larger budget
 //! admits every plan a smaller one admitted, so it never costs more. The set:
 //! 1. the memory/recompute front of every candidate the unbudgeted sublinear search
-//!    evaluated ([`crate::search::Front`]: thousands of plans over the whole range of
+//!    evaluated ([`crate::sublinear::search::Front`]: thousands of plans over the whole range of
 //!    peaks), and that search's pick and Chen's plan by name (the front ranks by the
 //!    memory model's peak, and device bytes can order plans otherwise);
 //! 2. refinements at a fixed ladder of [`LADDER`] peak levels, geometrically spaced from
 //!    the lowest peak that search reached to the unplanned peak: at each level the
 //!    front's cheapest plan under it is climbed and relaxed with the level as its budget
-//!    ([`crate::sublinear::refine_under`]); what they evaluate joins the front;
+//!    ([`crate::sublinear::fixed_peak::refine_under`]); what they evaluate joins the front;
 //! 3. static DTR ([`crate::dtr`]) at [`DTR_LEVELS`] eviction thresholds from its
 //!    eviction floor (or the per-op lower bound) up to the unplanned peak: eviction
 //!    reaches below what split points can, and at many memories recomputes less. Such a
@@ -35,10 +35,12 @@
 
 use crate::context::Context;
 use crate::device::device_bytes;
-use crate::evaluate::{fitness_of, schedule, Fitness};
-use crate::genome::Genome;
-use crate::search::Evaluator;
-use crate::{dtr, BudgetOf, PlanError, PlanOptions, Strategy};
+use crate::dtr;
+use crate::error::PlanError;
+use crate::options::{BudgetOf, PlanOptions, Strategy};
+use crate::sublinear::evaluate::{fitness_of, schedule, Fitness};
+use crate::sublinear::genome::Genome;
+use crate::sublinear::search::Evaluator;
 use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
@@ -93,12 +95,12 @@ pub(crate) fn candidates(
     let ctx = ev.ctx;
     for level in levels(lowest, ctx.unplanned_peak, LADDER) {
         if let Some(start) = ev.front.cheapest_under(level).cloned() {
-            crate::sublinear::refine_under(ev, &start, level);
+            crate::sublinear::fixed_peak::refine_under(ev, &start, level);
         }
     }
     // The front ranks by the memory model's peak; the unbudgeted pick and Chen's plan join
     // it by name, so that a budget at their own device bytes is always met.
-    let named = [pick.clone(), crate::chen::best(ctx)];
+    let named = [pick.clone(), crate::sublinear::chen::best(ctx)];
     let fits = ev.eval_batch(&named);
     let split = ev
         .front

@@ -3,7 +3,7 @@
 //!
 //! - *Accesses* of a storage: the positions (in the traced order) of the ops that produce,
 //!   view or read it. The gaps between consecutive accesses are where a storage may be
-//!   freed and later recomputed ([`crate::discard`] picks one per storage).
+//!   freed and later recomputed ([`crate::sublinear::discard`] picks one per storage).
 //! - *Rerunnable* ops: recomputable ops whose outputs' views can all be remade too (a
 //!   recomputed root makes its old views stale).
 //! - *Hazard* of an op: the first traced position of a non-recomputable op that reads a
@@ -38,7 +38,7 @@ pub(crate) struct Context<'g> {
     /// The state every split walk starts from ([`start_state`]).
     pub walk_start: Vec<Slot>,
     /// Walk states along the plan-independent prefix, made by the first walk that needs
-    /// them ([`crate::recompute`]).
+    /// them ([`crate::sublinear::recompute`]).
     pub prefixes: std::sync::OnceLock<Prefixes>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
     pub forward: Vec<bool>,
@@ -55,7 +55,7 @@ pub(crate) struct Context<'g> {
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
     pub freeable_by_made: Vec<(u32, u32, TensorId)>,
-    /// The discard plan's tables ([`crate::discard`]), one entry per `freeable_by_made`
+    /// The discard plan's tables ([`crate::sublinear::discard`]), one entry per `freeable_by_made`
     /// entry, flat: entry `j`'s accesses are `gap_acc[gap_at[j]..gap_at[j + 1]]`, and at the
     /// same offsets `gap_best[.. + i]` is the gap (index of its opening access) that a
     /// discard opening at access `i` or later takes: the longest gap worth discarding over
@@ -66,8 +66,8 @@ pub(crate) struct Context<'g> {
     pub gap_best: Vec<u32>,
     pub gap_at: Vec<u32>,
     /// The indices `j` of the `freeable_by_made` entries that some genome may discard (a
-    /// gap worth discarding over exists), in order: a discard plan skips the others (on
-    /// the real corpus a third to a half of the freeable storages; commit 9a0bff0).
+    /// gap worth discarding over exists), in order: a discard plan skips the others (often
+    /// a large share of the freeable storages).
     pub discardable: Vec<u32>,
     pub rerunnable: Vec<bool>,
     /// Per op.
@@ -98,7 +98,7 @@ pub(crate) struct Context<'g> {
     /// ([`MAX_RECOMPUTE_STEPS`] steps).
     pub max_recompute_units: u64,
     /// Per op: whether exactly one of its outputs is read by some op (a storage made by
-    /// such an op is not discarded right after it is made: see [`crate::discard`]).
+    /// such an op is not discarded right after it is made: see [`crate::sublinear::discard`]).
     pub single_output: Vec<bool>,
 }
 
@@ -126,29 +126,11 @@ impl<'g> Context<'g> {
                     .unwrap_or(NO_HAZARD)
             })
             .collect();
-        let mut kept = vec![false; g.num_tensors()];
-        for &t in g.outputs() {
-            kept[g.storage_root(t).index()] = true;
-        }
-        let freeable: Vec<bool> = g
-            .tensor_ids()
-            .map(|t| {
-                g.storage_root(t) == t
-                    && g.tensor(t).kind == TensorKind::Activation
-                    && !kept[t.index()]
-                    && g.producer(t).is_some_and(|p| rerunnable[p.index()])
-            })
-            .collect();
+        let kept = kept_roots(g);
+        let freeable = freeable(g, &kept, &rerunnable);
         let freeable_roots: Vec<TensorId> =
             g.tensor_ids().filter(|t| freeable[t.index()]).collect();
-        let mut freeable_by_made: Vec<(u32, u32, TensorId)> = freeable_roots
-            .iter()
-            .filter_map(|&r| {
-                let a = &accesses[r.index()];
-                Some((*a.first()?, *a.last()?, r))
-            })
-            .collect();
-        freeable_by_made.sort_unstable();
+        let freeable_by_made = by_made(&freeable_roots, &accesses);
         let activation_inputs: Vec<u32> = g.ops().iter().map(|o| activation_inputs(g, o)).collect();
         let (gap_acc, gap_best, gap_at) =
             gap_tables(&freeable_by_made, &accesses, &activation_inputs);
@@ -159,17 +141,7 @@ impl<'g> Context<'g> {
             })
             .map(|j| j as u32)
             .collect();
-        let mut by_last: Vec<(u32, TensorId)> =
-            freeable_by_made.iter().map(|&(_, l, r)| (l, r)).collect();
-        by_last.sort_unstable();
-        let mut last_at = vec![0u32; n + 1];
-        for &(l, _) in &by_last {
-            last_at[l as usize + 1] += 1;
-        }
-        for i in 0..n {
-            last_at[i + 1] += last_at[i];
-        }
-        let last_roots = by_last.into_iter().map(|(_, r)| r).collect();
+        let (last_roots, last_at) = by_last(&freeable_by_made, n);
         let profile = g.memory_profile();
         let validity = g
             .tensor_ids()
@@ -179,6 +151,7 @@ impl<'g> Context<'g> {
                 (false, _) => Validity::Current,
             })
             .collect();
+        let (io, io_at) = io_tables(g);
         let input_roots = g
             .tensor_ids()
             .filter(|&t| g.storage_root(t) == t && g.tensor(t).kind == TensorKind::Input)
@@ -190,17 +163,7 @@ impl<'g> Context<'g> {
             max_recompute_units: step_units.saturating_mul(MAX_RECOMPUTE_STEPS),
             step_units,
             cost_units,
-            single_output: g
-                .ops()
-                .iter()
-                .map(|o| {
-                    o.outputs
-                        .iter()
-                        .filter(|&&t| !g.consumers(t).is_empty())
-                        .count()
-                        == 1
-                })
-                .collect(),
+            single_output: single_output(g),
             gap_acc,
             gap_best,
             gap_at,
@@ -224,22 +187,8 @@ impl<'g> Context<'g> {
             last_at,
             dirty_at,
             op_bits: Vec::new(),
-            io: g
-                .ops()
-                .iter()
-                .flat_map(|o| o.inputs.iter().chain(&o.outputs).copied())
-                .collect(),
-            io_at: {
-                let mut at = 0u32;
-                g.ops()
-                    .iter()
-                    .map(|o| {
-                        let (i, m) = (o.inputs.len() as u32, o.outputs.len() as u32);
-                        at += i + m;
-                        (at - i - m, at - m, at)
-                    })
-                    .collect()
-            },
+            io,
+            io_at,
             root: g.tensor_ids().map(|t| g.storage_root(t)).collect(),
             rerunnable,
             hazard,
@@ -253,25 +202,32 @@ impl<'g> Context<'g> {
             prefixes: std::sync::OnceLock::new(),
             forward: Vec::new(),
         };
-        let fwd = ctx.forward_ops();
-        ctx.forward = vec![false; n];
+        ctx.derive();
+        ctx
+    }
+
+    /// The tables derived from the others: the forward ops, the walk's starting state and
+    /// the per-op bits.
+    fn derive(&mut self) {
+        let n = self.n;
+        let fwd = self.forward_ops();
+        self.forward = vec![false; n];
         for &i in &fwd {
-            ctx.forward[i as usize] = true;
+            self.forward[i as usize] = true;
         }
-        ctx.walk_start = start_state(&ctx);
-        ctx.op_bits = (0..n)
+        self.walk_start = start_state(self);
+        self.op_bits = (0..n)
             .map(|i| {
                 let mut bits = 0;
-                if ctx.rerunnable[i] {
+                if self.rerunnable[i] {
                     bits |= OP_RERUNNABLE;
                 }
-                if ctx.forward[i] {
+                if self.forward[i] {
                     bits |= OP_FORWARD;
                 }
                 bits
             })
             .collect();
-        ctx
     }
 
     /// The freeable roots whose last traced access is position `i`.
@@ -352,6 +308,91 @@ pub(crate) enum Validity {
 }
 
 type Roots = Vec<Vec<TensorId>>;
+
+/// Per tensor: whether it is the storage root of a graph output (kept to the end).
+fn kept_roots(g: &Graph) -> Vec<bool> {
+    let mut kept = vec![false; g.num_tensors()];
+    for &t in g.outputs() {
+        kept[g.storage_root(t).index()] = true;
+    }
+    kept
+}
+
+/// Per tensor: whether it is an activation root, not kept, made by a rerunnable op: a
+/// storage that may be freed and recomputed.
+fn freeable(g: &Graph, kept: &[bool], rerunnable: &[bool]) -> Vec<bool> {
+    g.tensor_ids()
+        .map(|t| {
+            g.storage_root(t) == t
+                && g.tensor(t).kind == TensorKind::Activation
+                && !kept[t.index()]
+                && g.producer(t).is_some_and(|p| rerunnable[p.index()])
+        })
+        .collect()
+}
+
+/// The accessed freeable roots as (first access, last access, root), sorted.
+fn by_made(roots: &[TensorId], accesses: &[Vec<u32>]) -> Vec<(u32, u32, TensorId)> {
+    let mut out: Vec<(u32, u32, TensorId)> = roots
+        .iter()
+        .filter_map(|&r| {
+            let a = &accesses[r.index()];
+            Some((*a.first()?, *a.last()?, r))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The roots of `by_made` by last access, and where each of the `n` positions' roots start
+/// (position `i`'s are `roots[at[i]..at[i + 1]]`).
+fn by_last(by_made: &[(u32, u32, TensorId)], n: usize) -> (Vec<TensorId>, Vec<u32>) {
+    let mut by_last: Vec<(u32, TensorId)> = by_made.iter().map(|&(_, l, r)| (l, r)).collect();
+    by_last.sort_unstable();
+    let mut at = vec![0u32; n + 1];
+    for &(l, _) in &by_last {
+        at[l as usize + 1] += 1;
+    }
+    for i in 0..n {
+        at[i + 1] += at[i];
+    }
+    (by_last.into_iter().map(|(_, r)| r).collect(), at)
+}
+
+/// Per op: whether exactly one of its outputs is read by some op.
+fn single_output(g: &Graph) -> Vec<bool> {
+    g.ops()
+        .iter()
+        .map(|o| {
+            o.outputs
+                .iter()
+                .filter(|&&t| !g.consumers(t).is_empty())
+                .count()
+                == 1
+        })
+        .collect()
+}
+
+/// Every op's inputs then outputs in one list, and per op where its inputs start, its
+/// outputs start and its outputs end in it.
+fn io_tables(g: &Graph) -> (Vec<TensorId>, Vec<(u32, u32, u32)>) {
+    let io = g
+        .ops()
+        .iter()
+        .flat_map(|o| o.inputs.iter().chain(&o.outputs).copied())
+        .collect();
+    let mut at = 0u32;
+    let io_at = g
+        .ops()
+        .iter()
+        .map(|o| {
+            let (i, m) = (o.inputs.len() as u32, o.outputs.len() as u32);
+            at += i + m;
+            (at - i - m, at - m, at)
+        })
+        .collect();
+    (io, io_at)
+}
 
 fn op_roots(g: &Graph) -> (Roots, Roots, Roots) {
     let distinct = |ts: &[TensorId], persistent: bool| {
@@ -511,7 +552,7 @@ pub(crate) const NEVER_MADE: u8 = u8::MAX;
 /// One tensor's walk state and the facts the walk reads with it, kept together so that a
 /// step reads and writes one place in memory per tensor (20 bytes; eleven arrays before).
 /// `version`, the flags and `open` are meaningful for roots only. The walk
-/// ([`crate::recompute`]) owns its meaning; the context caches its starting value.
+/// ([`crate::sublinear::recompute`]) owns its meaning; the context caches its starting value.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Slot {
     /// Its storage root.
@@ -532,8 +573,8 @@ pub(crate) struct Slot {
 }
 
 /// Split walks' states before evenly spaced positions of the prefix that every plan walks
-/// alike (see [`crate::recompute`], which makes and reads them; the context caches them as
-/// it caches [`start_state`]). By increasing position.
+/// alike (see [`crate::sublinear::recompute`], which makes and reads them; the context
+/// caches them as it caches [`start_state`]). By increasing position.
 #[derive(Default)]
 pub(crate) struct Prefixes {
     pub states: Vec<PrefixState>,

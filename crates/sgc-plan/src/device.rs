@@ -2,10 +2,12 @@
 //! persistent bytes), placed ([`device_bytes`]) or bounded from below without placing
 //! ([`device_floor`]).
 
+use crate::arena;
 use crate::context::Context;
-use crate::plan::Lifetime;
-use crate::{arena, PlanError, PlanOptions};
-use sgc_ir::OpId;
+use crate::error::PlanError;
+use crate::options::PlanOptions;
+use crate::plan::{ArenaLayout, Lifetime};
+use sgc_ir::{Graph, OpId};
 
 /// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)
 /// plus the persistent bytes.
@@ -15,14 +17,25 @@ pub(crate) fn device_bytes(
     steps: &[(OpId, bool)],
 ) -> Result<u64, PlanError> {
     let (ops, lifetimes) = lifetimes(ctx, opts, steps)?;
-    let layout = arena::assign(
-        ctx.g,
-        &ops,
-        &lifetimes,
+    let layout = place(ctx.g, &ops, &lifetimes, opts)?;
+    Ok(layout.size.saturating_add(ctx.g.persistent_bytes()))
+}
+
+/// The arena of a schedule's `lifetimes`, placed at `opts.align` with the planner's
+/// allocator effort.
+pub(crate) fn place(
+    graph: &Graph,
+    ops: &[OpId],
+    lifetimes: &[Lifetime],
+    opts: &PlanOptions,
+) -> Result<ArenaLayout, PlanError> {
+    arena::assign(
+        graph,
+        ops,
+        lifetimes,
         opts.align,
         opts.arena_effort.effort(),
-    )?;
-    Ok(layout.size.saturating_add(ctx.g.persistent_bytes()))
+    )
 }
 
 /// The fewest device bytes any arena of a schedule could take ([`arena::floor`]) plus the

@@ -29,13 +29,12 @@
 //! traced read, the next read of a gone descendant whose recomputation would read it, or
 //! of the tensor it was kept for ([`keep_for`]). A DenseNet layer's small convolution
 //! output is read by every later concatenation of its block and by no traced op after the
-//! last one, so it was freed there; when the large concatenations were evicted later,
-//! each of their recomputations replayed the whole block (one re-ran 134 ops, 25% of a
-//! step, on DenseNet-121 at 1.4 GiB). Now a storage read by several ops is kept at its
-//! last traced read when a resident tensor made by one of its earlier readers scores
-//! lower than it (is cheaper to evict), and stays a candidate like any other while that
-//! tensor is resident (DenseNet-121 at 1.4 GiB: 47% -> 28% of a step). A storage read
-//! once gains nothing from this (keeping it instead of its reader's output is a wash).
+//! last one; freed there, every recomputation of an evicted concatenation would replay the
+//! whole block. So a storage read by several ops is kept at its last traced read when a
+//! resident tensor made by one of its earlier readers scores lower than it (is cheaper to
+//! evict), and stays a candidate like any other while that tensor is resident. A storage
+//! read once gains nothing from this (keeping it instead of its reader's output is a
+//! wash).
 //!
 //! **The cascade.** `cascade_cost(t)` is DTR's evicted neighbourhood (e*): the producer
 //! of `t`, the producers of the ancestors its recomputation at its next use would rebuild
@@ -45,8 +44,8 @@
 //! through a run of more than [`DEAD_RUN_LIMIT`] dead tensors (read by no traced op from
 //! its next use on) is never evicted: that is a gradient, made from gradients already
 //! freed all the way back to the loss, and recomputing it would replay the backward pass
-//! while holding every forward activation it reads (on real ResNet-50 that grew one
-//! recomputation to 2.9 GiB at a 1 GiB threshold). Forward chains pass through at most a
+//! while holding every forward activation it reads, far above any threshold. Forward
+//! chains pass through at most a
 //! few dead tensors in a row (a normalisation's output between a convolution and its
 //! activation, a residual sum), because the backward pass reads the tensors around them.
 //!
@@ -449,8 +448,7 @@ fn remat_next(st: &State<'_>, r: TensorId) -> Option<u32> {
 /// ops, of the persistent bytes, every storage that cannot be evicted (graph inputs and
 /// outputs, storages of ops that must not run twice) while it is live in the traced
 /// order, and the op's own freeable operands. At least the per-op lower bound; above it
-/// where non-recomputable ops keep storage alive (GPT-2's dropout outputs: 10.9 GiB of its
-/// 5.1 GiB bound).
+/// where non-recomputable ops keep storage alive (a transformer's dropout outputs).
 pub(crate) fn eviction_floor(ctx: &Context<'_>) -> u64 {
     let mut delta = vec![0i128; ctx.n + 1];
     for t in ctx.g.tensor_ids() {

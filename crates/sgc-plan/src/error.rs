@@ -1,7 +1,7 @@
 //! Typed errors of the planner. Each message names the op, tensor or figure at fault and
 //! ends with what to do about it.
 
-use crate::bound::BudgetOf;
+use crate::options::BudgetOf;
 use crate::violation::Violation;
 use thiserror::Error;
 

@@ -31,7 +31,8 @@
 //! planned once per strategy.
 
 use crate::alloc::Effort;
-use crate::{PlanError, PlanOptions, RunConfig};
+use crate::error::PlanError;
+use crate::options::{PlanOptions, RunConfig};
 use serde::Serialize;
 use sgc_ir::rescale::{self, RescaleError};
 use sgc_ir::Graph;
@@ -249,7 +250,7 @@ pub fn probe(
     // sharing can pack an arena below the live peak) and are placed here.
     let budget_aware = matches!(
         plan_opts.strategy,
-        crate::Strategy::Sublinear | crate::Strategy::Dtr
+        crate::options::Strategy::Sublinear | crate::options::Strategy::Dtr
     );
     let o = PlanOptions {
         budget: budget_aware.then_some(limit),
@@ -266,7 +267,7 @@ pub fn probe(
         strategy: o.strategy.to_string(),
         source,
     };
-    let plan = match crate::plan(&g, &o, &run) {
+    let plan = match crate::planner::plan(&g, &o, &run) {
         Ok(plan) => plan,
         Err(PlanError::BudgetNotMet {
             best_peak,

@@ -71,9 +71,8 @@ const CHAIN_POINTS: usize = 48;
 /// Tensors one greedy step tries ([`Model::greedy`]).
 const GREEDY_TRIES: usize = 48;
 /// Greedy steps from one hull vertex: enough to cross a wide gap between two vertices
-/// (GPT-2's log-softmax output, 196 MiB, makes one: with 16 steps the walks stopped tens
-/// of MiB short of it, and a budget there recomputed the LM head, 79 GFLOPs, where 56 now
-/// suffice at 220 MiB).
+/// (one very large tensor, as a language model's log-softmax output, makes one; fewer
+/// steps stop short of it, and a budget in the gap then recomputes far too much).
 const GREEDY_STEPS: usize = 64;
 /// Members of a Pareto walk's front expanded, from one hull vertex ([`Model::pareto`]).
 const PARETO_EXPANSIONS: usize = 64;
@@ -84,9 +83,8 @@ const PARETO_TRIES: usize = 24;
 /// few bytes and units apart, and the pass tries 64 swaps on each.
 const SWAP_FRONT: u32 = 12;
 /// The walks' and swaps' sets on the front become candidates (a schedule each) when they
-/// recompute at least 2^-12 less than the one before them ([`thin`]). At 2^-11, one of the
-/// 36 budgets of `vs_torch.py` measured offline (ResNet-18 at 0.2) ended 0.8 MFLOPs above
-/// PyTorch's.
+/// recompute at least 2^-12 less than the one before them ([`thin`]): fine enough that a
+/// budget between two candidates loses next to nothing to a finer front.
 const MAX_FOUND: u32 = 12;
 /// Tensors dropped and tensors added per front member in the swap pass ([`Model::swaps`]).
 const SWAP_TRIES: usize = 8;
@@ -501,8 +499,7 @@ impl Model {
     /// whose own producer costs least per byte) and one recomputed tensor kept instead (of
     /// the [`SWAP_TRIES`] that cost most per byte), where that recomputes less or keeps
     /// fewer bytes. A walk adds or drops only; a budget between two front members can need
-    /// both (MobileNetV3: keeping one convolution's output instead of another's, 32 KiB
-    /// more, recomputes 0.15 MFLOPs less).
+    /// both (keeping one convolution's output instead of another's).
     fn swaps(&self, mask: &[bool]) -> Vec<SwapPoint> {
         let (units, adds) = self.recompute_of(mask);
         let adds = self.ranked(adds, true, SWAP_TRIES);
@@ -541,7 +538,7 @@ impl Model {
     /// nearest `start` and tries its [`PARETO_TRIES`] tensors whose own producer costs most
     /// per byte (to add) or least (to drop); a result joins the front unless a member keeps
     /// no more bytes and recomputes no more. Greedy walks follow one path of best ratios,
-    /// whose steps can be one large tensor each (ResNet-18's 0.5 MiB blocks); the front
+    /// whose steps can be one large tensor each (a CNN's block outputs); the front
     /// holds the mixes in between, where a budget between two vertices is served (at most
     /// [`PARETO_EXPANSIONS`] expansions).
     fn pareto(&self, start: &[u32], bound: u64, dir: Direction) -> Vec<Point> {
@@ -854,7 +851,7 @@ impl Model {
             keep[ctx.root[self.tensors[k as usize].index()].index()] = true;
         }
         let steps = schedule(ctx, self.b0, &keep)?;
-        let fitness = crate::evaluate::fitness_of(ctx, &steps, 0);
+        let fitness = crate::sublinear::evaluate::fitness_of(ctx, &steps, 0);
         if !fitness.feasible {
             return Err(Infeasible::NoFixpoint);
         }
@@ -928,6 +925,13 @@ fn schedule(ctx: &Context<'_>, b0: usize, keep: &[bool]) -> Result<Vec<(OpId, bo
 mod tests {
     use super::*;
 
+    /// The position of the graph's first backward op.
+    fn first_backward(ctx: &Context<'_>) -> usize {
+        (0..ctx.n)
+            .find(|&i| ctx.g.phase(OpId::new(i)) == Some(Phase::Backward))
+            .unwrap()
+    }
+
     fn load(name: &str) -> sgc_ir::Graph {
         let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../graphs")
@@ -965,9 +969,7 @@ mod tests {
     fn every_cut_is_the_exhaustive_optimum() {
         let g = load("tiny_mlp.json");
         let ctx = Context::new(&g);
-        let b0 = (0..ctx.n)
-            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-            .unwrap();
+        let b0 = first_backward(&ctx);
         let m = Model::new(&ctx, b0, false);
         let free: Vec<usize> = (0..m.tensors.len())
             .filter(|&k| m.producer[k].is_some())
@@ -1051,9 +1053,7 @@ mod tests {
         for (name, allowed) in [("tiny_mlp.json", 0), ("tiny_cnn.json", 1)] {
             let g = load(name);
             let ctx = Context::new(&g);
-            let b0 = (0..ctx.n)
-                .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-                .unwrap();
+            let b0 = first_backward(&ctx);
             let m = Model::new(&ctx, b0, false);
             let free = (0..m.tensors.len())
                 .filter(|&k| m.producer[k].is_some())
@@ -1084,9 +1084,7 @@ mod tests {
     fn hull_vertices_trade_bytes_for_recompute() {
         let g = load("tiny_cnn.json");
         let ctx = Context::new(&g);
-        let b0 = (0..ctx.n)
-            .find(|&i| g.phase(OpId::new(i)) == Some(Phase::Backward))
-            .unwrap();
+        let b0 = first_backward(&ctx);
         let (hull, _) = Model::new(&ctx, b0, false).hull();
         assert!(hull.len() >= 2);
         for w in hull.windows(2) {

@@ -10,10 +10,9 @@
 //! While a set runs, every root that a later op of the set reads is pinned
 //! ([`State::needed`]): the policy may evict anything else, the set's own intermediates
 //! included once their last reader in the set has run. (Pinning everything a round made
-//! instead held whole recomputed prefixes of the network at once: recomputing one
-//! ResNet-50 backward input from the image pinned 3.7 GiB at a 1 GiB threshold.)
+//! would hold whole recomputed prefixes of the network at once.)
 //! A [`Policy`] decides what to evict before each step. Unlike the split-based strategies
-//! ([`crate::recompute`], where every op runs at most twice), an evicted tensor may be
+//! ([`crate::sublinear::recompute`], where every op runs at most twice), an evicted tensor may be
 //! recomputed again and again; [`MAX_RECOMPUTE_STEPS`] bounds the total.
 //!
 //! Recomputation that cannot be done safely (a non-recomputable producer, or a persistent

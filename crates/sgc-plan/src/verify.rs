@@ -80,9 +80,11 @@ pub fn check(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, CheckError> {
         None => (peak.peak_bytes, "peak; the plan has no arena"),
     };
     let (device, what) = match plan.options.budget_of {
-        crate::BudgetOf::Device => (device, what),
-        crate::BudgetOf::Peak => (peak.peak_bytes, "memory-model peak; budget of the peak"),
-        crate::BudgetOf::Saved => {
+        crate::options::BudgetOf::Device => (device, what),
+        crate::options::BudgetOf::Peak => {
+            (peak.peak_bytes, "memory-model peak; budget of the peak")
+        }
+        crate::options::BudgetOf::Saved => {
             let steps: Vec<(sgc_ir::OpId, bool)> =
                 plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
             let saved = crate::plan::saved_bytes(graph, &steps);

@@ -102,8 +102,7 @@ pub(crate) fn reorder_work(greedy_work: u64) -> u64 {
 ///
 /// Best fit keeps large gaps for large buffers; first fit keeps every buffer low, which on
 /// planned training steps (long-lived checkpoints under short-lived recomputations) packs
-/// far tighter: DenseNet-121's plan 1.017x its live peak where best fit leaves 1.105x
-/// (`cargo bench --bench alloc -- real`, whose plan-effort arenas are mostly this one's). The rounds lift the
+/// far tighter (`cargo bench --bench alloc -- real` compares them). The rounds lift the
 /// buffers that set the arena's top into the first choice of gaps; a round can change
 /// nothing for several rounds before one that does, hence [`STALE_ROUNDS`].
 pub(crate) fn greedy_reorder(

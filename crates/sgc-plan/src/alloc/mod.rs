@@ -41,9 +41,8 @@
 //!    that holds the buffer), then rounds that move the buffers ending above the lower
 //!    bound to the front of the order ("squeaky wheel"), the smallest arena kept. On
 //!    planned training steps, where the search is too large to run, it packs far tighter
-//!    than best fit (DenseNet-121's plan 1.017x its aligned live peak where greedy by
-//!    size leaves 1.105x, MobileNetV3's 1.005x for 1.086x: `cargo bench --bench alloc
-//!    -- real`). Each round costs what greedy by size does;
+//!    than best fit (`cargo bench --bench alloc -- real` compares them). Each round costs
+//!    what greedy by size does;
 //!    its rounds, the first included, take at most 10^8 scan steps (about a tenth of a
 //!    second), so a list where one round costs more is not reordered (it is reported as
 //!    skipped): on large plans one round took as long as the rest of the arena.
@@ -122,12 +121,9 @@ impl Effort {
         greedy_work: 2_000_000_000,
     };
     /// What `sgc plan` spends on a plan's arena: a two-hundredth of the default, a few
-    /// hundredths of a second at most. Within it the search reaches the live peak on the
-    /// plans where it helps at all (unet, resnet18, random_layered_n250, tiny_transformer:
-    /// 0.5M to 4.4M work); on plans of more than 600 lifetimes it never did (they need 12M
-    /// to 330M: mobilenet_v3_large, resnet50, vit_b_16, bert_base, densenet121,
-    /// inception_v3 reach their live peak with the default effort), so they skip it and
-    /// plans stay as fast as they were.
+    /// hundredths of a second at most: enough for the search on the small plans where it
+    /// helps; larger plans (over 600 lifetimes) would need far more, so they skip it and
+    /// planning stays fast.
     pub const PLAN: Effort = Effort {
         search_work: 10_000_000,
         search_max_buffers: 600,
@@ -172,12 +168,11 @@ pub enum ArenaEffort {
     /// Heuristics only ([`Effort::FAST`]).
     Fast,
     /// [`Effort::PLAN`]: hundredths of a second; plans of more than 600 lifetimes keep
-    /// the heuristics' arena (most real plans within 2% of the aligned live peak).
+    /// the heuristics' arena.
     #[default]
     Plan,
-    /// [`Effort::DEFAULT`] (what `sgc alloc` spends): up to a few seconds; reaches the
-    /// aligned live peak on most real plans and within 1% of it on all twelve of
-    /// `graphs/real/` (`cargo bench --bench alloc -- real`).
+    /// [`Effort::DEFAULT`] (what `sgc alloc` spends): up to a few seconds, for arenas at
+    /// or near the aligned live peak (`cargo bench --bench alloc -- real` measures them).
     Default,
     /// [`Effort::THOROUGH`].
     Thorough,

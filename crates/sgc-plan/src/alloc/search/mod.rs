@@ -52,8 +52,8 @@
 //! ones of running the attempts one by one (the preordering of the partitions, made once
 //! per preorder, is charged to the attempt that made it first when run one by one), so
 //! results do not depend on the number of threads; only the wall time does. Most of the
-//! search's work goes to restarts that run out, and two threads take them two at a time
-//! (commit dc35384 gives the attempts and the times on the real U-Net's plan).
+//! search's work goes to restarts that run out, and two threads take them two at a
+//! time.
 //!
 //! # Optimisation and budgets
 //! [`improve`] starts from the best heuristic arena (the warm start) and asks for the

@@ -8,8 +8,8 @@
 //! forward pass.
 
 use crate::context::Context;
-use crate::evaluate::{fitness_with, outcome, Objective};
-use crate::genome::Genome;
+use crate::sublinear::evaluate::{fitness_with, outcome, Objective};
+use crate::sublinear::genome::Genome;
 
 /// The split points of Chen's sqrt(n) rule.
 pub(crate) fn genome(ctx: &Context<'_>) -> Genome {
@@ -23,14 +23,14 @@ pub(crate) fn scaled(ctx: &Context<'_>, scale: f64) -> Genome {
     Genome::from_splits(fwd.iter().skip(k - 1).step_by(k).copied().collect())
 }
 
-/// Chen's plan: its split set under the variant of the rules ([`crate::evaluate::Rules`])
+/// Chen's plan: its split set under the variant of the rules ([`super::evaluate::Rules`])
 /// that peaks lowest (then recomputes least; ties: the first variant).
 pub(crate) fn best(ctx: &Context<'_>) -> Genome {
-    let mut best: Option<(Genome, crate::evaluate::Fitness)> = None;
+    let mut best: Option<(Genome, crate::sublinear::evaluate::Fitness)> = None;
     let mut chen = genome(ctx);
     chen.rules.forward_only = true;
     for g in chen.variants() {
-        let plan = crate::discard::plan(ctx, &g);
+        let plan = crate::sublinear::discard::plan(ctx, &g);
         let f = fitness_with(outcome(ctx, &g, &plan), &g);
         if best
             .as_ref()

@@ -4,11 +4,11 @@
 //! `sgc_ir::simulate` is the model every tool shares (a storage lives from the step that
 //! produces it to its last use; a new production starts a new instance), and it still
 //! measures the chosen plan. The search counts live bytes inside its walk
-//! ([`crate::recompute::Schedule::live`]); this is the same model computed from the steps
+//! ([`super::recompute::Schedule::live`]); this is the same model computed from the steps
 //! alone, without the walk's state, and `evaluate::tests` check all three agree. The
-//! bottleneck climb ([`crate::polish`]) reads the instances live at a plan's peak here
+//! bottleneck climb ([`super::polish`]) reads the instances live at a plan's peak here
 //! rather than from `simulate`, which builds a whole profile, once per climb round,
-//! between parallel batches (commit 153676e gives the times).
+//! between parallel batches, where the workers wait for it.
 
 use crate::context::{Context, Validity};
 use sgc_ir::{OpId, TensorId};

@@ -10,15 +10,30 @@
 //! the same for any number of workers. The population keeps the best candidates ever
 //! evaluated, so the search never ends worse than it started.
 
-use crate::genome::Genome;
-use crate::search::{sort_population, Evaluator, Member};
-use rand::Rng;
+use crate::sublinear::genome::Genome;
+use crate::sublinear::search::{sort_population, Evaluator, Member};
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// The stride between the random streams of a refinement's islands (2^64 over the golden
+/// ratio), so that nearby seeds give unrelated streams.
+const STREAM_STRIDE: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// An independent run of the refinement: its population and its random stream.
 pub(crate) struct Island {
     pub pop: Vec<Member>,
     pub rng: ChaCha8Rng,
+}
+
+/// `count` islands: island `k` starts from `pop(k)`, with the stream of seed
+/// `seed + k * STREAM_STRIDE`.
+pub(crate) fn islands(count: u64, seed: u64, pop: impl Fn(u64) -> Vec<Member>) -> Vec<Island> {
+    (0..count)
+        .map(|k| Island {
+            pop: pop(k),
+            rng: ChaCha8Rng::seed_from_u64(seed.wrapping_add(k.wrapping_mul(STREAM_STRIDE))),
+        })
+        .collect()
 }
 
 /// Runs `iters` generations on every island in lockstep: each island makes its children

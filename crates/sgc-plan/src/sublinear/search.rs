@@ -5,35 +5,23 @@
 //! the candidates were generated, so the outcome does not depend on the number of worker
 //! threads. Fitness values are cached by genome: re-proposed candidates (common once the
 //! population converges) cost nothing. Below that, outcomes (peak and recompute cost) are
-//! cached by discard plan ([`crate::discard::key`]), the only thing a schedule depends on:
+//! cached by discard plan ([`super::discard::key`]), the only thing a schedule depends on:
 //! many genomes differ only in split points that change no discard (a split moved within
 //! a stretch where no chosen gap starts or ends, a split after the forward pass), so they
 //! are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
-//! ([`crate::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
+//! ([`super::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
 //! caches live as long as the search.
 
 use crate::context::Context;
-use crate::discard;
-use crate::evaluate::{fitness_with, outcome_in, Fitness, Objective, Outcome};
-use crate::fingerprint::Fingerprint;
-use crate::genome::Genome;
-use crate::recompute;
+use crate::options::{Progress, ProgressFn};
+use crate::sublinear::discard;
+use crate::sublinear::evaluate::{fitness_with, outcome_in, Fitness, Objective, Outcome};
+use crate::sublinear::fingerprint::Fingerprint;
+use crate::sublinear::genome::Genome;
+use crate::sublinear::recompute;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Mutex;
-
-/// Progress of a search, for progress bars.
-#[derive(Clone, Copy, Debug)]
-pub struct Progress {
-    /// What the search is doing.
-    pub phase: &'static str,
-    /// Units of work done and expected (generations, or candidates).
-    pub done: usize,
-    pub total: usize,
-}
-
-/// A progress callback.
-pub type ProgressFn<'a> = &'a (dyn Fn(Progress) + Sync);
 
 /// What a search did. Every figure depends only on the graph and the options, never on
 /// the number of workers.
@@ -272,6 +260,13 @@ pub(crate) struct Member {
     pub fitness: Fitness,
 }
 
+/// Drops the later members with the genome of an earlier one (by fingerprint, the
+/// evaluator's cache key, without cloning genomes).
+pub(crate) fn dedup(pop: &mut Vec<Member>) {
+    let mut seen = rustc_hash::FxHashSet::default();
+    pop.retain(|m| seen.insert(m.genome.fingerprint()));
+}
+
 /// Sorts best first; ties by genome, so the order is total and deterministic.
 pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
     pop.sort_by(|a, b| {
@@ -279,6 +274,15 @@ pub(crate) fn sort_population(pop: &mut [Member], obj: Objective) {
             .cmp(&b.fitness, obj)
             .then_with(|| a.genome.cmp(&b.genome))
     });
+}
+
+/// A pool of two workers, for tests.
+#[cfg(test)]
+pub(crate) fn pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool")
 }
 
 /// A feasible member with one split at `tag` (distinct tags, distinct genomes), for tests.

@@ -1,7 +1,7 @@
 //! Candidate evaluation: a genome (split points plus storages kept on purpose) becomes a
-//! discard plan ([`crate::discard`]), a schedule with bounded recomputation
-//! ([`crate::recompute`]: every op runs at most twice) and a fitness. The peak comes from
-//! [`crate::profile`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
+//! discard plan ([`super::discard`]), a schedule with bounded recomputation
+//! ([`super::recompute`]: every op runs at most twice) and a fitness. The peak comes from
+//! [`super::profile`], a one-pass form of `sgc_ir::simulate` (the memory model every tool
 //! shares, which still measures the chosen plan).
 //!
 //! **Fitness.** Without a budget: lower peak, then lower recompute cost, then fewer split
@@ -9,12 +9,12 @@
 //! fit come first and among them the least recompute cost wins; plans that do not fit are
 //! ranked by peak.
 //! Infeasible candidates rank last. Evaluations are cached by genome and by discard plan
-//! ([`crate::discard::key`]), so a generation only pays for the plans it has not seen.
+//! ([`super::discard::key`]), so a generation only pays for the plans it has not seen.
 
 use crate::context::Context;
-use crate::discard::{self, Discard};
-use crate::genome::Genome;
-use crate::recompute;
+use crate::sublinear::discard::{self, Discard};
+use crate::sublinear::genome::Genome;
+use crate::sublinear::recompute;
 use sgc_ir::OpId;
 use std::cmp::Ordering;
 
@@ -194,7 +194,7 @@ pub(crate) fn fitness_with(outcome: Outcome, genome: &Genome) -> Fitness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::genome::Rules;
+    use crate::sublinear::genome::Rules;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
     use sgc_ir::Graph;
 
@@ -231,11 +231,11 @@ mod tests {
             assert_eq!(walked.live, whole.live, "resumed walk: {genome:?}");
             assert_eq!(
                 Some(walked.live.clone()),
-                crate::profile::live_bytes(&ctx, &steps),
+                crate::sublinear::profile::live_bytes(&ctx, &steps),
                 "{genome:?}"
             );
             assert_eq!(
-                crate::profile::peak(&ctx, &steps),
+                crate::sublinear::profile::peak(&ctx, &steps),
                 simulated(g, &steps),
                 "{genome:?}"
             );
@@ -249,11 +249,12 @@ mod tests {
                 .filter(|i| i.start as u32 <= p && p <= i.end as u32)
                 .map(|i| (i.root.0, i.start as u32, i.end as u32))
                 .collect();
-            let mut got: Vec<(u32, u32, u32)> = crate::profile::at_peak(&ctx, &steps, &walked.live)
-                .expect("instances")
-                .iter()
-                .map(|i| (i.root.0, i.start, i.last))
-                .collect();
+            let mut got: Vec<(u32, u32, u32)> =
+                crate::sublinear::profile::at_peak(&ctx, &steps, &walked.live)
+                    .expect("instances")
+                    .iter()
+                    .map(|i| (i.root.0, i.start, i.last))
+                    .collect();
             expected.sort_unstable();
             got.sort_unstable();
             assert_eq!(got, expected, "{genome:?}");
@@ -261,18 +262,25 @@ mod tests {
             assert_eq!(f, fitness_of(&ctx, &steps, genome.splits.len()));
             assert_eq!(
                 outcome(&ctx, &genome, &plan),
-                crate::profile::peak(&ctx, &steps).map(|p| (p, recompute_units(&ctx, &steps))),
+                crate::sublinear::profile::peak(&ctx, &steps)
+                    .map(|p| (p, recompute_units(&ctx, &steps))),
                 "{genome:?}"
             );
             if steps.len() > 1 {
                 let (a, b) = (rng.index(steps.len()), rng.index(steps.len()));
                 steps.swap(a, b);
-                assert_eq!(crate::profile::peak(&ctx, &steps), simulated(g, &steps));
+                assert_eq!(
+                    crate::sublinear::profile::peak(&ctx, &steps),
+                    simulated(g, &steps)
+                );
                 let cut = rng.index(steps.len());
                 let dup = steps[cut];
                 steps.insert(rng.index(steps.len()), dup);
                 steps.truncate(cut.max(1));
-                assert_eq!(crate::profile::peak(&ctx, &steps), simulated(g, &steps));
+                assert_eq!(
+                    crate::sublinear::profile::peak(&ctx, &steps),
+                    simulated(g, &steps)
+                );
             }
         }
     }
@@ -281,14 +289,11 @@ mod tests {
     /// agrees with a from-scratch evaluation under `simulate`, genome by genome.
     #[test]
     fn evaluator_matches_scratch_evaluation() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = crate::sublinear::search::pool();
         for seed in 0..30 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
-            let mut ev = crate::search::Evaluator::new(&ctx, &pool, None);
+            let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
             let mut rng = SplitMix64::new(seed);
             for _ in 0..3 {
                 let mut batch: Vec<Genome> = (0..8)
@@ -341,12 +346,12 @@ mod tests {
         for (k, p) in files.iter().enumerate() {
             let g = sgc_ir::load_any(p).expect("real graph loads");
             let ctx = Context::new(&g);
-            let sums = crate::sublinear::BlockSums::of(&ctx);
+            let sums = crate::sublinear::thresholds::BlockSums::of(&ctx);
             let p_act = ctx.unplanned_peak.saturating_sub(ctx.persistent_bytes);
             let mut rng = SplitMix64::new(k as u64);
             let mut genomes: Vec<Genome> = [3, 8, 20]
                 .iter()
-                .map(|&d| crate::sublinear::threshold_splits(&sums, p_act / d))
+                .map(|&d| crate::sublinear::thresholds::threshold_splits(&sums, p_act / d))
                 .collect();
             genomes.extend((0..3).map(|_| random_genome(&mut rng, ctx.n, g.num_tensors())));
             for genome in &genomes {

@@ -1,8 +1,8 @@
 //! A split-based candidate of the search: its split points, the roots it keeps, and the
 //! variant of the discard and recomputation rules it runs under. Plain data, read by the
-//! discard plan ([`crate::discard`]), the walk ([`crate::recompute`]) and the searches.
+//! discard plan ([`super::discard`]), the walk ([`super::recompute`]) and the searches.
 
-use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::sublinear::fingerprint::{Fingerprint, Fingerprinter};
 
 /// A split-based candidate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -19,12 +19,12 @@ pub(crate) struct Genome {
 /// wins on some graphs and loses on others. The genetic search runs under MegEngine's own
 /// rules (with the variants mixed into its population it settled in worse plans more often
 /// on the real corpus, for the same number of candidates); the local climb
-/// ([`crate::polish`]) and Chen's plan try every variant.
+/// ([`super::polish`]) and Chen's plan try every variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub(crate) struct Rules {
     /// Recomputation reaches past the block start: a missing input made in an earlier
     /// block is recomputed too instead of being read from its original (see
-    /// [`crate::recompute`]); still at most one recomputation per op.
+    /// [`super::recompute`]); still at most one recomputation per op.
     pub unbounded: bool,
     /// Discards whose gap closes in the very next block are kept (MegEngine cancels them).
     pub next_block: bool,
@@ -96,7 +96,7 @@ impl Genome {
         })
     }
 
-    /// The genome's fingerprint (the evaluator's cache key: see [`crate::fingerprint`]).
+    /// The genome's fingerprint (the evaluator's cache key: see [`super::fingerprint`]).
     pub fn fingerprint(&self) -> Fingerprint {
         let r = self.rules;
         let mut f = Fingerprinter::default();

@@ -16,9 +16,9 @@
 //! at the peak, [`costly`] at the recomputed ops that cost most. A last one, [`relaxed`],
 //! judges each move after the memory-for-speed step.
 
-use crate::evaluate::Fitness;
-use crate::genome::Genome;
-use crate::search::{Evaluator, Member};
+use crate::sublinear::evaluate::Fitness;
+use crate::sublinear::genome::Genome;
+use crate::sublinear::search::{Evaluator, Member};
 
 /// The most rounds of the climb.
 pub(crate) const MAX_ROUNDS: usize = 16;
@@ -95,10 +95,9 @@ const COSTLY_OPS: usize = 8;
 /// at it, so that its outputs close a block and are kept, either added or taking the place
 /// of the split before or after it. Up to [`MAX_ROUNDS`] rounds while strictly better.
 ///
-/// The other climbs move splits by fixed distances and never aim at an op: on the real
-/// ResNet-50 the plans the search ended at without this climb (commit 72325ab's parent,
-/// seed 0) recomputed six 3x3 convolutions (about 0.8% of a step each) that a plan of
-/// 200 generations kept at the same peak.
+/// The other climbs move splits by fixed distances and never aim at an op, so they can
+/// leave costly ops (convolutions) recomputed that a split right at them keeps at the same
+/// peak.
 pub(crate) fn costly(ev: &mut Evaluator<'_>, start: &Member) -> Member {
     let mut best = start.clone();
     for round in 0..MAX_ROUNDS {
@@ -120,7 +119,7 @@ pub(crate) fn costly(ev: &mut Evaluator<'_>, start: &Member) -> Member {
 
 /// The neighbours [`costly`] tries, or `None` when the genome has no schedule.
 fn costly_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Vec<Genome>> {
-    let steps = crate::evaluate::schedule(ctx, g)?;
+    let steps = crate::sublinear::evaluate::schedule(ctx, g)?;
     let mut ops: Vec<u32> = steps
         .iter()
         .filter(|s| s.1)
@@ -152,10 +151,10 @@ fn costly_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Ve
 
 /// The neighbours [`bottleneck`] tries, or `None` when the genome has no schedule.
 fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Option<Vec<Genome>> {
-    let plan = crate::discard::plan(ctx, g);
-    let schedule = crate::recompute::schedule(ctx, g, &plan).ok()?;
-    let at_peak = crate::profile::at_peak(ctx, &schedule.steps, &schedule.live)?;
-    let blocks = crate::discard::Blocks::new(&g.splits, ctx.n);
+    let plan = crate::sublinear::discard::plan(ctx, g);
+    let schedule = crate::sublinear::recompute::schedule(ctx, g, &plan).ok()?;
+    let at_peak = crate::sublinear::profile::at_peak(ctx, &schedule.steps, &schedule.live)?;
+    let blocks = crate::sublinear::discard::Blocks::new(&g.splits, ctx.n);
     let mut weight: std::collections::BTreeMap<(u32, u32), u64> = Default::default();
     for i in at_peak {
         if let Some(p) = ctx.g.producer(i.root) {
@@ -196,13 +195,10 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
 }
 
 /// Climbs from the search's pick `start` (peak at most `level`) judging moves after
-/// memory for speed, ranked by what each storage saves ([`crate::relax::by_savings`]). The
+/// memory for speed, ranked by what each storage saves ([`super::relax::by_savings`]). The
 /// other climbs rank a move before that step, so they turn down a move that recomputes a
-/// little more but lets costlier storages be kept: on the real LSTM language model, the
-/// pick's split at op 116 moved to op 120 recomputes more, and with two cell states kept
-/// 5.5551% of a step where the pick recomputes 5.5597%, at the same peak. (The climb, one
-/// move at a time, ends at 5.5570%: `sgc plan graphs/real/lstm_lm.json.gz`; MegEngine's
-/// plan recomputes 5.5589% at a peak 120000 B higher.)
+/// little more but lets costlier storages be kept (a split moved by a few ops on a
+/// recurrent net, so that its cell states can be kept).
 ///
 /// First the pick itself, its kept roots dropped, is relaxed again by savings. Then each
 /// round takes the neighbour of the plan (as [`polish`] makes them, kept roots dropped)
@@ -214,7 +210,7 @@ fn bottleneck_neighbours(ctx: &crate::context::Context<'_>, g: &Genome) -> Optio
 pub(crate) fn relaxed(ev: &mut Evaluator<'_>, start: Member, level: u64) -> Member {
     let n = ev.ctx.n as u32;
     let by_savings = |ev: &mut Evaluator<'_>, g: Genome, f: Fitness| {
-        let (genome, fitness) = crate::relax::by_savings(ev, g, f, level);
+        let (genome, fitness) = crate::sublinear::relax::by_savings(ev, g, f, level);
         Member { genome, fitness }
     };
     let better = |m: &Member, best: &Member| {
@@ -280,7 +276,7 @@ enum Edit {
     Remove(usize),
     /// A split added at position `p` (not already a split).
     Insert(u32),
-    /// Switch `k` of the rules flipped ([`crate::genome::Rules::flipped`]).
+    /// Switch `k` of the rules flipped ([`super::genome::Rules::flipped`]).
     Flip(u8),
 }
 
@@ -348,8 +344,15 @@ fn moves(g: &Genome, j: usize, n: u32, deltas: &[u32], out: &mut Vec<Edit>) {
 mod tests {
     use super::*;
     use crate::context::Context;
-    use crate::genome::Rules;
+    use crate::sublinear::genome::Rules;
+    use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
+
+    /// A genome of 1 to 6 random splits over the `n` ops.
+    fn random_splits(rng: &mut SplitMix64, n: usize) -> Genome {
+        let k = 1 + rng.index(6);
+        Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect())
+    }
 
     /// Each neighbour of the costly climb is the genome with one split put right at one of
     /// the costliest recomputed ops of its schedule (added, or moved there from the split
@@ -357,20 +360,15 @@ mod tests {
     /// unchanged; and the climb never ends worse than it started.
     #[test]
     fn costly_neighbours_split_at_the_costliest_recomputations() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = pool();
         let mut tried = 0;
         for seed in 0..40 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let splits = (0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect();
-            let mut genome = Genome::from_splits(splits);
+            let mut genome = random_splits(&mut rng, ctx.n);
             genome.rules = Rules::all()[rng.index(8)];
-            let Some(steps) = crate::evaluate::schedule(&ctx, &genome) else {
+            let Some(steps) = crate::sublinear::evaluate::schedule(&ctx, &genome) else {
                 continue;
             };
             let mut costs: Vec<(u64, u32)> = steps
@@ -397,7 +395,7 @@ mod tests {
                 let removed = genome.splits.iter().filter(|p| !c.splits.contains(p));
                 assert!(removed.count() <= 1, "{c:?} from {genome:?}");
             }
-            let mut ev = crate::search::Evaluator::new(&ctx, &pool, None);
+            let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
             let start = Member {
                 fitness: ev.eval(&genome),
                 genome,
@@ -414,19 +412,14 @@ mod tests {
     /// MegEngine's plan, at a lower peak than that plan's.
     #[test]
     fn the_relaxed_climb_never_ends_worse() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool");
+        let pool = pool();
         let mut moved = 0;
         for seed in 0..40 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let genome =
-                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
-            let mut ev = crate::search::Evaluator::new(&ctx, &pool, None);
+            let genome = random_splits(&mut rng, ctx.n);
+            let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
             let start = Member {
                 fitness: ev.eval(&genome),
                 genome,
@@ -447,7 +440,7 @@ mod tests {
             .join("../../graphs/real/lstm_lm.json.gz");
         let g = sgc_ir::load_any(&path).expect("the LSTM graph loads");
         let ctx = Context::new(&g);
-        let mut ev = crate::search::Evaluator::new(&ctx, &pool, None);
+        let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
         let genome = Genome::from_splits(vec![116, 1110]);
         let start = Member {
             fitness: ev.eval(&genome),

@@ -1,23 +1,23 @@
-//! Bounded recomputation: a discard plan ([`crate::discard`]) becomes a step sequence in
+//! Bounded recomputation: a discard plan ([`super::discard`]) becomes a step sequence in
 //! which every op runs at most twice.
 //!
 //! The walk follows the traced order. After the access that opens a discarded storage's
-//! gap, its original is no longer readable by later ops; neither is any original after
-//! its last traced access (a recomputation that needs it makes it again). Right before the read that closes
-//! the gap, it is recomputed once: its producer runs again, after the producers of those of
-//! its inputs that are missing too, recursively, but only back to the start of the block
-//! the storage was made in. Inputs made before that block are read as they are: an older
-//! storage that was discarded meanwhile is read from its original, which keeps that
-//! original alive until the read (the memory model counts a storage from its production to
-//! its last use, so this costs memory, never correctness). A recomputed copy is never
-//! discarded: it serves every later reader, including the gap-closing reads of storages it
-//! was made for, and is freed after its last use. So an op runs again only when an output
-//! of it is missing, and once it ran again all its outputs are copies: no op runs a third
-//! time (a view made from a storage that is recomputed later is stale and is made again
-//! from the copy; should that ever need a third run, the candidate is refused).
+//! gap, its original is no longer readable by later ops; neither is any original after its
+//! last traced access (a recomputation that needs it makes it again). Right before the read
+//! that closes the gap, it is recomputed once: its producer runs again, after the producers
+//! of those of its inputs that are missing too, recursively, but only back to the start of
+//! the block the storage was made in. Inputs made before that block are read as they are:
+//! an older storage that was discarded meanwhile is read from its original, which keeps
+//! that original alive until the read (the memory model counts a storage from its
+//! production to its last use, so this costs memory, never correctness). A recomputed copy
+//! is never discarded: it serves every later reader, including the gap-closing reads of
+//! storages it was made for, and is freed after its last use. So an op runs again only when
+//! an output of it is missing, and once it ran again all its outputs are copies: no op runs
+//! a third time (a view made from a storage that is recomputed later is stale and is made
+//! again from the copy; should that ever need a third run, the candidate is refused).
 //!
 //! Nothing is freed explicitly here: the peak comes from the step sequence under the IR's
-//! memory model ([`crate::profile`]), the same model the verifier replays.
+//! memory model ([`super::profile`]), the same model the verifier replays.
 //!
 //! Recomputation that cannot be done safely (a producer that may not run again, or a
 //! persistent input already written in place by a non-recomputable op) makes the candidate
@@ -40,9 +40,9 @@ use crate::context::{
     Context, PrefixState, Prefixes, Slot, Validity, NEVER, NEVER_MADE, NO_OP, OP_FORWARD,
     OP_RERUNNABLE,
 };
-use crate::discard::{Blocks, Discard};
-use crate::genome::Genome;
 use crate::schedule::Infeasible;
+use crate::sublinear::discard::{Blocks, Discard};
+use crate::sublinear::genome::Genome;
 use sgc_ir::{OpId, TensorId};
 
 /// The original was discarded (or retired after its last traced access) and not
@@ -55,7 +55,7 @@ const COPY: u8 = 4;
 
 /// A built schedule: `(op, recomputed?)` per step and the live (non-persistent) bytes at
 /// every step under the IR's memory model (the walk counts each storage instance from its
-/// production to its last use as it goes, the same count [`crate::profile::live_bytes`]
+/// production to its last use as it goes, the same count [`super::profile::live_bytes`]
 /// makes from the steps; tests check they agree).
 pub(crate) struct Schedule {
     pub steps: Vec<(OpId, bool)>,
@@ -124,7 +124,7 @@ pub(crate) fn peak_and_units(
 }
 
 /// A walk's buffers, reused from one evaluation to the next (see
-/// [`crate::search::Evaluator`]): a walk touches O(n) memory, and fresh buffers every time
+/// [`super::search::Evaluator`]): a walk touches O(n) memory, and fresh buffers every time
 /// cost page faults and allocator traffic that grow with the graph (and that two workers
 /// contend on).
 #[derive(Default)]

@@ -22,20 +22,18 @@
 //! **Ranked by what they save** ([`by_savings`], for the search's last step only). The
 //! costliest op is not always the best storage to keep: keeping a storage also spares the
 //! recomputation of the inputs made only for it, and lets their copies die, which the
-//! screen does not see. On the real LSTM language model, the pick (split at op 116)
-//! recomputes 5.5597% of a step; split at op 120 instead, two cell states (`add_2`, an op
-//! of 0.18 µs, spares 0.53 µs) fit at the same peak, and the plan recomputes 5.5551%, but
-//! the screen passes both over and the pass in cost order keeps two sigmoids instead
-//! (5.5597%; the test `ranked_by_savings_keeps_what_the_screen_passes_over` checks both
-//! figures). So every group is first evaluated alone against the plan, exactly; those that
+//! screen does not see: a cheap op whose output spares costlier recomputations (a
+//! recurrent net's cell state) loses to a costlier op that spares nothing else
+//! (`ranked_by_savings_keeps_what_the_screen_passes_over` is such a case). So every group
+//! is first evaluated alone against the plan, exactly; those that
 //! fit and save go on, the largest saving first, through the same greedy pass without the
 //! screen. It costs an evaluation per group more than the screened pass.
 
 use crate::context::Context;
-use crate::discard::{self, Discard};
-use crate::evaluate::Fitness;
-use crate::genome::Genome;
-use crate::search::Evaluator;
+use crate::sublinear::discard::{self, Discard};
+use crate::sublinear::evaluate::{Fitness, Objective};
+use crate::sublinear::genome::Genome;
+use crate::sublinear::search::{sort_population, Evaluator, Member};
 use sgc_ir::TensorId;
 
 /// Runs the step on `best` (fitness `fit`) under `bound`: groups in cost order, screened.
@@ -45,11 +43,18 @@ pub(crate) fn relax(
     fit: Fitness,
     bound: u64,
 ) -> (Genome, Fitness) {
-    let Some(screen) = Screen::of(ev.ctx, &best) else {
+    let Some((screen, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    let groups = screen.groups(ev.ctx);
     greedy(ev, best, fit, bound, &groups, Some(screen))
+}
+
+/// The screen of `best`'s schedule and its groups of recomputed storages, costliest first;
+/// `None` when `best` has no schedule.
+fn screened(ev: &Evaluator<'_>, best: &Genome) -> Option<(Screen, Vec<Vec<TensorId>>)> {
+    let screen = Screen::of(ev.ctx, best)?;
+    let groups = screen.groups(ev.ctx);
+    Some((screen, groups))
 }
 
 /// Groups [`by_savings`] evaluates alone at a time.
@@ -65,10 +70,9 @@ pub(crate) fn by_savings(
     fit: Fitness,
     bound: u64,
 ) -> (Genome, Fitness) {
-    let Some(screen) = Screen::of(ev.ctx, &best) else {
+    let Some((_, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    let groups = screen.groups(ev.ctx);
     let proposed = ev.stats.candidates;
     let mut ranked: Vec<(u64, Vec<TensorId>)> = Vec::new();
     // In chunks, costliest op first, while the evaluator's limit allows: on a 100k-op graph
@@ -213,7 +217,7 @@ struct Screen {
 impl Screen {
     fn of(ctx: &Context<'_>, genome: &Genome) -> Option<Screen> {
         let plan = discard::plan(ctx, genome);
-        let s = crate::recompute::schedule(ctx, genome, &plan).ok()?;
+        let s = crate::sublinear::recompute::schedule(ctx, genome, &plan).ok()?;
         let mut step_of = vec![0; ctx.n];
         for (k, &(op, rec)) in s.steps.iter().enumerate() {
             if !rec {
@@ -304,19 +308,52 @@ impl RangeMax {
     }
 }
 
+/// The search's pick from a population (Chen's plan added): the memory-for-speed step on
+/// the best plan, and with a bound on the lowest-peak plan and the cheapest plan under it
+/// too.
+pub(crate) fn finish(
+    ev: &mut Evaluator<'_>,
+    mut pop: Vec<Member>,
+    bound: Option<u64>,
+    chen: &Member,
+) -> (Genome, Fitness) {
+    pop.push(chen.clone());
+    sort_population(&mut pop, ev.objective);
+    let best = pop[0].clone();
+    let Some(bound) = bound else {
+        // Without a bound, trade nothing: keep only what the best peak already affords.
+        return relax(ev, best.genome, best.fitness, best.fitness.peak);
+    };
+    // With a bound, relax the best plan under it, the lowest-peak plan and the cheapest
+    // plan under it ever evaluated, and keep the cheapest result that fits.
+    sort_population(&mut pop, Objective::default());
+    let lowest = pop[0].clone();
+    let cheapest = ev.front.cheapest_under(bound).cloned();
+    [Some(best), Some(lowest), cheapest]
+        .into_iter()
+        .flatten()
+        .filter(|m| m.fitness.feasible && m.fitness.peak <= bound)
+        .map(|m| relax(ev, m.genome, m.fitness, bound))
+        .min_by(|a, b| a.1.cmp(&b.1, Objective::budget(Some(bound))))
+        .unwrap_or_else(|| {
+            let m = best_by(&pop, ev.objective);
+            (m.genome, m.fitness)
+        })
+}
+
+fn best_by(pop: &[Member], obj: Objective) -> Member {
+    let mut v = pop.to_vec();
+    sort_population(&mut v, obj);
+    v.swap_remove(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::context::Context;
-    use crate::genome::Rules;
+    use crate::sublinear::genome::Rules;
+    use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
-
-    fn pool() -> rayon::ThreadPool {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .expect("pool")
-    }
 
     /// Both passes end at or under the bound, recompute no more than they start, and only
     /// add kept roots, on random graphs, genomes and bounds (the plan's own peak and 5%
@@ -377,7 +414,7 @@ mod tests {
         let screened = relax(&mut ev, genome.clone(), fit, fit.peak);
         let ranked = by_savings(&mut ev, genome, fit, fit.peak);
         assert!(ranked.1.peak <= fit.peak);
-        // The module doc's figures: 5.5597% screened, 5.5551% ranked.
+        // 5.5597% of a step screened, 5.5551% ranked.
         let share = |f: &Fitness| f.cost as f64 / ctx.step_units as f64;
         assert!(share(&screened.1) > 0.055596 && share(&ranked.1) < 0.055552);
         assert!(

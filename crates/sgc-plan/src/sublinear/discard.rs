@@ -6,7 +6,7 @@
 //! block and read after the block's end, the plan looks at the gaps between its
 //! consecutive accesses from its last access inside the block on, and discards it over
 //! the largest one: freed after the access that opens the gap, recomputed right before
-//! the read that closes it ([`crate::recompute`] does the recomputation, bounded to the
+//! the read that closes it ([`super::recompute`] does the recomputation, bounded to the
 //! block). A gap is only worth it when it is longer than the number of activations the
 //! closing reader takes (a short gap frees memory for a moment and pays a recomputation
 //! for it), and a storage is never discarded right after it is made unless its producer
@@ -22,8 +22,8 @@
 //! discard.
 
 use crate::context::Context;
-use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::genome::{Genome, Rules};
+use crate::sublinear::fingerprint::{Fingerprint, Fingerprinter};
+use crate::sublinear::genome::{Genome, Rules};
 use sgc_ir::TensorId;
 
 /// One discarded storage.
@@ -188,7 +188,7 @@ fn discard_of(ctx: &Context<'_>, block: &Block, rules: Rules, j: usize) -> Optio
     })
 }
 
-/// The fingerprint of what a schedule depends on ([`crate::fingerprint`]): `(root, open,
+/// The fingerprint of what a schedule depends on ([`super::fingerprint`]): `(root, open,
 /// block_begin)` of every discard, and whether recomputation is limited to forward ops.
 pub(crate) fn key(genome: &Genome, plan: &[Discard]) -> Fingerprint {
     let mut f = Fingerprinter::default();

@@ -1,0 +1,251 @@
+//! What the planner is asked for: the strategy and its options ([`PlanOptions`], stored in
+//! every plan so that a plan file says how it was made), what a budget bounds
+//! ([`BudgetOf`]), and how to run ([`RunConfig`]: workers and progress, which never change
+//! the plan).
+
+use serde::{Deserialize, Serialize};
+use sgc_ir::DeviceProfile;
+
+/// The checkpointing strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The traced order, every storage freed after its last use.
+    None,
+    /// Chen et al. (2016): a checkpoint every ~sqrt(n) forward ops.
+    ChenSqrt,
+    /// Threshold search plus genetic refinement over split points (MegEngine's method).
+    #[default]
+    Sublinear,
+    /// Static DTR: one pass that evicts the cheapest-to-recompute tensors.
+    Dtr,
+    /// A forward/backward partition (torch.compile's shape): the forward runs once, a set
+    /// of its tensors is kept for the backward and the rest is recomputed there, the set
+    /// chosen by parametric minimum cut over bytes kept and recompute cost.
+    Partition,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 5] = [
+        Strategy::None,
+        Strategy::ChenSqrt,
+        Strategy::Sublinear,
+        Strategy::Dtr,
+        Strategy::Partition,
+    ];
+
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::ChenSqrt => "chen-sqrt",
+            Strategy::Sublinear => "sublinear",
+            Strategy::Dtr => "dtr",
+            Strategy::Partition => "partition",
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    /// A strategy by its command-line name (`chen-sqrt`).
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown strategy {s:?}: use none, chen-sqrt, sublinear, dtr or partition")
+            })
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What `sublinear` optimises when there is no budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Goal {
+    /// The lowest peak, whatever it recomputes (MegEngine's rule), then the least recompute;
+    /// a plan at most 1% above that peak wins when each 1% of memory it adds saves at least
+    /// 20% of a step in recompute.
+    #[default]
+    LowestPeak,
+    /// Memory and recompute weighed equally, each as a share of what there is to gain:
+    /// `(peak - lower bound) / (unplanned peak - lower bound) + recompute / one step`,
+    /// the knee of the memory/recompute front.
+    Balanced,
+}
+
+impl Goal {
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::LowestPeak => "lowest-peak",
+            Goal::Balanced => "balanced",
+        }
+    }
+}
+
+impl std::str::FromStr for Goal {
+    type Err = String;
+
+    /// A goal by its command-line name (`lowest-peak`).
+    fn from_str(s: &str) -> Result<Goal, String> {
+        [Goal::LowestPeak, Goal::Balanced]
+            .into_iter()
+            .find(|g| g.as_str() == s)
+            .ok_or_else(|| format!("unknown goal {s:?}: use lowest-peak or balanced"))
+    }
+}
+
+/// Every option that shapes a plan (and nothing that does not, such as thread counts).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanOptions {
+    pub strategy: Strategy,
+    /// Seed of every random choice (genetic search, DTR sampling).
+    pub seed: u64,
+    /// Memory the plan must fit (bytes; what it bounds: `budget_of`); the plan that
+    /// recomputes least under it wins.
+    pub budget: Option<u64>,
+    /// What `budget` bounds (device bytes unless the file says otherwise).
+    #[serde(default, skip_serializing_if = "BudgetOf::is_device")]
+    pub budget_of: BudgetOf,
+    /// Memory the user is willing to spend to save recompute: recomputed ops are turned back
+    /// into checkpoints, most expensive first, while the peak stays at or under it.
+    pub lb_memory: Option<u64>,
+    /// `sublinear` without a budget: what the search optimises.
+    #[serde(default)]
+    pub goal: Goal,
+    /// `sublinear`: evenly spaced thresholds tried (twice: over the range and around the best).
+    pub thresh_tries: usize,
+    /// `sublinear`: generations of genetic refinement (0 = off).
+    pub genetic_iters: usize,
+    /// `sublinear`: survivors per generation.
+    pub pool_size: usize,
+    /// `dtr`: resident bytes (persistent included) above which tensors are evicted; default
+    /// the budget, else halfway between the per-op lower bound and the unplanned peak.
+    pub eviction_threshold: Option<u64>,
+    /// `dtr`: smallest tensor that may be evicted.
+    pub evictee_min_size: u64,
+    /// `dtr`: score only ~sqrt(N) sampled candidates.
+    pub sqrt_sampling: bool,
+    /// Give every lifetime an arena offset ([`crate::arena`]); `false` leaves `arena` empty.
+    #[serde(default = "yes")]
+    pub arena: bool,
+    /// How hard the arena is searched (see [`crate::alloc::ArenaEffort`]).
+    #[serde(default, skip_serializing_if = "crate::alloc::ArenaEffort::is_plan")]
+    pub arena_effort: crate::alloc::ArenaEffort,
+    /// Arena alignment in bytes (offsets are multiples of it, sizes padded to it).
+    #[serde(default = "default_align")]
+    pub align: u64,
+    /// Cost ops without `time_us` by their roofline estimate on this device
+    /// (`sgc_ir::cost`); `None`: the format's rule (`time_us`, else `flops`, else bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_profile: Option<DeviceProfile>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_align() -> u64 {
+    DEFAULT_ALIGN
+}
+
+/// The default arena alignment: 256 bytes, as CUDA allocators give.
+pub const DEFAULT_ALIGN: u64 = 256;
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            strategy: Strategy::Sublinear,
+            seed: 0,
+            budget: None,
+            budget_of: BudgetOf::Device,
+            lb_memory: None,
+            goal: Goal::default(),
+            thresh_tries: 10,
+            genetic_iters: 0,
+            pool_size: 20,
+            eviction_threshold: None,
+            evictee_min_size: 1 << 20,
+            sqrt_sampling: false,
+            arena: true,
+            arena_effort: crate::alloc::ArenaEffort::Plan,
+            align: DEFAULT_ALIGN,
+            device_profile: None,
+        }
+    }
+}
+
+/// What a budget bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetOf {
+    /// Device bytes: the aligned arena plus the persistent bytes, what `sgc run` allocates.
+    #[default]
+    Device,
+    /// The memory model's peak (persistent bytes plus the live bytes of the worst step,
+    /// unaligned): what MegEngine's and Checkmate's budgets bound. The arena may need up
+    /// to its fragmentation and alignment more.
+    Peak,
+    /// Bytes kept from the forward for the backward ([`crate::plan::saved_bytes`]): what
+    /// `torch.compile`'s `activation_memory_budget` bounds. Only the `partition` strategy
+    /// plans for it.
+    Saved,
+}
+
+impl BudgetOf {
+    /// The name used on the command line and in plan files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetOf::Device => "device",
+            BudgetOf::Peak => "peak",
+            BudgetOf::Saved => "saved",
+        }
+    }
+
+    pub(crate) fn is_device(&self) -> bool {
+        *self == BudgetOf::Device
+    }
+}
+
+impl std::str::FromStr for BudgetOf {
+    type Err = String;
+
+    /// What a budget bounds, by its command-line name (`device`, `peak`, `saved`).
+    fn from_str(s: &str) -> Result<BudgetOf, String> {
+        [BudgetOf::Device, BudgetOf::Peak, BudgetOf::Saved]
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("unknown budget kind {s:?}: use device, peak or saved"))
+    }
+}
+
+/// Progress of a search, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// What the search is doing.
+    pub phase: &'static str,
+    /// Units of work done and expected (generations, or candidates).
+    pub done: usize,
+    pub total: usize,
+}
+
+/// A progress callback.
+pub type ProgressFn<'a> = &'a (dyn Fn(Progress) + Sync);
+
+/// How to run the planner; nothing here changes the plan.
+#[derive(Clone, Copy, Default)]
+pub struct RunConfig<'a> {
+    /// Worker threads for candidate evaluation; `None`: all cores.
+    pub workers: Option<usize>,
+    /// Called as the search advances.
+    pub progress: Option<ProgressFn<'a>>,
+}

@@ -1,0 +1,233 @@
+//! The planner's entry points: check the options, build the per-graph [`Context`], run the
+//! strategy ([`crate::run`]) for a schedule, and turn that schedule into a [`Plan`]: its
+//! summary, its arena (checked against the budget) and the verifier's verdict. Every plan
+//! that leaves this module has passed [`verify`].
+
+use crate::budget;
+use crate::context::Context;
+use crate::device;
+use crate::error::PlanError;
+use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
+use crate::plan::{self, Plan};
+use crate::run;
+use crate::sublinear::search::SearchStats;
+use crate::verify::verify;
+use sgc_ir::{Graph, OpId};
+
+/// Makes a plan for `graph` and verifies it.
+pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result<Plan, PlanError> {
+    plan_with_stats(graph, options, run).map(|p| p.0)
+}
+
+/// The plan of an explicit schedule, `ops` in order (every run of an op after its first is
+/// a recomputation): every storage freed after its last use, the arena placed by the
+/// planner's allocator (unless `options.arena` is off), the summary computed, and the whole
+/// verified. For tools and tests that choose their own order: what the executor runs is
+/// always a plan. The verifier applies `options.strategy`'s rules (a split-based strategy
+/// may recompute an op once; `dtr` any number of times).
+pub fn plan_schedule(
+    graph: &Graph,
+    options: &PlanOptions,
+    ops: &[OpId],
+) -> Result<Plan, PlanError> {
+    let profile = sgc_ir::simulate(graph, ops)?;
+    let mut seen = vec![false; graph.num_ops()];
+    let steps: Vec<(OpId, bool)> = ops
+        .iter()
+        .map(|&op| (op, std::mem::replace(&mut seen[op.index()], true)))
+        .collect();
+    let mut plan = Plan::assemble(graph, options, &steps, &profile);
+    if options.arena {
+        let layout = device::place(graph, ops, &plan.lifetimes, options)?;
+        plan.arena = Some(layout);
+    }
+    verify(graph, &plan).map_err(|violations| PlanError::Rejected {
+        strategy: format!("{} (explicit schedule)", options.strategy),
+        violations,
+    })?;
+    Ok(plan)
+}
+
+/// What making a plan took (nothing here is part of the plan).
+#[derive(Clone, Debug, Default)]
+pub struct PlanStats {
+    /// The sublinear search's work (`None` for the other strategies).
+    pub search: Option<SearchStats>,
+    /// Wall time of choosing the schedule (the search, for `sublinear`).
+    pub schedule_secs: f64,
+    /// Wall time of placing the arena.
+    pub arena_secs: f64,
+    /// Why the strategy fell back to the traced order, when it did (`dtr` only).
+    pub fallback: Option<String>,
+    /// A `sublinear` budget was met by a static DTR plan, the candidate recomputing least
+    /// whose device bytes fit (the plan's strategy is then `dtr`).
+    pub met_by_eviction: bool,
+}
+
+/// [`plan()`], with what the planner did and how long its phases took.
+pub fn plan_with_stats(
+    graph: &Graph,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<(Plan, PlanStats), PlanError> {
+    check_options(options)?;
+    let mut stats = PlanStats::default();
+    let start = std::time::Instant::now();
+    let ctx = Context::with_profile(graph, options.device_profile.as_ref());
+    if let Some(budget) = options
+        .budget
+        .filter(|_| options.budget_of != BudgetOf::Saved)
+    {
+        below_bound(&ctx, budget)?;
+    }
+    let mut strategy = options.strategy;
+    let steps = match options.strategy {
+        Strategy::None => run::original(&ctx),
+        Strategy::ChenSqrt => run::chen(&ctx),
+        Strategy::Sublinear => {
+            let (chosen, search) = run::sublinear(&ctx, options, run)?;
+            stats.search = Some(search);
+            stats.met_by_eviction = chosen.strategy == Strategy::Dtr;
+            strategy = chosen.strategy;
+            chosen.steps
+        }
+        Strategy::Dtr => {
+            let (steps, fallback) = run::dtr_budgeted(&ctx, options)?;
+            stats.fallback = fallback;
+            steps
+        }
+        Strategy::Partition => run::partition(&ctx, options, run)?,
+    };
+    stats.schedule_secs = start.elapsed().as_secs_f64();
+    let plan = finish_plan(&ctx, options, strategy, &steps, &mut stats)?;
+    Ok((plan, stats))
+}
+
+/// Plans for every budget in `budgets` (`options.budget` is ignored): the plan
+/// [`plan()`] makes with that budget, or why there is none. Only `sublinear` takes a
+/// budget this way: its candidate set does not depend on the budget (see `budget.rs`), so
+/// it is built once and every budget selects from it: the plans are those of separate
+/// [`plan()`] calls, recompute never rises as the budget grows, and a sweep of many budgets
+/// costs one search plus the arenas.
+pub fn plan_budgets(
+    graph: &Graph,
+    options: &PlanOptions,
+    budgets: &[u64],
+    run: &RunConfig<'_>,
+) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
+    check_options(options)?;
+    if options.strategy != Strategy::Sublinear {
+        return Err(PlanError::InvalidOption(format!(
+            "a sweep of budgets plans with sublinear, not {}",
+            options.strategy
+        )));
+    }
+    let ctx = Context::with_profile(graph, options.device_profile.as_ref());
+    let cands = run::sublinear_candidates(&ctx, options, run)?;
+    Ok(budgets
+        .iter()
+        .map(|&b| {
+            let o = PlanOptions {
+                budget: Some(b),
+                ..options.clone()
+            };
+            below_bound(&ctx, b)?;
+            let chosen = budget::choose(&ctx, &o, &cands, b)?;
+            finish_plan(
+                &ctx,
+                &o,
+                chosen.strategy,
+                &chosen.steps,
+                &mut PlanStats::default(),
+            )
+        })
+        .collect())
+}
+
+/// A budget below the per-op lower bound, refused with the op that sets the bound.
+pub(crate) fn below_bound(ctx: &Context<'_>, budget: u64) -> Result<(), PlanError> {
+    let lb = ctx.lower_bound;
+    if budget < lb.bytes {
+        return Err(PlanError::BudgetBelowLowerBound {
+            budget,
+            lower_bound: lb.bytes,
+            op: lb.op.map(|o| ctx.g.op(o).name.clone()).unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
+
+/// The plan of a chosen schedule: summary, arena (checked against the budget in device
+/// bytes) and the verifier. The plan records the rules its schedule follows (a budget met
+/// by eviction is `dtr`).
+fn finish_plan(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    strategy: Strategy,
+    steps: &[(OpId, bool)],
+    stats: &mut PlanStats,
+) -> Result<Plan, PlanError> {
+    let graph = ctx.g;
+    let options = &PlanOptions {
+        strategy,
+        ..options.clone()
+    };
+    let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+    let profile = sgc_ir::simulate(graph, &ops).map_err(|e| PlanError::Internal {
+        strategy: options.strategy.to_string(),
+        message: e.to_string(),
+    })?;
+    let mut plan = Plan::assemble(graph, options, steps, &profile);
+    let start = std::time::Instant::now();
+    if options.arena || options.budget.is_some() {
+        let layout = device::place(graph, &ops, &plan.lifetimes, options)?;
+        let device = layout.size.saturating_add(graph.persistent_bytes());
+        let bounded = match options.budget_of {
+            BudgetOf::Device => device,
+            BudgetOf::Peak => profile.peak,
+            BudgetOf::Saved => plan::saved_bytes(graph, steps),
+        };
+        if let Some(budget) = options.budget.filter(|&b| bounded > b) {
+            if options.budget_of == BudgetOf::Saved {
+                return Err(PlanError::SavedBudgetNotMet {
+                    budget,
+                    lowest: bounded,
+                });
+            }
+            return Err(PlanError::BudgetNotMet {
+                budget,
+                of: options.budget_of,
+                best_peak: profile.peak,
+                best_device: Some(device),
+                lower_bound: ctx.lower_bound.bytes,
+            });
+        }
+        plan.arena = options.arena.then_some(layout);
+    }
+    stats.arena_secs = start.elapsed().as_secs_f64();
+    verify(graph, &plan).map_err(|violations| PlanError::Rejected {
+        strategy: options.strategy.to_string(),
+        violations,
+    })?;
+    Ok(plan)
+}
+
+fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
+    if o.budget_of == BudgetOf::Saved && o.strategy != Strategy::Partition {
+        return Err(PlanError::InvalidOption(format!(
+            "--budget-of saved (bytes kept for the backward) plans with --strategy partition, not {}",
+            o.strategy
+        )));
+    }
+    if o.align == 0 {
+        return Err(PlanError::InvalidOption(
+            "--align must be at least 1".into(),
+        ));
+    }
+    if o.pool_size == 0 {
+        return Err(PlanError::InvalidOption(
+            "--pool-size must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! One function per strategy, each turning the per-graph [`Context`] and the options into a
+//! schedule (steps of op and recomputation flag); [`crate::planner`] makes the plan of it.
+//! With a budget, a strategy picks among its candidates the one recomputing least whose
+//! device bytes (or peak, or saved bytes: [`BudgetOf`]) fit.
+
+use crate::budget;
+use crate::context::Context;
+use crate::device;
+use crate::error::PlanError;
+use crate::options::{BudgetOf, Goal, PlanOptions, RunConfig, Strategy};
+use crate::sublinear::evaluate::{self, fitness_of, schedule};
+use crate::sublinear::search::{Evaluator, SearchStats};
+use crate::sublinear::{self, chen};
+use sgc_ir::OpId;
+
+/// The `chen-sqrt` strategy: Chen's sqrt(n) segments, or the traced order when they do not
+/// give a schedule.
+pub(crate) fn chen(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
+    schedule(ctx, &chen::best(ctx)).unwrap_or_else(|| original(ctx))
+}
+
+/// The budget-independent candidate set of the sublinear search ([`budget`]), for a sweep
+/// of budgets.
+pub(crate) fn sublinear_candidates(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<budget::Candidates, PlanError> {
+    let pool = pool(run)?;
+    let mut ev = Evaluator::new(ctx, &pool, run.progress);
+    let (best, fit) = sublinear::best(&mut ev, &unbudgeted(options));
+    Ok(budget::candidates(&mut ev, options, &best, fit.peak))
+}
+
+/// The options without their budget.
+fn unbudgeted(options: &PlanOptions) -> PlanOptions {
+    PlanOptions {
+        budget: None,
+        ..options.clone()
+    }
+}
+
+/// The worker pool of a run.
+fn pool(run: &RunConfig<'_>) -> Result<rayon::ThreadPool, PlanError> {
+    let workers = run.workers.unwrap_or(0);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| PlanError::Workers {
+            workers,
+            message: e.to_string(),
+        })
+}
+
+/// The `partition` strategy ([`crate::partition`]): with a budget, the candidate that recomputes
+/// least within it (bytes kept for the backward, device bytes or peak); without one, the
+/// lowest peak.
+pub(crate) fn partition(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<Vec<(OpId, bool)>, PlanError> {
+    let pool = pool(run)?;
+    let cands = crate::partition::candidates(ctx, &pool).map_err(|e| {
+        PlanError::Partition(match e {
+            crate::partition::Unpartitionable::NoBackward => "the graph has no backward op (no op has phase \"backward\" and none can be inferred from a loss): export the whole training step, or use another --strategy".to_string(),
+            crate::partition::Unpartitionable::NoSchedule => "no set of forward tensors kept for the backward gives a schedule that can run (ops that may not run again read state written in place): use another --strategy".to_string(),
+        })
+    })?;
+    let Some(limit) = options.budget else {
+        let best = cands.into_iter().min_by_key(|c| (c.peak, c.units, c.saved));
+        return Ok(best.map(|c| c.steps).unwrap_or_else(|| original(ctx)));
+    };
+    if options.budget_of == BudgetOf::Saved {
+        let lowest = cands.iter().map(|c| c.saved).min().unwrap_or(0);
+        return cands
+            .into_iter()
+            .filter(|c| c.saved <= limit)
+            .min_by_key(|c| (c.units, c.peak, c.saved))
+            .map(|c| c.steps)
+            .ok_or(PlanError::SavedBudgetNotMet {
+                budget: limit,
+                lowest,
+            });
+    }
+    let steps = cands
+        .into_iter()
+        .map(|c| budget::Candidate::of_steps(c.steps, c.peak, c.units, Strategy::Partition))
+        .collect();
+    Ok(budget::choose_among(ctx, options, steps, limit)?.steps)
+}
+
+/// The traced order, unchanged.
+pub(crate) fn original(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
+    (0..ctx.n).map(|i| (OpId::new(i), false)).collect()
+}
+
+/// The sublinear search; with a budget, the cheapest plan of the budget-independent
+/// candidate set ([`budget`]) whose device bytes fit it.
+pub(crate) fn sublinear(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<(budget::Chosen, SearchStats), PlanError> {
+    let pool = pool(run)?;
+    let mut ev = Evaluator::new(ctx, &pool, run.progress);
+    if options.goal == Goal::Balanced {
+        ev.objective.balance = Some(evaluate::Balance::of(ctx));
+    }
+    // The search never sees the budget: with one, it only selects among the candidates
+    // that the unbudgeted search and the fixed ladder made, so that a larger budget never
+    // costs more recompute.
+    let (best, fit) = sublinear::best(&mut ev, &unbudgeted(options));
+    let Some(limit) = options.budget else {
+        let steps = schedule(ctx, &best).unwrap_or_else(|| original(ctx));
+        let chosen = budget::Chosen {
+            steps,
+            strategy: Strategy::Sublinear,
+        };
+        return Ok((chosen, ev.stats));
+    };
+    let cands = budget::candidates(&mut ev, options, &best, fit.peak);
+    // The budget selects among the candidates; the unbudgeted pick's trade is not the plan's.
+    let stats = SearchStats {
+        traded_from: None,
+        before_fixed_peak: None,
+        ..ev.stats
+    };
+    Ok((budget::choose(ctx, options, &cands, limit)?, stats))
+}
+
+/// Static DTR; with a budget, the threshold is lowered by the arena's overshoot (twice at
+/// most) until the device bytes fit.
+pub(crate) fn dtr_budgeted(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+) -> Result<DtrOutcome, PlanError> {
+    let mut out = dtr(ctx, options);
+    let Some(limit) = options.budget else {
+        return Ok(out);
+    };
+    let lb = ctx.lower_bound.bytes;
+    if options.budget_of == BudgetOf::Peak {
+        // The threshold bounds the peak itself; there is no arena overshoot to pay for.
+        return Ok(out);
+    }
+    let mut threshold = options.eviction_threshold.unwrap_or(limit);
+    for _ in 0..2 {
+        let device = device::device_bytes(ctx, options, &out.0)?;
+        if device <= limit || threshold <= lb {
+            break;
+        }
+        threshold = threshold.saturating_sub(device - limit).max(lb);
+        let o = PlanOptions {
+            eviction_threshold: Some(threshold),
+            ..options.clone()
+        };
+        out = dtr(ctx, &o);
+    }
+    Ok(out)
+}
+
+/// A DTR schedule, and why it is the traced order when it is.
+pub(crate) type DtrOutcome = (Vec<(OpId, bool)>, Option<String>);
+
+/// The DTR schedule, or the traced order and why.
+fn dtr(ctx: &Context<'_>, options: &PlanOptions) -> DtrOutcome {
+    let lb = ctx.lower_bound.bytes;
+    let threshold = options
+        .eviction_threshold
+        .or(options.budget)
+        .unwrap_or(lb + ctx.unplanned_peak.saturating_sub(lb) / 2);
+    let params = crate::dtr::DtrParams {
+        threshold,
+        min_size: options.evictee_min_size,
+        sqrt_sampling: options.sqrt_sampling,
+        seed: options.seed,
+    };
+    let steps = match crate::dtr::schedule(ctx, &params) {
+        Ok(steps) => steps,
+        Err(crate::schedule::Infeasible::TooCostly) => {
+            let why = format!(
+                "eviction cascaded into recomputing more than {} training steps' worth",
+                crate::schedule::MAX_RECOMPUTE_STEPS
+            );
+            return (original(ctx), Some(why));
+        }
+        Err(_) => {
+            let why = "a tensor it evicted could not be recomputed safely".to_string();
+            return (original(ctx), Some(why));
+        }
+    };
+    // A DTR pass that ends above the unplanned peak is worse than no plan at all.
+    let planned = fitness_of(ctx, &steps, 0);
+    if planned.feasible && planned.peak <= ctx.unplanned_peak {
+        (steps, None)
+    } else {
+        let why = "its schedule peaked above the traced order's".to_string();
+        (original(ctx), Some(why))
+    }
+}
