@@ -9,14 +9,10 @@ use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::Conv2d, true),
-    (OpKind::Conv2dGradInput, true),
-    (OpKind::Conv2dGradWeight, true),
-    (OpKind::AtenConvolution, true),
-    (OpKind::AtenConvolutionBackward, false),
-];
+kinds! {
+    cuda: Conv2d Conv2dGradInput Conv2dGradWeight AtenConvolution;
+    cpu: AtenConvolutionBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Conv {

@@ -7,51 +7,16 @@ use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::BiasAdd, true),
-    (OpKind::BiasAddGrad, true),
-    (OpKind::Add, true),
-    (OpKind::Mul, true),
-    (OpKind::Relu, true),
-    (OpKind::ReluGrad, true),
-    (OpKind::Gelu, true),
-    (OpKind::GeluGrad, true),
-    (OpKind::SgdUpdate, true),
-    (OpKind::AtenRelu, true),
-    (OpKind::AtenLeakyRelu, true),
-    (OpKind::AtenLeakyReluBackward, true),
-    (OpKind::AtenAddTensor, false),
-    (OpKind::AtenAddScalar, false),
-    (OpKind::AtenSubTensor, false),
-    (OpKind::AtenMulTensor, false),
-    (OpKind::AtenMulScalar, false),
-    (OpKind::AtenDivTensor, false),
-    (OpKind::AtenDivScalar, false),
-    (OpKind::AtenThresholdBackward, false),
-    (OpKind::AtenOnesLike, false),
-    (OpKind::AtenEmptyLike, false),
-    (OpKind::AtenFill, false),
-    (OpKind::AtenZeros, false),
-    (OpKind::AtenEmpty, false),
-    (OpKind::AtenNewEmptyStrided, false),
-    (OpKind::AtenSigmoid, false),
-    (OpKind::AtenSigmoidBackward, false),
-    (OpKind::AtenTanh, false),
-    (OpKind::AtenTanhBackward, false),
-    (OpKind::AtenSilu, false),
-    (OpKind::AtenSiluBackward, false),
-    (OpKind::AtenMish, false),
-    (OpKind::AtenMishBackward, false),
-    (OpKind::AtenSoftplus, false),
-    (OpKind::AtenSoftplusBackward, false),
-    (OpKind::AtenHardswish, false),
-    (OpKind::AtenHardswishBackward, false),
-    (OpKind::AtenHardsigmoid, false),
-    (OpKind::AtenHardsigmoidBackward, false),
-    (OpKind::AtenGelu, false),
-    (OpKind::AtenGeluBackward, false),
-];
+kinds! {
+    cuda: BiasAdd BiasAddGrad Add Mul Relu ReluGrad Gelu GeluGrad SgdUpdate AtenRelu
+        AtenLeakyRelu AtenLeakyReluBackward;
+    cpu: AtenAddTensor AtenAddScalar AtenSubTensor AtenMulTensor AtenMulScalar AtenDivTensor
+        AtenDivScalar AtenThresholdBackward AtenOnesLike AtenEmptyLike AtenFill AtenZeros
+        AtenEmpty AtenNewEmptyStrided AtenSigmoid AtenSigmoidBackward AtenTanh AtenTanhBackward
+        AtenSilu AtenSiluBackward AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward
+        AtenHardswish AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
+        AtenGeluBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Elementwise {

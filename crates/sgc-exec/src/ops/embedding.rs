@@ -7,13 +7,10 @@ use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::Embedding, true),
-    (OpKind::EmbeddingGrad, true),
-    (OpKind::AtenEmbedding, false),
-    (OpKind::AtenEmbeddingBackward, false),
-];
+kinds! {
+    cuda: Embedding EmbeddingGrad;
+    cpu: AtenEmbedding AtenEmbeddingBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Embedding {

@@ -7,15 +7,10 @@ use crate::operand::Operand;
 use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::MatMul, true),
-    (OpKind::MatMulTn, true),
-    (OpKind::BatchedMatMul, true),
-    (OpKind::AtenMm, true),
-    (OpKind::AtenBmm, true),
-    (OpKind::AtenAddmm, false),
-];
+kinds! {
+    cuda: MatMul MatMulTn BatchedMatMul AtenMm AtenBmm;
+    cpu: AtenAddmm;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Linalg {

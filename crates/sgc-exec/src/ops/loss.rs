@@ -8,13 +8,10 @@ use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::CrossEntropy, true),
-    (OpKind::CrossEntropyGrad, true),
-    (OpKind::AtenNllLoss, false),
-    (OpKind::AtenNllLossBackward, false),
-];
+kinds! {
+    cuda: CrossEntropy CrossEntropyGrad;
+    cpu: AtenNllLoss AtenNllLossBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Loss {

@@ -9,6 +9,18 @@
 //! kinds (`None` for a kind it does not claim); and its enum, implementing [`Family`].
 //! Adding an op takes its line in `sgc_ir::ops` and these family files.
 
+/// A family's `KINDS`, the op kinds it runs and whether CUDA runs them: `cuda:` the kinds
+/// both backends run, `cpu:` those only the CPU backend runs (`sgc_ir::ops::OpKind` names).
+macro_rules! kinds {
+    (cuda: $($cuda:ident)*; cpu: $($cpu:ident)*;) => {
+        /// The op kinds of the family, and whether CUDA runs them.
+        pub const KINDS: &[(sgc_ir::ops::OpKind, bool)] = &[
+            $((sgc_ir::ops::OpKind::$cuda, true),)*
+            $((sgc_ir::ops::OpKind::$cpu, false),)*
+        ];
+    };
+}
+
 pub(crate) mod check;
 pub mod conv;
 pub mod elementwise;

@@ -8,25 +8,12 @@ use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::BatchNorm, true),
-    (OpKind::BatchNormGrad, true),
-    (OpKind::LayerNorm, true),
-    (OpKind::LayerNormGrad, true),
-    (OpKind::Softmax, true),
-    (OpKind::SoftmaxGrad, true),
-    (OpKind::AtenBatchNorm, true),
-    (OpKind::AtenBatchNormBackward, false),
-    (OpKind::BatchNormUpdateStats, false),
-    (OpKind::AtenLayerNorm, true),
-    (OpKind::AtenLayerNormBackward, false),
-    (OpKind::AtenSoftmax, true),
-    (OpKind::AtenSafeSoftmax, true),
-    (OpKind::AtenSoftmaxBackward, false),
-    (OpKind::AtenLogSoftmax, false),
-    (OpKind::AtenLogSoftmaxBackward, false),
-];
+kinds! {
+    cuda: BatchNorm BatchNormGrad LayerNorm LayerNormGrad Softmax SoftmaxGrad AtenBatchNorm
+        AtenLayerNorm AtenSoftmax AtenSafeSoftmax;
+    cpu: AtenBatchNormBackward BatchNormUpdateStats AtenLayerNormBackward AtenSoftmaxBackward
+        AtenLogSoftmax AtenLogSoftmaxBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Norm {

@@ -10,19 +10,10 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::MaxPool2d, true),
-    (OpKind::MaxPool2dGrad, true),
-    (OpKind::GlobalAvgPool, true),
-    (OpKind::GlobalAvgPoolGrad, true),
-    (OpKind::Upsample2x, true),
-    (OpKind::Upsample2xGrad, true),
-    (OpKind::AtenMaxPool2d, false),
-    (OpKind::AtenMaxPool2dBackward, false),
-    (OpKind::AtenAvgPool2d, false),
-    (OpKind::AtenAvgPool2dBackward, false),
-];
+kinds! {
+    cuda: MaxPool2d MaxPool2dGrad GlobalAvgPool GlobalAvgPoolGrad Upsample2x Upsample2xGrad;
+    cpu: AtenMaxPool2d AtenMaxPool2dBackward AtenAvgPool2d AtenAvgPool2dBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Pool {

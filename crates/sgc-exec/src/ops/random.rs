@@ -10,13 +10,11 @@ use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
-/// The op kinds of the family, and whether CUDA runs them (`mul.Tensor` by a mask is
-/// listed with the element-wise family, which runs its other forms).
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::AtenBernoulli, false),
-    (OpKind::AtenDropout, false),
-    (OpKind::AtenDropoutBackward, false),
-];
+// `mul.Tensor` by a mask is listed with the element-wise family, which runs its other forms.
+kinds! {
+    cuda: ;
+    cpu: AtenBernoulli AtenDropout AtenDropoutBackward;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Random {

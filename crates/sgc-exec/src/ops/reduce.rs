@@ -7,8 +7,10 @@ use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[(OpKind::AtenSum, false), (OpKind::AtenMean, false)];
+kinds! {
+    cuda: ;
+    cpu: AtenSum AtenMean;
+}
 
 /// Sum (or mean) over the contiguous axes `start..end`, accumulated in f64.
 #[derive(Clone, Debug, PartialEq)]

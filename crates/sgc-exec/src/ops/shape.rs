@@ -8,30 +8,11 @@ use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
-/// The op kinds of the family, and whether CUDA runs them.
-pub const KINDS: &[(OpKind, bool)] = &[
-    (OpKind::Reshape, true),
-    (OpKind::Transpose, true),
-    (OpKind::Concat, true),
-    (OpKind::Slice, true),
-    (OpKind::AtenView, true),
-    (OpKind::AtenUnsafeView, true),
-    (OpKind::AtenAlias, true),
-    (OpKind::AtenClone, true),
-    (OpKind::AtenUnsqueeze, true),
-    (OpKind::AtenSqueezeDim, true),
-    (OpKind::AtenT, true),
-    (OpKind::AtenTranspose, true),
-    (OpKind::AtenPermute, true),
-    (OpKind::AtenCat, true),
-    (OpKind::AtenSlice, true),
-    (OpKind::AtenExpand, false),
-    (OpKind::AtenSplit, false),
-    (OpKind::AtenUnbind, false),
-    (OpKind::AtenStack, false),
-    (OpKind::AtenCopy, false),
-    (OpKind::AtenCopyInPlace, false),
-];
+kinds! {
+    cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
+        AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice;
+    cpu: AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Shape {
