@@ -203,27 +203,25 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         let wo = (hw[1] + 2 * padding - k) / stride + 1;
         let (x, w, y) = ([2, 3, hw[0], hw[1]], [4, 3, k, k], [2, 4, ho, wo]);
         let tag = format!("s{stride} p{padding} k{k}");
-        let conv = Conv2d { stride, padding };
-        out.push(case(
-            &format!("conv2d {tag}"),
-            conv,
-            vec![v.f32(&x), v.f32(&w)],
-            &[&y],
-        ));
-        let gi = Conv2dGradInput { stride, padding };
-        out.push(case(
-            &format!("conv2d_grad_input {tag}"),
-            gi,
-            vec![v.f32(&y), v.f32(&w)],
-            &[&x],
-        ));
-        let gw = Conv2dGradWeight { stride, padding };
-        out.push(case(
-            &format!("conv2d_grad_weight {tag}"),
-            gw,
-            vec![v.f32(&x), v.f32(&y)],
-            &[&w],
-        ));
+        // (name, kernel, input shapes, output shape)
+        for (name, kernel, [a, b], result) in [
+            ("conv2d", Conv2d { stride, padding }, [x, w], y),
+            (
+                "conv2d_grad_input",
+                Conv2dGradInput { stride, padding },
+                [y, w],
+                x,
+            ),
+            (
+                "conv2d_grad_weight",
+                Conv2dGradWeight { stride, padding },
+                [x, y],
+                w,
+            ),
+        ] {
+            let ins = vec![v.f32(&a), v.f32(&b)];
+            out.push(case(&format!("{name} {tag}"), kernel, ins, &[&result]));
+        }
     }
     for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
         let x = [2, 3, 7, 6];

@@ -145,9 +145,13 @@ fn scatter(
     }
 }
 
-/// One group of a grouped convolution: its input and output channels, its window (the
-/// group's channels), the input and output plane sizes and its slice of the weight.
-struct Groups {
+/// A grouped convolution: the whole window `g` with `o` output channels in `groups`
+/// groups, and one group's input and output channels, its window (the group's channels),
+/// the input and output plane sizes and its slice of the weight.
+pub(crate) struct Groups {
+    g: Window,
+    o: usize,
+    groups: usize,
     cg: usize,
     og: usize,
     gw: Window,
@@ -160,6 +164,9 @@ impl Groups {
     fn of(g: &Window, o: usize, groups: usize) -> Groups {
         let (cg, og) = (g.c / groups, o / groups);
         Groups {
+            g: *g,
+            o,
+            groups,
             cg,
             og,
             gw: Window { c: cg, ..*g },
@@ -173,32 +180,22 @@ impl Groups {
 /// `convolution` with `groups` (each group's output channels see only its input
 /// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
 /// the builder's `conv2d` over that group's channels.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn conv_grouped(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-    g: &Window,
-    o: usize,
-    groups: usize,
-) {
-    let Groups {
-        cg,
-        og,
-        gw,
-        pin,
-        pout,
-        wlen,
-    } = Groups::of(g, o, groups);
+pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], p: &Groups) {
+    let (g, o, groups) = (&p.g, p.o, p.groups);
     for grp in 0..groups {
-        let xs = gather(x, g.n, g.c, cg, grp, pin);
-        let mut ys = vec![0.0; g.n * og * pout];
-        conv2d(&xs, &w[grp * wlen..(grp + 1) * wlen], &mut ys, &gw, og);
-        scatter(y, &ys, g.n, o, og, grp, pout);
+        let xs = gather(x, g.n, g.c, p.cg, grp, p.pin);
+        let mut ys = vec![0.0; g.n * p.og * p.pout];
+        conv2d(
+            &xs,
+            &w[grp * p.wlen..(grp + 1) * p.wlen],
+            &mut ys,
+            &p.gw,
+            p.og,
+        );
+        scatter(y, &ys, g.n, o, p.og, grp, p.pout);
     }
     if let Some(b) = bias {
-        for (i, plane) in y.chunks_mut(pout.max(1)).enumerate() {
+        for (i, plane) in y.chunks_mut(p.pout.max(1)).enumerate() {
             let v = b[i % o.max(1)];
             for y in plane {
                 *y += v;
@@ -209,35 +206,31 @@ pub(crate) fn conv_grouped(
 
 /// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
 /// group when `groups > 1`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_backward(
     dy: &[f32],
     x: &[f32],
     w: &[f32],
     outs: &mut [&mut [f32]],
     mask: [bool; 3],
-    g: &Window,
-    o: usize,
-    groups: usize,
+    p: &Groups,
 ) {
-    let Groups {
-        cg,
-        og,
-        gw,
-        pin,
-        pout,
-        wlen,
-    } = Groups::of(g, o, groups);
+    let (g, o, groups) = (&p.g, p.o, p.groups);
     let mut slot = 0;
     if mask[0] {
         if groups == 1 {
             conv2d_grad_input(dy, w, outs[slot], g, o);
         } else {
             for grp in 0..groups {
-                let dys = gather(dy, g.n, o, og, grp, pout);
-                let mut dxs = vec![0.0; g.n * cg * pin];
-                conv2d_grad_input(&dys, &w[grp * wlen..(grp + 1) * wlen], &mut dxs, &gw, og);
-                scatter(outs[slot], &dxs, g.n, g.c, cg, grp, pin);
+                let dys = gather(dy, g.n, o, p.og, grp, p.pout);
+                let mut dxs = vec![0.0; g.n * p.cg * p.pin];
+                conv2d_grad_input(
+                    &dys,
+                    &w[grp * p.wlen..(grp + 1) * p.wlen],
+                    &mut dxs,
+                    &p.gw,
+                    p.og,
+                );
+                scatter(outs[slot], &dxs, g.n, g.c, p.cg, grp, p.pin);
             }
         }
         slot += 1;
@@ -248,11 +241,11 @@ pub(crate) fn conv_backward(
         } else {
             for grp in 0..groups {
                 let (xs, dys) = (
-                    gather(x, g.n, g.c, cg, grp, pin),
-                    gather(dy, g.n, o, og, grp, pout),
+                    gather(x, g.n, g.c, p.cg, grp, p.pin),
+                    gather(dy, g.n, o, p.og, grp, p.pout),
                 );
-                let dw = &mut outs[slot][grp * wlen..(grp + 1) * wlen];
-                conv2d_grad_weight(&xs, &dys, dw, &gw, og);
+                let dw = &mut outs[slot][grp * p.wlen..(grp + 1) * p.wlen];
+                conv2d_grad_weight(&xs, &dys, dw, &p.gw, p.og);
             }
         }
         slot += 1;
@@ -261,8 +254,8 @@ pub(crate) fn conv_backward(
         for (c, db) in outs[slot].iter_mut().enumerate() {
             let mut s = 0.0f64;
             for n in 0..g.n {
-                let start = (n * o + c) * pout;
-                s += dy[start..start + pout]
+                let start = (n * o + c) * p.pout;
+                s += dy[start..start + p.pout]
                     .iter()
                     .map(|&v| f64::from(v))
                     .sum::<f64>();
@@ -289,12 +282,17 @@ pub(super) fn run(k: &Conv, io: Io) -> Result<(), KernelError> {
         Conv::Conv2dGradWeight { .. } => {
             conv2d_grad_weight(a, b, io.outs[0], &g, io.ops_in[1].shape[1])
         }
-        Conv::ConvBackward { groups, mask, .. } => {
-            conv_backward(a, b, f(&io.ins[2])?, io.outs, *mask, &g, w, *groups)
-        }
+        Conv::ConvBackward { groups, mask, .. } => conv_backward(
+            a,
+            b,
+            f(&io.ins[2])?,
+            io.outs,
+            *mask,
+            &Groups::of(&g, w, *groups),
+        ),
         Conv::ConvGrouped { groups, bias, .. } => {
             let bias = if *bias { Some(f(&io.ins[2])?) } else { None };
-            conv_grouped(a, b, bias, io.outs[0], &g, w, *groups)
+            conv_grouped(a, b, bias, io.outs[0], &Groups::of(&g, w, *groups))
         }
     }
     Ok(())

@@ -16,11 +16,7 @@ pub(crate) fn cross_entropy(
     c: usize,
 ) -> R {
     let per_row = d.scratch(8 * rows)?;
-    let args: Vec<Arg> = [Arg::Ptr(logits)]
-        .into_iter()
-        .chain(labels.args())
-        .chain([Arg::Ptr(per_row), n(rows), n(c), d.flag()])
-        .collect();
+    let args = row_args(d, logits, labels, per_row, rows, c);
     d.launch("cross_entropy", Grid::Rows(rows), &args)?;
     let args = [Arg::Ptr(per_row), Arg::Ptr(loss), n(rows)];
     d.launch("cross_entropy_mean", Grid::One, &args)?;
@@ -36,13 +32,19 @@ pub(crate) fn cross_entropy_grad(
     rows: usize,
     c: usize,
 ) -> R {
-    let args: Vec<Arg> = [Arg::Ptr(logits)]
-        .into_iter()
-        .chain(labels.args())
-        .chain([Arg::Ptr(dx), n(rows), n(c), d.flag()])
-        .collect();
+    let args = row_args(d, logits, labels, dx, rows, c);
     d.launch("cross_entropy_grad", Grid::Rows(rows), &args)?;
     d.check_flag()
+}
+
+/// The arguments of the per-row cross-entropy kernels:
+/// `(logits, labels, idx64, out, rows, c, flag)`.
+fn row_args(d: &Device, logits: u64, labels: Idx, out: u64, rows: usize, c: usize) -> Vec<Arg> {
+    [Arg::Ptr(logits)]
+        .into_iter()
+        .chain(labels.args())
+        .chain([Arg::Ptr(out), n(rows), n(c), d.flag()])
+        .collect()
 }
 
 /// Runs a kernel of the family.

@@ -36,27 +36,10 @@ mod stand_in;
 #[cfg(not(feature = "cuda"))]
 pub use stand_in::{CudaBackend, NOT_BUILT};
 
-#[cfg(feature = "cuda")]
-mod conv;
-#[cfg(feature = "cuda")]
-mod device;
-#[cfg(feature = "cuda")]
-mod elementwise;
-#[cfg(feature = "cuda")]
-mod embedding;
-#[cfg(feature = "cuda")]
-mod linalg;
-#[cfg(feature = "cuda")]
-mod loader;
-#[cfg(feature = "cuda")]
-mod loss;
-#[cfg(feature = "cuda")]
-mod norm;
-#[cfg(feature = "cuda")]
-mod pool;
-#[cfg(feature = "cuda")]
-mod runtime;
-#[cfg(feature = "cuda")]
-mod shape;
+/// The backend's modules, built with the `cuda` feature only.
+macro_rules! cuda_modules {
+    ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
+}
+cuda_modules!(conv device elementwise embedding linalg loader loss norm pool runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

@@ -162,13 +162,23 @@ impl Attrs<'_> {
         .ok_or_else(|| self.err(format!("`{key}` must be a finite number")))
     }
 
-    pub(crate) fn bool_or(&self, key: &str, default: bool) -> Result<bool, ExecError> {
+    /// An optional attribute: `default` when absent, else `read` of it (`must` says what
+    /// it must be when that fails).
+    fn opt<T>(
+        &self,
+        key: &str,
+        default: T,
+        read: impl Fn(&Value) -> Option<T>,
+        must: &str,
+    ) -> Result<T, ExecError> {
         match self.get(key) {
             None => Ok(default),
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| self.err(format!("`{key}` must be true or false"))),
+            Some(v) => read(v).ok_or_else(|| self.err(format!("`{key}` must be {must}"))),
         }
+    }
+
+    pub(crate) fn bool_or(&self, key: &str, default: bool) -> Result<bool, ExecError> {
+        self.opt(key, default, Value::as_bool, "true or false")
     }
 
     pub(crate) fn perm(&self) -> Result<Vec<usize>, ExecError> {
@@ -233,12 +243,7 @@ impl Attrs<'_> {
     }
 
     pub(crate) fn i64_or(&self, key: &str, default: i64) -> Result<i64, ExecError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v
-                .as_i64()
-                .ok_or_else(|| self.err(format!("`{key}` must be an integer"))),
-        }
+        self.opt(key, default, Value::as_i64, "an integer")
     }
 
     /// Refuses an attribute whose value is not `expected` (a feature the kernel lacks).

@@ -21,16 +21,32 @@ __device__ i64 row_label(const void* labels, int idx64, i64 r, i64 c, int* err) 
     return l;
 }
 
+// Row `r` of a cross-entropy's logits: the row, its lse (all threads of the block) and its
+// label (-1, with `*err` set, when out of range).
+struct CeRow {
+    const float* x;
+    double lse;
+    i64 label;
+};
+
+__device__ CeRow ce_row(const float* logits, const void* labels, int idx64, i64 r, i64 c,
+                        int* err) {
+    __shared__ double sh[BLOCK];
+    __shared__ float shf[BLOCK];
+    CeRow row;
+    row.x = logits + r * c;
+    row.lse = row_lse(row.x, c, sh, shf);
+    row.label = row_label(labels, idx64, r, c, err);
+    return row;
+}
+
 // Per-row loss lse(row) - row[label] into `per_row` (f64); `cross_entropy_mean` finishes.
 extern "C" __global__ void cross_entropy(const float* logits, const void* labels, int idx64,
                                          double* per_row, i64 rows, i64 c, int* err) {
-    __shared__ double sh[BLOCK];
-    __shared__ float shf[BLOCK];
     ROWS(r, rows) {
-        const float* xr = logits + r * c;
-        double lse = row_lse(xr, c, sh, shf);
-        i64 l = row_label(labels, idx64, r, c, err);
-        if (threadIdx.x == 0) per_row[r] = l >= 0 ? lse - (double)xr[l] : 0.0;
+        CeRow row = ce_row(logits, labels, idx64, r, c, err);
+        if (threadIdx.x == 0)
+            per_row[r] = row.label >= 0 ? row.lse - (double)row.x[row.label] : 0.0;
     }
 }
 
@@ -46,15 +62,11 @@ extern "C" __global__ void cross_entropy_mean(const double* per_row, float* loss
 // (softmax(row) - onehot(label)) / rows.
 extern "C" __global__ void cross_entropy_grad(const float* logits, const void* labels, int idx64,
                                               float* dx, i64 rows, i64 c, int* err) {
-    __shared__ double sh[BLOCK];
-    __shared__ float shf[BLOCK];
     ROWS(r, rows) {
-        const float* xr = logits + r * c;
-        double lse = row_lse(xr, c, sh, shf);
-        i64 l = row_label(labels, idx64, r, c, err);
+        CeRow row = ce_row(logits, labels, idx64, r, c, err);
         BLOCK_STRIDE(j, c) {
-            double p = exp((double)xr[j] - lse);
-            double t = j == l ? 1.0 : 0.0;
+            double p = exp((double)row.x[j] - row.lse);
+            double t = j == row.label ? 1.0 : 0.0;
             dx[r * c + j] = (float)((p - t) / (double)rows);
         }
     }
