@@ -24,8 +24,8 @@
 //! The CPU backend (`cpu_backend/`) is the reference; the CUDA backend (`cuda_backend/`)
 //! implements the same kernels under the same names.
 
+use crate::error::ExecError;
 use crate::kernel::Kernel;
-use crate::ExecError;
 
 pub use crate::operand::{BufferId, Operand, View, ViewStep};
 

@@ -22,9 +22,9 @@
 //! writes the parameter in place, so parameters carry over from one step to the next.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::error::ExecError;
 use crate::kernel::Kernel;
 use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
-use crate::ExecError;
 use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
 use sgc_plan::Plan;

@@ -11,8 +11,8 @@
 //!   a matrix or `C*kh*kw` of a convolution kernel;
 //! - state and consts: 0.
 
+use crate::error::ExecError;
 use crate::host::HostTensor;
-use crate::ExecError;
 use sgc_ir::ops::Init;
 use sgc_ir::{DType, Graph, TensorId, TensorKind};
 
@@ -84,7 +84,7 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
             } else {
                 HostTensor {
                     shape,
-                    data: crate::HostData::I32(ids.into_iter().map(|v| v as i32).collect()),
+                    data: crate::host::HostData::I32(ids.into_iter().map(|v| v as i32).collect()),
                 }
             })
         }

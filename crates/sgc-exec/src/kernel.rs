@@ -9,8 +9,8 @@
 //! operands whose shapes or dtypes the kernel would misread, so kernels index in bounds by
 //! construction.
 
+use crate::error::ExecError;
 use crate::ops::{self, Cx, Family};
-use crate::ExecError;
 use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, OpId};
 

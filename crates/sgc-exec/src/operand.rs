@@ -4,7 +4,7 @@
 
 use sgc_ir::DType;
 
-/// A buffer made by [`crate::Backend::alloc`], valid for the backend that made it.
+/// A buffer made by [`crate::backend::Backend::alloc`], valid for the backend that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufferId(pub usize);
 

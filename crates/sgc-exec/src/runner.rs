@@ -3,18 +3,19 @@
 //! graph, the backend and the bound values; its [`Schedule`] is the one thing that
 //! differs, deciding how a step runs and where each tensor lives:
 //!
-//! - [`crate::executor::PlanReplay`] ([`crate::Executor`]): a verified plan replayed as
+//! - [`crate::executor::PlanReplay`] ([`crate::executor::Executor`]): a verified plan replayed as
 //!   written, every tensor at the plan's arena offset, resolved before the first step;
-//! - [`crate::dtr::RunTimeDtr`] ([`crate::DtrExecutor`]): the traced order, eviction and
+//! - [`crate::dtr::RunTimeDtr`] ([`crate::dtr::DtrExecutor`]): the traced order, eviction and
 //!   recomputation decided while the step runs, every storage where the pool puts it.
 //!
 //! The checks every executor makes before any kernel runs (op types the backend has,
 //! operand dtypes and shapes) and the operands it hands the backend are here too.
 
 use crate::backend::{Backend, BufferId, Operand};
+use crate::error::ExecError;
 use crate::host::HostTensor;
 use crate::kernel::Kernel;
-use crate::{shapes, view, ExecError};
+use crate::{shapes, view};
 use sgc_ir::{DType, Graph, OpId, TensorId, TensorKind};
 
 /// How a [`Runner`] runs a step and where its tensors live (see the

@@ -2,10 +2,10 @@
 //! first step so that kernels index in bounds by construction. The counts and dtypes come
 //! from the kernel's family ([`crate::ops::Family`]), which checks its own shapes.
 
+use crate::error::KernelError;
 use crate::kernel::Kernel;
 use crate::operand::Operand;
 use crate::ops::{Slot, VARIADIC};
-use crate::KernelError;
 use sgc_ir::DType;
 
 type R = Result<(), KernelError>;

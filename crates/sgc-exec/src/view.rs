@@ -7,7 +7,7 @@
 //! writes to `copy_` into state), so materialising on read is exact.
 
 use crate::backend::{View, ViewStep};
-use crate::ExecError;
+use crate::error::ExecError;
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, TensorId};

@@ -3,8 +3,8 @@
 
 use super::linalg::{gemm, Mat};
 use super::{f, Io};
+use crate::error::KernelError;
 use crate::ops::conv::Conv;
-use crate::KernelError;
 
 pub(crate) use crate::window::Window;
 

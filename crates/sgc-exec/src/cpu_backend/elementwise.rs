@@ -3,9 +3,9 @@
 use super::shape::expand;
 use super::{f, CpuBackend, Io, NAME};
 use crate::backend::{Backend, Operand};
+use crate::error::{ExecError, KernelError};
 use crate::ops::elementwise::{BinOp, Elementwise};
 use crate::ops::Family;
-use crate::{ExecError, KernelError};
 use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`.

@@ -1,8 +1,8 @@
 //! Embedding lookups and their gradient (rows accumulated in id order).
 
 use super::{f, idx, Indices, Io};
+use crate::error::KernelError;
 use crate::ops::embedding::Embedding;
-use crate::KernelError;
 
 /// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
 pub(crate) fn embedding(

@@ -2,8 +2,8 @@
 //! same operands always give the same bits).
 
 use super::{f, last, Io};
+use crate::error::KernelError;
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
-use crate::KernelError;
 
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
 #[derive(Clone, Copy)]

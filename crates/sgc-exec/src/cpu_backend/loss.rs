@@ -2,8 +2,8 @@
 //! sums in f64, in row order.
 
 use super::{f, idx, last, Indices, Io};
+use crate::error::KernelError;
 use crate::ops::loss::Loss;
-use crate::KernelError;
 
 /// Log-sum-exp of one row and its maximum.
 fn lse(row: &[f32]) -> (f32, f64) {

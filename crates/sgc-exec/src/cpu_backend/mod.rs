@@ -23,8 +23,8 @@ mod reduce;
 mod shape;
 
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
+use crate::error::{ExecError, KernelError};
 use crate::kernel::{Kernel, Linalg};
-use crate::{ExecError, KernelError};
 use sgc_ir::DType;
 
 const NAME: &str = "cpu";

@@ -1,8 +1,8 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
 use super::{f, last, Io};
+use crate::error::KernelError;
 use crate::ops::norm::Norm;
-use crate::KernelError;
 
 /// Layout of a norm: `outer x feat x inner` for batch norm (features on axis 1, stats over
 /// outer and inner), `rows x feat` with `inner = 1` per row for layer norm.

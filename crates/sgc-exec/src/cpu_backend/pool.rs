@@ -4,9 +4,9 @@
 use super::conv::Window;
 use super::{byte_path, f, idx, CpuBackend, Indices, Io};
 use crate::backend::{Backend, Operand};
+use crate::error::ExecError;
+use crate::error::KernelError;
 use crate::ops::pool::Pool;
-use crate::ExecError;
-use crate::KernelError;
 
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
 pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {

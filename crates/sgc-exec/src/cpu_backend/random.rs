@@ -3,8 +3,8 @@
 
 use super::CpuBackend;
 use crate::backend::{Backend, Operand};
+use crate::error::ExecError;
 use crate::ops::random::Random;
-use crate::ExecError;
 
 /// `bernoulli.p`: ones with probability `p`, from the counter-based stream of `seed` at
 /// run `run` (SplitMix64; 53 random bits per draw).

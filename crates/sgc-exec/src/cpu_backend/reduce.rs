@@ -1,8 +1,8 @@
 //! Sums and means over contiguous axes, accumulated in f64 in a fixed order.
 
 use super::{f, Io};
+use crate::error::KernelError;
 use crate::ops::reduce::Reduce;
-use crate::KernelError;
 
 /// Sum (or mean) of `x` viewed as `[outer, red, inner]` over `red`, in f64.
 pub(crate) fn reduce(x: &[f32], y: &mut [f32], red: usize, inner: usize, mean: bool) {

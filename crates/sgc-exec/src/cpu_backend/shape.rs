@@ -2,9 +2,9 @@
 
 use super::{byte_path, f, CpuBackend, Io};
 use crate::backend::{Backend, Operand};
+use crate::error::ExecError;
+use crate::error::KernelError;
 use crate::ops::shape::Shape;
-use crate::ExecError;
-use crate::KernelError;
 use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).

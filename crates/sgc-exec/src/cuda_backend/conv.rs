@@ -7,20 +7,16 @@
 //! `conv2d_grad_weight` one SGEMM per image accumulating in image order, as the CPU does.
 
 use super::device::{n, Arg, Device, Gemm, Grid, R};
-use super::runtime::{no_kernel, Io};
+use super::launch::{no_kernel, with_ptrs, Io};
 use crate::ops::conv::Conv;
 use crate::ops::Family;
 
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
 
-pub(crate) use crate::window::Window;
+use crate::window::Window;
 
 impl Window {
-    pub(super) fn image(&self) -> usize {
-        self.c * self.h * self.w
-    }
-
     /// Images per im2col chunk.
     fn chunk(&self) -> usize {
         let per = (self.col_rows() * self.col_cols()).max(1);
@@ -48,10 +44,6 @@ impl Window {
 /// Address `elems` floats past `p`.
 fn at(p: u64, elems: usize) -> u64 {
     p + 4 * elems as u64
-}
-
-pub(super) fn with_ptrs<const K: usize>(ptrs: &[u64], rest: [Arg; K]) -> Vec<Arg> {
-    ptrs.iter().map(|&p| Arg::Ptr(p)).chain(rest).collect()
 }
 
 /// Unfolds `images` images starting at `x` into `col`.

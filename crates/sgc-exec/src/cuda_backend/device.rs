@@ -7,8 +7,8 @@
 //! a fixed launch configuration, cuBLAS and the kernels give the same bits every run.
 
 use super::{loader, sources};
-use crate::ExecError;
-use crate::KernelError;
+use crate::error::ExecError;
+use crate::error::KernelError;
 use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,

@@ -2,7 +2,7 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::{no_kernel, Io};
+use super::launch::{no_kernel, Io};
 use crate::ops::elementwise::Elementwise;
 use crate::ops::Family;
 

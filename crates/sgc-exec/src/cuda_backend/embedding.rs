@@ -2,7 +2,7 @@
 //! `cpu_backend/embedding.rs`).
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::runtime::{no_kernel, Io};
+use super::launch::{no_kernel, Io};
 use crate::ops::embedding::Embedding;
 use crate::ops::Family;
 

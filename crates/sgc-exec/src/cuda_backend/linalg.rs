@@ -2,7 +2,7 @@
 //! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
 
 use super::device::{Device, Gemm, R};
-use super::runtime::{last, no_kernel, rows, Io};
+use super::launch::{last, no_kernel, rows, Io};
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 use crate::ops::Family;
 

@@ -10,7 +10,7 @@
 //! CUBIN: no PTX JIT at load time, so an NVRTC newer than the driver works too.
 
 use super::sources;
-use crate::{ExecError, KernelError};
+use crate::error::{ExecError, KernelError};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -2,7 +2,7 @@
 //! `cpu_backend/loss.rs`, same names): one block per row, sums in f64.
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::runtime::{last, no_kernel, Io};
+use super::launch::{last, no_kernel, Io};
 use crate::ops::loss::Loss;
 use crate::ops::Family;
 

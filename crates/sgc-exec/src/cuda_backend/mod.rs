@@ -2,7 +2,7 @@
 //!
 //! Built on cudarc with dynamic loading (no CUDA toolkit needed to build; the driver,
 //! NVRTC and cuBLAS are opened at run time, after `loader` checked that each one loads,
-//! so a machine without them gets [`crate::ExecError::CudaUnavailable`], never a panic).
+//! so a machine without them gets [`crate::error::ExecError::CudaUnavailable`], never a panic).
 //!
 //! - `kernels/*.cu`: the kernels in CUDA C, one file per op family with CUDA kernels
 //!   ([`crate::ops`]), each kernel named after the op type it runs. [`sources`]
@@ -16,7 +16,7 @@
 //!   [`sources::signatures`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
 //!   the dispatch.
 //!
-//! Memory: every [`crate::Backend::alloc`] is one device allocation (the executor makes one
+//! Memory: every [`crate::backend::Backend::alloc`] is one device allocation (the executor makes one
 //! arena and one per persistent storage); operands are byte offsets into them. Internal
 //! workspaces (im2col, per-row losses) are outside the allocator's statistics, as the CPU
 //! backend's are.
@@ -40,6 +40,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(conv device elementwise embedding linalg loader loss norm pool runtime shape);
+cuda_modules!(conv device elementwise embedding launch linalg loader loss norm pool runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

@@ -3,7 +3,7 @@
 //! tree order.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::{last, no_kernel, rows, Io};
+use super::launch::{last, no_kernel, rows, Io};
 use crate::ops::norm::Norm;
 use crate::ops::Family;
 

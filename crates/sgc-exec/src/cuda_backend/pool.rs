@@ -1,9 +1,10 @@
 //! Pooling and nearest 2x upsampling over `[N, C, H, W]` (`kernels/pool.cu`; the CPU
 //! reference is `cpu_backend/pool.rs`, same names).
 
-use super::conv::{with_ptrs, Window};
+use super::launch::with_ptrs;
+use crate::window::Window;
 use super::device::{n, Arg, Device, Grid, R};
-use super::runtime::{no_kernel, Io};
+use super::launch::{no_kernel, Io};
 use crate::ops::pool::Pool;
 use crate::ops::Family;
 

@@ -7,14 +7,14 @@
 //! which calls the launcher of the op type's name.
 
 use super::device::{Device, R};
+use super::launch::{no_kernel, Io};
 use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape, sources};
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
 use crate::kernel::{Kernel, Shape};
 use crate::shapes::is_index_slot;
-use crate::{ExecError, KernelError};
+use crate::error::{ExecError, KernelError};
 use cudarc::driver::result::memcpy_dtod_async;
 use cudarc::driver::CudaSlice;
-use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 const NAME: &str = "cuda";
@@ -258,16 +258,6 @@ impl Backend for CudaBackend {
     }
 }
 
-/// One launch's operands: their device addresses (`ins`, `outs`) and the operands
-/// themselves (for shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
-#[derive(Clone, Copy)]
-pub(super) struct Io<'a> {
-    pub ins: &'a [u64],
-    pub outs: &'a [u64],
-    pub ops_in: &'a [Operand],
-    pub ops_out: &'a [Operand],
-}
-
 /// The dispatch: each family's kernels run in the module of the family's name.
 fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
     match k {
@@ -281,20 +271,4 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
         Kernel::Shape(k) => shape::run(k, d, io),
         Kernel::Reduce(_) | Kernel::Random(_) => Err(no_kernel(k.kind())),
     }
-}
-
-/// The error of a kernel CUDA lacks: `supports` refuses these before any launch
-/// (`Kernel::on_cuda`).
-pub(super) fn no_kernel(kind: OpKind) -> KernelError {
-    KernelError::Operands(format!("{} has no CUDA kernel", kind.name()))
-}
-
-/// Rows of operand `o` over its last axis.
-pub(super) fn rows(o: &Operand) -> usize {
-    o.numel().checked_div(last(&o.shape)).unwrap_or(0)
-}
-
-/// The last axis of `s` (1 for a scalar).
-pub(super) fn last(s: &[usize]) -> usize {
-    s.last().copied().unwrap_or(1)
 }

@@ -2,11 +2,11 @@
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
 use super::device::{n, Arg, Device, DimsArg, Grid, R};
-use super::runtime::{no_kernel, Io};
+use super::launch::{no_kernel, Io};
 use super::sources::MAX_RANK;
 use crate::ops::shape::Shape;
 use crate::ops::Family;
-use crate::KernelError;
+use crate::error::KernelError;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
 pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {

@@ -1,8 +1,8 @@
 //! `CudaBackend` in a build without the `cuda` feature: it cannot be constructed.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::error::ExecError;
 use crate::kernel::Kernel;
-use crate::ExecError;
 
 /// The message every CUDA request gets in this build.
 pub const NOT_BUILT: &str = "sgc was built without CUDA support (build with --features cuda)";

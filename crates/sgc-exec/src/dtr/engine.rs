@@ -37,7 +37,7 @@ use super::facts::Facts;
 use super::policy::{Candidates, Scorer, View};
 use super::pool::Pool;
 use super::{fmt_bytes, DtrCounters, DtrOptions, Event, FreeKind, Target};
-use crate::ExecError;
+use crate::error::ExecError;
 use sgc_ir::{OpId, TensorId};
 
 /// Recomputations allowed in one step by default, per op of the graph; beyond it the run

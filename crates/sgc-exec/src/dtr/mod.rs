@@ -3,7 +3,7 @@
 //!
 //! # Method
 //!
-//! One event-driven engine ([`engine`]) walks the traced order. For each op it pins the
+//! One event-driven engine (`engine`) walks the traced order. For each op it pins the
 //! op's input and output storages, recomputes any evicted input (its producer runs again,
 //! recursively, with that producer's own operands pinned), allocates the outputs from one
 //! pool of `memory` bytes ([`pool`]: best fit, coalescing, compaction only when no free
@@ -11,7 +11,7 @@
 //! MegEngine's runtime: with an `eviction_threshold`, storages are evicted before each op
 //! while the live bytes (persistent included) exceed it; with or without one, whenever no
 //! free block can serve a request. The victim is the candidate with the lowest DTR score
-//! ([`policy`]): recompute cost of its evicted neighbourhood over size times staleness,
+//! (`policy`): recompute cost of its evicted neighbourhood over size times staleness,
 //! staleness on a logical clock; candidates are at least `evictee_min_size` bytes and
 //! never pinned; `sqrt_sampling` scores about sqrt(N) of them, drawn from a seeded stream.
 //!
@@ -20,7 +20,7 @@
 //! storage is. Recomputation re-runs the same deterministic kernel on the same bytes, so
 //! results are bitwise those of the unplanned run.
 //!
-//! Where ops run is a [`Target`]: a backend's kernels on one pool-sized allocation
+//! Where ops run is a `Target`: a backend's kernels on one pool-sized allocation
 //! ([`DtrExecutor`], the CPU or CUDA backend; moving a storage is a real copy), or a clock
 //! advanced by each op's cost from the graph ([`Simulator`]: no kernels, no memory; the
 //! same engine, so big graphs can be explored on a CPU). Both score candidates by the
@@ -41,7 +41,7 @@ mod run;
 pub use pool::{Pool, PoolStats};
 pub use run::{DtrExecutor, RunTimeDtr};
 
-use crate::ExecError;
+use crate::error::ExecError;
 use engine::{Engine, Names};
 use facts::Facts;
 use serde::Serialize;
@@ -71,7 +71,7 @@ pub struct DtrOptions {
     /// by their roofline estimate on this device; `None`: the format's rule.
     pub device_profile: Option<DeviceProfile>,
     /// Recomputations allowed in one step before the run stops as thrashing
-    /// ([`crate::ExecError::Thrashing`]); `None`: 64 per op of the graph.
+    /// ([`crate::error::ExecError::Thrashing`]); `None`: 64 per op of the graph.
     pub max_recomputes: Option<u64>,
     /// Record every event ([`Event`]).
     pub trace: bool,

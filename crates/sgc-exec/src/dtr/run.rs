@@ -8,15 +8,15 @@ use super::engine::{Engine, Names};
 use super::facts::Facts;
 use super::{report, DtrOptions, DtrReport, Event, Target};
 use crate::backend::{Backend, BufferId, Operand};
+use crate::error::ExecError;
 use crate::executor::moves_no_data;
 use crate::kernel::Kernel;
 use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
-use crate::ExecError;
 use sgc_ir::{Graph, OpId, TensorId};
 use std::time::Instant;
 
 /// Runs training steps of a graph under run-time DTR on backend `B` (see the
-/// [module docs](super)); its interface is [`crate::Executor`]'s.
+/// [module docs](super)); its interface is [`crate::executor::Executor`]'s.
 pub type DtrExecutor<B> = Runner<B, RunTimeDtr>;
 
 /// One op, ready to launch once its roots' offsets are known.

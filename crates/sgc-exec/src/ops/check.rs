@@ -1,8 +1,8 @@
 //! The vocabulary of the families' operand checks: each returns the [`KernelError`] that
 //! says what does not fit.
 
+use crate::error::KernelError;
 use crate::operand::Operand;
-use crate::KernelError;
 
 pub(crate) type R = Result<(), KernelError>;
 

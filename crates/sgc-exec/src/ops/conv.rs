@@ -3,9 +3,9 @@
 
 use super::check::{eq, expect, masked, window_out};
 use super::{Cx, Family};
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
 use crate::window::Window;
-use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 

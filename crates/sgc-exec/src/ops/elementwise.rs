@@ -3,8 +3,8 @@
 
 use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family};
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 
 kinds! {

@@ -2,7 +2,7 @@
 //! its op kinds' attributes (the builder's and the exporter's `aten.*`/`sgc.*` kinds),
 //! the operand checks — and the CPU and CUDA backends each have a module of the same name
 //! (`cpu_backend/<family>.rs`, `cuda_backend/<family>.rs` with `kernels/<family>.cu`) that
-//! runs them. [`crate::Kernel`] only routes to the family.
+//! runs them. [`crate::kernel::Kernel`] only routes to the family.
 //!
 //! A family module has: `KINDS`, the op kinds it runs with whether CUDA runs them (the
 //! union over families is [`crate::kernel::kernels`]); `parse`, the kernel of one of its
@@ -33,8 +33,8 @@ pub mod random;
 pub mod reduce;
 pub mod shape;
 
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use crate::{ExecError, KernelError};
 use serde_json::{Map, Value};
 use sgc_ir::ops::OpKind;
 use sgc_ir::{DType, Graph, Op};

@@ -5,8 +5,8 @@
 
 use super::check::eq;
 use super::{name_seed, Cx, Family, Slot};
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use crate::{ExecError, KernelError};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 

@@ -2,8 +2,8 @@
 
 use super::check::expect;
 use super::{Cx, Family};
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 

@@ -3,8 +3,8 @@
 
 use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family, VARIADIC};
+use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use crate::{ExecError, KernelError};
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
