@@ -2,8 +2,7 @@
 //! `convolution_backward` (per group, over the plain kernels).
 
 use super::linalg::{gemm, Mat};
-use super::{f, Io};
-use crate::error::KernelError;
+use super::{f, Io, R};
 use crate::ops::conv::Conv;
 
 pub(crate) use crate::window::Window;
@@ -266,7 +265,7 @@ pub(crate) fn conv_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Conv, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Conv, io: Io) -> R {
     let g = k.window(io.ops_in, io.ops_out);
     let w = io.ops_in[if matches!(k, Conv::ConvBackward { .. }) {
         2

@@ -1,9 +1,9 @@
 //! Element-wise kernels, bias, scalar arithmetic, activations and the SGD update.
 
 use super::shape::expand;
-use super::{f, CpuBackend, Io, NAME};
+use super::{f, CpuBackend, Io, NAME, R};
 use crate::backend::{Backend, Operand};
-use crate::error::{ExecError, KernelError};
+use crate::error::ExecError;
 use crate::ops::elementwise::{BinOp, Elementwise};
 use crate::ops::Family;
 use sgc_ir::DType;
@@ -130,7 +130,7 @@ pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshol
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(k: &Elementwise, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Elementwise, io: Io) -> R {
     use Elementwise as E;
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {

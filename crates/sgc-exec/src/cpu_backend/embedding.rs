@@ -1,17 +1,10 @@
 //! Embedding lookups and their gradient (rows accumulated in id order).
 
-use super::{f, idx, Indices, Io};
-use crate::error::KernelError;
+use super::{f, idx, Indices, Io, R};
 use crate::ops::embedding::Embedding;
 
 /// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
-pub(crate) fn embedding(
-    ids: &Indices,
-    w: &[f32],
-    y: &mut [f32],
-    v: usize,
-    d: usize,
-) -> Result<(), KernelError> {
+pub(crate) fn embedding(ids: &Indices, w: &[f32], y: &mut [f32], v: usize, d: usize) -> R {
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;
         y[r * d..(r + 1) * d].copy_from_slice(&w[id * d..(id + 1) * d]);
@@ -20,13 +13,7 @@ pub(crate) fn embedding(
 }
 
 /// `embedding_grad`: `dw[ids[r]] += dy[r]`, rows in order.
-pub(crate) fn embedding_grad(
-    ids: &Indices,
-    dy: &[f32],
-    dw: &mut [f32],
-    v: usize,
-    d: usize,
-) -> Result<(), KernelError> {
+pub(crate) fn embedding_grad(ids: &Indices, dy: &[f32], dw: &mut [f32], v: usize, d: usize) -> R {
     dw.fill(0.0);
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;
@@ -38,7 +25,7 @@ pub(crate) fn embedding_grad(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Embedding, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Embedding, io: Io) -> R {
     let dw = io.ops_out[0].shape.as_slice();
     match k {
         Embedding::Embedding => {

@@ -1,8 +1,7 @@
 //! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
 //! same operands always give the same bits).
 
-use super::{f, last, Io};
-use crate::error::KernelError;
+use super::{f, last, Io, R};
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
@@ -121,7 +120,7 @@ pub(crate) fn addmm(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Linalg, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Linalg, io: Io) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Linalg::MatMul { transpose_b } => {

@@ -1,8 +1,7 @@
 //! Losses: cross-entropy over logits, negative log-likelihood over log-probabilities;
 //! sums in f64, in row order.
 
-use super::{f, idx, last, Indices, Io};
-use crate::error::KernelError;
+use super::{f, idx, last, Indices, Io, R};
 use crate::ops::loss::Loss;
 
 /// Log-sum-exp of one row and its maximum.
@@ -13,12 +12,7 @@ fn lse(row: &[f32]) -> (f32, f64) {
 }
 
 /// `cross_entropy`: mean over rows of `lse(row) - row[label]`.
-pub(crate) fn cross_entropy(
-    logits: &[f32],
-    labels: &Indices,
-    loss: &mut [f32],
-    c: usize,
-) -> Result<(), KernelError> {
+pub(crate) fn cross_entropy(logits: &[f32], labels: &Indices, loss: &mut [f32], c: usize) -> R {
     let rows = labels.len();
     let mut total = 0f64;
     for r in 0..rows {
@@ -31,12 +25,7 @@ pub(crate) fn cross_entropy(
 }
 
 /// `cross_entropy_grad`: `(softmax(row) - onehot(label)) / rows`.
-pub(crate) fn cross_entropy_grad(
-    logits: &[f32],
-    labels: &Indices,
-    dx: &mut [f32],
-    c: usize,
-) -> Result<(), KernelError> {
+pub(crate) fn cross_entropy_grad(logits: &[f32], labels: &Indices, dx: &mut [f32], c: usize) -> R {
     let rows = labels.len();
     for r in 0..rows {
         let row = &logits[r * c..(r + 1) * c];
@@ -58,7 +47,7 @@ pub(crate) fn nll_loss(
     outs: &mut [&mut [f32]],
     c: usize,
     ignore: i64,
-) -> Result<(), KernelError> {
+) -> R {
     let (mut s, mut count) = (0.0f64, 0usize);
     for r in 0..t.len() {
         if t.raw(r) == ignore {
@@ -80,7 +69,7 @@ pub(crate) fn nll_loss_backward(
     dx: &mut [f32],
     c: usize,
     ignore: i64,
-) -> Result<(), KernelError> {
+) -> R {
     dx.fill(0.0);
     let g = -dloss[0] / total[0];
     for r in 0..t.len() {
@@ -92,7 +81,7 @@ pub(crate) fn nll_loss_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Loss, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Loss, io: Io) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Loss::CrossEntropy => {

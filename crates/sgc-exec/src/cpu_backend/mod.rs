@@ -27,6 +27,9 @@ use crate::error::{ExecError, KernelError};
 use crate::kernel::{Kernel, Linalg};
 use sgc_ir::DType;
 
+/// What a kernel returns: `Ok`, or the error naming what its operands got wrong.
+pub(crate) type R = Result<(), KernelError>;
+
 const NAME: &str = "cpu";
 
 /// Integer indices read by `embedding` and `cross_entropy` (i64 or i32).
@@ -465,7 +468,7 @@ pub(crate) struct Io<'s, 'a> {
 }
 
 /// The dispatch: each family's kernels run in the module of the family's name.
-fn run(k: &Kernel, io: Io) -> Result<(), KernelError> {
+fn run(k: &Kernel, io: Io) -> R {
     match k {
         Kernel::Linalg(k) => linalg::run(k, io),
         Kernel::Elementwise(k) => elementwise::run(k, io),

@@ -1,6 +1,6 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
-use super::{f, last, Io};
+use super::{f, last, Io, R};
 use crate::error::KernelError;
 use crate::ops::norm::Norm;
 
@@ -244,7 +244,7 @@ pub(crate) fn log_softmax_backward(dy: &[f32], y: &[f32], dx: &mut [f32], n: usi
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Norm, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Norm, io: Io) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     let ins_f =
         |n: usize| -> Result<Vec<&[f32]>, KernelError> { io.ins[..n].iter().map(f).collect() };

@@ -2,10 +2,9 @@
 //! global average) and nearest 2x upsampling over `[N, C, H, W]`.
 
 use super::conv::Window;
-use super::{byte_path, f, idx, CpuBackend, Indices, Io};
+use super::{byte_path, f, idx, CpuBackend, Indices, Io, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
-use crate::error::KernelError;
 use crate::ops::pool::Pool;
 
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
@@ -126,7 +125,7 @@ pub(crate) fn max_pool2d_indices_backward(
     idx: &Indices,
     dx: &mut [f32],
     g: &Window,
-) -> Result<(), KernelError> {
+) -> R {
     dx.fill(0.0);
     let plane_in = g.h * g.w;
     let plane_out = g.ho * g.wo;
@@ -170,7 +169,7 @@ pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window) {
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(k: &Pool, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Pool, io: Io) -> R {
     let x = f(&io.ins[0])?;
     let out = &mut *io.outs[0];
     if let Some(g) = k.window(io.ops_in, io.ops_out) {

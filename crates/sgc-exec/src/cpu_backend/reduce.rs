@@ -1,7 +1,6 @@
 //! Sums and means over contiguous axes, accumulated in f64 in a fixed order.
 
-use super::{f, Io};
-use crate::error::KernelError;
+use super::{f, Io, R};
 use crate::ops::reduce::Reduce;
 
 /// Sum (or mean) of `x` viewed as `[outer, red, inner]` over `red`, in f64.
@@ -17,7 +16,7 @@ pub(crate) fn reduce(x: &[f32], y: &mut [f32], red: usize, inner: usize, mean: b
 }
 
 /// Runs the family's kernel.
-pub(super) fn run(k: &Reduce, io: Io) -> Result<(), KernelError> {
+pub(super) fn run(k: &Reduce, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
     let red = x[k.start..k.end].iter().product();
     let inner = x[k.end..].iter().product();
