@@ -403,22 +403,23 @@ mod tests {
     use super::{best_fit, first_fit};
 
     #[test]
-    fn first_fit_takes_the_lowest_gap_that_fits() {
-        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
-        assert_eq!(first_fit(busy.into_iter(), 1), 4);
-        assert_eq!(first_fit(busy.into_iter(), 2), 8);
-        assert_eq!(first_fit(busy.into_iter(), 6), 20);
-        assert_eq!(first_fit(busy.into_iter(), 7), 30);
-        assert_eq!(first_fit(std::iter::empty(), 7), 0);
-    }
-
-    #[test]
-    fn best_fit_takes_the_smallest_gap_that_fits() {
-        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
+    fn first_fit_takes_the_lowest_gap_that_fits_and_best_fit_the_smallest() {
         // Gaps: [4,5) len 1, [8,10) len 2, [20,26) len 6; top 30.
-        assert_eq!(best_fit(busy.into_iter(), 2), 8);
-        assert_eq!(best_fit(busy.into_iter(), 3), 20);
-        assert_eq!(best_fit(busy.into_iter(), 7), 30);
+        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
+        // (size, first fit, best fit)
+        for (size, first, best) in [(1, 4, 4), (2, 8, 8), (3, 20, 20), (6, 20, 20), (7, 30, 30)] {
+            assert_eq!(
+                first_fit(busy.into_iter(), size),
+                first,
+                "first fit of {size}"
+            );
+            assert_eq!(best_fit(busy.into_iter(), size), best, "best fit of {size}");
+        }
+        // A wide gap [2,10) below a narrow one [11,13).
+        let busy = [(0, 2), (10, 11), (13, 20)];
+        assert_eq!(first_fit(busy.into_iter(), 2), 2);
+        assert_eq!(best_fit(busy.into_iter(), 2), 11);
+        assert_eq!(first_fit(std::iter::empty(), 7), 0);
         assert_eq!(best_fit(std::iter::empty(), 7), 0);
     }
 }
@@ -455,13 +456,8 @@ mod index_tests {
 
     #[test]
     fn the_index_finds_what_a_full_scan_finds() {
-        let mut state = 7u64;
-        let mut next = |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % n
-        };
+        let mut rng = sgc_ir::testgen::SplitMix64::new(7);
+        let mut next = |n: u64| rng.below(n);
         for _ in 0..50 {
             let buffers: Vec<Buffer> = (0..1 + next(120))
                 .map(|_| {

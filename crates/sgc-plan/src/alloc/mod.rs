@@ -125,17 +125,17 @@ impl Effort {
     /// helps; larger plans (over 600 lifetimes) would need far more, so they skip it and
     /// planning stays fast.
     pub const PLAN: Effort = Effort {
-        search_work: 10_000_000,
+        search_work: Effort::DEFAULT.search_work / 200,
         search_max_buffers: 600,
         time_cap: Some(Duration::from_secs(1)),
-        greedy_work: 2_000_000_000,
+        ..Effort::DEFAULT
     };
     /// Ten times the default search budget, on instances five times as large.
     pub const THOROUGH: Effort = Effort {
-        search_work: 20_000_000_000,
-        search_max_buffers: 20_000,
+        search_work: Effort::DEFAULT.search_work * 10,
+        search_max_buffers: Effort::DEFAULT.search_max_buffers * 5,
         time_cap: Some(Duration::from_secs(120)),
-        greedy_work: 20_000_000_000,
+        greedy_work: Effort::DEFAULT.greedy_work * 10,
     };
 
     /// An effort by the name `sgc fit --alloc-effort` takes: `fast`, `default` or
@@ -189,37 +189,17 @@ impl ArenaEffort {
         }
     }
 
-    /// The name used on the command line and in plan files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ArenaEffort::Fast => "fast",
-            ArenaEffort::Plan => "plan",
-            ArenaEffort::Default => "default",
-            ArenaEffort::Thorough => "thorough",
-        }
-    }
-
     pub(crate) fn is_plan(&self) -> bool {
         *self == ArenaEffort::Plan
     }
 }
 
-impl std::str::FromStr for ArenaEffort {
-    type Err = String;
-
-    /// An arena effort by its command-line name (`plan`, `default`, ...).
-    fn from_str(s: &str) -> Result<ArenaEffort, String> {
-        [
-            ArenaEffort::Fast,
-            ArenaEffort::Plan,
-            ArenaEffort::Default,
-            ArenaEffort::Thorough,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == s)
-        .ok_or_else(|| format!("unknown arena effort {s:?}: use plan, default, thorough or fast"))
-    }
-}
+crate::options::names!(ArenaEffort, "arena effort", "plan, default, thorough or fast", {
+    Fast => "fast",
+    Plan => "plan",
+    Default => "default",
+    Thorough => "thorough",
+});
 
 /// Options of [`allocate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
