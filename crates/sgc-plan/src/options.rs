@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use sgc_ir::DeviceProfile;
 
 /// `as_str` (the name used on the command line and in plan files) and `FromStr` of an enum
-/// of unit variants, from one table of names. An unknown name is refused with
+/// of unit variants, from one table of names (the allocator's `ArenaEffort`, a lower layer,
+/// writes its own). An unknown name is refused with
 /// `unknown <what> "<name>": use <choices>`.
 macro_rules! names {
     ($ty:ident, $what:literal, $choices:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
@@ -33,8 +34,6 @@ macro_rules! names {
         }
     };
 }
-pub(crate) use names;
-
 /// The checkpointing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

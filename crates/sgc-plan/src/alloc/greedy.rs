@@ -20,6 +20,7 @@
 //! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
+use super::max_tree::MaxTree;
 
 const UNPLACED: u64 = u64::MAX;
 
@@ -229,9 +230,8 @@ struct Index {
     /// Buffer at each position, and its start.
     id: Vec<u32>,
     start: Vec<u64>,
-    /// Leaves from `size`: the end of the placed buffer there (0 if unplaced).
-    max_end: Vec<u64>,
-    size: usize,
+    /// The end of the placed buffer at each position (0 if unplaced).
+    ends: MaxTree,
 }
 
 impl Index {
@@ -244,50 +244,22 @@ impl Index {
         for (p, &i) in id.iter().enumerate() {
             pos[i as usize] = p as u32;
         }
-        let size = id.len().next_power_of_two().max(1);
         Index {
             start: id.iter().map(|&i| inst.lower[i as usize]).collect(),
             pos,
+            ends: MaxTree::new(id.len()),
             id,
-            max_end: vec![0; 2 * size],
-            size,
         }
     }
 
     fn insert(&mut self, i: usize, end: u64) {
-        let mut node = self.size + self.pos[i] as usize;
-        self.max_end[node] = end;
-        while node > 1 {
-            node /= 2;
-            self.max_end[node] = self.max_end[2 * node].max(self.max_end[2 * node + 1]);
-        }
+        self.ends.set(self.pos[i] as usize, end);
     }
 
     /// Pushes onto `out` the placed buffers alive during `[lower, upper)`.
     fn overlapping(&self, lower: u64, upper: u64, out: &mut Vec<u32>) {
         let limit = self.start.partition_point(|&s| s < upper);
-        self.collect(1, 0, self.size, limit, lower, out);
-    }
-
-    fn collect(
-        &self,
-        node: usize,
-        lo: usize,
-        hi: usize,
-        limit: usize,
-        lower: u64,
-        out: &mut Vec<u32>,
-    ) {
-        if lo >= limit || self.max_end[node] <= lower {
-            return;
-        }
-        if node >= self.size {
-            out.push(self.id[lo]);
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.collect(2 * node, lo, mid, limit, lower, out);
-        self.collect(2 * node + 1, mid, hi, limit, lower, out);
+        self.ends.above(limit, lower, &mut |p| out.push(self.id[p]));
     }
 }
 
