@@ -66,6 +66,19 @@ pub const DOC_EXAMPLE: &str = r#"{
   "loss": "loss"
 }"#;
 
+/// The largest storage size that tensor `name` of [`DOC_EXAMPLE`] may have: the storage
+/// sizes of all its tensors must add up within 64 bits.
+pub fn doc_example_room_for(name: &str) -> u64 {
+    let others: u64 = crate::format::from_str(DOC_EXAMPLE)
+        .expect("the doc example is valid")
+        .tensors()
+        .iter()
+        .filter(|t| t.name != name)
+        .map(|t| t.size)
+        .sum();
+    u64::MAX - others
+}
+
 /// A small deterministic PRNG (splitmix64): fast, seedable, no dependencies.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);

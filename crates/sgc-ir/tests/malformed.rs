@@ -3,7 +3,7 @@
 //! doc's example graph and changes one thing; it asserts the typed [`GraphError`] variant
 //! and that the message names the offending op or tensor (or value).
 
-use sgc_ir::testgen::DOC_EXAMPLE;
+use sgc_ir::testgen::{doc_example_room_for, DOC_EXAMPLE};
 use sgc_ir::{format, load_any, parse_any, GraphError, LoadError};
 
 /// Rejects `text` with a `GraphError` matching the pattern, whose message contains every
@@ -47,6 +47,12 @@ fn add_field_to(text: &str, name: &str, field: &str) -> String {
     let (start, end) = line_of(text, name);
     let close = start + text[start..end].rfind('}').unwrap();
     format!("{}, {field}{}", &text[..close], &text[close..])
+}
+
+/// The example with the operand lists of op `act` (it reads `h` and writes `y`) replaced by
+/// `io`.
+fn act_io(io: &str) -> String {
+    edit(&[(r#""inputs": ["h"], "outputs": ["y"]"#, io)])
 }
 
 /// `name` in backquotes, as messages write op and tensor names.
@@ -191,19 +197,13 @@ fn duplicate_op() {
 
 #[test]
 fn op_reads_an_undeclared_tensor() {
-    let text = edit(&[(
-        r#""inputs": ["h"], "outputs": ["y"]"#,
-        r#""inputs": ["hh"], "outputs": ["y"]"#,
-    )]);
+    let text = act_io(r#""inputs": ["hh"], "outputs": ["y"]"#);
     rejects!(text, GraphError::UndeclaredTensor { ref op, ref tensor } if op == "act" && tensor == "hh", [q("act"), q("hh")]);
 }
 
 #[test]
 fn op_writes_an_undeclared_tensor() {
-    let text = edit(&[(
-        r#""inputs": ["h"], "outputs": ["y"]"#,
-        r#""inputs": ["h"], "outputs": ["yy"]"#,
-    )]);
+    let text = act_io(r#""inputs": ["h"], "outputs": ["yy"]"#);
     rejects!(text, GraphError::UndeclaredTensor { ref op, ref tensor } if op == "act" && tensor == "yy", [q("act"), q("yy")]);
 }
 
@@ -211,10 +211,7 @@ fn op_writes_an_undeclared_tensor() {
 
 #[test]
 fn activation_produced_twice() {
-    let text = edit(&[(
-        r#""inputs": ["h"], "outputs": ["y"]"#,
-        r#""inputs": ["h"], "outputs": ["y", "h"]"#,
-    )]);
+    let text = act_io(r#""inputs": ["h"], "outputs": ["y", "h"]"#);
     rejects!(
         text,
         GraphError::ProducedTwice { ref tensor, ref first, ref second }
@@ -261,10 +258,7 @@ fn op_reads_an_activation_before_its_producer() {
 
 #[test]
 fn op_reads_its_own_output() {
-    let text = edit(&[(
-        r#""inputs": ["h"], "outputs": ["y"]"#,
-        r#""inputs": ["h", "y"], "outputs": ["y"]"#,
-    )]);
+    let text = act_io(r#""inputs": ["h", "y"], "outputs": ["y"]"#);
     rejects!(text, GraphError::ReadBeforeProduced { ref op, ref producer, .. } if op == "act" && producer == "act", [q("act"), q("y")]);
 }
 
@@ -309,14 +303,7 @@ fn shape_product_times_dtype_size_overflows() {
     // The largest size that fits, with every other storage of the example (456 bytes), is
     // accepted; one byte more passes 64 bits in the sum, and the error names the tensor at
     // which the sum overflows (the last one, `dw`, in file order).
-    let others: u64 = format::from_str(DOC_EXAMPLE)
-        .unwrap()
-        .tensors()
-        .iter()
-        .filter(|t| t.name != "h")
-        .map(|t| t.size)
-        .sum();
-    let fits = u64::MAX - others;
+    let fits = doc_example_room_for("h");
     let text = with_h(&format!(
         r#"{{"name": "h",  "dtype": "u8", "shape": [{fits}]}}"#
     ));
@@ -469,15 +456,11 @@ fn unknown_top_level_field() {
 }
 
 #[test]
-fn unknown_tensor_field() {
-    let text = add_field("h", r#""stride": 1"#);
-    rejects!(text, GraphError::UnknownField { ref field, .. } if field == "stride", [q("h"), "stride"]);
-}
-
-#[test]
-fn unknown_op_field() {
-    let text = add_field("act", r#""device": "cuda""#);
-    rejects!(text, GraphError::UnknownField { ref field, .. } if field == "device", [q("act"), "device"]);
+fn unknown_tensor_and_op_fields() {
+    for (entry, field, value) in [("h", "stride", "1"), ("act", "device", r#""cuda""#)] {
+        let text = add_field(entry, &format!(r#""{field}": {value}"#));
+        rejects!(text, GraphError::UnknownField { field: ref f, .. } if f == field, [q(entry), field]);
+    }
 }
 
 // ----- wrong types and missing fields -----
@@ -637,10 +620,7 @@ fn op_wrong_types() {
 fn op_missing_fields() {
     let text = edit(&[(r#""op": "relu",        "#, "")]);
     rejects!(text, GraphError::MissingField { ref context, ref field } if context == "op `act`" && field == "op", [q("act")]);
-    let text = edit(&[(
-        r#""inputs": ["h"], "outputs": ["y"]"#,
-        r#""outputs": ["y"]"#,
-    )]);
+    let text = act_io(r#""outputs": ["y"]"#);
     rejects!(text, GraphError::MissingField { ref field, .. } if field == "inputs", [q("act")]);
     let text = edit(&[(r#"{"name": "act",  "op""#, r#"{"op""#)]);
     rejects!(text, GraphError::MissingField { ref context, .. } if context == "op #1", ["op #1"]);

@@ -2,7 +2,9 @@
 //! example, every Checkmate graph and many generated graphs. `meta` and `attrs` keep their
 //! key order, and costs survive exactly.
 
-use sgc_ir::testgen::{random_graph, random_graph_def, GenConfig, DOC_EXAMPLE};
+use sgc_ir::testgen::{
+    doc_example_room_for, random_graph, random_graph_def, GenConfig, DOC_EXAMPLE,
+};
 use sgc_ir::{format, load_any, Graph, TensorKind};
 use std::path::PathBuf;
 
@@ -161,14 +163,7 @@ fn costs_survive_exactly() {
 #[test]
 fn big_integers_in_sizes_and_attrs_survive() {
     // The largest `bytes` that fits beside the other storages (their sum must fit in 64 bits).
-    let example = format::from_str(DOC_EXAMPLE).unwrap();
-    let others: u64 = example
-        .tensors()
-        .iter()
-        .filter(|t| t.name != "dw")
-        .map(|t| t.size)
-        .sum();
-    let biggest = u64::MAX - others;
+    let biggest = doc_example_room_for("dw");
     let text = DOC_EXAMPLE
         .replace(
             r#"{"name": "dw", "dtype": "f32", "shape": [4, 4]}"#,

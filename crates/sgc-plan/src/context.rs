@@ -634,13 +634,8 @@ mod gap_tests {
     /// accesses from there picks (the longest worth-discarding one, the earliest on ties).
     #[test]
     fn gap_tables_agree_with_a_scan() {
-        let mut seed = 11u64;
-        let mut next = |m: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % m
-        };
+        let mut rng = sgc_ir::testgen::SplitMix64::new(11);
+        let mut next = |m: u64| rng.below(m);
         let act: Vec<u32> = (0..400).map(|_| next(6) as u32).collect();
         let mut accesses = Vec::new();
         let mut by_made = Vec::new();

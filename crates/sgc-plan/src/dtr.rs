@@ -385,26 +385,18 @@ fn keep_for(st: &State<'_>, r: TensorId) -> Option<TensorId> {
     let ctx = st.ctx;
     let now = st.pos.saturating_sub(1);
     let mut best: Option<(u32, TensorId)> = None;
-    for &a in &ctx.accesses[r.index()] {
-        if a as usize >= st.pos {
-            break;
-        }
-        if !ctx.in_roots[a as usize].contains(&r) {
+    for u in made_from(st, r) {
+        if u == r || !st.resident[u.index()] || !ctx.freeable[u.index()] {
             continue;
         }
-        for &u in &ctx.out_roots[a as usize] {
-            if u == r || !st.resident[u.index()] || !ctx.freeable[u.index()] {
-                continue;
-            }
-            let Some(n) = ctx.next_access(u, now) else {
-                continue;
-            };
-            let (Some(su), Some(sr)) = (score(st, u, n), score(st, r, n)) else {
-                continue;
-            };
-            if sr > su && best.is_none_or(|b| (n, u) < b) {
-                best = Some((n, u));
-            }
+        let Some(n) = ctx.next_access(u, now) else {
+            continue;
+        };
+        let (Some(su), Some(sr)) = (score(st, u, n), score(st, r, n)) else {
+            continue;
+        };
+        if sr > su && best.is_none_or(|b| (n, u) < b) {
+            best = Some((n, u));
         }
     }
     best.map(|b| b.1)
@@ -419,29 +411,33 @@ fn remat_next(st: &State<'_>, r: TensorId) -> Option<u32> {
     let mut stack = vec![r];
     let mut seen = vec![r];
     while let Some(x) = stack.pop() {
-        for &a in &ctx.accesses[x.index()] {
-            if a as usize >= st.pos {
-                break;
-            }
-            if !ctx.in_roots[a as usize].contains(&x) {
+        for u in made_from(st, x) {
+            if seen.contains(&u) || !st.gone(u) {
                 continue;
             }
-            for &u in &ctx.out_roots[a as usize] {
-                if seen.contains(&u) || !st.gone(u) {
-                    continue;
-                }
-                if let Some(n) = ctx.next_access(u, now) {
-                    best = Some(best.map_or(n, |b| b.min(n)));
-                }
-                if seen.len() >= CASCADE_LIMIT {
-                    return best;
-                }
-                seen.push(u);
-                stack.push(u);
+            if let Some(n) = ctx.next_access(u, now) {
+                best = Some(best.map_or(n, |b| b.min(n)));
             }
+            if seen.len() >= CASCADE_LIMIT {
+                return best;
+            }
+            seen.push(u);
+            stack.push(u);
         }
     }
     best
+}
+
+/// The output roots of the ops traced so far (before `st.pos`) that read `r`, in trace
+/// order: the storages made from `r` directly.
+fn made_from<'a>(st: &'a State<'_>, r: TensorId) -> impl Iterator<Item = TensorId> + 'a {
+    let ctx = st.ctx;
+    ctx.accesses[r.index()]
+        .iter()
+        .map(|&a| a as usize)
+        .take_while(move |&a| a < st.pos)
+        .filter(move |&a| ctx.in_roots[a].contains(&r))
+        .flat_map(move |a| ctx.out_roots[a].iter().copied())
 }
 
 /// The lowest peak any eviction schedule of the traced order can reach: the largest, over

@@ -6,6 +6,34 @@
 use serde::{Deserialize, Serialize};
 use sgc_ir::DeviceProfile;
 
+/// `as_str` (the name used on the command line and in plan files) and `FromStr` of an enum
+/// of unit variants, from one table of names (the allocator's `ArenaEffort`, a lower layer,
+/// writes its own). An unknown name is refused with
+/// `unknown <what> "<name>": use <choices>`.
+macro_rules! names {
+    ($ty:ident, $what:literal, $choices:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The name used on the command line and in plan files.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+
+            /// The value of a command-line name.
+            fn from_str(s: &str) -> Result<$ty, String> {
+                [$($ty::$variant),+]
+                    .into_iter()
+                    .find(|x| x.as_str() == s)
+                    .ok_or_else(|| format!("unknown {} {s:?}: use {}", $what, $choices))
+            }
+        }
+    };
+}
 /// The checkpointing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -33,32 +61,15 @@ impl Strategy {
         Strategy::Dtr,
         Strategy::Partition,
     ];
-
-    /// The name used on the command line and in plan files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::None => "none",
-            Strategy::ChenSqrt => "chen-sqrt",
-            Strategy::Sublinear => "sublinear",
-            Strategy::Dtr => "dtr",
-            Strategy::Partition => "partition",
-        }
-    }
 }
 
-impl std::str::FromStr for Strategy {
-    type Err = String;
-
-    /// A strategy by its command-line name (`chen-sqrt`).
-    fn from_str(s: &str) -> Result<Strategy, String> {
-        Strategy::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown strategy {s:?}: use none, chen-sqrt, sublinear, dtr or partition")
-            })
-    }
-}
+names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr or partition", {
+    None => "none",
+    ChenSqrt => "chen-sqrt",
+    Sublinear => "sublinear",
+    Dtr => "dtr",
+    Partition => "partition",
+});
 
 impl std::fmt::Display for Strategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -81,27 +92,10 @@ pub enum Goal {
     Balanced,
 }
 
-impl Goal {
-    /// The name used on the command line and in plan files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Goal::LowestPeak => "lowest-peak",
-            Goal::Balanced => "balanced",
-        }
-    }
-}
-
-impl std::str::FromStr for Goal {
-    type Err = String;
-
-    /// A goal by its command-line name (`lowest-peak`).
-    fn from_str(s: &str) -> Result<Goal, String> {
-        [Goal::LowestPeak, Goal::Balanced]
-            .into_iter()
-            .find(|g| g.as_str() == s)
-            .ok_or_else(|| format!("unknown goal {s:?}: use lowest-peak or balanced"))
-    }
-}
+names!(Goal, "goal", "lowest-peak or balanced", {
+    LowestPeak => "lowest-peak",
+    Balanced => "balanced",
+});
 
 /// Every option that shapes a plan (and nothing that does not, such as thread counts).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -201,30 +195,15 @@ pub enum BudgetOf {
     Saved,
 }
 
-impl BudgetOf {
-    /// The name used on the command line and in plan files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetOf::Device => "device",
-            BudgetOf::Peak => "peak",
-            BudgetOf::Saved => "saved",
-        }
-    }
+names!(BudgetOf, "budget kind", "device, peak or saved", {
+    Device => "device",
+    Peak => "peak",
+    Saved => "saved",
+});
 
+impl BudgetOf {
     pub(crate) fn is_device(&self) -> bool {
         *self == BudgetOf::Device
-    }
-}
-
-impl std::str::FromStr for BudgetOf {
-    type Err = String;
-
-    /// What a budget bounds, by its command-line name (`device`, `peak`, `saved`).
-    fn from_str(s: &str) -> Result<BudgetOf, String> {
-        [BudgetOf::Device, BudgetOf::Peak, BudgetOf::Saved]
-            .into_iter()
-            .find(|b| b.as_str() == s)
-            .ok_or_else(|| format!("unknown budget kind {s:?}: use device, peak or saved"))
     }
 }
 

@@ -41,6 +41,19 @@ fn b(lower: u64, upper: u64, size: u64) -> Buffer {
     Buffer { lower, upper, size }
 }
 
+/// `small(align)` with `search_work` steps for the branch and bound, on up to 100 buffers.
+fn searching(align: u64, search_work: u64) -> AllocOptions {
+    AllocOptions {
+        effort: Effort {
+            search_work,
+            search_max_buffers: 100,
+            time_cap: None,
+            ..Effort::DEFAULT
+        },
+        ..small(align)
+    }
+}
+
 #[test]
 fn every_dsa_instance_allocates_validly_and_never_below_the_bound() {
     for file in FILES {
@@ -373,6 +386,16 @@ fn brute_force_arena(buffers: &[Buffer]) -> u64 {
     best
 }
 
+/// Given room, the branch and bound places the buffers `(lower, length, size)` validly at
+/// the brute-force optimum.
+fn search_finds_the_optimum(v: Vec<(u64, u64, u64)>) -> Result<(), TestCaseError> {
+    let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
+    let p = allocate(&buffers, &searching(1, 5_000_000)).unwrap();
+    prop_assert!(validate(&buffers, &p, 1).is_ok());
+    prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+    Ok(())
+}
+
 /// Every overlap by comparing every pair: what `validate` must report.
 fn overlaps_pairwise(buffers: &[Buffer], offsets: &[u64]) -> Vec<AllocViolation> {
     let live = |i: usize| buffers[i].size > 0 && buffers[i].lower < buffers[i].upper;
@@ -484,10 +507,7 @@ proptest! {
         align in prop::sample::select(vec![1u64, 4]),
     ) {
         let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s * 8)).collect();
-        let options = AllocOptions {
-            effort: Effort { search_work: 2_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
-            ..small(align)
-        };
+        let options = searching(align, 2_000_000);
         let p = allocate(&buffers, &options).unwrap();
         prop_assert!(validate(&buffers, &p, align).is_ok());
         let greedy = allocate_with(&buffers, &options, Algorithm::GreedySize).unwrap();
@@ -505,14 +525,7 @@ proptest! {
     fn search_reaches_the_optimum_of_tiny_instances(
         v in prop::collection::vec((0u64..8, 1u64..5, 1u64..20), 1..7)
     ) {
-        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
-        let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
-            ..small(1)
-        };
-        let p = allocate(&buffers, &options).unwrap();
-        prop_assert!(validate(&buffers, &p, 1).is_ok());
-        prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+        search_finds_the_optimum(v)?;
     }
 
     /// Few distinct lifetimes and sizes: many identical buffers (placed in a fixed order
@@ -521,14 +534,7 @@ proptest! {
     fn search_is_exact_with_twins_and_tight_sections(
         v in prop::collection::vec((0u64..3, 1u64..3, 1u64..4), 1..8)
     ) {
-        let buffers: Vec<Buffer> = v.into_iter().map(|(l, len, s)| b(l, l + len, s)).collect();
-        let options = AllocOptions {
-            effort: Effort { search_work: 5_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
-            ..small(1)
-        };
-        let p = allocate(&buffers, &options).unwrap();
-        prop_assert!(validate(&buffers, &p, 1).is_ok());
-        prop_assert_eq!(p.arena, brute_force_arena(&buffers));
+        search_finds_the_optimum(v)?;
     }
 
     /// Rectangles cut from a width x time rectangle pack perfectly: the search finds an
@@ -542,10 +548,7 @@ proptest! {
     ) {
         let buffers = perfect_packing(width, steps, pieces, &cuts);
         prop_assert_eq!(lower_bound(&buffers, 1), width);
-        let options = AllocOptions {
-            effort: Effort { search_work: 3_000_000, search_max_buffers: 100, time_cap: None, ..Effort::DEFAULT },
-            ..small(1)
-        };
+        let options = searching(1, 3_000_000);
         let p = allocate(&buffers, &options).unwrap();
         prop_assert!(validate(&buffers, &p, 1).is_ok());
         prop_assert_eq!(p.arena, width, "{:?}", buffers);

@@ -53,6 +53,15 @@ fn step_of(g: &sgc_ir::Graph, p: &Plan, name: &str) -> usize {
         .unwrap()
 }
 
+/// A step recomputing op `name`, freeing nothing.
+fn recompute_of(g: &sgc_ir::Graph, name: &str) -> sgc_plan::Step {
+    sgc_plan::Step {
+        op: g.op_by_name(name).unwrap(),
+        recompute: true,
+        free: Vec::new(),
+    }
+}
+
 #[test]
 fn a_premature_free_is_a_use_after_free() {
     let (g, mut p) = setup();
@@ -86,12 +95,7 @@ fn a_wrong_peak_and_wrong_lifetimes_are_reported() {
 #[test]
 fn running_a_non_recomputable_op_twice_is_reported() {
     let (g, mut p) = setup();
-    let upd = g.op_by_name("upd").unwrap();
-    p.steps.push(sgc_plan::Step {
-        op: upd,
-        recompute: true,
-        free: vec![],
-    });
+    p.steps.push(recompute_of(&g, "upd"));
     assert!(kinds(&g, &p).contains(&ViolationKind::NonRecomputableRerun));
 }
 
@@ -108,28 +112,15 @@ fn a_missing_op_and_a_missing_output_are_reported() {
 #[test]
 fn a_recompute_after_an_in_place_update_and_a_stale_view_are_reported() {
     let (g, mut p) = setup();
-    let f1 = g.op_by_name("f1").unwrap();
-    p.steps.push(sgc_plan::Step {
-        op: f1,
-        recompute: true,
-        free: vec![],
-    });
+    p.steps.push(recompute_of(&g, "f1"));
     assert!(kinds(&g, &p)
         .iter()
         .any(|k| matches!(k, ViolationKind::DirtyPersistent { .. })));
 
     let (g, mut p) = setup();
     // Recompute `c` right before `g3`: the view `cv` taken of the old `c` is now stale.
-    let f3 = g.op_by_name("f3").unwrap();
     let s = step_of(&g, &p, "g3");
-    p.steps.insert(
-        s,
-        sgc_plan::Step {
-            op: f3,
-            recompute: true,
-            free: vec![],
-        },
-    );
+    p.steps.insert(s, recompute_of(&g, "f3"));
     assert!(kinds(&g, &p).contains(&ViolationKind::StaleView));
 }
 
@@ -336,15 +327,9 @@ fn only_a_declared_in_place_pair_shares_an_address_and_only_exactly() {
 fn a_third_run_and_chen_over_one_forward_pass_are_reported() {
     let (g, mut p) = setup();
     assert_eq!(p.options.strategy, Strategy::Sublinear);
-    let f2 = g.op_by_name("f2").unwrap();
     let s = step_of(&g, &p, "f2") + 1;
     for _ in 0..2 {
-        let step = sgc_plan::Step {
-            op: f2,
-            recompute: true,
-            free: Vec::new(),
-        };
-        p.steps.insert(s, step);
+        p.steps.insert(s, recompute_of(&g, "f2"));
     }
     let v = verify(&g, &p).unwrap_err();
     let third = v
@@ -363,11 +348,7 @@ fn a_third_run_and_chen_over_one_forward_pass_are_reported() {
     p.options.strategy = Strategy::ChenSqrt;
     let extra: Vec<_> = ["f1", "f2", "f3", "view", "l"]
         .iter()
-        .map(|n| sgc_plan::Step {
-            op: g.op_by_name(n).unwrap(),
-            recompute: true,
-            free: Vec::new(),
-        })
+        .map(|n| recompute_of(&g, n))
         .collect();
     let at = step_of(&g, &p, "g3");
     p.steps.splice(at..at, extra);

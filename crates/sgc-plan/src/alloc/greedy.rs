@@ -20,6 +20,7 @@
 //! heuristic is skipped and says so: the other heuristics are O(n log n).
 
 use super::instance::Instance;
+use super::max_tree::MaxTree;
 
 const UNPLACED: u64 = u64::MAX;
 
@@ -229,9 +230,8 @@ struct Index {
     /// Buffer at each position, and its start.
     id: Vec<u32>,
     start: Vec<u64>,
-    /// Leaves from `size`: the end of the placed buffer there (0 if unplaced).
-    max_end: Vec<u64>,
-    size: usize,
+    /// The end of the placed buffer at each position (0 if unplaced).
+    ends: MaxTree,
 }
 
 impl Index {
@@ -244,50 +244,22 @@ impl Index {
         for (p, &i) in id.iter().enumerate() {
             pos[i as usize] = p as u32;
         }
-        let size = id.len().next_power_of_two().max(1);
         Index {
             start: id.iter().map(|&i| inst.lower[i as usize]).collect(),
             pos,
+            ends: MaxTree::new(id.len()),
             id,
-            max_end: vec![0; 2 * size],
-            size,
         }
     }
 
     fn insert(&mut self, i: usize, end: u64) {
-        let mut node = self.size + self.pos[i] as usize;
-        self.max_end[node] = end;
-        while node > 1 {
-            node /= 2;
-            self.max_end[node] = self.max_end[2 * node].max(self.max_end[2 * node + 1]);
-        }
+        self.ends.set(self.pos[i] as usize, end);
     }
 
     /// Pushes onto `out` the placed buffers alive during `[lower, upper)`.
     fn overlapping(&self, lower: u64, upper: u64, out: &mut Vec<u32>) {
         let limit = self.start.partition_point(|&s| s < upper);
-        self.collect(1, 0, self.size, limit, lower, out);
-    }
-
-    fn collect(
-        &self,
-        node: usize,
-        lo: usize,
-        hi: usize,
-        limit: usize,
-        lower: u64,
-        out: &mut Vec<u32>,
-    ) {
-        if lo >= limit || self.max_end[node] <= lower {
-            return;
-        }
-        if node >= self.size {
-            out.push(self.id[lo]);
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.collect(2 * node, lo, mid, limit, lower, out);
-        self.collect(2 * node + 1, mid, hi, limit, lower, out);
+        self.ends.above(limit, lower, &mut |p| out.push(self.id[p]));
     }
 }
 
@@ -403,22 +375,23 @@ mod tests {
     use super::{best_fit, first_fit};
 
     #[test]
-    fn first_fit_takes_the_lowest_gap_that_fits() {
-        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
-        assert_eq!(first_fit(busy.into_iter(), 1), 4);
-        assert_eq!(first_fit(busy.into_iter(), 2), 8);
-        assert_eq!(first_fit(busy.into_iter(), 6), 20);
-        assert_eq!(first_fit(busy.into_iter(), 7), 30);
-        assert_eq!(first_fit(std::iter::empty(), 7), 0);
-    }
-
-    #[test]
-    fn best_fit_takes_the_smallest_gap_that_fits() {
-        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
+    fn first_fit_takes_the_lowest_gap_that_fits_and_best_fit_the_smallest() {
         // Gaps: [4,5) len 1, [8,10) len 2, [20,26) len 6; top 30.
-        assert_eq!(best_fit(busy.into_iter(), 2), 8);
-        assert_eq!(best_fit(busy.into_iter(), 3), 20);
-        assert_eq!(best_fit(busy.into_iter(), 7), 30);
+        let busy = [(0, 4), (5, 8), (10, 20), (12, 14), (26, 30)];
+        // (size, first fit, best fit)
+        for (size, first, best) in [(1, 4, 4), (2, 8, 8), (3, 20, 20), (6, 20, 20), (7, 30, 30)] {
+            assert_eq!(
+                first_fit(busy.into_iter(), size),
+                first,
+                "first fit of {size}"
+            );
+            assert_eq!(best_fit(busy.into_iter(), size), best, "best fit of {size}");
+        }
+        // A wide gap [2,10) below a narrow one [11,13).
+        let busy = [(0, 2), (10, 11), (13, 20)];
+        assert_eq!(first_fit(busy.into_iter(), 2), 2);
+        assert_eq!(best_fit(busy.into_iter(), 2), 11);
+        assert_eq!(first_fit(std::iter::empty(), 7), 0);
         assert_eq!(best_fit(std::iter::empty(), 7), 0);
     }
 }
@@ -455,13 +428,8 @@ mod index_tests {
 
     #[test]
     fn the_index_finds_what_a_full_scan_finds() {
-        let mut state = 7u64;
-        let mut next = |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % n
-        };
+        let mut rng = sgc_ir::testgen::SplitMix64::new(7);
+        let mut next = |n: u64| rng.below(n);
         for _ in 0..50 {
             let buffers: Vec<Buffer> = (0..1 + next(120))
                 .map(|_| {

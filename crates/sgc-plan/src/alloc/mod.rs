@@ -60,6 +60,7 @@
 pub mod csv;
 mod greedy;
 mod instance;
+mod max_tree;
 mod search;
 mod sweep;
 mod validate;
@@ -125,17 +126,17 @@ impl Effort {
     /// helps; larger plans (over 600 lifetimes) would need far more, so they skip it and
     /// planning stays fast.
     pub const PLAN: Effort = Effort {
-        search_work: 10_000_000,
+        search_work: Effort::DEFAULT.search_work / 200,
         search_max_buffers: 600,
         time_cap: Some(Duration::from_secs(1)),
-        greedy_work: 2_000_000_000,
+        ..Effort::DEFAULT
     };
     /// Ten times the default search budget, on instances five times as large.
     pub const THOROUGH: Effort = Effort {
-        search_work: 20_000_000_000,
-        search_max_buffers: 20_000,
+        search_work: Effort::DEFAULT.search_work * 10,
+        search_max_buffers: Effort::DEFAULT.search_max_buffers * 5,
         time_cap: Some(Duration::from_secs(120)),
-        greedy_work: 20_000_000_000,
+        greedy_work: Effort::DEFAULT.greedy_work * 10,
     };
 
     /// An effort by the name `sgc fit --alloc-effort` takes: `fast`, `default` or

@@ -10,6 +10,7 @@
 //! O((k + 1) log n). A valid placement meets nothing (or its in-place partner), so the
 //! whole check is O(n log n) however many buffers are alive together.
 
+use super::max_tree::MaxTree;
 use super::{round_up, Buffer, InPlace, Placement};
 use std::collections::HashSet;
 use std::fmt;
@@ -156,23 +157,20 @@ struct Slots {
     next: Vec<usize>,
     /// End (offset plus size) of each buffer.
     end: Vec<u64>,
-    /// Leaves from `size`: the highest end in the slot (0 when empty).
-    max_end: Vec<u64>,
-    size: usize,
+    /// The highest end in each slot (0 when empty).
+    max_end: MaxTree,
 }
 
 impl Slots {
     fn new(mut offset: Vec<u64>, buffers: usize) -> Self {
         offset.sort_unstable();
         offset.dedup();
-        let size = offset.len().next_power_of_two().max(1);
         Slots {
             head: vec![NONE; offset.len()],
+            max_end: MaxTree::new(offset.len()),
             offset,
             next: vec![NONE; buffers],
             end: vec![0; buffers],
-            max_end: vec![0; 2 * size],
-            size,
         }
     }
 
@@ -208,39 +206,16 @@ impl Slots {
     }
 
     fn refresh(&mut self, k: usize) {
-        let mut node = self.size + k;
-        self.max_end[node] = self.held(k).map(|j| self.end[j]).max().unwrap_or(0);
-        while node > 1 {
-            node /= 2;
-            self.max_end[node] = self.max_end[2 * node].max(self.max_end[2 * node + 1]);
-        }
+        let max = self.held(k).map(|j| self.end[j]).max().unwrap_or(0);
+        self.max_end.set(k, max);
     }
 
     /// Pushes onto `out` the live buffers whose address range meets `[offset, end)`: an
     /// offset below `end` and an end above `offset`.
     fn meeting(&self, offset: u64, end: u64, out: &mut Vec<usize>) {
-        self.collect(1, 0, self.size, self.slot(end), offset, out);
-    }
-
-    fn collect(
-        &self,
-        node: usize,
-        lo: usize,
-        hi: usize,
-        below: usize,
-        offset: u64,
-        out: &mut Vec<usize>,
-    ) {
-        if lo >= below || self.max_end[node] <= offset {
-            return;
-        }
-        if node >= self.size {
-            out.extend(self.held(lo).filter(|&j| self.end[j] > offset));
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.collect(2 * node, lo, mid, below, offset, out);
-        self.collect(2 * node + 1, mid, hi, below, offset, out);
+        self.max_end.above(self.slot(end), offset, &mut |k| {
+            out.extend(self.held(k).filter(|&j| self.end[j] > offset));
+        });
     }
 }
 

@@ -226,7 +226,7 @@ mod tests {
             };
             let plan = discard::plan(&ctx, &genome);
             let walked = recompute::schedule(&ctx, &genome, &plan).expect("scheduled");
-            let whole = recompute::schedule_whole(&ctx, &genome, &plan).expect("scheduled");
+            let whole = recompute::scheduled(&ctx, &genome, &plan, false).expect("scheduled");
             assert_eq!(walked.steps, whole.steps, "resumed walk: {genome:?}");
             assert_eq!(walked.live, whole.live, "resumed walk: {genome:?}");
             assert_eq!(
@@ -357,7 +357,7 @@ mod tests {
             for genome in &genomes {
                 let plan = discard::plan(&ctx, genome);
                 let a = recompute::schedule(&ctx, genome, &plan);
-                let b = recompute::schedule_whole(&ctx, genome, &plan);
+                let b = recompute::scheduled(&ctx, genome, &plan, false);
                 match (a, b) {
                     (Ok(a), Ok(b)) => {
                         assert_eq!(a.steps, b.steps, "{}: {genome:?}", p.display());

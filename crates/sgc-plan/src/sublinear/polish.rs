@@ -354,6 +354,18 @@ mod tests {
         Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect())
     }
 
+    /// Calls `each` on 40 small random graphs with the seed, the graph's context, a
+    /// generator of that seed and a genome of random splits it drew.
+    fn on_random_genomes(mut each: impl FnMut(u64, &Context<'_>, &mut SplitMix64, Genome)) {
+        for seed in 0..40 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut rng = SplitMix64::new(seed);
+            let genome = random_splits(&mut rng, ctx.n);
+            each(seed, &ctx, &mut rng, genome);
+        }
+    }
+
     /// Each neighbour of the costly climb is the genome with one split put right at one of
     /// the costliest recomputed ops of its schedule (added, or moved there from the split
     /// before or after it), its splits sorted and distinct, its kept roots and rules
@@ -362,14 +374,10 @@ mod tests {
     fn costly_neighbours_split_at_the_costliest_recomputations() {
         let pool = pool();
         let mut tried = 0;
-        for seed in 0..40 {
-            let g = random_graph(seed, &GenConfig::small());
-            let ctx = Context::new(&g);
-            let mut rng = SplitMix64::new(seed);
-            let mut genome = random_splits(&mut rng, ctx.n);
+        on_random_genomes(|_, ctx, rng, mut genome| {
             genome.rules = Rules::all()[rng.index(8)];
-            let Some(steps) = crate::sublinear::evaluate::schedule(&ctx, &genome) else {
-                continue;
+            let Some(steps) = crate::sublinear::evaluate::schedule(ctx, &genome) else {
+                return;
             };
             let mut costs: Vec<(u64, u32)> = steps
                 .iter()
@@ -379,7 +387,7 @@ mod tests {
             costs.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             costs.dedup();
             let top: Vec<u32> = costs.iter().take(COSTLY_OPS).map(|c| c.1).collect();
-            let cands = costly_neighbours(&ctx, &genome).expect("a schedule");
+            let cands = costly_neighbours(ctx, &genome).expect("a schedule");
             for c in &cands {
                 tried += 1;
                 assert!(c.splits.windows(2).all(|w| w[0] < w[1]), "{c:?}");
@@ -395,14 +403,14 @@ mod tests {
                 let removed = genome.splits.iter().filter(|p| !c.splits.contains(p));
                 assert!(removed.count() <= 1, "{c:?} from {genome:?}");
             }
-            let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
+            let mut ev = crate::sublinear::search::Evaluator::new(ctx, &pool, None);
             let start = Member {
                 fitness: ev.eval(&genome),
                 genome,
             };
             let end = costly(&mut ev, &start);
             assert!(!start.fitness.cmp(&end.fitness, ev.objective).is_lt());
-        }
+        });
         assert!(tried > 0, "no graph had a recomputation to aim at");
     }
 
@@ -414,18 +422,14 @@ mod tests {
     fn the_relaxed_climb_never_ends_worse() {
         let pool = pool();
         let mut moved = 0;
-        for seed in 0..40 {
-            let g = random_graph(seed, &GenConfig::small());
-            let ctx = Context::new(&g);
-            let mut rng = SplitMix64::new(seed);
-            let genome = random_splits(&mut rng, ctx.n);
-            let mut ev = crate::sublinear::search::Evaluator::new(&ctx, &pool, None);
+        on_random_genomes(|seed, ctx, _, genome| {
+            let mut ev = crate::sublinear::search::Evaluator::new(ctx, &pool, None);
             let start = Member {
                 fitness: ev.eval(&genome),
                 genome,
             };
             if !start.fitness.feasible {
-                continue;
+                return;
             }
             let level = start.fitness.peak;
             let end = relaxed(&mut ev, start.clone(), level);
@@ -433,7 +437,7 @@ mod tests {
             assert!(end.fitness.cost <= start.fitness.cost, "{seed}");
             assert_eq!(ev.eval(&end.genome), end.fitness, "{seed}");
             moved += usize::from(end.fitness.cost < start.fitness.cost);
-        }
+        });
         assert!(moved > 0, "the climb never moved");
 
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -72,17 +72,9 @@ pub(crate) fn schedule(
     scheduled(ctx, genome, plan, true)
 }
 
-/// [`schedule`] walked from the first op, never from a prefix state (tests compare the two).
-#[cfg(test)]
-pub(crate) fn schedule_whole(
-    ctx: &Context<'_>,
-    genome: &Genome,
-    plan: &[Discard],
-) -> Result<Schedule, Infeasible> {
-    scheduled(ctx, genome, plan, false)
-}
-
-fn scheduled(
+/// [`schedule`], walked from a prefix state when `resume` is set and from the first op
+/// otherwise (tests compare the two).
+pub(crate) fn scheduled(
     ctx: &Context<'_>,
     genome: &Genome,
     plan: &[Discard],
