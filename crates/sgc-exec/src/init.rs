@@ -16,28 +16,7 @@ use crate::host::HostTensor;
 use sgc_ir::ops::Init;
 use sgc_ir::{DType, Graph, TensorId, TensorKind};
 
-/// The splitmix64 generator.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1) with 24 random bits.
-    pub fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
+pub use sgc_ir::rng::SplitMix64;
 
 /// FNV-1a of a name, to derive one stream per tensor.
 fn name_hash(name: &str) -> u64 {

@@ -10,6 +10,7 @@
 //! - [`rescale`]: the graph at another batch size, through the `batch_dim` of its inputs.
 //! - [`memory`]: the memory model (resident bytes per step, peak, lower bound), the one
 //!   implementation that the planner and every report use.
+//! - [`rng`]: splitmix64, the seeded generator of run values and test graphs.
 //! - `testgen` (feature `testgen`): random valid graphs and damaged graph texts for tests.
 //!
 //! ```
@@ -33,6 +34,7 @@ pub mod json;
 pub mod memory;
 pub mod ops;
 pub mod rescale;
+pub mod rng;
 #[cfg(feature = "testgen")]
 pub mod testgen;
 pub mod train;
