@@ -16,8 +16,10 @@ impl Window {
     }
 }
 
-/// Unfolds image `x` (`[C, H, W]`) into `col` (`[C*kh*kw, Ho*Wo]`), zeros for padding.
-fn im2col(x: &[f32], g: &Window, col: &mut [f32]) {
+/// Every entry of the unfolded matrix (`[C*kh*kw, Ho*Wo]`) of one image `[C, H, W]`, in a
+/// fixed order: `f(entry, Some(pixel))` for a tap inside the image, `f(entry, None)` for
+/// padding.
+fn taps(g: &Window, mut f: impl FnMut(usize, Option<usize>)) {
     let cols = g.col_cols();
     for c in 0..g.c {
         for ki in 0..g.kh {
@@ -25,11 +27,11 @@ fn im2col(x: &[f32], g: &Window, col: &mut [f32]) {
                 let row = (c * g.kh + ki) * g.kw + kj;
                 for oi in 0..g.ho {
                     for oj in 0..g.wo {
-                        let v = match (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
-                            (Some(i), Some(j)) => x[(c * g.h + i) * g.w + j],
-                            _ => 0.0,
+                        let pixel = match (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
+                            (Some(i), Some(j)) => Some((c * g.h + i) * g.w + j),
+                            _ => None,
                         };
-                        col[row * cols + oi * g.wo + oj] = v;
+                        f(row * cols + oi * g.wo + oj, pixel);
                     }
                 }
             }
@@ -37,24 +39,19 @@ fn im2col(x: &[f32], g: &Window, col: &mut [f32]) {
     }
 }
 
+/// Unfolds image `x` (`[C, H, W]`) into `col` (`[C*kh*kw, Ho*Wo]`), zeros for padding.
+fn im2col(x: &[f32], g: &Window, col: &mut [f32]) {
+    taps(g, |entry, pixel| col[entry] = pixel.map_or(0.0, |p| x[p]));
+}
+
 /// Folds `col` back onto image `dx` (`[C, H, W]`), summing overlaps in a fixed order.
 fn col2im(col: &[f32], g: &Window, dx: &mut [f32]) {
-    let cols = g.col_cols();
     dx.fill(0.0);
-    for c in 0..g.c {
-        for ki in 0..g.kh {
-            for kj in 0..g.kw {
-                let row = (c * g.kh + ki) * g.kw + kj;
-                for oi in 0..g.ho {
-                    for oj in 0..g.wo {
-                        if let (Some(i), Some(j)) = (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
-                            dx[(c * g.h + i) * g.w + j] += col[row * cols + oi * g.wo + oj];
-                        }
-                    }
-                }
-            }
+    taps(g, |entry, pixel| {
+        if let Some(p) = pixel {
+            dx[p] += col[entry];
         }
-    }
+    });
 }
 
 /// `conv2d`: per image, `y[n] [O, Ho*Wo] = w [O, C*kh*kw] @ im2col(x[n])`.
