@@ -3,11 +3,16 @@
 //! - [`Backend`] (in [`backend`]): the device abstraction, implemented by the CPU reference
 //!   backend ([`CpuBackend`], `cpu_backend/`) and the CUDA backend ([`CudaBackend`],
 //!   `cuda_backend/`, behind the `cuda` feature; without it a stand-in returns an error).
-//! - [`Kernel`] (in [`kernel`]): the op-type dispatch table; unknown op types are refused
-//!   by name before anything runs.
-//! - [`Executor`]: runs an `sgc_plan::Plan` (the plan of strategy `none` when unplanned):
-//!   binds inputs and parameters by name, runs steps, reads outputs and gradients, and
-//!   reports measured memory and time ([`RunReport`]).
+//! - [`ops`]: the op families (linalg, elementwise, conv, pool, norm, loss, embedding,
+//!   shape, reduce, random). Each owns its ops: the kernel enum, attribute parsing and
+//!   operand checks; `cpu_backend/<family>.rs` and `cuda_backend/<family>.rs` run them.
+//!   [`Kernel`] (in [`kernel`]) routes an op to its family; an unknown op type is refused by
+//!   name before anything runs.
+//! - [`runner`]: the run loop both executors share ([`runner::Runner`]: binding inputs and
+//!   parameters by name, steps, reading outputs, gradients and the loss), over a
+//!   [`runner::Schedule`] that says what differs.
+//! - [`Executor`]: replays an `sgc_plan::Plan` (the plan of strategy `none` when
+//!   unplanned) and reports measured memory and time ([`RunReport`]).
 //! - [`dtr`]: run-time DTR (MegEngine's dynamic rematerialisation): [`DtrExecutor`] runs
 //!   steps with eviction decided while they run, on a pool allocator with defragmentation;
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.
