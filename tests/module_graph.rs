@@ -296,6 +296,7 @@ fn no_module_imports_a_module_that_imports_it_back() {
 /// per-graph context, the arena and the verifier, the strategies, the choice under a
 /// budget, one function per strategy, the entry points, and the batch fit on top.
 const PLAN_LAYERS: &[&[&str]] = &[
+    &["names"],
     &["alloc", "maxflow", "violation"],
     &["options"],
     &["error"],

@@ -38,6 +38,9 @@
 //! assert_eq!(sgc_plan::verify(&g, &plan).unwrap().peak_bytes, 32);
 //! ```
 
+#[macro_use]
+mod names;
+
 pub mod alloc;
 pub mod arena;
 mod budget;

@@ -6,34 +6,6 @@
 use serde::{Deserialize, Serialize};
 use sgc_ir::DeviceProfile;
 
-/// `as_str` (the name used on the command line and in plan files) and `FromStr` of an enum
-/// of unit variants, from one table of names (the allocator's `ArenaEffort`, a lower layer,
-/// writes its own). An unknown name is refused with
-/// `unknown <what> "<name>": use <choices>`.
-macro_rules! names {
-    ($ty:ident, $what:literal, $choices:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// The name used on the command line and in plan files.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name,)+
-                }
-            }
-        }
-
-        impl std::str::FromStr for $ty {
-            type Err = String;
-
-            /// The value of a command-line name.
-            fn from_str(s: &str) -> Result<$ty, String> {
-                [$($ty::$variant),+]
-                    .into_iter()
-                    .find(|x| x.as_str() == s)
-                    .ok_or_else(|| format!("unknown {} {s:?}: use {}", $what, $choices))
-            }
-        }
-    };
-}
 /// The checkpointing strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

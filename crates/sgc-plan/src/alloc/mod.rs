@@ -190,37 +190,17 @@ impl ArenaEffort {
         }
     }
 
-    /// The name used on the command line and in plan files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ArenaEffort::Fast => "fast",
-            ArenaEffort::Plan => "plan",
-            ArenaEffort::Default => "default",
-            ArenaEffort::Thorough => "thorough",
-        }
-    }
-
     pub(crate) fn is_plan(&self) -> bool {
         *self == ArenaEffort::Plan
     }
 }
 
-impl std::str::FromStr for ArenaEffort {
-    type Err = String;
-
-    /// An arena effort by its command-line name (`plan`, `default`, ...).
-    fn from_str(s: &str) -> Result<ArenaEffort, String> {
-        [
-            ArenaEffort::Fast,
-            ArenaEffort::Plan,
-            ArenaEffort::Default,
-            ArenaEffort::Thorough,
-        ]
-        .into_iter()
-        .find(|e| e.as_str() == s)
-        .ok_or_else(|| format!("unknown arena effort {s:?}: use plan, default, thorough or fast"))
-    }
-}
+names!(ArenaEffort, "arena effort", "plan, default, thorough or fast", {
+    Fast => "fast",
+    Plan => "plan",
+    Default => "default",
+    Thorough => "thorough",
+});
 
 /// Options of [`allocate`].
 #[derive(Clone, Debug, PartialEq, Eq)]
