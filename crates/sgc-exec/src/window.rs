@@ -1,5 +1,5 @@
 //! Geometry of a 2-d sliding window over `[N, C, H, W]`, shared by the convolution and
-//! pooling kernels of every backend (each backend adds its own methods beside these).
+//! pooling kernels of every backend (a backend adds its own methods beside these).
 
 /// Sizes of a convolution or pooling window and of its output.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +37,11 @@ impl Window {
     /// A `k x k` pooling window from `x [N, C, H, W]` to `y [N, C, Ho, Wo]`.
     pub(crate) fn pool(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> Self {
         Self::conv(x, &[0, 0, k, k], y, stride, pad)
+    }
+
+    /// Elements of one image, `C * H * W`.
+    pub(crate) fn image(&self) -> usize {
+        self.c * self.h * self.w
     }
 
     /// Rows of the im2col matrix: one per input channel and kernel tap.

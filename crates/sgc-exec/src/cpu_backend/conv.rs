@@ -59,7 +59,7 @@ pub(crate) fn conv2d(x: &[f32], w: &[f32], y: &mut [f32], g: &Window, o: usize) 
     let (rows, cols) = (g.col_rows(), g.col_cols());
     let mut col = vec![0.0; rows * cols];
     for n in 0..g.n {
-        im2col(&x[n * g.c * g.h * g.w..], g, &mut col);
+        im2col(&x[n * g.image()..], g, &mut col);
         let yn = &mut y[n * o * cols..(n + 1) * o * cols];
         gemm(
             o,
@@ -77,7 +77,7 @@ pub(crate) fn conv2d(x: &[f32], w: &[f32], y: &mut [f32], g: &Window, o: usize) 
 pub(crate) fn conv2d_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], g: &Window, o: usize) {
     let (rows, cols) = (g.col_rows(), g.col_cols());
     let mut col = vec![0.0; rows * cols];
-    let img = g.c * g.h * g.w;
+    let img = g.image();
     for n in 0..g.n {
         let dyn_ = &dy[n * o * cols..(n + 1) * o * cols];
         gemm(
@@ -99,7 +99,7 @@ pub(crate) fn conv2d_grad_weight(x: &[f32], dy: &[f32], dw: &mut [f32], g: &Wind
     let mut col = vec![0.0; rows * cols];
     dw.fill(0.0);
     for n in 0..g.n {
-        im2col(&x[n * g.c * g.h * g.w..], g, &mut col);
+        im2col(&x[n * g.image()..], g, &mut col);
         let dyn_ = &dy[n * o * cols..(n + 1) * o * cols];
         let beta = if n == 0 { 0.0 } else { 1.0 };
         gemm(

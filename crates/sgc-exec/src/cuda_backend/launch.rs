@@ -1,11 +1,10 @@
 //! What every family's launchers share: one launch's operands ([`Io`]), kernel argument
-//! lists, the geometry of a 2-d window, and the error of a kernel CUDA lacks. The families
+//! lists, and the error of a kernel CUDA lacks. The families
 //! (`<family>.rs`) use it; `runtime.rs` dispatches to them.
 
 use super::device::Arg;
 use crate::backend::Operand;
 use crate::error::KernelError;
-use crate::window::Window;
 use sgc_ir::ops::OpKind;
 
 /// One launch's operands: their device addresses (`ins`, `outs`) and the operands
@@ -21,13 +20,6 @@ pub(super) struct Io<'a> {
 /// The pointer arguments `ptrs`, then `rest`.
 pub(super) fn with_ptrs<const K: usize>(ptrs: &[u64], rest: [Arg; K]) -> Vec<Arg> {
     ptrs.iter().map(|&p| Arg::Ptr(p)).chain(rest).collect()
-}
-
-impl Window {
-    /// Elements of one image, `c * h * w`.
-    pub(super) fn image(&self) -> usize {
-        self.c * self.h * self.w
-    }
 }
 
 /// The error of a kernel CUDA lacks: `supports` refuses these before any launch
