@@ -70,8 +70,20 @@ pub trait Backend {
         self.write(buffer, to, &staged)
     }
 
-    /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order).
+    /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order),
+    /// after checking that the operands do not overlap ([`check_disjoint`]).
     fn launch(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<(), ExecError> {
+        check_disjoint(&self.name(), kernel, inputs, outputs)?;
+        self.run_kernel(kernel, inputs, outputs)
+    }
+
+    /// [`Backend::launch`]'s work, on operands already checked not to overlap.
+    fn run_kernel(
         &mut self,
         kernel: &Kernel,
         inputs: &[Operand],

@@ -41,4 +41,4 @@ pub use dtr::{DtrExecutor, DtrOptions, DtrReport};
 pub use error::{ExecError, KernelError};
 pub use executor::{Executor, OpTime, RunReport};
 pub use host::{HostData, HostTensor};
-pub use kernel::Kernel;
+pub use kernel::{FamilyKernel, Kernel};

@@ -6,8 +6,9 @@
 
 mod skip;
 
-use sgc_exec::kernel::Kernel;
+use sgc_exec::kernel::{FamilyKernel, Kernel};
 use sgc_exec::{Backend, CpuBackend, CudaBackend, ExecError, Operand};
+use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 /// Deterministic values in `[-1, 1)` (xorshift).
@@ -90,10 +91,18 @@ struct Case {
     outputs: Vec<Vec<usize>>,
 }
 
-fn case(label: &str, kernel: impl Into<Kernel>, inputs: Vec<Input>, outputs: &[&[usize]]) -> Case {
+/// A case labelled by its op kind's name, then what sets it apart.
+fn case(
+    label: &str,
+    kernel: impl Into<FamilyKernel>,
+    inputs: Vec<Input>,
+    outputs: &[&[usize]],
+) -> Case {
+    let kind = label.split(' ').next().and_then(OpKind::parse);
+    let kind = kind.unwrap_or_else(|| panic!("`{label}` starts with no op kind's name"));
     Case {
         label: label.to_string(),
-        kernel: kernel.into(),
+        kernel: Kernel::new(kind, kernel),
         inputs,
         outputs: outputs.iter().map(|s| s.to_vec()).collect(),
     }
@@ -109,7 +118,7 @@ fn matmul_cases(v: &mut Values, out: &mut Vec<Case>) {
         &[&[2, 3, 5]],
     ));
     out.push(case(
-        "matmul^T",
+        "matmul ^T",
         t(true),
         vec![v.f32(&[6, 4]), v.f32(&[5, 4])],
         &[&[6, 5]],
@@ -134,7 +143,7 @@ fn matmul_cases(v: &mut Values, out: &mut Vec<Case>) {
             transpose_b: tb,
         };
         out.push(case(
-            &format!("bmm {ta} {tb}"),
+            &format!("batched_matmul {ta} {tb}"),
             k,
             vec![v.f32(&a), v.f32(&b)],
             &[&[2, 3, 5]],
@@ -160,7 +169,7 @@ fn elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
             &[big],
         ));
     }
-    let reshape = Kernel::from(sgc_exec::kernel::Shape::Reshape);
+    let reshape = FamilyKernel::from(sgc_exec::kernel::Shape::Reshape);
     for (k, name) in [
         (Relu.into(), "relu"),
         (Gelu.into(), "gelu"),
@@ -269,14 +278,14 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         &[&[2, 3, 5, 4]],
     ));
     out.push(case(
-        "upsample",
+        "upsample_nearest2x",
         Upsample2x,
         vec![v.f32(&[2, 3, 4, 5])],
         &[&[2, 3, 8, 10]],
     ));
     let ug = Upsample2xGrad;
     out.push(case(
-        "upsample_grad",
+        "upsample_nearest2x_grad",
         ug,
         vec![v.f32(&[2, 3, 8, 10])],
         &[&[2, 3, 4, 5]],

@@ -5,7 +5,7 @@ use super::{f, CpuBackend, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
 use crate::ops::elementwise::{BinOp, Elementwise};
-use crate::ops::Family;
+use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`.
@@ -202,7 +202,10 @@ pub(super) fn launch_bytes(
     if value.fract() != 0.0 {
         return Err(ExecError::backend(
             NAME,
-            format!("{}: adds {value} to an integer tensor", k.kind().name()),
+            format!(
+                "{}: adds {value} to an integer tensor",
+                OpKind::AtenAddScalar.name()
+            ),
         ));
     }
     let x = be.bytes(&inputs[0])?;

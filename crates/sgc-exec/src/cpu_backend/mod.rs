@@ -22,9 +22,9 @@ mod random;
 mod reduce;
 mod shape;
 
-use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand, View, ViewStep};
+use crate::backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
-use crate::kernel::{Kernel, Linalg};
+use crate::kernel::{FamilyKernel, Kernel, Linalg};
 use sgc_ir::DType;
 
 /// What a kernel returns: `Ok`, or the error naming what its operands got wrong.
@@ -210,13 +210,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn launch(
+    fn run_kernel(
         &mut self,
         kernel: &Kernel,
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        check_disjoint(NAME, kernel, inputs, outputs)?;
         if let Some((k, ins)) = fold_transpose(kernel, inputs) {
             return self.launch(&k, &ins, outputs);
         }
@@ -367,11 +366,11 @@ impl CpuBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<bool, ExecError> {
-        match kernel {
-            Kernel::Shape(k) => shape::launch_bytes(self, k, inputs, outputs),
-            Kernel::Elementwise(k) => elementwise::launch_bytes(self, k, inputs, outputs),
-            Kernel::Pool(k) => pool::launch_bytes(self, k, inputs, outputs),
-            Kernel::Random(k) => random::launch(self, k, inputs, outputs).map(|()| true),
+        match kernel.op() {
+            FamilyKernel::Shape(k) => shape::launch_bytes(self, k, inputs, outputs),
+            FamilyKernel::Elementwise(k) => elementwise::launch_bytes(self, k, inputs, outputs),
+            FamilyKernel::Pool(k) => pool::launch_bytes(self, k, inputs, outputs),
+            FamilyKernel::Random(k) => random::launch(self, k, inputs, outputs).map(|()| true),
             _ => Ok(false),
         }
     }
@@ -382,9 +381,9 @@ impl CpuBackend {
 /// materialising the transpose: the kernel and operands to launch instead, if so. The
 /// product is the same sum in the same order.
 fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Operand>)> {
-    let slot = match kernel {
-        Kernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
-        Kernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
+    let slot = match kernel.op() {
+        FamilyKernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
+        FamilyKernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
         _ => return None,
     };
     let view = inputs.get(slot)?.view.as_ref()?;
@@ -398,11 +397,11 @@ fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Op
         ins[slot].dtype,
         view.base.clone(),
     );
-    let k = match kernel {
-        Kernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
+    let k = match kernel.op() {
+        FamilyKernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
         _ => Linalg::AddMm { transpose_b: true },
     };
-    let k = Kernel::Linalg(k);
+    let k = kernel.with_op(k);
     Some((k, ins))
 }
 
@@ -469,17 +468,17 @@ pub(crate) struct Io<'s, 'a> {
 
 /// The dispatch: each family's kernels run in the module of the family's name.
 fn run(k: &Kernel, io: Io) -> R {
-    match k {
-        Kernel::Linalg(k) => linalg::run(k, io),
-        Kernel::Elementwise(k) => elementwise::run(k, io),
-        Kernel::Conv(k) => conv::run(k, io),
-        Kernel::Pool(k) => pool::run(k, io),
-        Kernel::Norm(k) => norm::run(k, io),
-        Kernel::Loss(k) => loss::run(k, io),
-        Kernel::Embedding(k) => embedding::run(k, io),
-        Kernel::Shape(k) => shape::run(k, io),
-        Kernel::Reduce(k) => reduce::run(k, io),
-        Kernel::Random(_) => Err(byte_path()),
+    match k.op() {
+        FamilyKernel::Linalg(k) => linalg::run(k, io),
+        FamilyKernel::Elementwise(k) => elementwise::run(k, io),
+        FamilyKernel::Conv(k) => conv::run(k, io),
+        FamilyKernel::Pool(k) => pool::run(k, io),
+        FamilyKernel::Norm(k) => norm::run(k, io),
+        FamilyKernel::Loss(k) => loss::run(k, io),
+        FamilyKernel::Embedding(k) => embedding::run(k, io),
+        FamilyKernel::Shape(k) => shape::run(k, io),
+        FamilyKernel::Reduce(k) => reduce::run(k, io),
+        FamilyKernel::Random(_) => Err(byte_path()),
     }
 }
 

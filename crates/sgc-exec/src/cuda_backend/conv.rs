@@ -9,7 +9,6 @@
 use super::device::{n, Arg, Device, Gemm, Grid, R};
 use super::launch::{no_kernel, with_ptrs, Io};
 use crate::ops::conv::Conv;
-use crate::ops::Family;
 
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
@@ -168,6 +167,6 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
             let o = io.ops_in[1].shape[1];
             conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g(), o)
         }
-        Conv::ConvGrouped { .. } | Conv::ConvBackward { .. } => Err(no_kernel(k.kind())),
+        Conv::ConvGrouped { .. } | Conv::ConvBackward { .. } => Err(no_kernel()),
     }
 }

@@ -4,7 +4,6 @@
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{no_kernel, Io};
 use crate::ops::elementwise::Elementwise;
-use crate::ops::Family;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -125,6 +124,6 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope, numel())
         }
         E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr, numel()),
-        _ => Err(no_kernel(k.kind())),
+        _ => Err(no_kernel()),
     }
 }

@@ -4,7 +4,6 @@
 use super::device::{n, Arg, Device, Grid, Idx, R};
 use super::launch::{no_kernel, Io};
 use crate::ops::embedding::Embedding;
-use crate::ops::Family;
 
 /// Runs a kernel of the family: `embedding` (row `ids[r]` of `w [V, D]` into row `r` of
 /// the output, a thread per output element) or `embedding_grad` (`dw[ids[r]] += dy[r]`,
@@ -16,7 +15,7 @@ pub(super) fn run(k: &Embedding, d: &mut Device, io: Io) -> R {
     let (kernel, table, per_column) = match k {
         Embedding::Embedding => ("embedding", &io.ops_in[1].shape, false),
         Embedding::EmbeddingGrad => ("embedding_grad", &io.ops_out[0].shape, true),
-        _ => return Err(no_kernel(k.kind())),
+        _ => return Err(no_kernel()),
     };
     let (v, dd) = (table[0], table[1]);
     let grid = Grid::Elements(if per_column { dd } else { rows * dd });

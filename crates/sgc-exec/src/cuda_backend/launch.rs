@@ -5,7 +5,6 @@
 use super::device::Arg;
 use crate::backend::Operand;
 use crate::error::KernelError;
-use sgc_ir::ops::OpKind;
 
 /// One launch's operands: their device addresses (`ins`, `outs`) and the operands
 /// themselves (for shapes). As in the CPU backend, `sgd_update` writes `ins[0]` in place.
@@ -24,8 +23,8 @@ pub(super) fn with_ptrs<const K: usize>(ptrs: &[u64], rest: [Arg; K]) -> Vec<Arg
 
 /// The error of a kernel CUDA lacks: `supports` refuses these before any launch
 /// (`Kernel::on_cuda`).
-pub(super) fn no_kernel(kind: OpKind) -> KernelError {
-    KernelError::Operands(format!("{} has no CUDA kernel", kind.name()))
+pub(super) fn no_kernel() -> KernelError {
+    KernelError::Operands("no CUDA kernel (the CPU backend runs it)".to_string())
 }
 
 /// Rows of operand `o` over its last axis.

@@ -4,7 +4,6 @@
 use super::device::{Device, Gemm, R};
 use super::launch::{last, no_kernel, rows, Io};
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
-use crate::ops::Family;
 
 /// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
 /// `(address, transposed)`.
@@ -93,6 +92,6 @@ pub(super) fn run(k: &Linalg, d: &mut Device, io: Io) -> R {
             let s = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
             batched_matmul(d, io.ins[0], io.ins[1], io.outs[0], &s)
         }
-        Linalg::AddMm { .. } => Err(no_kernel(k.kind())),
+        Linalg::AddMm { .. } => Err(no_kernel()),
     }
 }

@@ -4,7 +4,6 @@
 use super::device::{n, Arg, Device, Grid, Idx, R};
 use super::launch::{last, no_kernel, Io};
 use crate::ops::loss::Loss;
-use crate::ops::Family;
 
 /// `cross_entropy`: per-row losses (f64, in the workspace), then their mean.
 pub(crate) fn cross_entropy(
@@ -54,6 +53,6 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
     match k {
         Loss::CrossEntropy => cross_entropy(d, io.ins[0], labels(), io.outs[0], rows, c),
         Loss::CrossEntropyGrad => cross_entropy_grad(d, io.ins[0], labels(), io.outs[0], rows, c),
-        _ => Err(no_kernel(k.kind())),
+        _ => Err(no_kernel()),
     }
 }

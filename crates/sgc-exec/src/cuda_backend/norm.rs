@@ -5,7 +5,6 @@
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{last, no_kernel, rows, Io};
 use crate::ops::norm::Norm;
-use crate::ops::Family;
 
 /// Layout of a norm: `outer x feat x inner` (batch norm: features on axis 1).
 #[derive(Clone, Copy, Debug)]
@@ -142,7 +141,7 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
         Norm::SoftmaxGrad { scale } => {
             softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale)
         }
-        _ => Err(no_kernel(k.kind())),
+        _ => Err(no_kernel()),
     }
 }
 

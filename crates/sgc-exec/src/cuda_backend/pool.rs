@@ -6,7 +6,6 @@ use crate::window::Window;
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{no_kernel, Io};
 use crate::ops::pool::Pool;
-use crate::ops::Family;
 
 impl Window {
     /// Pooling arguments: `planes, h, w, k, stride, pad, ho, wo`.
@@ -105,6 +104,6 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
         (Pool::Upsample2xGrad, _) => {
             upsample_nearest2x_grad(d, ins[0], outs[0], y[0] * y[1], y[2], y[3])
         }
-        _ => Err(no_kernel(k.kind())),
+        _ => Err(no_kernel()),
     }
 }

@@ -9,8 +9,8 @@
 use super::device::{Device, R};
 use super::launch::{no_kernel, Io};
 use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape, sources};
-use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
-use crate::kernel::{Kernel, Shape};
+use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::kernel::{FamilyKernel, Kernel, Shape};
 use crate::shapes::is_index_slot;
 use crate::error::{ExecError, KernelError};
 use cudarc::driver::result::memcpy_dtod_async;
@@ -116,9 +116,9 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, kernel: &Kernel) -> bool {
-        match kernel {
-            Kernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
-            k => k.on_cuda(),
+        match kernel.op() {
+            FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
+            _ => kernel.on_cuda(),
         }
     }
 
@@ -207,13 +207,12 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn launch(
+    fn run_kernel(
         &mut self,
         kernel: &Kernel,
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        check_disjoint(NAME, kernel, inputs, outputs)?;
         // Kernels index device memory from the shapes: an unchecked shape would be an
         // out-of-bounds access on the device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
@@ -260,15 +259,15 @@ impl Backend for CudaBackend {
 
 /// The dispatch: each family's kernels run in the module of the family's name.
 fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
-    match k {
-        Kernel::Linalg(k) => linalg::run(k, d, io),
-        Kernel::Elementwise(k) => elementwise::run(k, d, io),
-        Kernel::Conv(k) => conv::run(k, d, io),
-        Kernel::Pool(k) => pool::run(k, d, io),
-        Kernel::Norm(k) => norm::run(k, d, io),
-        Kernel::Loss(k) => loss::run(k, d, io),
-        Kernel::Embedding(k) => embedding::run(k, d, io),
-        Kernel::Shape(k) => shape::run(k, d, io),
-        Kernel::Reduce(_) | Kernel::Random(_) => Err(no_kernel(k.kind())),
+    match k.op() {
+        FamilyKernel::Linalg(k) => linalg::run(k, d, io),
+        FamilyKernel::Elementwise(k) => elementwise::run(k, d, io),
+        FamilyKernel::Conv(k) => conv::run(k, d, io),
+        FamilyKernel::Pool(k) => pool::run(k, d, io),
+        FamilyKernel::Norm(k) => norm::run(k, d, io),
+        FamilyKernel::Loss(k) => loss::run(k, d, io),
+        FamilyKernel::Embedding(k) => embedding::run(k, d, io),
+        FamilyKernel::Shape(k) => shape::run(k, d, io),
+        FamilyKernel::Reduce(_) | FamilyKernel::Random(_) => Err(no_kernel()),
     }
 }

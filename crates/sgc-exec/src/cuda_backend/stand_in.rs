@@ -33,7 +33,7 @@ impl Backend for CudaBackend {
     fn read(&mut self, _b: BufferId, _offset: u64, _out: &mut [u8]) -> Result<(), ExecError> {
         match *self {}
     }
-    fn launch(&mut self, _k: &Kernel, _i: &[Operand], _o: &[Operand]) -> Result<(), ExecError> {
+    fn run_kernel(&mut self, _k: &Kernel, _i: &[Operand], _o: &[Operand]) -> Result<(), ExecError> {
         match *self {}
     }
     fn synchronize(&mut self) -> Result<(), ExecError> {

@@ -118,16 +118,6 @@ impl Conv {
 }
 
 impl Family for Conv {
-    fn kind(&self) -> OpKind {
-        match self {
-            Conv::Conv2d { .. } => OpKind::Conv2d,
-            Conv::Conv2dGradInput { .. } => OpKind::Conv2dGradInput,
-            Conv::Conv2dGradWeight { .. } => OpKind::Conv2dGradWeight,
-            Conv::ConvGrouped { .. } => OpKind::AtenConvolution,
-            Conv::ConvBackward { .. } => OpKind::AtenConvolutionBackward,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Conv::ConvGrouped { bias, .. } => (Some(2 + usize::from(*bias)), 1),

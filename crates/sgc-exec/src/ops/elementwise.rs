@@ -195,35 +195,6 @@ fn gelu(forward: bool, cx: &Cx) -> Result<Elementwise, ExecError> {
 }
 
 impl Family for Elementwise {
-    fn kind(&self) -> OpKind {
-        use Elementwise as E;
-        use OpKind as K;
-        match self {
-            E::BiasAdd { .. } => K::BiasAdd,
-            E::BiasAddGrad { .. } => K::BiasAddGrad,
-            E::Add => K::Add,
-            E::Mul => K::Mul,
-            E::Relu => K::Relu,
-            E::ReluGrad => K::ReluGrad,
-            E::Gelu => K::Gelu,
-            E::GeluGrad => K::GeluGrad,
-            E::LeakyRelu { .. } => K::AtenLeakyRelu,
-            E::LeakyReluBackward { .. } => K::AtenLeakyReluBackward,
-            E::SgdUpdate { .. } => K::SgdUpdate,
-            E::AddScalar { .. } => K::AtenAddScalar,
-            E::MulScalar { .. } => K::AtenMulScalar,
-            E::DivScalar { .. } => K::AtenDivScalar,
-            E::ThresholdBackward { .. } => K::AtenThresholdBackward,
-            E::Pointwise(u) => u.kinds().0,
-            E::PointwiseBackward(u) => u.kinds().1,
-            E::Broadcast { op: BinOp::Mul } => K::AtenMulTensor,
-            E::Broadcast { op: BinOp::Sub } => K::AtenSubTensor,
-            E::Broadcast { op: BinOp::Add } => K::AtenAddTensor,
-            E::Fill { .. } => K::AtenOnesLike,
-            E::Zeros { .. } => K::AtenZeros,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         use Elementwise as E;
         match self {

@@ -42,15 +42,6 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Embedding>, ExecErro
 }
 
 impl Family for Embedding {
-    fn kind(&self) -> OpKind {
-        match self {
-            Embedding::Embedding => OpKind::Embedding,
-            Embedding::EmbeddingGrad => OpKind::EmbeddingGrad,
-            Embedding::EmbeddingRows => OpKind::AtenEmbedding,
-            Embedding::EmbeddingDenseBackward { .. } => OpKind::AtenEmbeddingBackward,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         (Some(2), 1)
     }

@@ -89,15 +89,6 @@ impl Bmm {
 }
 
 impl Family for Linalg {
-    fn kind(&self) -> OpKind {
-        match self {
-            Linalg::MatMul { .. } => OpKind::MatMul,
-            Linalg::MatMulTn => OpKind::MatMulTn,
-            Linalg::BatchedMatMul { .. } => OpKind::BatchedMatMul,
-            Linalg::AddMm { .. } => OpKind::AtenAddmm,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Linalg::AddMm { .. } => (Some(3), 1),

@@ -49,15 +49,6 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Loss>, ExecError> {
 }
 
 impl Family for Loss {
-    fn kind(&self) -> OpKind {
-        match self {
-            Loss::CrossEntropy => OpKind::CrossEntropy,
-            Loss::CrossEntropyGrad => OpKind::CrossEntropyGrad,
-            Loss::NllLoss { .. } => OpKind::AtenNllLoss,
-            Loss::NllLossBackward { .. } => OpKind::AtenNllLossBackward,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Loss::CrossEntropy | Loss::CrossEntropyGrad => (Some(2), 1),

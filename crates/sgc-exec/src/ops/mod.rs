@@ -36,7 +36,6 @@ pub mod shape;
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
 use serde_json::{Map, Value};
-use sgc_ir::ops::OpKind;
 use sgc_ir::{DType, Graph, Op};
 
 /// What an input slot of a kernel holds.
@@ -52,9 +51,6 @@ pub enum Slot {
 
 /// What every family answers about one of its kernels.
 pub trait Family {
-    /// The op kind this kernel runs (its name in both backends).
-    fn kind(&self) -> OpKind;
-
     /// Number of (inputs, outputs); `None` inputs for a variadic kernel, [`VARIADIC`]
     /// outputs for one that has as many as its op.
     fn arity(&self) -> (Option<usize>, usize);

@@ -122,24 +122,6 @@ fn normalized_axes(cx: &Cx) -> usize {
 }
 
 impl Family for Norm {
-    fn kind(&self) -> OpKind {
-        use OpKind as K;
-        match self {
-            Norm::BatchNorm { .. } => K::BatchNorm,
-            Norm::BatchNormGrad => K::BatchNormGrad,
-            Norm::LayerNorm { .. } => K::LayerNorm,
-            Norm::LayerNormGrad => K::LayerNormGrad,
-            Norm::BatchNormBackward { .. } => K::AtenBatchNormBackward,
-            Norm::LayerNormBackward { .. } => K::AtenLayerNormBackward,
-            Norm::BatchNormUpdateStats { .. } => K::BatchNormUpdateStats,
-            Norm::Softmax { .. } => K::Softmax,
-            Norm::SoftmaxGrad { .. } => K::SoftmaxGrad,
-            Norm::SoftmaxBackward => K::AtenSoftmaxBackward,
-            Norm::LogSoftmax => K::AtenLogSoftmax,
-            Norm::LogSoftmaxBackward => K::AtenLogSoftmaxBackward,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         let results = |mask: &[bool; 3]| mask.iter().filter(|m| **m).count();
         match self {

@@ -221,21 +221,6 @@ impl Pool {
 }
 
 impl Family for Pool {
-    fn kind(&self) -> OpKind {
-        match self {
-            Pool::MaxPool2d { .. } => OpKind::MaxPool2d,
-            Pool::MaxPool2dGrad { .. } => OpKind::MaxPool2dGrad,
-            Pool::GlobalAvgPool => OpKind::GlobalAvgPool,
-            Pool::GlobalAvgPoolGrad => OpKind::GlobalAvgPoolGrad,
-            Pool::MaxPool2dIndices { .. } => OpKind::AtenMaxPool2d,
-            Pool::MaxPool2dIndicesBackward { .. } => OpKind::AtenMaxPool2dBackward,
-            Pool::AvgPool2d { .. } => OpKind::AtenAvgPool2d,
-            Pool::AvgPool2dBackward { .. } => OpKind::AtenAvgPool2dBackward,
-            Pool::Upsample2x => OpKind::Upsample2x,
-            Pool::Upsample2xGrad => OpKind::Upsample2xGrad,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Pool::MaxPool2dGrad { .. } | Pool::AvgPool2dBackward { .. } => (Some(2), 1),

@@ -57,15 +57,6 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Random>, ExecError> 
 }
 
 impl Family for Random {
-    fn kind(&self) -> OpKind {
-        match self {
-            Random::Bernoulli { .. } => OpKind::AtenBernoulli,
-            Random::Dropout { .. } => OpKind::AtenDropout,
-            Random::DropoutBackward { .. } => OpKind::AtenDropoutBackward,
-            Random::MaskMul => OpKind::AtenMulTensor,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Random::Bernoulli { .. } => (Some(1), 1),

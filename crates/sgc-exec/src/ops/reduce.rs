@@ -55,14 +55,6 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Reduce>, ExecError> 
 }
 
 impl Family for Reduce {
-    fn kind(&self) -> OpKind {
-        if self.mean {
-            OpKind::AtenMean
-        } else {
-            OpKind::AtenSum
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         (Some(1), 1)
     }

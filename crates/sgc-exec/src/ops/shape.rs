@@ -153,21 +153,6 @@ impl Shape {
 }
 
 impl Family for Shape {
-    fn kind(&self) -> OpKind {
-        match self {
-            Shape::Reshape => OpKind::Reshape,
-            Shape::Transpose { .. } => OpKind::Transpose,
-            Shape::Concat { .. } => OpKind::Concat,
-            Shape::Slice { .. } => OpKind::Slice,
-            Shape::Split { .. } => OpKind::AtenSplit,
-            Shape::Unbind { .. } => OpKind::AtenUnbind,
-            Shape::Stack { .. } => OpKind::AtenStack,
-            Shape::Expand => OpKind::AtenExpand,
-            Shape::Assign => OpKind::AtenCopy,
-            Shape::CopyInto => OpKind::AtenCopyInPlace,
-        }
-    }
-
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
             Shape::Concat { .. } | Shape::Stack { .. } => (None, 1),
