@@ -297,7 +297,7 @@ fn no_module_imports_a_module_that_imports_it_back() {
 /// budget, one function per strategy, the entry points, and the batch fit on top.
 const PLAN_LAYERS: &[&[&str]] = &[
     &["names"],
-    &["alloc", "maxflow", "violation"],
+    &["alloc", "maxflow", "violation", "streams"],
     &["options"],
     &["error"],
     &["plan", "context"],

@@ -22,7 +22,9 @@
 //! - [`fit`]: the largest batch whose plan fits a memory size, per strategy;
 //! - [`plan`](mod@plan): the plain-data [`Plan`] written to plan files, and `options`: what
 //!   the planner is asked for ([`PlanOptions`], [`BudgetOf`], [`RunConfig`]);
-//! - [`verify()`]: an independent replay of a plan against the graph alone.
+//! - [`verify()`]: an independent replay of a plan against the graph alone;
+//! - [`streams`]: a step's time on the compute stream and the two copy streams between
+//!   device and host, for plans that offload activations.
 //!
 //! Module dependencies point one way, down this list (`tests/module_graph.rs` checks the
 //! layer order and that no module reaches up into this file).
@@ -56,6 +58,7 @@ pub mod plan;
 mod planner;
 mod run;
 mod schedule;
+pub mod streams;
 mod sublinear;
 pub mod verify;
 mod violation;
