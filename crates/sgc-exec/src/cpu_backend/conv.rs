@@ -171,25 +171,50 @@ impl Groups {
             wlen: og * cg * g.kh * g.kw,
         }
     }
+
+    /// The input side's channels: (all, per group, plane size).
+    fn inputs(&self) -> (usize, usize, usize) {
+        (self.g.c, self.cg, self.pin)
+    }
+
+    /// The output side's channels: (all, per group, plane size).
+    fn outputs(&self) -> (usize, usize, usize) {
+        (self.o, self.og, self.pout)
+    }
+
+    /// Group `grp`'s weights.
+    fn weights<'w>(&self, w: &'w [f32], grp: usize) -> &'w [f32] {
+        &w[grp * self.wlen..(grp + 1) * self.wlen]
+    }
+
+    /// Per group: `f(grp, its channels of src, its result)`, the result written into the
+    /// group's channels of `dst`.
+    fn map_groups(
+        &self,
+        src: &[f32],
+        (s_all, s_c, s_plane): (usize, usize, usize),
+        dst: &mut [f32],
+        (d_all, d_c, d_plane): (usize, usize, usize),
+        f: impl Fn(usize, &[f32], &mut [f32]),
+    ) {
+        let n = self.g.n;
+        for grp in 0..self.groups {
+            let part = gather(src, n, s_all, s_c, grp, s_plane);
+            let mut out = vec![0.0; n * d_c * d_plane];
+            f(grp, &part, &mut out);
+            scatter(dst, &out, n, d_all, d_c, grp, d_plane);
+        }
+    }
 }
 
 /// `convolution` with `groups` (each group's output channels see only its input
 /// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
 /// the builder's `conv2d` over that group's channels.
 pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], p: &Groups) {
-    let (g, o, groups) = (&p.g, p.o, p.groups);
-    for grp in 0..groups {
-        let xs = gather(x, g.n, g.c, p.cg, grp, p.pin);
-        let mut ys = vec![0.0; g.n * p.og * p.pout];
-        conv2d(
-            &xs,
-            &w[grp * p.wlen..(grp + 1) * p.wlen],
-            &mut ys,
-            &p.gw,
-            p.og,
-        );
-        scatter(y, &ys, g.n, o, p.og, grp, p.pout);
-    }
+    p.map_groups(x, p.inputs(), y, p.outputs(), |grp, xs, ys| {
+        conv2d(xs, p.weights(w, grp), ys, &p.gw, p.og)
+    });
+    let o = p.o;
     if let Some(b) = bias {
         for (i, plane) in y.chunks_mut(p.pout.max(1)).enumerate() {
             let v = b[i % o.max(1)];
@@ -216,18 +241,9 @@ pub(crate) fn conv_backward(
         if groups == 1 {
             conv2d_grad_input(dy, w, outs[slot], g, o);
         } else {
-            for grp in 0..groups {
-                let dys = gather(dy, g.n, o, p.og, grp, p.pout);
-                let mut dxs = vec![0.0; g.n * p.cg * p.pin];
-                conv2d_grad_input(
-                    &dys,
-                    &w[grp * p.wlen..(grp + 1) * p.wlen],
-                    &mut dxs,
-                    &p.gw,
-                    p.og,
-                );
-                scatter(outs[slot], &dxs, g.n, g.c, p.cg, grp, p.pin);
-            }
+            p.map_groups(dy, p.outputs(), outs[slot], p.inputs(), |grp, dys, dxs| {
+                conv2d_grad_input(dys, p.weights(w, grp), dxs, &p.gw, p.og)
+            });
         }
         slot += 1;
     }

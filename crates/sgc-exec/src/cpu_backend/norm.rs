@@ -149,36 +149,6 @@ pub(crate) fn softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], n: usize, scal
     }
 }
 
-/// `native_batch_norm_backward`: `(dy, x, gamma, mean, invstd)` -> the masked results of
-/// `(dx, dgamma, dbeta)` (the builder's `batch_norm_grad`, absent results discarded).
-pub(crate) fn batch_norm_backward(
-    ins: [&[f32]; 5],
-    d: NormDims,
-    mask: [bool; 3],
-    outs: &mut [&mut [f32]],
-) {
-    let [dy, x, gamma, mean, invstd] = ins;
-    let sizes = [x.len(), d.feat, d.feat];
-    with_masked(mask, sizes, outs, |all| {
-        batch_norm_grad([x, gamma, mean, invstd, dy], d, all)
-    });
-}
-
-/// `native_layer_norm_backward`: `(dy, x, mean, rstd, gamma)` -> the masked results of
-/// `(dx, dgamma, dbeta)` (the builder's `layer_norm_grad`, absent results discarded).
-pub(crate) fn layer_norm_backward(
-    ins: [&[f32]; 5],
-    feat: usize,
-    mask: [bool; 3],
-    outs: &mut [&mut [f32]],
-) {
-    let [dy, x, mean, rstd, gamma] = ins;
-    let sizes = [x.len(), feat, feat];
-    with_masked(mask, sizes, outs, |all| {
-        layer_norm_grad([x, gamma, mean, rstd, dy], feat, all)
-    });
-}
-
 /// Runs `f` on all three results, the ones `mask` leaves out in scratch buffers.
 fn with_masked(
     mask: [bool; 3],
@@ -266,11 +236,22 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
             layer_norm(x, g, b, *eps, last(sh(0)), io.outs)
         }
         Norm::LayerNormGrad => layer_norm_grad(five(&ins_f(5)?), last(sh(0)), io.outs),
+        // ATen's backwards: the builder's grads on reordered inputs, absent results
+        // computed into scratch and discarded.
         Norm::BatchNormBackward { mask } => {
-            batch_norm_backward(five(&ins_f(5)?), bn_dims(sh(1)), *mask, io.outs)
+            let [dy, x, gamma, mean, invstd] = five(&ins_f(5)?);
+            let d = bn_dims(sh(1));
+            let sizes = [x.len(), d.feat, d.feat];
+            let grad =
+                |all: &mut [&mut [f32]]| batch_norm_grad([x, gamma, mean, invstd, dy], d, all);
+            with_masked(*mask, sizes, io.outs, grad)
         }
         Norm::LayerNormBackward { mask } => {
-            layer_norm_backward(five(&ins_f(5)?), last(sh(1)), *mask, io.outs)
+            let [dy, x, mean, rstd, gamma] = five(&ins_f(5)?);
+            let feat = last(sh(1));
+            let grad =
+                |all: &mut [&mut [f32]]| layer_norm_grad([x, gamma, mean, rstd, dy], feat, all);
+            with_masked(*mask, [x.len(), feat, feat], io.outs, grad)
         }
         Norm::BatchNormUpdateStats {
             momentum,
