@@ -31,6 +31,17 @@
 
 pub mod sources;
 
+use crate::kernel::{Kernel, Shape};
+
+/// Whether the CUDA backend runs `kernel`: its `supports`, compiled into every build so
+/// that [`crate::coverage`] answers as the device would.
+pub fn runs(kernel: &Kernel) -> bool {
+    match kernel {
+        Kernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
+        k => k.on_cuda(),
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
 #[cfg(not(feature = "cuda"))]

@@ -8,9 +8,9 @@
 
 use super::device::{Device, R};
 use super::launch::{no_kernel, Io};
-use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape, sources};
+use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape};
 use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
-use crate::kernel::{Kernel, Shape};
+use crate::kernel::Kernel;
 use crate::shapes::is_index_slot;
 use crate::error::{ExecError, KernelError};
 use cudarc::driver::result::memcpy_dtod_async;
@@ -116,10 +116,7 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, kernel: &Kernel) -> bool {
-        match kernel {
-            Kernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
-            k => k.on_cuda(),
-        }
+        super::runs(kernel)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
