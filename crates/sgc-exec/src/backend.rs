@@ -25,7 +25,7 @@
 //! implements the same kernels under the same names.
 
 use crate::error::ExecError;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Linalg};
 
 pub use crate::operand::{BufferId, Operand, View, ViewStep};
 
@@ -118,4 +118,36 @@ pub fn check_disjoint(
         }
     }
     Ok(())
+}
+
+/// A product whose right operand is the transpose of a stored matrix (`mm(x, t(w))`, the
+/// exporter's linear layer) reads the stored matrix with `transpose_b` rather than
+/// materialising the transpose: the kernel and operands to launch instead, if so. The
+/// product is the same sum in the same order.
+pub(crate) fn fold_transpose(
+    kernel: &Kernel,
+    inputs: &[Operand],
+) -> Option<(Kernel, Vec<Operand>)> {
+    let slot = match kernel {
+        Kernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
+        Kernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
+        _ => return None,
+    };
+    let view = inputs.get(slot)?.view.as_ref()?;
+    if view.base.len() != 2 || view.steps != [ViewStep::Permute(vec![1, 0])] {
+        return None;
+    }
+    let mut ins = inputs.to_vec();
+    ins[slot] = Operand::new(
+        ins[slot].buffer,
+        ins[slot].offset,
+        ins[slot].dtype,
+        view.base.clone(),
+    );
+    let k = match kernel {
+        Kernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
+        _ => Linalg::AddMm { transpose_b: true },
+    };
+    let k = Kernel::Linalg(k);
+    Some((k, ins))
 }

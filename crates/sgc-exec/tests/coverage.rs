@@ -1,4 +1,4 @@
-//! Coverage without a device: every op of the zoo runs on both backends
+//! Coverage without a device: every op of the zoo runs on both backends, and on the 12
 //! real exports of `graphs/real/` the CUDA backend runs every op the CPU backend runs
 //! (`sgc_exec::coverage`, the executor's own pre-run checks with each backend's
 //! `supports`; what `sgc inspect FILE --device cuda` prints).
@@ -39,5 +39,24 @@ fn every_zoo_op_runs_on_cpu_and_cuda() {
                 per_type(&missing)
             );
         }
+    }
+}
+
+#[test]
+fn cuda_runs_every_op_of_the_corpus_that_cpu_runs() {
+    let corpus = graphs("graphs/real", ".json.gz");
+    assert_eq!(corpus.len(), 12, "{corpus:?}");
+    for p in &corpus {
+        let g = load(p);
+        let names = |t| gaps(&g, t).into_iter().map(|x| x.op).collect::<Vec<_>>();
+        let (cpu, cuda) = (names(Target::Cpu), names(Target::Cuda));
+        let only_cuda: Vec<&String> = cuda.iter().filter(|o| !cpu.contains(o)).collect();
+        assert!(
+            only_cuda.is_empty(),
+            "{}: {} ops run on cpu but not on cuda: {:?}",
+            p.display(),
+            only_cuda.len(),
+            per_type(&gaps(&g, Target::Cuda))
+        );
     }
 }

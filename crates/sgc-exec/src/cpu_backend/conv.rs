@@ -4,6 +4,7 @@
 use super::linalg::{gemm, Mat};
 use super::{f, Io, R};
 use crate::ops::conv::Conv;
+use crate::window::Groups;
 
 pub(crate) use crate::window::Window;
 
@@ -138,38 +139,6 @@ fn scatter(
     for img in 0..n {
         let start = (img * total + grp * c) * plane;
         y[start..start + c * plane].copy_from_slice(&part[img * c * plane..(img + 1) * c * plane]);
-    }
-}
-
-/// A grouped convolution: the whole window `g` with `o` output channels in `groups`
-/// groups, and one group's input and output channels, its window (the group's channels),
-/// the input and output plane sizes and its slice of the weight.
-pub(crate) struct Groups {
-    g: Window,
-    o: usize,
-    groups: usize,
-    cg: usize,
-    og: usize,
-    gw: Window,
-    pin: usize,
-    pout: usize,
-    wlen: usize,
-}
-
-impl Groups {
-    fn of(g: &Window, o: usize, groups: usize) -> Groups {
-        let (cg, og) = (g.c / groups, o / groups);
-        Groups {
-            g: *g,
-            o,
-            groups,
-            cg,
-            og,
-            gw: Window { c: cg, ..*g },
-            pin: g.h * g.w,
-            pout: g.ho * g.wo,
-            wlen: og * cg * g.kh * g.kw,
-        }
     }
 }
 

@@ -3,19 +3,22 @@
 //! [`Backend::alloc`] makes one device allocation per call (the executor makes one arena
 //! and one per persistent storage); an [`Operand`] is a byte offset into one of them,
 //! checked against its bounds and dtype alignment before its address is handed to a
-//! kernel. [`run`] routes each kernel to its family's module (the CPU backend's names),
-//! which calls the launcher of the op type's name.
+//! kernel. A view operand (an exported graph's alias) is materialised into a staging
+//! buffer first (`shape::materialize`), and a product of a transposed stored matrix reads
+//! it transposed instead, as the CPU backend does. [`run`] routes each kernel to its
+//! family's module (the CPU backend's names), which calls the launcher of the op type's
+//! name.
 
 use super::device::{Device, R};
-use super::launch::{no_kernel, Io};
-use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape};
-use crate::backend::{check_disjoint, AllocStats, Backend, BufferId, Operand};
-use crate::kernel::Kernel;
-use crate::shapes::is_index_slot;
+use super::launch::Io;
+use super::{
+    conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce, shape,
+};
+use crate::backend::{check_disjoint, fold_transpose, AllocStats, Backend, BufferId, Operand};
 use crate::error::{ExecError, KernelError};
+use crate::kernel::Kernel;
 use cudarc::driver::result::memcpy_dtod_async;
 use cudarc::driver::CudaSlice;
-use sgc_ir::DType;
 
 const NAME: &str = "cuda";
 
@@ -211,24 +214,15 @@ impl Backend for CudaBackend {
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
         check_disjoint(NAME, kernel, inputs, outputs)?;
-        // Kernels index device memory from the shapes: an unchecked shape would be an
-        // out-of-bounds access on the device, not a panic. (The executor checked them too.)
+        if let Some((k, ins)) = fold_transpose(kernel, inputs) {
+            return self.launch(&k, &ins, outputs);
+        }
+        // Kernels index device memory from the shapes and read each operand as the dtype
+        // its slot declares: an unchecked operand would be an out-of-bounds access on the
+        // device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
             .map_err(|error| Self::kernel_err(kernel, error))?;
-        for (i, o) in inputs.iter().enumerate() {
-            let index = is_index_slot(kernel, i) && matches!(o.dtype, DType::I64 | DType::I32);
-            if !index && o.dtype != DType::F32 {
-                return Err(Self::err(format!(
-                    "{}: input {i} has dtype {}",
-                    kernel.name(),
-                    o.dtype.as_str()
-                )));
-            }
-        }
-        if outputs.iter().any(|o| o.dtype != DType::F32) {
-            return Err(Self::err(format!("{}: outputs must be f32", kernel.name())));
-        }
-        let ins = inputs
+        let stored = inputs
             .iter()
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
@@ -237,6 +231,12 @@ impl Backend for CudaBackend {
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let mut ins = Vec::with_capacity(inputs.len());
+        for (i, (o, &at)) in inputs.iter().zip(&stored).enumerate() {
+            let read = shape::materialize(&mut self.dev, o, at, i)
+                .map_err(|error| Self::kernel_err(kernel, error))?;
+            ins.push(read);
+        }
         let io = Io {
             ins: &ins,
             outs: &outs,
@@ -266,6 +266,7 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
         Kernel::Loss(k) => loss::run(k, d, io),
         Kernel::Embedding(k) => embedding::run(k, d, io),
         Kernel::Shape(k) => shape::run(k, d, io),
-        Kernel::Reduce(_) | Kernel::Random(_) => Err(no_kernel(k.kind())),
+        Kernel::Reduce(k) => reduce::run(k, d, io),
+        Kernel::Random(k) => random::run(k, d, io),
     }
 }

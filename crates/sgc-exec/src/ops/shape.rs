@@ -10,8 +10,9 @@ use sgc_ir::ops::OpKind;
 
 kinds! {
     cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
-        AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice;
-    cpu: AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+        AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice
+        AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]
