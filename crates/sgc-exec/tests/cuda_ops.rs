@@ -234,6 +234,13 @@ fn elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
     ));
 }
 
+/// The pooling cases' input `[2, 3, 7, 6]`, its pooled shape and the window's tag.
+fn pooled(kernel: usize, stride: usize, padding: usize) -> ([usize; 4], [usize; 4], String) {
+    let out = |len: usize| (len + 2 * padding - kernel) / stride + 1;
+    let tag = format!("k{kernel} s{stride} p{padding}");
+    ([2, 3, 7, 6], [2, 3, out(7), out(6)], tag)
+}
+
 fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     use sgc_exec::kernel::{Conv::*, Pool::*};
     for (stride, padding, hw, k) in [(2, 1, [7, 6], 3), (1, 0, [5, 5], 1), (1, 2, [4, 6], 3)] {
@@ -262,14 +269,7 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         }
     }
     for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
-        let x = [2, 3, 7, 6];
-        let y = [
-            2,
-            3,
-            (7 + 2 * padding - kernel) / stride + 1,
-            (6 + 2 * padding - kernel) / stride + 1,
-        ];
-        let tag = format!("k{kernel} s{stride} p{padding}");
+        let (x, y, tag) = pooled(kernel, stride, padding);
         let mp = MaxPool2d {
             kernel,
             stride,
@@ -663,62 +663,52 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         }
     }
     for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0)] {
-        let x = [2, 3, 7, 6];
-        let y = [
-            2,
-            3,
-            (7 + 2 * padding - kernel) / stride + 1,
-            (6 + 2 * padding - kernel) / stride + 1,
-        ];
-        let tag = format!("k{kernel} s{stride} p{padding}");
-        let mi = MaxPool2dIndices {
-            kernel,
-            stride,
-            padding,
-        };
-        out.push(
-            case(
-                &format!("max_pool2d_with_indices {tag}"),
-                mi,
-                vec![v.ties(&x)],
-                &[&y, &y],
-            )
-            .typed(1, DType::I64),
-        );
+        let (x, y, tag) = pooled(kernel, stride, padding);
         let idx = window_indices(v, &y, (7, 6), (kernel, stride, padding));
-        let mb = MaxPool2dIndicesBackward {
-            kernel,
-            stride,
-            padding,
-        };
-        out.push(case(
-            &format!("max_pool2d_with_indices_backward {tag}"),
-            mb,
-            vec![v.f32(&y), v.f32(&x), idx],
-            &[&x],
-        ));
-        let ap = AvgPool2d {
-            kernel,
-            stride,
-            padding,
-        };
-        out.push(case(
-            &format!("avg_pool2d {tag}"),
-            ap,
-            vec![v.f32(&x)],
-            &[&y],
-        ));
-        let ab = AvgPool2dBackward {
-            kernel,
-            stride,
-            padding,
-        };
-        out.push(case(
-            &format!("avg_pool2d_backward {tag}"),
-            ab,
-            vec![v.f32(&y), v.f32(&x)],
-            &[&x],
-        ));
+        let (mi, mb) = (
+            MaxPool2dIndices {
+                kernel,
+                stride,
+                padding,
+            },
+            MaxPool2dIndicesBackward {
+                kernel,
+                stride,
+                padding,
+            },
+        );
+        let (ap, ab) = (
+            AvgPool2d {
+                kernel,
+                stride,
+                padding,
+            },
+            AvgPool2dBackward {
+                kernel,
+                stride,
+                padding,
+            },
+        );
+        let with_indices = case(
+            &format!("max_pool2d_with_indices {tag}"),
+            mi,
+            vec![v.ties(&x)],
+            &[&y, &y],
+        );
+        out.push(with_indices.typed(1, DType::I64));
+        // (name, kernel, inputs, output)
+        for (name, k, ins, result) in [
+            (
+                "max_pool2d_with_indices_backward",
+                mb,
+                vec![v.f32(&y), v.f32(&x), idx],
+                x,
+            ),
+            ("avg_pool2d", ap, vec![v.f32(&x)], y),
+            ("avg_pool2d_backward", ab, vec![v.f32(&y), v.f32(&x)], x),
+        ] {
+            out.push(case(&format!("{name} {tag}"), k, ins, &[&result]));
+        }
     }
 }
 

@@ -216,15 +216,7 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
             concat(d, &xs, io.outs[0], *axis)
         }
         Shape::Stack { axis } => {
-            let shapes: Vec<Vec<usize>> = io
-                .ops_in
-                .iter()
-                .map(|o| {
-                    let mut s = o.shape.clone();
-                    s.insert(*axis, 1);
-                    s
-                })
-                .collect();
+            let shapes = crate::ops::shape::stacked(io.ops_in, *axis);
             let xs: Vec<(u64, &[usize])> = io
                 .ins
                 .iter()

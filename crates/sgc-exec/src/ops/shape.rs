@@ -53,6 +53,18 @@ pub enum Shape {
     CopyInto,
 }
 
+/// The shapes of `stack`'s inputs with the new axis `axis` inserted (of length 1): the
+/// stack is their concatenation along it.
+pub(crate) fn stacked(ins: &[Operand], axis: usize) -> Vec<Vec<usize>> {
+    ins.iter()
+        .map(|o| {
+            let mut s = o.shape.clone();
+            s.insert(axis, 1);
+            s
+        })
+        .collect()
+}
+
 /// The kernel of op kind `kind`, if this family runs it.
 pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
     use OpKind as K;

@@ -33,19 +33,37 @@ __device__ i64 first_window(i64 i, i64 k, i64 stride, i64 pad) {
     return num <= 0 ? 0 : (num + stride - 1) / stride;
 }
 
+// The output positions [lo, hi) along one axis whose windows cover input index i.
+struct Span {
+    i64 lo, hi;
+};
+
+__device__ Span covering(i64 i, i64 k, i64 stride, i64 pad, i64 n_out) {
+    Span s;
+    s.lo = first_window(i, k, stride, pad);
+    s.hi = min((i + pad) / stride + 1, n_out);
+    return s;
+}
+
+// Loops over the windows (oi, oj) that cover input position (i, j), in (oi, oj) order (the
+// kernel's `k, stride, pad, ho, wo` in scope).
+#define COVERING_WINDOWS(oi, oj, i, j)                                                             \
+    for (i64 oi = covering(i, k, stride, pad, ho).lo, oi##_end = covering(i, k, stride, pad, ho).hi; \
+         oi < oi##_end; oi++)                                                                      \
+        for (i64 oj = covering(j, k, stride, pad, wo).lo,                                          \
+                 oj##_end = covering(j, k, stride, pad, wo).hi;                                    \
+             oj < oj##_end; oj++)
+
 // Each dx element gathers dy of the windows whose first maximum it is, windows in (oi, oj)
 // order, the order in which the CPU reference scatters them.
 extern "C" __global__ void max_pool2d_grad(const float* x, const float* dy, float* dx, i64 planes,
                                            i64 h, i64 w, i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
     GRID_STRIDE(e, planes * h * w) {
         i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        i64 oi_end = min((i + pad) / stride + 1, ho), oj_end = min((j + pad) / stride + 1, wo);
         float s = 0.0f;
-        for (i64 oi = first_window(i, k, stride, pad); oi < oi_end; oi++) {
-            for (i64 oj = first_window(j, k, stride, pad); oj < oj_end; oj++) {
-                if (window_argmax(x, plane, oi, oj, h, w, k, stride, pad) == e) {
-                    s += dy[(plane * ho + oi) * wo + oj];
-                }
+        COVERING_WINDOWS(oi, oj, i, j) {
+            if (window_argmax(x, plane, oi, oj, h, w, k, stride, pad) == e) {
+                s += dy[(plane * ho + oi) * wo + oj];
             }
         }
         dx[e] = s;
@@ -111,13 +129,10 @@ extern "C" __global__ void max_pool2d_indices_backward(const float* dy, const vo
                                                        i64 stride, i64 pad, i64 ho, i64 wo) {
     GRID_STRIDE(e, planes * h * w) {
         i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        i64 oi_end = min((i + pad) / stride + 1, ho), oj_end = min((j + pad) / stride + 1, wo);
         float s = 0.0f;
-        for (i64 oi = first_window(i, k, stride, pad); oi < oi_end; oi++) {
-            for (i64 oj = first_window(j, k, stride, pad); oj < oj_end; oj++) {
-                i64 at = (plane * ho + oi) * wo + oj;
-                if (load_index(idx, idx64, at) == i * w + j) s += dy[at];
-            }
+        COVERING_WINDOWS(oi, oj, i, j) {
+            i64 at = (plane * ho + oi) * wo + oj;
+            if (load_index(idx, idx64, at) == i * w + j) s += dy[at];
         }
         dx[e] = s;
     }
@@ -147,12 +162,9 @@ extern "C" __global__ void avg_pool2d_backward(const float* dy, float* dx, i64 p
                                                i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
     GRID_STRIDE(e, planes * h * w) {
         i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        i64 oi_end = min((i + pad) / stride + 1, ho), oj_end = min((j + pad) / stride + 1, wo);
         float div = (float)(k * k), s = 0.0f;
-        for (i64 oi = first_window(i, k, stride, pad); oi < oi_end; oi++) {
-            for (i64 oj = first_window(j, k, stride, pad); oj < oj_end; oj++) {
-                s += dy[(plane * ho + oi) * wo + oj] / div;
-            }
+        COVERING_WINDOWS(oi, oj, i, j) {
+            s += dy[(plane * ho + oi) * wo + oj] / div;
         }
         dx[e] = s;
     }
