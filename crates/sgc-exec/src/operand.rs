@@ -47,6 +47,28 @@ pub enum ViewStep {
     },
 }
 
+impl ViewStep {
+    /// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
+    pub fn fits(&self, shape: &[usize]) -> bool {
+        match self {
+            ViewStep::Reshape(to) => {
+                to.iter().product::<usize>() == shape.iter().product::<usize>()
+            }
+            ViewStep::Permute(perm) => {
+                let mut seen = vec![false; shape.len()];
+                perm.len() == shape.len()
+                    && perm
+                        .iter()
+                        .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
+            }
+            ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
+            ViewStep::Slice { axis, start, end } => {
+                *axis < shape.len() && start <= end && *end <= shape[*axis]
+            }
+        }
+    }
+}
+
 impl Operand {
     /// A plain contiguous operand.
     pub fn new(buffer: BufferId, offset: u64, dtype: DType, shape: Vec<usize>) -> Operand {

@@ -295,7 +295,7 @@ impl CpuBackend {
         let mut data = decode_f32(&self.bytes(o)?);
         let mut shape = view.base.clone();
         for step in &view.steps {
-            if !step_fits(step, &shape) {
+            if !step.fits(&shape) {
                 return Err(ExecError::backend(
                     NAME,
                     format!("view step {step:?} does not fit {shape:?}"),
@@ -385,24 +385,6 @@ fn decode_f32(bytes: &[u8]) -> Vec<f32> {
         .chunks_exact(4)
         .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-/// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
-fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
-    match step {
-        ViewStep::Reshape(to) => to.iter().product::<usize>() == shape.iter().product::<usize>(),
-        ViewStep::Permute(perm) => {
-            let mut seen = vec![false; shape.len()];
-            perm.len() == shape.len()
-                && perm
-                    .iter()
-                    .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
-        }
-        ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
-        ViewStep::Slice { axis, start, end } => {
-            *axis < shape.len() && start <= end && *end <= shape[*axis]
-        }
-    }
 }
 
 fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {

@@ -233,6 +233,10 @@ impl Backend for CudaBackend {
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
         let mut ins = Vec::with_capacity(inputs.len());
         for (i, (o, &at)) in inputs.iter().zip(&stored).enumerate() {
+            // A parameter written in place is never a view (its copy would be written).
+            if i == 0 && kernel.writes_first_input() && o.view.is_some() {
+                return Err(Self::err(format!("{}: writes a view", kernel.name())));
+            }
             let read = shape::materialize(&mut self.dev, o, at, i)
                 .map_err(|error| Self::kernel_err(kernel, error))?;
             ins.push(read);

@@ -112,6 +112,11 @@ pub(crate) fn materialize(d: &mut Device, op: &Operand, base: u64, i: usize) -> 
     }
     let (mut at, mut shape, mut k) = (base, view.base.clone(), 0);
     for step in &view.steps {
+        if !step.fits(&shape) {
+            return Err(KernelError::Operands(format!(
+                "view step {step:?} does not fit {shape:?}"
+            )));
+        }
         let (to, src): (Vec<usize>, Vec<usize>) = match step {
             ViewStep::Reshape(to) => {
                 shape = to.clone();
@@ -131,6 +136,12 @@ pub(crate) fn materialize(d: &mut Device, op: &Operand, base: u64, i: usize) -> 
         let y = d.staging(view_slot(i, k), 4 * to.iter().product::<usize>())?;
         strided(d, at, y, &to, &src)?;
         (at, shape, k) = (y, to, 1 - k);
+    }
+    if shape != op.shape {
+        return Err(KernelError::Operands(format!(
+            "a view of {:?} read as {:?}",
+            view.base, op.shape
+        )));
     }
     Ok(at)
 }
