@@ -18,8 +18,14 @@
 //!
 //! Memory: every [`crate::backend::Backend::alloc`] is one device allocation (the executor makes one
 //! arena and one per persistent storage); operands are byte offsets into them. Internal
-//! workspaces (im2col, per-row losses) are outside the allocator's statistics, as the CPU
-//! backend's are.
+//! workspaces (im2col, per-row losses) and staging buffers (a view operand materialised
+//! before the kernel reads it; a grouped convolution's gathered channels; a norm
+//! backward's results the op does not ask for) are outside the allocator's statistics, as
+//! the CPU backend's copies are.
+//!
+//! Coverage: every op kind the CPU backend runs, the exporter's included, has a kernel
+//! here; [`runs`] is `supports`, compiled into every build so that
+//! [`crate::coverage`] answers without a device.
 //!
 //! Determinism: one stream; no atomics; every reduction is one block of
 //! [`sources::BLOCK`] threads summing fixed strided subsets, then a fixed tree (or one
