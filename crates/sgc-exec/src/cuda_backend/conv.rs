@@ -176,7 +176,14 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
         }
         Conv::ConvGrouped { groups, bias, .. } => {
             let bias = bias.then(|| ins[2]);
-            conv_grouped(d, ins[0], ins[1], bias, outs[0], &Groups::of(&g(), w, *groups))
+            conv_grouped(
+                d,
+                ins[0],
+                ins[1],
+                bias,
+                outs[0],
+                &Groups::of(&g(), w, *groups),
+            )
         }
         Conv::ConvBackward { groups, mask, .. } => {
             let o = io.ops_in[2].shape[0];
@@ -188,7 +195,14 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
 
 /// Channels `[grp * c, (grp + 1) * c)` of every image of `x [n, total, plane]` into staging
 /// slot `slot`, contiguous: its address.
-fn gather(d: &mut Device, x: u64, slot: usize, (n, total, plane): (usize, usize, usize), c: usize, grp: usize) -> Result<u64, KernelError> {
+fn gather(
+    d: &mut Device,
+    x: u64,
+    slot: usize,
+    (n, total, plane): (usize, usize, usize),
+    c: usize,
+    grp: usize,
+) -> Result<u64, KernelError> {
     let part = d.staging(KERNEL_SLOTS + slot, 4 * n * c * plane)?;
     slice(d, x, part, &[n, total, plane], 1, grp * c, (grp + 1) * c)?;
     Ok(part)
@@ -196,9 +210,23 @@ fn gather(d: &mut Device, x: u64, slot: usize, (n, total, plane): (usize, usize,
 
 /// The inverse of [`gather`]: `part [n, c, plane]` written into its channels of
 /// `y [n, total, plane]`.
-fn place(d: &Device, part: u64, y: u64, (n, total, plane): (usize, usize, usize), c: usize, grp: usize) -> R {
+fn place(
+    d: &Device,
+    part: u64,
+    y: u64,
+    (n, total, plane): (usize, usize, usize),
+    c: usize,
+    grp: usize,
+) -> R {
     let (chunk, row) = (c * plane, total * plane);
-    let args = [Arg::Ptr(part), Arg::Ptr(y), super::device::n(n), super::device::n(chunk), super::device::n(row), super::device::n(grp * chunk)];
+    let args = [
+        Arg::Ptr(part),
+        Arg::Ptr(y),
+        super::device::n(n),
+        super::device::n(chunk),
+        super::device::n(row),
+        super::device::n(grp * chunk),
+    ];
     d.launch("concat", Grid::Elements(n * chunk), &args)
 }
 
@@ -224,7 +252,13 @@ fn conv_grouped(d: &mut Device, x: u64, w: u64, bias: Option<u64>, y: u64, p: &G
 
 /// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
 /// group when `groups > 1`.
-fn conv_backward(d: &mut Device, [dy, x, w]: [u64; 3], outs: &[u64], mask: [bool; 3], p: &Groups) -> R {
+fn conv_backward(
+    d: &mut Device,
+    [dy, x, w]: [u64; 3],
+    outs: &[u64],
+    mask: [bool; 3],
+    p: &Groups,
+) -> R {
     let (g, o) = (&p.g, p.o);
     let mut outs = outs.iter().copied();
     let mut next = |want: bool| if want { outs.next() } else { None };

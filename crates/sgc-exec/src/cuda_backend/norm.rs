@@ -164,7 +164,12 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             let c = io.ops_in[0].numel();
             let args: Vec<Arg> = ptrs(&io.ins[..4])
                 .chain(ptrs(&io.outs[..2]))
-                .chain([Arg::F32(*momentum), Arg::F32(*eps), n(*count as usize), n(c)])
+                .chain([
+                    Arg::F32(*momentum),
+                    Arg::F32(*eps),
+                    n(*count as usize),
+                    n(c),
+                ])
                 .collect();
             d.launch("batch_norm_update_stats", Grid::Elements(c), &args)
         }
@@ -172,7 +177,12 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             softmax_grad(d, io.ins[1], io.ins[0], io.outs[0], rows(), last(x), 1.0)
         }
         Norm::LogSoftmax => {
-            let args = [Arg::Ptr(io.ins[0]), Arg::Ptr(io.outs[0]), n(rows()), n(last(x))];
+            let args = [
+                Arg::Ptr(io.ins[0]),
+                Arg::Ptr(io.outs[0]),
+                n(rows()),
+                n(last(x)),
+            ];
             d.launch("log_softmax", Grid::Rows(rows()), &args)
         }
         Norm::LogSoftmaxBackward => {

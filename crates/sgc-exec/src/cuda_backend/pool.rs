@@ -3,14 +3,14 @@
 //! reference is `cpu_backend/pool.rs`, same names). The backward kernels gather, one
 //! thread per input element over the windows covering it, in the order the CPU scatters.
 
-use super::launch::with_ptrs;
-use crate::window::Window;
-use super::device::{n, Arg, Device, Grid, R};
 use super::device::Idx;
+use super::device::{n, Arg, Device, Grid, R};
+use super::launch::with_ptrs;
 use super::launch::Io;
 use crate::error::KernelError;
 use crate::ops::pool::Pool;
 use crate::ops::Family;
+use crate::window::Window;
 
 impl Window {
     /// Pooling arguments: `planes, h, w, k, stride, pad, ho, wo`.
@@ -117,7 +117,13 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
         (Pool::MaxPool2dIndicesBackward { .. }, Some(g)) => {
             let idx = Idx::of(&io.ops_in[2], ins[2]);
             let pooled = io.ops_in[2].numel();
-            let check = [Arg::Ptr(idx.ptr), idx.args()[1], n(pooled), n(g.h * g.w), d.flag()];
+            let check = [
+                Arg::Ptr(idx.ptr),
+                idx.args()[1],
+                n(pooled),
+                n(g.h * g.w),
+                d.flag(),
+            ];
             d.launch("pool_index_check", Grid::Elements(pooled), &check)?;
             let args: Vec<Arg> = [Arg::Ptr(ins[0])]
                 .into_iter()
@@ -125,7 +131,11 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
                 .chain([Arg::Ptr(outs[0])])
                 .chain(g.pool_args())
                 .collect();
-            d.launch("max_pool2d_indices_backward", Grid::Elements(g.n * g.image()), &args)?;
+            d.launch(
+                "max_pool2d_indices_backward",
+                Grid::Elements(g.n * g.image()),
+                &args,
+            )?;
             d.check_flag()
         }
         (Pool::AvgPool2d { .. }, Some(g)) => {
@@ -135,7 +145,11 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
         }
         (Pool::AvgPool2dBackward { .. }, Some(g)) => {
             let args = with_ptrs(&[ins[0], outs[0]], g.pool_args());
-            d.launch("avg_pool2d_backward", Grid::Elements(g.n * g.image()), &args)
+            d.launch(
+                "avg_pool2d_backward",
+                Grid::Elements(g.n * g.image()),
+                &args,
+            )
         }
         _ => Err(KernelError::Operands(format!(
             "{}: no pooling window",

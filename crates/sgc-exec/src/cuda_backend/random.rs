@@ -31,7 +31,12 @@ pub(super) fn run(k: &Random, d: &mut Device, io: Io) -> R {
         Random::Bernoulli { p, seed } => {
             let state = next_state(d, *seed);
             let len = io.ops_out[0].numel();
-            let args = [Arg::Ptr(io.outs[0]), Arg::I64(state), Arg::I64(below(*p)), n(len)];
+            let args = [
+                Arg::Ptr(io.outs[0]),
+                Arg::I64(state),
+                Arg::I64(below(*p)),
+                n(len),
+            ];
             d.launch("bernoulli", Grid::Elements(len), &args)
         }
         Random::Dropout { p, seed } => {
@@ -59,7 +64,12 @@ pub(super) fn run(k: &Random, d: &mut Device, io: Io) -> R {
             d.launch("dropout_backward", grid, &args)
         }
         Random::MaskMul => {
-            let args = [Arg::Ptr(io.ins[0]), Arg::Ptr(io.ins[1]), Arg::Ptr(io.outs[0]), n(len)];
+            let args = [
+                Arg::Ptr(io.ins[0]),
+                Arg::Ptr(io.ins[1]),
+                Arg::Ptr(io.outs[0]),
+                n(len),
+            ];
             d.launch("mask_mul", grid, &args)
         }
     }

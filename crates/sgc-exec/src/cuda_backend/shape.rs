@@ -49,13 +49,7 @@ pub(crate) fn dims(out_shape: &[usize], src_strides: &[usize]) -> Result<DimsArg
 
 /// `y [out_shape]` at each index = `x` at `sum(index * src_strides)` (the `transpose`
 /// kernel: a permutation, a broadcast, a slice).
-pub(crate) fn strided(
-    d: &Device,
-    x: u64,
-    y: u64,
-    out_shape: &[usize],
-    src_strides: &[usize],
-) -> R {
+pub(crate) fn strided(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &[usize]) -> R {
     let len: usize = out_shape.iter().product();
     let args = [
         Arg::Ptr(x),
@@ -101,7 +95,12 @@ pub(crate) fn expand(d: &Device, x: u64, y: u64, xs: &[usize], ys: &[usize]) -> 
 /// Materialises view operand `op` (its stored tensor at `base`) for input `i`: each step
 /// applied in order into alternating staging buffers; the address of the result (`base`
 /// itself when every step is a reshape).
-pub(crate) fn materialize(d: &mut Device, op: &Operand, base: u64, i: usize) -> Result<u64, KernelError> {
+pub(crate) fn materialize(
+    d: &mut Device,
+    op: &Operand,
+    base: u64,
+    i: usize,
+) -> Result<u64, KernelError> {
     let Some(view) = &op.view else {
         return Ok(base);
     };
@@ -124,7 +123,10 @@ pub(crate) fn materialize(d: &mut Device, op: &Operand, base: u64, i: usize) -> 
             }
             ViewStep::Permute(perm) => {
                 let strides = strides_of(&shape);
-                (perm.iter().map(|&p| shape[p]).collect(), perm.iter().map(|&p| strides[p]).collect())
+                (
+                    perm.iter().map(|&p| shape[p]).collect(),
+                    perm.iter().map(|&p| strides[p]).collect(),
+                )
             }
             ViewStep::Expand(to) => (to.clone(), broadcast_strides(&shape, to)),
             ViewStep::Slice { axis, start, .. } => {
