@@ -193,28 +193,29 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
     }
 }
 
-/// Channels `[grp * c, (grp + 1) * c)` of every image of `x [n, total, plane]` into staging
-/// slot `slot`, contiguous: its address.
+/// Channels `[grp * c, (grp + 1) * c)` of every image of `x [images, total, plane]` into
+/// staging slot `slot`, contiguous: its address.
 fn gather(
     d: &mut Device,
     x: u64,
     slot: usize,
-    (n, total, plane): (usize, usize, usize),
+    (images, total, plane): (usize, usize, usize),
     c: usize,
     grp: usize,
 ) -> Result<u64, KernelError> {
-    let part = d.staging(KERNEL_SLOTS + slot, 4 * n * c * plane)?;
-    slice(d, x, part, &[n, total, plane], 1, grp * c, (grp + 1) * c)?;
+    let part = d.staging(KERNEL_SLOTS + slot, 4 * images * c * plane)?;
+    let shape = [images, total, plane];
+    slice(d, x, part, &shape, 1, grp * c, (grp + 1) * c)?;
     Ok(part)
 }
 
-/// The inverse of [`gather`]: `part [n, c, plane]` written into its channels of
-/// `y [n, total, plane]`.
+/// The inverse of [`gather`]: `part [images, c, plane]` written into its channels of
+/// `y [images, total, plane]`.
 fn place(
     d: &Device,
     part: u64,
     y: u64,
-    (n, total, plane): (usize, usize, usize),
+    (images, total, plane): (usize, usize, usize),
     c: usize,
     grp: usize,
 ) -> R {
@@ -222,12 +223,12 @@ fn place(
     let args = [
         Arg::Ptr(part),
         Arg::Ptr(y),
-        super::device::n(n),
-        super::device::n(chunk),
-        super::device::n(row),
-        super::device::n(grp * chunk),
+        n(images),
+        n(chunk),
+        n(row),
+        n(grp * chunk),
     ];
-    d.launch("concat", Grid::Elements(n * chunk), &args)
+    d.launch("concat", Grid::Elements(images * chunk), &args)
 }
 
 /// `convolution` in groups (per group, `conv2d` over its channels, gathered into staging
