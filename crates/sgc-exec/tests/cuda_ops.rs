@@ -712,9 +712,9 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     }
 }
 
-/// ATen embedding, split/unbind/stack/expand/copy, random draws, and view operands.
+/// ATen embedding, split/unbind/stack/expand/copy and an i64 reshape.
 fn exporter_shape_cases(v: &mut Values, out: &mut Vec<Case>) {
-    use sgc_exec::kernel::{Embedding as E, Linalg::MatMul, Random, Shape::*};
+    use sgc_exec::kernel::{Embedding as E, Shape::*};
     out.push(case(
         "aten.embedding",
         E::EmbeddingRows,
@@ -764,6 +764,11 @@ fn exporter_shape_cases(v: &mut Values, out: &mut Vec<Case>) {
     ));
     let ids = v.ids(&[3, 4], 9, true);
     out.push(case("reshape i64", Reshape, vec![ids], &[&[12]]).typed(0, DType::I64));
+}
+
+/// Random draws (a second run draws the stream's next values) and view operands.
+fn exporter_random_and_view_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Linalg::MatMul, Random};
     let s: &[usize] = &[40, 50];
     out.push(case(
         "bernoulli",
@@ -844,6 +849,7 @@ fn cases() -> Vec<Case> {
     exporter_norm_cases(&mut v, &mut out);
     exporter_conv_cases(&mut v, &mut out);
     exporter_shape_cases(&mut v, &mut out);
+    exporter_random_and_view_cases(&mut v, &mut out);
     out
 }
 
