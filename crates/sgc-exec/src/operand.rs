@@ -47,6 +47,15 @@ pub enum ViewStep {
     },
 }
 
+/// Whether `x` broadcasts to `y`: axes aligned on the right, each equal or 1 in `x`.
+pub(crate) fn broadcasts(x: &[usize], y: &[usize]) -> bool {
+    x.len() <= y.len()
+        && x.iter()
+            .rev()
+            .zip(y.iter().rev())
+            .all(|(a, b)| a == b || *a == 1)
+}
+
 impl ViewStep {
     /// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
     pub fn fits(&self, shape: &[usize]) -> bool {
@@ -61,7 +70,7 @@ impl ViewStep {
                         .iter()
                         .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
             }
-            ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
+            ViewStep::Expand(to) => broadcasts(shape, to),
             ViewStep::Slice { axis, start, end } => {
                 *axis < shape.len() && start <= end && *end <= shape[*axis]
             }

@@ -12,7 +12,7 @@
 use super::device::{n, Arg, Device, Gemm, Grid, R};
 use super::elementwise::{bias_add, bias_add_grad};
 use super::launch::{with_ptrs, Io, KERNEL_SLOTS};
-use super::shape::slice;
+use super::shape::{columns, slice};
 use crate::error::KernelError;
 use crate::ops::conv::Conv;
 use crate::window::Groups;
@@ -220,15 +220,7 @@ fn place(
     grp: usize,
 ) -> R {
     let (chunk, row) = (c * plane, total * plane);
-    let args = [
-        Arg::Ptr(part),
-        Arg::Ptr(y),
-        n(images),
-        n(chunk),
-        n(row),
-        n(grp * chunk),
-    ];
-    d.launch("concat", Grid::Elements(images * chunk), &args)
+    columns(d, "concat", (part, y), (images, row), chunk, grp * chunk)
 }
 
 /// `convolution` in groups (per group, `conv2d` over its channels, gathered into staging

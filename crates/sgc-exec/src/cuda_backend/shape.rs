@@ -172,8 +172,7 @@ pub(crate) fn concat(d: &Device, xs: &[(u64, &[usize])], y: u64, axis: usize) ->
     let mut at = 0;
     for (x, s) in xs {
         let chunk = s[axis] * inner;
-        let args = [Arg::Ptr(*x), Arg::Ptr(y), n(outer), n(chunk), n(row), n(at)];
-        d.launch("concat", Grid::Elements(outer * chunk), &args)?;
+        columns(d, "concat", (*x, y), (outer, row), chunk, at)?;
         at += chunk;
     }
     Ok(())
@@ -191,15 +190,21 @@ pub(crate) fn slice(
 ) -> R {
     let (outer, inner) = around(shape, axis);
     let (row, chunk) = (shape[axis] * inner, (end - start) * inner);
-    let args = [
-        Arg::Ptr(x),
-        Arg::Ptr(y),
-        n(outer),
-        n(chunk),
-        n(row),
-        n(start * inner),
-    ];
-    d.launch("slice", Grid::Elements(outer * chunk), &args)
+    columns(d, "slice", (x, y), (outer, row), chunk, start * inner)
+}
+
+/// One launch of `concat` (`x [outer, chunk]` into columns `at..at + chunk` of
+/// `y [outer, row]`) or of `slice` (those columns of `x [outer, row]` into `y`), by name.
+pub(crate) fn columns(
+    d: &Device,
+    name: &'static str,
+    (x, y): (u64, u64),
+    (outer, row): (usize, usize),
+    chunk: usize,
+    at: usize,
+) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), n(outer), n(chunk), n(row), n(at)];
+    d.launch(name, Grid::Elements(outer * chunk), &args)
 }
 
 /// Bytes of the elements of `o` (a view: of the view, as materialised).
