@@ -88,3 +88,38 @@ fn a_bad_file_is_one_message_naming_file_and_tensor() {
     let err = String::from_utf8(inspect(&[], &bad).stderr).unwrap();
     assert!(err.contains("line 2, column 25"), "{err}");
 }
+
+#[test]
+fn device_coverage_lists_the_ops_a_backend_cannot_run() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let json = |args: &[&str], file: &str| {
+        let out = inspect(args, &repo.join(file));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let r = json(&["--json", "--device", "cuda"], "graphs/tiny_cnn.json");
+    assert_eq!(r["coverage"]["device"], "cuda");
+    assert_eq!(r["coverage"]["ops"], r["ops"]);
+    assert_eq!(r["coverage"]["missing"].as_array().unwrap().len(), 0);
+    let text = inspect(&["--device", "cuda"], &repo.join("graphs/tiny_cnn.json"));
+    let ops = r["ops"].as_u64().unwrap();
+    let line = format!("all {ops} ops run on cuda");
+    assert!(String::from_utf8_lossy(&text.stdout).contains(&line));
+    // The corpus's U-Net has transposed convolutions, which neither backend runs.
+    let r = json(&["--json", "--device", "cpu"], "graphs/real/unet.json.gz");
+    let missing = r["coverage"]["missing"].as_array().unwrap();
+    let per_type = r["coverage"]["missing_per_type"].as_array().unwrap();
+    let counted: u64 = per_type.iter().map(|t| t[1].as_u64().unwrap()).sum();
+    assert!(!missing.is_empty());
+    assert_eq!(counted, missing.len() as u64);
+    assert!(missing.iter().all(|g| g["reason"]
+        .as_str()
+        .unwrap()
+        .contains(g["op"].as_str().unwrap())));
+    // Without --device, no coverage.
+    assert!(json(&["--json"], "graphs/tiny_cnn.json")["coverage"].is_null());
+}

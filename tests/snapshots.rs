@@ -144,6 +144,22 @@ fn inspect() {
                 "a100",
             ],
             &["inspect", "graphs/missing.json"],
+            &[
+                "inspect",
+                "graphs/tiny_cnn.json",
+                "--device",
+                "cuda",
+                "--top",
+                "1",
+            ],
+            &[
+                "inspect",
+                "graphs/real/unet.json.gz",
+                "--device",
+                "cpu",
+                "--top",
+                "1",
+            ],
         ],
     );
 }

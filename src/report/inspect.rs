@@ -3,7 +3,10 @@
 //! the per-op lower bound, the unplanned arena, the step's cost and its source, and the
 //! largest tensors. With a device profile, ops without `time_us` are costed by their
 //! roofline estimate and the report gives the share of estimated time in memory-bound ops.
+//! With a backend ([`InspectReport::with_coverage`]), the ops it cannot run, from the
+//! executor's own checks ([`crate::exec::coverage`]), without its device.
 
+use crate::exec::coverage::{self, Gap, Target};
 use crate::ir::{
     CostSource, CostSources, DeviceProfile, EstimateSummary, Graph, Phase, TensorId, TensorKind,
 };
@@ -39,6 +42,18 @@ pub struct InspectReport {
     /// What the estimates add up to, and the share of it in memory-bound ops.
     pub estimates: Option<EstimateRow>,
     pub largest_tensors: Vec<TensorRow>,
+    /// The ops a backend cannot run (absent unless a backend was named).
+    pub coverage: Option<CoverageRow>,
+}
+
+/// What `sgc inspect --device` adds: the ops `device` cannot run, and how many per type.
+#[derive(Serialize)]
+pub struct CoverageRow {
+    pub device: Target,
+    pub ops: usize,
+    pub missing: Vec<Gap>,
+    /// `(op type, ops)` of `missing`, in the order each type first appears.
+    pub missing_per_type: Vec<(String, usize)>,
 }
 
 #[derive(Serialize)]
@@ -145,6 +160,18 @@ impl InspectReport {
         Ok(report)
     }
 
+    /// The report with the ops `device` cannot run.
+    pub fn with_coverage(mut self, g: &Graph, device: Target) -> Self {
+        let missing = coverage::gaps(g, device);
+        self.coverage = Some(CoverageRow {
+            device,
+            ops: g.num_ops(),
+            missing_per_type: coverage::per_type(&missing),
+            missing,
+        });
+        self
+    }
+
     /// The text `sgc inspect` prints.
     pub fn render(&self) -> String {
         render(self)
@@ -207,6 +234,7 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
         device_profile: device.cloned(),
         estimates: device.map(|d| EstimateSummary::of(g, d).into()),
         largest_tensors: largest(g, top),
+        coverage: None,
     }
 }
 
@@ -272,6 +300,27 @@ fn cost_lines(r: &InspectReport) -> String {
             e.memory_bound_ops
         ),
         _ => {}
+    }
+    s
+}
+
+/// `all N ops run on DEVICE`, or each op type that does not with its count and the
+/// executor's reason for its first op.
+fn coverage_lines(c: &CoverageRow) -> String {
+    let device = c.device.name();
+    if c.missing.is_empty() {
+        return format!("coverage    all {} ops run on {device}\n", c.ops);
+    }
+    let mut s = format!(
+        "coverage    {} of {} ops do not run on {device} ({} op types):\n",
+        c.missing.len(),
+        c.ops,
+        c.missing_per_type.len()
+    );
+    for (op_type, count) in &c.missing_per_type {
+        if let Some(first) = c.missing.iter().find(|g| &g.op_type == op_type) {
+            s += &format!("  {count:>5} x {op_type}: {}\n", first.reason);
+        }
     }
     s
 }
@@ -346,6 +395,9 @@ fn render(r: &InspectReport) -> String {
             shape.join(", "),
             t.name
         );
+    }
+    if let Some(c) = &r.coverage {
+        s += &coverage_lines(c);
     }
     s
 }

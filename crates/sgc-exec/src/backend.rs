@@ -25,7 +25,7 @@
 //! implements the same kernels under the same names.
 
 use crate::error::ExecError;
-use crate::kernel::Kernel;
+use crate::kernel::{FamilyKernel, Kernel, Linalg};
 
 pub use crate::operand::{BufferId, Operand, View, ViewStep};
 
@@ -71,7 +71,8 @@ pub trait Backend {
     }
 
     /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order),
-    /// after checking that the operands do not overlap ([`check_disjoint`]).
+    /// after checking that the operands do not overlap ([`check_disjoint`]); a product of a
+    /// transposed stored matrix runs on the stored matrix ([`fold_transpose`]).
     fn launch(
         &mut self,
         kernel: &Kernel,
@@ -79,10 +80,14 @@ pub trait Backend {
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
         check_disjoint(&self.name(), kernel, inputs, outputs)?;
-        self.run_kernel(kernel, inputs, outputs)
+        match fold_transpose(kernel, inputs) {
+            Some((k, ins)) => self.run_kernel(&k, &ins, outputs),
+            None => self.run_kernel(kernel, inputs, outputs),
+        }
     }
 
-    /// [`Backend::launch`]'s work, on operands already checked not to overlap.
+    /// [`Backend::launch`]'s work, on operands already checked not to overlap, with
+    /// transposes folded.
     fn run_kernel(
         &mut self,
         kernel: &Kernel,
@@ -130,4 +135,36 @@ pub fn check_disjoint(
         }
     }
     Ok(())
+}
+
+/// A product whose right operand is the transpose of a stored matrix (`mm(x, t(w))`, the
+/// exporter's linear layer) reads the stored matrix with `transpose_b` rather than
+/// materialising the transpose: the kernel and operands to launch instead, if so. The
+/// product is the same sum in the same order.
+pub(crate) fn fold_transpose(
+    kernel: &Kernel,
+    inputs: &[Operand],
+) -> Option<(Kernel, Vec<Operand>)> {
+    let slot = match kernel.op() {
+        FamilyKernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
+        FamilyKernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
+        _ => return None,
+    };
+    let view = inputs.get(slot)?.view.as_ref()?;
+    if view.base.len() != 2 || view.steps != [ViewStep::Permute(vec![1, 0])] {
+        return None;
+    }
+    let mut ins = inputs.to_vec();
+    ins[slot] = Operand::new(
+        ins[slot].buffer,
+        ins[slot].offset,
+        ins[slot].dtype,
+        view.base.clone(),
+    );
+    let k = match kernel.op() {
+        FamilyKernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
+        _ => Linalg::AddMm { transpose_b: true },
+    };
+    let k = kernel.with_op(k);
+    Some((k, ins))
 }

@@ -86,8 +86,8 @@ families! {
 }
 
 /// The op kinds the executor runs, and whether the CUDA backend runs them too (the CPU
-/// backend runs all; CUDA with the limits its `supports` names; an exporter op kind marked
-/// for CUDA lowers onto a kernel CUDA has): the union of the families' tables.
+/// backend runs all; CUDA those marked, with the limits `cuda_backend::runs` names): the
+/// union of the families' tables. [`crate::coverage`] lists a graph's ops outside them.
 pub fn kernels() -> impl Iterator<Item = (OpKind, bool)> {
     TABLES.iter().flat_map(|t| t.iter().copied())
 }
@@ -147,8 +147,7 @@ impl Kernel {
         self.kind
     }
 
-    /// Whether the CUDA backend has this kernel (the builder's ops; the exporter's run on
-    /// the CPU backend, the ones that lower onto a builder kernel on both).
+    /// Whether the CUDA backend has a kernel for this op kind (its family's table).
     pub fn on_cuda(&self) -> bool {
         let kind = self.kind();
         kernels().any(|(k, cuda)| cuda && k == kind)

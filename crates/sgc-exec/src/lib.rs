@@ -16,9 +16,11 @@
 //! - [`dtr`]: run-time DTR (MegEngine's dynamic rematerialisation): [`DtrExecutor`] runs
 //!   steps with eviction decided while they run, on a pool allocator with defragmentation;
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.
+//! - [`coverage`]: the ops of a graph a backend cannot run, known without its device.
 //! - [`init`]: deterministic, seeded values for every input and parameter.
 
 pub mod backend;
+pub mod coverage;
 pub mod cpu_backend;
 pub mod cuda_backend;
 pub mod dtr;

@@ -47,6 +47,37 @@ pub enum ViewStep {
     },
 }
 
+/// Whether `x` broadcasts to `y`: axes aligned on the right, each equal or 1 in `x`.
+pub(crate) fn broadcasts(x: &[usize], y: &[usize]) -> bool {
+    x.len() <= y.len()
+        && x.iter()
+            .rev()
+            .zip(y.iter().rev())
+            .all(|(a, b)| a == b || *a == 1)
+}
+
+impl ViewStep {
+    /// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
+    pub fn fits(&self, shape: &[usize]) -> bool {
+        match self {
+            ViewStep::Reshape(to) => {
+                to.iter().product::<usize>() == shape.iter().product::<usize>()
+            }
+            ViewStep::Permute(perm) => {
+                let mut seen = vec![false; shape.len()];
+                perm.len() == shape.len()
+                    && perm
+                        .iter()
+                        .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
+            }
+            ViewStep::Expand(to) => broadcasts(shape, to),
+            ViewStep::Slice { axis, start, end } => {
+                *axis < shape.len() && start <= end && *end <= shape[*axis]
+            }
+        }
+    }
+}
+
 impl Operand {
     /// A plain contiguous operand.
     pub fn new(buffer: BufferId, offset: u64, dtype: DType, shape: Vec<usize>) -> Operand {

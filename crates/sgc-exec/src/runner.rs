@@ -233,20 +233,31 @@ pub(crate) fn check_ops<B: Backend>(
 }
 
 fn check_op<B: Backend>(graph: &Graph, op: OpId, backend: &B) -> Result<Kernel, ExecError> {
+    check_op_on(graph, op, &backend.name(), |k| backend.supports(k))
+}
+
+/// The checks of [`check_ops`] for one op, on a backend named `backend` that runs the
+/// kernels `supports` accepts (also [`crate::coverage`], which has no backend to ask).
+pub(crate) fn check_op_on(
+    graph: &Graph,
+    op: OpId,
+    backend: &str,
+    supports: impl Fn(&Kernel) -> bool,
+) -> Result<Kernel, ExecError> {
     let o = graph.op(op);
     let k = Kernel::from_op(graph, op).map_err(|e| match e {
         ExecError::UnknownOpType { op, op_type, .. } => ExecError::UnknownOpType {
             op,
             op_type,
-            backend: backend.name(),
+            backend: backend.to_string(),
         },
         e => e,
     })?;
-    if !backend.supports(&k) {
+    if !supports(&k) {
         return Err(ExecError::UnknownOpType {
             op: o.name.clone(),
             op_type: o.op_type.clone(),
-            backend: backend.name(),
+            backend: backend.to_string(),
         });
     }
     for &t in o.inputs.iter().chain(&o.outputs) {

@@ -54,3 +54,45 @@ impl Window {
         self.ho * self.wo
     }
 }
+
+/// A grouped convolution: the whole window `g` with `o` output channels in `groups`
+/// groups, and one group's input and output channels, its window (the group's channels),
+/// the input and output plane sizes and its slice of the weight.
+pub(crate) struct Groups {
+    pub g: Window,
+    pub o: usize,
+    pub groups: usize,
+    pub cg: usize,
+    pub og: usize,
+    pub gw: Window,
+    pub pin: usize,
+    pub pout: usize,
+    pub wlen: usize,
+}
+
+impl Groups {
+    pub(crate) fn of(g: &Window, o: usize, groups: usize) -> Groups {
+        let (cg, og) = (g.c / groups, o / groups);
+        Groups {
+            g: *g,
+            o,
+            groups,
+            cg,
+            og,
+            gw: Window { c: cg, ..*g },
+            pin: g.h * g.w,
+            pout: g.ho * g.wo,
+            wlen: og * cg * g.kh * g.kw,
+        }
+    }
+
+    /// The input side's channels: (all, per group, plane size).
+    pub(crate) fn inputs(&self) -> (usize, usize, usize) {
+        (self.g.c, self.cg, self.pin)
+    }
+
+    /// The output side's channels: (all, per group, plane size).
+    pub(crate) fn outputs(&self) -> (usize, usize, usize) {
+        (self.o, self.og, self.pout)
+    }
+}

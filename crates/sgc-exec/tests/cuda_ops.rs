@@ -7,7 +7,7 @@
 mod skip;
 
 use sgc_exec::kernel::{FamilyKernel, Kernel};
-use sgc_exec::{Backend, CpuBackend, CudaBackend, ExecError, Operand};
+use sgc_exec::{Backend, CpuBackend, CudaBackend, ExecError, Operand, View, ViewStep};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
@@ -58,12 +58,13 @@ enum Input {
     F32(Vec<usize>, Vec<f32>),
     I64(Vec<usize>, Vec<i64>),
     I32(Vec<usize>, Vec<i32>),
+    Bool(Vec<usize>, Vec<bool>),
 }
 
 impl Input {
     fn shape(&self) -> &[usize] {
         match self {
-            Input::F32(s, _) | Input::I64(s, _) | Input::I32(s, _) => s,
+            Input::F32(s, _) | Input::I64(s, _) | Input::I32(s, _) | Input::Bool(s, _) => s,
         }
     }
 
@@ -72,6 +73,7 @@ impl Input {
             Input::F32(..) => DType::F32,
             Input::I64(..) => DType::I64,
             Input::I32(..) => DType::I32,
+            Input::Bool(..) => DType::Bool,
         }
     }
 
@@ -80,6 +82,7 @@ impl Input {
             Input::F32(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Input::I64(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Input::I32(_, v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Input::Bool(_, v) => v.iter().map(|&x| u8::from(x)).collect(),
         }
     }
 }
@@ -88,24 +91,74 @@ struct Case {
     label: String,
     kernel: Kernel,
     inputs: Vec<Input>,
-    outputs: Vec<Vec<usize>>,
+    outputs: Vec<(Vec<usize>, DType)>,
+    /// Input `i` read through a view of the stored input: `(i, view)`.
+    view: Option<(usize, View)>,
 }
 
-/// A case labelled by its op kind's name, then what sets it apart.
+/// The op kind a case label starts with: its name, or an ATen name without its `aten.`
+/// prefix or overload (`addmm` for `aten.addmm.default`) when that names one kind.
+fn kind_of(label: &str) -> OpKind {
+    let token = label.split(' ').next().unwrap_or_default();
+    let aten = format!("aten.{token}");
+    let prefix = format!("{aten}.");
+    let mut found = OpKind::ALL.iter().filter(|k| k.name().starts_with(&prefix));
+    let by_prefix = match (found.next(), found.next()) {
+        (Some(k), None) => Some(*k),
+        _ => None,
+    };
+    OpKind::parse(token)
+        .or_else(|| OpKind::parse(&aten))
+        .or(by_prefix)
+        .unwrap_or_else(|| panic!("case `{label}` starts with no op kind's name"))
+}
+
+/// A case labelled by its op kind's name ([`kind_of`]), then what sets it apart.
 fn case(
     label: &str,
     kernel: impl Into<FamilyKernel>,
     inputs: Vec<Input>,
     outputs: &[&[usize]],
 ) -> Case {
-    let kind = label.split(' ').next().and_then(OpKind::parse);
-    let kind = kind.unwrap_or_else(|| panic!("`{label}` starts with no op kind's name"));
     Case {
         label: label.to_string(),
-        kernel: Kernel::new(kind, kernel),
+        kernel: Kernel::new(kind_of(label), kernel),
         inputs,
-        outputs: outputs.iter().map(|s| s.to_vec()).collect(),
+        outputs: outputs.iter().map(|s| (s.to_vec(), DType::F32)).collect(),
+        view: None,
     }
+}
+
+impl Case {
+    /// Output `i` of dtype `dtype` (indices, masks, counters).
+    fn typed(mut self, i: usize, dtype: DType) -> Case {
+        self.outputs[i].1 = dtype;
+        self
+    }
+
+    /// Input `i` read through `steps` from its stored shape.
+    fn viewed(mut self, i: usize, steps: Vec<ViewStep>) -> Case {
+        let base = self.inputs[i].shape().to_vec();
+        self.view = Some((i, View { base, steps }));
+        self
+    }
+}
+
+/// The shape a view gives.
+fn view_shape(v: &View) -> Vec<usize> {
+    let mut shape = v.base.clone();
+    for step in &v.steps {
+        shape = match step {
+            ViewStep::Reshape(to) | ViewStep::Expand(to) => to.clone(),
+            ViewStep::Permute(p) => p.iter().map(|&a| shape[a]).collect(),
+            ViewStep::Slice { axis, start, end } => {
+                let mut s = shape.clone();
+                s[*axis] = end - start;
+                s
+            }
+        };
+    }
+    shape
 }
 
 fn matmul_cases(v: &mut Values, out: &mut Vec<Case>) {
@@ -205,6 +258,13 @@ fn elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
     ));
 }
 
+/// The pooling cases' input `[2, 3, 7, 6]`, its pooled shape and the window's tag.
+fn pooled(kernel: usize, stride: usize, padding: usize) -> ([usize; 4], [usize; 4], String) {
+    let out = |len: usize| (len + 2 * padding - kernel) / stride + 1;
+    let tag = format!("k{kernel} s{stride} p{padding}");
+    ([2, 3, 7, 6], [2, 3, out(7), out(6)], tag)
+}
+
 fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     use sgc_exec::kernel::{Conv::*, Pool::*};
     for (stride, padding, hw, k) in [(2, 1, [7, 6], 3), (1, 0, [5, 5], 1), (1, 2, [4, 6], 3)] {
@@ -233,14 +293,7 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         }
     }
     for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0), (3, 1, 1)] {
-        let x = [2, 3, 7, 6];
-        let y = [
-            2,
-            3,
-            (7 + 2 * padding - kernel) / stride + 1,
-            (6 + 2 * padding - kernel) / stride + 1,
-        ];
-        let tag = format!("k{kernel} s{stride} p{padding}");
+        let (x, y, tag) = pooled(kernel, stride, padding);
         let mp = MaxPool2d {
             kernel,
             stride,
@@ -402,6 +455,412 @@ fn shape_cases(v: &mut Values, out: &mut Vec<Case>) {
     out.push(case("slice", sl, vec![v.f32(&[2, 9, 4])], &[&[2, 5, 4]]));
 }
 
+/// The exporter's element-wise ops: scalar arithmetic (an i64 counter too), broadcasting,
+/// fills, every pointwise function and its gradient.
+fn exporter_elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{BinOp, Elementwise::*, Unary};
+    let s: &[usize] = &[3, 5, 7];
+    for (name, k) in [
+        ("add.Scalar", AddScalar { value: 0.25 }),
+        ("mul.Scalar", MulScalar { value: -1.5 }),
+        ("div.Scalar", DivScalar { value: 3.0 }),
+        ("fill", Fill { value: 1.0 }),
+        ("zeros", Zeros { inputs: 1 }),
+        ("leaky_relu", LeakyRelu { slope: 0.1 }),
+    ] {
+        out.push(case(name, k, vec![v.f32(s)], &[s]));
+    }
+    let counter = Input::I64(vec![1], vec![41]);
+    out.push(
+        case(
+            "add.Scalar i64",
+            AddScalar { value: 1.0 },
+            vec![counter],
+            &[&[1]],
+        )
+        .typed(0, DType::I64),
+    );
+    for (name, k) in [
+        ("threshold_backward", ThresholdBackward { threshold: 0.0 }),
+        ("leaky_relu_backward", LeakyReluBackward { slope: 0.1 }),
+    ] {
+        out.push(case(name, k, vec![v.f32(s), v.f32(s)], &[s]));
+    }
+    for &u in Unary::ALL {
+        let x = Input::F32(
+            s.to_vec(),
+            (0..105).map(|i| (i as f32 - 52.0) * 0.5 + 0.01).collect(),
+        );
+        out.push(case(u.kinds().0.name(), Pointwise(u), vec![x], &[s]));
+        let val = if u.grad_reads_output() {
+            v.from(s, 0.0)
+        } else {
+            v.f32(s)
+        };
+        out.push(case(
+            u.kinds().1.name(),
+            PointwiseBackward(u),
+            vec![v.f32(s), val],
+            &[s],
+        ));
+    }
+    for op in [BinOp::Add, BinOp::Sub, BinOp::Mul] {
+        let ins = vec![v.f32(&[4, 1, 6]), v.f32(&[3, 1])];
+        out.push(case(
+            &format!("{}.Tensor", format!("{op:?}").to_lowercase()),
+            Broadcast { op },
+            ins,
+            &[&[4, 3, 6]],
+        ));
+    }
+}
+
+/// addmm, reductions, norms' backward, log-softmax, nll loss.
+fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Linalg::AddMm, Loss::*, Norm::*, Reduce};
+    out.push(case(
+        "addmm",
+        AddMm { transpose_b: false },
+        vec![v.f32(&[5]), v.f32(&[3, 4]), v.f32(&[4, 5])],
+        &[&[3, 5]],
+    ));
+    out.push(case(
+        "addmm ^T",
+        AddMm { transpose_b: true },
+        vec![v.f32(&[5]), v.f32(&[3, 4]), v.f32(&[5, 4])],
+        &[&[3, 5]],
+    ));
+    for (start, end, mean, y) in [
+        (0, 1, false, vec![5, 6]),
+        (1, 3, true, vec![4]),
+        (0, 3, false, vec![]),
+    ] {
+        let k = Reduce { start, end, mean };
+        out.push(case(
+            &format!("{} {start}..{end}", if mean { "mean" } else { "sum" }),
+            k,
+            vec![v.f32(&[4, 5, 6])],
+            &[&y],
+        ));
+    }
+    let (x, c) = ([4usize, 3, 5, 2], 3usize);
+    for mask in [[true; 3], [true, false, true], [false, true, false]] {
+        let ins = vec![
+            v.f32(&x),
+            v.f32(&x),
+            v.from(&[c], 0.5),
+            v.f32(&[c]),
+            v.from(&[c], 0.5),
+        ];
+        let shapes: [&[usize]; 3] = [&x, &[c], &[c]];
+        let outs: Vec<&[usize]> = (0..3).filter(|&i| mask[i]).map(|i| shapes[i]).collect();
+        out.push(case(
+            &format!("native_batch_norm_backward {mask:?}"),
+            BatchNormBackward { mask },
+            ins,
+            &outs,
+        ));
+    }
+    let (x, d, rows) = ([3usize, 4, 37], 37usize, [3usize, 4]);
+    let ins = vec![
+        v.f32(&x),
+        v.f32(&x),
+        v.f32(&rows),
+        v.from(&rows, 0.5),
+        v.from(&[d], 0.5),
+        v.f32(&[d]),
+    ];
+    out.push(case(
+        "native_layer_norm_backward",
+        LayerNormBackward { mask: [true; 3] },
+        ins,
+        &[&x, &[d], &[d]],
+    ));
+    let ins = vec![
+        v.f32(&[c]),
+        v.from(&[c], 0.5),
+        v.f32(&[c]),
+        v.from(&[c], 0.5),
+    ];
+    let k = BatchNormUpdateStats {
+        momentum: 0.1,
+        eps: 1e-5,
+        count: 40,
+    };
+    out.push(case("sgc.batch_norm_update_stats", k, ins, &[&[c], &[c]]));
+    let x: &[usize] = &[6, 300];
+    out.push(case(
+        "_softmax_backward_data",
+        SoftmaxBackward,
+        vec![v.f32(x), v.from(x, 0.0)],
+        &[x],
+    ));
+    out.push(case("_log_softmax", LogSoftmax, vec![v.f32(x)], &[x]));
+    out.push(case(
+        "_log_softmax_backward_data",
+        LogSoftmaxBackward,
+        vec![v.f32(x), v.f32(x)],
+        &[x],
+    ));
+    for (ignore_index, i64s) in [(-100, true), (2, false)] {
+        let ins = vec![v.f32(&[8, 5]), v.ids(&[8], 5, i64s)];
+        out.push(case(
+            &format!("nll_loss_forward ignore {ignore_index}"),
+            NllLoss { ignore_index },
+            ins,
+            &[&[], &[]],
+        ));
+        let ins = vec![
+            v.f32(&[]),
+            v.f32(&[8, 5]),
+            v.ids(&[8], 5, i64s),
+            v.from(&[], 4.0),
+        ];
+        out.push(case(
+            "nll_loss_backward",
+            NllLossBackward { ignore_index },
+            ins,
+            &[&[8, 5]],
+        ));
+    }
+}
+
+/// Max-pooling indices inside each window of `x [.., h, w]` pooled to `y`: a tap of the
+/// window drawn from `v` (as the forward's argmax would be).
+fn window_indices(
+    v: &mut Values,
+    y: &[usize],
+    (h, w): (usize, usize),
+    (k, stride, pad): (usize, usize, usize),
+) -> Input {
+    let (ho, wo) = (y[2], y[3]);
+    let mut pick = |o: usize, len: usize| {
+        let lo = (o * stride).saturating_sub(pad);
+        let hi = (o * stride + k - pad).min(len);
+        lo + (((v.next() + 1.0) * 0.5 * (hi - lo) as f32) as usize).min(hi - lo - 1)
+    };
+    let n = y.iter().product::<usize>() / (ho * wo);
+    let idx = (0..n * ho * wo)
+        .map(|e| (pick((e / wo) % ho, h) * w + pick(e % wo, w)) as i64)
+        .collect();
+    Input::I64(y.to_vec(), idx)
+}
+
+/// Grouped convolutions and their backward, pooling with indices and average pooling.
+fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Conv::*, Pool::*};
+    let (stride, padding) = (2, 1);
+    for (groups, bias) in [(1, true), (3, false), (6, true)] {
+        let (x, w, y) = ([2, 6, 7, 6], [6, 6 / groups, 3, 3], [2, 6, 4, 3]);
+        let mut ins = vec![v.f32(&x), v.f32(&w)];
+        if bias {
+            ins.push(v.f32(&[6]));
+        }
+        let k = ConvGrouped {
+            stride,
+            padding,
+            groups,
+            bias,
+        };
+        out.push(case(
+            &format!("convolution groups {groups} bias {bias}"),
+            k,
+            ins,
+            &[&y],
+        ));
+        for mask in [[true; 3], [false, true, false]] {
+            let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
+            let shapes: [&[usize]; 3] = [&x, &w, &[6]];
+            let outs: Vec<&[usize]> = (0..3).filter(|&i| mask[i]).map(|i| shapes[i]).collect();
+            let k = ConvBackward {
+                stride,
+                padding,
+                groups,
+                mask,
+            };
+            out.push(case(
+                &format!("convolution_backward groups {groups} {mask:?}"),
+                k,
+                ins,
+                &outs,
+            ));
+        }
+    }
+    for (kernel, stride, padding) in [(3, 2, 1), (2, 2, 0)] {
+        let (x, y, tag) = pooled(kernel, stride, padding);
+        let idx = window_indices(v, &y, (7, 6), (kernel, stride, padding));
+        let (mi, mb) = (
+            MaxPool2dIndices {
+                kernel,
+                stride,
+                padding,
+            },
+            MaxPool2dIndicesBackward {
+                kernel,
+                stride,
+                padding,
+            },
+        );
+        let (ap, ab) = (
+            AvgPool2d {
+                kernel,
+                stride,
+                padding,
+            },
+            AvgPool2dBackward {
+                kernel,
+                stride,
+                padding,
+            },
+        );
+        let with_indices = case(
+            &format!("max_pool2d_with_indices {tag}"),
+            mi,
+            vec![v.ties(&x)],
+            &[&y, &y],
+        );
+        out.push(with_indices.typed(1, DType::I64));
+        // (name, kernel, inputs, output)
+        for (name, k, ins, result) in [
+            (
+                "max_pool2d_with_indices_backward",
+                mb,
+                vec![v.f32(&y), v.f32(&x), idx],
+                x,
+            ),
+            ("avg_pool2d", ap, vec![v.f32(&x)], y),
+            ("avg_pool2d_backward", ab, vec![v.f32(&y), v.f32(&x)], x),
+        ] {
+            out.push(case(&format!("{name} {tag}"), k, ins, &[&result]));
+        }
+    }
+}
+
+/// ATen embedding, split/unbind/stack/expand/copy and an i64 reshape.
+fn exporter_shape_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Embedding as E, Shape::*};
+    out.push(case(
+        "aten.embedding.default",
+        E::EmbeddingRows,
+        vec![v.f32(&[7, 5]), v.ids(&[4, 6], 7, true)],
+        &[&[4, 6, 5]],
+    ));
+    for padding_idx in [None, Some(2)] {
+        let ins = vec![v.f32(&[4, 6, 5]), v.ids(&[4, 6], 7, false)];
+        out.push(case(
+            &format!("embedding_dense_backward {padding_idx:?}"),
+            E::EmbeddingDenseBackward { padding_idx },
+            ins,
+            &[&[7, 5]],
+        ));
+    }
+    let x: &[usize] = &[2, 7, 3];
+    out.push(case(
+        "split",
+        Split { axis: 1, size: 3 },
+        vec![v.f32(x)],
+        &[&[2, 3, 3], &[2, 3, 3], &[2, 1, 3]],
+    ));
+    out.push(case(
+        "unbind",
+        Unbind { axis: 2 },
+        vec![v.f32(x)],
+        &[&[2, 7], &[2, 7], &[2, 7]],
+    ));
+    out.push(case(
+        "stack",
+        Stack { axis: 1 },
+        vec![v.f32(&[2, 3]), v.f32(&[2, 3])],
+        &[&[2, 2, 3]],
+    ));
+    out.push(case("expand", Expand, vec![v.f32(&[3, 1])], &[&[2, 3, 4]]));
+    out.push(case(
+        "copy",
+        Assign,
+        vec![v.f32(&[2, 3, 4]), v.f32(&[4])],
+        &[&[2, 3, 4]],
+    ));
+    out.push(case(
+        "copy_",
+        CopyInto,
+        vec![v.f32(&[2, 3]), v.f32(&[2, 3])],
+        &[],
+    ));
+    let ids = v.ids(&[3, 4], 9, true);
+    out.push(case("reshape i64", Reshape, vec![ids], &[&[12]]).typed(0, DType::I64));
+}
+
+/// Random draws (a second run draws the stream's next values) and view operands.
+fn exporter_random_and_view_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Linalg::MatMul, Random};
+    let s: &[usize] = &[40, 50];
+    out.push(case(
+        "bernoulli",
+        Random::Bernoulli { p: 0.3, seed: 7 },
+        vec![v.f32(s)],
+        &[s],
+    ));
+    out.push(
+        case(
+            "native_dropout",
+            Random::Dropout { p: 0.2, seed: 9 },
+            vec![v.f32(s)],
+            &[s, s],
+        )
+        .typed(1, DType::Bool),
+    );
+    let mask = Input::Bool(s.to_vec(), (0..2000).map(|i| (i * 7) % 3 != 0).collect());
+    out.push(case(
+        "native_dropout_backward",
+        Random::DropoutBackward { scale: 1.25 },
+        vec![v.f32(s), mask],
+        &[s],
+    ));
+    let mask = Input::Bool(s.to_vec(), (0..2000).map(|i| i % 4 != 1).collect());
+    out.push(case(
+        "mul.Tensor by mask",
+        Random::MaskMul,
+        vec![v.f32(s), mask],
+        &[s],
+    ));
+    // Views: a transposed weight (read transposed), a broadcast, a slice of a permute.
+    let mm = case(
+        "mm of t(w)",
+        MatMul { transpose_b: false },
+        vec![v.f32(&[3, 4]), v.f32(&[5, 4])],
+        &[&[3, 5]],
+    );
+    out.push(mm.viewed(1, vec![ViewStep::Permute(vec![1, 0])]));
+    let steps = vec![ViewStep::Reshape(vec![3, 1]), ViewStep::Expand(vec![3, 5])];
+    out.push(
+        case(
+            "relu of expand",
+            sgc_exec::kernel::Elementwise::Relu,
+            vec![v.f32(&[3])],
+            &[&[3, 5]],
+        )
+        .viewed(0, steps),
+    );
+    let steps = vec![
+        ViewStep::Permute(vec![0, 2, 1]),
+        ViewStep::Slice {
+            axis: 1,
+            start: 1,
+            end: 4,
+        },
+        ViewStep::Reshape(vec![2, 12]),
+    ];
+    out.push(
+        case(
+            "relu of a sliced permute",
+            sgc_exec::kernel::Elementwise::Relu,
+            vec![v.f32(&[2, 4, 5])],
+            &[&[2, 12]],
+        )
+        .viewed(0, steps),
+    );
+}
+
 fn cases() -> Vec<Case> {
     let mut v = Values(0x9e37_79b9_7f4a_7c15);
     let mut out = Vec::new();
@@ -410,6 +869,11 @@ fn cases() -> Vec<Case> {
     conv_cases(&mut v, &mut out);
     norm_cases(&mut v, &mut out);
     shape_cases(&mut v, &mut out);
+    exporter_elementwise_cases(&mut v, &mut out);
+    exporter_norm_cases(&mut v, &mut out);
+    exporter_conv_cases(&mut v, &mut out);
+    exporter_shape_cases(&mut v, &mut out);
+    exporter_random_and_view_cases(&mut v, &mut out);
     out
 }
 
@@ -429,7 +893,7 @@ fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError>
         .iter()
         .map(|i| place(i.shape(), i.dtype()))
         .collect();
-    let outs: Vec<_> = c.outputs.iter().map(|s| place(s, DType::F32)).collect();
+    let outs: Vec<_> = c.outputs.iter().map(|(s, d)| place(s, *d)).collect();
     let buffer = b.alloc(at)?;
     let operand = |(offset, shape, dtype): &(u64, Vec<usize>, DType)| Operand {
         view: None,
@@ -438,25 +902,34 @@ fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError>
         dtype: *dtype,
         shape: shape.clone(),
     };
-    let (ins, outs): (Vec<Operand>, Vec<Operand>) = (
+    let (mut ins, outs): (Vec<Operand>, Vec<Operand>) = (
         ins.iter().map(operand).collect(),
         outs.iter().map(operand).collect(),
     );
+    let stored: Vec<Operand> = ins.clone();
+    if let Some((i, view)) = &c.view {
+        ins[*i].shape = view_shape(view);
+        ins[*i].view = Some(Box::new(view.clone()));
+    }
     sgc_exec::shapes::check(&c.kernel, &ins, &outs)
         .map_err(|e| ExecError::Layout(format!("{}: {e}", c.label)))?;
-    for (op, input) in ins.iter().zip(&c.inputs) {
+    for (op, input) in stored.iter().zip(&c.inputs) {
         b.write(buffer, op.offset, &input.bytes())?;
     }
     for op in &outs {
-        let nan: Vec<u8> = (0..op.numel())
-            .flat_map(|_| f32::NAN.to_le_bytes())
-            .collect();
+        // NaN in f32 outputs; 0xff bytes (-1, or an invalid bool) in the others.
+        let nan: Vec<u8> = match op.dtype {
+            DType::F32 => (0..op.numel())
+                .flat_map(|_| f32::NAN.to_le_bytes())
+                .collect(),
+            _ => vec![0xff; op.bytes() as usize],
+        };
         b.write(buffer, op.offset, &nan)?;
     }
     b.launch(&c.kernel, &ins, &outs)?;
     b.synchronize()?;
     let read = if outs.is_empty() {
-        &ins[..1]
+        &stored[..1]
     } else {
         &outs[..]
     };
@@ -464,24 +937,42 @@ fn run_case<B: Backend>(b: &mut B, c: &Case) -> Result<Vec<Vec<f32>>, ExecError>
         .map(|op| {
             let mut bytes = vec![0u8; op.bytes() as usize];
             b.read(buffer, op.offset, &mut bytes)?;
-            Ok(bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect())
+            Ok(as_f32(op.dtype, &bytes))
         })
         .collect()
+}
+
+/// Values of any dtype as f32 (indices and counters are small; a bool is 0 or 1).
+fn as_f32(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DType::I64 => bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        DType::I32 => bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        DType::Bool => bytes.iter().map(|&b| f32::from(b)).collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+    }
 }
 
 fn cpu_kernels_write_every_output_byte_of_every_case() {
     let all = cases();
     let covered: std::collections::BTreeSet<&str> = all.iter().map(|c| c.kernel.name()).collect();
-    assert_eq!(
-        covered.len(),
-        sgc_exec::kernel::kernels()
-            .filter(|(k, cuda)| *cuda && !k.name().starts_with("aten."))
-            .count(),
-        "every op type has a case"
-    );
+    // Every builder op type and every op type an exporter kernel reports has a case (an
+    // exporter kind that lowers onto another kernel is that kernel's case).
+    for (k, _) in sgc_exec::kernel::kernels().filter(|(k, _)| !k.name().starts_with("aten.")) {
+        assert!(
+            covered.contains(k.name()),
+            "op type `{}` has no case",
+            k.name()
+        );
+    }
     for c in &all {
         let out =
             run_case(&mut CpuBackend::new(), c).unwrap_or_else(|e| panic!("{}: {e}", c.label));
@@ -505,26 +996,33 @@ fn cuda_kernels_match_the_cpu_reference() {
         Err(e) => panic!("{e}"),
     };
     println!("running on {}", gpu.name());
+    // One CPU backend for every case, as one GPU backend: a random op's second run draws
+    // its stream's next values on both.
+    let mut cpu = CpuBackend::new();
     for c in &cases() {
-        let want =
-            run_case(&mut CpuBackend::new(), c).unwrap_or_else(|e| panic!("{}: cpu: {e}", c.label));
-        let got = run_case(&mut gpu, c).unwrap_or_else(|e| panic!("{}: cuda: {e}", c.label));
-        let again = run_case(&mut gpu, c).unwrap_or_else(|e| panic!("{}: cuda: {e}", c.label));
-        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-            let bad = w.iter().zip(g).position(|(a, b)| !close(*a, *b));
-            assert!(
-                bad.is_none(),
-                "{}: output {i} at {bad:?}: cpu {w:?} cuda {g:?}",
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let want = run_case(&mut cpu, c).unwrap_or_else(|e| panic!("{}: cpu: {e}", c.label));
+            let got = run_case(&mut gpu, c).unwrap_or_else(|e| panic!("{}: cuda: {e}", c.label));
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                let bad = w.iter().zip(g).position(|(a, b)| !close(*a, *b));
+                assert!(
+                    bad.is_none(),
+                    "{}: output {i} at {bad:?}: cpu {w:?} cuda {g:?}",
+                    c.label
+                );
+            }
+            runs.push(got);
+        }
+        let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+        if !matches!(c.kernel.op(), FamilyKernel::Random(_)) {
+            assert_eq!(
+                bits(&runs[0]),
+                bits(&runs[1]),
+                "{}: CUDA not deterministic",
                 c.label
             );
         }
-        let bits = |o: &Vec<Vec<f32>>| o.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&got),
-            bits(&again),
-            "{}: CUDA not deterministic",
-            c.label
-        );
     }
 }
 

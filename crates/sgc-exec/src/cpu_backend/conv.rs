@@ -4,6 +4,7 @@
 use super::linalg::{gemm, Mat};
 use super::{f, Io, R};
 use crate::ops::conv::Conv;
+use crate::window::Groups;
 
 pub(crate) use crate::window::Window;
 
@@ -141,69 +142,27 @@ fn scatter(
     }
 }
 
-/// A grouped convolution: the whole window `g` with `o` output channels in `groups`
-/// groups, and one group's input and output channels, its window (the group's channels),
-/// the input and output plane sizes and its slice of the weight.
-pub(crate) struct Groups {
-    g: Window,
-    o: usize,
-    groups: usize,
-    cg: usize,
-    og: usize,
-    gw: Window,
-    pin: usize,
-    pout: usize,
-    wlen: usize,
+/// Group `grp`'s weights.
+fn weights<'w>(p: &Groups, w: &'w [f32], grp: usize) -> &'w [f32] {
+    &w[grp * p.wlen..(grp + 1) * p.wlen]
 }
 
-impl Groups {
-    fn of(g: &Window, o: usize, groups: usize) -> Groups {
-        let (cg, og) = (g.c / groups, o / groups);
-        Groups {
-            g: *g,
-            o,
-            groups,
-            cg,
-            og,
-            gw: Window { c: cg, ..*g },
-            pin: g.h * g.w,
-            pout: g.ho * g.wo,
-            wlen: og * cg * g.kh * g.kw,
-        }
-    }
-
-    /// The input side's channels: (all, per group, plane size).
-    fn inputs(&self) -> (usize, usize, usize) {
-        (self.g.c, self.cg, self.pin)
-    }
-
-    /// The output side's channels: (all, per group, plane size).
-    fn outputs(&self) -> (usize, usize, usize) {
-        (self.o, self.og, self.pout)
-    }
-
-    /// Group `grp`'s weights.
-    fn weights<'w>(&self, w: &'w [f32], grp: usize) -> &'w [f32] {
-        &w[grp * self.wlen..(grp + 1) * self.wlen]
-    }
-
-    /// Per group: `f(grp, its channels of src, its result)`, the result written into the
-    /// group's channels of `dst`.
-    fn map_groups(
-        &self,
-        src: &[f32],
-        (s_all, s_c, s_plane): (usize, usize, usize),
-        dst: &mut [f32],
-        (d_all, d_c, d_plane): (usize, usize, usize),
-        f: impl Fn(usize, &[f32], &mut [f32]),
-    ) {
-        let n = self.g.n;
-        for grp in 0..self.groups {
-            let part = gather(src, n, s_all, s_c, grp, s_plane);
-            let mut out = vec![0.0; n * d_c * d_plane];
-            f(grp, &part, &mut out);
-            scatter(dst, &out, n, d_all, d_c, grp, d_plane);
-        }
+/// Per group: `f(grp, its channels of src, its result)`, the result written into the
+/// group's channels of `dst`; a side is (channels in all, per group, plane size).
+fn map_groups(
+    p: &Groups,
+    src: &[f32],
+    (s_all, s_c, s_plane): (usize, usize, usize),
+    dst: &mut [f32],
+    (d_all, d_c, d_plane): (usize, usize, usize),
+    f: impl Fn(usize, &[f32], &mut [f32]),
+) {
+    let n = p.g.n;
+    for grp in 0..p.groups {
+        let part = gather(src, n, s_all, s_c, grp, s_plane);
+        let mut out = vec![0.0; n * d_c * d_plane];
+        f(grp, &part, &mut out);
+        scatter(dst, &out, n, d_all, d_c, grp, d_plane);
     }
 }
 
@@ -211,8 +170,8 @@ impl Groups {
 /// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
 /// the builder's `conv2d` over that group's channels.
 pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], p: &Groups) {
-    p.map_groups(x, p.inputs(), y, p.outputs(), |grp, xs, ys| {
-        conv2d(xs, p.weights(w, grp), ys, &p.gw, p.og)
+    map_groups(p, x, p.inputs(), y, p.outputs(), |grp, xs, ys| {
+        conv2d(xs, weights(p, w, grp), ys, &p.gw, p.og)
     });
     let o = p.o;
     if let Some(b) = bias {
@@ -241,9 +200,14 @@ pub(crate) fn conv_backward(
         if groups == 1 {
             conv2d_grad_input(dy, w, outs[slot], g, o);
         } else {
-            p.map_groups(dy, p.outputs(), outs[slot], p.inputs(), |grp, dys, dxs| {
-                conv2d_grad_input(dys, p.weights(w, grp), dxs, &p.gw, p.og)
-            });
+            map_groups(
+                p,
+                dy,
+                p.outputs(),
+                outs[slot],
+                p.inputs(),
+                |grp, dys, dxs| conv2d_grad_input(dys, weights(p, w, grp), dxs, &p.gw, p.og),
+            );
         }
         slot += 1;
     }

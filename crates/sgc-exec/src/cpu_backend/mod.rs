@@ -24,7 +24,7 @@ mod shape;
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
-use crate::kernel::{FamilyKernel, Kernel, Linalg};
+use crate::kernel::{FamilyKernel, Kernel};
 use sgc_ir::DType;
 
 /// What a kernel returns: `Ok`, or the error naming what its operands got wrong.
@@ -216,9 +216,6 @@ impl Backend for CpuBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        if let Some((k, ins)) = fold_transpose(kernel, inputs) {
-            return self.launch(&k, &ins, outputs);
-        }
         if self.launch_bytes(kernel, inputs, outputs)? {
             return Ok(());
         }
@@ -292,7 +289,7 @@ impl CpuBackend {
         let mut data = decode_f32(&self.bytes(o)?);
         let mut shape = view.base.clone();
         for step in &view.steps {
-            if !step_fits(step, &shape) {
+            if !step.fits(&shape) {
                 return Err(ExecError::backend(
                     NAME,
                     format!("view step {step:?} does not fit {shape:?}"),
@@ -376,59 +373,12 @@ impl CpuBackend {
     }
 }
 
-/// A product whose right operand is the transpose of a stored matrix (`mm(x, t(w))`, the
-/// exporter's linear layer) reads the stored matrix with `transpose_b` rather than
-/// materialising the transpose: the kernel and operands to launch instead, if so. The
-/// product is the same sum in the same order.
-fn fold_transpose(kernel: &Kernel, inputs: &[Operand]) -> Option<(Kernel, Vec<Operand>)> {
-    let slot = match kernel.op() {
-        FamilyKernel::Linalg(Linalg::MatMul { transpose_b: false }) => 1,
-        FamilyKernel::Linalg(Linalg::AddMm { transpose_b: false }) => 2,
-        _ => return None,
-    };
-    let view = inputs.get(slot)?.view.as_ref()?;
-    if view.base.len() != 2 || view.steps != [ViewStep::Permute(vec![1, 0])] {
-        return None;
-    }
-    let mut ins = inputs.to_vec();
-    ins[slot] = Operand::new(
-        ins[slot].buffer,
-        ins[slot].offset,
-        ins[slot].dtype,
-        view.base.clone(),
-    );
-    let k = match kernel.op() {
-        FamilyKernel::Linalg(Linalg::MatMul { .. }) => Linalg::MatMul { transpose_b: true },
-        _ => Linalg::AddMm { transpose_b: true },
-    };
-    let k = kernel.with_op(k);
-    Some((k, ins))
-}
-
 /// f32 values from their native-endian bytes.
 fn decode_f32(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-/// Whether a view step can be applied to a tensor of `shape` (kernels index in bounds).
-fn step_fits(step: &ViewStep, shape: &[usize]) -> bool {
-    match step {
-        ViewStep::Reshape(to) => to.iter().product::<usize>() == shape.iter().product::<usize>(),
-        ViewStep::Permute(perm) => {
-            let mut seen = vec![false; shape.len()];
-            perm.len() == shape.len()
-                && perm
-                    .iter()
-                    .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
-        }
-        ViewStep::Expand(to) => crate::ops::check::broadcasts(shape, to),
-        ViewStep::Slice { axis, start, end } => {
-            *axis < shape.len() && start <= end && *end <= shape[*axis]
-        }
-    }
 }
 
 fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {

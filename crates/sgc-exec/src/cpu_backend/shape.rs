@@ -128,15 +128,7 @@ pub(super) fn run(k: &Shape, io: Io) -> R {
             }
         }
         Shape::Stack { axis } => {
-            let shapes: Vec<Vec<usize>> = io
-                .ops_in
-                .iter()
-                .map(|o| {
-                    let mut s = o.shape.clone();
-                    s.insert(*axis, 1);
-                    s
-                })
-                .collect();
+            let shapes = crate::ops::shape::stacked(io.ops_in, *axis);
             let xs = io
                 .ins
                 .iter()

@@ -5,10 +5,17 @@
 //! [`SCRATCH_FLOATS`] (or one image when that is more); `conv2d` and `conv2d_grad_input`
 //! run one strided-batched SGEMM per chunk (the weight shared, stride 0),
 //! `conv2d_grad_weight` one SGEMM per image accumulating in image order, as the CPU does.
+//! The exporter's grouped (depthwise) convolutions and their backward run these per group,
+//! each group's channels gathered into staging buffers and placed back; a bias is added
+//! (and its gradient summed) by the element-wise family's kernels.
 
 use super::device::{n, Arg, Device, Gemm, Grid, R};
-use super::launch::{no_kernel, with_ptrs, Io};
+use super::elementwise::{bias_add, bias_add_grad};
+use super::launch::{with_ptrs, Io, KERNEL_SLOTS};
+use super::shape::{columns, slice};
+use crate::error::KernelError;
 use crate::ops::conv::Conv;
+use crate::window::Groups;
 
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
@@ -167,6 +174,112 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
             let o = io.ops_in[1].shape[1];
             conv2d_grad_weight(d, ins[0], ins[1], outs[0], &g(), o)
         }
-        Conv::ConvGrouped { .. } | Conv::ConvBackward { .. } => Err(no_kernel()),
+        Conv::ConvGrouped { groups, bias, .. } => {
+            let bias = bias.then(|| ins[2]);
+            conv_grouped(
+                d,
+                ins[0],
+                ins[1],
+                bias,
+                outs[0],
+                &Groups::of(&g(), w, *groups),
+            )
+        }
+        Conv::ConvBackward { groups, mask, .. } => {
+            let o = io.ops_in[2].shape[0];
+            let p = Groups::of(&g(), o, *groups);
+            conv_backward(d, [ins[0], ins[1], ins[2]], outs, *mask, &p)
+        }
+    }
+}
+
+/// Channels `[grp * c, (grp + 1) * c)` of every image of `x [images, total, plane]` into
+/// staging slot `slot`, contiguous: its address.
+fn gather(
+    d: &mut Device,
+    x: u64,
+    slot: usize,
+    (images, total, plane): (usize, usize, usize),
+    c: usize,
+    grp: usize,
+) -> Result<u64, KernelError> {
+    let part = d.staging(KERNEL_SLOTS + slot, 4 * images * c * plane)?;
+    let shape = [images, total, plane];
+    slice(d, x, part, &shape, 1, grp * c, (grp + 1) * c)?;
+    Ok(part)
+}
+
+/// The inverse of [`gather`]: `part [images, c, plane]` written into its channels of
+/// `y [images, total, plane]`.
+fn place(
+    d: &Device,
+    part: u64,
+    y: u64,
+    (images, total, plane): (usize, usize, usize),
+    c: usize,
+    grp: usize,
+) -> R {
+    let (chunk, row) = (c * plane, total * plane);
+    columns(d, "concat", (part, y), (images, row), chunk, grp * chunk)
+}
+
+/// `convolution` in groups (per group, `conv2d` over its channels, gathered into staging
+/// buffers and placed back) with an optional bias added after.
+fn conv_grouped(d: &mut Device, x: u64, w: u64, bias: Option<u64>, y: u64, p: &Groups) -> R {
+    let g = &p.g;
+    if p.groups == 1 {
+        conv2d(d, x, w, y, g, p.o)?;
+    } else {
+        for grp in 0..p.groups {
+            let xs = gather(d, x, 0, (g.n, g.c, p.pin), p.cg, grp)?;
+            let ys = d.staging(KERNEL_SLOTS + 1, 4 * g.n * p.og * p.pout)?;
+            conv2d(d, xs, at(w, grp * p.wlen), ys, &p.gw, p.og)?;
+            place(d, ys, y, (g.n, p.o, p.pout), p.og, grp)?;
+        }
+    }
+    match bias {
+        Some(b) => bias_add(d, y, b, y, &[g.n, p.o, p.pout], 1),
+        None => Ok(()),
+    }
+}
+
+/// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
+/// group when `groups > 1`.
+fn conv_backward(
+    d: &mut Device,
+    [dy, x, w]: [u64; 3],
+    outs: &[u64],
+    mask: [bool; 3],
+    p: &Groups,
+) -> R {
+    let (g, o) = (&p.g, p.o);
+    let mut outs = outs.iter().copied();
+    let mut next = |want: bool| if want { outs.next() } else { None };
+    if let Some(dx) = next(mask[0]) {
+        if p.groups == 1 {
+            conv2d_grad_input(d, dy, w, dx, g, o)?;
+        } else {
+            for grp in 0..p.groups {
+                let dys = gather(d, dy, 0, (g.n, o, p.pout), p.og, grp)?;
+                let dxs = d.staging(KERNEL_SLOTS + 1, 4 * g.n * p.cg * p.pin)?;
+                conv2d_grad_input(d, dys, at(w, grp * p.wlen), dxs, &p.gw, p.og)?;
+                place(d, dxs, dx, (g.n, g.c, p.pin), p.cg, grp)?;
+            }
+        }
+    }
+    if let Some(dw) = next(mask[1]) {
+        if p.groups == 1 {
+            conv2d_grad_weight(d, x, dy, dw, g, o)?;
+        } else {
+            for grp in 0..p.groups {
+                let xs = gather(d, x, 0, (g.n, g.c, p.pin), p.cg, grp)?;
+                let dys = gather(d, dy, 1, (g.n, o, p.pout), p.og, grp)?;
+                conv2d_grad_weight(d, xs, dys, at(dw, grp * p.wlen), &p.gw, p.og)?;
+            }
+        }
+    }
+    match next(mask[2]) {
+        Some(db) => bias_add_grad(d, dy, db, &[g.n, o, p.pout], 1),
+        None => Ok(()),
     }
 }

@@ -124,6 +124,9 @@ pub(crate) struct Device {
     blas: CudaBlas,
     funcs: HashMap<&'static str, CudaFunction>,
     scratch: Option<CudaSlice<u8>>,
+    staging: HashMap<usize, CudaSlice<u8>>,
+    /// Runs so far of each random op (by its seed): the stream position of its next draw.
+    pub(crate) draws: HashMap<u64, u64>,
     flag: CudaSlice<i32>,
     _module: Arc<CudaModule>,
 }
@@ -174,6 +177,8 @@ impl Device {
             blas,
             funcs,
             scratch: None,
+            staging: HashMap::new(),
+            draws: HashMap::new(),
             flag,
             _module: module,
         })
@@ -300,24 +305,58 @@ impl Device {
     /// Address of an internal workspace of at least `bytes` bytes (grown on demand, not
     /// counted in the allocator's statistics, like the CPU backend's im2col buffer).
     pub(crate) fn scratch(&mut self, bytes: usize) -> Result<u64, KernelError> {
-        let have = self.scratch.as_ref().map_or(0, |s| s.len());
+        let mut mem = self.scratch.take();
+        let grown = self.grow(&mut mem, bytes);
+        self.scratch = mem;
+        grown
+    }
+
+    /// Address of staging buffer `slot` of at least `bytes` bytes: like [`Device::scratch`],
+    /// one per slot, so that a materialised view ([`super::launch::view_slot`]) or a
+    /// kernel's gathered operand ([`super::launch::KERNEL_SLOTS`]) lives beside the
+    /// im2col workspace.
+    pub(crate) fn staging(&mut self, slot: usize, bytes: usize) -> Result<u64, KernelError> {
+        let mut mem = self.staging.remove(&slot);
+        let grown = self.grow(&mut mem, bytes);
+        if let Some(m) = mem {
+            self.staging.insert(slot, m);
+        }
+        grown
+    }
+
+    /// Grows `mem` to at least `bytes` bytes; its address.
+    fn grow(&mut self, mem: &mut Option<CudaSlice<u8>>, bytes: usize) -> Result<u64, KernelError> {
+        let have = mem.as_ref().map_or(0, |s| s.len());
         if have < bytes.max(1) {
             // The old workspace may still be read by queued kernels.
             self.stream
                 .synchronize()
                 .map_err(|e| KernelError::device("synchronising", e))?;
-            self.scratch = None;
+            *mem = None;
             // SAFETY: a workspace every user writes before reading.
-            let mem = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| {
+            let fresh = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| {
                 KernelError::device(format!("allocating a {bytes}-byte workspace"), e)
             })?;
-            self.scratch = Some(mem);
+            *mem = Some(fresh);
         }
-        let mem = self
-            .scratch
+        let m = mem
             .as_ref()
             .ok_or_else(|| KernelError::device("the workspace", "missing"))?;
-        Ok(self.address(mem))
+        Ok(self.address(m))
+    }
+
+    /// Copies `bytes` bytes from device address `src` to `dst` (ranges that do not overlap)
+    /// on the stream.
+    pub(crate) fn copy_bytes(&self, dst: u64, src: u64, bytes: usize) -> R {
+        if bytes == 0 || dst == src {
+            return Ok(());
+        }
+        // SAFETY: the caller passes ranges of `bytes` bytes inside live allocations (checked
+        // operands or workspaces); the copy is queued on the one stream, in order.
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
+        }
+        .map_err(|e| KernelError::device("copying on the device", e))
     }
 }
 

@@ -1,9 +1,13 @@
-//! Element-wise kernels, bias, and the SGD update (`kernels/elementwise.cu`; the CPU
+//! Element-wise kernels, bias, scalar arithmetic, broadcasting, activations (the
+//! exporter's by [`Unary`] code) and the SGD update (`kernels/elementwise.cu`; the CPU
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::{no_kernel, Io};
-use crate::ops::elementwise::Elementwise;
+use super::launch::Io;
+use super::shape::{broadcast_strides, dims};
+use crate::error::KernelError;
+use crate::ops::elementwise::{BinOp, Elementwise, Unary};
+use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
 fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
@@ -105,11 +109,72 @@ pub(crate) fn sgd_update(d: &Device, param: u64, grad: u64, lr: f32, len: usize)
     d.launch("sgd_update", Grid::Elements(len), &args)
 }
 
+/// `x + value` on f32, or on i64 (an integer counter) when `is_i64`.
+pub(crate) fn add_scalar(d: &Device, x: u64, y: u64, value: f64, is_i64: bool, len: usize) -> R {
+    if !is_i64 {
+        let args = [Arg::Ptr(x), Arg::Ptr(y), Arg::F32(value as f32), n(len)];
+        return d.launch("add_scalar", Grid::Elements(len), &args);
+    }
+    if value.fract() != 0.0 {
+        return Err(KernelError::Operands(format!(
+            "adds {value} to an integer tensor"
+        )));
+    }
+    let args = [Arg::Ptr(x), Arg::Ptr(y), Arg::I64(value as i64), n(len)];
+    d.launch("add_scalar_i64", Grid::Elements(len), &args)
+}
+
+/// `x * value` (`mul_scalar`) or `x / value` (`div_scalar`), by kernel name.
+fn scalar(d: &Device, name: &'static str, x: u64, y: u64, value: f32, len: usize) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), Arg::F32(value), n(len)];
+    d.launch(name, Grid::Elements(len), &args)
+}
+
+/// `threshold_backward`: `(dy, x) -> dy` where `x > threshold`, else 0.
+pub(crate) fn threshold_backward(d: &Device, dy: u64, x: u64, dx: u64, t: f32, len: usize) -> R {
+    let args = [Arg::Ptr(dy), Arg::Ptr(x), Arg::Ptr(dx), Arg::F32(t), n(len)];
+    d.launch("threshold_backward", Grid::Elements(len), &args)
+}
+
+/// Every element of `y` set to `value`.
+pub(crate) fn fill(d: &Device, y: u64, value: f32, len: usize) -> R {
+    let args = [Arg::Ptr(y), Arg::F32(value), n(len)];
+    d.launch("fill", Grid::Elements(len), &args)
+}
+
+/// The kernels' code of `u`: its index in [`Unary::ALL`] (`U_*` in the source).
+fn code(u: Unary) -> i32 {
+    Unary::ALL.iter().position(|&v| v == u).unwrap_or(0) as i32
+}
+
+/// `a op b`, both broadcast to `y [ys]`.
+fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
+    let ys = io.ops_out[0].shape.as_slice();
+    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
+    let code = match op {
+        BinOp::Add => 0,
+        BinOp::Sub => 1,
+        BinOp::Mul => 2,
+    };
+    let len: usize = ys.iter().product();
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::Ptr(io.ins[1]),
+        Arg::Ptr(io.outs[0]),
+        Arg::I32(code),
+        n(len),
+        Arg::Dims(side(0)?),
+        Arg::Dims(side(1)?),
+    ];
+    d.launch("broadcast_binary", Grid::Elements(len), &args)
+}
+
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
     use Elementwise as E;
     let shape = || io.ops_in[0].shape.as_slice();
     let numel = || io.ops_in[0].numel();
+    let (x, y) = (|| io.ins[0], || io.outs[0]);
     match k {
         E::BiasAdd { axis } => bias_add(d, io.ins[0], io.ins[1], io.outs[0], shape(), *axis),
         E::BiasAddGrad { axis } => bias_add_grad(d, io.ins[0], io.outs[0], shape(), *axis),
@@ -124,6 +189,31 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope, numel())
         }
         E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr, numel()),
-        _ => Err(no_kernel()),
+        E::AddScalar { value } => {
+            let is_i64 = io.ops_in[0].dtype == DType::I64;
+            add_scalar(d, x(), y(), *value, is_i64, numel())
+        }
+        E::MulScalar { value } => scalar(d, "mul_scalar", x(), y(), *value, numel()),
+        E::DivScalar { value } => scalar(d, "div_scalar", x(), y(), *value, numel()),
+        E::ThresholdBackward { threshold } => {
+            threshold_backward(d, io.ins[0], io.ins[1], y(), *threshold, numel())
+        }
+        E::Pointwise(u) => {
+            let args = [Arg::Ptr(x()), Arg::Ptr(y()), Arg::I32(code(*u)), n(numel())];
+            d.launch("pointwise", Grid::Elements(numel()), &args)
+        }
+        E::PointwiseBackward(u) => {
+            let args = [
+                Arg::Ptr(io.ins[0]),
+                Arg::Ptr(io.ins[1]),
+                Arg::Ptr(y()),
+                Arg::I32(code(*u)),
+                n(numel()),
+            ];
+            d.launch("pointwise_backward", Grid::Elements(numel()), &args)
+        }
+        E::Broadcast { op } => broadcast(d, *op, io),
+        E::Fill { value } => fill(d, y(), *value, io.ops_out[0].numel()),
+        E::Zeros { .. } => fill(d, y(), 0.0, io.ops_out[0].numel()),
     }
 }

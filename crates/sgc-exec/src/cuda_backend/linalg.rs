@@ -1,8 +1,10 @@
 //! Matrix products through cuBLAS (`Device::gemm`, row-major on top of column-major
-//! SGEMM); the CPU reference is `cpu_backend/linalg.rs`, same names.
+//! SGEMM; `addmm` accumulates onto its bias, broadcast first); the CPU reference is
+//! `cpu_backend/linalg.rs`, same names.
 
 use super::device::{Device, Gemm, R};
-use super::launch::{last, no_kernel, rows, Io};
+use super::launch::{last, rows, Io};
+use super::shape::expand;
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 
 /// One product `C[m, n] = op(A) @ op(B)` with nothing batched; `a`, `b` are
@@ -92,6 +94,17 @@ pub(super) fn run(k: &Linalg, d: &mut Device, io: Io) -> R {
             let s = Bmm::of(sh(0), &io.ops_out[0].shape, *transpose_a, *transpose_b);
             batched_matmul(d, io.ins[0], io.ins[1], io.outs[0], &s)
         }
-        Linalg::AddMm { .. } => Err(no_kernel()),
+        Linalg::AddMm { transpose_b } => {
+            let (kk, n) = inner_cols(sh(2), *transpose_b);
+            let m = sh(1)[0];
+            // The bias in every row, then the product added to it.
+            expand(d, io.ins[0], io.outs[0], &[n], &[m, n])?;
+            let a = (io.ins[1], false);
+            let b = (io.ins[2], *transpose_b);
+            d.gemm(&Gemm {
+                beta: 1.0,
+                ..single((m, n, kk), a, b, io.outs[0])
+            })
+        }
     }
 }

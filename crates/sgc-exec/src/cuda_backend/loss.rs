@@ -1,8 +1,9 @@
-//! Cross-entropy over logits (`kernels/loss.cu`; the CPU reference is
-//! `cpu_backend/loss.rs`, same names): one block per row, sums in f64.
+//! Cross-entropy over logits and the exporter's negative log-likelihood
+//! (`kernels/loss.cu`; the CPU reference is `cpu_backend/loss.rs`, same names): one block
+//! per row (or one for the whole `nll_loss`), sums in f64.
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::launch::{last, no_kernel, Io};
+use super::launch::{last, Io};
 use crate::ops::loss::Loss;
 
 /// `cross_entropy`: per-row losses (f64, in the workspace), then their mean.
@@ -53,6 +54,27 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
     match k {
         Loss::CrossEntropy => cross_entropy(d, io.ins[0], labels(), io.outs[0], rows, c),
         Loss::CrossEntropyGrad => cross_entropy_grad(d, io.ins[0], labels(), io.outs[0], rows, c),
-        _ => Err(no_kernel()),
+        Loss::NllLoss { ignore_index } => {
+            let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
+                .into_iter()
+                .chain(labels().args())
+                .chain([Arg::Ptr(io.outs[0]), Arg::Ptr(io.outs[1]), n(rows), n(c)])
+                .chain([Arg::I64(*ignore_index), d.flag()])
+                .collect();
+            d.launch("nll_loss", Grid::One, &args)?;
+            d.check_flag()
+        }
+        Loss::NllLossBackward { ignore_index } => {
+            let t = Idx::of(&io.ops_in[2], io.ins[2]);
+            let (c, rows) = (last(&io.ops_in[1].shape), io.ops_in[2].numel());
+            let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
+                .into_iter()
+                .chain(t.args())
+                .chain([Arg::Ptr(io.ins[3]), Arg::Ptr(io.outs[0]), n(rows), n(c)])
+                .chain([Arg::I64(*ignore_index), d.flag()])
+                .collect();
+            d.launch("nll_loss_backward", Grid::Elements(rows * c), &args)?;
+            d.check_flag()
+        }
     }
 }

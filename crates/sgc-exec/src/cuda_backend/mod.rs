@@ -9,7 +9,7 @@
 //!   assembles them into one program, compiled by NVRTC when the backend is created, for
 //!   the device's own architecture, and loaded as one module.
 //! - `<family>.rs` (`elementwise`, `linalg`, `conv`, `pool`, `norm`, `loss`, `embedding`,
-//!   `shape`): the family's `run` and its launchers, one function per op type with the
+//!   `shape`, `reduce`, `random`): the family's `run` and its launchers, one function per op type with the
 //!   CPU backend's names. Matrix products (`matmul`,
 //!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
 //! - `device.rs`: context, stream, kernel launch (arguments checked against
@@ -18,8 +18,14 @@
 //!
 //! Memory: every [`crate::backend::Backend::alloc`] is one device allocation (the executor makes one
 //! arena and one per persistent storage); operands are byte offsets into them. Internal
-//! workspaces (im2col, per-row losses) are outside the allocator's statistics, as the CPU
-//! backend's are.
+//! workspaces (im2col, per-row losses) and staging buffers (a view operand materialised
+//! before the kernel reads it; a grouped convolution's gathered channels; a norm
+//! backward's results the op does not ask for) are outside the allocator's statistics, as
+//! the CPU backend's copies are.
+//!
+//! Coverage: every op kind the CPU backend runs, the exporter's included, has a kernel
+//! here; [`runs`] is `supports`, compiled into every build so that
+//! [`crate::coverage`] answers without a device.
 //!
 //! Determinism: one stream; no atomics; every reduction is one block of
 //! [`sources::BLOCK`] threads summing fixed strided subsets, then a fixed tree (or one
@@ -31,6 +37,17 @@
 
 pub mod sources;
 
+use crate::kernel::{FamilyKernel, Kernel, Shape};
+
+/// Whether the CUDA backend runs `kernel`: its `supports`, compiled into every build so
+/// that [`crate::coverage`] answers as the device would.
+pub fn runs(kernel: &Kernel) -> bool {
+    match kernel.op() {
+        FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
+        _ => kernel.on_cuda(),
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
 #[cfg(not(feature = "cuda"))]
@@ -40,6 +57,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(conv device elementwise embedding launch linalg loader loss norm pool runtime shape);
+cuda_modules!(conv device elementwise embedding launch linalg loader loss norm pool random reduce runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

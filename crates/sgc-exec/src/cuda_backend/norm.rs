@@ -3,7 +3,8 @@
 //! tree order.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::{last, no_kernel, rows, Io};
+use super::launch::{last, rows as rows_of, Io, KERNEL_SLOTS};
+use crate::error::KernelError;
 use crate::ops::norm::Norm;
 
 /// Layout of a norm: `outer x feat x inner` (batch norm: features on axis 1).
@@ -123,7 +124,7 @@ pub(crate) fn softmax_grad(
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
-    let rows = || rows(&io.ops_in[0]);
+    let rows = || rows_of(&io.ops_in[0]);
     match k {
         Norm::BatchNorm { eps } => {
             let three = [io.ins[0], io.ins[1], io.ins[2]];
@@ -141,8 +142,81 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
         Norm::SoftmaxGrad { scale } => {
             softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale)
         }
-        _ => Err(no_kernel()),
+        Norm::BatchNormBackward { mask } => {
+            let [dy, x, gamma, mean, invstd] = in5(io.ins);
+            let s = bn_dims(&io.ops_in[1].shape);
+            let sizes = [s.outer * s.feat * s.inner, s.feat, s.feat];
+            let outs = masked(d, *mask, sizes, io.outs)?;
+            batch_norm_grad(d, [x, gamma, mean, invstd, dy], s, outs)
+        }
+        Norm::LayerNormBackward { mask } => {
+            let [dy, x, mean, rstd, gamma] = in5(io.ins);
+            let x_op = &io.ops_in[1];
+            let feat = last(&x_op.shape);
+            let outs = masked(d, *mask, [x_op.numel(), feat, feat], io.outs)?;
+            layer_norm_grad(d, [x, gamma, mean, rstd, dy], rows_of(x_op), feat, outs)
+        }
+        Norm::BatchNormUpdateStats {
+            momentum,
+            eps,
+            count,
+        } => {
+            let c = io.ops_in[0].numel();
+            let args: Vec<Arg> = ptrs(&io.ins[..4])
+                .chain(ptrs(&io.outs[..2]))
+                .chain([
+                    Arg::F32(*momentum),
+                    Arg::F32(*eps),
+                    n(*count as usize),
+                    n(c),
+                ])
+                .collect();
+            d.launch("batch_norm_update_stats", Grid::Elements(c), &args)
+        }
+        Norm::SoftmaxBackward => {
+            softmax_grad(d, io.ins[1], io.ins[0], io.outs[0], rows(), last(x), 1.0)
+        }
+        Norm::LogSoftmax => {
+            let args = [
+                Arg::Ptr(io.ins[0]),
+                Arg::Ptr(io.outs[0]),
+                n(rows()),
+                n(last(x)),
+            ];
+            d.launch("log_softmax", Grid::Rows(rows()), &args)
+        }
+        Norm::LogSoftmaxBackward => {
+            let args = [
+                Arg::Ptr(io.ins[0]),
+                Arg::Ptr(io.ins[1]),
+                Arg::Ptr(io.outs[0]),
+                n(rows()),
+                n(last(x)),
+            ];
+            d.launch("log_softmax_backward", Grid::Rows(rows()), &args)
+        }
     }
+}
+
+/// The three results `(dx, dgamma, dbeta)` of a norm's backward: the outputs `mask` asks
+/// for, in order, and staging buffers (of `sizes` floats) for the others, discarded.
+fn masked(
+    d: &mut Device,
+    mask: [bool; 3],
+    sizes: [usize; 3],
+    outs: &[u64],
+) -> Result<[u64; 3], KernelError> {
+    let mut given = outs.iter();
+    let mut all = [0u64; 3];
+    for (i, a) in all.iter_mut().enumerate() {
+        *a = match mask[i] {
+            true => *given
+                .next()
+                .ok_or_else(|| KernelError::Operands("fewer outputs than the mask".into()))?,
+            false => d.staging(KERNEL_SLOTS + i, 4 * sizes[i])?,
+        };
+    }
+    Ok(all)
 }
 
 fn in5(ins: &[u64]) -> [u64; 5] {

@@ -1,11 +1,15 @@
-//! Pooling and nearest 2x upsampling over `[N, C, H, W]` (`kernels/pool.cu`; the CPU
-//! reference is `cpu_backend/pool.rs`, same names).
+//! Pooling (max with the first maximum, with or without indices; average; global
+//! average) and nearest 2x upsampling over `[N, C, H, W]` (`kernels/pool.cu`; the CPU
+//! reference is `cpu_backend/pool.rs`, same names). The backward kernels gather, one
+//! thread per input element over the windows covering it, in the order the CPU scatters.
 
-use super::launch::with_ptrs;
-use crate::window::Window;
+use super::device::Idx;
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::{no_kernel, Io};
+use super::launch::with_ptrs;
+use super::launch::Io;
+use crate::error::KernelError;
 use crate::ops::pool::Pool;
+use crate::window::Window;
 
 impl Window {
     /// Pooling arguments: `planes, h, w, k, stride, pad, ho, wo`.
@@ -104,6 +108,48 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
         (Pool::Upsample2xGrad, _) => {
             upsample_nearest2x_grad(d, ins[0], outs[0], y[0] * y[1], y[2], y[3])
         }
-        _ => Err(no_kernel()),
+        (Pool::MaxPool2dIndices { .. }, Some(g)) => {
+            let total = g.n * g.c * g.ho * g.wo;
+            let args = with_ptrs(&[ins[0], outs[0], outs[1]], g.pool_args());
+            d.launch("max_pool2d_indices", Grid::Elements(total), &args)
+        }
+        (Pool::MaxPool2dIndicesBackward { .. }, Some(g)) => {
+            let idx = Idx::of(&io.ops_in[2], ins[2]);
+            let pooled = io.ops_in[2].numel();
+            let check = [
+                Arg::Ptr(idx.ptr),
+                idx.args()[1],
+                n(pooled),
+                n(g.h * g.w),
+                d.flag(),
+            ];
+            d.launch("pool_index_check", Grid::Elements(pooled), &check)?;
+            let args: Vec<Arg> = [Arg::Ptr(ins[0])]
+                .into_iter()
+                .chain(idx.args())
+                .chain([Arg::Ptr(outs[0])])
+                .chain(g.pool_args())
+                .collect();
+            d.launch(
+                "max_pool2d_indices_backward",
+                Grid::Elements(g.n * g.image()),
+                &args,
+            )?;
+            d.check_flag()
+        }
+        (Pool::AvgPool2d { .. }, Some(g)) => {
+            let total = g.n * g.c * g.ho * g.wo;
+            let args = with_ptrs(&[ins[0], outs[0]], g.pool_args());
+            d.launch("avg_pool2d", Grid::Elements(total), &args)
+        }
+        (Pool::AvgPool2dBackward { .. }, Some(g)) => {
+            let args = with_ptrs(&[ins[0], outs[0]], g.pool_args());
+            d.launch(
+                "avg_pool2d_backward",
+                Grid::Elements(g.n * g.image()),
+                &args,
+            )
+        }
+        _ => Err(KernelError::Operands("no pooling window".to_string())),
     }
 }

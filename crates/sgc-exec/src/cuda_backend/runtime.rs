@@ -3,19 +3,22 @@
 //! [`Backend::alloc`] makes one device allocation per call (the executor makes one arena
 //! and one per persistent storage); an [`Operand`] is a byte offset into one of them,
 //! checked against its bounds and dtype alignment before its address is handed to a
-//! kernel. [`run`] routes each kernel to its family's module (the CPU backend's names),
-//! which calls the launcher of the op type's name.
+//! kernel. A view operand (an exported graph's alias) is materialised into a staging
+//! buffer first (`shape::materialize`), and a product of a transposed stored matrix reads
+//! it transposed instead, as the CPU backend does. [`run`] routes each kernel to its
+//! family's module (the CPU backend's names), which calls the launcher of the op type's
+//! name.
 
 use super::device::{Device, R};
-use super::launch::{no_kernel, Io};
-use super::{conv, elementwise, embedding, linalg, loader, loss, norm, pool, shape, sources};
+use super::launch::Io;
+use super::{
+    conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce, shape,
+};
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
-use crate::kernel::{FamilyKernel, Kernel, Shape};
-use crate::shapes::is_index_slot;
 use crate::error::{ExecError, KernelError};
+use crate::kernel::{FamilyKernel, Kernel};
 use cudarc::driver::result::memcpy_dtod_async;
 use cudarc::driver::CudaSlice;
-use sgc_ir::DType;
 
 const NAME: &str = "cuda";
 
@@ -116,10 +119,7 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, kernel: &Kernel) -> bool {
-        match kernel.op() {
-            FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
-            _ => kernel.on_cuda(),
-        }
+        super::runs(kernel)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
@@ -213,24 +213,12 @@ impl Backend for CudaBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        // Kernels index device memory from the shapes: an unchecked shape would be an
-        // out-of-bounds access on the device, not a panic. (The executor checked them too.)
+        // Kernels index device memory from the shapes and read each operand as the dtype
+        // its slot declares: an unchecked operand would be an out-of-bounds access on the
+        // device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
             .map_err(|error| Self::kernel_err(kernel, error))?;
-        for (i, o) in inputs.iter().enumerate() {
-            let index = is_index_slot(kernel, i) && matches!(o.dtype, DType::I64 | DType::I32);
-            if !index && o.dtype != DType::F32 {
-                return Err(Self::err(format!(
-                    "{}: input {i} has dtype {}",
-                    kernel.name(),
-                    o.dtype.as_str()
-                )));
-            }
-        }
-        if outputs.iter().any(|o| o.dtype != DType::F32) {
-            return Err(Self::err(format!("{}: outputs must be f32", kernel.name())));
-        }
-        let ins = inputs
+        let stored = inputs
             .iter()
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
@@ -239,6 +227,16 @@ impl Backend for CudaBackend {
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
         self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let mut ins = Vec::with_capacity(inputs.len());
+        for (i, (o, &at)) in inputs.iter().zip(&stored).enumerate() {
+            // A parameter written in place is never a view (its copy would be written).
+            if i == 0 && kernel.writes_first_input() && o.view.is_some() {
+                return Err(Self::err(format!("{}: writes a view", kernel.name())));
+            }
+            let read = shape::materialize(&mut self.dev, o, at, i)
+                .map_err(|error| Self::kernel_err(kernel, error))?;
+            ins.push(read);
+        }
         let io = Io {
             ins: &ins,
             outs: &outs,
@@ -268,6 +266,7 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
         FamilyKernel::Loss(k) => loss::run(k, d, io),
         FamilyKernel::Embedding(k) => embedding::run(k, d, io),
         FamilyKernel::Shape(k) => shape::run(k, d, io),
-        FamilyKernel::Reduce(_) | FamilyKernel::Random(_) => Err(no_kernel()),
+        FamilyKernel::Reduce(k) => reduce::run(k, d, io),
+        FamilyKernel::Random(k) => random::run(k, d, io),
     }
 }

@@ -1,11 +1,14 @@
-//! Data movement: transpose, concat, slice, reshape copies
+//! Data movement: transpose, concat, slice, broadcasting, byte copies, and the
+//! materialisation of view operands, every strided read through the `transpose` kernel
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
 use super::device::{n, Arg, Device, DimsArg, Grid, R};
-use super::launch::{no_kernel, Io};
+use super::launch::{offset, view_slot, Io};
 use super::sources::MAX_RANK;
-use crate::ops::shape::Shape;
+use crate::backend::{Operand, ViewStep};
 use crate::error::KernelError;
+use crate::ops::shape::Shape;
+use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
 pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
@@ -16,29 +19,142 @@ pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
     )
 }
 
-/// `transpose`: `y.shape[i] = x.shape[perm[i]]`.
-pub(crate) fn transpose(d: &Device, x: u64, y: u64, shape: &[usize], perm: &[usize]) -> R {
-    let r = shape.len();
-    if r > MAX_RANK || perm.len() != r {
-        return Err(KernelError::Operands(format!(
-            "rank {r} (perm {perm:?}); at most {MAX_RANK} axes"
-        )));
-    }
-    let mut strides = vec![1usize; r];
-    for a in (0..r.saturating_sub(1)).rev() {
+/// Row-major strides of `shape`.
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
         strides[a] = strides[a + 1] * shape[a + 1];
+    }
+    strides
+}
+
+/// The kernels' `Dims` of an output `out_shape` read at `src_strides` (per output axis).
+pub(crate) fn dims(out_shape: &[usize], src_strides: &[usize]) -> Result<DimsArg, KernelError> {
+    let r = out_shape.len();
+    if r > MAX_RANK {
+        return Err(KernelError::Operands(format!(
+            "rank {r} {out_shape:?}; at most {MAX_RANK} axes"
+        )));
     }
     let mut dims = DimsArg {
         rank: r as i64,
         ..DimsArg::default()
     };
-    for (i, &p) in perm.iter().enumerate() {
-        dims.out_shape[i] = shape[p] as i64;
-        dims.src_strides[i] = strides[p] as i64;
+    for (i, (&len, &stride)) in out_shape.iter().zip(src_strides).enumerate() {
+        dims.out_shape[i] = len as i64;
+        dims.src_strides[i] = stride as i64;
     }
-    let len: usize = shape.iter().product();
-    let args = [Arg::Ptr(x), Arg::Ptr(y), n(len), Arg::Dims(dims)];
+    Ok(dims)
+}
+
+/// `y [out_shape]` at each index = `x` at `sum(index * src_strides)` (the `transpose`
+/// kernel: a permutation, a broadcast, a slice).
+pub(crate) fn strided(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &[usize]) -> R {
+    let len: usize = out_shape.iter().product();
+    let args = [
+        Arg::Ptr(x),
+        Arg::Ptr(y),
+        n(len),
+        Arg::Dims(dims(out_shape, src_strides)?),
+    ];
     d.launch("transpose", Grid::Elements(len), &args)
+}
+
+/// `transpose`: `y.shape[i] = x.shape[perm[i]]`.
+pub(crate) fn transpose(d: &Device, x: u64, y: u64, shape: &[usize], perm: &[usize]) -> R {
+    if perm.len() != shape.len() {
+        return Err(KernelError::Operands(format!(
+            "perm {perm:?} of a rank-{} operand",
+            shape.len()
+        )));
+    }
+    let strides = strides_of(shape);
+    let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+    strided(d, x, y, &out, &src)
+}
+
+/// The stride in `x [xs]` of each axis of `ys` when `x` broadcasts to it (axes aligned on
+/// the right; 0 where `x` repeats).
+pub(crate) fn broadcast_strides(xs: &[usize], ys: &[usize]) -> Vec<usize> {
+    let lead = ys.len() - xs.len();
+    let own = strides_of(xs);
+    (0..ys.len())
+        .map(|a| match a.checked_sub(lead) {
+            Some(d) if xs[d] != 1 => own[d],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// `expand`: `x [xs]` broadcast to `y [ys]`.
+pub(crate) fn expand(d: &Device, x: u64, y: u64, xs: &[usize], ys: &[usize]) -> R {
+    strided(d, x, y, ys, &broadcast_strides(xs, ys))
+}
+
+/// Materialises view operand `op` (its stored tensor at `base`) for input `i`: each step
+/// applied in order into alternating staging buffers; the address of the result (`base`
+/// itself when every step is a reshape).
+pub(crate) fn materialize(
+    d: &mut Device,
+    op: &Operand,
+    base: u64,
+    i: usize,
+) -> Result<u64, KernelError> {
+    let Some(view) = &op.view else {
+        return Ok(base);
+    };
+    if op.dtype != DType::F32 {
+        return Err(KernelError::Operands(
+            "views of integer tensors are not supported".into(),
+        ));
+    }
+    let (mut at, mut shape, mut k) = (base, view.base.clone(), 0);
+    for step in &view.steps {
+        if !step.fits(&shape) {
+            return Err(KernelError::Operands(format!(
+                "view step {step:?} does not fit {shape:?}"
+            )));
+        }
+        let (to, src): (Vec<usize>, Vec<usize>) = match step {
+            ViewStep::Reshape(to) => {
+                shape = to.clone();
+                continue;
+            }
+            ViewStep::Permute(perm) => {
+                let strides = strides_of(&shape);
+                (
+                    perm.iter().map(|&p| shape[p]).collect(),
+                    perm.iter().map(|&p| strides[p]).collect(),
+                )
+            }
+            ViewStep::Expand(to) => (to.clone(), broadcast_strides(&shape, to)),
+            ViewStep::Slice { axis, start, .. } => {
+                let strides = strides_of(&shape);
+                at = offset(at, start * strides[*axis], 4);
+                (step_shape(step, &shape), strides)
+            }
+        };
+        let y = d.staging(view_slot(i, k), 4 * to.iter().product::<usize>())?;
+        strided(d, at, y, &to, &src)?;
+        (at, shape, k) = (y, to, 1 - k);
+    }
+    if shape != op.shape {
+        return Err(KernelError::Operands(format!(
+            "a view of {:?} read as {:?}",
+            view.base, op.shape
+        )));
+    }
+    Ok(at)
+}
+
+/// The shape after a slice step.
+fn step_shape(step: &ViewStep, shape: &[usize]) -> Vec<usize> {
+    let mut to = shape.to_vec();
+    if let ViewStep::Slice { axis, start, end } = step {
+        to[*axis] = end - start;
+    }
+    to
 }
 
 /// `(outer, inner)` around `axis` of `shape`.
@@ -56,8 +172,7 @@ pub(crate) fn concat(d: &Device, xs: &[(u64, &[usize])], y: u64, axis: usize) ->
     let mut at = 0;
     for (x, s) in xs {
         let chunk = s[axis] * inner;
-        let args = [Arg::Ptr(*x), Arg::Ptr(y), n(outer), n(chunk), n(row), n(at)];
-        d.launch("concat", Grid::Elements(outer * chunk), &args)?;
+        columns(d, "concat", (*x, y), (outer, row), chunk, at)?;
         at += chunk;
     }
     Ok(())
@@ -75,22 +190,39 @@ pub(crate) fn slice(
 ) -> R {
     let (outer, inner) = around(shape, axis);
     let (row, chunk) = (shape[axis] * inner, (end - start) * inner);
-    let args = [
-        Arg::Ptr(x),
-        Arg::Ptr(y),
-        n(outer),
-        n(chunk),
-        n(row),
-        n(start * inner),
-    ];
-    d.launch("slice", Grid::Elements(outer * chunk), &args)
+    columns(d, "slice", (x, y), (outer, row), chunk, start * inner)
+}
+
+/// One launch of `concat` (`x [outer, chunk]` into columns `at..at + chunk` of
+/// `y [outer, row]`) or of `slice` (those columns of `x [outer, row]` into `y`), by name.
+pub(crate) fn columns(
+    d: &Device,
+    name: &'static str,
+    (x, y): (u64, u64),
+    (outer, row): (usize, usize),
+    chunk: usize,
+    at: usize,
+) -> R {
+    let args = [Arg::Ptr(x), Arg::Ptr(y), n(outer), n(chunk), n(row), n(at)];
+    d.launch(name, Grid::Elements(outer * chunk), &args)
+}
+
+/// Bytes of the elements of `o` (a view: of the view, as materialised).
+fn bytes(o: &Operand) -> usize {
+    o.numel() * o.dtype.size() as usize
 }
 
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
+    let y = || io.ops_out[0].shape.as_slice();
     match k {
-        Shape::Reshape => reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel()),
+        Shape::Reshape if io.ops_in[0].dtype == DType::F32 => {
+            reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel())
+        }
+        // Any other dtype: a byte copy.
+        Shape::Reshape => d.copy_bytes(io.outs[0], io.ins[0], bytes(&io.ops_in[0])),
+        Shape::CopyInto => d.copy_bytes(io.ins[0], io.ins[1], bytes(&io.ops_in[1])),
         Shape::Transpose { perm } => transpose(d, io.ins[0], io.outs[0], x, perm),
         Shape::Concat { axis } => {
             let xs: Vec<(u64, &[usize])> = io
@@ -101,9 +233,34 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
                 .collect();
             concat(d, &xs, io.outs[0], *axis)
         }
+        Shape::Stack { axis } => {
+            let shapes = crate::ops::shape::stacked(io.ops_in, *axis);
+            let xs: Vec<(u64, &[usize])> = io
+                .ins
+                .iter()
+                .zip(&shapes)
+                .map(|(&p, s)| (p, s.as_slice()))
+                .collect();
+            concat(d, &xs, io.outs[0], *axis)
+        }
         Shape::Slice { axis, start, end } => {
             slice(d, io.ins[0], io.outs[0], x, *axis, *start, *end)
         }
-        _ => Err(no_kernel()),
+        Shape::Split { axis, size } => {
+            for (i, &out) in io.outs.iter().enumerate() {
+                let start = i * size;
+                let end = (start + size).min(x[*axis]);
+                slice(d, io.ins[0], out, x, *axis, start, end)?;
+            }
+            Ok(())
+        }
+        Shape::Unbind { axis } => {
+            for (i, &out) in io.outs.iter().enumerate() {
+                slice(d, io.ins[0], out, x, *axis, i, i + 1)?;
+            }
+            Ok(())
+        }
+        Shape::Expand => expand(d, io.ins[0], io.outs[0], x, y()),
+        Shape::Assign => expand(d, io.ins[1], io.outs[0], &io.ops_in[1].shape, y()),
     }
 }

@@ -20,6 +20,8 @@ pub const FILES: &[(&str, &str)] = &[
     ("loss.cu", include_str!("kernels/loss.cu")),
     ("embedding.cu", include_str!("kernels/embedding.cu")),
     ("shape.cu", include_str!("kernels/shape.cu")),
+    ("reduce.cu", include_str!("kernels/reduce.cu")),
+    ("random.cu", include_str!("kernels/random.cu")),
 ];
 
 /// Threads per block of every launch; the reductions' shared-memory trees assume it

@@ -2,6 +2,7 @@
 //! says what does not fit.
 
 use crate::error::KernelError;
+pub(crate) use crate::operand::broadcasts;
 use crate::operand::Operand;
 
 pub(crate) type R = Result<(), KernelError>;
@@ -29,15 +30,6 @@ pub(crate) fn eq(what: &'static str, found: &[usize], expected: &[usize]) -> R {
 pub(crate) fn window_out(len: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
     let padded = len + 2 * pad;
     (stride > 0 && k > 0 && padded >= k).then(|| (padded - k) / stride + 1)
-}
-
-/// Whether `x` broadcasts to `y`: axes aligned on the right, each equal or 1 in `x`.
-pub(crate) fn broadcasts(x: &[usize], y: &[usize]) -> bool {
-    x.len() <= y.len()
-        && x.iter()
-            .rev()
-            .zip(y.iter().rev())
-            .all(|(a, b)| a == b || *a == 1)
 }
 
 /// The results a mask asks for, in order, have the wanted shapes.

@@ -10,8 +10,8 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: Conv2d Conv2dGradInput Conv2dGradWeight AtenConvolution;
-    cpu: AtenConvolutionBackward;
+    cuda: Conv2d Conv2dGradInput Conv2dGradWeight AtenConvolution AtenConvolutionBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

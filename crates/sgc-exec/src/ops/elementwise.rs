@@ -9,13 +9,14 @@ use sgc_ir::ops::OpKind;
 
 kinds! {
     cuda: BiasAdd BiasAddGrad Add Mul Relu ReluGrad Gelu GeluGrad SgdUpdate AtenRelu
-        AtenLeakyRelu AtenLeakyReluBackward;
-    cpu: AtenAddTensor AtenAddScalar AtenSubTensor AtenMulTensor AtenMulScalar AtenDivTensor
-        AtenDivScalar AtenThresholdBackward AtenOnesLike AtenEmptyLike AtenFill AtenZeros
-        AtenEmpty AtenNewEmptyStrided AtenSigmoid AtenSigmoidBackward AtenTanh AtenTanhBackward
-        AtenSilu AtenSiluBackward AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward
-        AtenHardswish AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
+        AtenLeakyRelu AtenLeakyReluBackward AtenAddTensor AtenAddScalar AtenSubTensor
+        AtenMulTensor AtenMulScalar AtenDivTensor AtenDivScalar AtenThresholdBackward
+        AtenOnesLike AtenEmptyLike AtenFill AtenZeros AtenEmpty AtenNewEmptyStrided
+        AtenSigmoid AtenSigmoidBackward AtenTanh AtenTanhBackward AtenSilu AtenSiluBackward
+        AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward AtenHardswish
+        AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

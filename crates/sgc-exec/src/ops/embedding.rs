@@ -8,8 +8,8 @@ use crate::operand::Operand;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: Embedding EmbeddingGrad;
-    cpu: AtenEmbedding AtenEmbeddingBackward;
+    cuda: Embedding EmbeddingGrad AtenEmbedding AtenEmbeddingBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -8,8 +8,8 @@ use crate::operand::Operand;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: MatMul MatMulTn BatchedMatMul AtenMm AtenBmm;
-    cpu: AtenAddmm;
+    cuda: MatMul MatMulTn BatchedMatMul AtenMm AtenBmm AtenAddmm;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -9,8 +9,8 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: CrossEntropy CrossEntropyGrad;
-    cpu: AtenNllLoss AtenNllLossBackward;
+    cuda: CrossEntropy CrossEntropyGrad AtenNllLoss AtenNllLossBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -10,9 +10,9 @@ use sgc_ir::ops::OpKind;
 
 kinds! {
     cuda: BatchNorm BatchNormGrad LayerNorm LayerNormGrad Softmax SoftmaxGrad AtenBatchNorm
-        AtenLayerNorm AtenSoftmax AtenSafeSoftmax;
-    cpu: AtenBatchNormBackward BatchNormUpdateStats AtenLayerNormBackward AtenSoftmaxBackward
-        AtenLogSoftmax AtenLogSoftmaxBackward;
+        AtenLayerNorm AtenSoftmax AtenSafeSoftmax AtenBatchNormBackward BatchNormUpdateStats
+        AtenLayerNormBackward AtenSoftmaxBackward AtenLogSoftmax AtenLogSoftmaxBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -12,8 +12,8 @@ use sgc_ir::DType;
 
 // `mul.Tensor` by a mask is listed with the element-wise family, which runs its other forms.
 kinds! {
-    cuda: ;
-    cpu: AtenBernoulli AtenDropout AtenDropoutBackward;
+    cuda: AtenBernoulli AtenDropout AtenDropoutBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -8,8 +8,8 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: ;
-    cpu: AtenSum AtenMean;
+    cuda: AtenSum AtenMean;
+    cpu: ;
 }
 
 /// Sum (or mean) over the contiguous axes `start..end`, accumulated in f64.

@@ -10,8 +10,9 @@ use sgc_ir::ops::OpKind;
 
 kinds! {
     cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
-        AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice;
-    cpu: AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+        AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice
+        AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +51,18 @@ pub enum Shape {
     Assign,
     /// `aten.copy_`: input 1 copied into input 0 (any dtype, byte for byte); no outputs.
     CopyInto,
+}
+
+/// The shapes of `stack`'s inputs with the new axis `axis` inserted (of length 1): the
+/// stack is their concatenation along it.
+pub(crate) fn stacked(ins: &[Operand], axis: usize) -> Vec<Vec<usize>> {
+    ins.iter()
+        .map(|o| {
+            let mut s = o.shape.clone();
+            s.insert(axis, 1);
+            s
+        })
+        .collect()
 }
 
 /// The kernel of op kind `kind`, if this family runs it.

@@ -75,3 +75,111 @@ extern "C" __global__ void sgd_update(float* param, const float* grad, float lr,
 extern "C" __global__ void fill_zero(float* y, i64 n) {
     GRID_STRIDE(i, n) { y[i] = 0.0f; }
 }
+
+// x + v (the exporter's add/sub with a scalar).
+extern "C" __global__ void add_scalar(const float* x, float* y, float v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = x[i] + v; }
+}
+
+// x + v on an i64 tensor (an integer counter such as `num_batches_tracked`).
+extern "C" __global__ void add_scalar_i64(const long long* x, long long* y, i64 v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = (i64)((unsigned long long)x[i] + (unsigned long long)v); }
+}
+
+extern "C" __global__ void mul_scalar(const float* x, float* y, float v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = x[i] * v; }
+}
+
+extern "C" __global__ void div_scalar(const float* x, float* y, float v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = x[i] / v; }
+}
+
+// (dy, x): dy where x > threshold, else 0.
+extern "C" __global__ void threshold_backward(const float* dy, const float* x, float* dx,
+                                              float threshold, i64 n) {
+    GRID_STRIDE(i, n) { dx[i] = x[i] > threshold ? dy[i] : 0.0f; }
+}
+
+// Every element `v`.
+extern "C" __global__ void fill(float* y, float v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = v; }
+}
+
+// The functions of `Unary` (ops/elementwise.rs), by their index in `Unary::ALL`.
+#define U_SIGMOID 0
+#define U_TANH 1
+#define U_SILU 2
+#define U_HARDSWISH 3
+#define U_HARDSIGMOID 4
+#define U_GELU_ERF 5
+#define U_MISH 6
+#define U_SOFTPLUS 7
+
+__device__ float clampf(float v, float lo, float hi) { return fminf(fmaxf(v, lo), hi); }
+
+__device__ float unary_apply(int f, float x) {
+    switch (f) {
+    case U_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case U_TANH: return tanhf(x);
+    case U_SILU: return x / (1.0f + expf(-x));
+    case U_HARDSWISH: return x * clampf(x + 3.0f, 0.0f, 6.0f) / 6.0f;
+    case U_HARDSIGMOID: return clampf(x / 6.0f + 0.5f, 0.0f, 1.0f);
+    case U_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+    case U_MISH: return x * tanhf(log1pf(expf(x)));
+    default: return x > 20.0f ? x : log1pf(expf(x));
+    }
+}
+
+// dy * f', from the value the backward op reads (the output for sigmoid and tanh).
+__device__ float unary_grad(int f, float dy, float v) {
+    switch (f) {
+    case U_SIGMOID: return dy * (1.0f - v) * v;
+    case U_TANH: return dy * (1.0f - v * v);
+    case U_SILU: {
+        float s = 1.0f / (1.0f + expf(-v));
+        return dy * s * (1.0f + v * (1.0f - s));
+    }
+    case U_HARDSWISH: return v < -3.0f ? 0.0f : (v <= 3.0f ? dy * (v / 3.0f + 0.5f) : dy);
+    case U_HARDSIGMOID: return (v > -3.0f && v < 3.0f) ? dy / 6.0f : 0.0f;
+    case U_GELU_ERF: {
+        float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
+        float pdf = expf(-0.5f * v * v) * 0.3989423f;
+        return dy * (cdf + v * pdf);
+    }
+    case U_MISH: {
+        float t = tanhf(log1pf(expf(v))), s = 1.0f / (1.0f + expf(-v));
+        return dy * (t + v * s * (1.0f - t * t));
+    }
+    default: return v > 20.0f ? dy : dy / (1.0f + expf(-v));
+    }
+}
+
+extern "C" __global__ void pointwise(const float* x, float* y, int f, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = unary_apply(f, x[i]); }
+}
+
+// (dy, v) -> dy * f'.
+extern "C" __global__ void pointwise_backward(const float* dy, const float* v, float* dx, int f, i64 n) {
+    GRID_STRIDE(i, n) { dx[i] = unary_grad(f, dy[i], v[i]); }
+}
+
+// Offset in a strided source of output element `e` (`dims`: the output's shape and the
+// source's stride per output axis, 0 where it broadcasts).
+__device__ i64 strided_offset(i64 e, const Dims& dims) {
+    i64 rest = e, src = 0;
+    for (i64 a = dims.rank - 1; a >= 0; a--) {
+        i64 len = dims.out_shape[a];
+        src += (rest % len) * dims.src_strides[a];
+        rest /= len;
+    }
+    return src;
+}
+
+// a op b, each read through its broadcast strides; op 0 add, 1 sub, 2 mul.
+extern "C" __global__ void broadcast_binary(const float* a, const float* b, float* y, int op, i64 n,
+                                           Dims da, Dims db) {
+    GRID_STRIDE(e, n) {
+        float u = a[strided_offset(e, da)], v = b[strided_offset(e, db)];
+        y[e] = op == 0 ? u + v : (op == 1 ? u - v : u * v);
+    }
+}

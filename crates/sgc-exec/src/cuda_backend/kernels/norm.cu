@@ -168,3 +168,48 @@ extern "C" __global__ void softmax_grad(const float* y, const float* dy, float* 
         }
     }
 }
+
+// sgc.batch_norm_update_stats, per channel: var = 1/invstd^2 - eps unbiased by `unbias`,
+// each running statistic moved `momentum` of the way to the batch's (f64, as the CPU).
+extern "C" __global__ void batch_norm_update_stats(const float* rm, const float* rv, const float* mean,
+                                                   const float* invstd, float* out_mean, float* out_var,
+                                                   float momentum, float eps, i64 count, i64 c) {
+    GRID_STRIDE(i, c) {
+        double m = (double)momentum, unbias = (double)count / ((double)count - 1.0);
+        double is = (double)invstd[i];
+        double var = 1.0 / (is * is) - (double)eps;
+        out_mean[i] = (float)((1.0 - m) * (double)rm[i] + m * (double)mean[i]);
+        out_var[i] = (float)((1.0 - m) * (double)rv[i] + m * var * unbias);
+    }
+}
+
+// Log-softmax over rows of n: v - max - ln(sum exp(v - max)), the sum in f64.
+extern "C" __global__ void log_softmax(const float* x, float* y, i64 rows, i64 n) {
+    __shared__ double sh[BLOCK];
+    __shared__ float shf[BLOCK];
+    ROWS(r, rows) {
+        const float* xr = x + r * n;
+        float mx = NEG_INF;
+        BLOCK_STRIDE(j, n) { mx = fmaxf(mx, xr[j]); }
+        mx = block_max(mx, shf);
+        double s = 0.0;
+        BLOCK_STRIDE(j, n) { s += exp((double)(xr[j] - mx)); }
+        float lse = (float)log(block_sum(s, sh));
+        BLOCK_STRIDE(j, n) { y[r * n + j] = xr[j] - mx - lse; }
+    }
+}
+
+// (dy, y) -> dy - exp(y) * sum(dy) over rows of n.
+extern "C" __global__ void log_softmax_backward(const float* dy, const float* y, float* dx, i64 rows,
+                                                i64 n) {
+    __shared__ double sh[BLOCK];
+    ROWS(r, rows) {
+        double s = 0.0;
+        BLOCK_STRIDE(j, n) { s += (double)dy[r * n + j]; }
+        s = block_sum(s, sh);
+        BLOCK_STRIDE(j, n) {
+            i64 i = r * n + j;
+            dx[i] = dy[i] - (float)(exp((double)y[i]) * s);
+        }
+    }
+}

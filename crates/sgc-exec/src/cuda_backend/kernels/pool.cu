@@ -33,19 +33,37 @@ __device__ i64 first_window(i64 i, i64 k, i64 stride, i64 pad) {
     return num <= 0 ? 0 : (num + stride - 1) / stride;
 }
 
+// The output positions [lo, hi) along one axis whose windows cover input index i.
+struct Span {
+    i64 lo, hi;
+};
+
+__device__ Span covering(i64 i, i64 k, i64 stride, i64 pad, i64 n_out) {
+    Span s;
+    s.lo = first_window(i, k, stride, pad);
+    s.hi = min((i + pad) / stride + 1, n_out);
+    return s;
+}
+
+// Loops over the windows (oi, oj) that cover input position (i, j), in (oi, oj) order (the
+// kernel's `k, stride, pad, ho, wo` in scope).
+#define COVERING_WINDOWS(oi, oj, i, j)                                                             \
+    for (i64 oi = covering(i, k, stride, pad, ho).lo, oi##_end = covering(i, k, stride, pad, ho).hi; \
+         oi < oi##_end; oi++)                                                                      \
+        for (i64 oj = covering(j, k, stride, pad, wo).lo,                                          \
+                 oj##_end = covering(j, k, stride, pad, wo).hi;                                    \
+             oj < oj##_end; oj++)
+
 // Each dx element gathers dy of the windows whose first maximum it is, windows in (oi, oj)
 // order, the order in which the CPU reference scatters them.
 extern "C" __global__ void max_pool2d_grad(const float* x, const float* dy, float* dx, i64 planes,
                                            i64 h, i64 w, i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
     GRID_STRIDE(e, planes * h * w) {
         i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        i64 oi_end = min((i + pad) / stride + 1, ho), oj_end = min((j + pad) / stride + 1, wo);
         float s = 0.0f;
-        for (i64 oi = first_window(i, k, stride, pad); oi < oi_end; oi++) {
-            for (i64 oj = first_window(j, k, stride, pad); oj < oj_end; oj++) {
-                if (window_argmax(x, plane, oi, oj, h, w, k, stride, pad) == e) {
-                    s += dy[(plane * ho + oi) * wo + oj];
-                }
+        COVERING_WINDOWS(oi, oj, i, j) {
+            if (window_argmax(x, plane, oi, oj, h, w, k, stride, pad) == e) {
+                s += dy[(plane * ho + oi) * wo + oj];
             }
         }
         dx[e] = s;
@@ -80,5 +98,74 @@ extern "C" __global__ void upsample_nearest2x_grad(const float* dy, float* dx, i
         i64 j = e % w, i = (e / w) % h, p = e / (w * h);
         const float* at = dy + (p * 2 * h + 2 * i) * 2 * w + 2 * j;
         dx[e] = at[0] + at[1] + at[2 * w] + at[2 * w + 1];
+    }
+}
+
+// max_pool2d_with_indices: each window's first maximum and its flat index in the plane
+// (-infinity and -1 for a window with no tap inside).
+extern "C" __global__ void max_pool2d_indices(const float* x, float* y, long long* idx, i64 planes, i64 h,
+                                              i64 w, i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * ho * wo) {
+        i64 oj = e % wo, oi = (e / wo) % ho, plane = e / (wo * ho);
+        i64 b = window_argmax(x, plane, oi, oj, h, w, k, stride, pad);
+        y[e] = b >= 0 ? x[b] : NEG_INF;
+        idx[e] = b >= 0 ? b - plane * h * w : -1;
+    }
+}
+
+// Sets the error flag if an index of a pooled plane is outside 0..plane_in.
+extern "C" __global__ void pool_index_check(const void* idx, int idx64, i64 n, i64 plane_in, int* err) {
+    GRID_STRIDE(e, n) {
+        i64 v = load_index(idx, idx64, e);
+        if (v < 0 || v >= plane_in) *err = 1;
+    }
+}
+
+// max_pool2d_with_indices_backward: each dx element gathers dy of the windows covering it
+// whose index is it, windows in (oi, oj) order, the order in which the CPU reference adds
+// them (indices come from the forward, so each lies in its window).
+extern "C" __global__ void max_pool2d_indices_backward(const float* dy, const void* idx, int idx64,
+                                                       float* dx, i64 planes, i64 h, i64 w, i64 k,
+                                                       i64 stride, i64 pad, i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * h * w) {
+        i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
+        float s = 0.0f;
+        COVERING_WINDOWS(oi, oj, i, j) {
+            i64 at = (plane * ho + oi) * wo + oj;
+            if (load_index(idx, idx64, at) == i * w + j) s += dy[at];
+        }
+        dx[e] = s;
+    }
+}
+
+// avg_pool2d with count_include_pad: each window's sum (taps in (ki, kj) order) over k*k.
+extern "C" __global__ void avg_pool2d(const float* x, float* y, i64 planes, i64 h, i64 w, i64 k,
+                                      i64 stride, i64 pad, i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * ho * wo) {
+        i64 oj = e % wo, oi = (e / wo) % ho, plane = e / (wo * ho);
+        float s = 0.0f;
+        for (i64 ki = 0; ki < k; ki++) {
+            i64 si = window_src(oi, ki, stride, pad, h);
+            if (si < 0) continue;
+            for (i64 kj = 0; kj < k; kj++) {
+                i64 sj = window_src(oj, kj, stride, pad, w);
+                if (sj >= 0) s += x[(plane * h + si) * w + sj];
+            }
+        }
+        y[e] = s / (float)(k * k);
+    }
+}
+
+// avg_pool2d_backward: each dx element gathers dy / (k*k) of the windows covering it, in
+// (oi, oj) order.
+extern "C" __global__ void avg_pool2d_backward(const float* dy, float* dx, i64 planes, i64 h, i64 w,
+                                               i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * h * w) {
+        i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
+        float div = (float)(k * k), s = 0.0f;
+        COVERING_WINDOWS(oi, oj, i, j) {
+            s += dy[(plane * ho + oi) * wo + oj] / div;
+        }
+        dx[e] = s;
     }
 }

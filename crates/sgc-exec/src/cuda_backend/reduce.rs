@@ -1,0 +1,23 @@
+//! Sums and means over contiguous axes (`kernels/reduce.cu`; the CPU reference is
+//! `cpu_backend/reduce.rs`): one thread per output element, its values in order, in f64.
+
+use super::device::{n, Arg, Device, Grid, R};
+use super::launch::Io;
+use crate::ops::reduce::Reduce;
+
+/// Runs the family's kernel: `x` viewed as `[outer, red, inner]`, summed over `red`.
+pub(super) fn run(k: &Reduce, d: &mut Device, io: Io) -> R {
+    let x = io.ops_in[0].shape.as_slice();
+    let outer: usize = x[..k.start].iter().product();
+    let red: usize = x[k.start..k.end].iter().product();
+    let inner: usize = x[k.end..].iter().product();
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::Ptr(io.outs[0]),
+        n(outer),
+        n(red),
+        n(inner),
+        Arg::I32(k.mean as i32),
+    ];
+    d.launch("reduce_sum", Grid::Elements(outer * inner), &args)
+}
