@@ -17,6 +17,8 @@
 //!   steps with eviction decided while they run, on a pool allocator with defragmentation;
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.
 //! - [`init`]: deterministic, seeded values for every input and parameter.
+//! - [`timing`]: step times that mean something (warm-up, alternation, medians), planned
+//!   vs unplanned, and each op's measured time written into the graph as `time_us`.
 
 pub mod backend;
 pub mod cpu_backend;
@@ -31,6 +33,7 @@ pub mod operand;
 pub mod ops;
 pub mod runner;
 pub mod shapes;
+pub mod timing;
 mod view;
 mod window;
 
