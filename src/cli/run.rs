@@ -157,6 +157,7 @@ fn run_on<B: Backend>(
             .map(|o| {
                 serde_json::json!({"run": o.label, "losses": o.timed.losses, "timing": o.timed,
                     "predicted_time_ratio": predicted.filter(|_| o.label != "unplanned"),
+                    "time_ratio": comparison(&outcomes).filter(|_| o.label != "unplanned").map(|c| c.time_ratio()),
                     "report": o.report})
             })
             .collect();
@@ -175,8 +176,8 @@ fn run_on<B: Backend>(
     for o in &outcomes {
         print_outcome(o, plan.filter(|_| o.label != "unplanned"));
     }
-    if let ([a, b], Some(p)) = (outcomes.as_slice(), plan) {
-        print_comparison(a, b, p);
+    if let (Some(c), Some(p)) = (comparison(&outcomes), plan) {
+        print_comparison(&c, &outcomes[0].report, &outcomes[1].report, p);
     }
     Ok(())
 }
@@ -189,12 +190,19 @@ fn outcome<B: Backend>(label: String, timed: Timed, ex: &Executor<B>) -> Outcome
     }
 }
 
-fn print_comparison(a: &Outcome, b: &Outcome, plan: &Plan) {
-    let c = timing::Comparison {
-        planned: a.timed.clone(),
-        unplanned: b.timed.clone(),
-    };
-    let memory = a.report.allocator.peak_bytes as f64 / b.report.allocator.peak_bytes.max(1) as f64;
+/// The planned and unplanned runs of `--compare`, if both ran.
+fn comparison(outcomes: &[Outcome]) -> Option<timing::Comparison> {
+    match outcomes {
+        [a, b] => Some(timing::Comparison {
+            planned: a.timed.clone(),
+            unplanned: b.timed.clone(),
+        }),
+        _ => None,
+    }
+}
+
+fn print_comparison(c: &timing::Comparison, a: &RunReport, b: &RunReport, plan: &Plan) {
+    let memory = a.allocator.peak_bytes as f64 / b.allocator.peak_bytes.max(1) as f64;
     println!(
         "planned vs unplanned: loss curves bitwise {}; planned / unplanned: memory {:.3}x, time {:.3}x (median of paired steps); plan predicted {:.3}x (costs from {})",
         if c.losses_bitwise_equal() { "equal" } else { "DIFFERENT" },
