@@ -157,7 +157,7 @@ def row(a, name: str, path: Path, tmp: Path) -> tuple[str, bool]:
 
 
 HEADER = (
-    "| model | batch | ops | sgc unplanned ms | sgc planned ms | recomputed | planned / unplanned "
+    "| model | batch | ops | sgc unplanned ms | sgc planned ms | recomputed steps | planned / unplanned "
     "| predicted | bitwise equal | memory planned / unplanned | eager ms | sgc / eager | note |\n"
     "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
 )
