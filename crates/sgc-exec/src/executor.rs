@@ -19,8 +19,10 @@
 //! A training step writes the bound inputs at their instances' offsets (inputs are
 //! resident from step 0), then launches each step's kernel, with a backend
 //! [mark](Backend::mark) before the first and after each: the time between two marks is
-//! the op's, from the first to the last the step's (device time: CUDA events on CUDA). A `reshape` whose output views its input is a no-op. `sgd_update`
-//! writes the parameter in place, so parameters carry over from one step to the next.
+//! the op's, from the first to the last the step's (device time: CUDA events on CUDA, so
+//! nothing waits between launches). A `reshape` whose output views its input is a no-op.
+//! `sgd_update` writes the parameter in place, so parameters carry over from one step to
+//! the next.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::ExecError;
