@@ -36,8 +36,8 @@ pub struct Args {
     /// Timed training steps to run (after the warm-up).
     #[arg(long, default_value_t = 10)]
     steps: usize,
-    /// Untimed steps before the timed ones (first steps pay one-off costs).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Untimed steps before the timed ones (first steps pay one-off costs; not with --dtr).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "dtr")]
     warmup: u64,
     /// Seed of the inputs and parameters.
     #[arg(long, default_value_t = 0)]
