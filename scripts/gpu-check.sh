@@ -6,8 +6,11 @@
 #   trace.md        tracing time per phase, CPU and CUDA fakes (python/bench/trace_time.py)
 #   trace-profile.txt  where each trace spends its time (cProfile)
 #   gpu-table.md    eager, sgc and torch.compile steps on the GPU (python/bench/gpu_table.py)
+#   corpus-cuda.md  the 12 corpus graphs on the Rust executor (sgc profile, then sgc run --compare:
+#                   planned vs unplanned, bitwise equality, measured and predicted time ratio)
+#                   beside PyTorch eager on the same models and batches (python/bench/corpus_exec.py)
 #   check.log       everything printed, with each part's exit status
-# About 8 minutes on an H100. `--dry-run`: the same script on the CPU at small sizes (no GPU
+# About 8 minutes on an H100 before the corpus part (at most 9 more). `--dry-run`: the same script on the CPU at small sizes (no GPU
 # needed; the Rust CUDA tests then skip), to check it before spending GPU time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,11 +78,16 @@ if [ $dry = 1 ]; then
     --out "$out/trace.md" --profile "$out/trace-profile.txt"
   part "gpu table" timeout 1200 "$python" python/bench/gpu_table.py --device cpu --small --warmup 1 --repeat 2 \
     --genetic-iters 2 --out "$out/gpu-table.md"
+  part "corpus on the executor" timeout 300 "$python" python/bench/corpus_exec.py --sgc "$carry/sgc" --device cpu \
+    --small --only "${CORPUS_ONLY:-resnet18}" --steps 2 --warmup 1 --out "$out/corpus-cuda.md"
 else
   part "rust cuda tests" rust_tests 1
   part "trace time" timeout 300 "$python" python/bench/trace_time.py --check 60 --out "$out/trace.md" \
     --profile "$out/trace-profile.txt"
   part "gpu table" timeout 420 "$python" python/bench/gpu_table.py --device cuda --out "$out/gpu-table.md"
+  # CORPUS_ONLY=resnet50,gpt2 runs some of the twelve; --timeout bounds each sgc command.
+  part "corpus on cuda" timeout 540 "$python" python/bench/corpus_exec.py --sgc "$carry/sgc" --device cuda \
+    --only "${CORPUS_ONLY:-}" --timeout 120 --out "$out/corpus-cuda.md"
 fi
 echo "== gpu check: $([ $status = 0 ] && echo all parts passed || echo some part failed); outputs in $out"
 exit $status

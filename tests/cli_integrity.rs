@@ -47,6 +47,7 @@ fn an_output_naming_an_input_is_refused_and_the_input_survives() {
         vec!["plan", gs, "-o", os],
         vec!["rescale", gs, "--batch", "3", "-o", os],
         vec!["cost", gs, "--device-profile", "a100", "-o", os],
+        vec!["profile", gs, "-o", os],
         vec!["compare", gs, "--no-exec", "--write-baseline", os],
     ] {
         let out = sgc(&args);

@@ -9,6 +9,7 @@ mod inspect;
 mod output;
 mod plan;
 mod plot;
+mod profile;
 mod progress;
 mod rescale;
 mod run;
@@ -153,6 +154,8 @@ enum Command {
     Rescale(rescale::Args),
     /// Write a graph with time_us filled in by a device profile's roofline estimate.
     Cost(cost::Args),
+    /// Run a graph's step on a device and write the graph with each op's measured time as time_us.
+    Profile(profile::Args),
     /// The largest batch that fits a GPU's memory, unplanned and with each planning strategy.
     Fit(fit::Args),
     /// Draw a plan's memory: resident bytes over steps (unplanned and planned) and its arena.
@@ -175,6 +178,7 @@ pub fn main() -> ExitCode {
         Command::Alloc(a) => alloc::run(a),
         Command::Rescale(a) => rescale::run(a),
         Command::Cost(a) => cost::run(a),
+        Command::Profile(a) => profile::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Run(a) => run::run(a),
         Command::Plot(a) => plot::run(a),

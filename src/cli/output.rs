@@ -1,6 +1,6 @@
 //! Writing a command's output file: never over one of its inputs, always whole.
 //!
-//! Every command that writes a file (`plan -o`, `rescale -o`, `cost -o`, `alloc -o`,
+//! Every command that writes a file (`plan -o`, `rescale -o`, `cost -o`, `profile -o`, `alloc -o`,
 //! `plot -o`, `compare --write-baseline`) first refuses an output path that names one of its inputs (the same file by
 //! any path: it would lose the input), then writes through `sgc_ir::file::write_atomic`:
 //! a temporary file beside the output, renamed into place, so an interrupted run leaves the

@@ -6,14 +6,16 @@
 //! equal.
 
 use super::{CliResult, StrategyArg};
-use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor, RunReport};
+use sgc::exec::timing::{self, Timed, TimingOptions};
+use sgc::exec::{Backend, CpuBackend, CudaBackend, Executor, RunReport};
 use sgc::ir::Graph;
 use sgc::plan::{Plan, PlanOptions};
 use sgc::units::human_bytes;
 use std::path::PathBuf;
 
+/// `--device` of `run` and `profile`.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Device {
+pub enum Device {
     Cpu,
     Cuda,
 }
@@ -31,9 +33,12 @@ pub struct Args {
     /// Where to run.
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
-    /// Training steps to run.
+    /// Timed training steps to run (after the warm-up).
     #[arg(long, default_value_t = 10)]
     steps: usize,
+    /// Untimed steps before the timed ones (first steps pay one-off costs; not with --dtr).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "dtr")]
+    warmup: u64,
     /// Seed of the inputs and parameters.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -96,10 +101,10 @@ fn read_plan(path: &std::path::Path, graph: &Graph) -> Result<Plan, Box<dyn std:
     Ok(plan)
 }
 
-/// One run's result: its label, loss curve and report.
+/// One run's result: its label, timed steps and report.
 struct Outcome {
     label: String,
-    losses: Vec<f32>,
+    timed: Timed,
     report: RunReport,
 }
 
@@ -107,33 +112,63 @@ fn run_on<B: Backend>(
     args: &Args,
     graph: &Graph,
     plan: Option<&Plan>,
-    backend: impl Fn() -> Result<B, ExecError>,
+    backend: impl Fn() -> Result<B, sgc::exec::ExecError>,
 ) -> CliResult {
-    let mut outcomes = Vec::new();
-    let planned = match plan {
+    let options = TimingOptions {
+        warmup: args.warmup as usize,
+        steps: args.steps,
+    };
+    let mut first = match plan {
         Some(p) => Executor::from_plan(graph, p, backend()?)?,
         None => Executor::unplanned(graph, backend()?)?,
     };
+    first.bind_seeded(args.seed)?;
     let label = plan.map_or("unplanned".to_string(), |p| {
         format!("planned ({})", p.options.strategy)
     });
-    outcomes.push(execute(planned, label, args)?);
-    if args.compare && plan.is_some() {
-        let base = Executor::unplanned(graph, backend()?)?;
-        outcomes.push(execute(base, "unplanned".to_string(), args)?);
+    let compare = args.compare && plan.is_some();
+    let runs = if compare { 2 } else { 1 };
+    // Steps of a large graph take seconds each: a bar on a terminal says how far it is.
+    let bar = super::progress::bar(
+        false,
+        (runs * (options.warmup + options.steps)) as u64,
+        "{msg:>12} step {pos}/{len} {elapsed}",
+    );
+    if let Some(b) = &bar {
+        b.set_message(label.clone());
     }
+    let tick = || bar.iter().for_each(|b| b.inc(1));
+    let mut outcomes = Vec::new();
+    if compare {
+        let mut base = Executor::unplanned(graph, backend()?)?;
+        base.bind_seeded(args.seed)?;
+        let c = timing::compare(&mut first, &mut base, &options, tick)?;
+        outcomes.push(outcome(label, c.planned, &first));
+        outcomes.push(outcome("unplanned".to_string(), c.unplanned, &base));
+    } else {
+        let t = timing::measure(&mut first, &options, tick)?;
+        outcomes.push(outcome(label, t, &first));
+    }
+    super::progress::done(&bar);
+    let predicted = plan.map(timing::predicted_ratio);
     if args.json {
         let v: Vec<_> = outcomes
             .iter()
-            .map(|o| serde_json::json!({"run": o.label, "losses": o.losses, "report": o.report}))
+            .map(|o| {
+                serde_json::json!({"run": o.label, "losses": o.timed.losses, "timing": o.timed,
+                    "predicted_time_ratio": predicted.filter(|_| o.label != "unplanned"),
+                    "time_ratio": comparison(&outcomes).filter(|_| o.label != "unplanned").map(|c| c.time_ratio()),
+                    "report": o.report})
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
-        "{} on {}, {} step{}, seed {}",
+        "{} on {}, {} warm-up + {} timed step{}, seed {}",
         args.file.display(),
         outcomes[0].report.device,
+        options.warmup,
         args.steps,
         if args.steps == 1 { "" } else { "s" },
         args.seed
@@ -141,56 +176,48 @@ fn run_on<B: Backend>(
     for o in &outcomes {
         print_outcome(o, plan.filter(|_| o.label != "unplanned"));
     }
-    if let [a, b] = outcomes.as_slice() {
-        let bits = |l: &[f32]| l.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        let same = bits(&a.losses) == bits(&b.losses);
-        let memory =
-            a.report.allocator.peak_bytes as f64 / b.report.allocator.peak_bytes.max(1) as f64;
-        let time = a.report.seconds / b.report.seconds.max(f64::MIN_POSITIVE);
-        println!(
-            "planned vs unplanned: loss curves bitwise {}; planned / unplanned: memory {:.3}x, time {:.3}x",
-            if same { "equal" } else { "DIFFERENT" },
-            memory,
-            time
-        );
+    if let (Some(c), Some(p)) = (comparison(&outcomes), plan) {
+        print_comparison(&c, &outcomes[0].report, &outcomes[1].report, p);
     }
     Ok(())
 }
 
-fn execute<B: Backend>(
-    mut ex: Executor<B>,
-    label: String,
-    args: &Args,
-) -> Result<Outcome, ExecError> {
-    ex.bind_seeded(args.seed)?;
-    // Steps of a large graph take seconds each: a bar on a terminal says how far it is.
-    let bar = super::progress::bar(
-        false,
-        args.steps as u64,
-        "{msg:>12} step {pos}/{len} {elapsed}",
-    );
-    if let Some(b) = &bar {
-        b.set_message(label.clone());
-    }
-    let mut losses = Vec::with_capacity(args.steps);
-    for _ in 0..args.steps {
-        losses.extend(ex.run(1)?);
-        if let Some(b) = &bar {
-            b.inc(1);
-        }
-    }
-    super::progress::done(&bar);
-    Ok(Outcome {
+fn outcome<B: Backend>(label: String, timed: Timed, ex: &Executor<B>) -> Outcome {
+    Outcome {
         label,
-        losses,
+        timed,
         report: ex.report(),
-    })
+    }
+}
+
+/// The planned and unplanned runs of `--compare`, if both ran.
+fn comparison(outcomes: &[Outcome]) -> Option<timing::Comparison> {
+    match outcomes {
+        [a, b] => Some(timing::Comparison {
+            planned: a.timed.clone(),
+            unplanned: b.timed.clone(),
+        }),
+        _ => None,
+    }
+}
+
+fn print_comparison(c: &timing::Comparison, a: &RunReport, b: &RunReport, plan: &Plan) {
+    let memory = a.allocator.peak_bytes as f64 / b.allocator.peak_bytes.max(1) as f64;
+    println!(
+        "planned vs unplanned: loss curves bitwise {}; planned / unplanned: memory {:.3}x, time {:.3}x (median of paired steps); plan predicted {:.3}x (costs from {})",
+        if c.losses_bitwise_equal() { "equal" } else { "DIFFERENT" },
+        memory,
+        c.time_ratio(),
+        timing::predicted_ratio(plan),
+        plan.summary.cost_source
+    );
 }
 
 fn print_outcome(o: &Outcome, plan: Option<&Plan>) {
     let r = &o.report;
+    let t = &o.timed;
     println!("{}:", o.label);
-    if let (Some(first), Some(last)) = (o.losses.first(), o.losses.last()) {
+    if let (Some(first), Some(last)) = (t.losses.first(), t.losses.last()) {
         println!("  loss {first:.6} -> {last:.6}");
     }
     println!(
@@ -209,14 +236,18 @@ fn print_outcome(o: &Outcome, plan: Option<&Plan>) {
         human_bytes(r.lower_bound_bytes),
         r.planned_bytes as f64 / r.model_peak_bytes.max(1) as f64
     );
-    let per_step = r.seconds / r.steps.max(1) as f64;
+    let (q1, q3) = t.times.quartiles();
     let predicted = plan.map_or(0.0, |p| p.summary.recompute_share);
     println!(
-        "  {:.3} ms per step, {} ops ({} recomputed); recompute time {:.1}% (plan predicted {:.1}%)",
-        per_step * 1e3,
+        "  {:.3} ms per step (median of {}; quartiles {:.3} ms to {:.3} ms; {}), {} ops ({} recomputed); recompute time {:.1}% (plan predicted {:.1}%)",
+        t.times.median() * 1e3,
+        t.times.seconds.len(),
+        q1 * 1e3,
+        q3 * 1e3,
+        t.clock,
         r.schedule_len,
         r.recompute_steps,
-        100.0 * r.recompute_seconds / r.seconds.max(f64::MIN_POSITIVE),
+        100.0 * t.recompute_share,
         100.0 * predicted
     );
 }

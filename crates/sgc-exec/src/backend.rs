@@ -95,8 +95,22 @@ pub trait Backend {
         outputs: &[Operand],
     ) -> Result<(), ExecError>;
 
-    /// Waits until every queued kernel has finished (used to time ops).
+    /// Waits until every queued kernel has finished.
     fn synchronize(&mut self) -> Result<(), ExecError>;
+
+    /// A point in the device's queue ([`Backend::mark`]).
+    type Mark;
+
+    /// How [`Backend::seconds_between`] measures, for reports (`wall clock`, `CUDA events`).
+    const CLOCK: &'static str = "wall clock";
+
+    /// Marks the point the device's queue has reached (every kernel launched so far), for
+    /// timing without waiting: an instant on the CPU, whose kernels run as they are
+    /// launched; an event recorded on the stream on CUDA.
+    fn mark(&mut self) -> Result<Self::Mark, ExecError>;
+
+    /// Device seconds from mark `from` to mark `to` (waits until `to` is reached).
+    fn seconds_between(&mut self, from: &Self::Mark, to: &Self::Mark) -> Result<f64, ExecError>;
 
     /// The allocator's counters.
     fn memory(&self) -> AllocStats;

@@ -17,9 +17,12 @@
 //! current offset, and a persistent tensor reads its own allocation.
 //!
 //! A training step writes the bound inputs at their instances' offsets (inputs are
-//! resident from step 0), then launches each step's kernel, timing it (after a backend
-//! synchronisation). A `reshape` whose output views its input is a no-op. `sgd_update`
-//! writes the parameter in place, so parameters carry over from one step to the next.
+//! resident from step 0), then launches each step's kernel, with a backend
+//! [mark](Backend::mark) before the first and after each: the time between two marks is
+//! the op's, from the first to the last the step's (device time: CUDA events on CUDA, so
+//! nothing waits between launches). A `reshape` whose output views its input is a no-op.
+//! `sgd_update` writes the parameter in place, so parameters carry over from one step to
+//! the next.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::ExecError;
@@ -29,7 +32,6 @@ use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
 use sgc_plan::Plan;
 use std::collections::HashMap;
-use std::time::Instant;
 
 /// One step, resolved: the kernel and where each operand lives.
 struct Launch {
@@ -72,10 +74,13 @@ pub struct RunReport {
     pub model_peak_bytes: u64,
     /// Persistent bytes plus the largest op's footprint: no schedule needs less.
     pub lower_bound_bytes: u64,
-    /// Wall time of all kernel launches.
+    /// Device time of all steps (first launch to last; wall clock on the CPU, CUDA events
+    /// on CUDA).
     pub seconds: f64,
     /// Of which in recomputation steps.
     pub recompute_seconds: f64,
+    /// Device time of each step, in order.
+    pub step_seconds: Vec<f64>,
     /// Per op, in graph order.
     pub op_times: Vec<OpTime>,
 }
@@ -99,6 +104,8 @@ pub struct PlanReplay {
     op_seconds: Vec<f64>,
     op_runs: Vec<u64>,
     recompute_seconds: f64,
+    /// Device seconds of each step run, first launch to last.
+    step_seconds: Vec<f64>,
 }
 
 impl<B: Backend> Schedule<B> for PlanReplay {
@@ -112,11 +119,14 @@ impl<B: Backend> Schedule<B> for PlanReplay {
                 backend.write(self.arena, *off, bytes)?;
             }
         }
+        // A mark before the first launch and after each: per-op times without stalling
+        // the device (CUDA events), and the step's own device time from first to last.
+        let mut marks = Vec::with_capacity(self.launches.len() + 1);
+        marks.push((usize::MAX, backend.mark()?));
         for (i, l) in self.launches.iter().enumerate() {
             if l.no_op {
                 continue;
             }
-            let start = Instant::now();
             backend
                 .launch(&l.kernel, &l.inputs, &l.outputs)
                 .map_err(|e| ExecError::Step {
@@ -124,15 +134,21 @@ impl<B: Backend> Schedule<B> for PlanReplay {
                     op: graph.op(self.plan.steps[i].op).name.clone(),
                     source: Box::new(e),
                 })?;
-            backend.synchronize()?;
-            let secs = start.elapsed().as_secs_f64();
-            let step = &self.plan.steps[i];
+            marks.push((i, backend.mark()?));
+        }
+        for pair in marks.windows(2) {
+            let (i, to) = &pair[1];
+            let secs = backend.seconds_between(&pair[0].1, to)?;
+            let step = &self.plan.steps[*i];
             self.op_seconds[step.op.index()] += secs;
             self.op_runs[step.op.index()] += 1;
             if step.recompute {
                 self.recompute_seconds += secs;
             }
         }
+        let (first, last) = (&marks[0].1, &marks[marks.len() - 1].1);
+        self.step_seconds
+            .push(backend.seconds_between(first, last)?);
         self.steps_run += 1;
         Ok(())
     }
@@ -206,6 +222,7 @@ impl<B: Backend> Runner<B, PlanReplay> {
             op_seconds: vec![0.0; graph.num_ops()],
             op_runs: vec![0; graph.num_ops()],
             recompute_seconds: 0.0,
+            step_seconds: Vec::new(),
         };
         Ok(Runner::with_schedule(graph, backend, replay))
     }
@@ -213,6 +230,21 @@ impl<B: Backend> Runner<B, PlanReplay> {
     /// The plan being run (with its arena, placed if the given plan had none).
     pub fn plan(&self) -> &Plan {
         &self.schedule.plan
+    }
+
+    /// Device seconds of each step run so far, in order (cheaper than a [`Self::report`]).
+    pub fn step_seconds(&self) -> &[f64] {
+        &self.schedule.step_seconds
+    }
+
+    /// Device seconds spent in each op so far, by op index (recomputations included).
+    pub fn op_seconds(&self) -> &[f64] {
+        &self.schedule.op_seconds
+    }
+
+    /// Device seconds spent in recomputation steps so far.
+    pub fn recompute_seconds(&self) -> f64 {
+        self.schedule.recompute_seconds
     }
 
     /// Bytes of the arena allocation.
@@ -246,8 +278,9 @@ impl<B: Backend> Runner<B, PlanReplay> {
             allocator: self.backend.memory(),
             model_peak_bytes: s.model_peak,
             lower_bound_bytes: g.lower_bound().bytes,
-            seconds: s.op_seconds.iter().sum(),
+            seconds: s.step_seconds.iter().sum(),
             recompute_seconds: s.recompute_seconds,
+            step_seconds: s.step_seconds.clone(),
             op_times,
         }
     }

@@ -18,6 +18,8 @@
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.
 //! - [`coverage`]: the ops of a graph a backend cannot run, known without its device.
 //! - [`init`]: deterministic, seeded values for every input and parameter.
+//! - [`timing`]: step times that mean something (warm-up, alternation, medians), planned
+//!   vs unplanned, and each op's measured time written into the graph as `time_us`.
 
 pub mod backend;
 pub mod coverage;
@@ -33,6 +35,7 @@ pub mod operand;
 pub mod ops;
 pub mod runner;
 pub mod shapes;
+pub mod timing;
 mod view;
 mod window;
 

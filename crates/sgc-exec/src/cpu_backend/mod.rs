@@ -271,6 +271,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    type Mark = std::time::Instant;
+
+    fn mark(&mut self) -> Result<Self::Mark, ExecError> {
+        Ok(std::time::Instant::now())
+    }
+
+    fn seconds_between(&mut self, from: &Self::Mark, to: &Self::Mark) -> Result<f64, ExecError> {
+        Ok(to.saturating_duration_since(*from).as_secs_f64())
+    }
+
     fn memory(&self) -> AllocStats {
         self.stats
     }

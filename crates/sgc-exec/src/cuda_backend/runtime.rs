@@ -18,7 +18,8 @@ use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::{ExecError, KernelError};
 use crate::kernel::{FamilyKernel, Kernel};
 use cudarc::driver::result::memcpy_dtod_async;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaSlice};
 
 const NAME: &str = "cuda";
 
@@ -248,6 +249,23 @@ impl Backend for CudaBackend {
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
         self.dev.stream.synchronize().map_err(Self::sync_err)
+    }
+
+    type Mark = CudaEvent;
+
+    const CLOCK: &'static str = "CUDA events";
+
+    /// An event recorded on the stream, with timing on (cudarc's default disables it).
+    fn mark(&mut self) -> Result<CudaEvent, ExecError> {
+        self.dev
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(Self::sync_err)
+    }
+
+    fn seconds_between(&mut self, from: &CudaEvent, to: &CudaEvent) -> Result<f64, ExecError> {
+        let ms = from.elapsed_ms(to).map_err(Self::sync_err)?;
+        Ok(f64::from(ms) / 1e3)
     }
 
     fn memory(&self) -> AllocStats {

@@ -39,6 +39,13 @@ impl Backend for CudaBackend {
     fn synchronize(&mut self) -> Result<(), ExecError> {
         match *self {}
     }
+    type Mark = ();
+    fn mark(&mut self) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn seconds_between(&mut self, _from: &(), _to: &()) -> Result<f64, ExecError> {
+        match *self {}
+    }
     fn memory(&self) -> AllocStats {
         match *self {}
     }
