@@ -28,6 +28,7 @@ pub mod cost;
 pub mod error;
 pub mod file;
 pub mod format;
+pub mod free_blocks;
 mod graph;
 mod ids;
 pub mod json;

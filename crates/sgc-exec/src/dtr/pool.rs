@@ -18,8 +18,9 @@
 //! [`Pool::check`] verifies the invariants (live and free blocks tile the pool, none
 //! overlaps another, no two free blocks touch); debug builds run it after every change.
 
+use sgc_ir::free_blocks::FreeBlocks;
 use sgc_ir::TensorId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A live block: its size (aligned) and the storage it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +58,7 @@ pub struct PoolStats {
 pub struct Pool {
     size: u64,
     align: u64,
-    free_at: BTreeMap<u64, u64>,
-    free_by_size: BTreeSet<(u64, u64)>,
+    free: FreeBlocks,
     live: BTreeMap<u64, Block>,
     stats: PoolStats,
 }
@@ -75,13 +75,12 @@ impl Pool {
         let mut p = Pool {
             size,
             align,
-            free_at: BTreeMap::new(),
-            free_by_size: BTreeSet::new(),
+            free: FreeBlocks::default(),
             live: BTreeMap::new(),
             stats: PoolStats::default(),
         };
         if size > 0 {
-            p.insert_free(0, size);
+            p.free.insert(0, size);
         }
         p
     }
@@ -107,7 +106,7 @@ impl Pool {
 
     /// The largest free block.
     pub fn largest_free(&self) -> u64 {
-        self.free_by_size.last().map_or(0, |&(s, _)| s)
+        self.free.largest()
     }
 
     /// The live block at `offset`.
@@ -124,11 +123,7 @@ impl Pool {
     /// `None` when no free block holds it.
     pub fn alloc(&mut self, bytes: u64, owner: TensorId) -> Option<u64> {
         let need = self.block_size(bytes);
-        let &(have, offset) = self.free_by_size.range((need, 0)..).next()?;
-        self.remove_free(offset, have);
-        if have > need {
-            self.insert_free(offset + need, have - need);
-        }
+        let offset = self.free.take_best_fit(need)?;
         self.live.insert(offset, Block { bytes: need, owner });
         let s = &mut self.stats;
         s.allocations += 1;
@@ -142,19 +137,8 @@ impl Pool {
     /// Frees the live block at `offset`, merging it with free neighbours; returns it.
     pub fn free(&mut self, offset: u64) -> Option<Block> {
         let block = self.live.remove(&offset)?;
-        let (mut start, mut len) = (offset, block.bytes);
-        if let Some((&prev, &plen)) = self.free_at.range(..offset).next_back() {
-            if prev + plen == offset {
-                self.remove_free(prev, plen);
-                start = prev;
-                len += plen;
-            }
-        }
-        if let Some(&nlen) = self.free_at.get(&(offset + block.bytes)) {
-            self.remove_free(offset + block.bytes, nlen);
-            len += nlen;
-        }
-        self.insert_free(start, len);
+        let (start, len) = self.free.merge_neighbours(offset, block.bytes);
+        self.free.insert(start, len);
         self.stats.frees += 1;
         self.stats.live_bytes -= block.bytes;
         self.debug_check();
@@ -180,25 +164,14 @@ impl Pool {
             self.live.insert(cursor, block);
             cursor += block.bytes;
         }
-        self.free_at.clear();
-        self.free_by_size.clear();
+        self.free.clear();
         if cursor < self.size {
-            self.insert_free(cursor, self.size - cursor);
+            self.free.insert(cursor, self.size - cursor);
         }
         self.stats.compactions += 1;
         self.stats.moved_bytes += moves.iter().map(|m| m.bytes).sum::<u64>();
         self.debug_check();
         moves
-    }
-
-    fn insert_free(&mut self, offset: u64, len: u64) {
-        self.free_at.insert(offset, len);
-        self.free_by_size.insert((len, offset));
-    }
-
-    fn remove_free(&mut self, offset: u64, len: u64) {
-        self.free_at.remove(&offset);
-        self.free_by_size.remove(&(len, offset));
     }
 
     fn debug_check(&self) {
@@ -212,14 +185,14 @@ impl Pool {
     /// no two free blocks adjacent, and the counters agree.
     pub fn check(&self) -> Result<(), PoolViolation> {
         let err = |s: String| Err(PoolViolation(s));
-        if self.free_at.len() != self.free_by_size.len() {
+        if !self.free.consistent() {
             return err("the two free-block indexes differ".into());
         }
         let mut blocks: Vec<(u64, u64, bool)> = self
             .live
             .iter()
             .map(|(&o, b)| (o, b.bytes, true))
-            .chain(self.free_at.iter().map(|(&o, &l)| (o, l, false)))
+            .chain(self.free.iter().map(|(o, l)| (o, l, false)))
             .collect();
         blocks.sort_unstable();
         let mut cursor = 0u64;
@@ -240,9 +213,6 @@ impl Pool {
                 return err(format!(
                     "free block at {o} touches the free block before it"
                 ));
-            }
-            if !is_live && !self.free_by_size.contains(&(len, o)) {
-                return err(format!("free block at {o} is missing from the size index"));
             }
             if is_live {
                 live += len;

@@ -11,35 +11,20 @@
 //! offset grows: the gaps the sweep leaves (blocks freed too late to be reused) close.
 
 use super::instance::Instance;
-use std::collections::{BTreeMap, BTreeSet};
+use sgc_ir::free_blocks::FreeBlocks;
 
-/// Free blocks of the arena below `top`, indexed by offset and by (size, offset).
+/// Free blocks of the arena below `top`, and the top, which grows when no block fits.
 #[derive(Default)]
 struct FreeList {
-    by_offset: BTreeMap<u64, u64>,
-    by_size: BTreeSet<(u64, u64)>,
+    blocks: FreeBlocks,
     top: u64,
     peak: u64,
 }
 
 impl FreeList {
-    fn insert(&mut self, offset: u64, len: u64) {
-        self.by_offset.insert(offset, len);
-        self.by_size.insert((len, offset));
-    }
-
-    fn remove(&mut self, offset: u64, len: u64) {
-        self.by_offset.remove(&offset);
-        self.by_size.remove(&(len, offset));
-    }
-
     /// The smallest free block holding `w` (lowest offset among equals), else the top.
     fn alloc(&mut self, w: u64) -> u64 {
-        if let Some(&(len, offset)) = self.by_size.range((w, 0)..).next() {
-            self.remove(offset, len);
-            if len > w {
-                self.insert(offset + w, len - w);
-            }
+        if let Some(offset) = self.blocks.take_best_fit(w) {
             return offset;
         }
         let offset = self.top;
@@ -48,22 +33,12 @@ impl FreeList {
         offset
     }
 
-    fn free(&mut self, mut offset: u64, mut len: u64) {
-        if let Some((&prev, &plen)) = self.by_offset.range(..offset).next_back() {
-            if prev + plen == offset {
-                self.remove(prev, plen);
-                offset = prev;
-                len += plen;
-            }
-        }
-        if let Some(&nlen) = self.by_offset.get(&(offset + len)) {
-            self.remove(offset + len, nlen);
-            len += nlen;
-        }
+    fn free(&mut self, offset: u64, len: u64) {
+        let (offset, len) = self.blocks.merge_neighbours(offset, len);
         if offset + len == self.top {
             self.top = offset;
         } else {
-            self.insert(offset, len);
+            self.blocks.insert(offset, len);
         }
     }
 }
@@ -227,7 +202,7 @@ mod tests {
         assert_eq!((a, b, c, f.top), (0, 4, 6, 9));
         f.free(a, 4);
         f.free(b, 2);
-        assert_eq!(f.by_offset.get(&0), Some(&6));
+        assert_eq!(f.blocks.at(0), Some(6));
         assert_eq!(f.alloc(5), 0);
         f.free(c, 3);
         assert_eq!(f.top, 5); // [5, 6) was free and coalesced too
