@@ -65,3 +65,24 @@ pub(super) fn wide_shallow(branches: usize, batch: u64) -> R<Graph> {
     let loss = b.cross_entropy("loss", logits, labels)?;
     b.finish(loss, meta("wide_shallow", batch))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::OpKind;
+
+    /// Each `deep_narrow` layer adds 24 ops (8 forward, 11 backward, 5 updates), each
+    /// `wide_shallow` branch 10; the forward of a layer is the op sequence.
+    #[test]
+    fn the_shapes_grow_by_a_fixed_count_per_layer_and_branch() {
+        let ops = |g: R<Graph>| g.expect("the model builds").num_ops();
+        assert_eq!(ops(deep_narrow(3, 1)) - ops(deep_narrow(2, 1)), 24);
+        assert_eq!(ops(deep_narrow(12, 1)) - ops(deep_narrow(2, 1)), 240);
+        assert_eq!(ops(wide_shallow(7, 2)) - ops(wide_shallow(2, 2)), 50);
+        let g = deep_narrow(1, 1).expect("one layer builds");
+        let forward: Vec<Option<OpKind>> = g.ops().iter().take(8).map(|o| o.kind).collect();
+        use OpKind::*;
+        let want = [MatMul, Softmax, Add, LayerNorm, MatMul, Gelu, MatMul, Add];
+        assert_eq!(forward, want.map(Some));
+    }
+}

@@ -448,6 +448,49 @@ mod tests {
         );
     }
 
+    /// A screened pass starts no batch once it has built the schedules it may: stopped one
+    /// schedule after its start, it builds one batch at most (two groups and their union),
+    /// and still ends at or under the bound recomputing no more; unbounded, the same passes
+    /// build more.
+    #[test]
+    fn a_pass_stops_at_its_schedule_bound() {
+        let pool = pool();
+        let mut longer = 0;
+        for seed in 0..60 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut rng = SplitMix64::new(seed);
+            let k = 1 + rng.index(6);
+            let genome =
+                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let built = |stop: Option<usize>| {
+                let mut ev = Evaluator::new(&ctx, &pool, None);
+                let fit = ev.eval(&genome);
+                let bound = fit.peak + fit.peak / 20;
+                let (screen, groups) = screened(&ev, &genome).filter(|_| fit.feasible)?;
+                let start = ev.stats.evaluated;
+                let stop = stop.map(|s| start + s);
+                let (_, f) = greedy(
+                    &mut ev,
+                    genome.clone(),
+                    fit,
+                    bound,
+                    &groups,
+                    Some(screen),
+                    stop,
+                );
+                assert!(passes(&f, &fit, bound), "{seed}: {f:?} from {fit:?}");
+                Some(ev.stats.evaluated - start)
+            };
+            let (Some(bounded), Some(free)) = (built(Some(1)), built(None)) else {
+                continue;
+            };
+            assert!(bounded <= 3, "{seed}: {bounded} schedules");
+            longer += usize::from(free > 3);
+        }
+        assert!(longer > 0, "no pass built more than one batch");
+    }
+
     #[test]
     fn range_max_matches_a_scan() {
         let v: Vec<u64> = (0..97u64).map(|i| (i * 7919) % 113).collect();
