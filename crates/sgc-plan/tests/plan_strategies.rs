@@ -385,22 +385,19 @@ fn dtr_does_not_thrash_on_a_long_chain() {
 /// the traced order's peak.
 #[test]
 fn dtr_says_at_once_when_it_cannot_lower_the_peak() {
-    let tiny = sgc_ir::zoo::models()
-        .into_iter()
-        .find(|m| m.name == "tiny_mlp")
-        .expect("tiny_mlp is in the zoo");
+    let tiny = sgc_ir::load_any(root().join("graphs/tiny_mlp.json")).expect("tiny_mlp loads");
     let cases = [
-        ((tiny.build)(), "no storage it may evict"),
+        (tiny, "no storage it may evict"),
         (sgc_ir::zoo::wide_shallow(40, 32), "already peaks at"),
     ];
+    let o = PlanOptions {
+        strategy: Strategy::Dtr,
+        arena: false,
+        ..PlanOptions::default()
+    };
     for (g, why) in cases {
-        let o = PlanOptions {
-            strategy: Strategy::Dtr,
-            arena: false,
-            ..PlanOptions::default()
-        };
-        let (p, stats) =
-            sgc_plan::plan_with_stats(&g, &o, &RunConfig::default()).expect("dtr plans");
+        let run = RunConfig::default();
+        let (p, stats) = sgc_plan::plan_with_stats(&g, &o, &run).expect("dtr plans");
         let said = stats.fallback.unwrap_or_default();
         assert!(said.contains(why), "{:?}: {said:?}", g.name());
         assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
