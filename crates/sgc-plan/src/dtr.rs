@@ -60,6 +60,17 @@
 //! recompute among the passes that fit wins). `MAX_RECOMPUTE_STEPS` training steps' worth
 //! of recomputation makes a pass infeasible.
 //!
+//! **Saying so early.** Before any pass, when no storage may be evicted (none is freeable
+//! and at least `evictee_min_size` bytes), or when what may not be evicted, live in the
+//! traced order, already peaks at the traced order's peak, no pass can lower the peak:
+//! the plan is the traced order and the reason is given ([`cannot_improve`]), instead of
+//! passes that evict nothing.
+//!
+//! **The candidates.** The schedule keeps an index of the resident freeable roots
+//! ([`State::evictable`], in id order), so choosing a victim visits those, not every
+//! tensor of the graph; their lower bounds go into a heap, and full scores are taken
+//! lowest bound first until a bound alone loses.
+//!
 //! With `sqrt_sampling`, only about sqrt(N) of the N candidates, drawn from a seeded
 //! stream, are scored.
 
