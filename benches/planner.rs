@@ -6,9 +6,11 @@
 //! - `sublinear` with 20 generations at or below `chen-sqrt`'s peak at no higher cost;
 //! - GPT-2 with 20 generations on 2 workers, planned in under 2 s.
 //!
-//! Last, the planner's scaling ([`scaling`]): plan time and peak RSS of a GPT-2 stack and an
-//! LSTM-like chain at about 1k, 10k, 30k and 100k ops, the exponents fitted to them, and the
-//! targets (100k ops in under 30 s and 1 GiB on 2 cores; time exponent at most 1.2).
+//! Last, the planner's scaling ([`scaling`]): plan time and peak RSS of four graph shapes (a
+//! GPT-2 stack, an LSTM-like chain, a deep chain of small layers and a wide, shallow fan of
+//! branches) at about 1k, 10k, 30k and 100k ops, the exponents fitted to them from 10k ops
+//! on, and the targets (100k ops in under 30 s and 1 GiB on 2 cores; time exponent at most
+//! 1.2).
 //! `PLANNER_SCALING=0` skips it; `PLANNER_SCALING_ONLY=1` runs nothing else.
 //!
 //! `PLANNER_GRAPHS=gpt2,resnet50` restricts the run to those graphs.
@@ -130,6 +132,10 @@ fn main() {
 /// The sizes of the scaling table (ops, about).
 const SCALING_OPS: [usize; 4] = [1_000, 10_000, 30_000, 100_000];
 
+/// The smallest graph the exponents are fitted on (about 10k ops; the sizes below it are
+/// shown, not fitted, when at least two sizes reach it).
+const FIT_FROM: usize = 9_000;
+
 /// The planner issue's targets at 100,000 ops on 2 workers.
 const TARGET_SECS: f64 = 30.0;
 const TARGET_RSS: u64 = 1 << 30;
@@ -141,7 +147,7 @@ struct Model {
     build: fn(usize) -> Graph,
 }
 
-const MODELS: [Model; 2] = [
+const MODELS: [Model; 4] = [
     // About 82 ops per layer.
     Model {
         name: "gpt2_deep",
@@ -151,6 +157,16 @@ const MODELS: [Model; 2] = [
     Model {
         name: "lstm_deep",
         build: |ops| sgc_ir::zoo::lstm_deep((ops / 80).max(1), 32),
+    },
+    // Deep and narrow: 24 ops per small transformer-like layer.
+    Model {
+        name: "deep_narrow",
+        build: |ops| sgc_ir::zoo::deep_narrow((ops / 24).max(1), 4),
+    },
+    // Wide and shallow: about 10 ops per branch.
+    Model {
+        name: "wide_shallow",
+        build: |ops| sgc_ir::zoo::wide_shallow((ops / 10).max(1), 32),
     },
 ];
 
@@ -285,10 +301,11 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
 }
 
-/// How plan time and peak memory grow with the graph: a GPT-2 stack and an LSTM-like
-/// recurrent chain (both built in-process) at about 1k, 10k, 30k and 100k ops, planned with
-/// 20 generations on 2 workers, each size in a process of its own (its peak RSS, graph
-/// included); then the exponents fitted to time and to peak RSS, and the targets.
+/// How plan time and peak memory grow with the graph: a GPT-2 stack, an LSTM-like recurrent
+/// chain, a deep chain of small layers and a wide fan of branches (all built in-process) at
+/// about 1k, 10k, 30k and 100k ops, planned with 20 generations on 2 workers, each size in a
+/// process of its own (its peak RSS, graph included); then the exponents fitted to time and
+/// to peak RSS from 10k ops on, and the targets.
 /// Before that, the 10k-op GPT-2 is planned on 1 and on 2 workers: the plans must be
 /// identical. `PLANNER_SCALING_OPS=1000,10000` restricts the sizes.
 fn scaling() {
@@ -351,12 +368,19 @@ fn scaling() {
             ));
             rows.push(r);
         }
-        if rows.len() < 2 {
+        // From about 10k ops on: below that, fixed costs (the graph's context, the first
+        // population) weigh and flatten the fit.
+        let fitted: Vec<&Scaled> = if rows.iter().filter(|r| r.ops >= FIT_FROM).count() >= 2 {
+            rows.iter().filter(|r| r.ops >= FIT_FROM).collect()
+        } else {
+            rows.iter().collect()
+        };
+        if fitted.len() < 2 {
             continue;
         }
         let fit = |y: &dyn Fn(&Scaled) -> f64| {
             fitted_exponent(
-                &rows
+                &fitted
                     .iter()
                     .map(|r| (r.ops as f64, y(r)))
                     .collect::<Vec<_>>(),

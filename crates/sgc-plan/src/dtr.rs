@@ -60,6 +60,17 @@
 //! recompute among the passes that fit wins). `MAX_RECOMPUTE_STEPS` training steps' worth
 //! of recomputation makes a pass infeasible.
 //!
+//! **Saying so early.** Before any pass, when no storage may be evicted (none is freeable
+//! and at least `evictee_min_size` bytes), or when what may not be evicted, live in the
+//! traced order, already peaks at the traced order's peak, no pass can lower the peak:
+//! the plan is the traced order and the reason is given ([`cannot_improve`]), instead of
+//! passes that evict nothing.
+//!
+//! **The candidates.** The schedule keeps an index of the resident freeable roots
+//! ([`State::evictable`], in id order), so choosing a victim visits those, not every
+//! tensor of the graph; their lower bounds go into a heap, and full scores are taken
+//! lowest bound first until a bound alone loses.
+//!
 //! With `sqrt_sampling`, only about sqrt(N) of the N candidates, drawn from a seeded
 //! stream, are scored.
 
@@ -68,6 +79,8 @@ use crate::schedule::{Infeasible, Policy, State};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sgc_ir::{OpId, TensorId};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Parameters of one DTR pass.
 pub(crate) struct DtrParams {
@@ -263,12 +276,8 @@ impl Dtr<'_> {
     fn victim(&mut self, st: &State<'_>) -> Option<TensorId> {
         let ctx = st.ctx;
         let mut cands: Vec<(TensorId, u32)> = Vec::new();
-        for &r in &ctx.freeable_roots {
-            if !st.resident[r.index()]
-                || !st.is_counted(r)
-                || self.pinned[r.index()]
-                || st.needed(r)
-            {
+        for r in st.evictable() {
+            if self.pinned[r.index()] || st.needed(r) {
                 continue;
             }
             match self.next_use(st, r) {
@@ -289,14 +298,14 @@ impl Dtr<'_> {
             cands
         };
         // A score is at least its own producer's share (the cascade only adds cost):
-        // candidates are scored in that order, until that bound alone loses.
-        let mut order: Vec<(f64, TensorId, u32)> = pool
+        // candidates are scored in that order, until that bound alone loses. A heap, since
+        // only the first few are taken.
+        let mut order: BinaryHeap<Reverse<Bound>> = pool
             .into_iter()
-            .map(|(r, next)| (own_score(st, r, next), r, next))
+            .map(|(r, next)| Reverse(Bound(own_score(st, r, next), r, next)))
             .collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut best: Option<(f64, TensorId)> = None;
-        for (bound, r, next) in order {
+        while let Some(Reverse(Bound(bound, r, next))) = order.pop() {
             if best.is_some_and(|(b, _)| bound > b) {
                 break;
             }
@@ -308,6 +317,29 @@ impl Dtr<'_> {
             }
         }
         best.map(|(_, r)| r)
+    }
+}
+
+/// A candidate by the lower bound of its score ([`own_score`]), then by id; its next use.
+struct Bound(f64, TensorId, u32);
+
+impl PartialEq for Bound {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Bound {}
+
+impl PartialOrd for Bound {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Bound {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
     }
 }
 
@@ -446,13 +478,43 @@ fn made_from<'a>(st: &'a State<'_>, r: TensorId) -> impl Iterator<Item = TensorI
 /// order, and the op's own freeable operands. At least the per-op lower bound; above it
 /// where non-recomputable ops keep storage alive (a transformer's dropout outputs).
 pub(crate) fn eviction_floor(ctx: &Context<'_>) -> u64 {
+    floor_evicting(ctx, |t| ctx.freeable[t.index()])
+}
+
+/// Why no pass can improve on the traced order, when that is plain before any pass: no
+/// storage may be evicted (none is freeable and at least `min_size` bytes), or what may
+/// not be evicted, live in the traced order, already peaks at the traced order's peak.
+/// Passes then evict nothing useful, each after scanning every resident tensor at every
+/// step over the threshold.
+pub(crate) fn cannot_improve(ctx: &Context<'_>, min_size: u64) -> Option<String> {
+    let evictable = |t: TensorId| ctx.freeable[t.index()] && ctx.size(t) >= min_size;
+    if !ctx.freeable_roots.iter().any(|&t| evictable(t)) {
+        return Some(format!(
+            "no storage it may evict: every recomputable activation is smaller than the \
+             smallest evictee ({}; see --evictee-min-size)",
+            sgc_ir::human_bytes(min_size)
+        ));
+    }
+    let floor = floor_evicting(ctx, evictable);
+    (floor >= ctx.unplanned_peak).then(|| {
+        format!(
+            "what it may not evict (storages that cannot be recomputed or are smaller than \
+             {}, see --evictee-min-size) already peaks at {}, the traced order's peak",
+            sgc_ir::human_bytes(min_size),
+            sgc_ir::human_bytes(floor)
+        )
+    })
+}
+
+/// [`eviction_floor`] with the storages `evictable` says may be evicted.
+fn floor_evicting(ctx: &Context<'_>, evictable: impl Fn(TensorId) -> bool) -> u64 {
     let mut delta = vec![0i128; ctx.n + 1];
     for t in ctx.g.tensor_ids() {
         let a = &ctx.accesses[t.index()];
         let (Some(&first), Some(&last)) = (a.first(), a.last()) else {
             continue;
         };
-        if ctx.freeable[t.index()] {
+        if evictable(t) {
             continue;
         }
         let end = if ctx.kept[t.index()] {
@@ -470,7 +532,7 @@ pub(crate) fn eviction_floor(ctx: &Context<'_>) -> u64 {
         let own: u64 = ctx.in_roots[i]
             .iter()
             .chain(&ctx.out_roots[i])
-            .filter(|r| ctx.freeable[r.index()])
+            .filter(|r| evictable(**r))
             .map(|&r| ctx.size(r))
             .sum();
         floor = floor.max(live as u64 + own);

@@ -176,6 +176,9 @@ fn dtr(ctx: &Context<'_>, options: &PlanOptions) -> DtrOutcome {
         sqrt_sampling: options.sqrt_sampling,
         seed: options.seed,
     };
+    if let Some(why) = crate::dtr::cannot_improve(ctx, params.min_size) {
+        return (original(ctx), Some(why));
+    }
     let steps = match crate::dtr::schedule(ctx, &params) {
         Ok(steps) => steps,
         Err(crate::schedule::Infeasible::TooCostly) => {

@@ -52,6 +52,9 @@ pub(crate) struct State<'c> {
     pub resident: Vec<bool>,
     /// Whether a root's bytes are counted in `bytes` (resident and before its last use).
     counted: Vec<bool>,
+    /// The counted freeable roots, in id order: the only roots a policy may evict (an
+    /// index, so that choosing a victim visits the resident candidates, not every tensor).
+    evictable: std::collections::BTreeSet<TensorId>,
     version: Vec<u32>,
     /// For every tensor: the version of its root when it was last produced.
     made_at: Vec<Option<u32>>,
@@ -80,6 +83,7 @@ impl<'c> State<'c> {
             ctx,
             resident: vec![false; nt],
             counted: vec![false; nt],
+            evictable: Default::default(),
             version: vec![0; nt],
             made_at: vec![None; nt],
             dirty: vec![false; nt],
@@ -94,6 +98,9 @@ impl<'c> State<'c> {
         for &t in &ctx.input_roots {
             st.resident[t.index()] = true;
             st.counted[t.index()] = true;
+            if ctx.freeable[t.index()] {
+                st.evictable.insert(t);
+            }
             st.bytes += ctx.size(t);
             st.made_at[t.index()] = Some(0);
         }
@@ -140,7 +147,13 @@ impl<'c> State<'c> {
         if self.counted[r.index()] {
             self.counted[r.index()] = false;
             self.bytes -= self.ctx.size(r);
+            self.evictable.remove(&r);
         }
+    }
+
+    /// The counted freeable roots (resident, before their last use), in id order.
+    pub fn evictable(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.evictable.iter().copied()
     }
 
     pub fn is_counted(&self, r: TensorId) -> bool {
@@ -189,6 +202,9 @@ impl<'c> State<'c> {
                 if !self.counted[t.index()] && ctx.validity[t.index()] == Validity::Current {
                     self.counted[t.index()] = true;
                     self.bytes += ctx.size(t);
+                    if ctx.freeable[t.index()] {
+                        self.evictable.insert(t);
+                    }
                 }
             }
             self.made_at[t.index()] = Some(self.version[root.index()]);

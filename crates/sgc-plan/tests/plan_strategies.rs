@@ -376,3 +376,32 @@ fn dtr_does_not_thrash_on_a_long_chain() {
     );
     verify(&g, &p).expect("the dtr plan verifies");
 }
+
+/// Static DTR says at once, and why, when no pass can lower the peak: the plan is the
+/// traced order (its peak, no recompute) with the reason as the fallback. On tiny_mlp every
+/// activation is under the default smallest evictee (1 MiB); on a wide fan of small
+/// branches concatenated at the end, only the concatenation (over 1 MiB) may be evicted,
+/// and what may not (the branches, all live together at the concatenation) already sets
+/// the traced order's peak.
+#[test]
+fn dtr_says_at_once_when_it_cannot_lower_the_peak() {
+    let tiny = sgc_ir::load_any(root().join("graphs/tiny_mlp.json")).expect("tiny_mlp loads");
+    let cases = [
+        (tiny, "no storage it may evict"),
+        (sgc_ir::zoo::wide_shallow(40, 32), "already peaks at"),
+    ];
+    let o = PlanOptions {
+        strategy: Strategy::Dtr,
+        arena: false,
+        ..PlanOptions::default()
+    };
+    for (g, why) in cases {
+        let run = RunConfig::default();
+        let (p, stats) = sgc_plan::plan_with_stats(&g, &o, &run).expect("dtr plans");
+        let said = stats.fallback.unwrap_or_default();
+        assert!(said.contains(why), "{:?}: {said:?}", g.name());
+        assert_eq!(p.summary.planned_peak, p.summary.unplanned_peak);
+        assert_eq!(p.summary.recompute_cost, 0.0);
+        verify(&g, &p).expect("the traced order verifies");
+    }
+}

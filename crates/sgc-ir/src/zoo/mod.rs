@@ -16,6 +16,7 @@ mod cnn;
 mod layers;
 mod mlp;
 mod recurrent;
+mod shapes;
 mod transformer;
 mod unet;
 
@@ -123,6 +124,22 @@ pub fn gpt2_deep(layers: usize, batch: u64) -> Graph {
 /// shared, at `batch`. About 80 ops per time step: 1,250 steps make about 100,000 ops.
 pub fn lstm_deep(steps: usize, batch: u64) -> Graph {
     built(recurrent::lstm_deep(steps, batch))
+}
+
+/// A deep, narrow graph too large to check in, for the planner's scaling benchmark: a
+/// chain of `layers` small transformer-like layers (activations `[batch, 512, 512]` and
+/// `[batch, 512, 2048]`, f32), 24 ops each with the backward and the update: 4,170 layers
+/// make about 100,000 ops.
+pub fn deep_narrow(layers: usize, batch: u64) -> Graph {
+    built(shapes::deep_narrow(layers, batch))
+}
+
+/// A wide, shallow graph too large to check in, for the planner's scaling benchmark:
+/// `branches` independent two-layer branches (width 256) of one input, concatenated and
+/// read by one linear head, at `batch`. About 10 ops per branch: 10,000 branches make
+/// about 100,000 ops.
+pub fn wide_shallow(branches: usize, batch: u64) -> Graph {
+    built(shapes::wide_shallow(branches, batch))
 }
 
 /// Zoo models are fixed programs: a build error is a bug in this module, caught by the

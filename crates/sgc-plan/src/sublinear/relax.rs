@@ -17,7 +17,9 @@
 //! largest set that passes is taken at once (on a recurrent net hundreds of groups pass,
 //! one round each otherwise); when all of them are taken, the batch's failing groups are
 //! passed over, as judged against the plan before. Every plan taken is evaluated
-//! exactly, and `width` depends only on the outcomes, never on the number of workers.
+//! exactly, and `width` depends only on the outcomes, never on the number of workers. A
+//! pass builds at most [`RELAX_SCHEDULES`] schedules, so its time stays linear in the graph
+//! however many groups it has.
 //!
 //! **Ranked by what they save** ([`by_savings`], for the search's last step only). The
 //! costliest op is not always the best storage to keep: keeping a storage also spares the
@@ -46,8 +48,17 @@ pub(crate) fn relax(
     let Some((screen, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    greedy(ev, best, fit, bound, &groups, Some(screen))
+    let stop = ev.stats.evaluated.saturating_add(RELAX_SCHEDULES);
+    greedy(ev, best, fit, bound, &groups, Some(screen), Some(stop))
 }
+
+/// The most schedules one screened pass ([`relax`]) builds (it starts no batch past them;
+/// the groups left over stay recomputed). The groups grow with the graph: on a long chain
+/// of small layers each layer's groups pass the screen and are evaluated, so an unbounded
+/// pass builds a schedule per few layers, each walking the whole graph (quadratic time:
+/// 2,300 schedules at 100k ops). The real corpus's passes build at most 421 (the LSTM
+/// language model), so none of them reaches the bound.
+const RELAX_SCHEDULES: usize = 512;
 
 /// The screen of `best`'s schedule and its groups of recomputed storages, costliest first;
 /// `None` when `best` has no schedule.
@@ -95,7 +106,7 @@ pub(crate) fn by_savings(
     // Stable: equal savings keep the cost order.
     ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     let groups: Vec<Vec<TensorId>> = ranked.into_iter().map(|r| r.1).collect();
-    greedy(ev, best, fit, bound, &groups, None)
+    greedy(ev, best, fit, bound, &groups, None, None)
 }
 
 /// The greedy pass over `groups` in order (see the module doc); `screen`, when given,
@@ -107,12 +118,13 @@ fn greedy(
     bound: u64,
     groups: &[Vec<TensorId>],
     mut screen: Option<Screen>,
+    stop: Option<usize>,
 ) -> (Genome, Fitness) {
     let ctx = ev.ctx;
     let total = groups.len();
     let proposed = ev.stats.candidates;
     let (mut i, mut width) = (0, 2);
-    while i < total {
+    while i < total && stop.is_none_or(|s| ev.stats.evaluated < s) {
         let mut picked = Vec::with_capacity(width);
         while i < total && picked.len() < width {
             if screen
@@ -434,6 +446,49 @@ mod tests {
             "kept {:?}",
             screened.0.keep
         );
+    }
+
+    /// A screened pass starts no batch once it has built the schedules it may: stopped one
+    /// schedule after its start, it builds one batch at most (two groups and their union),
+    /// and still ends at or under the bound recomputing no more; unbounded, the same passes
+    /// build more.
+    #[test]
+    fn a_pass_stops_at_its_schedule_bound() {
+        let pool = pool();
+        let mut longer = 0;
+        for seed in 0..60 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut rng = SplitMix64::new(seed);
+            let k = 1 + rng.index(6);
+            let genome =
+                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let built = |stop: Option<usize>| {
+                let mut ev = Evaluator::new(&ctx, &pool, None);
+                let fit = ev.eval(&genome);
+                let bound = fit.peak + fit.peak / 20;
+                let (screen, groups) = screened(&ev, &genome).filter(|_| fit.feasible)?;
+                let start = ev.stats.evaluated;
+                let stop = stop.map(|s| start + s);
+                let (_, f) = greedy(
+                    &mut ev,
+                    genome.clone(),
+                    fit,
+                    bound,
+                    &groups,
+                    Some(screen),
+                    stop,
+                );
+                assert!(passes(&f, &fit, bound), "{seed}: {f:?} from {fit:?}");
+                Some(ev.stats.evaluated - start)
+            };
+            let (Some(bounded), Some(free)) = (built(Some(1)), built(None)) else {
+                continue;
+            };
+            assert!(bounded <= 3, "{seed}: {bounded} schedules");
+            longer += usize::from(free > 3);
+        }
+        assert!(longer > 0, "no pass built more than one batch");
     }
 
     #[test]
