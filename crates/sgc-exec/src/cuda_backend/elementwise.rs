@@ -3,7 +3,7 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::Io;
+use super::launch::{with_ptrs, Io};
 use super::shape::{broadcast_strides, dims};
 use crate::error::KernelError;
 use crate::ops::elementwise::{BinOp, Elementwise, Unary};
@@ -33,14 +33,7 @@ fn binary(d: &Device, name: &'static str, a: u64, b: u64, y: u64, len: usize) ->
 pub(crate) fn bias_add(d: &Device, x: u64, bias: u64, y: u64, shape: &[usize], axis: usize) -> R {
     let (dim, inner) = axis_split(shape, axis);
     let len: usize = shape.iter().product();
-    let args = [
-        Arg::Ptr(x),
-        Arg::Ptr(bias),
-        Arg::Ptr(y),
-        n(len),
-        n(dim),
-        n(inner),
-    ];
+    let args = with_ptrs(&[x, bias, y], [n(len), n(dim), n(inner)]);
     d.launch("bias_add", Grid::Elements(len), &args)
 }
 
@@ -93,13 +86,7 @@ pub(crate) fn leaky_relu_backward(
     slope: f32,
     len: usize,
 ) -> R {
-    let args = [
-        Arg::Ptr(dy),
-        Arg::Ptr(x),
-        Arg::Ptr(dx),
-        Arg::F32(slope),
-        n(len),
-    ];
+    let args = with_ptrs(&[dy, x, dx], [Arg::F32(slope), n(len)]);
     d.launch("leaky_relu_backward", Grid::Elements(len), &args)
 }
 

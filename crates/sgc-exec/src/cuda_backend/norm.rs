@@ -3,7 +3,7 @@
 //! tree order.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::{last, rows as rows_of, Io, KERNEL_SLOTS};
+use super::launch::{last, rows as rows_of, with_ptrs, Io, KERNEL_SLOTS};
 use crate::error::KernelError;
 use crate::ops::norm::Norm;
 
@@ -89,14 +89,10 @@ pub(crate) fn softmax(
     if len == 0 {
         return Ok(()); // empty rows: nothing to write (and `r % len` would divide by 0)
     }
-    let args = [
-        Arg::Ptr(x),
-        Arg::Ptr(y),
-        n(rows),
-        n(len),
-        Arg::F32(scale),
-        Arg::I32(causal as i32),
-    ];
+    let args = with_ptrs(
+        &[x, y],
+        [n(rows), n(len), Arg::F32(scale), Arg::I32(causal as i32)],
+    );
     d.launch("softmax", Grid::Rows(rows), &args)
 }
 
@@ -110,14 +106,7 @@ pub(crate) fn softmax_grad(
     len: usize,
     scale: f32,
 ) -> R {
-    let args = [
-        Arg::Ptr(y),
-        Arg::Ptr(dy),
-        Arg::Ptr(dx),
-        n(rows),
-        n(len),
-        Arg::F32(scale),
-    ];
+    let args = with_ptrs(&[y, dy, dx], [n(rows), n(len), Arg::F32(scale)]);
     d.launch("softmax_grad", Grid::Rows(rows), &args)
 }
 

@@ -5,7 +5,7 @@
 //! same values and planned and unplanned runs agree.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::Io;
+use super::launch::{with_ptrs, Io};
 use crate::ops::random::Random;
 
 /// The draws below `p` as an integer bound on their 53 random bits: `u < p` exactly when
@@ -54,22 +54,14 @@ pub(super) fn run(k: &Random, d: &mut Device, io: Io) -> R {
             d.launch("dropout", grid, &args)
         }
         Random::DropoutBackward { scale } => {
-            let args = [
-                Arg::Ptr(io.ins[0]),
-                Arg::Ptr(io.ins[1]),
-                Arg::Ptr(io.outs[0]),
-                Arg::F32(*scale),
-                n(len),
-            ];
+            let args = with_ptrs(
+                &[io.ins[0], io.ins[1], io.outs[0]],
+                [Arg::F32(*scale), n(len)],
+            );
             d.launch("dropout_backward", grid, &args)
         }
         Random::MaskMul => {
-            let args = [
-                Arg::Ptr(io.ins[0]),
-                Arg::Ptr(io.ins[1]),
-                Arg::Ptr(io.outs[0]),
-                n(len),
-            ];
+            let args = with_ptrs(&[io.ins[0], io.ins[1], io.outs[0]], [n(len)]);
             d.launch("mask_mul", grid, &args)
         }
     }

@@ -2,7 +2,7 @@
 //! `cpu_backend/reduce.rs`): one thread per output element, its values in order, in f64.
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::Io;
+use super::launch::{with_ptrs, Io};
 use crate::ops::reduce::Reduce;
 
 /// Runs the family's kernel: `x` viewed as `[outer, red, inner]`, summed over `red`.
@@ -11,13 +11,9 @@ pub(super) fn run(k: &Reduce, d: &mut Device, io: Io) -> R {
     let outer: usize = x[..k.start].iter().product();
     let red: usize = x[k.start..k.end].iter().product();
     let inner: usize = x[k.end..].iter().product();
-    let args = [
-        Arg::Ptr(io.ins[0]),
-        Arg::Ptr(io.outs[0]),
-        n(outer),
-        n(red),
-        n(inner),
-        Arg::I32(k.mean as i32),
-    ];
+    let args = with_ptrs(
+        &[io.ins[0], io.outs[0]],
+        [n(outer), n(red), n(inner), Arg::I32(k.mean as i32)],
+    );
     d.launch("reduce_sum", Grid::Elements(outer * inner), &args)
 }
