@@ -238,7 +238,9 @@ pub(super) fn launch_bytes(
     inputs: &[Operand],
     outputs: &[Operand],
 ) -> Result<bool, ExecError> {
-    let y = &outputs[0];
+    let Some(y) = outputs.first() else {
+        return Ok(false); // `sgd_update`, in place
+    };
     let bytes = match k {
         Elementwise::Constant { value, dtype } => encode((0..y.numel()).map(|_| *value), *dtype),
         Elementwise::Arange {
@@ -323,6 +325,20 @@ fn add_scalar_i64(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_pow_and_tril_by_value() {
+        let mut y = [0.0f32; 4];
+        pow_scalar(&[-2.0, 0.5, 3.0, 1.5], &mut y, 3.0);
+        assert_eq!(y, [-8.0, 0.125, 27.0, 3.375]);
+        pow_scalar(&[4.0, 9.0, 2.0, 0.25], &mut y, 0.5);
+        assert_eq!(y, [2.0, 3.0, 2f32.sqrt(), 0.5]);
+        assert_eq!(arange(1.0, 2.5, 3).collect::<Vec<_>>(), [1.0, 3.5, 6.0]);
+        let ones = encode((0..6).map(|_| 1.0), DType::Bool);
+        assert_eq!(tril(&ones, 1, &[2, 3], 0), [1, 0, 0, 1, 1, 0]);
+        assert_eq!(tril(&ones, 1, &[3, 2], -1), [0, 0, 1, 0, 1, 1]);
+        assert_eq!(encode([-1.0, 7.0].into_iter(), DType::I64).len(), 16);
+    }
 
     /// `leaky_relu_backward` against a central difference of `leaky_relu`, away from the
     /// kink at 0, for the default slope and a steep one.

@@ -201,10 +201,15 @@ pub(super) fn launch_bytes(
             gather_any(be, inputs, &outputs[0], *axis)?;
             return Ok(true);
         }
-        Shape::Expand if wide => {
+        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. } if wide => {
             let x = be.i64_of(&inputs[0])?;
             let mut y = vec![0i64; outputs[0].numel()];
-            expand(&x, &mut y, &inputs[0].shape, &outputs[0].shape);
+            let (xs, ys) = (inputs[0].shape.as_slice(), outputs[0].shape.as_slice());
+            match k {
+                Shape::Slice { axis, start, end } => slice(&x, &mut y, xs, *axis, *start, *end),
+                Shape::Select { axis, index } => slice(&x, &mut y, xs, *axis, *index, index + 1),
+                _ => expand(&x, &mut y, xs, ys),
+            }
             be.write_i64(&outputs[0], &y)?;
             return Ok(true);
         }
@@ -244,5 +249,32 @@ fn gather_any(
         let mut out = vec![0f32; y.numel()];
         gather(&x, &index, &mut out, shapes, axis).map_err(fail)?;
         be.write_f32(y, &out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_backward_places_the_gradient_among_zeros() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let mut y = [9.0; 12];
+        select_backward(&x, &mut y, &[2, 3, 2], 1, 2);
+        assert_eq!(
+            y,
+            [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0]
+        );
+    }
+
+    #[test]
+    fn gather_reads_along_the_axis_and_refuses_an_index_outside_it() {
+        let x = [10i64, 11, 12, 20, 21, 22];
+        let mut y = [0i64; 4];
+        let ids = [2i64, 0, 1, 1];
+        gather(&x, &Indices::I64(&ids), &mut y, (&[2, 3], &[2, 2]), 1).unwrap();
+        assert_eq!(y, [12, 10, 21, 21]);
+        let bad = [3i64, 0, 0, 0];
+        assert!(gather(&x, &Indices::I64(&bad), &mut y, (&[2, 3], &[2, 2]), 1).is_err());
     }
 }

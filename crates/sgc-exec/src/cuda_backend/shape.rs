@@ -260,6 +260,18 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
     let y = || io.ops_out[0].shape.as_slice();
     match k {
+        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. }
+            if io.ops_in[0].dtype == DType::I64 =>
+        {
+            // Pairs of f32 words: the f32 copies move the bits.
+            let wide = |s: &[usize]| s.iter().copied().chain([2]).collect::<Vec<_>>();
+            let (xw, (a, b)) = (wide(x), (io.ins[0], io.outs[0]));
+            match k {
+                Shape::Slice { axis, start, end } => slice(d, a, b, &xw, *axis, *start, *end),
+                Shape::Select { axis, index } => slice(d, a, b, &xw, *axis, *index, index + 1),
+                _ => expand(d, a, b, &xw, &wide(y())),
+            }
+        }
         Shape::Reshape if io.ops_in[0].dtype == DType::F32 => {
             reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel())
         }
@@ -304,10 +316,6 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
                 slice(d, io.ins[0], out, x, *axis, i, i + 1)?;
             }
             Ok(())
-        }
-        Shape::Expand if io.ops_in[0].dtype == DType::I64 => {
-            let wide = |s: &[usize]| s.iter().copied().chain([2]).collect::<Vec<_>>();
-            expand(d, io.ins[0], io.outs[0], &wide(x), &wide(y()))
         }
         Shape::Expand => expand(d, io.ins[0], io.outs[0], x, y()),
         Shape::Select { axis, index } => {

@@ -235,7 +235,12 @@ impl Family for Shape {
     fn any_dtype(&self) -> bool {
         matches!(
             self,
-            Shape::CopyInto | Shape::Reshape | Shape::Expand | Shape::Gather { .. }
+            Shape::CopyInto
+                | Shape::Reshape
+                | Shape::Expand
+                | Shape::Gather { .. }
+                | Shape::Slice { .. }
+                | Shape::Select { .. }
         )
     }
 
@@ -305,23 +310,9 @@ impl Family for Shape {
                 expect(fits, || format!("source {x:?} does not broadcast to {y:?}"))
             }
             Shape::CopyInto => eq("source", s(1), s(0)),
-            Shape::Select { axis, index } => {
-                let x = s(0);
-                expect(*axis < x.len() && *index < x[*axis], || {
-                    format!("index {index} of axis {axis} of {x:?}")
-                })?;
-                let mut out = x.to_vec();
-                out.remove(*axis);
-                eq("output", o(0), &out)
-            }
+            Shape::Select { axis, index } => eq("output", o(0), &selected(s(0), *axis, *index)?),
             Shape::SelectBackward { axis, index } => {
-                let y = o(0);
-                expect(*axis < y.len() && *index < y[*axis], || {
-                    format!("index {index} of axis {axis} of {y:?}")
-                })?;
-                let mut x = y.to_vec();
-                x.remove(*axis);
-                eq("input", s(0), &x)
+                eq("input", s(0), &selected(o(0), *axis, *index)?)
             }
             Shape::Gather { axis } => {
                 let (x, i) = (s(0), s(1));
@@ -335,6 +326,16 @@ impl Family for Shape {
             }
         }
     }
+}
+
+/// The shape of index `index` of `axis` of `x` (the axis dropped), if it has one.
+fn selected(x: &[usize], axis: usize, index: usize) -> Result<Vec<usize>, KernelError> {
+    expect(axis < x.len() && index < x[axis], || {
+        format!("index {index} of axis {axis} of {x:?}")
+    })?;
+    let mut out = x.to_vec();
+    out.remove(axis);
+    Ok(out)
 }
 
 /// The inputs agree off `axis`; the output's `axis` is the sum of theirs.
