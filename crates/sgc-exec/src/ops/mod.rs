@@ -227,6 +227,20 @@ impl Attrs<'_> {
         }
     }
 
+    /// A 2-d attribute `[a, b]` (or one size `a` for both), as `[rows, columns]`.
+    pub(crate) fn pair(&self, key: &str) -> Result<[usize; 2], ExecError> {
+        let sizes: Option<Vec<usize>> = match self.get(key) {
+            Some(Value::Array(v)) => v.iter().map(|x| x.as_u64().map(|u| u as usize)).collect(),
+            Some(v) => v.as_u64().map(|a| vec![a as usize]),
+            None => None,
+        };
+        match sizes.as_deref() {
+            Some(&[a]) => Ok([a, a]),
+            Some(&[a, b]) => Ok([a, b]),
+            _ => Err(self.err(format!("`{key}` must be one or two sizes"))),
+        }
+    }
+
     pub(crate) fn square_or(&self, key: &str, default: usize) -> Result<usize, ExecError> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(default),
