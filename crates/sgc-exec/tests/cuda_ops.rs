@@ -274,16 +274,30 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         let tag = format!("s{stride} p{padding} k{k}");
         // (name, kernel, input shapes, output shape)
         for (name, kernel, [a, b], result) in [
-            ("conv2d", Conv2d { stride, padding }, [x, w], y),
+            (
+                "conv2d",
+                Conv2d {
+                    stride,
+                    padding: [padding; 2],
+                },
+                [x, w],
+                y,
+            ),
             (
                 "conv2d_grad_input",
-                Conv2dGradInput { stride, padding },
+                Conv2dGradInput {
+                    stride,
+                    padding: [padding; 2],
+                },
                 [y, w],
                 x,
             ),
             (
                 "conv2d_grad_weight",
-                Conv2dGradWeight { stride, padding },
+                Conv2dGradWeight {
+                    stride,
+                    padding: [padding; 2],
+                },
                 [x, y],
                 w,
             ),
@@ -595,13 +609,46 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
         vec![v.f32(x), v.from(x, 0.0)],
         &[x],
     ));
-    out.push(case("_log_softmax", LogSoftmax, vec![v.f32(x)], &[x]));
+    let last = x.len() - 1;
+    out.push(case(
+        "_log_softmax",
+        LogSoftmax { axis: last },
+        vec![v.f32(x)],
+        &[x],
+    ));
     out.push(case(
         "_log_softmax_backward_data",
-        LogSoftmaxBackward,
+        LogSoftmaxBackward { axis: last },
         vec![v.f32(x), v.f32(x)],
         &[x],
     ));
+    let planes: &[usize] = &[2, 3, 4, 5];
+    let k = LogSoftmax { axis: 1 };
+    out.push(case(
+        "_log_softmax over axis 1",
+        k,
+        vec![v.f32(planes)],
+        &[planes],
+    ));
+    let k = LogSoftmaxBackward { axis: 1 };
+    let ins = vec![v.f32(planes), v.f32(planes)];
+    out.push(case(
+        "_log_softmax_backward_data over axis 1",
+        k,
+        ins,
+        &[planes],
+    ));
+    let ins = vec![v.f32(planes), v.ids(&[2, 4, 5], 3, true)];
+    let k = NllLoss { ignore_index: 1 };
+    out.push(case("nll_loss2d_forward", k, ins, &[&[], &[]]));
+    let ins = vec![
+        v.f32(&[]),
+        v.f32(planes),
+        v.ids(&[2, 4, 5], 3, false),
+        v.from(&[], 4.0),
+    ];
+    let k = NllLossBackward { ignore_index: -100 };
+    out.push(case("nll_loss2d_backward", k, ins, &[planes]));
     for (ignore_index, i64s) in [(-100, true), (2, false)] {
         let ins = vec![v.f32(&[8, 5]), v.ids(&[8], 5, i64s)];
         out.push(case(
@@ -623,6 +670,64 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
             &[&[8, 5]],
         ));
     }
+}
+
+/// Transposed convolutions (forward with and without bias, backward) and a 1x3 window
+/// padded on the columns only.
+fn transposed_and_padded_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Conv::*;
+    let padding = [0, 1];
+    for (stride, x, w, y) in [
+        (2, [2, 4, 3, 3], [4, 3, 2, 2], [2, 3, 6, 6]),
+        (1, [2, 4, 5, 4], [4, 3, 3, 1], [2, 3, 7, 4]),
+    ] {
+        for bias in [true, false] {
+            let mut ins = vec![v.f32(&x), v.f32(&w)];
+            if bias {
+                ins.push(v.f32(&[3]));
+            }
+            let k = ConvTransposed {
+                stride,
+                padding: [0; 2],
+                bias,
+            };
+            out.push(case(
+                &format!("convolution transposed s{stride} bias {bias}"),
+                k,
+                ins,
+                &[&y],
+            ));
+        }
+        let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
+        let k = ConvTransposedBackward {
+            stride,
+            padding: [0; 2],
+            mask: [true; 3],
+        };
+        let label = format!("convolution_backward transposed s{stride}");
+        out.push(case(&label, k, ins, &[&x, &w, &[3]]));
+    }
+    let (x, w, y) = ([2, 3, 5, 6], [4, 3, 1, 3], [2, 4, 5, 6]);
+    let k = Conv2d { stride: 1, padding };
+    out.push(case(
+        "convolution padded [0, 1]",
+        k,
+        vec![v.f32(&x), v.f32(&w)],
+        &[&y],
+    ));
+    let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
+    let k = ConvBackward {
+        stride: 1,
+        padding,
+        groups: 1,
+        mask: [true, true, false],
+    };
+    out.push(case(
+        "convolution_backward padded [0, 1]",
+        k,
+        ins,
+        &[&x, &w],
+    ));
 }
 
 /// Max-pooling indices inside each window of `x [.., h, w]` pooled to `y`: a tap of the
@@ -649,7 +754,8 @@ fn window_indices(
 /// Grouped convolutions and their backward, pooling with indices and average pooling.
 fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     use sgc_exec::kernel::{Conv::*, Pool::*};
-    let (stride, padding) = (2, 1);
+    transposed_and_padded_cases(v, out);
+    let (stride, padding) = (2, [1, 1]);
     for (groups, bias) in [(1, true), (3, false), (6, true)] {
         let (x, w, y) = ([2, 6, 7, 6], [6, 6 / groups, 3, 3], [2, 6, 4, 3]);
         let mut ins = vec![v.f32(&x), v.f32(&w)];
