@@ -22,40 +22,31 @@ fn load(p: &PathBuf) -> sgc_ir::Graph {
     sgc_ir::load_any(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
+/// Every op of the graph at `p` runs on both backends.
+fn runs_everywhere(p: &PathBuf) {
+    let g = load(p);
+    for target in [Target::Cpu, Target::Cuda] {
+        let missing = gaps(&g, target);
+        assert!(
+            missing.is_empty(),
+            "{} on {}: {:?}",
+            p.display(),
+            target.name(),
+            per_type(&missing)
+        );
+    }
+}
+
 #[test]
 fn every_zoo_op_runs_on_cpu_and_cuda() {
     let zoo = graphs("graphs", ".json");
     assert!(zoo.len() >= 9, "{zoo:?}");
-    for p in &zoo {
-        let g = load(p);
-        for target in [Target::Cpu, Target::Cuda] {
-            let missing = gaps(&g, target);
-            assert!(
-                missing.is_empty(),
-                "{} on {}: {:?}",
-                p.display(),
-                target.name(),
-                per_type(&missing)
-            );
-        }
-    }
+    zoo.iter().for_each(runs_everywhere);
 }
 
 #[test]
 fn every_corpus_op_runs_on_cpu_and_cuda() {
     let corpus = graphs("graphs/real", ".json.gz");
     assert_eq!(corpus.len(), 12, "{corpus:?}");
-    for p in &corpus {
-        let g = load(p);
-        for target in [Target::Cpu, Target::Cuda] {
-            let missing = gaps(&g, target);
-            assert!(
-                missing.is_empty(),
-                "{} on {}: {:?}",
-                p.display(),
-                target.name(),
-                per_type(&missing)
-            );
-        }
-    }
+    corpus.iter().for_each(runs_everywhere);
 }

@@ -227,27 +227,18 @@ impl Family for Conv {
                 let wanted: [&[usize]; 3] = [x, w, &[w[0]]];
                 masked(mask, &wanted, outs)
             }
-            Conv::ConvTransposed {
-                stride,
-                padding,
-                bias,
-            } => {
-                let (x, w, y) = (s(0), s(1), o(0));
-                transposed(x, w, y, *stride, *padding)?;
-                if *bias {
-                    eq("bias", s(2), &[w[1]])?;
+            Conv::ConvTransposed { bias, .. } => {
+                let (x, w) = (s(0), s(1));
+                self.transposed(x, w, o(0))?;
+                match bias {
+                    true => eq("bias", s(2), &[w[1]]),
+                    false => Ok(()),
                 }
-                Ok(())
             }
-            Conv::ConvTransposedBackward {
-                stride,
-                padding,
-                mask,
-            } => {
-                let (dy, x, w) = (s(0), s(1), s(2));
-                transposed(x, w, dy, *stride, *padding)?;
-                let wanted: [&[usize]; 3] = [x, w, &[w[1]]];
-                masked(mask, &wanted, outs)
+            Conv::ConvTransposedBackward { mask, .. } => {
+                let (x, w) = (s(1), s(2));
+                self.transposed(x, w, s(0))?;
+                masked(mask, &[x, w, &[w[1]]], outs)
             }
         }
     }
@@ -261,14 +252,38 @@ fn grouped(x: &[usize], w: &[usize], groups: usize) -> Result<(), KernelError> {
     )
 }
 
-/// `x [N, Ci, H, W]` transposed-convolved by `w [Ci, Co, kh, kw]` into `y [N, Co, Ho, Wo]`:
-/// the plain convolution of `y` by `w` gives `x`'s shape.
-fn transposed(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: [usize; 2]) -> R {
-    expect(
-        x.len() == 4 && w.len() == 4 && y.len() == 4 && y[1] == w[1],
-        || format!("transposed conv of {x:?} by {w:?} into {y:?}"),
-    )?;
-    eq("input", x, &conv_out(y, w, stride, pad)?)
+impl Conv {
+    /// `(stride, padding)` of any of the kernels.
+    fn geometry(&self) -> (usize, [usize; 2]) {
+        match *self {
+            Conv::Conv2d { stride, padding }
+            | Conv::Conv2dGradInput { stride, padding }
+            | Conv::Conv2dGradWeight { stride, padding }
+            | Conv::ConvGrouped {
+                stride, padding, ..
+            }
+            | Conv::ConvBackward {
+                stride, padding, ..
+            }
+            | Conv::ConvTransposed {
+                stride, padding, ..
+            }
+            | Conv::ConvTransposedBackward {
+                stride, padding, ..
+            } => (stride, padding),
+        }
+    }
+
+    /// `x [N, Ci, H, W]` transposed-convolved by `w [Ci, Co, kh, kw]` into
+    /// `y [N, Co, Ho, Wo]`: the plain convolution of `y` by `w` gives `x`'s shape.
+    fn transposed(&self, x: &[usize], w: &[usize], y: &[usize]) -> R {
+        let (stride, pad) = self.geometry();
+        expect(
+            x.len() == 4 && w.len() == 4 && y.len() == 4 && y[1] == w[1],
+            || format!("transposed conv of {x:?} by {w:?} into {y:?}"),
+        )?;
+        eq("input", x, &conv_out(y, w, stride, pad)?)
+    }
 }
 
 fn conv_out(
