@@ -128,7 +128,9 @@ class TinyGPT(nn.Module):
 class TinyUNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.down = nn.Sequential(nn.Conv2d(3, 4, (1, 3), padding=(0, 1)), nn.ReLU(), nn.Conv2d(4, 6, (3, 1), padding=(1, 0)))
+        self.down = nn.Sequential(
+            nn.Conv2d(3, 4, (1, 3), padding=(0, 1)), nn.ReLU(), nn.Conv2d(4, 6, (3, 1), padding=(1, 0))
+        )
         self.pool = nn.MaxPool2d(2)
         self.mid = nn.Conv2d(6, 8, 3, padding=1)
         self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
