@@ -109,8 +109,20 @@ fn device_coverage_lists_the_ops_a_backend_cannot_run() {
     let ops = r["ops"].as_u64().unwrap();
     let line = format!("all {ops} ops run on cuda");
     assert!(String::from_utf8_lossy(&text.stdout).contains(&line));
-    // The corpus's U-Net has transposed convolutions, which neither backend runs.
-    let r = json(&["--json", "--device", "cpu"], "graphs/real/unet.json.gz");
+    // A strided slice, which neither backend runs (every corpus graph runs everywhere).
+    let dir = std::env::temp_dir().join(format!("sgc-coverage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let strided = dir.join("strided.json");
+    let graph = serde_json::json!({
+        "format": "sgc-graph", "version": 1,
+        "tensors": [{"name": "x", "dtype": "f32", "shape": [4, 6], "kind": "input"},
+                    {"name": "y", "dtype": "f32", "shape": [4, 3]}],
+        "ops": [{"name": "every_other", "op": "aten.slice.Tensor", "inputs": ["x"],
+                 "outputs": ["y"], "attrs": {"dim": 1, "start": 0, "end": 6, "step": 2}}],
+        "outputs": ["y"]
+    });
+    std::fs::write(&strided, graph.to_string()).unwrap();
+    let r = json(&["--json", "--device", "cpu"], strided.to_str().unwrap());
     let missing = r["coverage"]["missing"].as_array().unwrap();
     let per_type = r["coverage"]["missing_per_type"].as_array().unwrap();
     let counted: u64 = per_type.iter().map(|t| t[1].as_u64().unwrap()).sum();

@@ -1,7 +1,9 @@
 //! sgc's CPU backend against PyTorch on the same step: the committed fixtures
 //! (`tests/fixtures/torch_values_*.json`, made by `python3 python/tests/values_fixture.py`)
-//! hold a small ResNet-style CNN and a one-block transformer language model as the exporter
-//! traces them, the inputs, weights and state PyTorch ran them on, and PyTorch's float32
+//! hold a small ResNet-style CNN, a one-block transformer language model, a GPT-style model
+//! written as the corpus's transformers are (`arange`, `gather`, a `tril` mask through
+//! `where`, `select`, attention through `scaled_dot_product_attention`) and a small U-Net
+//! (per-axis padding, a transposed convolution, `nll_loss2d`) as the exporter traces them, the inputs, weights and state PyTorch ran them on, and PyTorch's float32
 //! loss and parameter gradients. The graph runs here with the same values, unplanned and under
 //! every strategy's plan: the loss and every gradient agree with PyTorch within 1e-5 of
 //! the tensor's largest magnitude, and all runs agree with each other bit for bit.
@@ -65,6 +67,16 @@ fn the_cpu_backend_matches_pytorch_on_a_cnn() {
 #[test]
 fn the_cpu_backend_matches_pytorch_on_a_transformer() {
     matches_pytorch("tiny_lm");
+}
+
+#[test]
+fn the_cpu_backend_matches_pytorch_on_a_gpt_style_transformer() {
+    matches_pytorch("tiny_gpt");
+}
+
+#[test]
+fn the_cpu_backend_matches_pytorch_on_a_unet() {
+    matches_pytorch("tiny_unet");
 }
 
 fn matches_pytorch(name: &str) {

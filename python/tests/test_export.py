@@ -13,7 +13,7 @@ import torch
 import gpt
 import resnet_cnn
 from fixture import PATH as FIXTURE, make_fixture
-from values_fixture import LM_PATH, PATH as VALUES, make_fixture as make_values, make_lm_fixture
+from values_fixture import FIXTURES_MADE
 from sgc_trace import InputSpec, export, save
 from sgc_trace.sgc import has_plan, run_sgc
 
@@ -180,7 +180,10 @@ def test_committed_fixture_is_current():
 CPU_DRIFT = 1e-5
 
 
-@pytest.mark.parametrize("path,make", [(VALUES, make_values), (LM_PATH, make_lm_fixture)], ids=["cnn", "lm"])
+FIXTURE_IDS = [p.stem.removeprefix("torch_values_") for p, _ in FIXTURES_MADE]
+
+
+@pytest.mark.parametrize("path,make", FIXTURES_MADE, ids=FIXTURE_IDS)
 def test_committed_values_fixtures_are_current(path, make):
     """The PyTorch values the Rust test `tests/torch_values.rs` compares against: the graph,
     the inputs and weights exactly as committed; PyTorch's loss and gradients within

@@ -5,8 +5,15 @@ CNN (7x7 stem, BatchNorm, max pooling, a depthwise convolution with bias and har
 two residual stages, global average pooling, Mish, a linear head, cross-entropy);
 `tiny_lm` a one-block transformer language model (embedding, learned positions,
 LayerNorm, multi-head attention through matmul and softmax without a mask, an exact-GELU
-MLP, a linear head). The Rust test `tests/torch_values.rs` runs each graph on
-sgc's CPU backend with the same values and compares.
+MLP, a linear head); `tiny_gpt` a two-block GPT-style model written the ways the corpus's
+transformers are (positions from `arange`, token types gathered from an i64 buffer through
+`expand`, a causal mask from `ones`/`tril`/`where`, q/k/v selected from one tensor, an
+empty cache concatenated before the keys, a `pow` GELU, and
+`scaled_dot_product_attention`, causal in one block); `tiny_unet` a small U-Net (1x3 and
+3x1 convolutions with padding per axis, a transposed convolution with bias, per-pixel
+cross-entropy: `log_softmax` over the channels and `nll_loss2d`). The Rust test
+`tests/torch_values.rs` runs each graph on sgc's CPU backend with the same values and
+compares.
 
 Regenerate: python3 python/tests/values_fixture.py
 """
@@ -33,6 +40,9 @@ FIXTURES = HERE.parents[1] / "tests" / "fixtures"
 PATH = FIXTURES / "torch_values_tiny_resnet.json"
 LM_PATH = FIXTURES / "torch_values_tiny_lm.json"
 BATCH, IMAGE, CLASSES = 4, 16, 10
+GPT_PATH = FIXTURES / "torch_values_tiny_gpt.json"
+UNET_PATH = FIXTURES / "torch_values_tiny_unet.json"
+CLASSES_2D, SIDE = 3, 8
 VOCAB, SEQ, WIDTH, HEADS = 50, 8, 16, 2
 
 
@@ -76,6 +86,62 @@ class TinyLM(nn.Module):
         return self.head(self.lnf(h))
 
 
+class TinyGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(VOCAB, WIDTH), nn.Embedding(SEQ, WIDTH)
+        self.types = nn.Embedding(2, WIDTH)
+        self.register_buffer("type_ids", torch.tensor([[0, 1] * (SEQ // 2)]))
+        self.qkv = nn.ModuleList(nn.Linear(WIDTH, 3 * WIDTH) for _ in range(2))
+        self.fc = nn.ModuleList(nn.Linear(WIDTH, 2 * WIDTH) for _ in range(2))
+        self.ln = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def attend(self, h, i):
+        b, t, d = h.shape
+        qkv = self.qkv[i](h).reshape(b, t, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if i == 0:
+            k = torch.cat([torch.tensor([]), k], dim=-2)
+            s = q @ k.transpose(-1, -2) / (d // HEADS) ** 0.5
+            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+            s = torch.where(mask, s, float("-inf"))
+            y = torch.softmax(s, dim=-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(b, t, d)
+
+    def forward(self, tokens):
+        b, t = tokens.shape
+        positions = torch.arange(t)
+        types = torch.gather(self.type_ids.expand(1, -1), 1, positions.unsqueeze(0)).expand(b, t)
+        h = self.embed(tokens) + self.pos(positions) + self.types(types)
+        for i in range(2):
+            h = h + self.attend(h, i)
+            u = self.fc[i](h)
+            u = 0.5 * u * (1.0 + torch.tanh(0.7978845608 * (u + 0.044715 * torch.pow(u, 3.0))))
+            a, g = u.chunk(2, dim=-1)
+            h = h + a * g
+        return self.head(self.ln(h))
+
+
+class TinyUNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Sequential(
+            nn.Conv2d(3, 4, (1, 3), padding=(0, 1)), nn.ReLU(), nn.Conv2d(4, 6, (3, 1), padding=(1, 0))
+        )
+        self.pool = nn.MaxPool2d(2)
+        self.mid = nn.Conv2d(6, 8, 3, padding=1)
+        self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
+        self.head = nn.Conv2d(12, CLASSES_2D, 1)
+
+    def forward(self, x):
+        d = F.relu(self.down(x))
+        u = self.up(F.relu(self.mid(self.pool(d))))
+        return self.head(torch.cat([d, u], dim=1))
+
+
 def lm_loss(logits, target):
     return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
 
@@ -116,7 +182,39 @@ def make_lm_fixture() -> dict:
     return _record(model, lm_loss, specs, real, "torch_values_tiny_lm")
 
 
+def make_gpt_fixture() -> dict:
+    torch.manual_seed(0)
+    model = TinyGPT().train()
+    real = {"tokens": torch.randint(0, VOCAB, (BATCH, SEQ)), "target": torch.randint(0, VOCAB, (BATCH, SEQ))}
+    specs = [InputSpec(n, (BATCH, SEQ), torch.int64, high=VOCAB) for n in real]
+    return _record(model, lm_loss, specs, real, "torch_values_tiny_gpt")
+
+
+def make_unet_fixture() -> dict:
+    torch.manual_seed(0)
+    model = TinyUNet().train()
+    real = {
+        "image": torch.randn(2, 3, SIDE, SIDE),
+        "mask": torch.randint(0, CLASSES_2D, (2, SIDE, SIDE)),
+    }
+    specs = [
+        InputSpec("image", (2, 3, SIDE, SIDE)),
+        InputSpec("mask", (2, SIDE, SIDE), torch.int64, high=CLASSES_2D),
+    ]
+    return _record(model, F.cross_entropy, specs, real, "torch_values_tiny_unet")
+
+
+FIXTURES_MADE = (
+    (PATH, make_fixture),
+    (LM_PATH, make_lm_fixture),
+    (GPT_PATH, make_gpt_fixture),
+    (UNET_PATH, make_unet_fixture),
+)
+
 if __name__ == "__main__":
-    for path, make in ((PATH, make_fixture), (LM_PATH, make_lm_fixture)):
+    only = set(sys.argv[1:])
+    for path, make in FIXTURES_MADE:
+        if only and path.stem.removeprefix("torch_values_") not in only:
+            continue
         path.write_text(json.dumps(make()) + "\n")
         print(f"wrote {path} ({path.stat().st_size} bytes)")

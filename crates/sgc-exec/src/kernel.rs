@@ -14,6 +14,7 @@ use crate::ops::{self, Cx, Family};
 use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, OpId};
 
+pub use crate::ops::attention::Attention;
 pub use crate::ops::conv::Conv;
 pub use crate::ops::elementwise::{BinOp, Elementwise, Unary};
 pub use crate::ops::embedding::Embedding;
@@ -83,6 +84,7 @@ families! {
     Embedding => embedding,
     Shape => shape,
     Reduce => reduce,
+    Attention => attention,
 }
 
 /// The op kinds the executor runs, and whether the CUDA backend runs them too (the CPU

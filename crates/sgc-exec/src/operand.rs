@@ -30,6 +30,31 @@ pub struct View {
     pub steps: Vec<ViewStep>,
 }
 
+impl View {
+    /// The same view over elements read as `words` 4-byte words each (an i64 view as
+    /// f32 words, `words` = 2): every shape gains a last axis of `words`. A backend
+    /// materialises it with its f32 copies, which move bits unchanged.
+    pub fn widened(&self, words: usize) -> View {
+        let wide = |s: &[usize]| s.iter().copied().chain([words]).collect::<Vec<usize>>();
+        let steps = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                ViewStep::Reshape(to) => ViewStep::Reshape(wide(to)),
+                ViewStep::Expand(to) => ViewStep::Expand(wide(to)),
+                ViewStep::Permute(perm) => {
+                    ViewStep::Permute(perm.iter().copied().chain([perm.len()]).collect())
+                }
+                slice @ ViewStep::Slice { .. } => slice.clone(),
+            })
+            .collect();
+        View {
+            base: wide(&self.base),
+            steps,
+        }
+    }
+}
+
 /// One step of a [`View`]; each gives a contiguous tensor of the step's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ViewStep {

@@ -21,6 +21,11 @@ pub(crate) fn view_of(graph: &Graph, t: TensorId) -> Result<Option<View>, ExecEr
         let Some(op) = graph.producer(cur) else { break };
         let o = graph.op(op);
         let slot = o.outputs.iter().position(|&x| x == cur).unwrap_or(0);
+        if o.kind == Some(OpKind::AtenSelect) {
+            // The slice keeps the selected axis (of length 1); the select drops it.
+            let y = graph.tensor(cur).shape.iter().map(|&d| d as usize);
+            steps.push(ViewStep::Reshape(y.collect()));
+        }
         steps.push(step(graph, op, slot, cur)?);
         cur = o.inputs[0];
     }

@@ -11,7 +11,8 @@ pub(crate) struct Window {
     pub kh: usize,
     pub kw: usize,
     pub stride: usize,
-    pub pad: usize,
+    /// Padding of the rows and of the columns.
+    pub pad: [usize; 2],
     pub ho: usize,
     pub wo: usize,
 }
@@ -19,7 +20,13 @@ pub(crate) struct Window {
 impl Window {
     /// A convolution with image `x [N, C, H, W]`, weight `w [O, C, kh, kw]` and output
     /// `y [N, O, Ho, Wo]`.
-    pub(crate) fn conv(x: &[usize], w: &[usize], y: &[usize], stride: usize, pad: usize) -> Self {
+    pub(crate) fn conv(
+        x: &[usize],
+        w: &[usize],
+        y: &[usize],
+        stride: usize,
+        pad: [usize; 2],
+    ) -> Self {
         Window {
             n: x[0],
             c: x[1],
@@ -36,7 +43,7 @@ impl Window {
 
     /// A `k x k` pooling window from `x [N, C, H, W]` to `y [N, C, Ho, Wo]`.
     pub(crate) fn pool(x: &[usize], y: &[usize], k: usize, stride: usize, pad: usize) -> Self {
-        Self::conv(x, &[0, 0, k, k], y, stride, pad)
+        Self::conv(x, &[0, 0, k, k], y, stride, [pad, pad])
     }
 
     /// Elements of one image, `C * H * W`.

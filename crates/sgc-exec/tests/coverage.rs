@@ -1,6 +1,5 @@
-//! Coverage without a device: every op of the zoo runs on both backends, and on the 12
-//! real exports of `graphs/real/` the CUDA backend runs every op the CPU backend runs
-//! (`sgc_exec::coverage`, the executor's own pre-run checks with each backend's
+//! Coverage without a device: every op of the zoo and of the 12 real exports of
+//! `graphs/real/` runs on both backends (`sgc_exec::coverage`, the executor's own pre-run checks with each backend's
 //! `supports`; what `sgc inspect FILE --device cuda` prints).
 
 use sgc_exec::coverage::{gaps, per_type, Target};
@@ -23,40 +22,31 @@ fn load(p: &PathBuf) -> sgc_ir::Graph {
     sgc_ir::load_any(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-#[test]
-fn every_zoo_op_runs_on_cpu_and_cuda() {
-    let zoo = graphs("graphs", ".json");
-    assert!(zoo.len() >= 9, "{zoo:?}");
-    for p in &zoo {
-        let g = load(p);
-        for target in [Target::Cpu, Target::Cuda] {
-            let missing = gaps(&g, target);
-            assert!(
-                missing.is_empty(),
-                "{} on {}: {:?}",
-                p.display(),
-                target.name(),
-                per_type(&missing)
-            );
-        }
+/// Every op of the graph at `p` runs on both backends.
+fn runs_everywhere(p: &PathBuf) {
+    let g = load(p);
+    for target in [Target::Cpu, Target::Cuda] {
+        let missing = gaps(&g, target);
+        assert!(
+            missing.is_empty(),
+            "{} on {}: {:?}",
+            p.display(),
+            target.name(),
+            per_type(&missing)
+        );
     }
 }
 
 #[test]
-fn cuda_runs_every_op_of_the_corpus_that_cpu_runs() {
+fn every_zoo_op_runs_on_cpu_and_cuda() {
+    let zoo = graphs("graphs", ".json");
+    assert!(zoo.len() >= 9, "{zoo:?}");
+    zoo.iter().for_each(runs_everywhere);
+}
+
+#[test]
+fn every_corpus_op_runs_on_cpu_and_cuda() {
     let corpus = graphs("graphs/real", ".json.gz");
     assert_eq!(corpus.len(), 12, "{corpus:?}");
-    for p in &corpus {
-        let g = load(p);
-        let names = |t| gaps(&g, t).into_iter().map(|x| x.op).collect::<Vec<_>>();
-        let (cpu, cuda) = (names(Target::Cpu), names(Target::Cuda));
-        let only_cuda: Vec<&String> = cuda.iter().filter(|o| !cpu.contains(o)).collect();
-        assert!(
-            only_cuda.is_empty(),
-            "{}: {} ops run on cpu but not on cuda: {:?}",
-            p.display(),
-            only_cuda.len(),
-            per_type(&gaps(&g, Target::Cuda))
-        );
-    }
+    corpus.iter().for_each(runs_everywhere);
 }

@@ -274,16 +274,30 @@ fn conv_cases(v: &mut Values, out: &mut Vec<Case>) {
         let tag = format!("s{stride} p{padding} k{k}");
         // (name, kernel, input shapes, output shape)
         for (name, kernel, [a, b], result) in [
-            ("conv2d", Conv2d { stride, padding }, [x, w], y),
+            (
+                "conv2d",
+                Conv2d {
+                    stride,
+                    padding: [padding; 2],
+                },
+                [x, w],
+                y,
+            ),
             (
                 "conv2d_grad_input",
-                Conv2dGradInput { stride, padding },
+                Conv2dGradInput {
+                    stride,
+                    padding: [padding; 2],
+                },
                 [y, w],
                 x,
             ),
             (
                 "conv2d_grad_weight",
-                Conv2dGradWeight { stride, padding },
+                Conv2dGradWeight {
+                    stride,
+                    padding: [padding; 2],
+                },
                 [x, y],
                 w,
             ),
@@ -595,13 +609,46 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
         vec![v.f32(x), v.from(x, 0.0)],
         &[x],
     ));
-    out.push(case("_log_softmax", LogSoftmax, vec![v.f32(x)], &[x]));
+    let last = x.len() - 1;
+    out.push(case(
+        "_log_softmax",
+        LogSoftmax { axis: last },
+        vec![v.f32(x)],
+        &[x],
+    ));
     out.push(case(
         "_log_softmax_backward_data",
-        LogSoftmaxBackward,
+        LogSoftmaxBackward { axis: last },
         vec![v.f32(x), v.f32(x)],
         &[x],
     ));
+    let planes: &[usize] = &[2, 3, 4, 5];
+    let k = LogSoftmax { axis: 1 };
+    out.push(case(
+        "_log_softmax over axis 1",
+        k,
+        vec![v.f32(planes)],
+        &[planes],
+    ));
+    let k = LogSoftmaxBackward { axis: 1 };
+    let ins = vec![v.f32(planes), v.f32(planes)];
+    out.push(case(
+        "_log_softmax_backward_data over axis 1",
+        k,
+        ins,
+        &[planes],
+    ));
+    let ins = vec![v.f32(planes), v.ids(&[2, 4, 5], 3, true)];
+    let k = NllLoss { ignore_index: 1 };
+    out.push(case("nll_loss2d_forward", k, ins, &[&[], &[]]));
+    let ins = vec![
+        v.f32(&[]),
+        v.f32(planes),
+        v.ids(&[2, 4, 5], 3, false),
+        v.from(&[], 4.0),
+    ];
+    let k = NllLossBackward { ignore_index: -100 };
+    out.push(case("nll_loss2d_backward", k, ins, &[planes]));
     for (ignore_index, i64s) in [(-100, true), (2, false)] {
         let ins = vec![v.f32(&[8, 5]), v.ids(&[8], 5, i64s)];
         out.push(case(
@@ -623,6 +670,64 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
             &[&[8, 5]],
         ));
     }
+}
+
+/// Transposed convolutions (forward with and without bias, backward) and a 1x3 window
+/// padded on the columns only.
+fn transposed_and_padded_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Conv::*;
+    let padding = [0, 1];
+    for (stride, x, w, y) in [
+        (2, [2, 4, 3, 3], [4, 3, 2, 2], [2, 3, 6, 6]),
+        (1, [2, 4, 5, 4], [4, 3, 3, 1], [2, 3, 7, 4]),
+    ] {
+        for bias in [true, false] {
+            let mut ins = vec![v.f32(&x), v.f32(&w)];
+            if bias {
+                ins.push(v.f32(&[3]));
+            }
+            let k = ConvTransposed {
+                stride,
+                padding: [0; 2],
+                bias,
+            };
+            out.push(case(
+                &format!("convolution transposed s{stride} bias {bias}"),
+                k,
+                ins,
+                &[&y],
+            ));
+        }
+        let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
+        let k = ConvTransposedBackward {
+            stride,
+            padding: [0; 2],
+            mask: [true; 3],
+        };
+        let label = format!("convolution_backward transposed s{stride}");
+        out.push(case(&label, k, ins, &[&x, &w, &[3]]));
+    }
+    let (x, w, y) = ([2, 3, 5, 6], [4, 3, 1, 3], [2, 4, 5, 6]);
+    let k = Conv2d { stride: 1, padding };
+    out.push(case(
+        "convolution padded [0, 1]",
+        k,
+        vec![v.f32(&x), v.f32(&w)],
+        &[&y],
+    ));
+    let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
+    let k = ConvBackward {
+        stride: 1,
+        padding,
+        groups: 1,
+        mask: [true, true, false],
+    };
+    out.push(case(
+        "convolution_backward padded [0, 1]",
+        k,
+        ins,
+        &[&x, &w],
+    ));
 }
 
 /// Max-pooling indices inside each window of `x [.., h, w]` pooled to `y`: a tap of the
@@ -649,7 +754,8 @@ fn window_indices(
 /// Grouped convolutions and their backward, pooling with indices and average pooling.
 fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     use sgc_exec::kernel::{Conv::*, Pool::*};
-    let (stride, padding) = (2, 1);
+    transposed_and_padded_cases(v, out);
+    let (stride, padding) = (2, [1, 1]);
     for (groups, bias) in [(1, true), (3, false), (6, true)] {
         let (x, w, y) = ([2, 6, 7, 6], [6, 6 / groups, 3, 3], [2, 6, 4, 3]);
         let mut ins = vec![v.f32(&x), v.f32(&w)];
@@ -861,6 +967,134 @@ fn exporter_random_and_view_cases(v: &mut Values, out: &mut Vec<Case>) {
     );
 }
 
+/// The transformer exports' ops: select and its gradient, gather and views of i64
+/// positions, a `cat` beside a legacy empty operand, the sources, `pow`, `tril`, `where`,
+/// and attention forward and backward (causal too).
+fn exporter_transformer_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Attention, Elementwise as E, Shape::*};
+    let sel = Select { axis: 1, index: 2 };
+    out.push(case(
+        "select",
+        sel.clone(),
+        vec![v.f32(&[2, 4, 5])],
+        &[&[2, 5]],
+    ));
+    let ids = v.ids(&[3, 4, 5], 9, true);
+    out.push(case("select i64", sel, vec![ids], &[&[3, 5]]).typed(0, DType::I64));
+    let back = SelectBackward { axis: 0, index: 1 };
+    out.push(case(
+        "select_backward",
+        back,
+        vec![v.f32(&[4, 5])],
+        &[&[3, 4, 5]],
+    ));
+    let (x, ids) = (v.ids(&[2, 7], 50, true), v.ids(&[2, 4], 7, true));
+    let g = Gather { axis: 1 };
+    out.push(case("gather i64", g, vec![x, ids], &[&[2, 4]]).typed(0, DType::I64));
+    let ids = v.ids(&[1, 5], 9, true);
+    out.push(case("expand i64", Expand, vec![ids], &[&[3, 5]]).typed(0, DType::I64));
+    let empty = Input::F32(vec![0], vec![]);
+    let ins = vec![empty, v.f32(&[2, 3, 4]), v.f32(&[2, 2, 4])];
+    out.push(case(
+        "cat beside a legacy empty",
+        Concat { axis: 1 },
+        ins,
+        &[&[2, 5, 4]],
+    ));
+    let s: &[usize] = &[6, 7];
+    out.push(case(
+        "pow.Tensor_Scalar 3",
+        E::PowScalar { exponent: 3.0 },
+        vec![v.f32(s)],
+        &[s],
+    ));
+    let pos = v.from(s, 0.1);
+    out.push(case(
+        "pow.Tensor_Scalar 0.7",
+        E::PowScalar { exponent: 0.7 },
+        vec![pos],
+        &[s],
+    ));
+    let ones = E::Constant {
+        value: 1.0,
+        dtype: DType::Bool,
+    };
+    out.push(case("ones bool", ones, vec![], &[s]).typed(0, DType::Bool));
+    let inf = E::Constant {
+        value: -3.5,
+        dtype: DType::F32,
+    };
+    out.push(case("scalar_tensor", inf, vec![], &[&[]]));
+    let seven = E::Constant {
+        value: 7.0,
+        dtype: DType::I64,
+    };
+    out.push(case("scalar_tensor i64", seven, vec![], &[&[]]).typed(0, DType::I64));
+    for dtype in [DType::I64, DType::F32] {
+        let k = E::Arange {
+            start: 2.0,
+            step: 1.5,
+            len: 9,
+            dtype,
+        };
+        out.push(case(&format!("arange {}", dtype.as_str()), k, vec![], &[&[9]]).typed(0, dtype));
+    }
+    let mask = Input::Bool(vec![2, 5, 6], (0..60).map(|i| i % 7 != 3).collect());
+    let tril = E::Tril {
+        diagonal: 1,
+        dtype: DType::Bool,
+    };
+    out.push(case("tril bool", tril, vec![mask], &[&[2, 5, 6]]).typed(0, DType::Bool));
+    let tril = E::Tril {
+        diagonal: -1,
+        dtype: DType::F32,
+    };
+    out.push(case("tril f32", tril, vec![v.f32(&[3, 4])], &[&[3, 4]]));
+    let cond = Input::Bool(vec![5, 1], (0..5).map(|i| i % 2 == 0).collect());
+    let ins = vec![cond, v.f32(&[4, 5, 6]), v.f32(&[])];
+    out.push(case("where", E::Where, ins, &[&[4, 5, 6]]));
+    for causal in [false, true] {
+        let (q, k, val) = (
+            v.f32(&[2, 3, 5, 8]),
+            v.f32(&[2, 3, 7, 8]),
+            v.f32(&[2, 3, 7, 4]),
+        );
+        let fwd = Attention {
+            backward: false,
+            scale: None,
+            causal,
+        };
+        let tag = format!("causal {causal}");
+        let label = format!("_scaled_dot_product_flash_attention_for_cpu.default {tag}");
+        out.push(case(
+            &label,
+            fwd,
+            vec![q, k, val],
+            &[&[2, 3, 5, 4], &[2, 3, 5]],
+        ));
+        let ins = vec![
+            v.f32(&[2, 3, 5, 4]),
+            v.f32(&[2, 3, 5, 8]),
+            v.f32(&[2, 3, 7, 8]),
+            v.f32(&[2, 3, 7, 4]),
+            v.f32(&[2, 3, 5, 4]),
+            v.from(&[2, 3, 5], 1.0),
+        ];
+        let bwd = Attention {
+            backward: true,
+            scale: Some(0.3),
+            causal,
+        };
+        let label = format!("_scaled_dot_product_flash_attention_for_cpu_backward {tag}");
+        out.push(case(
+            &label,
+            bwd,
+            ins,
+            &[&[2, 3, 5, 8], &[2, 3, 7, 8], &[2, 3, 7, 4]],
+        ));
+    }
+}
+
 fn cases() -> Vec<Case> {
     let mut v = Values(0x9e37_79b9_7f4a_7c15);
     let mut out = Vec::new();
@@ -874,6 +1108,7 @@ fn cases() -> Vec<Case> {
     exporter_conv_cases(&mut v, &mut out);
     exporter_shape_cases(&mut v, &mut out);
     exporter_random_and_view_cases(&mut v, &mut out);
+    exporter_transformer_cases(&mut v, &mut out);
     out
 }
 

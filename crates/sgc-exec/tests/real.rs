@@ -1,9 +1,12 @@
 //! Real PyTorch exports run on the CPU backend: ResNet-18, ResNet-50, DenseNet-121,
-//! MobileNetV3-Large, EfficientNet-B0 (torchvision, batch 2 at 64x64) and the two-layer
-//! LSTM language model (batch 2, 8 tokens) as `sgc_trace` traces them, random weights;
+//! MobileNetV3-Large, EfficientNet-B0, ViT-B/16 (torchvision, batch 2 at 64x64), the
+//! two-layer LSTM language model (batch 2, 8 tokens), the transformer LM (batch 2, 32
+//! tokens) and the U-Net (batch 2 at 32x32) as `sgc_trace` traces them, random weights;
 //! made by `python -m sgc_trace.corpus --small --only resnet18 resnet50 densenet121
-//! mobilenet_v3_large efficientnet_b0 lstm_lm --out tests/fixtures/real_small` from
-//! `python/`. Every plan the planner makes for them (static DTR also at its lowest
+//! mobilenet_v3_large efficientnet_b0 lstm_lm transformer_lm vit_b_16 unet --out
+//! tests/fixtures/real_small` from `python/` (GPT-2, BERT and Inception-v3 run too, but
+//! their full-width weights make a debug run too slow for CI: `tests/torch_values.rs`
+//! checks their ops on small models against PyTorch instead). Every plan the planner makes for them (static DTR also at its lowest
 //! threshold, where ops run many times) passes the verifier and gives the loss and every
 //! gradient bit for bit as the unplanned run does: the view ops (`t`, `expand`, `slice` of
 //! the dense blocks) run as aliases read through views, depthwise and biased convolutions
@@ -14,7 +17,7 @@
 mod common;
 
 use common::device::assert_matches;
-use common::{real, REAL_SMALL};
+use common::{real, REAL_SMALL, REAL_SMALL_MORE};
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::Graph;
 use sgc_plan::{Plan, PlanOptions, Strategy};
@@ -48,7 +51,7 @@ fn dtr_at_lower_bound(g: &Graph) -> Plan {
 
 #[test]
 fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
-    for name in REAL_SMALL {
+    for name in REAL_SMALL.into_iter().chain(REAL_SMALL_MORE) {
         let g = real(name);
         let mut base = Executor::unplanned(&g, CpuBackend::new()).unwrap();
         let expected = outputs(&g, &mut base);

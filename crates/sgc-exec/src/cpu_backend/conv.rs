@@ -9,10 +9,12 @@ use crate::window::Groups;
 pub(crate) use crate::window::Window;
 
 impl Window {
-    /// Input row/column of output position `o` and kernel tap `k`, if inside the image.
-    pub(super) fn src(&self, o: usize, k: usize, len: usize) -> Option<usize> {
+    /// Input row (`axis` 0) or column (1) of output position `o` and kernel tap `k`, if
+    /// inside the image.
+    pub(super) fn src(&self, o: usize, k: usize, axis: usize) -> Option<usize> {
+        let len = [self.h, self.w][axis];
         (o * self.stride + k)
-            .checked_sub(self.pad)
+            .checked_sub(self.pad[axis])
             .filter(|&i| i < len)
     }
 }
@@ -28,7 +30,7 @@ fn taps(g: &Window, mut f: impl FnMut(usize, Option<usize>)) {
                 let row = (c * g.kh + ki) * g.kw + kj;
                 for oi in 0..g.ho {
                     for oj in 0..g.wo {
-                        let pixel = match (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
+                        let pixel = match (g.src(oi, ki, 0), g.src(oj, kj, 1)) {
                             (Some(i), Some(j)) => Some((c * g.h + i) * g.w + j),
                             _ => None,
                         };
@@ -173,14 +175,74 @@ pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [
     map_groups(p, x, p.inputs(), y, p.outputs(), |grp, xs, ys| {
         conv2d(xs, weights(p, w, grp), ys, &p.gw, p.og)
     });
-    let o = p.o;
     if let Some(b) = bias {
-        for (i, plane) in y.chunks_mut(p.pout.max(1)).enumerate() {
-            let v = b[i % o.max(1)];
-            for y in plane {
-                *y += v;
-            }
+        add_bias(y, b, p.pout);
+    }
+}
+
+/// `y [N, C, plane] += b [C]`.
+fn add_bias(y: &mut [f32], b: &[f32], plane: usize) {
+    for (i, ys) in y.chunks_mut(plane.max(1)).enumerate() {
+        let v = b[i % b.len().max(1)];
+        for y in ys {
+            *y += v;
         }
+    }
+}
+
+/// `db [C]` = `dy [N, C, plane]` summed per channel, in f64, images in order.
+fn bias_grad(dy: &[f32], db: &mut [f32], n: usize, plane: usize) {
+    let o = db.len();
+    for (c, db) in db.iter_mut().enumerate() {
+        let mut s = 0.0f64;
+        for n in 0..n {
+            let start = (n * o + c) * plane;
+            s += dy[start..start + plane]
+                .iter()
+                .map(|&v| f64::from(v))
+                .sum::<f64>();
+        }
+        *db = s as f32;
+    }
+}
+
+/// Transposed convolution: `x` is the output gradient of the plain convolution (window
+/// `g`, `o = Ci` output channels) of `y`, so `y` is that convolution's input gradient,
+/// plus a bias per channel of `y`.
+pub(crate) fn conv_transposed(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    g: &Window,
+    o: usize,
+) {
+    conv2d_grad_input(x, w, y, g, o);
+    if let Some(b) = bias {
+        add_bias(y, b, g.h * g.w);
+    }
+}
+
+/// Its backward, `(dy, x, w)` -> the masked `(dx, dw, dbias)`: the plain convolution of
+/// `dy` gives `dx`, and the plain weight gradient with `dy` as the image and `x` as the
+/// output gradient gives `dw`.
+pub(crate) fn conv_transposed_backward(
+    [dy, x, w]: [&[f32]; 3],
+    outs: &mut [&mut [f32]],
+    mask: [bool; 3],
+    g: &Window,
+    o: usize,
+) {
+    let mut outs = outs.iter_mut();
+    let mut next = |want: bool| if want { outs.next() } else { None };
+    if let Some(dx) = next(mask[0]) {
+        conv2d(dy, w, dx, g, o);
+    }
+    if let Some(dw) = next(mask[1]) {
+        conv2d_grad_weight(dy, x, dw, g, o);
+    }
+    if let Some(db) = next(mask[2]) {
+        bias_grad(dy, db, g.n, g.h * g.w);
     }
 }
 
@@ -227,29 +289,18 @@ pub(crate) fn conv_backward(
         slot += 1;
     }
     if mask[2] {
-        for (c, db) in outs[slot].iter_mut().enumerate() {
-            let mut s = 0.0f64;
-            for n in 0..g.n {
-                let start = (n * o + c) * p.pout;
-                s += dy[start..start + p.pout]
-                    .iter()
-                    .map(|&v| f64::from(v))
-                    .sum::<f64>();
-            }
-            *db = s as f32;
-        }
+        bias_grad(dy, outs[slot], g.n, p.pout);
     }
 }
 
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Conv, io: Io) -> R {
     let g = k.window(io.ops_in, io.ops_out);
-    let w = io.ops_in[if matches!(k, Conv::ConvBackward { .. }) {
-        2
-    } else {
-        1
-    }]
-    .shape[0];
+    let backward = matches!(
+        k,
+        Conv::ConvBackward { .. } | Conv::ConvTransposedBackward { .. }
+    );
+    let w = io.ops_in[if backward { 2 } else { 1 }].shape[0];
     let (a, b) = (f(&io.ins[0])?, f(&io.ins[1])?);
     match k {
         Conv::Conv2d { .. } => conv2d(a, b, io.outs[0], &g, w),
@@ -269,6 +320,13 @@ pub(super) fn run(k: &Conv, io: Io) -> R {
         Conv::ConvGrouped { groups, bias, .. } => {
             let bias = if *bias { Some(f(&io.ins[2])?) } else { None };
             conv_grouped(a, b, bias, io.outs[0], &Groups::of(&g, w, *groups))
+        }
+        Conv::ConvTransposed { bias, .. } => {
+            let bias = if *bias { Some(f(&io.ins[2])?) } else { None };
+            conv_transposed(a, b, bias, io.outs[0], &g, w)
+        }
+        Conv::ConvTransposedBackward { mask, .. } => {
+            conv_transposed_backward([a, b, f(&io.ins[2])?], io.outs, *mask, &g, w)
         }
     }
     Ok(())

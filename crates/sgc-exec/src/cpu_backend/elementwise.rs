@@ -129,6 +129,47 @@ pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshol
     }
 }
 
+/// `x ^ e`: `x * x` and `x * x * x` for 2 and 3 (ATen's special cases), else `powf`.
+pub(crate) fn pow_scalar(x: &[f32], y: &mut [f32], e: f32) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = if e == 2.0 {
+            x * x
+        } else if e == 3.0 {
+            x * x * x
+        } else {
+            x.powf(e)
+        };
+    }
+}
+
+/// `arange`: `start + i * step`, computed in f64.
+pub(crate) fn arange(start: f32, step: f32, len: usize) -> impl Iterator<Item = f64> {
+    (0..len).map(move |i| f64::from(start) + f64::from(step) * i as f64)
+}
+
+/// `tril` of elements of `size` bytes: `x [.., rows, cols]` with zero bytes where
+/// `col - row > diagonal`.
+pub(crate) fn tril(x: &[u8], size: usize, shape: &[usize], diagonal: i64) -> Vec<u8> {
+    let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    let mut y = x.to_vec();
+    for (e, v) in y.chunks_exact_mut(size).enumerate() {
+        let (r, c) = ((e / cols) % rows, e % cols);
+        if c as i64 - r as i64 > diagonal {
+            v.fill(0);
+        }
+    }
+    y
+}
+
+/// `values` as bytes of `dtype` (f32, i64, or bool: nonzero is true).
+fn encode(values: impl Iterator<Item = f64>, dtype: DType) -> Vec<u8> {
+    match dtype {
+        DType::I64 => values.flat_map(|v| (v as i64).to_ne_bytes()).collect(),
+        DType::Bool => values.map(|v| u8::from(v != 0.0)).collect(),
+        _ => values.flat_map(|v| (v as f32).to_ne_bytes()).collect(),
+    }
+}
+
 /// Runs a kernel of the family on f32 data.
 pub(super) fn run(k: &Elementwise, io: Io) -> R {
     use Elementwise as E;
@@ -181,24 +222,85 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         }
         E::Fill { value } => io.outs[0].fill(*value),
         E::Zeros { .. } => io.outs[0].fill(0.0),
+        E::PowScalar { exponent } => pow_scalar(f(&io.ins[0])?, io.outs[0], *exponent),
+        E::Constant { .. } | E::Arange { .. } | E::Tril { .. } | E::Where | E::Lifted => {
+            return Err(super::byte_path())
+        }
     }
     Ok(())
 }
 
-/// `add_scalar` on an i64 tensor (an integer counter), through bytes; `false` for every
-/// other kernel.
+/// The sources, `tril` and `where` (any dtype, through bytes), and `add_scalar` on an
+/// i64 tensor (an integer counter); `false` for every other kernel.
 pub(super) fn launch_bytes(
     be: &mut CpuBackend,
     k: &Elementwise,
     inputs: &[Operand],
     outputs: &[Operand],
 ) -> Result<bool, ExecError> {
-    let Elementwise::AddScalar { value } = k else {
-        return Ok(false);
+    let Some(y) = outputs.first() else {
+        return Ok(false); // `sgd_update`, in place
     };
+    let bytes = match k {
+        Elementwise::Constant { value, dtype } => encode((0..y.numel()).map(|_| *value), *dtype),
+        Elementwise::Arange {
+            start,
+            step,
+            len,
+            dtype,
+        } => encode(arange(*start, *step, *len), *dtype),
+        Elementwise::Tril { diagonal, dtype } => {
+            let x = be.bytes(&inputs[0])?;
+            tril(&x, dtype.size() as usize, &inputs[0].shape, *diagonal)
+        }
+        Elementwise::Where => where_select(be, inputs, y)?,
+        Elementwise::Lifted => Vec::new(),
+        Elementwise::AddScalar { value } => return add_scalar_i64(be, *value, inputs, outputs),
+        _ => return Ok(false),
+    };
+    be.write(y.buffer, y.offset, &bytes)?;
+    Ok(true)
+}
+
+/// `where(cond, a, b)`, each broadcast to `y`: its bytes.
+fn where_select(be: &mut CpuBackend, ins: &[Operand], y: &Operand) -> Result<Vec<u8>, ExecError> {
+    if ins
+        .iter()
+        .any(|o| o.view.is_some() && o.dtype == DType::Bool)
+    {
+        return Err(ExecError::backend(
+            NAME,
+            "a view of a bool mask is not supported",
+        ));
+    }
+    let n = y.numel();
+    let mut cond = vec![0u8; n];
+    expand(&be.bytes(&ins[0])?, &mut cond, &ins[0].shape, &y.shape);
+    let mut sides = [vec![0.0f32; n], vec![0.0f32; n]];
+    for (side, o) in sides.iter_mut().zip(&ins[1..]) {
+        expand(&be.f32_of(o)?, side, &o.shape, &y.shape);
+    }
+    let picked = (0..n).map(|e| {
+        if cond[e] != 0 {
+            sides[0][e]
+        } else {
+            sides[1][e]
+        }
+    });
+    Ok(picked.flat_map(f32::to_ne_bytes).collect())
+}
+
+/// `add_scalar` of an i64 tensor; `false` for an f32 one.
+fn add_scalar_i64(
+    be: &mut CpuBackend,
+    value: f64,
+    inputs: &[Operand],
+    outputs: &[Operand],
+) -> Result<bool, ExecError> {
     if inputs[0].dtype != DType::I64 {
         return Ok(false);
     }
+    let value = &value;
     if value.fract() != 0.0 {
         return Err(ExecError::backend(
             NAME,
@@ -223,6 +325,20 @@ pub(super) fn launch_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_pow_and_tril_by_value() {
+        let mut y = [0.0f32; 4];
+        pow_scalar(&[-2.0, 0.5, 3.0, 1.5], &mut y, 3.0);
+        assert_eq!(y, [-8.0, 0.125, 27.0, 3.375]);
+        pow_scalar(&[4.0, 9.0, 2.0, 0.25], &mut y, 0.5);
+        assert_eq!(y, [2.0, 3.0, 2f32.sqrt(), 0.5]);
+        assert_eq!(arange(1.0, 2.5, 3).collect::<Vec<_>>(), [1.0, 3.5, 6.0]);
+        let ones = encode((0..6).map(|_| 1.0), DType::Bool);
+        assert_eq!(tril(&ones, 1, &[2, 3], 0), [1, 0, 0, 1, 1, 0]);
+        assert_eq!(tril(&ones, 1, &[3, 2], -1), [0, 0, 1, 0, 1, 1]);
+        assert_eq!(encode([-1.0, 7.0].into_iter(), DType::I64).len(), 16);
+    }
 
     /// `leaky_relu_backward` against a central difference of `leaky_relu`, away from the
     /// kink at 0, for the default slope and a steep one.

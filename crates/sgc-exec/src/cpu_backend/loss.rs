@@ -2,7 +2,7 @@
 //! sums in f64, in row order.
 
 use super::{f, idx, last, Indices, Io, R};
-use crate::ops::loss::Loss;
+use crate::ops::loss::{classes, Loss};
 
 /// Log-sum-exp of one row and its maximum.
 fn lse(row: &[f32]) -> (f32, f64) {
@@ -40,12 +40,17 @@ pub(crate) fn cross_entropy_grad(logits: &[f32], labels: &Indices, dx: &mut [f32
     Ok(())
 }
 
+/// Element of `logp [N, C, inner]` of target position `r` (of `[N, inner]`) and class `l`.
+fn at((c, inner): (usize, usize), r: usize, l: usize) -> usize {
+    (r / inner * c + l) * inner + r % inner
+}
+
 /// `nll_loss_forward`, mean reduction: `(loss, total_weight)`.
 pub(crate) fn nll_loss(
     logp: &[f32],
     t: &Indices,
     outs: &mut [&mut [f32]],
-    c: usize,
+    (c, inner): (usize, usize),
     ignore: i64,
 ) -> R {
     let (mut s, mut count) = (0.0f64, 0usize);
@@ -53,7 +58,7 @@ pub(crate) fn nll_loss(
         if t.raw(r) == ignore {
             continue;
         }
-        s -= f64::from(logp[r * c + t.get(r, c)?]);
+        s -= f64::from(logp[at((c, inner), r, t.get(r, c)?)]);
         count += 1;
     }
     outs[0][0] = (s / count as f64) as f32;
@@ -67,14 +72,14 @@ pub(crate) fn nll_loss_backward(
     t: &Indices,
     total: &[f32],
     dx: &mut [f32],
-    c: usize,
+    (c, inner): (usize, usize),
     ignore: i64,
 ) -> R {
     dx.fill(0.0);
     let g = -dloss[0] / total[0];
     for r in 0..t.len() {
         if t.raw(r) != ignore {
-            dx[r * c + t.get(r, c)?] = g;
+            dx[at((c, inner), r, t.get(r, c)?)] = g;
         }
     }
     Ok(())
@@ -94,12 +99,12 @@ pub(super) fn run(k: &Loss, io: Io) -> R {
             f(&io.ins[0])?,
             idx(&io.ins[1])?,
             io.outs,
-            last(sh(0)),
+            classes(sh(0)),
             *ignore_index,
         ),
         Loss::NllLossBackward { ignore_index } => {
             let (dl, t, tw) = (f(&io.ins[0])?, idx(&io.ins[2])?, f(&io.ins[3])?);
-            nll_loss_backward(dl, t, tw, io.outs[0], last(sh(1)), *ignore_index)
+            nll_loss_backward(dl, t, tw, io.outs[0], classes(sh(1)), *ignore_index)
         }
     }
 }

@@ -11,6 +11,7 @@
 //! norm statistics, losses) accumulate in f64. Views of exported graphs are materialised
 //! on read.
 
+mod attention;
 mod conv;
 mod elementwise;
 mod embedding;
@@ -69,6 +70,12 @@ impl Indices<'_> {
                 bound,
             })
     }
+}
+
+/// A read operand copied out of its buffer (a materialised view, an in-place input).
+enum Owned {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
 }
 
 /// An operand resolved to host memory.
@@ -227,14 +234,16 @@ impl Backend for CpuBackend {
         };
         // An input that an output exactly is (an in-place pair) is read from a copy, so no
         // shared and mutable slice ever alias.
-        let copies: Vec<Option<Vec<f32>>> = read
+        let copies: Vec<Option<Owned>> = read
             .iter()
             .map(|o| {
-                if let Some(view) = &o.view {
-                    self.materialize(o, view).map(Some)
+                if o.view.is_some() && o.dtype == DType::I64 {
+                    self.i64_of(o).map(|v| Some(Owned::I64(v)))
+                } else if let Some(view) = &o.view {
+                    self.materialize(o, view).map(|v| Some(Owned::F32(v)))
                 } else if written.iter().any(|w| w == o) {
                     match self.read_slice(o)? {
-                        Slice::F32(v) => Ok(Some(v.to_vec())),
+                        Slice::F32(v) => Ok(Some(Owned::F32(v.to_vec()))),
                         Slice::Idx(_) => Err(ExecError::backend(NAME, "in-place index operand")),
                     }
                 } else {
@@ -246,7 +255,8 @@ impl Backend for CpuBackend {
             .iter()
             .zip(&copies)
             .map(|(o, c)| match c {
-                Some(v) => Ok(Slice::F32(v.as_slice())),
+                Some(Owned::F32(v)) => Ok(Slice::F32(v.as_slice())),
+                Some(Owned::I64(v)) => Ok(Slice::Idx(Indices::I64(v.as_slice()))),
                 None => self.read_slice(o),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -288,14 +298,26 @@ impl Backend for CpuBackend {
 
 impl CpuBackend {
     /// The elements of a view operand, row-major in its shape: the stored tensor read, then
-    /// each step of the view applied.
+    /// each step of the view applied (an i64 tensor: as pairs of f32 words,
+    /// [`View::widened`]).
     fn materialize(&mut self, o: &Operand, view: &View) -> Result<Vec<f32>, ExecError> {
-        if o.dtype != DType::F32 {
-            return Err(ExecError::backend(
-                NAME,
-                "views of integer tensors are not supported",
-            ));
-        }
+        let words = match o.dtype {
+            DType::F32 => 1,
+            DType::I64 => 2,
+            _ => {
+                return Err(ExecError::backend(
+                    NAME,
+                    "views of tensors other than f32 and i64 are not supported",
+                ))
+            }
+        };
+        let wide;
+        let view = if words == 1 {
+            view
+        } else {
+            wide = view.widened(words);
+            &wide
+        };
         let mut data = decode_f32(&self.bytes(o)?);
         let mut shape = view.base.clone();
         for step in &view.steps {
@@ -335,7 +357,7 @@ impl CpuBackend {
             shape = next;
             data = out;
         }
-        if data.len() != o.numel() {
+        if data.len() != o.numel() * words {
             return Err(ExecError::backend(
                 NAME,
                 format!("a view of {:?} read as {:?}", view.base, o.shape),
@@ -350,6 +372,25 @@ impl CpuBackend {
             return self.materialize(o, view);
         }
         Ok(decode_f32(&self.bytes(o)?))
+    }
+
+    /// The i64 elements of `o` (a view materialised), copied.
+    fn i64_of(&mut self, o: &Operand) -> Result<Vec<i64>, ExecError> {
+        let bytes: Vec<u8> = match &o.view {
+            Some(view) => {
+                let words = self.materialize(o, view)?;
+                words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+            }
+            None => self.bytes(o)?,
+        };
+        let word = |c: &[u8]| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
+        Ok(bytes.chunks_exact(8).map(word).collect())
+    }
+
+    /// Writes i64 values at `o`.
+    fn write_i64(&mut self, o: &Operand, values: &[i64]) -> Result<(), ExecError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.write(o.buffer, o.offset, &bytes)
     }
 
     /// The bytes `o` spans (a view: its stored tensor's), copied.
@@ -438,6 +479,7 @@ fn run(k: &Kernel, io: Io) -> R {
         FamilyKernel::Embedding(k) => embedding::run(k, io),
         FamilyKernel::Shape(k) => shape::run(k, io),
         FamilyKernel::Reduce(k) => reduce::run(k, io),
+        FamilyKernel::Attention(k) => attention::run(k, io),
         FamilyKernel::Random(_) => Err(byte_path()),
     }
 }

@@ -1,8 +1,9 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
+use super::shape::transpose;
 use super::{f, last, Io, R};
 use crate::error::KernelError;
-use crate::ops::norm::Norm;
+use crate::ops::norm::{axis_last, inverse, Norm};
 
 /// Layout of a norm: `outer x feat x inner` for batch norm (features on axis 1, stats over
 /// outer and inner), `rows x feat` with `inner = 1` per row for layer norm.
@@ -274,12 +275,47 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
         Norm::SoftmaxBackward => {
             softmax_grad(f(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], last(sh(0)), 1.0)
         }
-        Norm::LogSoftmax => log_softmax(f(&io.ins[0])?, io.outs[0], last(sh(0))),
-        Norm::LogSoftmaxBackward => {
-            log_softmax_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], last(sh(0)))
+        Norm::LogSoftmax { axis } => {
+            along(*axis, sh(0), &[f(&io.ins[0])?], io.outs[0], |x, y, c| {
+                log_softmax(x[0], y, c)
+            })
+        }
+        Norm::LogSoftmaxBackward { axis } => {
+            let ins = [f(&io.ins[0])?, f(&io.ins[1])?];
+            along(*axis, sh(0), &ins, io.outs[0], |x, y, c| {
+                log_softmax_backward(x[0], x[1], y, c)
+            })
         }
     }
     Ok(())
+}
+
+/// `f(inputs, output, c)` of a kernel over the last axis, run over `axis` of operands of
+/// shape `shape`: when `axis` is not last, on copies with it moved last, the result moved
+/// back.
+fn along(
+    axis: usize,
+    shape: &[usize],
+    ins: &[&[f32]],
+    y: &mut [f32],
+    f: impl Fn(&[&[f32]], &mut [f32], usize),
+) {
+    let Some(perm) = axis_last(axis, shape.len()) else {
+        return f(ins, y, last(shape));
+    };
+    let moved: Vec<Vec<f32>> = ins
+        .iter()
+        .map(|x| {
+            let mut m = vec![0.0; x.len()];
+            transpose(x, &mut m, shape, &perm);
+            m
+        })
+        .collect();
+    let views: Vec<&[f32]> = moved.iter().map(Vec::as_slice).collect();
+    let mut out = vec![0.0; y.len()];
+    f(&views, &mut out, shape[axis]);
+    let moved_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    transpose(&out, y, &moved_shape, &inverse(&perm));
 }
 
 fn five<'a>(v: &[&'a [f32]]) -> [&'a [f32]; 5] {

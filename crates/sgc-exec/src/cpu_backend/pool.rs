@@ -10,7 +10,7 @@ use crate::ops::pool::Pool;
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
 pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
     (0..g.kh).flat_map(move |ki| {
-        (0..g.kw).filter_map(move |kj| Some((g.src(oi, ki, g.h)?, g.src(oj, kj, g.w)?)))
+        (0..g.kw).filter_map(move |kj| Some((g.src(oi, ki, 0)?, g.src(oj, kj, 1)?)))
     })
 }
 
@@ -19,7 +19,7 @@ pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) 
     let mut best: Option<usize> = None;
     for ki in 0..g.kh {
         for kj in 0..g.kw {
-            if let (Some(i), Some(j)) = (g.src(oi, ki, g.h), g.src(oj, kj, g.w)) {
+            if let (Some(i), Some(j)) = (g.src(oi, ki, 0), g.src(oj, kj, 1)) {
                 let idx = (plane * g.h + i) * g.w + j;
                 if best.is_none_or(|b| x[idx] > x[b]) {
                     best = Some(idx);

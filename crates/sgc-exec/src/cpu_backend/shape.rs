@@ -1,10 +1,12 @@
-//! Data movement: transpose, concat, slice, broadcasting, reshape and byte copies.
+//! Data movement: transpose, concat, slice, select and its gradient, broadcasting,
+//! gather, reshape and byte copies.
 
-use super::{byte_path, f, CpuBackend, Io, R};
+use super::{byte_path, f, CpuBackend, Indices, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
 use crate::error::KernelError;
-use crate::ops::shape::Shape;
+use crate::ops::shape::{joins, Shape};
+use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
@@ -13,7 +15,7 @@ pub(crate) fn reshape(x: &[f32], y: &mut [f32]) {
 }
 
 /// `transpose`: `y` at index `(i_0..i_r)` = `x` at the index whose axis `perm[k]` is `i_k`.
-pub(crate) fn transpose(x: &[f32], y: &mut [f32], shape: &[usize], perm: &[usize]) {
+pub(crate) fn transpose<T: Copy>(x: &[T], y: &mut [T], shape: &[usize], perm: &[usize]) {
     let r = shape.len();
     let mut strides = vec![1usize; r];
     for a in (0..r.saturating_sub(1)).rev() {
@@ -57,9 +59,9 @@ pub(crate) fn concat(xs: &[(&[f32], &[usize])], y: &mut [f32], axis: usize) {
 }
 
 /// `slice`: `x[.., start..end, ..]` along `axis`.
-pub(crate) fn slice(
-    x: &[f32],
-    y: &mut [f32],
+pub(crate) fn slice<T: Copy>(
+    x: &[T],
+    y: &mut [T],
     shape: &[usize],
     axis: usize,
     start: usize,
@@ -74,7 +76,7 @@ pub(crate) fn slice(
 }
 
 /// Broadcast `x` (shape `xs`) to `y` (shape `ys`), axes aligned on the right.
-pub(crate) fn expand(x: &[f32], y: &mut [f32], xs: &[usize], ys: &[usize]) {
+pub(crate) fn expand<T: Copy>(x: &[T], y: &mut [T], xs: &[usize], ys: &[usize]) {
     let lead = ys.len() - xs.len();
     // Stride of each output axis in `x` (0 where `x` broadcasts).
     let mut strides = vec![0usize; ys.len()];
@@ -96,6 +98,34 @@ pub(crate) fn expand(x: &[f32], y: &mut [f32], xs: &[usize], ys: &[usize]) {
     }
 }
 
+/// `select_backward`: zeros of shape `ys` with `x` at index `index` of `axis`.
+pub(crate) fn select_backward(x: &[f32], y: &mut [f32], ys: &[usize], axis: usize, index: usize) {
+    let (outer, inner) = around(ys, axis);
+    let row = ys[axis] * inner;
+    y.fill(0.0);
+    for o in 0..outer {
+        let at = o * row + index * inner;
+        y[at..at + inner].copy_from_slice(&x[o * inner..(o + 1) * inner]);
+    }
+}
+
+/// `gather` along `axis`: `y [is]` at `(o, j, i)` = `x [xs]` at `(o, index[o, j, i], i)`.
+pub(crate) fn gather<T: Copy>(
+    x: &[T],
+    index: &Indices,
+    y: &mut [T],
+    (xs, is): (&[usize], &[usize]),
+    axis: usize,
+) -> R {
+    let (_, inner) = around(is, axis);
+    let (len, taken) = (xs[axis], is[axis]);
+    for (e, v) in y.iter_mut().enumerate() {
+        let (o, i) = (e / (taken * inner), e % inner);
+        *v = x[(o * len + index.get(e, len)?) * inner + i];
+    }
+    Ok(())
+}
+
 /// Runs a kernel of the family on f32 data.
 pub(super) fn run(k: &Shape, io: Io) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
@@ -103,10 +133,12 @@ pub(super) fn run(k: &Shape, io: Io) -> R {
         Shape::Reshape => reshape(f(&io.ins[0])?, io.outs[0]),
         Shape::Transpose { perm } => transpose(f(&io.ins[0])?, io.outs[0], sh(0), perm),
         Shape::Concat { axis } => {
+            let rank = io.ops_out[0].shape.len();
             let xs = io
                 .ins
                 .iter()
                 .zip(io.ops_in)
+                .filter(|(_, o)| joins(&o.shape, rank))
                 .map(|(s, o)| Ok((f(s)?, o.shape.as_slice())))
                 .collect::<Result<Vec<_>, KernelError>>()?;
             concat(&xs, io.outs[0], *axis)
@@ -139,7 +171,18 @@ pub(super) fn run(k: &Shape, io: Io) -> R {
         }
         Shape::Expand => expand(f(&io.ins[0])?, io.outs[0], sh(0), &io.ops_out[0].shape),
         Shape::Assign => expand(f(&io.ins[1])?, io.outs[0], sh(1), &io.ops_out[0].shape),
-        Shape::CopyInto => return Err(byte_path()),
+        Shape::Select { axis, index } => {
+            slice(f(&io.ins[0])?, io.outs[0], sh(0), *axis, *index, index + 1)
+        }
+        Shape::SelectBackward { axis, index } => select_backward(
+            f(&io.ins[0])?,
+            io.outs[0],
+            &io.ops_out[0].shape,
+            *axis,
+            *index,
+        ),
+
+        Shape::CopyInto | Shape::Gather { .. } => return Err(byte_path()),
     }
     Ok(())
 }
@@ -152,7 +195,24 @@ pub(super) fn launch_bytes(
     inputs: &[Operand],
     outputs: &[Operand],
 ) -> Result<bool, ExecError> {
+    let wide = inputs[0].dtype == DType::I64;
     let (src, dst) = match k {
+        Shape::Gather { axis } => {
+            gather_any(be, inputs, &outputs[0], *axis)?;
+            return Ok(true);
+        }
+        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. } if wide => {
+            let x = be.i64_of(&inputs[0])?;
+            let mut y = vec![0i64; outputs[0].numel()];
+            let (xs, ys) = (inputs[0].shape.as_slice(), outputs[0].shape.as_slice());
+            match k {
+                Shape::Slice { axis, start, end } => slice(&x, &mut y, xs, *axis, *start, *end),
+                Shape::Select { axis, index } => slice(&x, &mut y, xs, *axis, *index, index + 1),
+                _ => expand(&x, &mut y, xs, ys),
+            }
+            be.write_i64(&outputs[0], &y)?;
+            return Ok(true);
+        }
         Shape::CopyInto => (&inputs[1], &inputs[0]),
         Shape::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
             (&inputs[0], &outputs[0])
@@ -162,4 +222,59 @@ pub(super) fn launch_bytes(
     let bytes = be.bytes(src)?;
     be.write(dst.buffer, dst.offset, &bytes)?;
     Ok(true)
+}
+
+/// `gather` of f32 or i64 data (views materialised), through copies.
+fn gather_any(
+    be: &mut CpuBackend,
+    ins: &[Operand],
+    y: &Operand,
+    axis: usize,
+) -> Result<(), ExecError> {
+    let shapes = (ins[0].shape.as_slice(), ins[1].shape.as_slice());
+    let index = be.i64_of(&ins[1])?;
+    let index = Indices::I64(&index);
+    let fail = |error| ExecError::Kernel {
+        backend: NAME.to_string(),
+        kernel: OpKind::AtenGather.name(),
+        error: Box::new(error),
+    };
+    if ins[0].dtype == DType::I64 {
+        let x = be.i64_of(&ins[0])?;
+        let mut out = vec![0i64; y.numel()];
+        gather(&x, &index, &mut out, shapes, axis).map_err(fail)?;
+        be.write_i64(y, &out)
+    } else {
+        let x = be.f32_of(&ins[0])?;
+        let mut out = vec![0f32; y.numel()];
+        gather(&x, &index, &mut out, shapes, axis).map_err(fail)?;
+        be.write_f32(y, &out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn select_backward_places_the_gradient_among_zeros() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        let mut y = [9.0; 12];
+        select_backward(&x, &mut y, &[2, 3, 2], 1, 2);
+        assert_eq!(
+            y,
+            [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0]
+        );
+    }
+
+    #[test]
+    fn gather_reads_along_the_axis_and_refuses_an_index_outside_it() {
+        let x = [10i64, 11, 12, 20, 21, 22];
+        let mut y = [0i64; 4];
+        let ids = [2i64, 0, 1, 1];
+        gather(&x, &Indices::I64(&ids), &mut y, (&[2, 3], &[2, 2]), 1).unwrap();
+        assert_eq!(y, [12, 10, 21, 21]);
+        let bad = [3i64, 0, 0, 0];
+        assert!(gather(&x, &Indices::I64(&bad), &mut y, (&[2, 3], &[2, 2]), 1).is_err());
+    }
 }

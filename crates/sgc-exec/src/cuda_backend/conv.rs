@@ -30,8 +30,8 @@ impl Window {
     }
 
     /// The kernel arguments after the two pointers: `images, c, h, w, kh, kw, stride,
-    /// pad, ho, wo`.
-    fn args(&self, images: usize) -> [Arg; 10] {
+    /// pad_h, pad_w, ho, wo`.
+    fn args(&self, images: usize) -> [Arg; 11] {
         [
             n(images),
             n(self.c),
@@ -40,7 +40,8 @@ impl Window {
             n(self.kh),
             n(self.kw),
             n(self.stride),
-            n(self.pad),
+            n(self.pad[0]),
+            n(self.pad[1]),
             n(self.ho),
             n(self.wo),
         ]
@@ -190,6 +191,42 @@ pub(super) fn run(k: &Conv, d: &mut Device, io: Io) -> R {
             let p = Groups::of(&g(), o, *groups);
             conv_backward(d, [ins[0], ins[1], ins[2]], outs, *mask, &p)
         }
+        Conv::ConvTransposed { bias, .. } => {
+            let g = g();
+            conv2d_grad_input(d, ins[0], ins[1], outs[0], &g, w)?;
+            match bias {
+                true => bias_add(d, outs[0], ins[2], outs[0], &[g.n, g.c, g.h * g.w], 1),
+                false => Ok(()),
+            }
+        }
+        Conv::ConvTransposedBackward { mask, .. } => {
+            let o = io.ops_in[2].shape[0];
+            conv_transposed_backward(d, [ins[0], ins[1], ins[2]], outs, *mask, (&g(), o))
+        }
+    }
+}
+
+/// The transposed convolution's backward, `(dy, x, w)` -> the masked `(dx, dw, dbias)`:
+/// the plain convolution of `dy` (window `g`, `o = Ci` channels) gives `dx`, the plain
+/// weight gradient with `dy` as the image and `x` as the output gradient gives `dw`.
+fn conv_transposed_backward(
+    d: &mut Device,
+    [dy, x, w]: [u64; 3],
+    outs: &[u64],
+    mask: [bool; 3],
+    (g, o): (&Window, usize),
+) -> R {
+    let mut outs = outs.iter().copied();
+    let mut next = |want: bool| if want { outs.next() } else { None };
+    if let Some(dx) = next(mask[0]) {
+        conv2d(d, dy, w, dx, g, o)?;
+    }
+    if let Some(dw) = next(mask[1]) {
+        conv2d_grad_weight(d, dy, x, dw, g, o)?;
+    }
+    match next(mask[2]) {
+        Some(db) => bias_add_grad(d, dy, db, &[g.n, g.c, g.h * g.w], 1),
+        None => Ok(()),
     }
 }
 

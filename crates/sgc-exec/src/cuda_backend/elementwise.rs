@@ -156,6 +156,42 @@ fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
     d.launch("broadcast_binary", Grid::Elements(len), &args)
 }
 
+/// `where(cond, a, b)`, each broadcast to the output.
+fn where_select(d: &Device, io: Io) -> R {
+    let ys = io.ops_out[0].shape.as_slice();
+    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
+    let len: usize = ys.iter().product();
+    let mut args: Vec<Arg> = io.ins.iter().chain(io.outs).map(|&p| Arg::Ptr(p)).collect();
+    args.push(n(len));
+    for i in 0..3 {
+        args.push(Arg::Dims(side(i)?));
+    }
+    d.launch("where_select", Grid::Elements(len), &args)
+}
+
+/// The sources: `ones`/`scalar_tensor` (`Constant`) and `arange`, into output `y`.
+fn source(d: &Device, k: &Elementwise, y: u64, len: usize) -> R {
+    let grid = Grid::Elements(len);
+    match k {
+        Elementwise::Constant { value, dtype } => match dtype {
+            DType::I64 => d.launch("fill_i64", grid, &[Arg::Ptr(y), Arg::I64(*value as i64), n(len)]),
+            DType::Bool => {
+                let v = Arg::I32(i32::from(*value != 0.0));
+                d.launch("fill_bool", grid, &[Arg::Ptr(y), v, n(len)])
+            }
+            _ => fill(d, y, *value as f32, len),
+        },
+        Elementwise::Arange {
+            start, step, dtype, ..
+        } => {
+            let is_i64 = Arg::I32(i32::from(*dtype == DType::I64));
+            let args = [Arg::Ptr(y), is_i64, Arg::F32(*start), Arg::F32(*step), n(len)];
+            d.launch("arange", grid, &args)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
     use Elementwise as E;
@@ -202,5 +238,18 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         E::Broadcast { op } => broadcast(d, *op, io),
         E::Fill { value } => fill(d, y(), *value, io.ops_out[0].numel()),
         E::Zeros { .. } => fill(d, y(), 0.0, io.ops_out[0].numel()),
+        E::PowScalar { exponent } => scalar(d, "pow_scalar", x(), y(), *exponent, numel()),
+        E::Constant { .. } | E::Arange { .. } | E::Lifted => {
+            source(d, k, y(), io.ops_out[0].numel())
+        }
+        E::Tril { diagonal, dtype } => {
+            let s = shape();
+            let (rows, cols) = (s[s.len() - 2], s[s.len() - 1]);
+            let size = Arg::I32(dtype.size() as i32);
+            let args = [Arg::Ptr(x()), Arg::Ptr(y()), size, n(rows), n(cols)];
+            let args = [&args[..], &[Arg::I64(*diagonal), n(numel())]].concat();
+            d.launch("tril", Grid::Elements(numel()), &args)
+        }
+        E::Where => where_select(d, io),
     }
 }

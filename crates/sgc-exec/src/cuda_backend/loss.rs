@@ -4,7 +4,7 @@
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
 use super::launch::{last, Io};
-use crate::ops::loss::Loss;
+use crate::ops::loss::{classes, Loss};
 
 /// `cross_entropy`: per-row losses (f64, in the workspace), then their mean.
 pub(crate) fn cross_entropy(
@@ -55,10 +55,11 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
         Loss::CrossEntropy => cross_entropy(d, io.ins[0], labels(), io.outs[0], rows, c),
         Loss::CrossEntropyGrad => cross_entropy_grad(d, io.ins[0], labels(), io.outs[0], rows, c),
         Loss::NllLoss { ignore_index } => {
+            let (c, inner) = classes(&io.ops_in[0].shape);
             let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
                 .into_iter()
                 .chain(labels().args())
-                .chain([Arg::Ptr(io.outs[0]), Arg::Ptr(io.outs[1]), n(rows), n(c)])
+                .chain([Arg::Ptr(io.outs[0]), Arg::Ptr(io.outs[1]), n(rows), n(c), n(inner)])
                 .chain([Arg::I64(*ignore_index), d.flag()])
                 .collect();
             d.launch("nll_loss", Grid::One, &args)?;
@@ -66,11 +67,11 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
         }
         Loss::NllLossBackward { ignore_index } => {
             let t = Idx::of(&io.ops_in[2], io.ins[2]);
-            let (c, rows) = (last(&io.ops_in[1].shape), io.ops_in[2].numel());
+            let ((c, inner), rows) = (classes(&io.ops_in[1].shape), io.ops_in[2].numel());
             let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
                 .into_iter()
                 .chain(t.args())
-                .chain([Arg::Ptr(io.ins[3]), Arg::Ptr(io.outs[0]), n(rows), n(c)])
+                .chain([Arg::Ptr(io.ins[3]), Arg::Ptr(io.outs[0]), n(rows), n(c), n(inner)])
                 .chain([Arg::I64(*ignore_index), d.flag()])
                 .collect();
             d.launch("nll_loss_backward", Grid::Elements(rows * c), &args)?;

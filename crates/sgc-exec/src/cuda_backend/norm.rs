@@ -5,7 +5,9 @@
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{last, rows as rows_of, with_ptrs, Io, KERNEL_SLOTS};
 use crate::error::KernelError;
-use crate::ops::norm::Norm;
+use super::launch::with_ptrs;
+use super::shape::transpose;
+use crate::ops::norm::{axis_last, inverse, Norm};
 
 /// Layout of a norm: `outer x feat x inner` (batch norm: features on axis 1).
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +112,32 @@ pub(crate) fn softmax_grad(
     d.launch("softmax_grad", Grid::Rows(rows), &args)
 }
 
+/// Row kernel `name` (`(inputs.., output, rows, c)` over the last axis) run over `axis`
+/// of operands of shape `shape`: when `axis` is not last, on staged copies with it moved
+/// last, the result moved back.
+fn along(d: &mut Device, name: &'static str, axis: usize, shape: &[usize], ins: &[u64], y: u64) -> R {
+    let len: usize = shape.iter().product();
+    let c = shape.get(axis).copied().unwrap_or(1);
+    let rows = len.checked_div(c).unwrap_or(0);
+    let launch = |d: &Device, ins: &[u64], y: u64| {
+        let args = with_ptrs(&[ins, &[y]].concat(), [n(rows), n(c)]);
+        d.launch(name, Grid::Rows(rows), &args)
+    };
+    let Some(perm) = axis_last(axis, shape.len()) else {
+        return launch(d, ins, y);
+    };
+    let mut moved = Vec::new();
+    for (i, &x) in ins.iter().enumerate() {
+        let m = d.staging(KERNEL_SLOTS + i, 4 * len)?;
+        transpose(d, x, m, shape, &perm)?;
+        moved.push(m);
+    }
+    let out = d.staging(KERNEL_SLOTS + ins.len(), 4 * len)?;
+    launch(d, &moved, out)?;
+    let moved_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    transpose(d, out, y, &moved_shape, &inverse(&perm))
+}
+
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
@@ -165,24 +193,9 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
         Norm::SoftmaxBackward => {
             softmax_grad(d, io.ins[1], io.ins[0], io.outs[0], rows(), last(x), 1.0)
         }
-        Norm::LogSoftmax => {
-            let args = [
-                Arg::Ptr(io.ins[0]),
-                Arg::Ptr(io.outs[0]),
-                n(rows()),
-                n(last(x)),
-            ];
-            d.launch("log_softmax", Grid::Rows(rows()), &args)
-        }
-        Norm::LogSoftmaxBackward => {
-            let args = [
-                Arg::Ptr(io.ins[0]),
-                Arg::Ptr(io.ins[1]),
-                Arg::Ptr(io.outs[0]),
-                n(rows()),
-                n(last(x)),
-            ];
-            d.launch("log_softmax_backward", Grid::Rows(rows()), &args)
+        Norm::LogSoftmax { axis } => along(d, "log_softmax", *axis, x, &io.ins[..1], io.outs[0]),
+        Norm::LogSoftmaxBackward { axis } => {
+            along(d, "log_softmax_backward", *axis, x, &io.ins[..2], io.outs[0])
         }
     }
 }

@@ -20,7 +20,7 @@ impl Window {
             n(self.w),
             n(self.kh),
             n(self.stride),
-            n(self.pad),
+            n(self.pad[0]),
             n(self.ho),
             n(self.wo),
         ]

@@ -12,7 +12,7 @@
 use super::device::{Device, R};
 use super::launch::Io;
 use super::{
-    conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce, shape,
+    attention, conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce, shape,
 };
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::{ExecError, KernelError};
@@ -286,5 +286,6 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
         FamilyKernel::Shape(k) => shape::run(k, d, io),
         FamilyKernel::Reduce(k) => reduce::run(k, d, io),
         FamilyKernel::Random(k) => random::run(k, d, io),
+        FamilyKernel::Attention(k) => attention::run(k, d, io),
     }
 }

@@ -1,13 +1,15 @@
-//! Data movement: transpose, concat, slice, broadcasting, byte copies, and the
-//! materialisation of view operands, every strided read through the `transpose` kernel
+//! Data movement: transpose, concat, slice, select and its gradient, broadcasting,
+//! gather, byte copies, and the materialisation of view operands (an i64 one as pairs of
+//! f32 words, [`crate::backend::View::widened`]), every strided read through the `transpose` kernel
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
-use super::device::{n, Arg, Device, DimsArg, Grid, R};
+use super::device::{n, Arg, Device, DimsArg, Grid, Idx, R};
+use super::elementwise::fill;
 use super::launch::{offset, view_slot, Io};
 use super::sources::MAX_RANK;
 use crate::backend::{Operand, ViewStep};
 use crate::error::KernelError;
-use crate::ops::shape::Shape;
+use crate::ops::shape::{joins, Shape};
 use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
@@ -104,11 +106,22 @@ pub(crate) fn materialize(
     let Some(view) = &op.view else {
         return Ok(base);
     };
-    if op.dtype != DType::F32 {
-        return Err(KernelError::Operands(
-            "views of integer tensors are not supported".into(),
-        ));
-    }
+    let (words, wide);
+    let view = match op.dtype {
+        DType::F32 => {
+            words = 1;
+            &**view
+        }
+        DType::I64 => {
+            (words, wide) = (2, view.widened(2));
+            &wide
+        }
+        _ => {
+            return Err(KernelError::Operands(
+                "views of tensors other than f32 and i64 are not supported".into(),
+            ))
+        }
+    };
     let (mut at, mut shape, mut k) = (base, view.base.clone(), 0);
     for step in &view.steps {
         if !step.fits(&shape) {
@@ -139,7 +152,7 @@ pub(crate) fn materialize(
         strided(d, at, y, &to, &src)?;
         (at, shape, k) = (y, to, 1 - k);
     }
-    if shape != op.shape {
+    if shape[..shape.len() - usize::from(words > 1)] != op.shape {
         return Err(KernelError::Operands(format!(
             "a view of {:?} read as {:?}",
             view.base, op.shape
@@ -207,6 +220,36 @@ pub(crate) fn columns(
     d.launch(name, Grid::Elements(outer * chunk), &args)
 }
 
+/// `select_backward`: zeros of shape `ys` with `x` at index `index` of `axis`.
+fn select_backward(d: &Device, x: u64, y: u64, ys: &[usize], axis: usize, index: usize) -> R {
+    fill(d, y, 0.0, ys.iter().product())?;
+    let (outer, inner) = around(ys, axis);
+    columns(d, "concat", (x, y), (outer, ys[axis] * inner), inner, index * inner)
+}
+
+/// `gather` along `axis` of f32 or i64 data (`io`'s operands `(x, index) -> y`).
+fn gather(d: &mut Device, io: Io, axis: usize) -> R {
+    let (xs, is) = (&io.ops_in[0].shape, &io.ops_in[1].shape);
+    let words = if io.ops_in[0].dtype == DType::I64 { 2 } else { 1 };
+    let (_, inner) = around(is, axis);
+    let len = io.ops_out[0].numel();
+    let ids = Idx::of(&io.ops_in[1], io.ins[1]);
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::Ptr(ids.ptr),
+        Arg::I32(ids.is_i64 as i32),
+        Arg::Ptr(io.outs[0]),
+        n(len),
+        n(is[axis]),
+        n(xs[axis]),
+        n(inner),
+        Arg::I32(words),
+        d.flag(),
+    ];
+    d.launch("gather", Grid::Elements(len * words as usize), &args)?;
+    d.check_flag()
+}
+
 /// Bytes of the elements of `o` (a view: of the view, as materialised).
 fn bytes(o: &Operand) -> usize {
     o.numel() * o.dtype.size() as usize
@@ -217,6 +260,18 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
     let y = || io.ops_out[0].shape.as_slice();
     match k {
+        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. }
+            if io.ops_in[0].dtype == DType::I64 =>
+        {
+            // Pairs of f32 words: the f32 copies move the bits.
+            let wide = |s: &[usize]| s.iter().copied().chain([2]).collect::<Vec<_>>();
+            let (xw, (a, b)) = (wide(x), (io.ins[0], io.outs[0]));
+            match k {
+                Shape::Slice { axis, start, end } => slice(d, a, b, &xw, *axis, *start, *end),
+                Shape::Select { axis, index } => slice(d, a, b, &xw, *axis, *index, index + 1),
+                _ => expand(d, a, b, &xw, &wide(y())),
+            }
+        }
         Shape::Reshape if io.ops_in[0].dtype == DType::F32 => {
             reshape(d, io.ins[0], io.outs[0], io.ops_in[0].numel())
         }
@@ -225,10 +280,12 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
         Shape::CopyInto => d.copy_bytes(io.ins[0], io.ins[1], bytes(&io.ops_in[1])),
         Shape::Transpose { perm } => transpose(d, io.ins[0], io.outs[0], x, perm),
         Shape::Concat { axis } => {
+            let rank = y().len();
             let xs: Vec<(u64, &[usize])> = io
                 .ins
                 .iter()
                 .zip(io.ops_in)
+                .filter(|(_, o)| joins(&o.shape, rank))
                 .map(|(&p, o)| (p, o.shape.as_slice()))
                 .collect();
             concat(d, &xs, io.outs[0], *axis)
@@ -261,6 +318,13 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
             Ok(())
         }
         Shape::Expand => expand(d, io.ins[0], io.outs[0], x, y()),
+        Shape::Select { axis, index } => {
+            slice(d, io.ins[0], io.outs[0], x, *axis, *index, index + 1)
+        }
+        Shape::SelectBackward { axis, index } => {
+            select_backward(d, io.ins[0], io.outs[0], y(), *axis, *index)
+        }
+        Shape::Gather { axis } => gather(d, io, *axis),
         Shape::Assign => expand(d, io.ins[1], io.outs[0], &io.ops_in[1].shape, y()),
     }
 }

@@ -22,6 +22,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("shape.cu", include_str!("kernels/shape.cu")),
     ("reduce.cu", include_str!("kernels/reduce.cu")),
     ("random.cu", include_str!("kernels/random.cu")),
+    ("attention.cu", include_str!("kernels/attention.cu")),
 ];
 
 /// Threads per block of every launch; the reductions' shared-memory trees assume it

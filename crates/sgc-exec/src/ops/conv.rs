@@ -1,7 +1,13 @@
 //! 2-d convolutions over `[N, C, H, W]`: the builder's `conv2d` and its gradients, and the
-//! exporter's `convolution` (groups, bias) and `convolution_backward`.
+//! exporter's `convolution` (groups, bias, transposed) and `convolution_backward`. Padding
+//! may differ between rows and columns (`[pad_h, pad_w]`); the stride may not.
+//!
+//! A transposed convolution of `x [N, Ci, H, W]` by `w [Ci, Co, kh, kw]` is the input
+//! gradient of the plain convolution of its output `y [N, Co, Ho, Wo]` by the same `w`
+//! (read as `[O = Ci, C = Co, kh, kw]`), which gives back `x`'s shape; so it runs on the
+//! plain kernels with the roles swapped, and its window is that plain convolution's.
 
-use super::check::{eq, expect, masked, window_out};
+use super::check::{eq, expect, masked, window_out, R};
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
@@ -17,15 +23,15 @@ kinds! {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Conv {
     /// `x [N, C, H, W]`, `w [O, C, kh, kw]` -> `[N, O, Ho, Wo]`.
-    Conv2d { stride: usize, padding: usize },
+    Conv2d { stride: usize, padding: [usize; 2] },
     /// `(dy, w) -> dx`.
-    Conv2dGradInput { stride: usize, padding: usize },
+    Conv2dGradInput { stride: usize, padding: [usize; 2] },
     /// `(x, dy) -> dw`.
-    Conv2dGradWeight { stride: usize, padding: usize },
+    Conv2dGradWeight { stride: usize, padding: [usize; 2] },
     /// `aten.convolution` with groups or a bias: `(x, w[, bias])`, `w [O, C/groups, kh, kw]`.
     ConvGrouped {
         stride: usize,
-        padding: usize,
+        padding: [usize; 2],
         groups: usize,
         bias: bool,
     },
@@ -33,8 +39,20 @@ pub enum Conv {
     /// `(dx, dw, dbias)`.
     ConvBackward {
         stride: usize,
-        padding: usize,
+        padding: [usize; 2],
         groups: usize,
+        mask: [bool; 3],
+    },
+    /// `aten.convolution` with `transposed`, one group: `(x, w[, bias])`.
+    ConvTransposed {
+        stride: usize,
+        padding: [usize; 2],
+        bias: bool,
+    },
+    /// Its `convolution_backward`: `(dy, x, w)` -> the masked `(dx, dw, dbias)`.
+    ConvTransposedBackward {
+        stride: usize,
+        padding: [usize; 2],
         mask: [bool; 3],
     },
 }
@@ -43,8 +61,10 @@ pub enum Conv {
 pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Conv>, ExecError> {
     use OpKind as K;
     let a = &cx.a;
-    let builder =
-        || -> Result<(usize, usize), ExecError> { Ok((a.usize("stride")?, a.usize("padding")?)) };
+    let builder = || -> Result<(usize, [usize; 2]), ExecError> {
+        let p = a.usize("padding")?;
+        Ok((a.usize("stride")?, [p, p]))
+    };
     let groups = a.get("groups").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
     Ok(Some(match kind {
         K::Conv2d => {
@@ -60,9 +80,15 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Conv>, ExecError> {
             Conv::Conv2dGradWeight { stride, padding }
         }
         K::AtenConvolution => {
-            let (stride, padding) = aten_window(cx)?;
+            let (stride, padding, transposed) = aten_window(cx, groups)?;
             let bias = cx.inputs() > 2;
-            if groups == 1 && !bias {
+            if transposed {
+                Conv::ConvTransposed {
+                    stride,
+                    padding,
+                    bias,
+                }
+            } else if groups == 1 && !bias {
                 Conv::Conv2d { stride, padding }
             } else {
                 Conv::ConvGrouped {
@@ -74,7 +100,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Conv>, ExecError> {
             }
         }
         K::AtenConvolutionBackward => {
-            let (stride, padding) = aten_window(cx)?;
+            let (stride, padding, transposed) = aten_window(cx, groups)?;
+            if transposed {
+                return Ok(Some(Conv::ConvTransposedBackward {
+                    stride,
+                    padding,
+                    mask: a.mask()?,
+                }));
+            }
             Conv::ConvBackward {
                 stride,
                 padding,
@@ -86,12 +119,18 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Conv>, ExecError> {
     }))
 }
 
-/// `(stride, padding)` of an exporter convolution, refused if transposed or dilated.
-fn aten_window(cx: &Cx) -> Result<(usize, usize), ExecError> {
+/// `(stride, padding, transposed)` of an exporter convolution, refused if dilated or
+/// transposed in groups.
+fn aten_window(cx: &Cx, groups: usize) -> Result<(usize, [usize; 2], bool), ExecError> {
     let a = &cx.a;
-    a.flag("transposed", false, "a convolution that is not transposed")?;
     a.unit_dilation()?;
-    Ok((a.square("stride")?, a.square("padding")?))
+    let transposed = a.bool_or("transposed", false)?;
+    if transposed && groups != 1 {
+        return Err(a.err(format!(
+            "`groups` = {groups}: only one group runs transposed"
+        )));
+    }
+    Ok((a.square("stride")?, a.pair("padding")?, transposed))
 }
 
 impl Conv {
@@ -113,6 +152,13 @@ impl Conv {
             Conv::ConvBackward {
                 stride, padding, ..
             } => Window::conv(s(1), s(2), s(0), stride, padding),
+            // The plain convolution of the output (`y`, `dy`) that gives back `x`.
+            Conv::ConvTransposed {
+                stride, padding, ..
+            } => Window::conv(y(), s(1), s(0), stride, padding),
+            Conv::ConvTransposedBackward {
+                stride, padding, ..
+            } => Window::conv(s(0), s(2), s(1), stride, padding),
         }
     }
 }
@@ -120,8 +166,12 @@ impl Conv {
 impl Family for Conv {
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
-            Conv::ConvGrouped { bias, .. } => (Some(2 + usize::from(*bias)), 1),
-            Conv::ConvBackward { mask, .. } => (Some(3), mask.iter().filter(|m| **m).count()),
+            Conv::ConvGrouped { bias, .. } | Conv::ConvTransposed { bias, .. } => {
+                (Some(2 + usize::from(*bias)), 1)
+            }
+            Conv::ConvBackward { mask, .. } | Conv::ConvTransposedBackward { mask, .. } => {
+                (Some(3), mask.iter().filter(|m| **m).count())
+            }
             _ => (Some(2), 1),
         }
     }
@@ -177,6 +227,19 @@ impl Family for Conv {
                 let wanted: [&[usize]; 3] = [x, w, &[w[0]]];
                 masked(mask, &wanted, outs)
             }
+            Conv::ConvTransposed { bias, .. } => {
+                let (x, w) = (s(0), s(1));
+                self.transposed(x, w, o(0))?;
+                match bias {
+                    true => eq("bias", s(2), &[w[1]]),
+                    false => Ok(()),
+                }
+            }
+            Conv::ConvTransposedBackward { mask, .. } => {
+                let (x, w) = (s(1), s(2));
+                self.transposed(x, w, s(0))?;
+                masked(mask, &[x, w, &[w[1]]], outs)
+            }
         }
     }
 }
@@ -189,14 +252,48 @@ fn grouped(x: &[usize], w: &[usize], groups: usize) -> Result<(), KernelError> {
     )
 }
 
+impl Conv {
+    /// `(stride, padding)` of any of the kernels.
+    fn geometry(&self) -> (usize, [usize; 2]) {
+        match *self {
+            Conv::Conv2d { stride, padding }
+            | Conv::Conv2dGradInput { stride, padding }
+            | Conv::Conv2dGradWeight { stride, padding }
+            | Conv::ConvGrouped {
+                stride, padding, ..
+            }
+            | Conv::ConvBackward {
+                stride, padding, ..
+            }
+            | Conv::ConvTransposed {
+                stride, padding, ..
+            }
+            | Conv::ConvTransposedBackward {
+                stride, padding, ..
+            } => (stride, padding),
+        }
+    }
+
+    /// `x [N, Ci, H, W]` transposed-convolved by `w [Ci, Co, kh, kw]` into
+    /// `y [N, Co, Ho, Wo]`: the plain convolution of `y` by `w` gives `x`'s shape.
+    fn transposed(&self, x: &[usize], w: &[usize], y: &[usize]) -> R {
+        let (stride, pad) = self.geometry();
+        expect(
+            x.len() == 4 && w.len() == 4 && y.len() == 4 && y[1] == w[1],
+            || format!("transposed conv of {x:?} by {w:?} into {y:?}"),
+        )?;
+        eq("input", x, &conv_out(y, w, stride, pad)?)
+    }
+}
+
 fn conv_out(
     x: &[usize],
     w: &[usize],
     stride: usize,
-    pad: usize,
+    pad: [usize; 2],
 ) -> Result<Vec<usize>, KernelError> {
-    let ho = window_out(x[2], w[2], stride, pad);
-    let wo = window_out(x[3], w[3], stride, pad);
+    let ho = window_out(x[2], w[2], stride, pad[0]);
+    let wo = window_out(x[3], w[3], stride, pad[1]);
     match (ho, wo) {
         (Some(ho), Some(wo)) => Ok(vec![x[0], w[0], ho, wo]),
         _ => Err(KernelError::Operands(format!(

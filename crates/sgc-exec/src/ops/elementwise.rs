@@ -1,11 +1,15 @@
 //! Element-wise ops: arithmetic (tensor and scalar, broadcasting), activations and their
-//! gradients, bias, constant fills and the SGD update.
+//! gradients, bias, constant fills, the exporter's sources (`ones`, `scalar_tensor`,
+//! `arange`), `pow` by a scalar, `tril`, `where` and the SGD update.
 
 use super::check::{broadcasts, eq, expect};
+use super::Slot;
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
+use serde_json::Value;
 use sgc_ir::ops::OpKind;
+use sgc_ir::DType;
 
 kinds! {
     cuda: BiasAdd BiasAddGrad Add Mul Relu ReluGrad Gelu GeluGrad SgdUpdate AtenRelu
@@ -15,7 +19,8 @@ kinds! {
         AtenSigmoid AtenSigmoidBackward AtenTanh AtenTanhBackward AtenSilu AtenSiluBackward
         AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward AtenHardswish
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
-        AtenGeluBackward;
+        AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
+        AtenLiftFreshCopy;
     cpu: ;
 }
 
@@ -82,6 +87,76 @@ pub enum Elementwise {
     Zeros {
         inputs: usize,
     },
+    /// `x ^ exponent` (`x * x` for 2 and `x * x * x` for 3, as ATen computes them).
+    PowScalar {
+        exponent: f32,
+    },
+    /// A fresh tensor of `value` of `dtype` (`ones`, `scalar_tensor`); no inputs.
+    Constant {
+        value: f64,
+        dtype: DType,
+    },
+    /// `start + i * step` for `i` in `0..len` (computed in f64), of `dtype`; no inputs.
+    Arange {
+        start: f32,
+        step: f32,
+        len: usize,
+        dtype: DType,
+    },
+    /// The lower triangle of the last two axes (`col - row <= diagonal`), zeros
+    /// (`false`) above; f32 or bool.
+    Tril {
+        diagonal: i64,
+        dtype: DType,
+    },
+    /// `(cond, a, b) -> a` where `cond`, else `b`, each broadcast to the output.
+    Where,
+    /// `lift_fresh_copy` of an empty constant (the exporter keeps no values): no inputs,
+    /// an output of no elements.
+    Lifted,
+}
+
+/// The dtypes the sources and `tril` write.
+fn dtype_of(cx: &Cx, allowed: &[DType]) -> Result<DType, ExecError> {
+    let d = cx.output_dtype(0);
+    if !allowed.contains(&d) {
+        return Err(cx.a.err(format!(
+            "its output is {}: only {allowed:?} run",
+            d.as_str()
+        )));
+    }
+    Ok(d)
+}
+
+/// `scalar_tensor`'s `s`: a number, or ATen's `inf`, `-inf`, `nan` written as text.
+fn scalar(cx: &Cx, key: &str) -> Result<f64, ExecError> {
+    let a = &cx.a;
+    match a.get(key) {
+        Some(Value::String(t)) => t.parse::<f64>().ok(),
+        Some(v) => v.as_f64(),
+        None => None,
+    }
+    .ok_or_else(|| a.err(format!("`{key}` must be a number")))
+}
+
+/// `arange`'s `(start, step, len)`.
+fn arange(cx: &Cx) -> Result<Elementwise, ExecError> {
+    let a = &cx.a;
+    let (start, end) = (a.f32_or("start", Some(0.0))?, a.f32_or("end", None)?);
+    let step = a.f32_or("step", Some(1.0))?;
+    if step == 0.0 {
+        return Err(a.err("`step` must not be 0".into()));
+    }
+    let len = ((f64::from(end) - f64::from(start)) / f64::from(step))
+        .ceil()
+        .max(0.0) as usize;
+    let dtype = dtype_of(cx, &[DType::F32, DType::I64])?;
+    Ok(Elementwise::Arange {
+        start,
+        step,
+        len,
+        dtype,
+    })
 }
 
 /// The kernel of op kind `kind`, if this family runs it.
@@ -170,6 +245,24 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
             return Ok(Unary::kernel_of(kind));
         }
         K::AtenGelu | K::AtenGeluBackward => return gelu(kind == K::AtenGelu, cx).map(Some),
+        K::AtenPow => E::PowScalar {
+            exponent: a.f32_or("exponent", None)?,
+        },
+        K::AtenOnes => E::Constant {
+            value: 1.0,
+            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+        },
+        K::AtenScalarTensor => E::Constant {
+            value: scalar(cx, "s")?,
+            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+        },
+        K::AtenArange => arange(cx)?,
+        K::AtenTril => E::Tril {
+            diagonal: a.i64_or("diagonal", 0)?,
+            dtype: dtype_of(cx, &[DType::F32, DType::Bool])?,
+        },
+        K::AtenWhere => E::Where,
+        K::AtenLiftFreshCopy => E::Lifted,
         _ => return Ok(Unary::kernel_of(kind)),
     }))
 }
@@ -201,6 +294,8 @@ impl Family for Elementwise {
         match self {
             E::SgdUpdate { .. } => (Some(2), 0),
             E::Zeros { inputs } => (Some(*inputs), 1),
+            E::Constant { .. } | E::Arange { .. } | E::Lifted => (Some(0), 1),
+            E::Where => (Some(3), 1),
             E::Relu
             | E::Gelu
             | E::LeakyRelu { .. }
@@ -209,6 +304,8 @@ impl Family for Elementwise {
             | E::MulScalar { .. }
             | E::DivScalar { .. }
             | E::Fill { .. }
+            | E::PowScalar { .. }
+            | E::Tril { .. }
             | E::Pointwise(_) => (Some(1), 1),
             _ => (Some(2), 1),
         }
@@ -216,6 +313,25 @@ impl Family for Elementwise {
 
     fn any_dtype(&self) -> bool {
         matches!(self, Elementwise::AddScalar { .. })
+    }
+
+    fn input(&self, i: usize) -> Slot {
+        match self {
+            Elementwise::Where if i == 0 => Slot::Mask,
+            Elementwise::Tril {
+                dtype: DType::Bool, ..
+            } => Slot::Mask,
+            _ => Slot::Data,
+        }
+    }
+
+    fn output_dtype(&self, _i: usize) -> DType {
+        match self {
+            Elementwise::Constant { dtype, .. }
+            | Elementwise::Arange { dtype, .. }
+            | Elementwise::Tril { dtype, .. } => *dtype,
+            _ => DType::F32,
+        }
     }
 
     fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
@@ -251,7 +367,29 @@ impl Family for Elementwise {
             | E::MulScalar { .. }
             | E::DivScalar { .. }
             | E::Fill { .. }
+            | E::PowScalar { .. }
             | E::Pointwise(_) => eq("output", o(0), s(0)),
+            E::Tril { .. } => {
+                expect(s(0).len() >= 2, || format!("tril of {:?}", s(0)))?;
+                eq("output", o(0), s(0))
+            }
+            E::Constant { .. } => Ok(()),
+            E::Arange { len, .. } => eq("output", o(0), &[*len]),
+            E::Lifted => expect(outs[0].numel() == 0, || {
+                format!(
+                    "a lifted constant of shape {:?}: its values are not in the graph",
+                    o(0)
+                )
+            }),
+            E::Where => {
+                for i in 0..3 {
+                    let fits = broadcasts(s(i), o(0));
+                    expect(fits, || {
+                        format!("input {i} {:?} does not broadcast to {:?}", s(i), o(0))
+                    })?;
+                }
+                Ok(())
+            }
             E::SgdUpdate { .. } => eq("gradient", s(1), s(0)),
             E::Zeros { .. } => Ok(()),
             E::Broadcast { .. } => broadcast_shapes(s(0), s(1), o(0)),

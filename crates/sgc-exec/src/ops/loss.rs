@@ -9,7 +9,8 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: CrossEntropy CrossEntropyGrad AtenNllLoss AtenNllLossBackward;
+    cuda: CrossEntropy CrossEntropyGrad AtenNllLoss AtenNllLossBackward AtenNllLoss2d
+        AtenNllLoss2dBackward;
     cpu: ;
 }
 
@@ -19,10 +20,10 @@ pub enum Loss {
     CrossEntropy,
     /// `(softmax(logits) - onehot(label)) / rows`.
     CrossEntropyGrad,
-    /// `(logp [N, C], target [N]) -> (loss [], total_weight [])`, mean over the targets
-    /// that are not `ignore_index`.
+    /// `(logp [N, C, *], target [N, *]) -> (loss [], total_weight [])`, mean over the
+    /// targets that are not `ignore_index` (`nll_loss2d`: `*` is `H, W`).
     NllLoss { ignore_index: i64 },
-    /// `(dloss [], logp [N, C], target [N], total_weight []) -> dlogp`.
+    /// `(dloss [], logp [N, C, *], target [N, *], total_weight []) -> dlogp`.
     NllLossBackward { ignore_index: i64 },
 }
 
@@ -33,12 +34,12 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Loss>, ExecError> {
     Ok(Some(match kind {
         K::CrossEntropy => Loss::CrossEntropy,
         K::CrossEntropyGrad => Loss::CrossEntropyGrad,
-        K::AtenNllLoss | K::AtenNllLossBackward => {
+        K::AtenNllLoss | K::AtenNllLossBackward | K::AtenNllLoss2d | K::AtenNllLoss2dBackward => {
             let mean = |v: &Value| v.as_u64() == Some(1);
             a.require("reduction", mean, "reduction = mean (1)")?;
             a.require("weight", Value::is_null, "no class weights")?;
             let ignore_index = a.i64_or("ignore_index", -100)?;
-            if kind == K::AtenNllLoss {
+            if matches!(kind, K::AtenNllLoss | K::AtenNllLoss2d) {
                 Loss::NllLoss { ignore_index }
             } else {
                 Loss::NllLossBackward { ignore_index }
@@ -89,8 +90,8 @@ impl Family for Loss {
             }
             Loss::NllLoss { .. } => {
                 let (logp, t) = (s(0), s(1));
-                expect(logp.len() == 2 && t == [logp[0]], || {
-                    format!("log-probabilities {logp:?} need targets [N], got {t:?}")
+                expect(targets_fit(logp, t), || {
+                    format!("log-probabilities {logp:?} need targets [N, *], got {t:?}")
                 })?;
                 expect(o(0).is_empty() && o(1).is_empty(), || {
                     "loss and total weight are scalars".into()
@@ -99,11 +100,21 @@ impl Family for Loss {
             Loss::NllLossBackward { .. } => {
                 let (dl, logp, t, tw) = (s(0), s(1), s(2), s(3));
                 expect(
-                    dl.is_empty() && tw.is_empty() && logp.len() == 2 && t == [logp[0]],
+                    dl.is_empty() && tw.is_empty() && targets_fit(logp, t),
                     || format!("nll_loss_backward of {logp:?} with targets {t:?}"),
                 )?;
                 eq("output", o(0), logp)
             }
         }
     }
+}
+
+/// Targets `[N, *]` for log-probabilities `[N, C, *]`.
+fn targets_fit(logp: &[usize], t: &[usize]) -> bool {
+    logp.len() >= 2 && t.len() + 1 == logp.len() && t[0] == logp[0] && t[1..] == logp[2..]
+}
+
+/// `(classes, inner)` of log-probabilities `[N, C, *]`: `C`, and the positions per image.
+pub(crate) fn classes(logp: &[usize]) -> (usize, usize) {
+    (logp[1], logp[2..].iter().product())
 }

@@ -21,6 +21,7 @@ macro_rules! kinds {
     };
 }
 
+pub mod attention;
 pub(crate) mod check;
 pub mod conv;
 pub mod elementwise;
@@ -111,6 +112,24 @@ impl<'a> Cx<'a> {
     pub(crate) fn shape(&self, i: usize) -> Option<&'a [u64]> {
         let g = self.graph;
         self.op.inputs.get(i).map(|&t| g.tensor(t).shape.as_slice())
+    }
+
+    /// Rank of output `i` (0 if absent).
+    pub(crate) fn output_rank(&self, i: usize) -> usize {
+        let g = self.graph;
+        self.op
+            .outputs
+            .get(i)
+            .map_or(0, |&t| g.tensor(t).shape.len())
+    }
+
+    /// The dtype of output `i` (f32 if absent).
+    pub(crate) fn output_dtype(&self, i: usize) -> DType {
+        let g = self.graph;
+        self.op
+            .outputs
+            .get(i)
+            .map_or(DType::F32, |&t| g.tensor(t).dtype)
     }
 
     /// Whether input `i` is a bool tensor.
@@ -205,6 +224,20 @@ impl Attrs<'_> {
             }
             Some(v) => v.as_u64().map(|a| a as usize).ok_or_else(bad),
             None => Err(bad()),
+        }
+    }
+
+    /// A 2-d attribute `[a, b]` (or one size `a` for both), as `[rows, columns]`.
+    pub(crate) fn pair(&self, key: &str) -> Result<[usize; 2], ExecError> {
+        let sizes: Option<Vec<usize>> = match self.get(key) {
+            Some(Value::Array(v)) => v.iter().map(|x| x.as_u64().map(|u| u as usize)).collect(),
+            Some(v) => v.as_u64().map(|a| vec![a as usize]),
+            None => None,
+        };
+        match sizes.as_deref() {
+            Some(&[a]) => Ok([a, a]),
+            Some(&[a, b]) => Ok([a, b]),
+            _ => Err(self.err(format!("`{key}` must be one or two sizes"))),
         }
     }
 

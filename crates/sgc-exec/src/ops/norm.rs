@@ -40,10 +40,24 @@ pub enum Norm {
     SoftmaxGrad { scale: f32 },
     /// `_softmax_backward_data`: `(dy, y) -> y * (dy - sum(dy * y))` over the last axis.
     SoftmaxBackward,
-    /// Log-softmax over the last axis.
-    LogSoftmax,
-    /// `(dy, y) -> dy - exp(y) * sum(dy)` over the last axis.
-    LogSoftmaxBackward,
+    /// Log-softmax over `axis` (off the last axis: the operands moved to make it last).
+    LogSoftmax { axis: usize },
+    /// `(dy, y) -> dy - exp(y) * sum(dy)` over `axis`.
+    LogSoftmaxBackward { axis: usize },
+}
+
+/// The permutation that moves `axis` of a rank-`rank` operand last, if it is not last.
+pub fn axis_last(axis: usize, rank: usize) -> Option<Vec<usize>> {
+    (axis + 1 < rank).then(|| (0..rank).filter(|&d| d != axis).chain([axis]).collect())
+}
+
+/// The inverse of permutation `perm`.
+pub fn inverse(perm: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    inv
 }
 
 /// The kernel of op kind `kind`, if this family runs it.
@@ -102,14 +116,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
             Norm::SoftmaxBackward
         }
         K::AtenLogSoftmax => {
-            a.last_axis(cx.rank(0))?;
             a.flag("half_to_float", false, "half_to_float = false")?;
-            Norm::LogSoftmax
+            Norm::LogSoftmax {
+                axis: a.axis_of("dim", cx.rank(0))?,
+            }
         }
-        K::AtenLogSoftmaxBackward => {
-            a.last_axis(cx.rank(0))?;
-            Norm::LogSoftmaxBackward
-        }
+        K::AtenLogSoftmaxBackward => Norm::LogSoftmaxBackward {
+            axis: a.axis_of("dim", cx.rank(0))?,
+        },
         _ => return Ok(None),
     }))
 }
@@ -130,8 +144,8 @@ impl Family for Norm {
             Norm::BatchNormBackward { mask } => (Some(5), results(mask)),
             Norm::LayerNormBackward { mask } => (Some(6), results(mask)),
             Norm::BatchNormUpdateStats { .. } => (Some(4), 2),
-            Norm::Softmax { .. } | Norm::LogSoftmax => (Some(1), 1),
-            Norm::SoftmaxGrad { .. } | Norm::SoftmaxBackward | Norm::LogSoftmaxBackward => {
+            Norm::Softmax { .. } | Norm::LogSoftmax { .. } => (Some(1), 1),
+            Norm::SoftmaxGrad { .. } | Norm::SoftmaxBackward | Norm::LogSoftmaxBackward { .. } => {
                 (Some(2), 1)
             }
         }
@@ -196,8 +210,8 @@ impl Family for Norm {
                 )?;
                 eq("output", o(0), x)
             }
-            Norm::LogSoftmax => eq("output", o(0), s(0)),
-            Norm::SoftmaxGrad { .. } | Norm::SoftmaxBackward | Norm::LogSoftmaxBackward => {
+            Norm::LogSoftmax { .. } => eq("output", o(0), s(0)),
+            Norm::SoftmaxGrad { .. } | Norm::SoftmaxBackward | Norm::LogSoftmaxBackward { .. } => {
                 eq("input 1", s(1), s(0))?;
                 eq("output", o(0), s(0))
             }

@@ -1,5 +1,6 @@
 //! Data movement: reshapes and views, transposes, concatenation and stacking, slicing and
-//! splitting, broadcasting copies, and the exporter's `copy`/`copy_`.
+//! splitting, selecting (and its gradient), broadcasting copies, `gather` along an axis,
+//! and the exporter's `copy`/`copy_`.
 
 use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family, VARIADIC};
@@ -11,7 +12,8 @@ use sgc_ir::ops::OpKind;
 kinds! {
     cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
         AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice
-        AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace;
+        AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace AtenSelect
+        AtenSelectBackward AtenGather;
     cpu: ;
 }
 
@@ -39,6 +41,23 @@ pub enum Shape {
     },
     /// `aten.unbind`: one output per index of `axis`, the axis dropped.
     Unbind {
+        axis: usize,
+    },
+    /// `aten.select`: index `index` of `axis`, the axis dropped.
+    Select {
+        axis: usize,
+        index: usize,
+    },
+    /// `aten.select_backward`: zeros of the output's shape with the input at index
+    /// `index` of `axis` (an axis the input lacks).
+    SelectBackward {
+        axis: usize,
+        index: usize,
+    },
+    /// `aten.gather`: `(x, index) -> y` with `y[.., j, ..] = x[.., index[.., j, ..], ..]`
+    /// along `axis`; the index has `x`'s shape off `axis`. Any dtype: `x`, the index
+    /// and `y` alike (i64 positions in the exports).
+    Gather {
         axis: usize,
     },
     /// `aten.stack`: the inputs along a new axis `axis`.
@@ -99,6 +118,21 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
             perm: permutation(cx)?,
         },
         K::AtenCat => Shape::Concat {
+            axis: a.axis_of("dim", cx.output_rank(0))?,
+        },
+        K::AtenSelect => Shape::Select {
+            axis: a.axis_of("dim", r)?,
+            index: index_in(cx, r, cx.shape(0))?,
+        },
+        K::AtenSelectBackward => {
+            let out = cx.output_rank(0);
+            let sizes = cx.graph.tensor(cx.op.outputs[0]).shape.as_slice();
+            Shape::SelectBackward {
+                axis: a.axis_of("dim", out)?,
+                index: index_in(cx, out, Some(sizes))?,
+            }
+        }
+        K::AtenGather => Shape::Gather {
             axis: a.axis_of("dim", r)?,
         },
         K::AtenSlice => aten_slice(cx)?,
@@ -122,6 +156,27 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
         K::AtenCopyInPlace => Shape::CopyInto,
         _ => return Ok(None),
     }))
+}
+
+/// `index` of `select` (negative counts from the end) along `dim` of `shape`, in bounds.
+fn index_in(cx: &Cx, rank: usize, shape: Option<&[u64]>) -> Result<usize, ExecError> {
+    let a = &cx.a;
+    let len = shape
+        .and_then(|s| s.get(a.axis_of("dim", rank).ok()?))
+        .copied();
+    let i = a.i64_or("index", 0)?;
+    let len = len.unwrap_or(0) as i64;
+    let at = if i < 0 { i + len } else { i };
+    if at < 0 || at >= len {
+        return Err(a.err(format!("`index` {i} is outside an axis of length {len}")));
+    }
+    Ok(at as usize)
+}
+
+/// Whether a `cat` input of shape `shape` joins an output of rank `rank`: ATen skips
+/// the legacy empty operand, a rank-1 tensor of length 0, beside tensors of other ranks.
+pub(crate) fn joins(shape: &[usize], rank: usize) -> bool {
+    !(shape == [0] && rank != 1)
 }
 
 /// `dims` of `aten.permute`.
@@ -161,6 +216,7 @@ impl Shape {
                 | Shape::Slice { .. }
                 | Shape::Split { .. }
                 | Shape::Unbind { .. }
+                | Shape::Select { .. }
         )
     }
 }
@@ -170,14 +226,22 @@ impl Family for Shape {
         match self {
             Shape::Concat { .. } | Shape::Stack { .. } => (None, 1),
             Shape::Split { .. } | Shape::Unbind { .. } => (Some(1), VARIADIC),
-            Shape::Assign => (Some(2), 1),
+            Shape::Assign | Shape::Gather { .. } => (Some(2), 1),
             Shape::CopyInto => (Some(2), 0),
             _ => (Some(1), 1),
         }
     }
 
     fn any_dtype(&self) -> bool {
-        matches!(self, Shape::CopyInto | Shape::Reshape)
+        matches!(
+            self,
+            Shape::CopyInto
+                | Shape::Reshape
+                | Shape::Expand
+                | Shape::Gather { .. }
+                | Shape::Slice { .. }
+                | Shape::Select { .. }
+        )
     }
 
     fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
@@ -246,16 +310,47 @@ impl Family for Shape {
                 expect(fits, || format!("source {x:?} does not broadcast to {y:?}"))
             }
             Shape::CopyInto => eq("source", s(1), s(0)),
+            Shape::Select { axis, index } => eq("output", o(0), &selected(s(0), *axis, *index)?),
+            Shape::SelectBackward { axis, index } => {
+                eq("input", s(0), &selected(o(0), *axis, *index)?)
+            }
+            Shape::Gather { axis } => {
+                let (x, i) = (s(0), s(1));
+                let fits = *axis < x.len()
+                    && i.len() == x.len()
+                    && (0..x.len()).all(|d| d == *axis || i[d] == x[d]);
+                expect(fits, || {
+                    format!("index {i:?} of {x:?} along axis {axis} (equal off the axis)")
+                })?;
+                eq("output", o(0), i)
+            }
         }
     }
 }
 
+/// The shape of index `index` of `axis` of `x` (the axis dropped), if it has one.
+fn selected(x: &[usize], axis: usize, index: usize) -> Result<Vec<usize>, KernelError> {
+    expect(axis < x.len() && index < x[axis], || {
+        format!("index {index} of axis {axis} of {x:?}")
+    })?;
+    let mut out = x.to_vec();
+    out.remove(axis);
+    Ok(out)
+}
+
 /// The inputs agree off `axis`; the output's `axis` is the sum of theirs.
 fn concat_shapes(axis: usize, ins: &[Operand], y: &[usize]) -> Result<(), KernelError> {
-    let mut out = ins[0].shape.clone();
+    let joined = || {
+        ins.iter()
+            .enumerate()
+            .filter(|(_, o)| joins(&o.shape, y.len()))
+    };
+    let mut out = joined()
+        .next()
+        .map_or(ins[0].shape.clone(), |(_, o)| o.shape.clone());
     expect(axis < out.len(), || format!("axis {axis} of {out:?}"))?;
     out[axis] = 0;
-    for (i, op) in ins.iter().enumerate() {
+    for (i, op) in joined() {
         let x = op.shape.as_slice();
         let agrees = x.len() == out.len() && (0..x.len()).all(|d| d == axis || x[d] == out[d]);
         expect(agrees, || format!("input {i} {x:?} off axis {axis}"))?;

@@ -183,3 +183,56 @@ extern "C" __global__ void broadcast_binary(const float* a, const float* b, floa
         y[e] = op == 0 ? u + v : (op == 1 ? u - v : u * v);
     }
 }
+
+// x ^ e: x * x and x * x * x for 2 and 3 (ATen's special cases), else powf.
+extern "C" __global__ void pow_scalar(const float* x, float* y, float e, i64 n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        y[i] = e == 2.0f ? v * v : (e == 3.0f ? v * v * v : powf(v, e));
+    }
+}
+
+// Every element of an i64 tensor `v`.
+extern "C" __global__ void fill_i64(long long* y, i64 v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = v; }
+}
+
+// Every element of a bool tensor `v` (0 or 1).
+extern "C" __global__ void fill_bool(unsigned char* y, int v, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = (unsigned char)v; }
+}
+
+// start + i * step, computed in double, as f32 (`is_i64` 0) or i64.
+extern "C" __global__ void arange(void* y, int is_i64, float start, float step, i64 n) {
+    GRID_STRIDE(i, n) {
+        double v = (double)start + (double)step * (double)i;
+        if (is_i64) {
+            ((long long*)y)[i] = (long long)v;
+        } else {
+            ((float*)y)[i] = (float)v;
+        }
+    }
+}
+
+// The lower triangle of the last two axes [rows, cols] of elements of `size` bytes (4 or
+// 1): zero bytes where col - row > diagonal.
+extern "C" __global__ void tril(const void* x, void* y, int size, i64 rows, i64 cols, i64 diagonal,
+                                i64 n) {
+    GRID_STRIDE(e, n) {
+        i64 r = (e / cols) % rows, c = e % cols;
+        int keep = c - r <= diagonal;
+        if (size == 4) {
+            ((float*)y)[e] = keep ? ((const float*)x)[e] : 0.0f;
+        } else {
+            ((unsigned char*)y)[e] = keep ? ((const unsigned char*)x)[e] : 0;
+        }
+    }
+}
+
+// where(cond, a, b), each read through its broadcast strides.
+extern "C" __global__ void where_select(const unsigned char* cond, const float* a, const float* b,
+                                        float* y, i64 n, Dims dc, Dims da, Dims db) {
+    GRID_STRIDE(e, n) {
+        y[e] = cond[strided_offset(e, dc)] ? a[strided_offset(e, da)] : b[strided_offset(e, db)];
+    }
+}

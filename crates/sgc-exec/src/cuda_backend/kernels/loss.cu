@@ -72,16 +72,18 @@ extern "C" __global__ void cross_entropy_grad(const float* logits, const void* l
     }
 }
 
-// nll_loss, mean reduction, one block: loss = -sum of logp[r, t[r]] over the targets that are
-// not `ignore` (in row order per thread, then the fixed tree), total = their count.
+// nll_loss, mean reduction, one block: loss = -sum of logp [N, C, inner] at (n, t[r], i) for
+// each target position r = (n, i) of t [N, inner] that is not `ignore` (in order per
+// thread, then the fixed tree), total = their count.
 extern "C" __global__ void nll_loss(const float* logp, const void* t, int idx64, float* loss,
-                                    float* total, i64 rows, i64 c, i64 ignore, int* err) {
+                                    float* total, i64 rows, i64 c, i64 inner, i64 ignore,
+                                    int* err) {
     __shared__ double sh[BLOCK];
     double s = 0.0, count = 0.0;
     BLOCK_STRIDE(r, rows) {
         if (load_index(t, idx64, r) == ignore) continue;
         i64 l = row_label(t, idx64, r, c, err);
-        if (l >= 0) s -= (double)logp[r * c + l];
+        if (l >= 0) s -= (double)logp[(r / inner * c + l) * inner + r % inner];
         count += 1.0;
     }
     s = block_sum(s, sh);
@@ -95,9 +97,9 @@ extern "C" __global__ void nll_loss(const float* logp, const void* t, int idx64,
 // nll_loss_backward, mean reduction: -dloss / total at each target, 0 elsewhere.
 extern "C" __global__ void nll_loss_backward(const float* dloss, const void* t, int idx64,
                                              const float* total, float* dx, i64 rows, i64 c,
-                                             i64 ignore, int* err) {
+                                             i64 inner, i64 ignore, int* err) {
     GRID_STRIDE(e, rows * c) {
-        i64 r = e / c, j = e % c;
+        i64 r = e / (c * inner) * inner + e % inner, j = (e / inner) % c;
         i64 raw = load_index(t, idx64, r);
         float v = 0.0f;
         if (raw != ignore) {

@@ -27,3 +27,21 @@ extern "C" __global__ void concat(const float* x, float* y, i64 outer, i64 chunk
 extern "C" __global__ void slice(const float* x, float* y, i64 outer, i64 chunk, i64 row, i64 from) {
     GRID_STRIDE(e, outer * chunk) { y[e] = x[(e / chunk) * row + from + e % chunk]; }
 }
+
+// gather along an axis, elements of `words` 4-byte words (f32: 1, i64: 2): output
+// element e of y [outer, taken, inner] = x [outer, len, inner] at (o, ids[e], i); an
+// index outside 0..len sets the error flag and gives zero words.
+extern "C" __global__ void gather(const float* x, const void* ids, int idx64, float* y, i64 n,
+                                  i64 taken, i64 len, i64 inner, int words, int* err) {
+    GRID_STRIDE(w, n * words) {
+        i64 e = w / words, part = w % words;
+        i64 o = e / (taken * inner), i = e % inner;
+        i64 at = load_index(ids, idx64, e);
+        if (at < 0 || at >= len) {
+            *err = 1;
+            y[w] = 0.0f;
+        } else {
+            y[w] = x[((o * len + at) * inner + i) * words + part];
+        }
+    }
+}

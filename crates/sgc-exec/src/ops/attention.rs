@@ -1,0 +1,136 @@
+//! Scaled dot-product attention, as ATen's `_scaled_dot_product_flash_attention_for_cpu`
+//! and its backward compute it (no dropout, no mask beyond `is_causal`).
+//!
+//! Forward, per batch index (every axis before the last two): scores `S = scale * Q K^T`
+//! (`[L, S]`; with `is_causal`, `-inf` where the key comes after the query), the row's
+//! log-sum-exp `lse`, probabilities `P = exp(S - lse)`, output `O = P V`; the op returns
+//! `(O, lse)`. Backward from `(dO, Q, K, V, O, lse)`: `P` recomputed from `lse`,
+//! `dP = dO V^T`, `dS = P * (dP - rowsum(P * dP))`, then `dQ = scale * dS K`,
+//! `dK = scale * dS^T Q`, `dV = P^T dO`. Every row sum runs in a fixed order (f64), so a
+//! recomputation repeats its bits.
+
+use super::check::{eq, expect};
+use super::{Cx, Family};
+use crate::error::{ExecError, KernelError};
+use crate::operand::Operand;
+use serde_json::Value;
+use sgc_ir::ops::OpKind;
+
+kinds! {
+    cuda: AtenSdpa AtenSdpaBackward;
+    cpu: ;
+}
+
+/// Forward (`(q, k, v) -> (out, logsumexp)`) or backward
+/// (`(d_out, q, k, v, out, logsumexp) -> (dq, dk, dv)`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attention {
+    pub backward: bool,
+    /// The scores' scale; `None`: `1 / sqrt(E)` (ATen's default).
+    pub scale: Option<f32>,
+    pub causal: bool,
+}
+
+/// The sizes of one attention: `batch` problems of `l` queries and `s` keys, head size
+/// `e` (queries and keys) and `ev` (values), and the resolved scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sdpa {
+    pub batch: usize,
+    pub l: usize,
+    pub s: usize,
+    pub e: usize,
+    pub ev: usize,
+    pub scale: f32,
+    pub causal: bool,
+}
+
+impl Sdpa {
+    /// Whether query `i` may not see key `j`.
+    pub fn masked(&self, i: usize, j: usize) -> bool {
+        self.causal && j > i
+    }
+}
+
+/// The kernel of op kind `kind`, if this family runs it.
+pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Attention>, ExecError> {
+    let backward = match kind {
+        OpKind::AtenSdpa => false,
+        OpKind::AtenSdpaBackward => true,
+        _ => return Ok(None),
+    };
+    let a = &cx.a;
+    a.number("dropout_p", 0.0)?;
+    a.require("attn_mask", Value::is_null, "no mask")?;
+    let scale = match a.get("scale") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(a.f32_or("scale", None)?),
+    };
+    Ok(Some(Attention {
+        backward,
+        scale,
+        causal: a.bool_or("is_causal", false)?,
+    }))
+}
+
+impl Attention {
+    /// The sizes of a launch with inputs `ins` (shapes checked).
+    pub fn sizes(&self, ins: &[Operand]) -> Sdpa {
+        let q = &ins[usize::from(self.backward)].shape;
+        let (k, v) = (
+            &ins[1 + usize::from(self.backward)].shape,
+            &ins[2 + usize::from(self.backward)].shape,
+        );
+        let r = q.len();
+        let e = q[r - 1];
+        Sdpa {
+            batch: q[..r - 2].iter().product(),
+            l: q[r - 2],
+            s: k[r - 2],
+            e,
+            ev: v[r - 1],
+            scale: self.scale.unwrap_or(1.0 / (e as f32).sqrt()),
+            causal: self.causal,
+        }
+    }
+}
+
+impl Family for Attention {
+    fn arity(&self) -> (Option<usize>, usize) {
+        if self.backward {
+            (Some(6), 3)
+        } else {
+            (Some(3), 2)
+        }
+    }
+
+    fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
+        let at = usize::from(self.backward);
+        let (q, k, v) = (&ins[at].shape, &ins[at + 1].shape, &ins[at + 2].shape);
+        let r = q.len();
+        expect(r >= 2 && k.len() == r && v.len() == r, || {
+            format!("query {q:?}, key {k:?}, value {v:?}: one rank, at least 2")
+        })?;
+        let lead = &q[..r - 2];
+        let fits = &k[..r - 2] == lead
+            && &v[..r - 2] == lead
+            && k[r - 1] == q[r - 1]
+            && v[r - 2] == k[r - 2];
+        expect(fits, || {
+            format!("query {q:?}, key {k:?}, value {v:?} do not make one attention")
+        })?;
+        let mut out = q.clone();
+        out[r - 1] = v[r - 1];
+        let lse = &q[..r - 1];
+        if self.backward {
+            eq("output gradient", &ins[0].shape, &out)?;
+            eq("output", &ins[4].shape, &out)?;
+            eq("logsumexp", &ins[5].shape, lse)?;
+            eq("query gradient", &outs[0].shape, q)?;
+            eq("key gradient", &outs[1].shape, k)?;
+            eq("value gradient", &outs[2].shape, v)
+        } else {
+            eq("output", &outs[0].shape, &out)?;
+            eq("logsumexp", &outs[1].shape, lse)
+        }
+    }
+}
