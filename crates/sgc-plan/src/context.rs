@@ -33,7 +33,7 @@ pub(crate) struct Context<'g> {
     io: Vec<TensorId>,
     /// Per op: where its inputs start, where its outputs start, where its input roots
     /// start and where they end in `io`.
-    io_at: Vec<(u32, u32, u32, u32)>,
+    io_at: Vec<IoAt>,
     /// Per tensor: its storage root.
     pub root: Vec<TensorId>,
     /// The state every split walk starts from ([`start_state`]).
@@ -316,6 +316,10 @@ pub(crate) enum Validity {
 
 type Roots = Vec<Vec<TensorId>>;
 
+/// Where an op's inputs, outputs and input roots start in [`Context`]'s `io`, and where
+/// its input roots end.
+type IoAt = (u32, u32, u32, u32);
+
 /// Per tensor: whether it is the storage root of a graph output (kept to the end).
 fn kept_roots(g: &Graph) -> Vec<bool> {
     let mut kept = vec![false; g.num_tensors()];
@@ -382,7 +386,7 @@ fn single_output(g: &Graph) -> Vec<bool> {
 
 /// Every op's inputs, outputs and input roots in one list, and per op where its inputs
 /// start, its outputs start, its input roots start and they end in it.
-fn io_tables(g: &Graph, in_roots: &Roots) -> (Vec<TensorId>, Vec<(u32, u32, u32, u32)>) {
+fn io_tables(g: &Graph, in_roots: &Roots) -> (Vec<TensorId>, Vec<IoAt>) {
     let io = g
         .ops()
         .iter()
