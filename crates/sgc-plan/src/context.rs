@@ -28,11 +28,12 @@ pub(crate) struct Context<'g> {
     pub kept: Vec<bool>,
     /// Freeable roots, in id order.
     pub freeable_roots: Vec<TensorId>,
-    /// Every op's inputs then outputs, flat (see [`Context::inputs`]), for the walks' hot
-    /// loops: the graph's own op records are large and scattered.
+    /// Every op's inputs, outputs and input roots, flat (see [`Context::inputs`]), for
+    /// the walks' hot loops: the graph's own op records and per-op lists are scattered.
     io: Vec<TensorId>,
-    /// Per op: where its inputs start, where its outputs start and end in `io`.
-    io_at: Vec<(u32, u32, u32)>,
+    /// Per op: where its inputs start, where its outputs start, where its input roots
+    /// start and where they end in `io`.
+    io_at: Vec<IoAt>,
     /// Per tensor: its storage root.
     pub root: Vec<TensorId>,
     /// The state every split walk starts from ([`start_state`]).
@@ -151,7 +152,7 @@ impl<'g> Context<'g> {
                 (false, _) => Validity::Current,
             })
             .collect();
-        let (io, io_at) = io_tables(g);
+        let (io, io_at) = io_tables(g, &in_roots);
         let input_roots = g
             .tensor_ids()
             .filter(|&t| g.storage_root(t) == t && g.tensor(t).kind == TensorKind::Input)
@@ -237,14 +238,20 @@ impl<'g> Context<'g> {
 
     /// The inputs of op `i`, as the graph lists them.
     pub fn inputs(&self, i: usize) -> &[TensorId] {
-        let (a, b, _) = self.io_at[i];
+        let (a, b, _, _) = self.io_at[i];
         &self.io[a as usize..b as usize]
     }
 
     /// The outputs of op `i`.
     pub fn outputs(&self, i: usize) -> &[TensorId] {
-        let (_, b, c) = self.io_at[i];
+        let (_, b, c, _) = self.io_at[i];
         &self.io[b as usize..c as usize]
+    }
+
+    /// The roots of op `i`'s inputs ([`Context::in_roots`], flat).
+    pub fn read_roots(&self, i: usize) -> &[TensorId] {
+        let (_, _, c, d) = self.io_at[i];
+        &self.io[c as usize..d as usize]
     }
 
     /// The last traced access of a root (none for persistent roots).
@@ -308,6 +315,10 @@ pub(crate) enum Validity {
 }
 
 type Roots = Vec<Vec<TensorId>>;
+
+/// Where an op's inputs, outputs and input roots start in [`Context`]'s `io`, and where
+/// its input roots end.
+type IoAt = (u32, u32, u32, u32);
 
 /// Per tensor: whether it is the storage root of a graph output (kept to the end).
 fn kept_roots(g: &Graph) -> Vec<bool> {
@@ -373,22 +384,28 @@ fn single_output(g: &Graph) -> Vec<bool> {
         .collect()
 }
 
-/// Every op's inputs then outputs in one list, and per op where its inputs start, its
-/// outputs start and its outputs end in it.
-fn io_tables(g: &Graph) -> (Vec<TensorId>, Vec<(u32, u32, u32)>) {
+/// Every op's inputs, outputs and input roots in one list, and per op where its inputs
+/// start, its outputs start, its input roots start and they end in it.
+fn io_tables(g: &Graph, in_roots: &Roots) -> (Vec<TensorId>, Vec<IoAt>) {
     let io = g
         .ops()
         .iter()
-        .flat_map(|o| o.inputs.iter().chain(&o.outputs).copied())
+        .zip(in_roots)
+        .flat_map(|(o, r)| o.inputs.iter().chain(&o.outputs).chain(r).copied())
         .collect();
     let mut at = 0u32;
     let io_at = g
         .ops()
         .iter()
-        .map(|o| {
-            let (i, m) = (o.inputs.len() as u32, o.outputs.len() as u32);
-            at += i + m;
-            (at - i - m, at - m, at)
+        .zip(in_roots)
+        .map(|(o, r)| {
+            let (i, m, k) = (
+                o.inputs.len() as u32,
+                o.outputs.len() as u32,
+                r.len() as u32,
+            );
+            at += i + m + k;
+            (at - i - m - k, at - m - k, at - k, at)
         })
         .collect();
     (io, io_at)

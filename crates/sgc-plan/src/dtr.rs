@@ -66,13 +66,20 @@
 //! the plan is the traced order and the reason is given ([`cannot_improve`]), instead of
 //! passes that evict nothing.
 //!
-//! **The candidates.** The schedule keeps an index of the resident freeable roots
-//! ([`State::evictable`], in id order), so choosing a victim visits those, not every
-//! tensor of the graph; their lower bounds go into a heap, and full scores are taken
-//! lowest bound first until a bound alone loses.
+//! **The candidates.** A scan over every resident candidate at every victim is quadratic
+//! on a deep chain, whose forward activations pile up while each step evicts one. So the
+//! pass keeps its candidates in an index ([`Index`]) by lower bounds of their scores that
+//! stay valid as the pass moves on: the score when last computed, while nothing it was
+//! computed from has changed (the distance to the next use only shrinks, so the score
+//! only grows), else the candidate's own producer's share up to its next traced access.
+//! A victim search pops candidates lowest bound first, takes their current scores, and
+//! stops once a bound alone loses; what it looked at goes back with its score as the
+//! bound. The victim is the scan's: the lowest score (then the lowest id) among every
+//! candidate, since none left in the index scores below its bound (tests check the two
+//! against each other at every victim).
 //!
 //! With `sqrt_sampling`, only about sqrt(N) of the N candidates, drawn from a seeded
-//! stream, are scored.
+//! stream, are scored (this mode scans every candidate to draw them).
 
 use crate::context::Context;
 use crate::schedule::{Infeasible, Policy, State};
@@ -162,6 +169,7 @@ struct Pass {
 /// One pass at `threshold`.
 fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, Infeasible> {
     let mut st = State::new(ctx);
+    st.track = !params.sqrt_sampling;
     let mut policy = Dtr {
         params,
         threshold,
@@ -169,6 +177,7 @@ fn pass(ctx: &Context<'_>, params: &DtrParams, threshold: u64) -> Result<Pass, I
         pinned: vec![false; ctx.g.num_tensors()],
         current: Vec::new(),
         kept_for: vec![None; ctx.g.num_tensors()],
+        index: Index::new(&st, params.min_size),
     };
     for i in 0..ctx.n {
         let op = OpId::new(i);
@@ -203,6 +212,158 @@ struct Dtr<'p> {
     /// Per root kept past its last traced read: the resident tensor made from it that is
     /// cheaper to evict ([`keep_for`]).
     kept_for: Vec<Option<TensorId>>,
+    /// The candidates by a lower bound of their scores, kept across victims.
+    index: Index,
+}
+
+/// The candidates of a pass, kept up to date as it goes, so that choosing a victim visits
+/// the few candidates that may win rather than every resident tensor.
+///
+/// The heap holds every candidate with a traced access still ahead, by a lower bound of
+/// its score:
+/// - *loose*: its own producer's share ([`own_score`]) with its next traced access `a` as
+///   the next use (it is read by then, so its next use is at most `a`); valid until it is
+///   accessed, which moves `a`;
+/// - *exact*: its score when last computed, with the cascade cost and next use that gave
+///   it; valid while no root that computation looked at (the candidate, its kept-for
+///   tensor, the neighbours its cascade and [`remat_next`] examined) is made, remade,
+///   released or accessed, since the score only depends on their state and on the
+///   position, and grows as the position moves on.
+///
+/// A candidate is pushed again (a new version; an entry of an older version is stale and
+/// dropped when popped) when it joins the candidates, is accessed, or one of the roots it
+/// watches changes. Roots past their last traced access (`lingering`: kept for a
+/// recomputation or for a cheaper tensor) may have no next use at all, which makes them
+/// victims before any score, so they are visited every time, in id order; they are few.
+struct Index {
+    heap: BinaryHeap<Reverse<Entry>>,
+    /// Per root: the version of its current heap entry.
+    version: Vec<u32>,
+    lingering: std::collections::BTreeSet<TensorId>,
+    /// Per root: the candidates (and versions) whose exact entry depends on its state.
+    watchers: Vec<Vec<(TensorId, u32)>>,
+    /// Accesses up to this position are accounted for.
+    synced: usize,
+    /// Scratch: roots to push again.
+    redo: Vec<TensorId>,
+}
+
+/// A heap entry: a lower bound of a root's score, the root, the entry's version, and for
+/// an exact entry the cascade cost and next use its score was computed from.
+#[derive(Clone, Copy)]
+struct Entry {
+    bound: f64,
+    root: TensorId,
+    version: u32,
+    exact: Option<(f64, u32)>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bound
+            .total_cmp(&other.bound)
+            .then(self.root.cmp(&other.root))
+    }
+}
+
+impl Index {
+    /// The index of the candidates resident at the start of a pass.
+    fn new(st: &State<'_>, min_size: u64) -> Self {
+        let nt = st.ctx.g.num_tensors();
+        let mut index = Index {
+            heap: BinaryHeap::new(),
+            version: vec![0; nt],
+            lingering: Default::default(),
+            watchers: vec![Vec::new(); nt],
+            synced: 0,
+            redo: Vec::new(),
+        };
+        for r in st.evictable().collect::<Vec<_>>() {
+            index.push(st, r, min_size);
+        }
+        index
+    }
+
+    /// Brings the index up to the state: roots accessed since the last call, roots that
+    /// joined the candidates and roots whose state changed are pushed again, and so are
+    /// the candidates watching them.
+    fn sync(&mut self, st: &mut State<'_>, min_size: u64) {
+        let ctx = st.ctx;
+        let now = st.pos.saturating_sub(1);
+        let mut redo = std::mem::take(&mut self.redo);
+        for i in self.synced + 1..=now {
+            redo.extend_from_slice(&ctx.in_roots[i]);
+            redo.extend_from_slice(&ctx.out_roots[i]);
+        }
+        self.synced = self.synced.max(now);
+        st.take_changes(&mut redo);
+        for &u in &redo {
+            for (r, v) in std::mem::take(&mut self.watchers[u.index()]) {
+                if self.version[r.index()] == v {
+                    self.push(st, r, min_size);
+                }
+            }
+            self.push(st, u, min_size);
+        }
+        redo.clear();
+        self.redo = redo;
+    }
+
+    /// Files candidate `r` anew with a loose bound: among the lingering roots, or in the
+    /// heap.
+    fn push(&mut self, st: &State<'_>, r: TensorId, min_size: u64) {
+        let v = &mut self.version[r.index()];
+        *v = v.wrapping_add(1);
+        if !st.is_evictable(r) {
+            return;
+        }
+        let ctx = st.ctx;
+        match ctx.next_access(r, st.pos.saturating_sub(1)) {
+            None => {
+                self.lingering.insert(r);
+            }
+            Some(a) => {
+                self.lingering.remove(&r);
+                if ctx.size(r) >= min_size {
+                    self.heap.push(Reverse(Entry {
+                        bound: own_score(st, r, a),
+                        root: r,
+                        version: *v,
+                        exact: None,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Makes `r`'s current version depend on the state of the roots `on`.
+    fn watch(&mut self, r: TensorId, on: &mut Vec<TensorId>) {
+        on.sort_unstable();
+        on.dedup();
+        let v = self.version[r.index()];
+        for u in on.iter() {
+            let list = &mut self.watchers[u.index()];
+            if list.len() >= 16 && list.len().is_power_of_two() {
+                let version = &self.version;
+                list.retain(|&(w, wv)| version[w.index()] == wv);
+            }
+            list.push((r, v));
+        }
+    }
 }
 
 impl Policy for Dtr<'_> {
@@ -248,7 +409,9 @@ impl Dtr<'_> {
             }
             if ctx.freeable[r.index()] {
                 self.kept_for[r.index()] = keep_for(st, r);
-                if self.kept_for[r.index()].is_none() && remat_next(st, r).is_none() {
+                if self.kept_for[r.index()].is_none()
+                    && remat_next(st, r, &mut Vec::new()).is_none()
+                {
                     st.release(r);
                 }
             } else if !ctx.kept[r.index()] {
@@ -261,19 +424,163 @@ impl Dtr<'_> {
     /// descendant ([`remat_next`]), or, for a storage kept past its last traced read, the
     /// next read of the tensor it was kept for while that one is resident.
     fn next_use(&self, st: &State<'_>, r: TensorId) -> Option<u32> {
+        self.next_use_watched(st, r, &mut Vec::new())
+    }
+
+    /// [`Dtr::next_use`], adding to `on` the roots whose state it looked at.
+    fn next_use_watched(&self, st: &State<'_>, r: TensorId, on: &mut Vec<TensorId>) -> Option<u32> {
         let now = st.pos.saturating_sub(1);
         let own = st.ctx.next_access(r, now).or_else(|| {
             let u = self.kept_for[r.index()]?;
+            on.push(u);
             st.resident[u.index()]
                 .then(|| st.ctx.next_access(u, now))
                 .flatten()
         });
-        [own, remat_next(st, r)].into_iter().flatten().min()
+        [own, remat_next(st, r, on)].into_iter().flatten().min()
     }
 
     /// A resident tensor nothing reads again, else the candidate with the lowest score
     /// (ties: lowest id).
-    fn victim(&mut self, st: &State<'_>) -> Option<TensorId> {
+    fn victim(&mut self, st: &mut State<'_>) -> Option<TensorId> {
+        if self.params.sqrt_sampling {
+            return self.victim_scan(st, true);
+        }
+        let found = self.victim_indexed(st);
+        // The index finds what the scan over every candidate finds.
+        #[cfg(test)]
+        assert_eq!(found, self.victim_scan(st, false), "at op {}", st.pos);
+        found
+    }
+
+    /// [`Dtr::victim`] from the index of the candidates.
+    fn victim_indexed(&mut self, st: &mut State<'_>) -> Option<TensorId> {
+        self.index.sync(st, self.params.min_size);
+        let mut exact = BinaryHeap::new();
+        if let Some(r) = self.lingering_candidates(st, &mut exact) {
+            return Some(r);
+        }
+        let mut best: Option<(f64, TensorId)> = None;
+        let mut back = Vec::new();
+        loop {
+            let from_heap = match (exact.peek(), self.index.heap.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(Reverse(Bound(b, r, _))), Some(Reverse(e))) => {
+                    e.bound.total_cmp(b).then(e.root.cmp(r)).is_lt()
+                }
+            };
+            if from_heap {
+                let Some(Reverse(e)) = self.index.heap.peek().copied() else {
+                    break;
+                };
+                if best.is_some_and(|(b, _)| e.bound > b) {
+                    break;
+                }
+                self.index.heap.pop();
+                let (kept, sc) = self.look(st, e, best.map(|b| b.0));
+                back.extend(kept);
+                if let Some(sc) = sc {
+                    keep_lower(&mut best, sc, e.root);
+                }
+            } else {
+                let Some(Reverse(Bound(bound, r, next))) = exact.pop() else {
+                    break;
+                };
+                if best.is_some_and(|(b, _)| bound > b) {
+                    break;
+                }
+                if let Some(sc) = score(st, r, next) {
+                    keep_lower(&mut best, sc, r);
+                }
+            }
+        }
+        self.index.heap.extend(back.into_iter().map(Reverse));
+        best.map(|(_, r)| r)
+    }
+
+    /// Looks at heap entry `e` in a victim search whose best score so far is `best`: the
+    /// entry to put back, if any, and the root's score, when it may be evicted now.
+    fn look(
+        &mut self,
+        st: &State<'_>,
+        e: Entry,
+        best: Option<f64>,
+    ) -> (Option<Entry>, Option<f64>) {
+        let r = e.root;
+        if e.version != self.index.version[r.index()] || !st.is_evictable(r) {
+            return (None, None);
+        }
+        if self.pinned[r.index()] || st.needed(r) {
+            return (Some(e), None);
+        }
+        if let Some((cost, next)) = e.exact {
+            let sc = ratio(st, r, cost, next);
+            return (Some(Entry { bound: sc, ..e }), Some(sc));
+        }
+        let mut on = vec![r];
+        let next = self.next_use_watched(st, r, &mut on);
+        let Some(next) = next.filter(|&n| n <= st.ctx.root_hazard(r)) else {
+            self.index.watch(r, &mut on);
+            return (None, None);
+        };
+        if best.is_some_and(|b| own_score(st, r, next) > b) {
+            // Still a lower bound, tighter now that the position moved on.
+            let a = st
+                .ctx
+                .next_access(r, st.pos.saturating_sub(1))
+                .unwrap_or(next);
+            return (
+                Some(Entry {
+                    bound: own_score(st, r, a),
+                    ..e
+                }),
+                None,
+            );
+        }
+        let cost = cascade_cost(st, r, next, &mut on);
+        self.index.watch(r, &mut on);
+        let Some(cost) = cost else {
+            return (None, None);
+        };
+        let sc = ratio(st, r, cost, next);
+        let exact = Entry {
+            bound: sc,
+            exact: Some((cost, next)),
+            ..e
+        };
+        (Some(exact), Some(sc))
+    }
+
+    /// Visits the lingering roots in id order: returns the first that nothing reads again;
+    /// puts the others that may be scored into `exact` by their exact lower bound.
+    fn lingering_candidates(
+        &mut self,
+        st: &State<'_>,
+        exact: &mut BinaryHeap<Reverse<Bound>>,
+    ) -> Option<TensorId> {
+        let ctx = st.ctx;
+        self.index.lingering.retain(|&r| st.is_evictable(r));
+        for &r in &self.index.lingering {
+            if self.pinned[r.index()] || st.needed(r) {
+                continue;
+            }
+            match self.next_use(st, r) {
+                None => return Some(r),
+                Some(next) => {
+                    if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) {
+                        exact.push(Reverse(Bound(own_score(st, r, next), r, next)));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// [`Dtr::victim`] by a scan over every candidate, scoring about sqrt(N) of the N
+    /// candidates, drawn from the pass's seeded stream, with `sample`.
+    fn victim_scan(&mut self, st: &State<'_>, sample: bool) -> Option<TensorId> {
         let ctx = st.ctx;
         let mut cands: Vec<(TensorId, u32)> = Vec::new();
         for r in st.evictable() {
@@ -289,7 +596,7 @@ impl Dtr<'_> {
                 }
             }
         }
-        let pool: Vec<(TensorId, u32)> = if self.params.sqrt_sampling && cands.len() > 1 {
+        let pool: Vec<(TensorId, u32)> = if sample && cands.len() > 1 {
             let k = (cands.len() as f64).sqrt().ceil() as usize;
             (0..k)
                 .map(|_| cands[self.rng.random_range(0..cands.len())])
@@ -309,14 +616,18 @@ impl Dtr<'_> {
             if best.is_some_and(|(b, _)| bound > b) {
                 break;
             }
-            let Some(sc) = score(st, r, next) else {
-                continue;
-            };
-            if best.is_none_or(|(b, id)| sc < b || (sc == b && r < id)) {
-                best = Some((sc, r));
+            if let Some(sc) = score(st, r, next) {
+                keep_lower(&mut best, sc, r);
             }
         }
         best.map(|(_, r)| r)
+    }
+}
+
+/// Keeps the lower of `best` and (`sc`, `r`): by score, then by id.
+fn keep_lower(best: &mut Option<(f64, TensorId)>, sc: f64, r: TensorId) {
+    if best.is_none_or(|(b, id)| sc < b || (sc == b && r < id)) {
+        *best = Some((sc, r));
     }
 }
 
@@ -350,17 +661,21 @@ fn own_score(st: &State<'_>, r: TensorId, next: u32) -> f64 {
         .g
         .producer(r)
         .map_or(f64::INFINITY, |p| ctx.cost[p.index()]);
-    let dist = (next as f64 - st.pos as f64).max(1.0);
-    (cost + 1e-9) / (ctx.size(r).max(1) as f64 * dist)
+    ratio(st, r, cost, next)
 }
 
 /// The score of evicting `r` until its next use `next` (lower is evicted first); `None`
 /// when `r` must not be evicted (see [`cascade_cost`]).
 fn score(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
-    let cost = cascade_cost(st, r, next)?;
+    let cost = cascade_cost(st, r, next, &mut Vec::new())?;
+    Some(ratio(st, r, cost, next))
+}
+
+/// The score of evicting `r` until `next` at the cost `cost`: cost per byte and step.
+fn ratio(st: &State<'_>, r: TensorId, cost: f64, next: u32) -> f64 {
     let dist = (next as f64 - st.pos as f64).max(1.0);
     // A tiny epsilon keeps zero-cost tensors ordered by size and distance.
-    Some((cost + 1e-9) / (st.ctx.size(r).max(1) as f64 * dist))
+    (cost + 1e-9) / (st.ctx.size(r).max(1) as f64 * dist)
 }
 
 /// What evicting `r` until its next use `next` would cost: its producer, and the
@@ -368,8 +683,9 @@ fn score(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
 /// `next` would rebuild first (gone now, or freed by then after their last traced read),
 /// and the gone descendants whose recomputation would then rebuild `r` too, counted up to
 /// [`CASCADE_LIMIT`] producers. `None` when that recomputation would pass through a run
-/// of more than [`DEAD_RUN_LIMIT`] dead tensors (see the module doc).
-fn cascade_cost(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
+/// of more than [`DEAD_RUN_LIMIT`] dead tensors (see the module doc). Adds to `on` the
+/// roots whose state it looked at.
+fn cascade_cost(st: &State<'_>, r: TensorId, next: u32, on: &mut Vec<TensorId>) -> Option<f64> {
     let ctx = st.ctx;
     let p = ctx.g.producer(r)?;
     let dead_then = |u: TensorId| ctx.last_access(u).is_some_and(|l| l < next);
@@ -379,6 +695,7 @@ fn cascade_cost(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
     let mut seen = vec![p];
     while let Some((op, root, run)) = stack.pop() {
         cost += ctx.cost[op.index()];
+        on.extend_from_slice(&ctx.in_roots[op.index()]);
         let ups = ctx.in_roots[op.index()]
             .iter()
             .copied()
@@ -388,6 +705,7 @@ fn cascade_cost(st: &State<'_>, r: TensorId, next: u32) -> Option<f64> {
             .iter()
             .take_while(|&&a| (a as usize) < st.pos)
             .flat_map(|&a| ctx.out_roots[a as usize].iter().copied())
+            .inspect(|&u| on.push(u))
             .filter(|&u| u != root && st.evicted(u))
             .map(|u| (u, 0));
         for (u, run) in ups.chain(downs) {
@@ -435,15 +753,18 @@ fn keep_for(st: &State<'_>, r: TensorId) -> Option<TensorId> {
 }
 
 /// The earliest next traced read of a gone descendant of `r` (made from `r` directly or
-/// through other gone tensors) whose recomputation would read `r`.
-fn remat_next(st: &State<'_>, r: TensorId) -> Option<u32> {
+/// through other gone tensors) whose recomputation would read `r`. Adds to `on` the roots
+/// whose state it looked at.
+fn remat_next(st: &State<'_>, r: TensorId, on: &mut Vec<TensorId>) -> Option<u32> {
     let ctx = st.ctx;
     let now = st.pos.saturating_sub(1);
     let mut best: Option<u32> = None;
     let mut stack = vec![r];
     let mut seen = vec![r];
     while let Some(x) = stack.pop() {
+        on.push(x);
         for u in made_from(st, x) {
+            on.push(u);
             if seen.contains(&u) || !st.gone(u) {
                 continue;
             }
@@ -538,4 +859,42 @@ fn floor_evicting(ctx: &Context<'_>, evictable: impl Fn(TensorId) -> bool) -> u6
         floor = floor.max(live as u64 + own);
     }
     ctx.persistent_bytes + floor
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str) -> sgc_ir::Graph {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../graphs")
+            .join(name);
+        sgc_ir::load_any(&p).unwrap()
+    }
+
+    /// Every victim the index finds is checked against a scan over every candidate (the
+    /// assertion in [`Dtr::victim`] under `cfg(test)`), on graphs that evict along deep
+    /// chains, keep storages for cheaper tensors (DenseNet) and recompute through views.
+    #[test]
+    fn the_index_finds_the_victims_a_full_scan_finds() {
+        let graphs = [
+            sgc_ir::zoo::deep_narrow(24, 1),
+            load("tiny_transformer.json"),
+            load("real/densenet121.json.gz"),
+            load("real/lstm_lm.json.gz"),
+        ];
+        for g in &graphs {
+            let ctx = Context::new(g);
+            let lb = ctx.lower_bound.bytes;
+            for (k, min_size) in [(2, 0), (4, 1 << 20)] {
+                let params = DtrParams {
+                    threshold: lb + ctx.unplanned_peak.saturating_sub(lb) / k,
+                    min_size,
+                    sqrt_sampling: false,
+                    seed: 0,
+                };
+                let _ = schedule(&ctx, &params);
+            }
+        }
+    }
 }

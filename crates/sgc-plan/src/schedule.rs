@@ -55,6 +55,13 @@ pub(crate) struct State<'c> {
     /// The counted freeable roots, in id order: the only roots a policy may evict (an
     /// index, so that choosing a victim visits the resident candidates, not every tensor).
     evictable: std::collections::BTreeSet<TensorId>,
+    /// Whether `fresh` and `changed` are kept (for a policy with its own index of the
+    /// candidates).
+    pub track: bool,
+    /// Roots added to `evictable` since the last call to `take_changes`.
+    fresh: Vec<TensorId>,
+    /// Roots made, remade or released since the last call to `take_changes`.
+    changed: Vec<TensorId>,
     version: Vec<u32>,
     /// For every tensor: the version of its root when it was last produced.
     made_at: Vec<Option<u32>>,
@@ -84,6 +91,9 @@ impl<'c> State<'c> {
             resident: vec![false; nt],
             counted: vec![false; nt],
             evictable: Default::default(),
+            track: false,
+            fresh: Vec::new(),
+            changed: Vec::new(),
             version: vec![0; nt],
             made_at: vec![None; nt],
             dirty: vec![false; nt],
@@ -138,6 +148,9 @@ impl<'c> State<'c> {
 
     /// Frees a root now (it will be recomputed if read again).
     pub fn release(&mut self, r: TensorId) {
+        if self.track {
+            self.changed.push(r);
+        }
         self.resident[r.index()] = false;
         self.uncount(r);
     }
@@ -154,6 +167,19 @@ impl<'c> State<'c> {
     /// The counted freeable roots (resident, before their last use), in id order.
     pub fn evictable(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.evictable.iter().copied()
+    }
+
+    /// Whether root `r` is one of [`State::evictable`].
+    pub fn is_evictable(&self, r: TensorId) -> bool {
+        self.counted[r.index()] && self.ctx.freeable[r.index()]
+    }
+
+    /// With `track`: the roots that joined [`State::evictable`] (some may have left it
+    /// again) or were made, remade or released since the last call, appended to `into`.
+    /// The input roots resident from the start are not among them.
+    pub fn take_changes(&mut self, into: &mut Vec<TensorId>) {
+        into.append(&mut self.fresh);
+        into.append(&mut self.changed);
     }
 
     pub fn is_counted(&self, r: TensorId) -> bool {
@@ -195,6 +221,9 @@ impl<'c> State<'c> {
         for &t in &ctx.g.op(op).outputs {
             let root = ctx.g.storage_root(t);
             if root == t {
+                if self.track {
+                    self.changed.push(t);
+                }
                 self.version[t.index()] += 1;
                 if !self.resident[t.index()] {
                     self.resident[t.index()] = true;
@@ -204,6 +233,9 @@ impl<'c> State<'c> {
                     self.bytes += ctx.size(t);
                     if ctx.freeable[t.index()] {
                         self.evictable.insert(t);
+                        if self.track {
+                            self.fresh.push(t);
+                        }
                     }
                 }
             }

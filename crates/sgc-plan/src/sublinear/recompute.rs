@@ -80,7 +80,10 @@ pub(crate) fn scheduled(
     plan: &[Discard],
     resume: bool,
 ) -> Result<Schedule, Infeasible> {
-    let mut scratch = Scratch::default();
+    let mut scratch = Scratch {
+        record: true,
+        ..Scratch::default()
+    };
     let mut w = walk(ctx, genome, plan, &mut scratch, resume)?;
     Ok(Schedule {
         steps: w.scratch.steps.clone(),
@@ -125,7 +128,12 @@ pub(crate) struct Scratch {
     slot: Vec<Slot>,
     /// Per op: runs so far.
     runs: Vec<u8>,
+    /// Whether `steps` is kept: an evaluation needs only their number (and writing and
+    /// copying them is a good part of a walk's memory traffic on large graphs).
+    record: bool,
     steps: Vec<(OpId, bool)>,
+    /// The number of steps so far.
+    n_steps: u32,
     /// Per step (and one past): bytes of instances starting minus bytes ending before it,
     /// in wrapping arithmetic: the running sums are the live bytes modulo 2^64, which are
     /// exact, since a step holds at most one instance of each storage and a valid graph's
@@ -214,7 +222,11 @@ fn prefixes(ctx: &Context<'_>) -> Prefixes {
     let mut positions: Vec<usize> = (1..=k).map(|j| j * n / (k + 1)).collect();
     positions.retain(|&p| p > 0);
     positions.dedup();
-    let mut scratch = Scratch::default();
+    // The states keep their steps: a schedule resumed from one needs them.
+    let mut scratch = Scratch {
+        record: true,
+        ..Scratch::default()
+    };
     let mut w = Walk::new(ctx, Blocks::new(&[], n), &mut scratch);
     w.reset();
     w.prepare(&[]);
@@ -270,6 +282,7 @@ impl<'c, 's> Walk<'c, 's> {
         s.runs.clear();
         s.runs.resize(ctx.n, 0);
         s.steps.clear();
+        s.n_steps = 0;
         s.delta.clear();
         s.delta.push(0);
         s.stack.clear();
@@ -342,7 +355,10 @@ impl<'c, 's> Walk<'c, 's> {
         let s = &mut *self.scratch;
         s.slot.clone_from(&state.slot);
         s.runs.clone_from(&state.runs);
-        s.steps.clone_from(&state.steps);
+        if s.record {
+            s.steps.clone_from(&state.steps);
+        }
+        s.n_steps = state.steps.len() as u32;
         s.delta.clone_from(&state.delta);
         s.opened.clone_from(&state.opened);
         s.stack.clear();
@@ -414,7 +430,7 @@ impl<'c, 's> Walk<'c, 's> {
     /// Closes the instances still open at the end (graph outputs run to the end); the
     /// number of steps.
     fn close_all(&mut self) -> usize {
-        let n = self.scratch.steps.len();
+        let n = self.scratch.n_steps as usize;
         if n == 0 {
             return 0;
         }
@@ -585,11 +601,14 @@ impl<'c, 's> Walk<'c, 's> {
         }
         let sc = &mut *self.scratch;
         sc.runs[i] += 1;
-        let s = sc.steps.len() as u32;
-        sc.steps.push((op, recompute));
+        let s = sc.n_steps;
+        sc.n_steps += 1;
+        if sc.record {
+            sc.steps.push((op, recompute));
+        }
         sc.delta.push(0);
         // The roots of its non-persistent inputs (`Validity::Current`) are used now.
-        for &r in &ctx.in_roots[i] {
+        for &r in ctx.read_roots(i) {
             sc.slot[r.index()].open.1 = s;
         }
         for &t in ctx.outputs(i) {
