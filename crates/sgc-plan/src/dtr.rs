@@ -248,37 +248,59 @@ struct Index {
     redo: Vec<TensorId>,
 }
 
-/// A heap entry: a lower bound of a root's score, the root, the entry's version, and for
-/// an exact entry the cascade cost and next use its score was computed from.
-#[derive(Clone, Copy)]
-struct Entry {
-    bound: f64,
-    root: TensorId,
-    version: u32,
-    exact: Option<(f64, u32)>,
+/// What a resident freeable root is to a victim search.
+enum Candidate {
+    /// Pinned, needed by a recomputation under way, too small, or unsafe to recompute at
+    /// its next use.
+    Not,
+    /// Nothing reads it again: a victim before any score.
+    Dead,
+    /// Scored, with this next use.
+    Scored(u32),
 }
 
-impl PartialEq for Entry {
+/// A candidate ranked by a lower bound of its score, then by id, with what goes with it.
+#[derive(Clone, Copy)]
+struct Ranked<T> {
+    bound: f64,
+    root: TensorId,
+    with: T,
+}
+
+impl<T> PartialEq for Ranked<T> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other).is_eq()
     }
 }
 
-impl Eq for Entry {}
+impl<T> Eq for Ranked<T> {}
 
-impl PartialOrd for Entry {
+impl<T> PartialOrd for Ranked<T> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Entry {
+impl<T> Ord for Ranked<T> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.bound
             .total_cmp(&other.bound)
             .then(self.root.cmp(&other.root))
     }
 }
+
+/// A heap entry of the index: the entry's version, and for an exact entry the cascade
+/// cost and next use its bound (the score then) was computed from.
+type Entry = Ranked<Tag>;
+
+#[derive(Clone, Copy)]
+struct Tag {
+    version: u32,
+    exact: Option<(f64, u32)>,
+}
+
+/// A candidate by the lower bound of its score ([`own_score`]); its next use.
+type Bound = Ranked<u32>;
 
 impl Index {
     /// The index of the candidates resident at the start of a pass.
@@ -342,8 +364,10 @@ impl Index {
                     self.heap.push(Reverse(Entry {
                         bound: own_score(st, r, a),
                         root: r,
-                        version: *v,
-                        exact: None,
+                        with: Tag {
+                            version: *v,
+                            exact: None,
+                        },
                     }));
                 }
             }
@@ -467,9 +491,11 @@ impl Dtr<'_> {
                 (None, None) => break,
                 (Some(_), None) => false,
                 (None, Some(_)) => true,
-                (Some(Reverse(Bound(b, r, _))), Some(Reverse(e))) => {
-                    e.bound.total_cmp(b).then(e.root.cmp(r)).is_lt()
-                }
+                (Some(Reverse(b)), Some(Reverse(e))) => e
+                    .bound
+                    .total_cmp(&b.bound)
+                    .then(e.root.cmp(&b.root))
+                    .is_lt(),
             };
             if from_heap {
                 let Some(Reverse(e)) = self.index.heap.peek().copied() else {
@@ -485,7 +511,12 @@ impl Dtr<'_> {
                     keep_lower(&mut best, sc, e.root);
                 }
             } else {
-                let Some(Reverse(Bound(bound, r, next))) = exact.pop() else {
+                let Some(Reverse(Ranked {
+                    bound,
+                    root: r,
+                    with: next,
+                })) = exact.pop()
+                else {
                     break;
                 };
                 if best.is_some_and(|(b, _)| bound > b) {
@@ -509,13 +540,13 @@ impl Dtr<'_> {
         best: Option<f64>,
     ) -> (Option<Entry>, Option<f64>) {
         let r = e.root;
-        if e.version != self.index.version[r.index()] || !st.is_evictable(r) {
+        if e.with.version != self.index.version[r.index()] || !st.is_evictable(r) {
             return (None, None);
         }
         if self.pinned[r.index()] || st.needed(r) {
             return (Some(e), None);
         }
-        if let Some((cost, next)) = e.exact {
+        if let Some((cost, next)) = e.with.exact {
             let sc = ratio(st, r, cost, next);
             return (Some(Entry { bound: sc, ..e }), Some(sc));
         }
@@ -547,8 +578,11 @@ impl Dtr<'_> {
         let sc = ratio(st, r, cost, next);
         let exact = Entry {
             bound: sc,
-            exact: Some((cost, next)),
-            ..e
+            root: r,
+            with: Tag {
+                exact: Some((cost, next)),
+                ..e.with
+            },
         };
         (Some(exact), Some(sc))
     }
@@ -560,40 +594,41 @@ impl Dtr<'_> {
         st: &State<'_>,
         exact: &mut BinaryHeap<Reverse<Bound>>,
     ) -> Option<TensorId> {
-        let ctx = st.ctx;
         self.index.lingering.retain(|&r| st.is_evictable(r));
         for &r in &self.index.lingering {
-            if self.pinned[r.index()] || st.needed(r) {
-                continue;
-            }
-            match self.next_use(st, r) {
-                None => return Some(r),
-                Some(next) => {
-                    if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) {
-                        exact.push(Reverse(Bound(own_score(st, r, next), r, next)));
-                    }
-                }
+            match self.candidate(st, r) {
+                Candidate::Dead => return Some(r),
+                Candidate::Scored(next) => exact.push(Reverse(bound_of(st, r, next))),
+                Candidate::Not => {}
             }
         }
         None
     }
 
+    /// What resident freeable root `r` is to a victim search now.
+    fn candidate(&self, st: &State<'_>, r: TensorId) -> Candidate {
+        let ctx = st.ctx;
+        if self.pinned[r.index()] || st.needed(r) {
+            return Candidate::Not;
+        }
+        match self.next_use(st, r) {
+            None => Candidate::Dead,
+            Some(next) if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) => {
+                Candidate::Scored(next)
+            }
+            Some(_) => Candidate::Not,
+        }
+    }
+
     /// [`Dtr::victim`] by a scan over every candidate, scoring about sqrt(N) of the N
     /// candidates, drawn from the pass's seeded stream, with `sample`.
     fn victim_scan(&mut self, st: &State<'_>, sample: bool) -> Option<TensorId> {
-        let ctx = st.ctx;
         let mut cands: Vec<(TensorId, u32)> = Vec::new();
         for r in st.evictable() {
-            if self.pinned[r.index()] || st.needed(r) {
-                continue;
-            }
-            match self.next_use(st, r) {
-                None => return Some(r),
-                Some(next) => {
-                    if ctx.size(r) >= self.params.min_size && next <= ctx.root_hazard(r) {
-                        cands.push((r, next));
-                    }
-                }
+            match self.candidate(st, r) {
+                Candidate::Dead => return Some(r),
+                Candidate::Scored(next) => cands.push((r, next)),
+                Candidate::Not => {}
             }
         }
         let pool: Vec<(TensorId, u32)> = if sample && cands.len() > 1 {
@@ -609,10 +644,15 @@ impl Dtr<'_> {
         // only the first few are taken.
         let mut order: BinaryHeap<Reverse<Bound>> = pool
             .into_iter()
-            .map(|(r, next)| Reverse(Bound(own_score(st, r, next), r, next)))
+            .map(|(r, next)| Reverse(bound_of(st, r, next)))
             .collect();
         let mut best: Option<(f64, TensorId)> = None;
-        while let Some(Reverse(Bound(bound, r, next))) = order.pop() {
+        while let Some(Reverse(Ranked {
+            bound,
+            root: r,
+            with: next,
+        })) = order.pop()
+        {
             if best.is_some_and(|(b, _)| bound > b) {
                 break;
             }
@@ -631,26 +671,12 @@ fn keep_lower(best: &mut Option<(f64, TensorId)>, sc: f64, r: TensorId) {
     }
 }
 
-/// A candidate by the lower bound of its score ([`own_score`]), then by id; its next use.
-struct Bound(f64, TensorId, u32);
-
-impl PartialEq for Bound {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-
-impl Eq for Bound {}
-
-impl PartialOrd for Bound {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Bound {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+/// Candidate `r` with next use `next`, by its own producer's share ([`own_score`]).
+fn bound_of(st: &State<'_>, r: TensorId, next: u32) -> Bound {
+    Ranked {
+        bound: own_score(st, r, next),
+        root: r,
+        with: next,
     }
 }
 
