@@ -9,7 +9,14 @@ use crate::ops::attention::{Attention, Sdpa};
 
 /// `c = op(a) op(b)` for each of `z.batch` problems (`m x k` by `k x n`), `stride_a` and
 /// `stride_b` elements apart.
-fn products(d: &Device, z: &Sdpa, (a, trans_a, stride_a): (u64, bool, usize), (b, trans_b, stride_b): (u64, bool, usize), (m, nn, k): (usize, usize, usize), c: u64) -> R {
+fn products(
+    d: &Device,
+    z: &Sdpa,
+    (a, trans_a, stride_a): (u64, bool, usize),
+    (b, trans_b, stride_b): (u64, bool, usize),
+    (m, nn, k): (usize, usize, usize),
+    c: u64,
+) -> R {
     d.gemm(&Gemm {
         m,
         n: nn,
@@ -51,7 +58,14 @@ fn sdpa(d: &mut Device, z: &Sdpa, io: Io) -> R {
     let [q, k, v] = [io.ins[0], io.ins[1], io.ins[2]];
     probabilities(d, z, (q, k), io.outs[1], true, p)?;
     let (l, s, ev) = (z.l, z.s, z.ev);
-    products(d, z, (p, false, l * s), (v, false, s * ev), (l, ev, s), io.outs[0])
+    products(
+        d,
+        z,
+        (p, false, l * s),
+        (v, false, s * ev),
+        (l, ev, s),
+        io.outs[0],
+    )
 }
 
 /// The backward: `(d_out, q, k, v, out, lse) -> (dq, dk, dv)`.
@@ -62,11 +76,25 @@ fn sdpa_backward(d: &mut Device, z: &Sdpa, io: Io) -> R {
     let [dout, q, k, v, lse] = [io.ins[0], io.ins[1], io.ins[2], io.ins[3], io.ins[5]];
     let [dq, dk, dv] = [io.outs[0], io.outs[1], io.outs[2]];
     probabilities(d, z, (q, k), lse, false, p)?;
-    products(d, z, (dout, false, l * ev), (v, true, s * ev), (l, s, ev), dp)?;
+    products(
+        d,
+        z,
+        (dout, false, l * ev),
+        (v, true, s * ev),
+        (l, s, ev),
+        dp,
+    )?;
     let rows = z.batch * l;
     let args = [Arg::Ptr(p), Arg::Ptr(dp), n(rows), n(s), Arg::F32(z.scale)];
     d.launch("sdpa_score_grad", Grid::Rows(rows), &args)?;
-    products(d, z, (p, true, l * s), (dout, false, l * ev), (s, ev, l), dv)?;
+    products(
+        d,
+        z,
+        (p, true, l * s),
+        (dout, false, l * ev),
+        (s, ev, l),
+        dv,
+    )?;
     products(d, z, (dp, false, l * s), (k, false, s * e), (l, e, s), dq)?;
     products(d, z, (dp, true, l * s), (q, false, l * e), (s, e, l), dk)
 }

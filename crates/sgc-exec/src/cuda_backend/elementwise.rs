@@ -174,7 +174,11 @@ fn source(d: &Device, k: &Elementwise, y: u64, len: usize) -> R {
     let grid = Grid::Elements(len);
     match k {
         Elementwise::Constant { value, dtype } => match dtype {
-            DType::I64 => d.launch("fill_i64", grid, &[Arg::Ptr(y), Arg::I64(*value as i64), n(len)]),
+            DType::I64 => d.launch(
+                "fill_i64",
+                grid,
+                &[Arg::Ptr(y), Arg::I64(*value as i64), n(len)],
+            ),
             DType::Bool => {
                 let v = Arg::I32(i32::from(*value != 0.0));
                 d.launch("fill_bool", grid, &[Arg::Ptr(y), v, n(len)])
@@ -185,7 +189,13 @@ fn source(d: &Device, k: &Elementwise, y: u64, len: usize) -> R {
             start, step, dtype, ..
         } => {
             let is_i64 = Arg::I32(i32::from(*dtype == DType::I64));
-            let args = [Arg::Ptr(y), is_i64, Arg::F32(*start), Arg::F32(*step), n(len)];
+            let args = [
+                Arg::Ptr(y),
+                is_i64,
+                Arg::F32(*start),
+                Arg::F32(*step),
+                n(len),
+            ];
             d.launch("arange", grid, &args)
         }
         _ => Ok(()),

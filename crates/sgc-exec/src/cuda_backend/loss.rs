@@ -59,7 +59,13 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
             let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
                 .into_iter()
                 .chain(labels().args())
-                .chain([Arg::Ptr(io.outs[0]), Arg::Ptr(io.outs[1]), n(rows), n(c), n(inner)])
+                .chain([
+                    Arg::Ptr(io.outs[0]),
+                    Arg::Ptr(io.outs[1]),
+                    n(rows),
+                    n(c),
+                    n(inner),
+                ])
                 .chain([Arg::I64(*ignore_index), d.flag()])
                 .collect();
             d.launch("nll_loss", Grid::One, &args)?;
@@ -71,7 +77,13 @@ pub(super) fn run(k: &Loss, d: &mut Device, io: Io) -> R {
             let args: Vec<Arg> = [Arg::Ptr(io.ins[0])]
                 .into_iter()
                 .chain(t.args())
-                .chain([Arg::Ptr(io.ins[3]), Arg::Ptr(io.outs[0]), n(rows), n(c), n(inner)])
+                .chain([
+                    Arg::Ptr(io.ins[3]),
+                    Arg::Ptr(io.outs[0]),
+                    n(rows),
+                    n(c),
+                    n(inner),
+                ])
                 .chain([Arg::I64(*ignore_index), d.flag()])
                 .collect();
             d.launch("nll_loss_backward", Grid::Elements(rows * c), &args)?;

@@ -4,9 +4,8 @@
 
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{last, rows as rows_of, with_ptrs, Io, KERNEL_SLOTS};
-use crate::error::KernelError;
-use super::launch::with_ptrs;
 use super::shape::transpose;
+use crate::error::KernelError;
 use crate::ops::norm::{axis_last, inverse, Norm};
 
 /// Layout of a norm: `outer x feat x inner` (batch norm: features on axis 1).
@@ -115,7 +114,14 @@ pub(crate) fn softmax_grad(
 /// Row kernel `name` (`(inputs.., output, rows, c)` over the last axis) run over `axis`
 /// of operands of shape `shape`: when `axis` is not last, on staged copies with it moved
 /// last, the result moved back.
-fn along(d: &mut Device, name: &'static str, axis: usize, shape: &[usize], ins: &[u64], y: u64) -> R {
+fn along(
+    d: &mut Device,
+    name: &'static str,
+    axis: usize,
+    shape: &[usize],
+    ins: &[u64],
+    y: u64,
+) -> R {
     let len: usize = shape.iter().product();
     let c = shape.get(axis).copied().unwrap_or(1);
     let rows = len.checked_div(c).unwrap_or(0);
@@ -194,9 +200,14 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             softmax_grad(d, io.ins[1], io.ins[0], io.outs[0], rows(), last(x), 1.0)
         }
         Norm::LogSoftmax { axis } => along(d, "log_softmax", *axis, x, &io.ins[..1], io.outs[0]),
-        Norm::LogSoftmaxBackward { axis } => {
-            along(d, "log_softmax_backward", *axis, x, &io.ins[..2], io.outs[0])
-        }
+        Norm::LogSoftmaxBackward { axis } => along(
+            d,
+            "log_softmax_backward",
+            *axis,
+            x,
+            &io.ins[..2],
+            io.outs[0],
+        ),
     }
 }
 

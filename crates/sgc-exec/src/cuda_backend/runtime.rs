@@ -12,7 +12,8 @@
 use super::device::{Device, R};
 use super::launch::Io;
 use super::{
-    attention, conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce, shape,
+    attention, conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce,
+    shape,
 };
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::{ExecError, KernelError};

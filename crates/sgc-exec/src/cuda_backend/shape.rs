@@ -224,13 +224,24 @@ pub(crate) fn columns(
 fn select_backward(d: &Device, x: u64, y: u64, ys: &[usize], axis: usize, index: usize) -> R {
     fill(d, y, 0.0, ys.iter().product())?;
     let (outer, inner) = around(ys, axis);
-    columns(d, "concat", (x, y), (outer, ys[axis] * inner), inner, index * inner)
+    columns(
+        d,
+        "concat",
+        (x, y),
+        (outer, ys[axis] * inner),
+        inner,
+        index * inner,
+    )
 }
 
 /// `gather` along `axis` of f32 or i64 data (`io`'s operands `(x, index) -> y`).
 fn gather(d: &mut Device, io: Io, axis: usize) -> R {
     let (xs, is) = (&io.ops_in[0].shape, &io.ops_in[1].shape);
-    let words = if io.ops_in[0].dtype == DType::I64 { 2 } else { 1 };
+    let words = if io.ops_in[0].dtype == DType::I64 {
+        2
+    } else {
+        1
+    };
     let (_, inner) = around(is, axis);
     let len = io.ops_out[0].numel();
     let ids = Idx::of(&io.ops_in[1], io.ins[1]);
