@@ -76,7 +76,7 @@ pub enum Direction {
 
 /// One copy between device and host memory.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Copy {
+pub struct Transfer {
     pub dir: Direction,
     pub bytes: u64,
     /// The copy starts after this step (by index) ended: the step that last uses the
@@ -152,7 +152,11 @@ pub enum StreamError {
 
 /// Replays `steps` (each compute step's duration, microseconds) with `copies` on `link`:
 /// see the [module docs](self).
-pub fn simulate(steps: &[f64], copies: &[Copy], link: &HostLink) -> Result<Timeline, StreamError> {
+pub fn simulate(
+    steps: &[f64],
+    copies: &[Transfer],
+    link: &HostLink,
+) -> Result<Timeline, StreamError> {
     check(steps, copies)?;
     let mut r = Replay {
         copies,
@@ -199,7 +203,7 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(copies: &[Copy], dir: Direction) -> Queue {
+    fn new(copies: &[Transfer], dir: Direction) -> Queue {
         Queue {
             order: (0..copies.len())
                 .filter(|&c| copies[c].dir == dir)
@@ -211,7 +215,7 @@ impl Queue {
 }
 
 struct Replay<'a> {
-    copies: &'a [Copy],
+    copies: &'a [Transfer],
     link: &'a HostLink,
     step_spans: Vec<Span>,
     copy_spans: Vec<Option<Span>>,
@@ -262,7 +266,7 @@ impl Replay<'_> {
 }
 
 /// The copies' references name existing, earlier things.
-fn check(steps: &[f64], copies: &[Copy]) -> Result<(), StreamError> {
+fn check(steps: &[f64], copies: &[Transfer]) -> Result<(), StreamError> {
     for (i, &us) in steps.iter().enumerate() {
         if !(us.is_finite() && us >= 0.0) {
             return Err(StreamError::BadDuration { step: i, us });
@@ -309,8 +313,8 @@ mod tests {
         latency_us: 0.0,
     };
 
-    fn copy(dir: Direction, bytes: u64, after: Option<usize>, before: Option<usize>) -> Copy {
-        Copy {
+    fn copy(dir: Direction, bytes: u64, after: Option<usize>, before: Option<usize>) -> Transfer {
+        Transfer {
             dir,
             bytes,
             after,
@@ -449,7 +453,7 @@ mod tests {
 
     #[test]
     fn bad_references_are_refused() {
-        let bad = |copies: &[Copy]| simulate(&[1.0, 1.0], copies, &LINK).unwrap_err();
+        let bad = |copies: &[Transfer]| simulate(&[1.0, 1.0], copies, &LINK).unwrap_err();
         assert!(matches!(
             bad(&[copy(Direction::ToHost, 1, Some(2), None)]),
             StreamError::NoSuchStep { .. }
