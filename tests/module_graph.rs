@@ -300,6 +300,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["alloc", "maxflow", "violation", "streams"],
     &["options"],
     &["error"],
+    &["offload"],
     &["plan", "context"],
     &["arena", "verify", "schedule"],
     &["device", "dtr"],

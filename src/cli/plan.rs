@@ -5,7 +5,8 @@
 
 use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
-use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
+use sgc::plan::streams::HostLink;
+use sgc::plan::{Plan, PlanOptions, Progress, RunConfig, Strategy};
 use sgc::report::plan::{workers_used, PlanReport};
 use sgc::units::{human_bytes, parse_size};
 use std::path::PathBuf;
@@ -82,6 +83,19 @@ pub struct Args {
     arena_effort: super::ArenaEffortArg,
     #[command(flatten)]
     device: DeviceProfileArg,
+    /// Keep or recompute every activation, never offload one to host memory (the plans
+    /// sgc made before offload existed, byte for byte).
+    #[arg(long)]
+    no_offload: bool,
+    /// The device's link to host memory that offload copies are priced on:
+    /// TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US] or a profile name (h100, a100). Default: the
+    /// --device-profile's link when the profile has one. With a --budget and sublinear or
+    /// partition, the plan may offload activations to pinned host memory.
+    #[arg(long, value_parser = parse_link, conflicts_with = "no_offload")]
+    host_link: Option<HostLink>,
+    /// Offload: the most pinned host memory the plan may hold at once (default: unbounded).
+    #[arg(long, value_parser = parse_size, conflicts_with = "no_offload")]
+    host_memory: Option<u64>,
     /// Write the plan to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -94,6 +108,30 @@ pub struct Args {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+fn parse_link(text: &str) -> Result<HostLink, String> {
+    HostLink::parse(text)
+}
+
+/// The options with offload turned on where it can apply: a budget, a strategy that
+/// offloads (sublinear, partition), a host link (given, or the device profile's), and no
+/// `--no-offload`. Everywhere else the options stay as they were before offload.
+fn with_offload(options: PlanOptions, args: &Args) -> PlanOptions {
+    let link = args.host_link.or_else(|| {
+        options
+            .device_profile
+            .as_ref()
+            .and_then(|d| HostLink::named(d.name()))
+    });
+    let applies = options.budget.is_some()
+        && matches!(options.strategy, Strategy::Sublinear | Strategy::Partition)
+        && !args.no_offload;
+    PlanOptions {
+        host_link: link.filter(|_| applies),
+        host_memory: args.host_memory.filter(|_| applies),
+        ..options
+    }
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -122,7 +160,10 @@ pub fn run(args: Args) -> CliResult {
         arena_effort: args.arena_effort.into(),
         align: args.align,
         device_profile: args.device.device_profile.clone(),
+        host_link: None,
+        host_memory: None,
     };
+    let options = with_offload(options, &args);
     let bar = super::progress::bar(args.quiet, 1, "{msg:>26} [{bar:30}] {pos}/{len} {elapsed}");
     let callback = |p: Progress| {
         if let Some(b) = &bar {

@@ -47,7 +47,10 @@ pub use cost::{CostSources, DeviceProfile, EstimateSummary, ProfileError, Roofli
 pub use error::{GraphError, LoadError};
 pub use graph::{CostSource, Graph, GraphDef, Op, OpDef, Tensor, TensorDef};
 pub use ids::{DType, OpId, Phase, TensorId, TensorKind};
-pub use memory::{simulate, LowerBound, MemoryProfile, ScheduleError, StorageInstance};
+pub use memory::{
+    simulate, simulate_offloaded, LowerBound, MemoryProfile, Offload, ScheduleError,
+    StorageInstance,
+};
 pub use units::human_bytes;
 
 use std::path::Path;

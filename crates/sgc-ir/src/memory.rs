@@ -17,7 +17,7 @@
 
 use crate::graph::Graph;
 use crate::ids::{OpId, TensorId, TensorKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// One lifetime of one storage in a schedule: resident from step `start` to step `end`,
@@ -70,6 +70,49 @@ pub enum ScheduleError {
         op: String,
         tensor: String,
     },
+    #[error("offload {index} of `{tensor}`: {reason}")]
+    BadOffload {
+        index: usize,
+        tensor: String,
+        reason: String,
+    },
+}
+
+/// One storage's trip to host memory and back within a schedule (step indices into it).
+///
+/// The copy to host starts when step `copy_after` has ended; the device storage stays
+/// allocated to the end of step `free_after` (the compute stream waits for the copy before
+/// the next step, so bytes in flight are device bytes). The copy back starts when step
+/// `fetch_after` has ended, into a new instance of the storage that starts at step
+/// `fetch_after + 1`, and step `needed_at`, the first to touch the storage again, waits
+/// for it. In between, steps `free_after + 1 ..= fetch_after`, the storage is not on the
+/// device. Rules ([`simulate_offloaded`] refuses any other):
+/// `copy_after <= free_after < fetch_after < needed_at`; one instance of the storage spans
+/// `copy_after ..= needed_at` (no recomputation in between); no step after `copy_after`
+/// writes it, and no step after `free_after` touches it, before `needed_at`, which reads it.
+/// The host holds the bytes from step `copy_after + 1` through step `needed_at - 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offload {
+    /// The storage root copied.
+    pub root: TensorId,
+    pub copy_after: usize,
+    pub free_after: usize,
+    pub fetch_after: usize,
+    pub needed_at: usize,
+}
+
+impl Offload {
+    /// The host instance of this offload: the bytes of `root`, held on the host from
+    /// step `copy_after + 1` through step `needed_at - 1`.
+    pub fn host_instance(&self, graph: &Graph) -> StorageInstance {
+        StorageInstance {
+            root: self.root,
+            start: self.copy_after + 1,
+            end: self.needed_at.saturating_sub(1).max(self.copy_after + 1),
+            bytes: graph.tensor(self.root).size,
+        }
+    }
 }
 
 impl Graph {
@@ -132,14 +175,109 @@ pub fn simulate(graph: &Graph, steps: &[OpId]) -> Result<MemoryProfile, Schedule
         tracker.step(s, op)?;
     }
     let instances = tracker.finish(steps.len());
-    let mut delta = vec![0i128; steps.len() + 1];
+    Ok(profile_of(graph, instances, steps.len()))
+}
+
+/// [`simulate`], with storages offloaded to host memory and fetched back ([`Offload`]):
+/// each offload splits its storage's instance in two, the first ending at `free_after`
+/// and the second starting at `fetch_after + 1`. Offloads that break the rules of
+/// [`Offload`] are refused, naming the offload and the tensor.
+pub fn simulate_offloaded(
+    graph: &Graph,
+    steps: &[OpId],
+    offloads: &[Offload],
+) -> Result<MemoryProfile, ScheduleError> {
+    let base = simulate(graph, steps)?;
+    if offloads.is_empty() {
+        return Ok(base);
+    }
+    let mut instances = base.instances;
+    for (index, o) in offloads.iter().enumerate() {
+        let bad = |reason: String| ScheduleError::BadOffload {
+            index,
+            tensor: graph.tensor(o.root).name.clone(),
+            reason,
+        };
+        check_offload(graph, steps, o).map_err(bad)?;
+        let Some(at) = instances
+            .iter()
+            .position(|i| i.root == o.root && i.start <= o.copy_after && i.end >= o.needed_at)
+        else {
+            return Err(bad(format!(
+                "no instance of the storage spans steps {}..={}: it must be produced before the copy and live until its reader",
+                o.copy_after, o.needed_at
+            )));
+        };
+        let whole = instances[at];
+        instances[at].end = o.free_after;
+        instances.push(StorageInstance {
+            start: o.fetch_after + 1,
+            ..whole
+        });
+    }
+    instances.sort_by_key(|i| (i.start, i.root, i.end));
+    Ok(profile_of(graph, instances, steps.len()))
+}
+
+/// Checks one offload's steps against the schedule: the order of its four steps, no write
+/// after the copy starts and no touch while away, and a read at `needed_at`.
+fn check_offload(graph: &Graph, steps: &[OpId], o: &Offload) -> Result<(), String> {
+    if graph.tensor(o.root).kind.is_persistent() || graph.storage_root(o.root) != o.root {
+        return Err("only the root of a non-persistent storage can be offloaded".into());
+    }
+    if !(o.copy_after <= o.free_after
+        && o.free_after < o.fetch_after
+        && o.fetch_after < o.needed_at)
+    {
+        return Err(format!(
+            "steps copy_after {} <= free_after {} < fetch_after {} < needed_at {} do not hold",
+            o.copy_after, o.free_after, o.fetch_after, o.needed_at
+        ));
+    }
+    if o.needed_at >= steps.len() {
+        return Err(format!(
+            "needed_at {} is past the schedule's {} steps",
+            o.needed_at,
+            steps.len()
+        ));
+    }
+    let touches = |list: &[TensorId]| list.iter().any(|&t| graph.storage_root(t) == o.root);
+    for s in o.copy_after + 1..o.needed_at {
+        let op = graph.op(steps[s]);
+        let (reads, writes) = (touches(&op.inputs), touches(&op.outputs));
+        if writes || (reads && s > o.free_after) {
+            return Err(format!(
+                "step {s} (op `{}`) {} the storage while it is {}",
+                op.name,
+                if writes { "writes" } else { "reads" },
+                if s > o.free_after {
+                    "away"
+                } else {
+                    "being copied"
+                }
+            ));
+        }
+    }
+    let reader = graph.op(steps[o.needed_at]);
+    if !touches(&reader.inputs) {
+        return Err(format!(
+            "step {} (op `{}`) does not read the storage",
+            o.needed_at, reader.name
+        ));
+    }
+    Ok(())
+}
+
+/// The resident bytes and peak of a list of instances over `num_steps` steps.
+fn profile_of(graph: &Graph, instances: Vec<StorageInstance>, num_steps: usize) -> MemoryProfile {
+    let mut delta = vec![0i128; num_steps + 1];
     for i in &instances {
         delta[i.start] += i.bytes as i128;
         delta[i.end + 1] -= i.bytes as i128;
     }
-    let mut resident = Vec::with_capacity(steps.len());
+    let mut resident = Vec::with_capacity(num_steps);
     let mut acc = 0i128;
-    for d in &delta[..steps.len()] {
+    for d in &delta[..num_steps] {
         acc += d;
         resident.push(u64::try_from(acc).unwrap_or(u64::MAX));
     }
@@ -154,13 +292,13 @@ pub fn simulate(graph: &Graph, steps: &[OpId]) -> Result<MemoryProfile, Schedule
                 (bs, bm)
             }
         });
-    Ok(MemoryProfile {
+    MemoryProfile {
         persistent_bytes,
         peak: persistent_bytes.saturating_add(max),
         peak_step,
         resident,
         instances,
-    })
+    }
 }
 
 /// Per-storage state while walking a schedule.

@@ -52,6 +52,7 @@ mod dtr;
 mod error;
 pub mod fit;
 mod maxflow;
+pub mod offload;
 mod options;
 mod partition;
 pub mod plan;
@@ -68,7 +69,9 @@ pub use options::{
     BudgetOf, Goal, PlanOptions, Progress, ProgressFn, RunConfig, Strategy, DEFAULT_ALIGN,
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
-pub use planner::{plan, plan_budgets, plan_schedule, plan_with_stats, PlanStats};
+pub use planner::{
+    plan, plan_budgets, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
+};
 pub use sublinear::search::{SearchStats, Traded};
 pub use sublinear::{NEAR_PEAK_SPAN, PEAK_WORTH};
 pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};

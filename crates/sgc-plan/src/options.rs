@@ -3,6 +3,7 @@
 //! ([`BudgetOf`]), and how to run ([`RunConfig`]: workers and progress, which never change
 //! the plan).
 
+use crate::streams::HostLink;
 use serde::{Deserialize, Serialize};
 use sgc_ir::DeviceProfile;
 
@@ -114,6 +115,15 @@ pub struct PlanOptions {
     /// (`sgc_ir::cost`); `None`: the format's rule (`time_us`, else `flops`, else bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_profile: Option<DeviceProfile>,
+    /// Offload: the link between device and host that copies are priced on
+    /// ([`crate::streams`]); with it and a budget, each activation may be kept, recomputed
+    /// or offloaded to host memory ([`crate::offload`]). `None`: kept or recomputed only,
+    /// and the plan is what it was before offload existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_link: Option<HostLink>,
+    /// Offload: the most pinned host bytes a plan may hold at once (`None`: unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -146,6 +156,8 @@ impl Default for PlanOptions {
             arena_effort: crate::alloc::ArenaEffort::Plan,
             align: DEFAULT_ALIGN,
             device_profile: None,
+            host_link: None,
+            host_memory: None,
         }
     }
 }

@@ -13,11 +13,12 @@
 //! bytes on any machine.
 
 use crate::error::PlanError;
+use crate::offload::{self, HostLayout, OffloadSummary};
 pub use crate::options::{BudgetOf, Goal, PlanOptions, Strategy, DEFAULT_ALIGN};
 use serde::{Deserialize, Serialize};
 use sgc_ir::{
-    CostSources, DeviceProfile, Graph, MemoryProfile, OpId, ScheduleError, StorageInstance,
-    TensorId, TensorKind,
+    CostSources, DeviceProfile, Graph, MemoryProfile, Offload, OpId, ScheduleError,
+    StorageInstance, TensorId, TensorKind,
 };
 
 /// The `format` field of every plan file.
@@ -139,6 +140,9 @@ pub struct Summary {
     #[serde(default)]
     pub max_op_runs: u32,
     pub checkpoints: usize,
+    /// What the plan's offloads cost (absent without offloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadSummary>,
 }
 
 /// A checkpointing plan for one graph.
@@ -158,6 +162,13 @@ pub struct Plan {
     /// Every lifetime's arena offset (absent when planned with `arena: false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arena: Option<ArenaLayout>,
+    /// Storages copied to host memory and back (`sgc_ir::Offload`), by their copy's step:
+    /// their device instances are split in `lifetimes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offloads: Vec<Offload>,
+    /// Every offload's place in the pinned host pool (present with offloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostLayout>,
 }
 
 impl Plan {
@@ -168,6 +179,19 @@ impl Plan {
         schedule: &[(OpId, bool)],
         profile: &MemoryProfile,
     ) -> Plan {
+        Plan::assemble_offloaded(graph, options, schedule, &[], profile)
+            .expect("a plan without offloads has no copies to time")
+    }
+
+    /// Assembles a plan from a schedule and its offloads, `profile` being what
+    /// `simulate_offloaded` gave for them (a device instance freed at `free_after`).
+    pub(crate) fn assemble_offloaded(
+        graph: &Graph,
+        options: &PlanOptions,
+        schedule: &[(OpId, bool)],
+        offloads: &[Offload],
+        profile: &MemoryProfile,
+    ) -> Result<Plan, PlanError> {
         let last = schedule.len().saturating_sub(1);
         let mut kept = vec![false; graph.num_tensors()];
         for &t in graph.outputs() {
@@ -192,8 +216,20 @@ impl Plan {
         let lifetimes = profile.instances.iter().map(Lifetime::from).collect();
         let checkpoints = checkpoints(graph, schedule);
         let device = options.device_profile.as_ref();
-        let summary = summarize(graph, schedule, profile, checkpoints.len(), device);
-        Plan {
+        let mut summary = summarize(graph, schedule, profile, checkpoints.len(), device);
+        let mut offloads = offloads.to_vec();
+        offloads.sort_by_key(|o| (o.copy_after, o.root));
+        let host = if offloads.is_empty() {
+            None
+        } else {
+            let link = options.host_link.as_ref().ok_or_else(|| {
+                PlanError::InvalidOption("a plan with offloads needs a host link".into())
+            })?;
+            let ops: Vec<OpId> = schedule.iter().map(|s| s.0).collect();
+            summary.offload = Some(offload::summarize(graph, &ops, &offloads, device, link)?);
+            Some(offload::host_layout(graph, &offloads)?)
+        };
+        Ok(Plan {
             format: PLAN_FORMAT.to_string(),
             version: PLAN_VERSION,
             graph: GraphRef::of(graph),
@@ -203,7 +239,9 @@ impl Plan {
             lifetimes,
             summary,
             arena: None,
-        }
+            offloads,
+            host,
+        })
     }
 
     /// The plan as pretty JSON (deterministic).
@@ -242,10 +280,14 @@ impl Plan {
     pub fn summary_for(&self, graph: &Graph) -> Result<Summary, ScheduleError> {
         let schedule: Vec<(OpId, bool)> = self.steps.iter().map(|s| (s.op, s.recompute)).collect();
         let ops: Vec<OpId> = self.steps.iter().map(|s| s.op).collect();
-        let profile = sgc_ir::simulate(graph, &ops)?;
+        let profile = sgc_ir::simulate_offloaded(graph, &ops, &self.offloads)?;
         let checkpoints = checkpoints(graph, &schedule).len();
         let device = self.options.device_profile.as_ref();
-        Ok(summarize(graph, &schedule, &profile, checkpoints, device))
+        let mut summary = summarize(graph, &schedule, &profile, checkpoints, device);
+        if let (false, Some(link)) = (self.offloads.is_empty(), &self.options.host_link) {
+            summary.offload = offload::summarize(graph, &ops, &self.offloads, device, link).ok();
+        }
+        Ok(summary)
     }
 
     /// Refuses a plan made for another graph.
@@ -366,6 +408,7 @@ fn summarize(
         recomputed_ops: distinct.len(),
         max_op_runs: runs.into_iter().max().unwrap_or(0),
         checkpoints,
+        offload: None,
     }
 }
 

@@ -30,13 +30,25 @@ pub fn plan_schedule(
     options: &PlanOptions,
     ops: &[OpId],
 ) -> Result<Plan, PlanError> {
-    let profile = sgc_ir::simulate(graph, ops)?;
+    plan_schedule_offloaded(graph, options, ops, &[])
+}
+
+/// [`plan_schedule`] with storages offloaded to host memory and back
+/// ([`sgc_ir::Offload`]); `options.host_link` prices the copies (required when
+/// `offloads` is not empty).
+pub fn plan_schedule_offloaded(
+    graph: &Graph,
+    options: &PlanOptions,
+    ops: &[OpId],
+    offloads: &[sgc_ir::Offload],
+) -> Result<Plan, PlanError> {
+    let profile = sgc_ir::simulate_offloaded(graph, ops, offloads)?;
     let mut seen = vec![false; graph.num_ops()];
     let steps: Vec<(OpId, bool)> = ops
         .iter()
         .map(|&op| (op, std::mem::replace(&mut seen[op.index()], true)))
         .collect();
-    let mut plan = Plan::assemble(graph, options, &steps, &profile);
+    let mut plan = Plan::assemble_offloaded(graph, options, &steps, offloads, &profile)?;
     if options.arena {
         let layout = device::place(graph, ops, &plan.lifetimes, options)?;
         plan.arena = Some(layout);

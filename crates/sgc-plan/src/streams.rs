@@ -25,7 +25,8 @@
 use thiserror::Error;
 
 /// The host link of a device: bandwidth per direction and the fixed cost of one copy.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, try_from = "LinkFields")]
 pub struct HostLink {
     /// Device to host, GB/s (1e9 bytes per second).
     pub to_host_gbps: f64,
@@ -41,7 +42,69 @@ pub struct HostLink {
 /// latency is a copy's launch and setup on the stream, a few microseconds measured.
 const NAMED: [(&str, f64, f64, f64); 2] = [("h100", 44.0, 44.0, 10.0), ("a100", 25.0, 25.0, 10.0)];
 
+/// A host link as stored, before its rates are checked.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkFields {
+    to_host_gbps: f64,
+    to_device_gbps: f64,
+    latency_us: f64,
+}
+
+impl TryFrom<LinkFields> for HostLink {
+    type Error = String;
+    fn try_from(f: LinkFields) -> Result<Self, String> {
+        HostLink::new(f.to_host_gbps, f.to_device_gbps, f.latency_us)
+    }
+}
+
 impl HostLink {
+    /// A link from its rates: GB/s to host and to device (finite, > 0) and µs per copy
+    /// (finite, >= 0).
+    pub fn new(
+        to_host_gbps: f64,
+        to_device_gbps: f64,
+        latency_us: f64,
+    ) -> Result<HostLink, String> {
+        let rate = |x: f64| x.is_finite() && x > 0.0;
+        if !rate(to_host_gbps) || !rate(to_device_gbps) {
+            return Err(format!(
+                "host link bandwidths must be finite and > 0 GB/s, got {to_host_gbps} and {to_device_gbps}"
+            ));
+        }
+        if !(latency_us.is_finite() && latency_us >= 0.0) {
+            return Err(format!(
+                "host link latency must be finite and >= 0 µs, got {latency_us}"
+            ));
+        }
+        Ok(HostLink {
+            to_host_gbps,
+            to_device_gbps,
+            latency_us,
+        })
+    }
+
+    /// A link written `TO_HOST,TO_DEVICE[,LATENCY_US]` (GB/s, GB/s, µs; latency 10 µs
+    /// when left out) or as a profile name with a known link (`h100`, `a100`).
+    pub fn parse(text: &str) -> Result<HostLink, String> {
+        if let Some(l) = HostLink::named(text.trim()) {
+            return Ok(l);
+        }
+        let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+        let num = |s: &str| {
+            s.parse::<f64>()
+                .map_err(|_| format!("`{s}` in host link `{text}` is not a number"))
+        };
+        match parts.as_slice() {
+            [h, d] => HostLink::new(num(h)?, num(d)?, 10.0),
+            [h, d, l] => HostLink::new(num(h)?, num(d)?, num(l)?),
+            _ => Err(format!(
+                "host link `{text}`: write TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US] (e.g. 44,44,10) or a profile name ({})",
+                NAMED.iter().map(|n| n.0).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
     /// The host link of a named device profile (`h100`, `a100`), if this table has it.
     pub fn named(profile: &str) -> Option<HostLink> {
         let lower = profile.to_ascii_lowercase();
