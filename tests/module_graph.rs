@@ -306,6 +306,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["device", "dtr"],
     &["sublinear"],
     &["partition", "budget"],
+    &["offload_search"],
     &["run"],
     &["planner"],
     &["fit"],

@@ -39,6 +39,8 @@ pub struct PlanReport<'a> {
     pub steps: usize,
     /// The most times any one op runs in the step (1: nothing is recomputed).
     pub max_op_runs: u32,
+    /// The plan's offloads and their predicted cost (absent without offloads).
+    pub offload: Option<&'a sgc_plan::offload::OffloadSummary>,
     /// The plan's arena (absent with `--no-arena`).
     pub arena: Option<ArenaReport>,
     pub plan_time_s: f64,
@@ -207,6 +209,7 @@ fn build<'a>(
         recompute_steps: s.recompute_steps,
         steps: s.steps,
         max_op_runs: s.max_op_runs,
+        offload: s.offload.as_ref(),
         arena: arena_report(plan),
         plan_time_s: secs,
         schedule_time_s: 0.0,
@@ -217,6 +220,36 @@ fn build<'a>(
         verified: true,
         written_to,
     }
+}
+
+/// The offload lines: what goes to host and back, and the predicted step against the
+/// unplanned one (both on the plan's clock, `time_us` or the profile's roofline).
+fn render_offload(s: &mut String, r: &PlanReport<'_>, o: &sgc_plan::offload::OffloadSummary) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "offloaded          {:>12} ({} storages to host and back; pinned host pool holds {} at most, {:.4e} us on the link)",
+        human_bytes(o.bytes),
+        o.offloads,
+        human_bytes(o.host_peak),
+        o.transfer_us
+    );
+    let over = |t: f64| {
+        if r.step_cost > 0.0 {
+            t / r.step_cost
+        } else {
+            1.0
+        }
+    };
+    let _ = writeln!(
+        s,
+        "predicted step     {:>11.4e} us ({:.3}x the unplanned {:.4e} us: compute {:.4e} with recomputations, copies exposed {:.4e})",
+        o.step_us,
+        over(o.step_us),
+        r.step_cost,
+        o.compute_us,
+        o.exposed_us
+    );
 }
 
 fn render(r: &PlanReport<'_>) -> String {
@@ -280,6 +313,9 @@ fn render(r: &PlanReport<'_>) -> String {
         r.cost_source
     );
     let _ = writeln!(s, "checkpoints        {:>12}", r.checkpoints);
+    if let Some(o) = r.offload {
+        render_offload(&mut s, r, o);
+    }
     let runs = match r.max_op_runs {
         0 | 1 => "no op runs twice".to_string(),
         2 => "no op runs more than twice".to_string(),

@@ -87,7 +87,8 @@ pub enum ScheduleError {
 /// `fetch_after + 1`, and step `needed_at`, the first to touch the storage again, waits
 /// for it. In between, steps `free_after + 1 ..= fetch_after`, the storage is not on the
 /// device. Rules ([`simulate_offloaded`] refuses any other):
-/// `copy_after <= free_after < fetch_after < needed_at`; one instance of the storage spans
+/// `copy_after < free_after < fetch_after < needed_at` (the copy reads the storage while
+/// step `copy_after + 1` runs, so that step cannot take its bytes in place); one instance of the storage spans
 /// `copy_after ..= needed_at` (no recomputation in between); no step after `copy_after`
 /// writes it, and no step after `free_after` touches it, before `needed_at`, which reads it.
 /// The host holds the bytes from step `copy_after + 1` through step `needed_at - 1`.
@@ -230,7 +231,7 @@ fn check_offload(graph: &Graph, steps: &[OpId], o: &Offload) -> Result<(), Strin
         && o.fetch_after < o.needed_at)
     {
         return Err(format!(
-            "steps copy_after {} <= free_after {} < fetch_after {} < needed_at {} do not hold",
+            "steps copy_after {} < free_after {} < fetch_after {} < needed_at {} do not hold",
             o.copy_after, o.free_after, o.fetch_after, o.needed_at
         ));
     }

@@ -211,7 +211,7 @@ pub(crate) fn choose(
 pub(crate) fn choose_among(
     ctx: &Context<'_>,
     opts: &PlanOptions,
-    cands: Vec<Candidate>,
+    cands: &[Candidate],
     budget: u64,
 ) -> Result<Chosen, PlanError> {
     select(ctx, opts, cands.iter().collect(), budget)

@@ -53,6 +53,7 @@ mod error;
 pub mod fit;
 mod maxflow;
 pub mod offload;
+mod offload_search;
 mod options;
 mod partition;
 pub mod plan;

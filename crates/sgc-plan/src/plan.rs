@@ -172,20 +172,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Assembles a plan from a schedule (op, recompute?) that `simulate` accepted.
-    pub(crate) fn assemble(
-        graph: &Graph,
-        options: &PlanOptions,
-        schedule: &[(OpId, bool)],
-        profile: &MemoryProfile,
-    ) -> Plan {
-        Plan::assemble_offloaded(graph, options, schedule, &[], profile)
-            .expect("a plan without offloads has no copies to time")
-    }
-
     /// Assembles a plan from a schedule and its offloads, `profile` being what
     /// `simulate_offloaded` gave for them (a device instance freed at `free_after`).
-    pub(crate) fn assemble_offloaded(
+    pub(crate) fn assemble(
         graph: &Graph,
         options: &PlanOptions,
         schedule: &[(OpId, bool)],

@@ -48,7 +48,7 @@ pub fn plan_schedule_offloaded(
         .iter()
         .map(|&op| (op, std::mem::replace(&mut seen[op.index()], true)))
         .collect();
-    let mut plan = Plan::assemble_offloaded(graph, options, &steps, offloads, &profile)?;
+    let mut plan = Plan::assemble(graph, options, &steps, offloads, &profile)?;
     if options.arena {
         let layout = device::place(graph, ops, &plan.lifetimes, options)?;
         plan.arena = Some(layout);
@@ -93,14 +93,16 @@ pub fn plan_with_stats(
         below_bound(&ctx, budget)?;
     }
     let mut strategy = options.strategy;
+    let mut offloads = Vec::new();
     let steps = match options.strategy {
         Strategy::None => run::original(&ctx),
         Strategy::ChenSqrt => run::chen(&ctx),
         Strategy::Sublinear => {
-            let (chosen, search) = run::sublinear(&ctx, options, run)?;
+            let (chosen, offloaded, search) = run::sublinear(&ctx, options, run)?;
             stats.search = Some(search);
             stats.met_by_eviction = chosen.strategy == Strategy::Dtr;
             strategy = chosen.strategy;
+            offloads = offloaded;
             chosen.steps
         }
         Strategy::Dtr => {
@@ -108,10 +110,14 @@ pub fn plan_with_stats(
             stats.fallback = fallback;
             steps
         }
-        Strategy::Partition => run::partition(&ctx, options, run)?,
+        Strategy::Partition => {
+            let (steps, offloaded) = run::partition(&ctx, options, run)?;
+            offloads = offloaded;
+            steps
+        }
     };
     stats.schedule_secs = start.elapsed().as_secs_f64();
-    let plan = finish_plan(&ctx, options, strategy, &steps, &mut stats)?;
+    let plan = finish_plan(&ctx, options, strategy, &steps, &offloads, &mut stats)?;
     Ok((plan, stats))
 }
 
@@ -150,6 +156,7 @@ pub fn plan_budgets(
                 &o,
                 chosen.strategy,
                 &chosen.steps,
+                &[],
                 &mut PlanStats::default(),
             )
         })
@@ -177,6 +184,7 @@ fn finish_plan(
     options: &PlanOptions,
     strategy: Strategy,
     steps: &[(OpId, bool)],
+    offloads: &[sgc_ir::Offload],
     stats: &mut PlanStats,
 ) -> Result<Plan, PlanError> {
     let graph = ctx.g;
@@ -185,11 +193,12 @@ fn finish_plan(
         ..options.clone()
     };
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
-    let profile = sgc_ir::simulate(graph, &ops).map_err(|e| PlanError::Internal {
-        strategy: options.strategy.to_string(),
-        message: e.to_string(),
-    })?;
-    let mut plan = Plan::assemble(graph, options, steps, &profile);
+    let profile =
+        sgc_ir::simulate_offloaded(graph, &ops, offloads).map_err(|e| PlanError::Internal {
+            strategy: options.strategy.to_string(),
+            message: e.to_string(),
+        })?;
+    let mut plan = Plan::assemble(graph, options, steps, offloads, &profile)?;
     let start = std::time::Instant::now();
     if options.arena || options.budget.is_some() {
         let layout = device::place(graph, &ops, &plan.lifetimes, options)?;

@@ -7,6 +7,7 @@ use crate::budget;
 use crate::context::Context;
 use crate::device;
 use crate::error::PlanError;
+use crate::offload_search;
 use crate::options::{BudgetOf, Goal, PlanOptions, RunConfig, Strategy};
 use crate::sublinear::evaluate::{self, fitness_of, schedule};
 use crate::sublinear::search::{Evaluator, SearchStats};
@@ -59,7 +60,7 @@ pub(crate) fn partition(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
-) -> Result<Vec<(OpId, bool)>, PlanError> {
+) -> Result<(Vec<(OpId, bool)>, Vec<sgc_ir::Offload>), PlanError> {
     let pool = pool(run)?;
     let cands = crate::partition::candidates(ctx, &pool).map_err(|e| {
         PlanError::Partition(match e {
@@ -69,7 +70,10 @@ pub(crate) fn partition(
     })?;
     let Some(limit) = options.budget else {
         let best = cands.into_iter().min_by_key(|c| (c.peak, c.units, c.saved));
-        return Ok(best.map(|c| c.steps).unwrap_or_else(|| original(ctx)));
+        return Ok((
+            best.map(|c| c.steps).unwrap_or_else(|| original(ctx)),
+            Vec::new(),
+        ));
     };
     if options.budget_of == BudgetOf::Saved {
         let lowest = cands.iter().map(|c| c.saved).min().unwrap_or(0);
@@ -77,17 +81,23 @@ pub(crate) fn partition(
             .into_iter()
             .filter(|c| c.saved <= limit)
             .min_by_key(|c| (c.units, c.peak, c.saved))
-            .map(|c| c.steps)
+            .map(|c| (c.steps, Vec::new()))
             .ok_or(PlanError::SavedBudgetNotMet {
                 budget: limit,
                 lowest,
             });
     }
-    let steps = cands
+    let steps: Vec<budget::Candidate> = cands
         .into_iter()
         .map(|c| budget::Candidate::of_steps(c.steps, c.peak, c.units, Strategy::Partition))
         .collect();
-    Ok(budget::choose_among(ctx, options, steps, limit)?.steps)
+    let choose = |b: u64| budget::choose_among(ctx, options, &steps, b);
+    if let Some(link) = options.host_link.as_ref() {
+        if let Some(f) = offload_search::best(ctx, options, choose, limit, link)? {
+            return Ok((f.chosen.steps, f.offloads));
+        }
+    }
+    Ok((choose(limit)?.steps, Vec::new()))
 }
 
 /// The traced order, unchanged.
@@ -101,7 +111,7 @@ pub(crate) fn sublinear(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
-) -> Result<(budget::Chosen, SearchStats), PlanError> {
+) -> Result<(budget::Chosen, Vec<sgc_ir::Offload>, SearchStats), PlanError> {
     let pool = pool(run)?;
     let mut ev = Evaluator::new(ctx, &pool, run.progress);
     if options.goal == Goal::Balanced {
@@ -117,7 +127,7 @@ pub(crate) fn sublinear(
             steps,
             strategy: Strategy::Sublinear,
         };
-        return Ok((chosen, ev.stats));
+        return Ok((chosen, Vec::new(), ev.stats));
     };
     let cands = budget::candidates(&mut ev, options, &best, fit.peak);
     // The budget selects among the candidates; the unbudgeted pick's trade is not the plan's.
@@ -126,7 +136,17 @@ pub(crate) fn sublinear(
         before_fixed_peak: None,
         ..ev.stats
     };
-    Ok((budget::choose(ctx, options, &cands, limit)?, stats))
+    if let Some(link) = options.host_link.as_ref() {
+        let choose = |b: u64| budget::choose(ctx, options, &cands, b);
+        if let Some(f) = offload_search::best(ctx, options, choose, limit, link)? {
+            return Ok((f.chosen, f.offloads, stats));
+        }
+    }
+    Ok((
+        budget::choose(ctx, options, &cands, limit)?,
+        Vec::new(),
+        stats,
+    ))
 }
 
 /// Static DTR; with a budget, the threshold is lowered by the arena's overshoot (twice at
