@@ -298,7 +298,7 @@ impl<'a> Greedy<'a> {
         for k in 0..self.by_size.len() {
             let i = self.by_size[k];
             let gap = self.gaps[i];
-            if !(gap.u + 1 < step && step < gap.v) || !self.admissible(i) {
+            if !(gap.u + 1 < step && step < gap.v && self.admissible(i)) {
                 continue;
             }
             self.taken.push(i);

@@ -53,14 +53,18 @@ fn pool(run: &RunConfig<'_>) -> Result<rayon::ThreadPool, PlanError> {
         })
 }
 
+/// A schedule and the storages it offloads.
+pub(crate) type Offloaded = (Vec<(OpId, bool)>, Vec<sgc_ir::Offload>);
+
 /// The `partition` strategy ([`crate::partition`]): with a budget, the candidate that recomputes
-/// least within it (bytes kept for the backward, device bytes or peak); without one, the
+/// least within it (bytes kept for the backward, device bytes or peak), or with a host link
+/// the fastest of those made to fit by offloads ([`offload_search`]); without one, the
 /// lowest peak.
 pub(crate) fn partition(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
-) -> Result<(Vec<(OpId, bool)>, Vec<sgc_ir::Offload>), PlanError> {
+) -> Result<Offloaded, PlanError> {
     let pool = pool(run)?;
     let cands = crate::partition::candidates(ctx, &pool).map_err(|e| {
         PlanError::Partition(match e {
