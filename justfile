@@ -60,6 +60,11 @@ real:
     REAL_MARKDOWN=target/real.md cargo bench --bench real
     bash scripts/docs-section.sh docs/benchmarks.md real target/real.md "just real"
 
+# Offload against recompute alone on ResNet-50, GPT-2 and ViT-B/16 (h100), into docs/benchmarks.md
+offload:
+    OFFLOAD_MARKDOWN=target/offload.md cargo bench --bench offload
+    bash scripts/docs-section.sh docs/benchmarks.md offload target/offload.md "just offload"
+
 # Run-time DTR: bookkeeping overhead on the CPU backend and the threshold sweep of
 # MegEngine's guide (zoo ResNet-50, batch 200, 11 GB) beside the static plan; updates
 # docs/benchmarks.md and docs/dtr_sweep.svg.
