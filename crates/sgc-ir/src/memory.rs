@@ -242,8 +242,13 @@ fn check_offload(graph: &Graph, steps: &[OpId], o: &Offload) -> Result<(), Strin
         ));
     }
     let touches = |list: &[TensorId]| list.iter().any(|&t| graph.storage_root(t) == o.root);
-    for s in o.copy_after + 1..o.needed_at {
-        let op = graph.op(steps[s]);
+    for (s, &step) in steps
+        .iter()
+        .enumerate()
+        .take(o.needed_at)
+        .skip(o.copy_after + 1)
+    {
+        let op = graph.op(step);
         let (reads, writes) = (touches(&op.inputs), touches(&op.outputs));
         if writes || (reads && s > o.free_after) {
             return Err(format!(
