@@ -7,7 +7,9 @@
 mod common;
 
 use sgc_exec::timing::{self, TimingOptions};
-use sgc_exec::{AllocStats, Backend, BufferId, CpuBackend, ExecError, Executor, Kernel, Operand};
+use sgc_exec::{
+    AllocStats, Backend, BufferId, CpuBackend, ExecError, Executor, HostCopy, Kernel, Operand,
+};
 use sgc_ir::Graph;
 use sgc_plan::{Plan, PlanOptions, Strategy};
 use std::sync::Mutex;
@@ -74,6 +76,22 @@ impl Backend for Cold {
     }
     fn memory(&self) -> AllocStats {
         self.cpu.memory()
+    }
+    type CopyDone = ();
+    fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError> {
+        self.cpu.alloc_host_pool(bytes)
+    }
+    fn host_pool_bytes(&self) -> u64 {
+        self.cpu.host_pool_bytes()
+    }
+    fn offload(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        self.cpu.offload(copy)
+    }
+    fn fetch(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        self.cpu.fetch(copy)
+    }
+    fn wait_copy(&mut self, done: &()) -> Result<(), ExecError> {
+        self.cpu.wait_copy(done)
     }
 }
 

@@ -133,3 +133,21 @@ pub fn plan(g: &Graph, strategy: sgc_plan::Strategy) -> sgc_plan::Plan {
     sgc_plan::verify(g, &plan).unwrap_or_else(|e| panic!("{strategy}: {e:?}"));
     plan
 }
+
+/// The plan of schedule `ops` (labelled `strategy`) with up to `max` offloads
+/// (`sgc_ir::testgen::spaced_offloads`), copies priced on the h100 host link, arena placed
+/// by the planner, checked by the plan verifier.
+pub fn offloaded(g: &Graph, strategy: sgc_plan::Strategy, ops: &[OpId], max: usize) -> Plan {
+    let options = sgc_plan::PlanOptions {
+        strategy,
+        device_profile: sgc_ir::DeviceProfile::by_name("h100"),
+        host_link: sgc_plan::streams::HostLink::named("h100"),
+        ..Default::default()
+    };
+    let offloads = sgc_ir::testgen::spaced_offloads(g, ops, max);
+    assert!(!offloads.is_empty(), "{:?}: nothing to offload", g.name());
+    let plan = sgc_plan::plan_schedule_offloaded(g, &options, ops, &offloads)
+        .unwrap_or_else(|e| panic!("{e}"));
+    sgc_plan::check(g, &plan).unwrap_or_else(|e| panic!("{strategy} with offloads: {e}"));
+    plan
+}

@@ -1,0 +1,95 @@
+//! The host side of offloads: one page-locked host allocation (cudarc's pinned host slice,
+//! `cuMemHostAlloc`), made once at the plan's host size, and one copy stream per
+//! direction, so copies to host and back run beside the kernels and beside each other.
+//!
+//! A copy waits for an event recorded on the compute stream when it is queued (every
+//! kernel launched before it), runs on its stream, and records an event there that the
+//! compute stream waits on ([`crate::backend::Backend::wait_copy`]). Copies are raw
+//! driver calls on device addresses, as the kernels' operands are.
+
+use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, PinnedHostSlice};
+use std::sync::Arc;
+
+/// The pinned pool and the two copy streams.
+pub(crate) struct HostPool {
+    mem: PinnedHostSlice<u8>,
+    /// Bytes asked for (the allocation has at least one).
+    len: usize,
+    to_host: Arc<CudaStream>,
+    to_device: Arc<CudaStream>,
+}
+
+impl HostPool {
+    /// A pool of `bytes` page-locked bytes (at least one) and its copy streams.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<HostPool, DriverError> {
+        // SAFETY: the bytes are uninitialised until a copy writes them; nothing reads a
+        // part of the pool that no copy to host has written (the plan's layout).
+        let mem = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }?;
+        Ok(HostPool {
+            mem,
+            len: bytes,
+            to_host: ctx.new_stream()?,
+            to_device: ctx.new_stream()?,
+        })
+    }
+
+    /// Bytes of the pool.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Queues the copy of `bytes` bytes at device address `src` to the pool at
+    /// `host_offset`, after the work queued so far on `compute`; the event of its end.
+    pub(crate) fn offload(
+        &self,
+        compute: &CudaStream,
+        src: u64,
+        host_offset: usize,
+        bytes: usize,
+    ) -> Result<CudaEvent, DriverError> {
+        self.to_host.wait(&compute.record_event(None)?)?;
+        let base = self.mem.as_ptr()? as *mut u8;
+        // SAFETY: the caller checked `host_offset + bytes` against the pool's length and
+        // the device range against its buffer; the pool lives until both copy streams
+        // are synchronised (`Drop`); no other copy writes these host bytes meanwhile (the
+        // executor's order of copies and waits, `crate::offload`).
+        if bytes > 0 {
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(base.add(host_offset), bytes);
+                memcpy_dtoh_async(dst, src, self.to_host.cu_stream())?;
+            }
+        }
+        self.to_host.record_event(None)
+    }
+
+    /// Queues the copy of `bytes` bytes of the pool at `host_offset` to device address
+    /// `dst`, after the work queued so far on `compute`; the event of its end.
+    pub(crate) fn fetch(
+        &self,
+        compute: &CudaStream,
+        dst: u64,
+        host_offset: usize,
+        bytes: usize,
+    ) -> Result<CudaEvent, DriverError> {
+        self.to_device.wait(&compute.record_event(None)?)?;
+        let base = self.mem.as_ptr()?;
+        // SAFETY: as in `offload`; the host bytes were written by this offload's copy to
+        // host, which the compute stream waited for before the event this copy waits on.
+        if bytes > 0 {
+            unsafe {
+                let src = std::slice::from_raw_parts(base.add(host_offset), bytes);
+                memcpy_htod_async(dst, src, self.to_device.cu_stream())?;
+            }
+        }
+        self.to_device.record_event(None)
+    }
+}
+
+impl Drop for HostPool {
+    /// Copies still queued end before the pool is freed.
+    fn drop(&mut self) {
+        let _ = self.to_host.synchronize();
+        let _ = self.to_device.synchronize();
+    }
+}
