@@ -397,15 +397,23 @@ impl<'a> Resolver<'a> {
 
     /// Storages fetched back from the host live in their second instance from step `s`.
     fn fetched_into(&mut self, s: usize) -> Result<(), ExecError> {
-        for root in self.offloads.fetched_into(s) {
-            let off = self.places.offset_of(root, s).ok_or_else(|| {
-                ExecError::Layout(format!(
-                    "no placement for `{}` fetched back before step {s}",
-                    self.graph.tensor(root).name
-                ))
-            })?;
-            self.current[root.index()] = Some(off);
+        let fetched: Vec<TensorId> = self.offloads.fetched_into(s).collect();
+        for root in fetched {
+            self.start_instance(root, s, "fetched back before")?;
         }
+        Ok(())
+    }
+
+    /// `root`'s instance that starts at step `s` is its current one (`how` it starts, for
+    /// the error when the plan has no place for it).
+    fn start_instance(&mut self, root: TensorId, s: usize, how: &str) -> Result<(), ExecError> {
+        let off = self.places.offset_of(root, s).ok_or_else(|| {
+            ExecError::Layout(format!(
+                "no placement for `{}` {how} step {s}",
+                self.graph.tensor(root).name
+            ))
+        })?;
+        self.current[root.index()] = Some(off);
         Ok(())
     }
 
@@ -439,13 +447,7 @@ impl<'a> Resolver<'a> {
             for &t in &o.outputs {
                 let root = self.graph.storage_root(t);
                 if root == t && self.persistent[root.index()].is_none() {
-                    let off = self.places.offset_of(root, s).ok_or_else(|| {
-                        ExecError::Layout(format!(
-                            "no placement for `{}` produced at step {s}",
-                            self.graph.tensor(t).name
-                        ))
-                    })?;
-                    self.current[root.index()] = Some(off);
+                    self.start_instance(root, s, "produced at")?;
                 }
             }
             let outputs = o

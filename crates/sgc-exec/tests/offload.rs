@@ -10,7 +10,7 @@ mod common;
 
 use common::device::{self, assert_matches, every_device, on_device, trained, Device, SEED};
 use common::{load, offloaded, real, TINY};
-use sgc_exec::{AllocStats, Backend, BufferId, CpuBackend, ExecError, Executor, HostCopy};
+use sgc_exec::{Backend, CpuBackend, ExecError, Executor, HostCopy};
 use sgc_exec::{HostTensor, Kernel, Operand};
 use sgc_ir::{Graph, OpId};
 use sgc_plan::{Plan, Strategy};
@@ -144,45 +144,12 @@ impl Poisoning {
 }
 
 impl Backend for Poisoning {
-    fn name(&self) -> String {
-        self.cpu.name()
-    }
-    fn supports(&self, kernel: &Kernel) -> bool {
-        self.cpu.supports(kernel)
-    }
-    fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
-        self.cpu.alloc(bytes)
-    }
-    fn write(&mut self, b: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError> {
-        self.cpu.write(b, offset, data)
-    }
-    fn read(&mut self, b: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError> {
-        self.cpu.read(b, offset, out)
-    }
+    common::cpu_passthrough!();
     fn run_kernel(&mut self, k: &Kernel, i: &[Operand], o: &[Operand]) -> Result<(), ExecError> {
         self.cpu.run_kernel(k, i, o)
     }
-    fn synchronize(&mut self) -> Result<(), ExecError> {
-        self.cpu.synchronize()
-    }
-    type Mark = <CpuBackend as Backend>::Mark;
-    fn mark(&mut self) -> Result<Self::Mark, ExecError> {
-        self.cpu.mark()
-    }
-    fn seconds_between(&mut self, a: &Self::Mark, b: &Self::Mark) -> Result<f64, ExecError> {
-        self.cpu.seconds_between(a, b)
-    }
-    fn memory(&self) -> AllocStats {
-        self.cpu.memory()
-    }
     /// The copy, and whether it goes to the host.
     type CopyDone = (HostCopy, bool);
-    fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError> {
-        self.cpu.alloc_host_pool(bytes)
-    }
-    fn host_pool_bytes(&self) -> u64 {
-        self.cpu.host_pool_bytes()
-    }
     fn offload(&mut self, copy: &HostCopy) -> Result<(HostCopy, bool), ExecError> {
         self.cpu.offload(copy)?;
         Ok((*copy, true))

@@ -39,50 +39,43 @@ impl HostPool {
         self.len
     }
 
-    /// Queues the copy of `bytes` bytes at device address `src` to the pool at
-    /// `host_offset`, after the work queued so far on `compute`; the event of its end.
-    pub(crate) fn offload(
+    /// Queues the copy of `bytes` bytes between device address `device` and the pool at
+    /// `host_offset` (to the host, or back), after the work queued so far on `compute`;
+    /// the event of its end.
+    pub(crate) fn copy(
         &self,
         compute: &CudaStream,
-        src: u64,
+        to_host: bool,
+        device: u64,
         host_offset: usize,
         bytes: usize,
     ) -> Result<CudaEvent, DriverError> {
-        self.to_host.wait(&compute.record_event(None)?)?;
+        let stream = if to_host {
+            &self.to_host
+        } else {
+            &self.to_device
+        };
+        stream.wait(&compute.record_event(None)?)?;
         let base = self.mem.as_ptr()? as *mut u8;
+        if bytes == 0 {
+            return stream.record_event(None);
+        }
         // SAFETY: the caller checked `host_offset + bytes` against the pool's length and
-        // the device range against its buffer; the pool lives until both copy streams
-        // are synchronised (`Drop`); no other copy writes these host bytes meanwhile (the
-        // executor's order of copies and waits, `crate::offload`).
-        if bytes > 0 {
-            unsafe {
-                let dst = std::slice::from_raw_parts_mut(base.add(host_offset), bytes);
-                memcpy_dtoh_async(dst, src, self.to_host.cu_stream())?;
+        // the device range against its buffer; the pool lives until both copy streams are
+        // synchronised (`Drop`). No other copy touches these host bytes meanwhile, and a
+        // copy back reads what its copy to host wrote, which the compute stream waited for
+        // before the event this copy waits on (the executor's order, `crate::offload`).
+        unsafe {
+            let host = base.add(host_offset);
+            if to_host {
+                let dst = std::slice::from_raw_parts_mut(host, bytes);
+                memcpy_dtoh_async(dst, device, stream.cu_stream())?;
+            } else {
+                let src = std::slice::from_raw_parts(host as *const u8, bytes);
+                memcpy_htod_async(device, src, stream.cu_stream())?;
             }
         }
-        self.to_host.record_event(None)
-    }
-
-    /// Queues the copy of `bytes` bytes of the pool at `host_offset` to device address
-    /// `dst`, after the work queued so far on `compute`; the event of its end.
-    pub(crate) fn fetch(
-        &self,
-        compute: &CudaStream,
-        dst: u64,
-        host_offset: usize,
-        bytes: usize,
-    ) -> Result<CudaEvent, DriverError> {
-        self.to_device.wait(&compute.record_event(None)?)?;
-        let base = self.mem.as_ptr()?;
-        // SAFETY: as in `offload`; the host bytes were written by this offload's copy to
-        // host, which the compute stream waited for before the event this copy waits on.
-        if bytes > 0 {
-            unsafe {
-                let src = std::slice::from_raw_parts(base.add(host_offset), bytes);
-                memcpy_htod_async(dst, src, self.to_device.cu_stream())?;
-            }
-        }
-        self.to_device.record_event(None)
+        stream.record_event(None)
     }
 }
 

@@ -325,13 +325,15 @@ impl Backend for CudaBackend {
 
     fn offload(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
         let (pool, src, host_offset, bytes) = self.host_copy(copy)?;
-        pool.offload(&self.dev.stream, src, host_offset, bytes)
+        let stream = &self.dev.stream;
+        pool.copy(stream, true, src, host_offset, bytes)
             .map_err(Self::sync_err)
     }
 
     fn fetch(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
         let (pool, dst, host_offset, bytes) = self.host_copy(copy)?;
-        pool.fetch(&self.dev.stream, dst, host_offset, bytes)
+        let stream = &self.dev.stream;
+        pool.copy(stream, false, dst, host_offset, bytes)
             .map_err(Self::sync_err)
     }
 
