@@ -226,6 +226,47 @@ fn run_refuses_a_plan_that_check_refuses() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `sgc run --plan` on a plan with offloads reports the host pool (apart from device
+/// bytes, beside the plan's host peak) and the offloads, in its text and its JSON.
+#[test]
+fn run_reports_the_host_pool_and_offloads_of_a_plan() {
+    use sgc::plan::{streams::HostLink, PlanOptions};
+    let file = zoo("tiny_cnn");
+    let g = sgc::ir::load_any(&file).unwrap();
+    let ops: Vec<sgc::ir::OpId> = g.op_ids().collect();
+    let offloads = sgc::ir::testgen::spaced_offloads(&g, &ops, 4);
+    let options = PlanOptions {
+        device_profile: sgc::ir::DeviceProfile::by_name("h100"),
+        host_link: HostLink::named("h100"),
+        ..Default::default()
+    };
+    let p = sgc::plan::plan_schedule_offloaded(&g, &options, &ops, &offloads).unwrap();
+    let host = p.host.clone().unwrap();
+    let path = std::env::temp_dir().join(format!("sgc-run-offload-{}.json", std::process::id()));
+    std::fs::write(&path, p.to_json()).unwrap();
+    let path = path.to_str().unwrap();
+    let out = sgc(&["run", &file, "--plan", path, "--steps", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = format!("offloads: {} storages per step", offloads.len());
+    assert!(text.contains(&line) && text.contains("host pool"), "{text}");
+    let v = json(&sgc(&[
+        "run", &file, "--plan", path, "--steps", "1", "--json",
+    ]));
+    let report = &v[0]["report"];
+    assert_eq!(report["host_pool_bytes"], host.size, "{report}");
+    assert_eq!(report["offloads"], offloads.len(), "{report}");
+    assert_eq!(
+        report["allocator"]["peak_bytes"], report["planned_bytes"],
+        "{report}"
+    );
+    let _ = std::fs::remove_file(path);
+}
+
 /// The default a subcommand shows for `--flag` in its help (`[default: X]`).
 fn help_default(cmd: &str, flag: &str) -> Option<String> {
     let out = sgc(&[cmd, "--help"]);

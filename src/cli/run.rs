@@ -1,7 +1,8 @@
 //! `sgc run FILE`: execute training steps of a graph, planned or not, on a device, with
 //! inputs and parameters initialised from a seed, and print what the backend measured:
 //! bytes allocated (against the plan's arena + persistent bytes, the memory model's peak
-//! and the lower bound), time per step and time spent recomputing. `--compare` also runs
+//! and the lower bound), the host pool of a plan's offloads (against its host peak), time
+//! per step and time spent recomputing. `--compare` also runs
 //! the unplanned schedule and prints both, with whether their loss curves are bitwise
 //! equal.
 
@@ -236,6 +237,17 @@ fn print_outcome(o: &Outcome, plan: Option<&Plan>) {
         human_bytes(r.lower_bound_bytes),
         r.planned_bytes as f64 / r.model_peak_bytes.max(1) as f64
     );
+    if r.offloads > 0 {
+        let host_peak = plan.and_then(|p| p.host.as_ref()).map_or(0, |h| h.peak);
+        println!(
+            "  offloads: {} storage{} per step, {} to host and back; host pool {} (the plan's host peak {}), not device memory",
+            r.offloads,
+            if r.offloads == 1 { "" } else { "s" },
+            human_bytes(r.offload_bytes),
+            human_bytes(r.host_pool_bytes),
+            human_bytes(host_peak)
+        );
+    }
     let (q1, q3) = t.times.quartiles();
     let predicted = plan.map_or(0.0, |p| p.summary.recompute_share);
     println!(

@@ -20,6 +20,14 @@
 //!   (recomputation) gives bitwise the same bytes.
 //! - Data is f32; index operands (`embedding` ids, `cross_entropy` labels) are i64 or i32,
 //!   little-endian.
+//! - Offloads ([`HostCopy`]): [`Backend::alloc_host_pool`] makes one host allocation
+//!   (page-locked on CUDA), counted in [`Backend::host_pool_bytes`] and not in
+//!   [`Backend::memory`]. [`Backend::offload`] and [`Backend::fetch`] queue a copy between
+//!   a buffer and the pool that starts once every kernel launched before it has finished
+//!   and may run beside kernels launched after it (on CUDA, on a copy stream);
+//!   [`Backend::wait_copy`] makes every kernel launched after it start after that copy
+//!   ended. Until then the caller launches nothing that writes the copy's source or
+//!   touches its destination.
 //!
 //! The CPU backend (`cpu_backend/`) is the reference; the CUDA backend (`cuda_backend/`)
 //! implements the same kernels under the same names.
@@ -38,6 +46,19 @@ pub struct AllocStats {
     pub peak_bytes: u64,
     /// Allocations made.
     pub allocations: u64,
+}
+
+/// One copy between a buffer and the host pool ([`Backend::offload`] copies `bytes`
+/// bytes of `buffer` at `offset` to the pool at `host_offset`; [`Backend::fetch`] copies
+/// them back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCopy {
+    pub buffer: BufferId,
+    /// Byte offset in the buffer.
+    pub offset: u64,
+    /// Byte offset in the host pool.
+    pub host_offset: u64,
+    pub bytes: u64,
 }
 
 /// A compute device: see the [module docs](self) for the contract.
@@ -114,6 +135,29 @@ pub trait Backend {
 
     /// The allocator's counters.
     fn memory(&self) -> AllocStats;
+
+    /// A copy queued by [`Backend::offload`] or [`Backend::fetch`], for
+    /// [`Backend::wait_copy`].
+    type CopyDone;
+
+    /// Makes the host pool that offloaded storages are copied into: one allocation of
+    /// `bytes` host bytes (page-locked where the device has such memory), made once,
+    /// before any copy.
+    fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError>;
+
+    /// Bytes of the host pool (0 before [`Backend::alloc_host_pool`]).
+    fn host_pool_bytes(&self) -> u64;
+
+    /// Queues the copy of `copy.bytes` bytes of the buffer to the host pool, to start once
+    /// every kernel launched so far has finished (see the [module docs](self)).
+    fn offload(&mut self, copy: &HostCopy) -> Result<Self::CopyDone, ExecError>;
+
+    /// Queues the copy of `copy.bytes` bytes of the host pool back into the buffer, to
+    /// start once every kernel launched so far has finished.
+    fn fetch(&mut self, copy: &HostCopy) -> Result<Self::CopyDone, ExecError>;
+
+    /// Kernels launched after this call start after the copy `done` has ended.
+    fn wait_copy(&mut self, done: &Self::CopyDone) -> Result<(), ExecError>;
 }
 
 /// Checks that `outputs` overlap neither each other nor any input (except an input they

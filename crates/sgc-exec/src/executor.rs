@@ -23,10 +23,16 @@
 //! nothing waits between launches). A `reshape` whose output views its input is a no-op.
 //! `sgd_update` writes the parameter in place, so parameters carry over from one step to
 //! the next.
+//!
+//! A plan's offloads ([`crate::offload`]) add one host allocation, the pool, at the plan's
+//! host size, and copies between steps: each offloaded storage is copied to the pool after
+//! `copy_after` and back after `fetch_after` into its second instance, where the resolver
+//! has its readers from `fetch_after + 1` on.
 
 use crate::backend::{AllocStats, Backend, BufferId, Operand};
 use crate::error::ExecError;
 use crate::kernel::Kernel;
+use crate::offload::Offloads;
 use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
 use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
@@ -74,6 +80,13 @@ pub struct RunReport {
     pub model_peak_bytes: u64,
     /// Persistent bytes plus the largest op's footprint: no schedule needs less.
     pub lower_bound_bytes: u64,
+    /// Bytes of the host pool offloaded storages are copied into (not device bytes; the
+    /// plan's host peak is its bound).
+    pub host_pool_bytes: u64,
+    /// Storages offloaded per step.
+    pub offloads: usize,
+    /// Bytes copied to host per step (and as many back).
+    pub offload_bytes: u64,
     /// Device time of all steps (first launch to last; wall clock on the CPU, CUDA events
     /// on CUDA).
     pub seconds: f64,
@@ -95,6 +108,7 @@ pub struct PlanReplay {
     /// Allocation of each persistent storage root.
     persistent: Vec<Option<BufferId>>,
     launches: Vec<Launch>,
+    offloads: Offloads,
     /// Arena offset of each input root (its instance from step 0).
     input_offsets: Vec<Option<u64>>,
     /// Arena offset of each non-persistent root resident at the end, if any.
@@ -123,7 +137,9 @@ impl<B: Backend> Schedule<B> for PlanReplay {
         // the device (CUDA events), and the step's own device time from first to last.
         let mut marks = Vec::with_capacity(self.launches.len() + 1);
         marks.push((usize::MAX, backend.mark()?));
+        let mut flight = self.offloads.in_flight();
         for (i, l) in self.launches.iter().enumerate() {
+            self.offloads.cross(i, backend, &mut flight)?;
             if l.no_op {
                 continue;
             }
@@ -136,6 +152,8 @@ impl<B: Backend> Schedule<B> for PlanReplay {
                 })?;
             marks.push((i, backend.mark()?));
         }
+        self.offloads
+            .cross(self.launches.len(), backend, &mut flight)?;
         for pair in marks.windows(2) {
             let (i, to) = &pair[1];
             let secs = backend.seconds_between(&pair[0].1, to)?;
@@ -198,16 +216,20 @@ impl<B: Backend> Runner<B, PlanReplay> {
         }
         sgc_plan::check(graph, &plan)?;
         let kernels = check_ops(graph, &ops, &backend)?;
-        let model_peak = sgc_ir::simulate(graph, &ops)?.peak;
+        let model_peak = sgc_ir::simulate_offloaded(graph, &ops, &plan.offloads)?.peak;
         let places = Places::of(&plan);
         let arena = backend.alloc(places.arena_bytes)?;
+        let offloads = Offloads::of(graph, &plan, arena)?;
+        if let Some(host) = plan.host.as_ref().filter(|_| offloads.len() > 0) {
+            backend.alloc_host_pool(host.size)?;
+        }
         let mut persistent = vec![None; graph.num_tensors()];
         for t in graph.tensor_ids() {
             if graph.storage_root(t) == t && graph.is_persistent(t) {
                 persistent[t.index()] = Some(backend.alloc(graph.tensor(t).size)?);
             }
         }
-        let mut resolver = Resolver::new(graph, &places, arena, &persistent);
+        let mut resolver = Resolver::new(graph, &places, arena, &persistent, &offloads);
         let launches = resolver.resolve(&ops, kernels)?;
         let final_offsets = places.resident_at_end(&plan, resolver.current);
         let replay = PlanReplay {
@@ -217,6 +239,7 @@ impl<B: Backend> Runner<B, PlanReplay> {
             arena,
             persistent,
             launches,
+            offloads,
             model_peak,
             steps_run: 0,
             op_seconds: vec![0.0; graph.num_ops()],
@@ -278,6 +301,9 @@ impl<B: Backend> Runner<B, PlanReplay> {
             allocator: self.backend.memory(),
             model_peak_bytes: s.model_peak,
             lower_bound_bytes: g.lower_bound().bytes,
+            host_pool_bytes: self.backend.host_pool_bytes(),
+            offloads: s.offloads.len(),
+            offload_bytes: s.offloads.bytes(),
             seconds: s.step_seconds.iter().sum(),
             recompute_seconds: s.recompute_seconds,
             step_seconds: s.step_seconds.clone(),
@@ -339,6 +365,7 @@ struct Resolver<'a> {
     places: &'a Places,
     arena: BufferId,
     persistent: &'a [Option<BufferId>],
+    offloads: &'a Offloads,
     current: Vec<Option<u64>>,
     input_offsets: Vec<Option<u64>>,
 }
@@ -349,6 +376,7 @@ impl<'a> Resolver<'a> {
         places: &'a Places,
         arena: BufferId,
         persistent: &'a [Option<BufferId>],
+        offloads: &'a Offloads,
     ) -> Self {
         let mut current = vec![None; graph.num_tensors()];
         for t in graph.tensor_ids() {
@@ -361,9 +389,32 @@ impl<'a> Resolver<'a> {
             places,
             arena,
             persistent,
+            offloads,
             input_offsets: current.clone(),
             current,
         }
+    }
+
+    /// Storages fetched back from the host live in their second instance from step `s`.
+    fn fetched_into(&mut self, s: usize) -> Result<(), ExecError> {
+        let fetched: Vec<TensorId> = self.offloads.fetched_into(s).collect();
+        for root in fetched {
+            self.start_instance(root, s, "fetched back before")?;
+        }
+        Ok(())
+    }
+
+    /// `root`'s instance that starts at step `s` is its current one (`how` it starts, for
+    /// the error when the plan has no place for it).
+    fn start_instance(&mut self, root: TensorId, s: usize, how: &str) -> Result<(), ExecError> {
+        let off = self.places.offset_of(root, s).ok_or_else(|| {
+            ExecError::Layout(format!(
+                "no placement for `{}` {how} step {s}",
+                self.graph.tensor(root).name
+            ))
+        })?;
+        self.current[root.index()] = Some(off);
+        Ok(())
     }
 
     fn locate(&self, t: TensorId) -> Result<Operand, ExecError> {
@@ -386,6 +437,7 @@ impl<'a> Resolver<'a> {
     fn resolve(&mut self, ops: &[OpId], kernels: Vec<Kernel>) -> Result<Vec<Launch>, ExecError> {
         let mut launches = Vec::with_capacity(kernels.len());
         for (s, (&op, kernel)) in ops.iter().zip(kernels).enumerate() {
+            self.fetched_into(s)?;
             let o = self.graph.op(op);
             let inputs = o
                 .inputs
@@ -395,13 +447,7 @@ impl<'a> Resolver<'a> {
             for &t in &o.outputs {
                 let root = self.graph.storage_root(t);
                 if root == t && self.persistent[root.index()].is_none() {
-                    let off = self.places.offset_of(root, s).ok_or_else(|| {
-                        ExecError::Layout(format!(
-                            "no placement for `{}` produced at step {s}",
-                            self.graph.tensor(t).name
-                        ))
-                    })?;
-                    self.current[root.index()] = Some(off);
+                    self.start_instance(root, s, "produced at")?;
                 }
             }
             let outputs = o

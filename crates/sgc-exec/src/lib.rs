@@ -12,7 +12,8 @@
 //!   parameters by name, steps, reading outputs, gradients and the loss), over a
 //!   [`runner::Schedule`] that says what differs.
 //! - [`Executor`]: replays an `sgc_plan::Plan` (the plan of strategy `none` when
-//!   unplanned) and reports measured memory and time ([`RunReport`]).
+//!   unplanned) and reports measured memory and time ([`RunReport`]); a plan's offloads
+//!   are copies to a host pool and back between steps (`offload`).
 //! - [`dtr`]: run-time DTR (MegEngine's dynamic rematerialisation): [`DtrExecutor`] runs
 //!   steps with eviction decided while they run, on a pool allocator with defragmentation;
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.
@@ -31,6 +32,7 @@ pub mod executor;
 pub mod host;
 pub mod init;
 pub mod kernel;
+mod offload;
 pub mod operand;
 pub mod ops;
 pub mod runner;
@@ -39,7 +41,7 @@ pub mod timing;
 mod view;
 mod window;
 
-pub use backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
+pub use backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
 pub use cpu_backend::CpuBackend;
 pub use cuda_backend::CudaBackend;
 pub use dtr::{DtrExecutor, DtrOptions, DtrReport};

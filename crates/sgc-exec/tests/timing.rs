@@ -7,7 +7,7 @@
 mod common;
 
 use sgc_exec::timing::{self, TimingOptions};
-use sgc_exec::{AllocStats, Backend, BufferId, CpuBackend, ExecError, Executor, Kernel, Operand};
+use sgc_exec::{Backend, CpuBackend, ExecError, Executor, HostCopy, Kernel, Operand};
 use sgc_ir::Graph;
 use sgc_plan::{Plan, PlanOptions, Strategy};
 use std::sync::Mutex;
@@ -40,21 +40,7 @@ struct Cold {
 }
 
 impl Backend for Cold {
-    fn name(&self) -> String {
-        self.cpu.name()
-    }
-    fn supports(&self, kernel: &Kernel) -> bool {
-        self.cpu.supports(kernel)
-    }
-    fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
-        self.cpu.alloc(bytes)
-    }
-    fn write(&mut self, b: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError> {
-        self.cpu.write(b, offset, data)
-    }
-    fn read(&mut self, b: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError> {
-        self.cpu.read(b, offset, out)
-    }
+    common::cpu_passthrough!();
     fn run_kernel(&mut self, k: &Kernel, i: &[Operand], o: &[Operand]) -> Result<(), ExecError> {
         if self.cold_launches > 0 {
             self.cold_launches -= 1;
@@ -62,18 +48,15 @@ impl Backend for Cold {
         }
         self.cpu.run_kernel(k, i, o)
     }
-    fn synchronize(&mut self) -> Result<(), ExecError> {
-        self.cpu.synchronize()
+    type CopyDone = ();
+    fn offload(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        self.cpu.offload(copy)
     }
-    type Mark = <CpuBackend as Backend>::Mark;
-    fn mark(&mut self) -> Result<Self::Mark, ExecError> {
-        self.cpu.mark()
+    fn fetch(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        self.cpu.fetch(copy)
     }
-    fn seconds_between(&mut self, a: &Self::Mark, b: &Self::Mark) -> Result<f64, ExecError> {
-        self.cpu.seconds_between(a, b)
-    }
-    fn memory(&self) -> AllocStats {
-        self.cpu.memory()
+    fn wait_copy(&mut self, done: &()) -> Result<(), ExecError> {
+        self.cpu.wait_copy(done)
     }
 }
 

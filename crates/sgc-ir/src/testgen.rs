@@ -894,3 +894,48 @@ pub fn check_error_locates(e: &GraphError, text: &str) {
         );
     }
 }
+
+/// Offloads for tests, before a planner chooses them: for up to `max` activation roots of
+/// the schedule `ops` (the first in step order), the first two consecutive steps `u < v`
+/// touching the storage with `v - u >= 4` where `v` reads it (a forward use, then the first
+/// backward read): copy after `u`, free after `u + 1`, fetch after `v - 2`, needed at `v`.
+/// Each is checked by [`crate::simulate_offloaded`]; a graph without such gaps gets none.
+pub fn spaced_offloads(graph: &Graph, ops: &[crate::OpId], max: usize) -> Vec<crate::Offload> {
+    let mut touches: Vec<Vec<(usize, bool)>> = vec![Vec::new(); graph.num_tensors()];
+    for (s, &op) in ops.iter().enumerate() {
+        let o = graph.op(op);
+        let mut roots: Vec<(crate::TensorId, bool)> = o
+            .outputs
+            .iter()
+            .map(|&t| (graph.storage_root(t), false))
+            .chain(o.inputs.iter().map(|&t| (graph.storage_root(t), true)))
+            .collect();
+        // A storage the step writes counts as written (`false` sorts first).
+        roots.sort();
+        roots.dedup_by_key(|r| r.0);
+        for (r, only_read) in roots {
+            touches[r.index()].push((s, only_read));
+        }
+    }
+    let mut chosen: Vec<(usize, crate::Offload)> = graph
+        .tensor_ids()
+        .filter(|&t| graph.storage_root(t) == t && graph.tensor(t).kind == TensorKind::Activation)
+        .filter_map(|t| {
+            let gap = touches[t.index()]
+                .windows(2)
+                .find(|w| w[1].0 - w[0].0 >= 4 && w[1].1)?;
+            let (u, v) = (gap[0].0, gap[1].0);
+            let o = crate::Offload {
+                root: t,
+                copy_after: u,
+                free_after: u + 1,
+                fetch_after: v - 2,
+                needed_at: v,
+            };
+            crate::simulate_offloaded(graph, ops, &[o]).ok()?;
+            Some((u, o))
+        })
+        .collect();
+    chosen.sort_by_key(|c| (c.0, c.1.root));
+    chosen.into_iter().take(max).map(|c| c.1).collect()
+}

@@ -70,6 +70,71 @@ pub enum ViolationKind {
         offset: u64,
         other_offset: u64,
     },
+    /// An offload names a persistent tensor, a view or a tensor the graph does not have.
+    OffloadNotRoot,
+    /// An offload's steps are out of order or past the schedule.
+    OffloadOrder {
+        copy_after: usize,
+        free_after: usize,
+        fetch_after: usize,
+        needed_at: usize,
+        steps: usize,
+    },
+    /// Two offloads of one storage overlap in time.
+    OffloadsOverlap {
+        needed_at: usize,
+        next_copy_after: usize,
+    },
+    /// The copy to host starts after a step where the storage is not resident.
+    CopySourceNotResident,
+    /// The device instance the copy reads ends before the offload's `free_after`.
+    CopySourceFreedEarly {
+        free_after: usize,
+    },
+    /// The plan does not free the device storage after the offload's `free_after`.
+    OffloadNotFreed,
+    /// A step writes the storage while its copy to host runs.
+    WrittenWhileCopied {
+        copy_after: usize,
+    },
+    /// A step reads or writes the storage while it is on the host only.
+    TouchedWhileAway {
+        write: bool,
+        free_after: usize,
+        fetch_after: usize,
+    },
+    /// A step reads or writes the storage before the offload's reader, while the copy back
+    /// may still run.
+    TouchedBeforeFetch {
+        write: bool,
+        needed_at: usize,
+    },
+    /// The offload's `needed_at` step does not read the storage.
+    FetchNotRead,
+    /// The plan has offloads but no host layout.
+    HostMissing,
+    HostCount {
+        offsets: usize,
+        offloads: usize,
+    },
+    HostOutside {
+        offset: u64,
+        end: u64,
+        size: u64,
+    },
+    HostOverlap {
+        other: String,
+        offset: u64,
+        other_offset: u64,
+    },
+    HostPeakMismatch {
+        claimed: u64,
+        replayed: u64,
+    },
+    HostOverLimit {
+        peak: u64,
+        limit: u64,
+    },
 }
 
 /// One violation, naming the step, the op and the tensor it concerns where there are.
@@ -121,6 +186,22 @@ impl fmt::Display for Violation {
             K::ArenaMisaligned { offset, align } => write!(f, ": `{t}` at arena offset {offset}, not a multiple of the alignment {align}"),
             K::ArenaOutside { offset, end, size } => write!(f, ": `{t}` at arena offset {offset} ends at {end}, past the arena of {size} B"),
             K::AddressOverlap { other, offset, other_offset } => write!(f, ": `{t}` (offset {offset}) and `{other}` (offset {other_offset}) are both live and share addresses"),
+            K::OffloadNotRoot => write!(f, ": offloads `{t}`, which is not the root of a non-persistent storage"),
+            K::OffloadOrder { copy_after, free_after, fetch_after, needed_at, steps } => write!(f, ": offload of `{t}`: copy_after {copy_after} <= free_after {free_after} < fetch_after {fetch_after} < needed_at {needed_at} < {steps} steps does not hold"),
+            K::OffloadsOverlap { needed_at, next_copy_after } => write!(f, ": `{t}` is offloaded again after step {next_copy_after}, before the previous offload's reader at step {needed_at}"),
+            K::CopySourceNotResident => write!(f, ": `{t}` is copied to host after this step, where it is not resident"),
+            K::CopySourceFreedEarly { free_after } => write!(f, ": `{t}` is freed before its copy to host ends after step {free_after}"),
+            K::OffloadNotFreed => write!(f, ": `{t}` is offloaded but its device storage is not freed after this step"),
+            K::WrittenWhileCopied { copy_after } => write!(f, ": writes `{t}` while its copy to host (after step {copy_after}) runs"),
+            K::TouchedWhileAway { write, free_after, fetch_after } => write!(f, ": {} `{t}`, which is on the host only (freed after step {free_after}, fetched after step {fetch_after})", if *write { "writes" } else { "reads" }),
+            K::TouchedBeforeFetch { write, needed_at } => write!(f, ": {} `{t}` before its copy back is waited for (at step {needed_at})", if *write { "writes" } else { "reads" }),
+            K::FetchNotRead => write!(f, ": waits for the copy back of `{t}` but does not read it"),
+            K::HostMissing => write!(f, ": has offloads but no host pool layout"),
+            K::HostCount { offsets, offloads } => write!(f, ": the host pool has {offsets} offsets for {offloads} offloads"),
+            K::HostOutside { offset, end, size } => write!(f, ": `{t}` at host offset {offset} ends at {end}, past the host pool of {size} B"),
+            K::HostOverlap { other, offset, other_offset } => write!(f, ": `{t}` (host offset {offset}) and `{other}` (host offset {other_offset}) are both on the host and share bytes"),
+            K::HostPeakMismatch { claimed, replayed } => write!(f, ": claims a host peak of {claimed} B, replay gives {replayed} B"),
+            K::HostOverLimit { peak, limit } => write!(f, ": holds {peak} B on the host at once, above the host memory limit of {limit} B"),
         }
     }
 }

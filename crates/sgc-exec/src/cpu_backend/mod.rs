@@ -23,7 +23,7 @@ mod random;
 mod reduce;
 mod shape;
 
-use crate::backend::{AllocStats, Backend, BufferId, Operand, View, ViewStep};
+use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
 use crate::kernel::{FamilyKernel, Kernel};
 use sgc_ir::DType;
@@ -91,6 +91,8 @@ pub struct CpuBackend {
     stats: AllocStats,
     /// Runs so far of each random op (by its seed): the stream position of its next draw.
     draws: std::collections::HashMap<u64, u64>,
+    /// Where offloaded storages go ([`Backend::alloc_host_pool`]).
+    host_pool: Vec<u8>,
 }
 
 impl CpuBackend {
@@ -293,6 +295,67 @@ impl Backend for CpuBackend {
 
     fn memory(&self) -> AllocStats {
         self.stats
+    }
+
+    /// Copies run as they are queued, so there is nothing to wait for.
+    type CopyDone = ();
+
+    fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError> {
+        if !self.host_pool.is_empty() {
+            return Err(ExecError::backend(NAME, "the host pool is made once"));
+        }
+        let len = usize::try_from(bytes)
+            .map_err(|_| ExecError::backend(NAME, format!("cannot allocate {bytes} host bytes")))?;
+        let mut pool = Vec::new();
+        pool.try_reserve_exact(len).map_err(|e| {
+            ExecError::backend(NAME, format!("cannot allocate {bytes} host bytes: {e}"))
+        })?;
+        pool.resize(len, 0u8);
+        self.host_pool = pool;
+        Ok(())
+    }
+
+    fn host_pool_bytes(&self) -> u64 {
+        self.host_pool.len() as u64
+    }
+
+    fn offload(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        let range = self.host_range(copy)?;
+        let mut pool = std::mem::take(&mut self.host_pool);
+        let done = self.read(copy.buffer, copy.offset, &mut pool[range]);
+        self.host_pool = pool;
+        done
+    }
+
+    fn fetch(&mut self, copy: &HostCopy) -> Result<(), ExecError> {
+        let range = self.host_range(copy)?;
+        let pool = std::mem::take(&mut self.host_pool);
+        let done = self.write(copy.buffer, copy.offset, &pool[range]);
+        self.host_pool = pool;
+        done
+    }
+
+    fn wait_copy(&mut self, _done: &()) -> Result<(), ExecError> {
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// The host pool's bytes of `copy`, checked to lie inside the pool.
+    fn host_range(&self, copy: &HostCopy) -> Result<std::ops::Range<usize>, ExecError> {
+        let end = copy.host_offset.checked_add(copy.bytes);
+        match end.filter(|&e| e <= self.host_pool.len() as u64) {
+            Some(end) => Ok(copy.host_offset as usize..end as usize),
+            None => Err(ExecError::backend(
+                NAME,
+                format!(
+                    "host bytes {}..+{} are outside the host pool ({} bytes)",
+                    copy.host_offset,
+                    copy.bytes,
+                    self.host_pool.len()
+                ),
+            )),
+        }
     }
 }
 

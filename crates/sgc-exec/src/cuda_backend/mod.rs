@@ -14,7 +14,7 @@
 //!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
 //! - `device.rs`: context, stream, kernel launch (arguments checked against
 //!   [`sources::signatures`]), GEMM, workspace; `runtime.rs`: [`CudaBackend`], buffers and
-//!   the dispatch.
+//!   the dispatch; `host_pool.rs`: offloads' pinned host pool and copy streams.
 //!
 //! Memory: every [`crate::backend::Backend::alloc`] is one device allocation (the executor makes one
 //! arena and one per persistent storage); operands are byte offsets into them. Internal
@@ -27,7 +27,8 @@
 //! here; [`runs`] is `supports`, compiled into every build so that
 //! [`crate::coverage`] answers without a device.
 //!
-//! Determinism: one stream; no atomics; every reduction is one block of
+//! Determinism: one compute stream (offloads' copies run on copy streams, ordered by
+//! events, and move bytes only); no atomics; every reduction is one block of
 //! [`sources::BLOCK`] threads summing fixed strided subsets, then a fixed tree (or one
 //! thread summing in order), so the same launch gives the same bits. cuBLAS is
 //! deterministic on one stream for the same problem and pointer alignment.
@@ -57,6 +58,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(attention conv device elementwise embedding launch linalg loader loss norm pool random reduce runtime shape);
+cuda_modules!(attention conv device elementwise embedding host_pool launch linalg loader loss norm pool random reduce runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

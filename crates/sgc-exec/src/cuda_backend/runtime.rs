@@ -10,12 +10,13 @@
 //! name.
 
 use super::device::{Device, R};
+use super::host_pool::HostPool;
 use super::launch::Io;
 use super::{
     attention, conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce,
     shape,
 };
-use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand};
 use crate::error::{ExecError, KernelError};
 use crate::kernel::{FamilyKernel, Kernel};
 use cudarc::driver::result::memcpy_dtod_async;
@@ -36,6 +37,8 @@ pub struct CudaBackend {
     buffers: Vec<Buffer>,
     stats: AllocStats,
     name: String,
+    /// Offloads' pinned host pool and copy streams ([`Backend::alloc_host_pool`]).
+    host: Option<HostPool>,
     dev: Device,
 }
 
@@ -62,6 +65,7 @@ impl CudaBackend {
             buffers: Vec::new(),
             stats: AllocStats::default(),
             name: format!("{NAME}:{ordinal} ({device})"),
+            host: None,
             dev: opened,
         })
     }
@@ -112,6 +116,32 @@ impl CudaBackend {
 
     fn sync_err(e: impl std::fmt::Display) -> ExecError {
         Self::err(e.to_string())
+    }
+
+    /// The pool and, for `copy`, its device address and host offset and length, checked
+    /// against the buffer and the pool.
+    fn host_copy(&self, copy: &HostCopy) -> Result<(&HostPool, u64, usize, usize), ExecError> {
+        self.range(copy.buffer, copy.offset, copy.bytes)?;
+        let pool = self
+            .host
+            .as_ref()
+            .ok_or_else(|| Self::err("a copy to the host pool before the pool was made"))?;
+        let end = copy.host_offset.checked_add(copy.bytes);
+        if end.is_none_or(|e| e > pool.len() as u64) {
+            return Err(Self::err(format!(
+                "host bytes {}..+{} are outside the host pool ({} bytes)",
+                copy.host_offset,
+                copy.bytes,
+                pool.len()
+            )));
+        }
+        let address = self.buffers[copy.buffer.0].ptr + copy.offset;
+        Ok((
+            pool,
+            address,
+            copy.host_offset as usize,
+            copy.bytes as usize,
+        ))
     }
 }
 
@@ -271,6 +301,44 @@ impl Backend for CudaBackend {
 
     fn memory(&self) -> AllocStats {
         self.stats
+    }
+
+    /// An event recorded on the copy's stream after it.
+    type CopyDone = CudaEvent;
+
+    fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError> {
+        if self.host.is_some() {
+            return Err(Self::err("the host pool is made once"));
+        }
+        let size = usize::try_from(bytes)
+            .map_err(|_| Self::err(format!("cannot allocate {bytes} host bytes")))?;
+        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
+        let pool = HostPool::new(&self.dev.ctx, size)
+            .map_err(|e| Self::err(format!("cannot allocate {bytes} pinned host bytes: {e}")))?;
+        self.host = Some(pool);
+        Ok(())
+    }
+
+    fn host_pool_bytes(&self) -> u64 {
+        self.host.as_ref().map_or(0, |h| h.len() as u64)
+    }
+
+    fn offload(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
+        let (pool, src, host_offset, bytes) = self.host_copy(copy)?;
+        let stream = &self.dev.stream;
+        pool.copy(stream, true, src, host_offset, bytes)
+            .map_err(Self::sync_err)
+    }
+
+    fn fetch(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
+        let (pool, dst, host_offset, bytes) = self.host_copy(copy)?;
+        let stream = &self.dev.stream;
+        pool.copy(stream, false, dst, host_offset, bytes)
+            .map_err(Self::sync_err)
+    }
+
+    fn wait_copy(&mut self, done: &CudaEvent) -> Result<(), ExecError> {
+        self.dev.stream.wait(done).map_err(Self::sync_err)
     }
 }
 

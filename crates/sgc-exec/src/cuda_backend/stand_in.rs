@@ -1,6 +1,6 @@
 //! `CudaBackend` in a build without the `cuda` feature: it cannot be constructed.
 
-use crate::backend::{AllocStats, Backend, BufferId, Operand};
+use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand};
 use crate::error::ExecError;
 use crate::kernel::Kernel;
 
@@ -47,6 +47,22 @@ impl Backend for CudaBackend {
         match *self {}
     }
     fn memory(&self) -> AllocStats {
+        match *self {}
+    }
+    type CopyDone = ();
+    fn alloc_host_pool(&mut self, _bytes: u64) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn host_pool_bytes(&self) -> u64 {
+        match *self {}
+    }
+    fn offload(&mut self, _copy: &HostCopy) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn fetch(&mut self, _copy: &HostCopy) -> Result<(), ExecError> {
+        match *self {}
+    }
+    fn wait_copy(&mut self, _done: &()) -> Result<(), ExecError> {
         match *self {}
     }
 }

@@ -133,3 +133,80 @@ pub fn plan(g: &Graph, strategy: sgc_plan::Strategy) -> sgc_plan::Plan {
     sgc_plan::verify(g, &plan).unwrap_or_else(|e| panic!("{strategy}: {e:?}"));
     plan
 }
+
+/// The plan of schedule `ops` (labelled `strategy`) with up to `max` offloads
+/// (`sgc_ir::testgen::spaced_offloads`), copies priced on the h100 host link, arena placed
+/// by the planner, checked by the plan verifier.
+pub fn offloaded(g: &Graph, strategy: sgc_plan::Strategy, ops: &[OpId], max: usize) -> Plan {
+    let options = sgc_plan::PlanOptions {
+        strategy,
+        device_profile: sgc_ir::DeviceProfile::by_name("h100"),
+        host_link: sgc_plan::streams::HostLink::named("h100"),
+        ..Default::default()
+    };
+    let offloads = sgc_ir::testgen::spaced_offloads(g, ops, max);
+    assert!(!offloads.is_empty(), "{:?}: nothing to offload", g.name());
+    let plan = sgc_plan::plan_schedule_offloaded(g, &options, ops, &offloads)
+        .unwrap_or_else(|e| panic!("{e}"));
+    sgc_plan::check(g, &plan).unwrap_or_else(|e| panic!("{strategy} with offloads: {e}"));
+    plan
+}
+
+/// The `Backend` items of a test backend wrapping a `CpuBackend` in its field `cpu` that
+/// pass through unchanged: all but `run_kernel` and the copies (`CopyDone`, `offload`,
+/// `fetch`, `wait_copy`), which the test backend changes.
+#[allow(unused_macros)]
+macro_rules! cpu_passthrough {
+    () => {
+        fn name(&self) -> String {
+            self.cpu.name()
+        }
+        fn supports(&self, kernel: &sgc_exec::Kernel) -> bool {
+            self.cpu.supports(kernel)
+        }
+        fn alloc(&mut self, bytes: u64) -> Result<sgc_exec::BufferId, sgc_exec::ExecError> {
+            self.cpu.alloc(bytes)
+        }
+        fn write(
+            &mut self,
+            b: sgc_exec::BufferId,
+            offset: u64,
+            data: &[u8],
+        ) -> Result<(), sgc_exec::ExecError> {
+            self.cpu.write(b, offset, data)
+        }
+        fn read(
+            &mut self,
+            b: sgc_exec::BufferId,
+            offset: u64,
+            out: &mut [u8],
+        ) -> Result<(), sgc_exec::ExecError> {
+            self.cpu.read(b, offset, out)
+        }
+        fn synchronize(&mut self) -> Result<(), sgc_exec::ExecError> {
+            self.cpu.synchronize()
+        }
+        type Mark = <sgc_exec::CpuBackend as sgc_exec::Backend>::Mark;
+        fn mark(&mut self) -> Result<Self::Mark, sgc_exec::ExecError> {
+            self.cpu.mark()
+        }
+        fn seconds_between(
+            &mut self,
+            a: &Self::Mark,
+            b: &Self::Mark,
+        ) -> Result<f64, sgc_exec::ExecError> {
+            self.cpu.seconds_between(a, b)
+        }
+        fn memory(&self) -> sgc_exec::AllocStats {
+            self.cpu.memory()
+        }
+        fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), sgc_exec::ExecError> {
+            self.cpu.alloc_host_pool(bytes)
+        }
+        fn host_pool_bytes(&self) -> u64 {
+            self.cpu.host_pool_bytes()
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use cpu_passthrough;

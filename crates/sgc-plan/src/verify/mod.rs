@@ -18,6 +18,11 @@
 //! and at the end that every graph output is resident and current, that the claimed peak
 //! equals the replayed one, and that the claimed lifetimes are the replayed ones.
 //!
+//! Offloaded storages ([`sgc_ir::Offload`]) are replayed with their own rules (`offload`):
+//! no touch while a storage is away or its copy back may run, no write while its copy to
+//! host runs, the copy's source resident until the offload's free, the reader reading it,
+//! and the host pool's offsets, peak and limit.
+//!
 //! Plans of the split-based strategies (`sublinear`, `chen-sqrt`) and of `partition`
 //! promise more, and the verifier holds them to it: no op runs more than twice (one
 //! recomputation at most), and
@@ -37,6 +42,8 @@ use crate::plan::{GraphRef, Lifetime, Plan};
 pub use crate::violation::{Violation, ViolationKind};
 use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
+
+mod offload;
 
 /// The replayed peak of an accepted plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -141,6 +148,7 @@ pub fn verify(graph: &Graph, plan: &Plan) -> Result<VerifiedPeak, Vec<Violation>
     }
     let mut r = Replay::new(graph);
     r.device = plan.options.device_profile.clone();
+    r.index_offloads(plan);
     for (s, step) in plan.steps.iter().enumerate() {
         r.step(s, step);
     }
@@ -168,6 +176,7 @@ struct Replay<'g> {
     persistent: u64,
     peak: (u64, Option<usize>),
     lifetimes: Vec<Lifetime>,
+    offloads: offload::Offloads,
     violations: Vec<Violation>,
 }
 
@@ -190,6 +199,7 @@ impl<'g> Replay<'g> {
             persistent: 0,
             peak: (0, None),
             lifetimes: Vec::new(),
+            offloads: Default::default(),
             violations: Vec::new(),
         };
         for t in g.tensor_ids() {
@@ -225,6 +235,7 @@ impl<'g> Replay<'g> {
 
     fn step(&mut self, s: usize, step: &crate::plan::Step) {
         let g = self.g;
+        self.open_fetched(s);
         if step.op.index() >= g.num_ops() {
             self.violation(Some(s), None, None, ViolationKind::UnknownOp);
             return;
@@ -236,9 +247,13 @@ impl<'g> Replay<'g> {
             self.recompute_cost += g.op_cost_with(op, self.device.as_ref()).0;
         }
         for &t in &g.op(op).inputs {
-            self.check_read(s, op, t, step.recompute);
+            if !self.offload_touch(s, op, t, false) {
+                self.check_read(s, op, t, step.recompute);
+            }
         }
+        self.check_fetch_readers(s, op);
         for &t in &g.op(op).outputs {
+            self.offload_touch(s, op, t, true);
             self.produce(s, op, t);
         }
         let total = self.persistent + self.bytes;
@@ -253,9 +268,11 @@ impl<'g> Replay<'g> {
                 }
             }
         }
+        self.check_copy_sources(s, op);
         for &t in &step.free {
             self.free(s, op, t);
         }
+        self.check_offload_frees(s, op);
     }
 
     fn check_run(&mut self, s: usize, op: OpId, recompute: bool) {
@@ -407,6 +424,7 @@ impl<'g> Replay<'g> {
         if let Some(arena) = &plan.arena {
             self.check_arena(plan, arena);
         }
+        self.check_host(plan);
         if self.violations.is_empty() {
             Ok(VerifiedPeak {
                 peak_bytes: replayed,
