@@ -226,9 +226,7 @@ fn check_offload(graph: &Graph, steps: &[OpId], o: &Offload) -> Result<(), Strin
     if graph.tensor(o.root).kind.is_persistent() || graph.storage_root(o.root) != o.root {
         return Err("only the root of a non-persistent storage can be offloaded".into());
     }
-    if !(o.copy_after <= o.free_after
-        && o.free_after < o.fetch_after
-        && o.fetch_after < o.needed_at)
+    if !(o.copy_after < o.free_after && o.free_after < o.fetch_after && o.fetch_after < o.needed_at)
     {
         return Err(format!(
             "steps copy_after {} < free_after {} < fetch_after {} < needed_at {} do not hold",

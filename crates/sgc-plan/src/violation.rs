@@ -187,7 +187,7 @@ impl fmt::Display for Violation {
             K::ArenaOutside { offset, end, size } => write!(f, ": `{t}` at arena offset {offset} ends at {end}, past the arena of {size} B"),
             K::AddressOverlap { other, offset, other_offset } => write!(f, ": `{t}` (offset {offset}) and `{other}` (offset {other_offset}) are both live and share addresses"),
             K::OffloadNotRoot => write!(f, ": offloads `{t}`, which is not the root of a non-persistent storage"),
-            K::OffloadOrder { copy_after, free_after, fetch_after, needed_at, steps } => write!(f, ": offload of `{t}`: copy_after {copy_after} <= free_after {free_after} < fetch_after {fetch_after} < needed_at {needed_at} < {steps} steps does not hold"),
+            K::OffloadOrder { copy_after, free_after, fetch_after, needed_at, steps } => write!(f, ": offload of `{t}`: copy_after {copy_after} < free_after {free_after} < fetch_after {fetch_after} < needed_at {needed_at} < {steps} steps does not hold"),
             K::OffloadsOverlap { needed_at, next_copy_after } => write!(f, ": `{t}` is offloaded again after step {next_copy_after}, before the previous offload's reader at step {needed_at}"),
             K::CopySourceNotResident => write!(f, ": `{t}` is copied to host after this step, where it is not resident"),
             K::CopySourceFreedEarly { free_after } => write!(f, ": `{t}` is freed before its copy to host ends after step {free_after}"),

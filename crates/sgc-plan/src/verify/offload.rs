@@ -8,7 +8,8 @@
 //! itself, so the lifetimes it compares with the plan's are the split ones. Along the way
 //! it checks that
 //! - the offload names the root of a non-persistent storage, its steps are in order
-//!   (`copy_after <= free_after < fetch_after < needed_at`, inside the schedule), and two
+//!   (`copy_after < free_after < fetch_after < needed_at`, inside the schedule: the step after
+//!   the copy starts must not take the storage's bytes in place while the copy reads them), and two
 //!   offloads of one storage do not overlap in time;
 //! - the storage is resident when its copy starts, the same instance lives until
 //!   `free_after` and is freed there;
@@ -61,7 +62,7 @@ impl Replay<'_> {
                 self.violation(None, None, t, K::OffloadNotRoot);
                 continue;
             }
-            if !(o.copy_after <= o.free_after
+            if !(o.copy_after < o.free_after
                 && o.free_after < o.fetch_after
                 && o.fetch_after < o.needed_at
                 && o.needed_at < steps)
