@@ -173,15 +173,20 @@ fn a_storage_freed_early_or_never_is_refused() {
 
 #[test]
 fn a_touch_while_away_or_before_the_fetch_is_refused() {
-    let (g, p) = traced("tiny_cnn");
-    // Away: freed right after the producer, while a step before the reader still reads it.
-    let k = (0..p.offloads.len())
-        .find(|&k| producer_step(&g, &p, &p.offloads[k]) < p.offloads[k].copy_after)
-        .expect("an offload whose storage is read after it is made");
+    let (g, p) = traced("tiny_transformer");
+    // Away: waited for at a later reader, so the real reader comes while it is away.
+    let (k, later) = (0..p.offloads.len())
+        .find_map(|k| {
+            let o = &p.offloads[k];
+            let r = readers(&g, &p, o)
+                .into_iter()
+                .find(|&r| r > o.needed_at + 1)?;
+            Some((k, r))
+        })
+        .expect("an offloaded storage read again after its reader");
     let mut away = p.clone();
-    let at = producer_step(&g, &p, &p.offloads[k]);
-    away.offloads[k].copy_after = at;
-    away.offloads[k].free_after = at;
+    away.offloads[k].fetch_after = later - 1;
+    away.offloads[k].needed_at = later;
     refused(&g, &away, "read while away", |k| {
         matches!(k, K::TouchedWhileAway { write: false, .. })
     });
