@@ -48,18 +48,57 @@ fn offload_plans(g: &Graph) -> Vec<(&'static str, Plan)> {
             offloaded(g, Strategy::Sublinear, &recomputing, 8),
         ),
     ]
+    .into_iter()
+    .chain(planner_offloads(g).map(|p| (PLANNER, p)))
+    .collect()
+}
+
+/// The label of the plans whose offloads the planner chose.
+const PLANNER: &str = "offloads the planner chose";
+
+/// The plan the planner makes with a host link, at the lowest-peak recompute plan's device
+/// bytes, when it offloads: the search's own offloads (a link fast enough for the tiny
+/// graphs' sub-microsecond ops, with no per-copy latency). tiny_mlp's recomputes nothing
+/// and gains nothing by offloading.
+fn planner_offloads(g: &Graph) -> Option<Plan> {
+    let link = sgc_plan::streams::HostLink::new(1e6, 1e6, 0.0).unwrap();
+    let options = |budget| sgc_plan::PlanOptions {
+        strategy: Strategy::Sublinear,
+        budget,
+        genetic_iters: 2,
+        device_profile: sgc_ir::DeviceProfile::by_name("h100"),
+        host_link: budget.map(|_| link),
+        ..Default::default()
+    };
+    let run = sgc_plan::RunConfig {
+        workers: Some(2),
+        progress: None,
+    };
+    let lowest = sgc_plan::plan(g, &options(None), &run).unwrap();
+    let device = lowest.arena.as_ref().unwrap().size + g.persistent_bytes();
+    let p = sgc_plan::plan(g, &options(Some(device)), &run).unwrap();
+    (!p.offloads.is_empty()).then_some(p)
 }
 
 fn offloaded_runs_match_the_cpu_reference<D: Device>() {
+    let mut chosen = Vec::new();
     for name in TINY {
         let g = load(name);
         let want = cpu_reference(&g);
         for (what, plan) in offload_plans(&g) {
+            if what == PLANNER {
+                chosen.push(name);
+            }
             let mut ex = Executor::from_plan(&g, &plan, D::open()).unwrap();
             let got = trained(&g, &mut ex, 2);
             assert_matches(&format!("{name} / {what}"), &want, &got, D::TOLERANCE);
         }
     }
+    assert_eq!(
+        chosen,
+        ["tiny_cnn", "tiny_transformer"],
+        "the graphs the planner offloads on"
+    );
 }
 
 fn offloads_allocate_the_plans_arena_and_one_host_pool<D: Device>() {
