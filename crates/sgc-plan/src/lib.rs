@@ -8,7 +8,8 @@
 //!   verifier);
 //! - `run`: one function per strategy, from the options to a schedule: `chen-sqrt`,
 //!   `sublinear`, `dtr`, `partition`, and with a budget the choice among candidates
-//!   (`budget`);
+//!   (`budget`); with a budget and a host link, `offload_search` chooses for each
+//!   activation to keep it, recompute it or offload it to host memory;
 //! - the strategies: `sublinear/` (the split-point search, a folder with one file per
 //!   phase; its module doc walks them in order), `dtr` (static DTR over `schedule`'s
 //!   eviction walk), `partition` (a forward/backward partition, as `torch.compile` makes,
@@ -23,6 +24,8 @@
 //! - [`plan`](mod@plan): the plain-data [`Plan`] written to plan files, and `options`: what
 //!   the planner is asked for ([`PlanOptions`], [`BudgetOf`], [`RunConfig`]);
 //! - [`verify()`]: an independent replay of a plan against the graph alone;
+//! - [`offload`]: a plan's offloads as copies, their pinned host pool and the step time
+//!   they give;
 //! - [`streams`]: a step's time on the compute stream and the two copy streams between
 //!   device and host, for plans that offload activations.
 //!
