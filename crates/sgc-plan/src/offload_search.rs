@@ -95,6 +95,22 @@ pub(crate) fn best(
     Ok(best)
 }
 
+/// The plan a budget selects with `choose`, made with offloads when the options have a host
+/// link ([`best`]), else `choose(budget)` as it is.
+pub(crate) fn choose_with_offloads(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    choose: impl Fn(u64) -> Result<Chosen, PlanError>,
+    budget: u64,
+) -> Result<(Chosen, Vec<Offload>), PlanError> {
+    if let Some(link) = opts.host_link.as_ref() {
+        if let Some(f) = best(ctx, opts, &choose, budget, link)? {
+            return Ok((f.chosen, f.offloads));
+        }
+    }
+    Ok((choose(budget)?, Vec::new()))
+}
+
 /// The device bytes of the traced order (the top of the levels).
 fn unplanned_device(ctx: &Context<'_>, opts: &PlanOptions) -> Result<u64, PlanError> {
     let steps: Vec<(OpId, bool)> = ctx.g.op_ids().map(|o| (o, false)).collect();

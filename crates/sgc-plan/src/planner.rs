@@ -7,6 +7,7 @@ use crate::budget;
 use crate::context::Context;
 use crate::device;
 use crate::error::PlanError;
+use crate::offload_search;
 use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
 use crate::plan::{self, Plan};
 use crate::run;
@@ -150,13 +151,14 @@ pub fn plan_budgets(
                 ..options.clone()
             };
             below_bound(&ctx, b)?;
-            let chosen = budget::choose(&ctx, &o, &cands, b)?;
+            let choose = |level: u64| budget::choose(&ctx, &o, &cands, level);
+            let (chosen, offloads) = offload_search::choose_with_offloads(&ctx, &o, choose, b)?;
             finish_plan(
                 &ctx,
                 &o,
                 chosen.strategy,
                 &chosen.steps,
-                &[],
+                &offloads,
                 &mut PlanStats::default(),
             )
         })

@@ -96,12 +96,8 @@ pub(crate) fn partition(
         .map(|c| budget::Candidate::of_steps(c.steps, c.peak, c.units, Strategy::Partition))
         .collect();
     let choose = |b: u64| budget::choose_among(ctx, options, &steps, b);
-    if let Some(link) = options.host_link.as_ref() {
-        if let Some(f) = offload_search::best(ctx, options, choose, limit, link)? {
-            return Ok((f.chosen.steps, f.offloads));
-        }
-    }
-    Ok((choose(limit)?.steps, Vec::new()))
+    let (chosen, offloads) = offload_search::choose_with_offloads(ctx, options, choose, limit)?;
+    Ok((chosen.steps, offloads))
 }
 
 /// The traced order, unchanged.
@@ -140,17 +136,9 @@ pub(crate) fn sublinear(
         before_fixed_peak: None,
         ..ev.stats
     };
-    if let Some(link) = options.host_link.as_ref() {
-        let choose = |b: u64| budget::choose(ctx, options, &cands, b);
-        if let Some(f) = offload_search::best(ctx, options, choose, limit, link)? {
-            return Ok((f.chosen, f.offloads, stats));
-        }
-    }
-    Ok((
-        budget::choose(ctx, options, &cands, limit)?,
-        Vec::new(),
-        stats,
-    ))
+    let choose = |b: u64| budget::choose(ctx, options, &cands, b);
+    let (chosen, offloads) = offload_search::choose_with_offloads(ctx, options, choose, limit)?;
+    Ok((chosen, offloads, stats))
 }
 
 /// Static DTR; with a budget, the threshold is lowered by the arena's overshoot (twice at
