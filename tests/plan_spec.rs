@@ -104,6 +104,21 @@ fn plan_files_hold_exactly_the_fields_the_spec_names() {
         ),
         written_plan("graphs/tiny_transformer.json", &["--arena-effort", "fast"]),
         written_plan("graphs/tiny_mlp.json", &["--strategy", "dtr"]),
+        // Offloads, their host pool and summary: at the lowest recompute plan's device
+        // bytes, over a link fast enough for the tiny graph's sub-microsecond ops.
+        written_plan(
+            "graphs/tiny_transformer.json",
+            &[
+                "--budget",
+                "68096",
+                "--device-profile",
+                "h100",
+                "--host-link",
+                "1000000,1000000,0",
+                "--host-memory",
+                "1MiB",
+            ],
+        ),
     ];
     let tables = spec_tables();
     let mut seen: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();

@@ -14,9 +14,9 @@
 //! every storage is still away for at least one step; then its copies hide under compute.
 //! Greedily, while the memory model's peak is above the target: take the largest gap
 //! around the peak step whose storage, with the copies of those taken, is still away at
-//! that step and whose host bytes keep within `--host-memory`. The arena of the result is
-//! placed; if it is still above the budget (alignment, fragmentation), the target drops by
-//! the excess and the greedy goes on.
+//! that step and whose host bytes keep within `--host-memory`. The arena and the host pool
+//! of the result are placed; if either is still above its limit (alignment, fragmentation),
+//! that limit drops by the excess and the greedy runs again.
 //!
 //! **Kept, recomputed or offloaded, together** ([`best`]). Offloading costs link time
 //! that overlap may hide, recomputing costs compute; which is cheaper depends on where in
@@ -139,15 +139,25 @@ pub(crate) fn fit(
     let ops: Vec<OpId> = base.steps.iter().map(|s| s.0).collect();
     let times = offload::step_times(g, &ops, opts.device_profile.as_ref())?;
     let profile = sgc_ir::simulate(g, &ops).map_err(|e| internal(opts, e))?;
-    let mut greedy = Greedy::new(ctx, &ops, &times, link, profile.resident, opts.host_memory);
     let mut target = budget.saturating_sub(ctx.persistent_bytes);
+    let mut host_limit = opts.host_memory;
     for _ in 0..PLACE_ROUNDS {
+        let mut greedy = Greedy::new(
+            ctx,
+            &ops,
+            &times,
+            link,
+            profile.resident.clone(),
+            host_limit,
+        );
         if !greedy.lower_to(target) {
             return Ok(None);
         }
         let offloads = greedy.offloads();
         let placed = placed_device(ctx, opts, &ops, &offloads)?;
-        if placed <= budget {
+        let pool = offload::host_layout(g, &offloads)?.size;
+        let pool_over = opts.host_memory.map_or(0, |l| pool.saturating_sub(l));
+        if placed <= budget && pool_over == 0 {
             let t = offload::timeline(g, &ops, &offloads, opts.device_profile.as_ref(), link)?;
             return Ok(Some(Fitted {
                 chosen: base,
@@ -155,7 +165,8 @@ pub(crate) fn fit(
                 step_us: t.total_us,
             }));
         }
-        target = target.saturating_sub(placed - budget);
+        target = target.saturating_sub(placed.saturating_sub(budget));
+        host_limit = host_limit.map(|l| l.saturating_sub(pool_over));
     }
     Ok(None)
 }

@@ -132,7 +132,7 @@ pub enum ViolationKind {
         replayed: u64,
     },
     HostOverLimit {
-        peak: u64,
+        pool: u64,
         limit: u64,
     },
 }
@@ -201,7 +201,7 @@ impl fmt::Display for Violation {
             K::HostOutside { offset, end, size } => write!(f, ": `{t}` at host offset {offset} ends at {end}, past the host pool of {size} B"),
             K::HostOverlap { other, offset, other_offset } => write!(f, ": `{t}` (host offset {offset}) and `{other}` (host offset {other_offset}) are both on the host and share bytes"),
             K::HostPeakMismatch { claimed, replayed } => write!(f, ": claims a host peak of {claimed} B, replay gives {replayed} B"),
-            K::HostOverLimit { peak, limit } => write!(f, ": holds {peak} B on the host at once, above the host memory limit of {limit} B"),
+            K::HostOverLimit { pool, limit } => write!(f, ": pins a host pool of {pool} B, above the host memory limit of {limit} B"),
         }
     }
 }

@@ -257,7 +257,8 @@ impl Replay<'_> {
         }
     }
 
-    /// The most bytes on the host at once: the claimed peak, within the limit.
+    /// The most bytes on the host at once: the claimed peak; and the pool (what is pinned,
+    /// at least the peak) within the limit.
     fn check_host_peak(
         &mut self,
         plan: &Plan,
@@ -280,13 +281,14 @@ impl Replay<'_> {
             let claimed = host.peak;
             self.violation(None, None, None, K::HostPeakMismatch { claimed, replayed });
         }
-        if let Some(limit) = plan.options.host_memory.filter(|&l| replayed > l) {
+        let pinned = host.size.max(replayed);
+        if let Some(limit) = plan.options.host_memory.filter(|&l| pinned > l) {
             self.violation(
                 None,
                 None,
                 None,
                 K::HostOverLimit {
-                    peak: replayed,
+                    pool: pinned,
                     limit,
                 },
             );
