@@ -7,7 +7,7 @@
 //!   bytes;
 //! - [`last_climb`]: a climb under the pick's peak that judges moves after memory for speed.
 //!
-//! Each builds at most a late phase's schedules ([`Evaluator::late_schedules`]: a fixed
+//! Each builds at most a bounded phase's schedules ([`Evaluator::phase_schedules`]: a fixed
 //! number of op-steps walked, so on large graphs their time stays bounded), finishing the
 //! round it is in.
 //!
@@ -43,14 +43,14 @@ const LAST_CLIMB_SHARE: usize = 40;
 /// The search's last step: the climb that judges moves after memory for speed ranked by
 /// savings ([`polish::relaxed`]), from the pick and under its peak, so it never
 /// raises the peak or the recompute. It starts no round once it has built
-/// 1/[`LAST_CLIMB_SHARE`] as many schedules as the search before it, or a late phase's
-/// walk ([`Evaluator::late_schedules`]); a round can end past that.
+/// 1/[`LAST_CLIMB_SHARE`] as many schedules as the search before it, or a bounded phase's
+/// walk ([`Evaluator::phase_schedules`]); a round can end past that.
 pub(crate) fn last_climb(ev: &mut Evaluator<'_>, picked: (Genome, Fitness)) -> (Genome, Fitness) {
     let level = picked.1.peak;
     let obj = Objective::budget(Some(level));
     let saved_limit = ev
         .limit
-        .replace(ev.late_limit(ev.stats.evaluated / LAST_CLIMB_SHARE));
+        .replace(ev.phase_limit(ev.stats.evaluated / LAST_CLIMB_SHARE));
     let saved = std::mem::replace(&mut ev.objective, obj);
     let start = Member {
         genome: picked.0,
@@ -85,7 +85,7 @@ pub const NEAR_PEAK_SPAN: u64 = 100;
 /// sharing, so a plan a little above the lowest peak can need more device memory than its
 /// peak says, when it loses an output written over its input; the floor turns such a trade
 /// down. Where the front is flat next to the lowest peak nothing moves. The refinement
-/// builds at most a late phase's schedules ([`Evaluator::late_schedules`]).
+/// builds at most a bounded phase's schedules ([`Evaluator::phase_schedules`]).
 pub(crate) fn near_peak(
     ev: &mut Evaluator<'_>,
     opts: &PlanOptions,
@@ -96,7 +96,7 @@ pub(crate) fn near_peak(
     let Some(m) = near_candidate(&ev.front.members, &picked.1, cap, step).cloned() else {
         return picked;
     };
-    let saved_limit = ev.limit.replace(ev.late_limit(usize::MAX));
+    let saved_limit = ev.limit.replace(ev.phase_limit(usize::MAX));
     let r = refine_under(ev, &m, m.fitness.peak);
     ev.limit = saved_limit;
     let knee = if r.1.feasible && r.1.peak <= m.fitness.peak && r.1.cost < m.fitness.cost {
@@ -181,9 +181,9 @@ pub(crate) fn at_peak(
     let peak = picked.1.peak;
     let obj = Objective::budget(Some(peak));
     // This stage builds at most as many schedules as the search before it, and at most
-    // a late phase's walk: its climbs from several starts otherwise grow with the number
+    // a bounded phase's walk: its climbs from several starts otherwise grow with the number
     // of blocks, and would dominate the plan time on large graphs.
-    let saved_limit = ev.limit.replace(ev.late_limit(ev.stats.evaluated));
+    let saved_limit = ev.limit.replace(ev.phase_limit(ev.stats.evaluated));
     let saved = std::mem::replace(&mut ev.objective, obj);
     let pick = Member {
         genome: picked.0,
@@ -294,12 +294,12 @@ mod tests {
         assert_eq!(candidate(&[member(100_000, 10_000, 1)], u64::MAX), None);
     }
 
-    /// The late phases stop at their walk: on a chain of small layers (one the default walk
-    /// does not reach), a walk of one schedule per late phase makes the search build fewer
+    /// The bounded phases stop at their walk: on a chain of small layers (one the default
+    /// walk does not reach), a walk of one schedule per bounded phase makes the search build fewer
     /// schedules, yet its pick still peaks no higher than Chen's plan and has its genome's
     /// fitness; and the default walk leaves the search as it was without one.
     #[test]
-    fn the_late_phases_stop_at_their_walk() {
+    fn the_bounded_phases_stop_at_their_walk() {
         let g = sgc_ir::zoo::deep_narrow(30, 4);
         let ctx = crate::context::Context::new(&g);
         let pool = crate::sublinear::search::pool();
@@ -309,7 +309,7 @@ mod tests {
         };
         let search = |walk: usize| {
             let mut ev = Evaluator::new(&ctx, &pool, None);
-            ev.late_walk = walk;
+            ev.phase_walk = walk;
             let (genome, fit) = crate::sublinear::best(&mut ev, &opts);
             assert_eq!(ev.eval(&genome), fit, "walk {walk}");
             (genome, fit, ev.stats.evaluated)
@@ -319,7 +319,7 @@ mod tests {
             ev.eval(&crate::sublinear::chen::best(&ctx))
         };
         let (free_genome, free, free_built) = search(usize::MAX);
-        let (genome, _, built) = search(crate::sublinear::search::LATE_WALK);
+        let (genome, _, built) = search(crate::sublinear::search::PHASE_WALK);
         assert_eq!((&genome, built), (&free_genome, free_built));
         let (_, short, short_built) = search(ctx.n);
         assert!(
