@@ -7,6 +7,10 @@
 //!   bytes;
 //! - [`last_climb`]: a climb under the pick's peak that judges moves after memory for speed.
 //!
+//! Each builds at most a bounded phase's schedules ([`Evaluator::phase_schedules`]: a fixed
+//! number of op-steps walked, so on large graphs their time stays bounded), finishing the
+//! round it is in.
+//!
 //! None of them raises the peak or the recompute of what it is given, beyond the trade that
 //! [`near_peak`] weighs. [`refine_under`] (a climb and memory for speed under a fixed level)
 //! also serves the budget ladder of [`crate::budget`].
@@ -39,16 +43,14 @@ const LAST_CLIMB_SHARE: usize = 40;
 /// The search's last step: the climb that judges moves after memory for speed ranked by
 /// savings ([`polish::relaxed`]), from the pick and under its peak, so it never
 /// raises the peak or the recompute. It starts no round once it has built
-/// 1/[`LAST_CLIMB_SHARE`] as many schedules as the search before it; a round can end past
-/// that.
+/// 1/[`LAST_CLIMB_SHARE`] as many schedules as the search before it, or a bounded phase's
+/// walk ([`Evaluator::phase_schedules`]); a round can end past that.
 pub(crate) fn last_climb(ev: &mut Evaluator<'_>, picked: (Genome, Fitness)) -> (Genome, Fitness) {
     let level = picked.1.peak;
     let obj = Objective::budget(Some(level));
-    let saved_limit = ev.limit.replace(
-        ev.stats
-            .evaluated
-            .saturating_add(ev.stats.evaluated / LAST_CLIMB_SHARE),
-    );
+    let saved_limit = ev
+        .limit
+        .replace(ev.phase_limit(ev.stats.evaluated / LAST_CLIMB_SHARE));
     let saved = std::mem::replace(&mut ev.objective, obj);
     let start = Member {
         genome: picked.0,
@@ -82,7 +84,8 @@ pub const NEAR_PEAK_SPAN: u64 = 100;
 /// the persistent bytes; no arena is placed). The memory model's peak does not see in-place
 /// sharing, so a plan a little above the lowest peak can need more device memory than its
 /// peak says, when it loses an output written over its input; the floor turns such a trade
-/// down. Where the front is flat next to the lowest peak nothing moves.
+/// down. Where the front is flat next to the lowest peak nothing moves. The refinement
+/// builds at most a bounded phase's schedules ([`Evaluator::phase_schedules`]).
 pub(crate) fn near_peak(
     ev: &mut Evaluator<'_>,
     opts: &PlanOptions,
@@ -93,7 +96,9 @@ pub(crate) fn near_peak(
     let Some(m) = near_candidate(&ev.front.members, &picked.1, cap, step).cloned() else {
         return picked;
     };
+    let saved_limit = ev.limit.replace(ev.phase_limit(usize::MAX));
     let r = refine_under(ev, &m, m.fitness.peak);
+    ev.limit = saved_limit;
     let knee = if r.1.feasible && r.1.peak <= m.fitness.peak && r.1.cost < m.fitness.cost {
         r
     } else {
@@ -175,10 +180,10 @@ pub(crate) fn at_peak(
 ) -> (Genome, Fitness) {
     let peak = picked.1.peak;
     let obj = Objective::budget(Some(peak));
-    // This stage builds at most as many schedules as the search before it: its climbs
-    // from several starts otherwise grow with the number of blocks, and would dominate
-    // the plan time on large graphs.
-    let saved_limit = ev.limit.replace(ev.stats.evaluated.saturating_mul(2));
+    // This stage builds at most as many schedules as the search before it, and at most
+    // a bounded phase's walk: its climbs from several starts otherwise grow with the number
+    // of blocks, and would dominate the plan time on large graphs.
+    let saved_limit = ev.limit.replace(ev.phase_limit(ev.stats.evaluated));
     let saved = std::mem::replace(&mut ev.objective, obj);
     let pick = Member {
         genome: picked.0,
@@ -287,6 +292,45 @@ mod tests {
         assert_eq!(candidate(&[member(100_070, 56_000, 1)], 100_050), None);
         // Plans at or under the pick's peak are the fixed-peak refinement's, not traded.
         assert_eq!(candidate(&[member(100_000, 10_000, 1)], u64::MAX), None);
+    }
+
+    /// The bounded phases stop at their walk: on a chain of small layers (one the default
+    /// walk does not reach), a walk of one schedule per bounded phase makes the search build fewer
+    /// schedules, yet its pick still peaks no higher than Chen's plan and has its genome's
+    /// fitness; and the default walk leaves the search as it was without one.
+    #[test]
+    fn the_bounded_phases_stop_at_their_walk() {
+        let g = sgc_ir::zoo::deep_narrow(30, 4);
+        let ctx = crate::context::Context::new(&g);
+        let pool = crate::sublinear::search::pool();
+        let opts = PlanOptions {
+            genetic_iters: 2,
+            ..PlanOptions::default()
+        };
+        let search = |walk: usize| {
+            let mut ev = Evaluator::new(&ctx, &pool, None);
+            ev.phase_walk = walk;
+            let (genome, fit) = crate::sublinear::best(&mut ev, &opts);
+            assert_eq!(ev.eval(&genome), fit, "walk {walk}");
+            (genome, fit, ev.stats.evaluated)
+        };
+        let chen = {
+            let mut ev = Evaluator::new(&ctx, &pool, None);
+            ev.eval(&crate::sublinear::chen::best(&ctx))
+        };
+        let (free_genome, free, free_built) = search(usize::MAX);
+        let (genome, _, built) = search(crate::sublinear::search::PHASE_WALK);
+        assert_eq!((&genome, built), (&free_genome, free_built));
+        let (_, short, short_built) = search(ctx.n);
+        assert!(
+            short_built < free_built,
+            "{short_built} of {free_built} schedules"
+        );
+        assert!(
+            short.feasible && short.peak <= chen.peak,
+            "{short:?} above {chen:?}"
+        );
+        assert!(free.peak <= chen.peak);
     }
 
     #[test]

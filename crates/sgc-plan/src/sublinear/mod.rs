@@ -80,8 +80,12 @@ const COSTLY_ISLAND: u64 = 1;
 pub(crate) fn best(ev: &mut Evaluator<'_>, opts: &PlanOptions) -> (Genome, Fitness) {
     let (mut pop, chen) = thresholds::initial_population(ev, opts.thresh_tries);
     let unclimbed = pop.clone();
-    // Both climbs start from the best plan with its peak's blocks reshaped, once.
+    // Both climbs start from the best plan with its peak's blocks reshaped, once. The
+    // reshaping's rounds grow with the number of blocks: it walks at most a bounded
+    // phase's op-steps.
+    let saved_limit = ev.limit.replace(ev.phase_limit(usize::MAX));
     let shaped = polish::bottleneck(ev, &pop[0]);
+    ev.limit = saved_limit;
     let climbed = polish::polish(ev, &shaped);
     push_best(&mut pop, climbed);
     let initial = pop.clone();

@@ -18,8 +18,8 @@
 //! one round each otherwise); when all of them are taken, the batch's failing groups are
 //! passed over, as judged against the plan before. Every plan taken is evaluated
 //! exactly, and `width` depends only on the outcomes, never on the number of workers. A
-//! pass builds at most [`RELAX_SCHEDULES`] schedules, so its time stays linear in the graph
-//! however many groups it has.
+//! pass builds at most [`RELAX_SCHEDULES`] schedules, and no more than a bounded phase walks
+//! ([`Evaluator::phase_schedules`]), so its time stays bounded however many groups it has.
 //!
 //! **Ranked by what they save** ([`by_savings`], for the search's last step only). The
 //! costliest op is not always the best storage to keep: keeping a storage also spares the
@@ -48,7 +48,7 @@ pub(crate) fn relax(
     let Some((screen, groups)) = screened(ev, &best) else {
         return (best, fit);
     };
-    let stop = ev.stats.evaluated.saturating_add(RELAX_SCHEDULES);
+    let stop = ev.phase_limit(RELAX_SCHEDULES);
     greedy(ev, best, fit, bound, &groups, Some(screen), Some(stop))
 }
 
@@ -57,7 +57,8 @@ pub(crate) fn relax(
 /// of small layers each layer's groups pass the screen and are evaluated, so an unbounded
 /// pass builds a schedule per few layers, each walking the whole graph (quadratic time:
 /// 2,300 schedules at 100k ops). The real corpus's passes build at most 421 (the LSTM
-/// language model), so none of them reaches the bound.
+/// language model), so none of them reaches the bound. On large graphs a bounded phase's walk
+/// ([`crate::sublinear::search::PHASE_WALK`]) bounds a pass further.
 const RELAX_SCHEDULES: usize = 512;
 
 /// The screen of `best`'s schedule and its groups of recomputed storages, costliest first;
@@ -74,7 +75,8 @@ const SAVINGS_CHUNK: usize = 64;
 /// The step with its groups ranked by what each saves alone, exactly (see the module doc):
 /// groups that do not fit alone, or save nothing, are left out. They are evaluated
 /// [`SAVINGS_CHUNK`] at a time, costliest op first, and no chunk starts once the
-/// evaluator's limit is spent; the groups not evaluated are left out too.
+/// evaluator's limit is spent; the groups not evaluated are left out too. The greedy pass
+/// after them builds at most a bounded phase's schedules ([`Evaluator::phase_schedules`]).
 pub(crate) fn by_savings(
     ev: &mut Evaluator<'_>,
     best: Genome,
@@ -106,7 +108,8 @@ pub(crate) fn by_savings(
     // Stable: equal savings keep the cost order.
     ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     let groups: Vec<Vec<TensorId>> = ranked.into_iter().map(|r| r.1).collect();
-    greedy(ev, best, fit, bound, &groups, None, None)
+    let stop = ev.phase_limit(usize::MAX);
+    greedy(ev, best, fit, bound, &groups, None, Some(stop))
 }
 
 /// The greedy pass over `groups` in order (see the module doc); `screen`, when given,

@@ -57,6 +57,17 @@ impl Traded {
     }
 }
 
+/// The most op-steps (schedules built times the graph's ops) each bounded phase of the
+/// search walks: the first reshaping of the peak's blocks, each memory-for-speed pass, the
+/// fixed-peak refinement, the trade next to the lowest peak and the last climb
+/// ([`Evaluator::phase_schedules`]). Their schedule counts otherwise grow with the number
+/// of blocks, each schedule walking the whole graph: on a deep chain of small layers they
+/// made the plan time grow as ops^1.3. The shipped graphs' largest bounded phase walks
+/// 4.0M op-steps (the fixed-peak refinement of the real DenseNet-121), a quarter of this,
+/// so no shipped plan changes; from about 10k ops on a bounded phase builds fewer
+/// schedules the larger the graph, and its time stays bounded.
+pub(crate) const PHASE_WALK: usize = 16_000_000;
+
 /// Batches of at least this many genomes are fingerprinted in parallel.
 const PARALLEL_PRINTS: usize = 64;
 
@@ -77,6 +88,8 @@ pub(crate) struct Evaluator<'a> {
     /// Schedules the climbs may build before they stop early ([`Evaluator::spent`]);
     /// `None`: no limit.
     pub limit: Option<usize>,
+    /// Op-steps each bounded phase walks at most ([`PHASE_WALK`]; tests lower it).
+    pub phase_walk: usize,
 }
 
 /// The walks' buffers ([`recompute::Scratch`]), kept for the search's lifetime: a walk
@@ -158,7 +171,22 @@ impl<'a> Evaluator<'a> {
             front: Front::default(),
             scratch: Scratches::default(),
             limit: None,
+            phase_walk: PHASE_WALK,
         }
+    }
+
+    /// The most schedules a bounded phase builds on this graph: [`Evaluator::phase_walk`]
+    /// op-steps, at least one schedule.
+    pub fn phase_schedules(&self) -> usize {
+        (self.phase_walk / self.ctx.n.max(1)).max(1)
+    }
+
+    /// The evaluator's limit [`Evaluator::phase_schedules`] from now, or `others` from now
+    /// if fewer.
+    pub fn phase_limit(&self, others: usize) -> usize {
+        self.stats
+            .evaluated
+            .saturating_add(others.min(self.phase_schedules()))
     }
 
     /// Whether the schedules built so far reached [`Evaluator::limit`]: the climbs end
