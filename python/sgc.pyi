@@ -103,6 +103,9 @@ def plan(
     device_profile: str | None = None,
     budget_of: str = "device",
     arena_effort: str = "plan",
+    host_link: str | None = None,
+    host_memory: _Size | None = None,
+    offload: bool = True,
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released).
     strategy: none, chen-sqrt, sublinear, dtr or partition; goal: lowest-peak or balanced;
@@ -110,7 +113,25 @@ def plan(
     saved (bytes kept from the forward for the backward, as torch.compile's
     activation_memory_budget; strategy partition);
     arena_effort: plan, default, thorough or fast;
-    device_profile: v100, t4, a100, l4, h100, rtx4090 or F32/HALF/GBPS."""
+    device_profile: v100, t4, a100, l4, h100, rtx4090 or F32/HALF/GBPS;
+    host_link: h100, a100 or TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US] (default: the device
+    profile's), with a budget and sublinear or partition: the plan may offload activations
+    to host memory (host_memory: the most pinned host bytes; offload=False: never, as
+    `sgc plan --no-offload`)."""
+
+def plan_schedule(
+    graph: _GraphLike,
+    steps: Sequence[int],
+    offloads: Sequence[dict] | None = None,
+    host_link: str | None = None,
+    device_profile: str | None = None,
+    arena: bool = True,
+    align: _Size | None = 256,
+) -> Plan:
+    """The verified plan of an explicit schedule (op indices in order; an op run again is a
+    recomputation) with storages offloaded to host memory and back (`offloads`: entries
+    of a plan file's `offloads`: root, copy_after, free_after, fetch_after, needed_at);
+    offloads need a host_link, and ops with time_us or a device_profile."""
 
 def verify(graph: _GraphLike, plan: _PlanLike) -> dict[str, Any]:
     """`sgc plan --check`: peak_bytes, peak_step, persistent_bytes, arena_bytes,

@@ -6,6 +6,7 @@
 //! asks for the search it pays for); the command line refines for [`GENETIC_ITERS`]
 //! generations, the setting every table in docs/ uses and the one users were told to type.
 
+use crate::plan::streams::HostLink;
 use crate::plan::{PlanOptions, Strategy};
 
 /// Generations of genetic refinement of `sgc plan`, `sgc fit` and `sgc compare`.
@@ -46,3 +47,29 @@ pub const FIT_MAX_RECOMPUTE: f64 = 1.0 / 3.0;
 
 /// `--max-recompute`'s default as the command line shows it.
 pub const FIT_MAX_RECOMPUTE_TEXT: &str = "1/3";
+
+/// The options with offload turned on where it can apply: a budget, a strategy that
+/// offloads (sublinear, partition), a host link (`host_link`, else the device profile's),
+/// and `offload` allowed. Everywhere else the options stay as they were before offload
+/// (`sgc plan --no-offload` and `sgc.plan(offload=False)`: byte-identical plans).
+pub fn with_offload(
+    options: PlanOptions,
+    host_link: Option<HostLink>,
+    host_memory: Option<u64>,
+    offload: bool,
+) -> PlanOptions {
+    let link = host_link.or_else(|| {
+        options
+            .device_profile
+            .as_ref()
+            .and_then(|d| HostLink::named(d.name()))
+    });
+    let applies = options.budget.is_some()
+        && matches!(options.strategy, Strategy::Sublinear | Strategy::Partition)
+        && offload;
+    PlanOptions {
+        host_link: link.filter(|_| applies),
+        host_memory: host_memory.filter(|_| applies),
+        ..options
+    }
+}

@@ -6,7 +6,12 @@
 //!   its own step axis scaled to the same width, since a planned schedule has more steps
 //!   (recomputation) than the traced order.
 //! - **the arena**: every storage lifetime as a rectangle over step (x) and address (y);
-//!   recomputed tensors are drawn in a second colour.
+//!   recomputed tensors are drawn in a second colour, offloaded ones (the device part of a
+//!   storage copied to host memory and back) in a third.
+//! - **the copy lanes** (plans with offloads): beside the compute stream, one lane for the
+//!   copies to host and one for the copies back, on the arena's step axis, each copy a bar
+//!   from where it starts to where it ends (a caller maps the replay's times to steps);
+//!   the compute lane marks the steps that waited for a copy.
 
 use crate::units::human_bytes;
 use std::fmt::Write;
@@ -26,6 +31,25 @@ pub struct Level {
     pub bytes: u64,
 }
 
+/// What a lifetime in the arena view is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockKind {
+    Kept,
+    Recomputed,
+    /// One of the two device instances of an offloaded storage.
+    Offloaded,
+}
+
+impl BlockKind {
+    fn color(self) -> &'static str {
+        match self {
+            BlockKind::Kept => "#4a90d9",
+            BlockKind::Recomputed => "#e4572e",
+            BlockKind::Offloaded => "#8e44ad",
+        }
+    }
+}
+
 /// One tensor lifetime in the arena view.
 pub struct Block {
     /// First and last step (inclusive).
@@ -33,7 +57,21 @@ pub struct Block {
     pub end: usize,
     pub offset: u64,
     pub size: u64,
-    pub recomputed: bool,
+    pub kind: BlockKind,
+}
+
+/// The copy lanes, on the step axis of the arena view.
+pub struct Lanes {
+    /// Steps of the schedule (the x axis).
+    pub steps: usize,
+    /// Each copy to host as (start, end), in steps (fractional: within a step).
+    pub to_host: Vec<(f64, f64)>,
+    /// Each copy back to the device, the same way.
+    pub to_device: Vec<(f64, f64)>,
+    /// Steps the compute stream waited for a copy before.
+    pub stalls: Vec<usize>,
+    /// What the copies cost, shown above the lanes.
+    pub note: String,
 }
 
 /// Everything to draw.
@@ -43,6 +81,8 @@ pub struct Chart {
     pub levels: Vec<Level>,
     /// The arena view: blocks, arena size and number of steps.
     pub arena: Option<(Vec<Block>, u64, usize)>,
+    /// The copy lanes (plans with offloads).
+    pub lanes: Option<Lanes>,
 }
 
 const W: f64 = 960.0;
@@ -51,11 +91,22 @@ const RIGHT: f64 = 20.0;
 const PANEL_H: f64 = 300.0;
 const TOP: f64 = 64.0;
 const GAP: f64 = 84.0;
+const LANE_H: f64 = 22.0;
+/// Compute, to host, to device.
+const LANES: [&str; 3] = ["compute", "to host", "to device"];
+const TO_HOST: &str = "#f4a261";
+const TO_DEVICE: &str = "#2a9d8f";
+const STALL: &str = "#c1121f";
 
 /// Renders the chart as an SVG document.
 pub fn render_svg(chart: &Chart) -> String {
     let panels = if chart.arena.is_some() { 2.0 } else { 1.0 };
-    let height = TOP + panels * PANEL_H + (panels - 1.0) * GAP + 50.0;
+    let lanes_y = TOP + panels * PANEL_H + panels * GAP;
+    let lanes_h = chart
+        .lanes
+        .as_ref()
+        .map_or(0.0, |_| GAP + LANES.len() as f64 * LANE_H);
+    let height = TOP + panels * PANEL_H + (panels - 1.0) * GAP + lanes_h + 50.0;
     let mut s = String::new();
     let _ = write!(
         s,
@@ -70,6 +121,9 @@ pub fn render_svg(chart: &Chart) -> String {
     resident_panel(&mut s, chart, TOP);
     if let Some((blocks, arena, steps)) = &chart.arena {
         arena_panel(&mut s, blocks, *arena, *steps, TOP + PANEL_H + GAP);
+    }
+    if let Some(lanes) = &chart.lanes {
+        lanes_panel(&mut s, lanes, lanes_y);
     }
     s.push_str("</svg>\n");
     s
@@ -157,7 +211,7 @@ fn arena_panel(s: &mut String, blocks: &[Block], arena: u64, steps: usize, y0: f
         let w = ((b.end + 1 - b.start) as f64 / n * plot_w).max(0.5);
         let h = (b.size as f64 / amax * PANEL_H).max(0.5);
         let yy = y0 + PANEL_H - (b.offset + b.size) as f64 / amax * PANEL_H;
-        let fill = if b.recomputed { "#e4572e" } else { "#4a90d9" };
+        let fill = b.kind.color();
         let _ = write!(
             s,
             r##"<rect x="{x:.2}" y="{yy:.2}" width="{w:.2}" height="{h:.2}" fill="{fill}" fill-opacity="0.75" stroke="#1d3557" stroke-width="0.3"/>"##
@@ -166,16 +220,71 @@ fn arena_panel(s: &mut String, blocks: &[Block], arena: u64, steps: usize, y0: f
     let ly = y0 - 10.0;
     let _ = write!(
         s,
-        r##"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#4a90d9"/><text x="{:.1}" y="{ly:.1}">tensor lifetime (darker where an op writes in place)</text><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#e4572e"/><text x="{:.1}" y="{ly:.1}">recomputed tensor; arena {}</text>"##,
+        r##"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#4a90d9"/><text x="{:.1}" y="{ly:.1}">tensor lifetime (darker where an op writes in place)</text><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#e4572e"/><text x="{:.1}" y="{ly:.1}">recomputed tensor</text><rect x="{:.1}" y="{:.1}" width="10" height="10" fill="#8e44ad"/><text x="{:.1}" y="{ly:.1}">offloaded (before its copy to host, after its fetch); arena {}</text>"##,
         LEFT,
         ly - 9.0,
         LEFT + 16.0,
-        LEFT + 380.0,
+        LEFT + 330.0,
         ly - 9.0,
-        LEFT + 396.0,
+        LEFT + 346.0,
+        LEFT + 470.0,
+        ly - 9.0,
+        LEFT + 486.0,
         human_bytes(arena)
     );
     x_ticks(s, y0, |f| format!("{}", (f * n).round() as u64));
+}
+
+/// The compute lane and the two copy lanes (see the module docs).
+fn lanes_panel(s: &mut String, lanes: &Lanes, y0: f64) {
+    let plot_w = W - LEFT - RIGHT;
+    let n = lanes.steps.max(1) as f64;
+    let x = |step: f64| LEFT + step / n * plot_w;
+    let _ = write!(
+        s,
+        r#"<text x="{LEFT}" y="{:.1}">copies beside compute: {}</text>"#,
+        y0 - 10.0,
+        escape(&lanes.note)
+    );
+    for (row, label) in LANES.iter().enumerate() {
+        let yy = y0 + row as f64 * LANE_H;
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text><line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+            LEFT - 6.0,
+            yy + LANE_H * 0.65,
+            yy + LANE_H,
+            W - RIGHT,
+            yy + LANE_H
+        );
+    }
+    let bar = |s: &mut String, row: usize, (a, b): (f64, f64), fill: &str| {
+        let _ = write!(
+            s,
+            r##"<rect x="{:.2}" y="{:.1}" width="{:.2}" height="{:.1}" fill="{fill}" stroke="#333" stroke-width="0.3"/>"##,
+            x(a),
+            y0 + row as f64 * LANE_H + 3.0,
+            (x(b) - x(a)).max(1.0),
+            LANE_H - 6.0
+        );
+    };
+    bar(s, 0, (0.0, n), "#cccccc");
+    for &step in &lanes.stalls {
+        bar(s, 0, (step as f64, step as f64), STALL);
+    }
+    for &span in &lanes.to_host {
+        bar(s, 1, span, TO_HOST);
+    }
+    for &span in &lanes.to_device {
+        bar(s, 2, span, TO_DEVICE);
+    }
+    let yb = y0 + LANES.len() as f64 * LANE_H;
+    let _ = write!(
+        s,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">step of the planned schedule (red: the compute stream waits for a copy)</text>"##,
+        LEFT + plot_w / 2.0,
+        yb + 16.0
+    );
 }
 
 /// Five labelled ticks under a panel's x axis; `label` maps the fraction of the width.
@@ -268,19 +377,20 @@ mod tests {
                         end: 1,
                         offset: 0,
                         size: 2,
-                        recomputed: false,
+                        kind: BlockKind::Kept,
                     },
                     Block {
                         start: 2,
                         end: 3,
                         offset: 0,
                         size: 3,
-                        recomputed: true,
+                        kind: BlockKind::Recomputed,
                     },
                 ],
                 3,
                 4,
             )),
+            lanes: None,
         };
         let svg = render_svg(&chart);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -288,5 +398,31 @@ mod tests {
         assert_eq!(svg.matches("fill-opacity=\"0.75\"").count(), 2);
         assert!(svg.contains("unplanned (peak 5 B, 3 steps)"));
         assert!(svg.contains("planned (peak 3 B, 4 steps)"));
+        assert!(!svg.contains("copies beside compute"));
+    }
+
+    #[test]
+    fn lanes_draw_one_bar_per_copy_and_the_stalls() {
+        let chart = Chart {
+            title: "t".into(),
+            series: Vec::new(),
+            levels: Vec::new(),
+            arena: None,
+            lanes: Some(Lanes {
+                steps: 10,
+                to_host: vec![(1.0, 2.5), (3.0, 3.2)],
+                to_device: vec![(7.0, 8.0)],
+                stalls: vec![8],
+                note: "exposed 1 µs".into(),
+            }),
+        };
+        let svg = render_svg(&chart);
+        assert_eq!(svg.matches(&format!("fill=\"{TO_HOST}\"")).count(), 2);
+        assert_eq!(svg.matches(&format!("fill=\"{TO_DEVICE}\"")).count(), 1);
+        assert_eq!(svg.matches(&format!("fill=\"{STALL}\"")).count(), 1);
+        for label in LANES {
+            assert!(svg.contains(&format!(">{label}</text>")), "{label}");
+        }
+        assert!(svg.contains("copies beside compute: exposed 1 µs"));
     }
 }

@@ -100,6 +100,8 @@ fn plan_files_hold_exactly_the_fields_the_spec_names() {
                 "peak",
                 "--device-profile",
                 "h100",
+                "--host-memory",
+                "1GiB",
             ],
         ),
         written_plan("graphs/tiny_transformer.json", &["--arena-effort", "fast"]),

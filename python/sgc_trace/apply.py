@@ -26,6 +26,13 @@ The method, in four steps:
    holds only the saved values when it returns and the backward frees each one after its
    last reader. `backend="inductor"` compiles each module with `torch.compile` instead
    (same saved values; inductor fuses and may reorder inside each module).
+5. **Offload** what the plan offloads (`plan["offloads"]`): each offload adds four nodes at
+   its steps, in whichever module runs the step (`offload.HostPool`: copy to host after
+   `copy_after`, drop the device value after `free_after`, copy back after `fetch_after`,
+   wait for it at `needed_at`, where every FX value over that storage is rebuilt over the
+   fetched bytes). They pass tokens: a forward value offloaded until the backward leaves
+   the forward as a token, not as a saved tensor. Steps are mapped to FX nodes as for the
+   schedule, so a copy starts exactly where the plan's step ends.
 
 The step is `loss = step(*batch)`: loss and `.grad` (accumulated, like `.backward()`) and
 the BatchNorm running statistics updated, as `loss_fn(model(x), y).backward()` does.
@@ -34,16 +41,17 @@ the BatchNorm running statistics updated, as `loss_fn(model(x), y).backward()` d
 from __future__ import annotations
 
 import copy
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 from torch import fx, nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .api import export
 from .errors import ExportError
+from .offload import HostPool, rebuild, storage_bytes
 from .planner import plan as plan_graph
 from .trace import InputSpec, JointTrace, LossFn, TrainStep
 
@@ -60,11 +68,13 @@ class Partition:
 
     forward: fx.GraphModule  # joint placeholders -> [buffer updates..., loss, saved...]
     backward: fx.GraphModule  # saved -> gradients (in `grad_params` order)
-    saved: list[str]  # FX names of the saved values, in forward-output order
-    saved_tensors: list[str]  # the same as sgc tensor names
+    saved: list[str]  # FX names of the saved values (offloads' tokens included), in forward-output order
+    saved_tensors: list[str]  # the saved device values as sgc tensor names
     recomputed_ops: list[str]  # sgc op names the backward runs again, in order
     mutated_buffers: list[str]  # buffer fqns the forward's first outputs update
     grad_params: list[str]  # parameter fqns of the backward's outputs
+    offloaded: list[str] = field(default_factory=list)  # sgc tensors copied to host and back, plan order
+    host_pool: HostPool | None = None  # their host pool and copy streams (`offload.HostPool`)
 
 
 def input_specs(example_batch: Sequence[torch.Tensor], num_model_inputs: int) -> list[InputSpec]:
@@ -144,7 +154,8 @@ def partition(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> Par
     placeholders = [n for n in joint if n.op == "placeholder"]
     op_node: dict[str, fx.Node] = fx_nodes["ops"]
     ops = graph["ops"]
-    fw_steps, bw_steps = _split_steps(ops, plan["steps"])
+    offl = _Offloads(graph, plan, fx_nodes, joint, _device_of(trace)) if plan.get("offloads") else None
+    fw_items, bw_items = _items(graph, plan, offl)
 
     def node_of(step) -> fx.Node | None:
         op = ops[step["op"]]
@@ -158,24 +169,30 @@ def partition(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> Par
 
     # Forward module: every joint placeholder, the forward steps.
     fwd = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
+    env: dict = {}
     for p in placeholders:
         env[p] = fwd.node_copy(p)
     recomputed: list[str] = []
-    for s in fw_steps:
+    for kind, s in fw_items:
+        if kind != "step":
+            offl.emit(fwd, env, kind, s)
+            continue
         node = node_of(s)
         if node is None or (node in env and not s["recompute"]):
             continue
         _emit(fwd, env, node)
     # Backward module: which forward values it reads first (saved), then the steps.
-    saved = _saved_nodes([node_of(s) for s in bw_steps], [by_name[g] for g, _ in grads])
+    saved = _saved_values(bw_items, node_of, offl, [by_name[g] for g, _ in grads])
     bwd = fx.Graph()
-    benv: dict[fx.Node, fx.Node] = {}
+    benv: dict = {}
     for n in saved:
         ph = bwd.placeholder(n.name)
-        ph.meta = dict(n.meta)
+        ph.meta = dict(getattr(n, "meta", {}))
         benv[n] = ph
-    for s in bw_steps:
+    for kind, s in bw_items:
+        if kind != "step":
+            offl.emit(bwd, benv, kind, s)
+            continue
         node = node_of(s)
         if node is None or (node in benv and not s["recompute"] and benv[node].op != "placeholder"):
             continue
@@ -195,11 +212,142 @@ def partition(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> Par
         forward=fx.GraphModule(gm, fwd, "sgc_forward"),
         backward=fx.GraphModule(gm, bwd, "sgc_backward"),
         saved=[n.name for n in saved],
-        saved_tensors=[tensor_of.get(n, n.name) for n in saved],
+        saved_tensors=[tensor_of.get(n, n.name) for n in saved if isinstance(n, fx.Node)],
         recomputed_ops=recomputed,
         mutated_buffers=[_strip(trace, v) for v in mutated.values()],
         grad_params=[_strip(trace, p) for _, p in grads],
+        offloaded=[o.tensor for o in offl.pool.slots] if offl else [],
+        host_pool=offl.pool if offl else None,
     )
+
+
+def _device_of(trace: JointTrace) -> torch.device:
+    return torch.device(trace.inputs[0].device or "cpu") if trace.inputs else torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class _Token:
+    """What an offload's node passes on: its copy to host (`host`) or back (`back`) started."""
+
+    kind: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"sgc_offload_{self.index}_{self.kind}"
+
+
+class _Offloads:
+    """A plan's offloads in the joint graph: each one's storage (its root's FX value and
+    every FX value sharing that storage) and its four nodes (`offload.HostPool`)."""
+
+    def __init__(self, graph: dict, plan: dict, fx_nodes: dict, joint: list[fx.Node], device: torch.device):
+        self.pool = HostPool(graph, plan, device)
+        self.roots: list[fx.Node] = []
+        self.views: list[list[fx.Node]] = []
+        storage = {n: StorageWeakRef(n.meta["val"].untyped_storage()) for n in joint
+                   if isinstance(n.meta.get("val"), torch.Tensor)}
+        for slot in self.pool.slots:
+            root = fx_nodes["tensors"].get(slot.tensor)
+            if root is None or root not in storage:
+                raise ExportError(f"offload {slot.index}: tensor `{slot.tensor}` has no PyTorch value to copy "
+                                  f"(plan without offload: offload=False)")
+            nbytes = root.meta["val"].untyped_storage().nbytes()
+            if nbytes != slot.nbytes:
+                raise ExportError(f"offload {slot.index}: the storage of `{slot.tensor}` has {nbytes} bytes in "
+                                  f"PyTorch, {slot.nbytes} in the graph (plan without offload: offload=False)")
+            self.roots.append(root)
+            self.views.append([n for n in joint if n in storage and storage[n] == storage[root]])
+
+    def reads(self, kind: str, i: int) -> list:
+        return {"to_host": [self.roots[i]], "release": [_Token("host", i), self.roots[i]],
+                "fetch": [_Token("host", i)], "ready": [_Token("back", i)]}[kind]
+
+    def makes(self, kind: str, i: int) -> list:
+        return {"to_host": [_Token("host", i)], "release": [], "fetch": [_Token("back", i)],
+                "ready": self.views[i]}[kind]
+
+    def emit(self, g: fx.Graph, env: dict, kind: str, i: int) -> None:
+        """The node of `kind` for offload `i`; after `ready`, the storage's values read the
+        fetched bytes."""
+        args = tuple(env[a] for a in self.reads(kind, i))
+        node = g.call_function(getattr(self.pool, kind), (i, *args))
+        if kind in ("to_host", "fetch"):
+            env[self.makes(kind, i)[0]] = node
+        elif kind == "ready":
+            for view in self.views[i]:
+                v = view.meta["val"]
+                env[view] = g.call_function(rebuild, (node, v.dtype, tuple(v.shape), tuple(v.stride()),
+                                                      v.storage_offset()))
+
+
+def _items(graph: dict, plan: dict, offl: _Offloads | None) -> tuple[list, list]:
+    """The forward's and the backward's work in run order: `("step", step)` for the plan's
+    steps and, around them, `(kind, offload index)` for the offloads' nodes: `ready` before
+    step `needed_at`; after a step, `fetch` (after `fetch_after`), `to_host` (after
+    `copy_after`), `release` (after `free_after`), so a fetch is under way before a copy
+    into the same host bytes starts."""
+    steps = plan["steps"]
+    fw_steps, _ = _split_steps(graph["ops"], steps)
+    in_fw = {id(s) for s in fw_steps}
+    offloads = plan.get("offloads", [])
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+    for i, o in enumerate(offloads):
+        before.setdefault(o["needed_at"], []).append(("ready", i))
+    for kind, key in (("fetch", "fetch_after"), ("to_host", "copy_after"), ("release", "free_after")):
+        for i, o in enumerate(offloads):
+            after.setdefault(o[key], []).append((kind, i))
+    fw: list = []
+    bw: list = []
+    for k, s in enumerate(steps):
+        items = fw if id(s) in in_fw else bw
+        items += [*before.get(k, []), ("step", s), *after.get(k, [])]
+    if offl is not None:
+        _check_order(fw, bw, offl)
+    return fw, bw
+
+
+def _check_order(fw: list, bw: list, offl: _Offloads) -> None:
+    """Each offload's nodes run in order (the forward module runs first): a plan whose
+    forward ops run after its first backward op could put them out of order."""
+    at = {item: (0, n) for n, item in enumerate(fw) if item[0] != "step"}
+    at.update({item: (1, n) for n, item in enumerate(bw) if item[0] != "step"})
+    for slot in offl.pool.slots:
+        order = [at[(kind, slot.index)] for kind in ("to_host", "release", "fetch", "ready")]
+        if order != sorted(order):
+            raise ExportError(f"offload {slot.index} of `{slot.tensor}`: the forward and backward modules would run "
+                              f"its copies out of order (plan without offload: offload=False)")
+
+
+def _saved_values(bw_items: list, node_of: Callable, offl: _Offloads | None, outputs: list[fx.Node]) -> list:
+    """What the backward reads before (or without) making it itself, in order: joint nodes
+    and offload tokens."""
+    made: set = set()
+    saved: list = []
+    seen: set = set()
+
+    def read(a) -> None:
+        if a not in made and a not in seen and getattr(a, "op", None) != "get_attr":
+            seen.add(a)
+            saved.append(a)
+
+    for kind, s in bw_items:
+        if kind != "step":
+            for a in offl.reads(kind, s):
+                read(a)
+            made.update(offl.makes(kind, s))
+            continue
+        node = node_of(s)
+        if node is None:
+            continue
+        for a in node.all_input_nodes:
+            read(a)
+        made.add(node)
+        made.update(u for u in node.users if u.target is operator.getitem)
+    for o in outputs:
+        read(o)
+    return saved
 
 
 def _strip(trace: JointTrace, fqn: str) -> str:
@@ -219,29 +367,6 @@ def _emit(g: fx.Graph, env: dict, node: fx.Node) -> None:
     for u in node.users:
         if u.op == "call_function" and u.target is operator.getitem:
             env[u] = g.node_copy(u, value)
-
-
-def _saved_nodes(bw_nodes: list[fx.Node | None], outputs: list[fx.Node]) -> list[fx.Node]:
-    """Joint nodes the backward reads before (or without) making them itself, in order."""
-    made: set[fx.Node] = set()
-    saved: list[fx.Node] = []
-    seen: set[fx.Node] = set()
-
-    def read(a: fx.Node) -> None:
-        if a not in made and a not in seen and a.op != "get_attr":
-            seen.add(a)
-            saved.append(a)
-
-    for node in bw_nodes:
-        if node is None:
-            continue
-        for a in node.all_input_nodes:
-            read(a)
-        made.add(node)
-        made.update(u for u in node.users if u.target is operator.getitem)
-    for o in outputs:
-        read(o)
-    return saved
 
 
 @dataclass
@@ -266,7 +391,7 @@ class PlannedStep:
     def __post_init__(self):
         self._step = TrainStep(self.model, self.loss_fn, self.num_model_inputs, self.raw_output)
         self._shapes = [(tuple(s.shape), s.dtype) for s in self.trace.inputs]
-        self._device = torch.device(self.trace.inputs[0].device or "cpu") if self.trace.inputs else torch.device("cpu")
+        self._device = _device_of(self.trace)
         sig = self.trace.signature
         self._order = []
         user = {ph: i for i, ph in enumerate(sig.user_inputs)}
@@ -280,6 +405,9 @@ class PlannedStep:
             else:
                 self._order.append(("input", user[n.name]))
         if self.backend == "inductor":
+            if self.partition.offloaded:
+                raise ExportError(f"the plan offloads {len(self.partition.offloaded)} tensors to host memory, which "
+                                  f"backend='inductor' cannot run: use backend='aot_eager', or offload=False")
             self._run_fw = _inductor(self.partition.forward)
             self._run_bw = _inductor(self.partition.backward)
         else:
@@ -404,6 +532,9 @@ def compile(
     traced: tuple | None = None,
     budget_of: str = "device",
     autocast: torch.dtype | None = None,
+    offload: bool = True,
+    host_link: str | None = None,
+    host_memory: int | str | None = None,
 ) -> PlannedStep:
     """A training step for `model` that follows an sgc plan: `loss = step(*batch)`.
 
@@ -424,6 +555,12 @@ def compile(
     (`torch.bfloat16`) to trace the step under `torch.autocast` (compiling inside an active
     `torch.autocast` does the same with its dtype): the casts are ops of the traced graph,
     the plan sizes each tensor in its own dtype, and the step runs them as traced.
+    `host_link` (`"h100"`, `"a100"` or `"TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US]"`, as
+    `sgc plan --host-link`) with a `budget`: the plan may also offload activations to host
+    memory (`host_memory`: the most pinned host bytes, default unbounded); the step copies
+    them there and back on side streams (`offload.HostPool`: one pinned pool per step).
+    `offload=False` keeps or recomputes every activation (`sgc plan --no-offload`); so does
+    `backend="inductor"`, which cannot run the copies.
     """
     if backend not in BACKENDS:
         raise ExportError(f"unknown backend `{backend}`: expected one of {', '.join(BACKENDS)}")
@@ -431,10 +568,14 @@ def compile(
     graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output, autocast=autocast)
     if plan is None:
         plan = plan_graph(graph, strategy=strategy, budget=budget, genetic_iters=genetic_iters, seed=seed,
-                          budget_of=budget_of)
+                          budget_of=budget_of, offload=offload and backend != "inductor", host_link=host_link,
+                          host_memory=host_memory)
         check_plan(graph, plan)
     else:
         check_plan(graph, plan, plan_graph(graph, strategy="none")["graph"]["fingerprint"])
+        if plan.get("offloads") and not offload:
+            raise ExportError(f"offload=False, but the plan given offloads {len(plan['offloads'])} tensors: "
+                              f"plan again with offload=False (`sgc plan --no-offload`)")
     part = partition(joint, graph, fx_nodes, plan)
     return PlannedStep(model, loss_fn, graph, plan, part, joint, num_model_inputs, raw_output, backend)
 
@@ -465,7 +606,4 @@ def tensor_bytes(graph: dict, names, persistent: bool = False) -> int:
             n = by[n]["alias_of"]
         if persistent or by[n].get("kind") not in ("param", "state", "const"):
             roots.add(n)
-    return sum(by[r].get("bytes", math.prod(by[r]["shape"]) * _DSIZE[by[r]["dtype"]]) for r in roots)
-
-
-_DSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "bool": 1}
+    return sum(storage_bytes(by[r]) for r in roots)

@@ -59,6 +59,9 @@ def plan(
     seed: int = 0,
     native: bool | None = None,
     budget_of: str = "device",
+    offload: bool = True,
+    host_link: str | None = None,
+    host_memory: int | str | None = None,
 ) -> dict:
     """The plan of `graph` (a version-1 graph dict) as the JSON dict `sgc plan -o` writes.
 
@@ -66,25 +69,33 @@ def plan(
     it. `budget_of`: what it bounds: `"device"` (arena plus persistent bytes), `"peak"` (the
     memory model's) or `"saved"` (bytes kept from the forward for the backward, with
     `strategy="partition"`: what `torch.compile`'s `activation_memory_budget` bounds). `native`: force (True) or avoid (False) the
-    native module; by default it is used when importable. Raises `PlanError` with sgc's
-    message when planning fails.
+    native module; by default it is used when importable. `host_link` (`"h100"` or
+    `"TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US]"`), `host_memory` (pinned host bytes) and
+    `offload` (False: never offload): as `sgc plan --host-link`, `--host-memory` and
+    `--no-offload`; with a link and a budget the plan may offload activations to host
+    memory. Raises `PlanError` with sgc's message when planning fails.
     """
     mod = _native() if native is not False else None
     if native and mod is None:
         raise PlanError("the native `sgc` module is not importable (pip install the sgc bindings)")
-    budget_text = None if budget is None else (f"{budget}" if isinstance(budget, int) else str(budget))
+    budget_text = _size_text(budget)
+    host = {"offload": offload, "host_link": host_link, "host_memory": _size_text(host_memory)}
     if mod is not None:
         try:
             planned = mod.plan(graph, strategy=strategy, genetic_iters=genetic_iters, budget=budget_text, seed=seed,
-                               budget_of=budget_of)
+                               budget_of=budget_of, **host)
         except getattr(mod, "SgcError", ()) as e:  # noqa: B030
             raise typed(e) from None
         return planned.to_dict()
-    return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed, budget_of)
+    return _plan_with_binary(graph, strategy, budget_text, genetic_iters, seed, budget_of, host)
+
+
+def _size_text(size: int | str | None) -> str | None:
+    return None if size is None else (f"{size}" if isinstance(size, int) else str(size))
 
 
 def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_iters: int, seed: int,
-                      budget_of: str = "device") -> dict:
+                      budget_of: str = "device", host: dict | None = None) -> dict:
     from .sgc import find_sgc  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="sgc-plan-") as tmp:
@@ -96,6 +107,12 @@ def _plan_with_binary(graph: dict, strategy: str, budget: str | None, genetic_it
             args += ["--genetic-iters", str(genetic_iters)]
         if budget is not None:
             args += ["--budget", budget, "--budget-of", budget_of]
+        host = host or {}
+        if not host.get("offload", True):
+            args.append("--no-offload")
+        else:
+            args += [a for flag in ("host_link", "host_memory") if host.get(flag) is not None
+                     for a in (f"--{flag.replace('_', '-')}", host[flag])]
         done = subprocess.run(args, capture_output=True, text=True)
         if done.returncode != 0:
             message = done.stderr.strip().removeprefix("error: ").replace(f"{src}: ", "")

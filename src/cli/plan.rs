@@ -6,7 +6,7 @@
 use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
 use sgc::plan::streams::HostLink;
-use sgc::plan::{Plan, PlanOptions, Progress, RunConfig, Strategy};
+use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::report::plan::{workers_used, PlanReport};
 use sgc::units::{human_bytes, parse_size};
 use std::path::PathBuf;
@@ -114,26 +114,6 @@ fn parse_link(text: &str) -> Result<HostLink, String> {
     HostLink::parse(text)
 }
 
-/// The options with offload turned on where it can apply: a budget, a strategy that
-/// offloads (sublinear, partition), a host link (given, or the device profile's), and no
-/// `--no-offload`. Everywhere else the options stay as they were before offload.
-fn with_offload(options: PlanOptions, args: &Args) -> PlanOptions {
-    let link = args.host_link.or_else(|| {
-        options
-            .device_profile
-            .as_ref()
-            .and_then(|d| HostLink::named(d.name()))
-    });
-    let applies = options.budget.is_some()
-        && matches!(options.strategy, Strategy::Sublinear | Strategy::Partition)
-        && !args.no_offload;
-    PlanOptions {
-        host_link: link.filter(|_| applies),
-        host_memory: args.host_memory.filter(|_| applies),
-        ..options
-    }
-}
-
 pub fn run(args: Args) -> CliResult {
     if let Some(out) = &args.output {
         output::refuse_input(out, &[&args.file])?;
@@ -163,7 +143,8 @@ pub fn run(args: Args) -> CliResult {
         host_link: None,
         host_memory: None,
     };
-    let options = with_offload(options, &args);
+    let options =
+        defaults::with_offload(options, args.host_link, args.host_memory, !args.no_offload);
     let bar = super::progress::bar(args.quiet, 1, "{msg:>26} [{bar:30}] {pos}/{len} {elapsed}");
     let callback = |p: Progress| {
         if let Some(b) = &bar {

@@ -108,3 +108,36 @@ pub fn to_py<T: Serialize>(py: Python<'_>, value: &T) -> PyResult<Py<PyAny>> {
 pub fn json_loads(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
     Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
 }
+
+/// A host link as `--host-link` takes it: a profile name (`h100`) or
+/// `TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US]`.
+pub fn host_link(text: &str) -> PyResult<sgc::plan::streams::HostLink> {
+    sgc::plan::streams::HostLink::parse(text).map_err(PyValueError::new_err)
+}
+
+/// Op indices as the graph's op ids, each checked.
+pub fn op_ids(graph: &sgc::ir::Graph, indices: &[usize]) -> PyResult<Vec<sgc::ir::OpId>> {
+    let ids: Vec<sgc::ir::OpId> = graph.op_ids().collect();
+    indices
+        .iter()
+        .map(|&i| {
+            ids.get(i).copied().ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "step op {i} is not an op of the graph (it has {} ops, indices 0..{})",
+                    ids.len(),
+                    ids.len()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A Python object (through `json.dumps`) as serde data.
+pub fn from_py<T: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<T> {
+    let json = obj.py().import("json")?;
+    let text: String = json
+        .call_method1("dumps", (obj,))
+        .map_err(|e| PyTypeError::new_err(format!("{what}: not JSON data: {e}")))?
+        .extract()?;
+    serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
+}

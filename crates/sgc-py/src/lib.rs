@@ -130,6 +130,7 @@ fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::Plan>()?;
     m.add_function(wrap_pyfunction!(graph::load, m)?)?;
     m.add_function(wrap_pyfunction!(plan::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(plan::plan_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(plan::verify, m)?)?;
     m.add_function(wrap_pyfunction!(plan::load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;

@@ -126,7 +126,7 @@ fn file_of(graph: &Graph) -> (String, Option<String>) {
     seed=defaults::seed(), workers=None, arena=true, align=None, goal=None, lb_memory=None,
     thresh_tries=defaults::thresh_tries(), pool_size=defaults::pool_size(),
     eviction_threshold=None, evictee_min_size=None, sqrt_sampling=false, device_profile=None,
-    budget_of="device", arena_effort="plan",
+    budget_of="device", arena_effort="plan", host_link=None, host_memory=None, offload=true,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
@@ -149,6 +149,9 @@ pub fn plan(
     device_profile: Option<&str>,
     budget_of: &str,
     arena_effort: &str,
+    host_link: Option<&str>,
+    host_memory: Option<&Bound<'_, PyAny>>,
+    offload: bool,
 ) -> PyResult<Plan> {
     let mut options = PlanOptions {
         genetic_iters,
@@ -171,6 +174,9 @@ pub fn plan(
     }
     options.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
     options.device_profile = device_profile.map(named).transpose()?;
+    let link = host_link.map(convert::host_link).transpose()?;
+    let host_memory = opt_size(host_memory, "host_memory")?;
+    let options = defaults::with_offload(options, link, host_memory, offload);
     let workers = convert::workers(workers)?;
     let graph = Graph::of(graph)?;
     let graph = graph.get();
@@ -194,6 +200,58 @@ pub fn plan(
         file,
         workers: workers_used(workers),
         secs,
+    })
+}
+
+/// A plan of an explicit schedule (`steps`: op indices, in order; an op run again is a
+/// recomputation) with storages offloaded to host memory and back (`offloads`: dicts of
+/// the plan file's `offloads` entries, `root` a tensor index), as the planner assembles
+/// its own; verified. Offloads need a `host_link` (`"h100"`, `"44,44,10"`) and ops with
+/// `time_us` or a `device_profile` to time the copies against.
+#[pyfunction]
+#[pyo3(signature = (graph, steps, offloads=None, host_link=None, device_profile=None, arena=true, align=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn plan_schedule(
+    py: Python<'_>,
+    graph: &Bound<'_, PyAny>,
+    steps: Vec<usize>,
+    offloads: Option<&Bound<'_, PyAny>>,
+    host_link: Option<&str>,
+    device_profile: Option<&str>,
+    arena: bool,
+    align: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Plan> {
+    let graph = Graph::of(graph)?;
+    let graph = graph.get();
+    let (file, path) = file_of(graph);
+    let g = &graph.graph;
+    let options = PlanOptions {
+        strategy: sgc::plan::Strategy::None,
+        arena,
+        align: opt_size(align, "align")?.unwrap_or(defaults::ALIGN),
+        device_profile: device_profile.map(named).transpose()?,
+        host_link: host_link.map(convert::host_link).transpose()?,
+        ..PlanOptions::default()
+    };
+    let ops = convert::op_ids(g, &steps)?;
+    let offloads: Vec<sgc::ir::Offload> = match offloads.filter(|o| !o.is_none()) {
+        Some(list) => convert::from_py(list, "offloads")?,
+        None => Vec::new(),
+    };
+    let start = Instant::now();
+    let mut plan = py
+        .detach(|| sgc::plan::plan_schedule_offloaded(g, &options, &ops, &offloads))
+        .map_err(|e| errors::plan_error(py, e, path.as_deref()))?;
+    plan.graph.path = path.clone();
+    py.detach(|| sgc::plan::check(g, &plan))
+        .map_err(|e| errors::check_error(py, e, path.as_deref()))?;
+    Ok(Plan {
+        plan,
+        graph: Arc::clone(g),
+        stats: None,
+        file,
+        workers: workers_used(None),
+        secs: start.elapsed().as_secs_f64(),
     })
 }
 
