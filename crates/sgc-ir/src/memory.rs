@@ -91,7 +91,9 @@ pub enum ScheduleError {
 /// step `copy_after + 1` runs, so that step cannot take its bytes in place); one instance of the storage spans
 /// `copy_after ..= needed_at` (no recomputation in between); no step after `copy_after`
 /// writes it, and no step after `free_after` touches it, before `needed_at`, which reads it.
-/// The host holds the bytes from step `copy_after + 1` through step `needed_at - 1`.
+/// The host holds the bytes from step `copy_after + 1` through step `needed_at`: the copy
+/// back has ended only when `needed_at` starts, so a copy to host that starts after step
+/// `needed_at - 1` may not reuse those bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Offload {
@@ -105,12 +107,12 @@ pub struct Offload {
 
 impl Offload {
     /// The host instance of this offload: the bytes of `root`, held on the host from
-    /// step `copy_after + 1` through step `needed_at - 1`.
+    /// step `copy_after + 1` through step `needed_at` (see [`Offload`]).
     pub fn host_instance(&self, graph: &Graph) -> StorageInstance {
         StorageInstance {
             root: self.root,
             start: self.copy_after + 1,
-            end: self.needed_at.saturating_sub(1).max(self.copy_after + 1),
+            end: self.needed_at.max(self.copy_after + 1),
             bytes: graph.tensor(self.root).size,
         }
     }
@@ -428,5 +430,41 @@ impl<'g> Tracker<'g> {
         }
         self.closed.sort_by_key(|i| (i.start, i.root, i.end));
         self.closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy back has ended only when its reader starts, so the host holds the bytes
+    /// through `needed_at`: an offload whose copy to host starts after the step before that
+    /// reader must not be given the same host bytes (its instance overlaps).
+    #[test]
+    fn the_host_holds_an_offload_through_its_reader() {
+        let text = r#"{"format": "sgc-graph", "version": 1,
+          "tensors": [{"name": "x", "dtype": "f32", "shape": [4], "kind": "input"},
+                      {"name": "y", "dtype": "f32", "shape": [4]}],
+          "ops": [{"name": "relu", "op": "relu", "inputs": ["x"], "outputs": ["y"]}],
+          "outputs": ["y"]}"#;
+        let g = crate::format::from_str(text).unwrap();
+        let x = g.tensor_ids().next().unwrap();
+        let a = Offload {
+            root: x,
+            copy_after: 2,
+            free_after: 3,
+            fetch_after: 5,
+            needed_at: 8,
+        };
+        let h = a.host_instance(&g);
+        assert_eq!((h.start, h.end, h.bytes), (3, 8, 16));
+        let b = Offload {
+            copy_after: a.needed_at - 1,
+            ..a
+        };
+        assert!(
+            b.host_instance(&g).start <= h.end,
+            "a reuse that races the copy back"
+        );
     }
 }

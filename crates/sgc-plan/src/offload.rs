@@ -15,7 +15,8 @@
 //! - [`step_times`]: each step's duration, µs (`time_us`, else the device profile's
 //!   roofline estimate: copies need a clock).
 //! - [`host_layout`]: each offload's offset in one pinned host pool, allocated once, its
-//!   host instance (`copy_after + 1 ..= needed_at - 1`) packed by the arena allocator.
+//!   host instance (`copy_after + 1 ..= needed_at`: the copy back has ended only
+//!   when its reader starts) packed by the arena allocator.
 //! - [`summarize`]: the figures a plan reports: host peak, step time with and without
 //!   the copies, and the time the copies add (exposed), from the three-stream replay.
 

@@ -351,7 +351,7 @@ impl<'a> Greedy<'a> {
             j == i || (t.root == gap.root && t.u < gap.v && gap.u < t.v)
         });
         let host_fits = self.host_limit.is_none_or(|limit| {
-            self.host[gap.u + 1..gap.v]
+            self.host[gap.u + 1..=gap.v]
                 .iter()
                 .all(|&b| b.saturating_add(gap.bytes) <= limit)
         });
@@ -405,7 +405,7 @@ impl<'a> Greedy<'a> {
             for r in &mut self.resident[f + 1..=p] {
                 *r -= gap.bytes;
             }
-            for h in &mut self.host[gap.u + 1..gap.v] {
+            for h in &mut self.host[gap.u + 1..=gap.v] {
                 *h += gap.bytes;
             }
         }

@@ -241,7 +241,7 @@ fn a_bad_host_layout_is_refused() {
     fits.options.host_memory = Some(p.host.as_ref().unwrap().peak);
     verify(&g, &fits).unwrap();
     // Two offloads on the host at once, moved to the same bytes.
-    let on_host = |o: &Offload| (o.copy_after + 1, o.needed_at - 1);
+    let on_host = |o: &Offload| (o.copy_after + 1, o.needed_at);
     let pair = (0..p.offloads.len())
         .flat_map(|a| (a + 1..p.offloads.len()).map(move |b| (a, b)))
         .find(|&(a, b)| {

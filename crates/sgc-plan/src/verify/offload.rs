@@ -18,7 +18,8 @@
 //!   the copy back may still run (before `needed_at`), and `needed_at` reads it;
 //!
 //! and, at the end, the host pool: one offset per offload, each inside the pool, no two
-//! offloads on the host at the same time (steps `copy_after + 1 ..= needed_at - 1`) sharing
+//! offloads on the host at the same time (steps `copy_after + 1 ..= needed_at`: a copy back
+//! has ended only when its reader starts) sharing
 //! bytes, the claimed host peak the replayed one, and that peak within the plan's
 //! `host_memory`.
 
@@ -204,7 +205,7 @@ impl Replay<'_> {
             .iter()
             .map(|o| {
                 let t = self.known(o.root)?;
-                let last = o.needed_at.checked_sub(1)?;
+                let last = o.needed_at;
                 (o.copy_after < last).then_some((o.copy_after + 1, last, self.g.tensor(t).size, t))
             })
             .collect();
