@@ -58,40 +58,39 @@ pub struct OffloadSummary {
 }
 
 /// The copies of `offloads` in queue order: every copy to host (by `copy_after`), then
-/// every copy back (by `fetch_after`), each following its copy to host. The second value
-/// maps each offload to its (to host, to device) copy indices.
+/// every copy back (by `fetch_after`, then by reader), each following its copy to host.
+/// The second value maps each offload to its (to host, to device) copy indices.
 pub fn transfers(
     graph: &Graph,
     offloads: &[Offload],
     num_steps: usize,
 ) -> (Vec<Transfer>, Vec<(usize, usize)>) {
-    let mut out_order: Vec<usize> = (0..offloads.len()).collect();
-    out_order.sort_by_key(|&i| (offloads[i].copy_after, i));
-    let mut back_order: Vec<usize> = (0..offloads.len()).collect();
-    back_order.sort_by_key(|&i| (offloads[i].fetch_after, i));
     let mut index = vec![(0, 0); offloads.len()];
     let mut copies = Vec::with_capacity(2 * offloads.len());
-    for &i in &out_order {
-        let o = &offloads[i];
-        index[i].0 = copies.len();
-        copies.push(Transfer {
-            dir: Direction::ToHost,
-            bytes: graph.tensor(o.root).size,
-            after: Some(o.copy_after),
-            before: Some(o.free_after + 1).filter(|&b| b < num_steps),
-            follows: None,
+    for dir in [Direction::ToHost, Direction::ToDevice] {
+        let mut order: Vec<usize> = (0..offloads.len()).collect();
+        order.sort_by_key(|&i| match dir {
+            Direction::ToHost => (offloads[i].copy_after, 0, i),
+            Direction::ToDevice => (offloads[i].fetch_after, offloads[i].needed_at, i),
         });
-    }
-    for &i in &back_order {
-        let o = &offloads[i];
-        index[i].1 = copies.len();
-        copies.push(Transfer {
-            dir: Direction::ToDevice,
-            bytes: graph.tensor(o.root).size,
-            after: Some(o.fetch_after),
-            before: Some(o.needed_at),
-            follows: Some(index[i].0),
-        });
+        for i in order {
+            let o = &offloads[i];
+            let (after, before, follows) = match dir {
+                Direction::ToHost => (o.copy_after, o.free_after + 1, None),
+                Direction::ToDevice => (o.fetch_after, o.needed_at, Some(index[i].0)),
+            };
+            match dir {
+                Direction::ToHost => index[i].0 = copies.len(),
+                Direction::ToDevice => index[i].1 = copies.len(),
+            }
+            copies.push(Transfer {
+                dir,
+                bytes: graph.tensor(o.root).size,
+                after: Some(after),
+                before: Some(before).filter(|&b| b < num_steps),
+                follows,
+            });
+        }
     }
     (copies, index)
 }
@@ -162,7 +161,6 @@ pub fn summarize(
     link: &HostLink,
 ) -> Result<OffloadSummary, PlanError> {
     let t = timeline(graph, ops, offloads, device, link)?;
-    let (copies, _) = transfers(graph, offloads, ops.len());
     Ok(OffloadSummary {
         offloads: offloads.len(),
         bytes: offloads
@@ -173,6 +171,6 @@ pub fn summarize(
         compute_us: t.compute_us,
         step_us: t.total_us,
         exposed_us: t.exposed_us(),
-        transfer_us: copies.iter().map(|c| link.copy_us(c.dir, c.bytes)).sum(),
+        transfer_us: t.copies.iter().map(|c| c.end - c.start).sum(),
     })
 }

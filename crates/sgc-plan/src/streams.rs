@@ -26,13 +26,16 @@ use thiserror::Error;
 
 /// The host link of a device: bandwidth per direction and the fixed cost of one copy.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, try_from = "LinkFields")]
+#[serde(deny_unknown_fields)]
 pub struct HostLink {
     /// Device to host, GB/s (1e9 bytes per second).
+    #[serde(deserialize_with = "rate")]
     pub to_host_gbps: f64,
     /// Host to device, GB/s.
+    #[serde(deserialize_with = "rate")]
     pub to_device_gbps: f64,
     /// Fixed cost of one copy (launch and first byte), microseconds.
+    #[serde(deserialize_with = "latency")]
     pub latency_us: f64,
 }
 
@@ -42,20 +45,20 @@ pub struct HostLink {
 /// latency is a copy's launch and setup on the stream, a few microseconds measured.
 const NAMED: [(&str, f64, f64, f64); 2] = [("h100", 44.0, 44.0, 10.0), ("a100", 25.0, 25.0, 10.0)];
 
-/// A host link as stored, before its rates are checked.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LinkFields {
-    to_host_gbps: f64,
-    to_device_gbps: f64,
-    latency_us: f64,
+/// A stored bandwidth: finite and > 0 GB/s.
+fn rate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let x = <f64 as serde::Deserialize>::deserialize(d)?;
+    HostLink::new(x, x, 0.0)
+        .map(|_| x)
+        .map_err(serde::de::Error::custom)
 }
 
-impl TryFrom<LinkFields> for HostLink {
-    type Error = String;
-    fn try_from(f: LinkFields) -> Result<Self, String> {
-        HostLink::new(f.to_host_gbps, f.to_device_gbps, f.latency_us)
-    }
+/// A stored latency: finite and >= 0 µs.
+fn latency<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let x = <f64 as serde::Deserialize>::deserialize(d)?;
+    HostLink::new(1.0, 1.0, x)
+        .map(|_| x)
+        .map_err(serde::de::Error::custom)
 }
 
 impl HostLink {
@@ -384,6 +387,29 @@ mod tests {
             before,
             follows: None,
         }
+    }
+
+    #[test]
+    fn a_stored_link_with_a_bad_rate_is_refused() {
+        let read = |t: &str| serde_json::from_str::<HostLink>(t);
+        let good = read(r#"{"to_host_gbps": 44, "to_device_gbps": 40, "latency_us": 10}"#);
+        assert_eq!(good.unwrap(), HostLink::new(44.0, 40.0, 10.0).unwrap());
+        for bad in [
+            r#"{"to_host_gbps": 0, "to_device_gbps": 40, "latency_us": 10}"#,
+            r#"{"to_host_gbps": 44, "to_device_gbps": -1, "latency_us": 10}"#,
+            r#"{"to_host_gbps": 44, "to_device_gbps": 40, "latency_us": -1}"#,
+        ] {
+            let e = read(bad).expect_err(bad).to_string();
+            assert!(e.contains("host link"), "{bad}: {e}");
+        }
+        assert_eq!(
+            HostLink::parse("h100"),
+            Ok(HostLink::named("h100").unwrap())
+        );
+        assert_eq!(HostLink::parse("20,25"), HostLink::new(20.0, 25.0, 10.0));
+        assert!(HostLink::parse("fast")
+            .unwrap_err()
+            .contains("TO_HOST_GBPS"));
     }
 
     #[test]
