@@ -40,12 +40,12 @@ use sgc_ir::{Offload, OpId, TensorId};
 
 /// Recompute plans tried beneath the offloads: budgets above the plan's by 1/2^(LEVELS-1),
 /// 1/2^(LEVELS-2), ..., 1/2, 1 of the way to the unplanned device bytes.
-pub(crate) const LEVELS: u32 = 10;
+const LEVELS: u32 = 10;
 /// Rounds of "place the arena, lower the target by the excess".
 const PLACE_ROUNDS: usize = 6;
 
 /// A schedule with offloads, and what it gives.
-pub(crate) struct Fitted {
+struct Fitted {
     pub chosen: Chosen,
     pub offloads: Vec<Offload>,
     /// Predicted step time (compute plus exposed copies), µs.
@@ -54,25 +54,25 @@ pub(crate) struct Fitted {
 
 /// The fastest schedule within `budget` device bytes among recompute plans at [`LEVELS`]
 /// budgets made to fit by offloads, and the plain recompute plan at the budget (see the
-/// module docs). `None` when no schedule fits at all.
-pub(crate) fn best(
+/// module docs). When no schedule fits at all, the refusal of the plain choice.
+fn best(
     ctx: &Context<'_>,
     opts: &PlanOptions,
     choose: impl Fn(u64) -> Result<Chosen, PlanError>,
     budget: u64,
     link: &HostLink,
-) -> Result<Option<Fitted>, PlanError> {
+) -> Result<Fitted, PlanError> {
     let device = opts.device_profile.as_ref();
-    let mut best: Option<Fitted> = None;
-    if let Ok(chosen) = choose(budget) {
+    // The best so far, or (none yet) the plain choice's refusal.
+    let mut best = choose(budget).and_then(|chosen| {
         let ops: Vec<OpId> = chosen.steps.iter().map(|s| s.0).collect();
         let step_us = offload::step_times(ctx.g, &ops, device)?.iter().sum();
-        best = Some(Fitted {
+        Ok(Fitted {
             chosen,
             offloads: Vec::new(),
             step_us,
-        });
-    }
+        })
+    });
     let top = unplanned_device(ctx, opts)?;
     let mut tried: Vec<Vec<(OpId, bool)>> = Vec::new();
     for k in 0..LEVELS {
@@ -88,11 +88,11 @@ pub(crate) fn best(
         let Some(f) = fit(ctx, opts, base, budget, link)? else {
             continue;
         };
-        if best.as_ref().is_none_or(|b| f.step_us < b.step_us) {
-            best = Some(f);
+        if best.as_ref().map_or(true, |b| f.step_us < b.step_us) {
+            best = Ok(f);
         }
     }
-    Ok(best)
+    best
 }
 
 /// The plan a budget selects with `choose`, made with offloads when the options have a host
@@ -103,12 +103,10 @@ pub(crate) fn choose_with_offloads(
     choose: impl Fn(u64) -> Result<Chosen, PlanError>,
     budget: u64,
 ) -> Result<(Chosen, Vec<Offload>), PlanError> {
-    if let Some(link) = opts.host_link.as_ref() {
-        if let Some(f) = best(ctx, opts, &choose, budget, link)? {
-            return Ok((f.chosen, f.offloads));
-        }
+    match opts.host_link.as_ref() {
+        Some(link) => best(ctx, opts, &choose, budget, link).map(|f| (f.chosen, f.offloads)),
+        None => Ok((choose(budget)?, Vec::new())),
     }
-    Ok((choose(budget)?, Vec::new()))
 }
 
 /// The device bytes of the traced order (the top of the levels).
@@ -128,7 +126,7 @@ struct Gap {
 
 /// `base` made to fit `budget` device bytes by offloads (see the module docs), or `None`
 /// when the gaps run out first.
-pub(crate) fn fit(
+fn fit(
     ctx: &Context<'_>,
     opts: &PlanOptions,
     base: Chosen,
@@ -141,15 +139,9 @@ pub(crate) fn fit(
     let profile = sgc_ir::simulate(g, &ops).map_err(|e| internal(opts, e))?;
     let mut target = budget.saturating_sub(ctx.persistent_bytes);
     let mut host_limit = opts.host_memory;
+    let mut greedy = Greedy::new(ctx, &ops, &times, link, profile.resident);
     for _ in 0..PLACE_ROUNDS {
-        let mut greedy = Greedy::new(
-            ctx,
-            &ops,
-            &times,
-            link,
-            profile.resident.clone(),
-            host_limit,
-        );
+        greedy.restart(host_limit);
         if !greedy.lower_to(target) {
             return Ok(None);
         }
@@ -192,16 +184,16 @@ fn placed_device(
     Ok(layout.size.saturating_add(ctx.persistent_bytes))
 }
 
-/// Every gap of every storage in the schedule long enough for an offload (three steps
-/// between the touch and the read at least: one for the copy out, one away, one for the
-/// copy back).
-fn gaps(g: &sgc_ir::Graph, ops: &[OpId]) -> Vec<Gap> {
+/// Every gap of every storage in the schedule long enough for an offload (two steps
+/// between the touch and the read at least: the one after which it is freed and the one
+/// after which it is fetched back).
+fn gaps(ctx: &Context<'_>, ops: &[OpId]) -> Vec<Gap> {
+    let g = ctx.g;
     let mut last: Vec<Option<usize>> = vec![None; g.num_tensors()];
     let mut out = Vec::new();
     for (s, &op) in ops.iter().enumerate() {
-        let o = g.op(op);
-        let reads = roots(g, &o.inputs);
-        for &r in &reads {
+        let (reads, writes) = (&ctx.in_roots[op.index()], &ctx.out_roots[op.index()]);
+        for &r in reads {
             if let Some(u) = last[r.index()].filter(|&u| s >= u + 3) {
                 out.push(Gap {
                     root: r,
@@ -211,23 +203,11 @@ fn gaps(g: &sgc_ir::Graph, ops: &[OpId]) -> Vec<Gap> {
                 });
             }
         }
-        for r in reads.into_iter().chain(roots(g, &o.outputs)) {
+        for &r in reads.iter().chain(writes) {
             last[r.index()] = Some(s);
         }
     }
     out
-}
-
-/// The distinct non-persistent storage roots of a list of tensors.
-fn roots(g: &sgc_ir::Graph, ts: &[TensorId]) -> Vec<TensorId> {
-    let mut r: Vec<TensorId> = ts
-        .iter()
-        .map(|&t| g.storage_root(t))
-        .filter(|&r| !g.tensor(r).kind.is_persistent())
-        .collect();
-    r.sort();
-    r.dedup();
-    r
 }
 
 /// The greedy's state: the schedule's clock, the gaps, which are taken, and the resident
@@ -255,7 +235,6 @@ impl<'a> Greedy<'a> {
         times: &[f64],
         link: &'a HostLink,
         resident: Vec<u64>,
-        host_limit: Option<u64>,
     ) -> Self {
         let mut ends = Vec::with_capacity(times.len());
         let mut now = 0.0;
@@ -263,7 +242,7 @@ impl<'a> Greedy<'a> {
             now += t;
             ends.push(now);
         }
-        let gaps = gaps(ctx.g, ops);
+        let gaps = gaps(ctx, ops);
         let mut by_size: Vec<usize> = (0..gaps.len()).collect();
         by_size.sort_by_key(|&i| (std::cmp::Reverse(gaps[i].bytes), i));
         Greedy {
@@ -276,8 +255,16 @@ impl<'a> Greedy<'a> {
             resident,
             taken: Vec::new(),
             windows: Vec::new(),
-            host_limit,
+            host_limit: None,
         }
+    }
+
+    /// Back to no gap taken, under a host limit.
+    fn restart(&mut self, host_limit: Option<u64>) {
+        self.host_limit = host_limit;
+        self.taken.clear();
+        self.windows.clear();
+        self.recount();
     }
 
     /// The taken gaps as offloads.
