@@ -116,9 +116,9 @@ pub fn step_times(
     Ok(ops.iter().map(|o| per_op[o.index()]).collect())
 }
 
-/// Each offload's offset in one pinned host pool (see the module docs).
-pub fn host_layout(graph: &Graph, offloads: &[Offload]) -> Result<HostLayout, PlanError> {
-    let buffers: Vec<Buffer> = offloads
+/// Each offload's host instance as a buffer to place.
+fn host_buffers(graph: &Graph, offloads: &[Offload]) -> Vec<Buffer> {
+    offloads
         .iter()
         .map(|o| {
             let h = o.host_instance(graph);
@@ -128,8 +128,12 @@ pub fn host_layout(graph: &Graph, offloads: &[Offload]) -> Result<HostLayout, Pl
                 size: h.bytes,
             }
         })
-        .collect();
-    let placed = alloc::allocate(&buffers, &AllocOptions::default())
+        .collect()
+}
+
+/// Each offload's offset in one pinned host pool (see the module docs).
+pub fn host_layout(graph: &Graph, offloads: &[Offload]) -> Result<HostLayout, PlanError> {
+    let placed = alloc::allocate(&host_buffers(graph, offloads), &AllocOptions::default())
         .map_err(|e| PlanError::InvalidOption(format!("the host pool of the offloads: {e}")))?;
     Ok(HostLayout {
         size: placed.arena,
@@ -167,7 +171,7 @@ pub fn summarize(
             .iter()
             .map(|o| graph.tensor(o.root).size)
             .fold(0, u64::saturating_add),
-        host_peak: host_layout(graph, offloads)?.peak,
+        host_peak: alloc::lower_bound(&host_buffers(graph, offloads), 1),
         compute_us: t.compute_us,
         step_us: t.total_us,
         exposed_us: t.exposed_us(),
