@@ -10,23 +10,35 @@
 //! the order of their `u`, each as soon as its stream is free (the storage is freed after
 //! the first step that ends once its copy has, `free_after`), the copies back in the order
 //! of their `v` from the last, each as late as its reader and the copy behind it allow
-//! (`fetch_after`: the last step that ends before it starts). A set of gaps fits when
-//! every storage is still away for at least one step; then its copies hide under compute.
-//! Greedily, while the memory model's peak is above the target: take the largest gap
-//! around the peak step whose storage, with the copies of those taken, is still away at
-//! that step and whose host bytes keep within `--host-memory`. The arena and the host pool
-//! of the result are placed; if either is still above its limit (alignment, fragmentation),
-//! that limit drops by the excess and the greedy runs again.
+//! (`fetch_after`: the last step that ends before it starts). A gap hides when its storage
+//! is still away for at least one step on that clock.
+//!
+//! Greedily, while the memory model's peak is above the target, one gap at the peak step:
+//! - first a gap that hides with those taken, within `--host-memory`, in the order of
+//!   compute time per byte between the touch and the reader, most first (a small storage
+//!   with a long gap leaves the link for others);
+//! - when none does (the link is busy, or the peak's storages come back too soon), a
+//!   *forced* gap: away at the peak step whatever its copies cost, the compute stream
+//!   waiting for them. Forced first is the gap whose copies alone would stall least per
+//!   byte; a gap already taken whose window misses the step can be forced over it too, and
+//!   a gap whose copies the forced ones push past hiding is forced where it was taken. The
+//!   three-stream replay prices the stalls; a forced plan wins only when it is faster.
+//!
+//! The arena and the host pool of the result are placed; if either is still above its
+//! limit (alignment, fragmentation), the target drops below the peak the greedy reached by
+//! the excess and the greedy runs again.
 //!
 //! **Kept, recomputed or offloaded, together** ([`best`]). Offloading costs link time
 //! that overlap may hide, recomputing costs compute; which is cheaper depends on where in
 //! the step the bytes are. So the schedules tried are recompute plans chosen at
 //! [`LEVELS`] budgets above the plan's (from the same candidate set the budget selects
-//! from: [`crate::budget`]'s for sublinear, the partition candidates for partition), geometrically spaced up to the unplanned device bytes: less
-//! memory recomputed, more offloaded, up to no recompute at all. Each is made to fit by
-//! offloads, its step is replayed on three streams ([`crate::offload::timeline`]), and the
-//! schedule with the least step time (compute, recomputations included, plus the exposed
-//! copy time) wins; the plain recompute plan at the budget (no copies) competes too.
+//! from: [`crate::budget`]'s for sublinear, the partition candidates for partition),
+//! geometrically spaced up to the unplanned device bytes: less memory recomputed, more
+//! offloaded, up to no recompute at all; then [`REFINE`] rounds of bisection on both sides
+//! of the best. Each is made to fit by offloads, its step is replayed on three streams
+//! ([`crate::offload::timeline`]), and the schedule with the least step time (compute,
+//! recomputations included, plus the exposed copy time) wins; the plain recompute plan at
+//! the budget (no copies) competes too.
 
 use crate::budget::Chosen;
 use crate::context::Context;
@@ -41,6 +53,8 @@ use sgc_ir::{Offload, OpId, TensorId};
 /// Recompute plans tried beneath the offloads: budgets above the plan's by 1/2^(LEVELS-1),
 /// 1/2^(LEVELS-2), ..., 1/2, 1 of the way to the unplanned device bytes.
 const LEVELS: u32 = 10;
+/// Rounds of bisection around the best of the levels.
+const REFINE: usize = 4;
 /// Rounds of "place the arena, lower the target by the excess".
 const PLACE_ROUNDS: usize = 6;
 
@@ -64,7 +78,7 @@ fn best(
 ) -> Result<Fitted, PlanError> {
     let device = opts.device_profile.as_ref();
     // The best so far, or (none yet) the plain choice's refusal.
-    let mut best = choose(budget).and_then(|chosen| {
+    let plain = choose(budget).and_then(|chosen| {
         let ops: Vec<OpId> = chosen.steps.iter().map(|s| s.0).collect();
         let step_us = offload::step_times(ctx.g, &ops, device)?.iter().sum();
         Ok(Fitted {
@@ -74,25 +88,87 @@ fn best(
         })
     });
     let top = unplanned_device(ctx, opts)?;
-    let mut tried: Vec<Vec<(OpId, bool)>> = Vec::new();
-    for k in 0..LEVELS {
-        // Geometric: 1/2^(LEVELS-1) of the way to the top, then twice as far each time.
-        let level = budget + (top.saturating_sub(budget) >> (LEVELS - 1 - k));
-        let Ok(base) = choose(level) else {
-            continue;
-        };
-        if tried.contains(&base.steps) {
-            continue;
-        }
-        tried.push(base.steps.clone());
-        let Some(f) = fit(ctx, opts, base, budget, link)? else {
-            continue;
-        };
-        if best.as_ref().map_or(true, |b| f.step_us < b.step_us) {
-            best = Ok(f);
-        }
+    let mut search = Levels {
+        ctx,
+        opts,
+        choose,
+        budget,
+        link,
+        best: plain,
+        best_level: None,
+        tried: Vec::new(),
+    };
+    // Geometric: 1/2^(LEVELS-1) of the way to the top, then twice as far each time.
+    let levels: Vec<u64> = (0..LEVELS)
+        .map(|k| budget + (top.saturating_sub(budget) >> (LEVELS - 1 - k)))
+        .collect();
+    for &level in &levels {
+        search.try_level(level)?;
     }
-    best
+    // Around the best level, or above the budget when the plain plan is the best.
+    let b = search.best_level.unwrap_or(budget);
+    let k = levels.partition_point(|&l| l < b);
+    let lo = k.checked_sub(1).map_or(budget, |j| levels[j]);
+    let hi = levels[k..].iter().copied().find(|&l| l > b).unwrap_or(top);
+    search.refine(lo, b, hi)?;
+    search.best
+}
+
+/// The search over recompute plans' budgets beneath the offloads, and the best so far.
+struct Levels<'c, 'g, C> {
+    ctx: &'c Context<'g>,
+    opts: &'c PlanOptions,
+    choose: C,
+    budget: u64,
+    link: &'c HostLink,
+    best: Result<Fitted, PlanError>,
+    /// The level the best came from (none: the plain plan, or nothing yet).
+    best_level: Option<u64>,
+    /// The schedules tried (two levels often choose the same).
+    tried: Vec<Vec<(OpId, bool)>>,
+}
+
+impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
+    /// Makes the recompute plan chosen at `level` fit the budget by offloads; `true` when
+    /// it is the best so far.
+    fn try_level(&mut self, level: u64) -> Result<bool, PlanError> {
+        let Ok(base) = (self.choose)(level) else {
+            return Ok(false);
+        };
+        if self.tried.contains(&base.steps) {
+            return Ok(false);
+        }
+        self.tried.push(base.steps.clone());
+        let Some(f) = fit(self.ctx, self.opts, base, self.budget, self.link)? else {
+            return Ok(false);
+        };
+        if self.best.as_ref().is_ok_and(|b| f.step_us >= b.step_us) {
+            return Ok(false);
+        }
+        self.best = Ok(f);
+        self.best_level = Some(level);
+        Ok(true)
+    }
+
+    /// [`REFINE`] rounds of bisection on both sides of the best level `b`, between its
+    /// neighbours `lo` and `hi`.
+    fn refine(&mut self, mut lo: u64, mut b: u64, mut hi: u64) -> Result<(), PlanError> {
+        for _ in 0..REFINE {
+            let below = lo + (b - lo) / 2;
+            if self.try_level(below)? {
+                (hi, b) = (b, below);
+            } else {
+                lo = below;
+            }
+            let above = b + (hi - b) / 2;
+            if self.try_level(above)? {
+                (lo, b) = (b, above);
+            } else {
+                hi = above;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The plan a budget selects with `choose`, made with offloads when the options have a host
@@ -157,7 +233,10 @@ fn fit(
                 step_us: t.total_us,
             }));
         }
-        target = target.saturating_sub(placed.saturating_sub(budget));
+        let reached = greedy.resident.iter().copied().max().unwrap_or(0);
+        target = target
+            .min(reached)
+            .saturating_sub(placed.saturating_sub(budget));
         host_limit = host_limit.map(|l| l.saturating_sub(pool_over));
     }
     Ok(None)
@@ -217,12 +296,19 @@ struct Greedy<'a> {
     /// `ends[s]`: when step `s` ends on an unstalled compute stream, µs.
     ends: Vec<f64>,
     gaps: Vec<Gap>,
-    /// Gap indices, largest first (then earliest).
-    by_size: Vec<usize>,
+    /// Gap indices, most compute time per byte between the touch and the reader first.
+    by_slack: Vec<usize>,
     base: Vec<u64>,
     resident: Vec<u64>,
     host: Vec<u64>,
     taken: Vec<usize>,
+    /// For each taken gap, in `taken`'s order: the steps it was taken to lower (first,
+    /// last), and whether it is away through them whatever its copies cost (taken, or
+    /// pushed, past hiding).
+    at: Vec<(usize, usize)>,
+    forced: Vec<bool>,
+    /// Gaps whose copies no longer hide beside those taken (more copies only delay them).
+    dead: Vec<bool>,
     /// The (free_after, fetch_after) of each taken gap, in `taken`'s order.
     windows: Vec<(usize, usize)>,
     host_limit: Option<u64>,
@@ -243,17 +329,25 @@ impl<'a> Greedy<'a> {
             ends.push(now);
         }
         let gaps = gaps(ctx, ops);
-        let mut by_size: Vec<usize> = (0..gaps.len()).collect();
-        by_size.sort_by_key(|&i| (std::cmp::Reverse(gaps[i].bytes), i));
+        let n_gaps = gaps.len();
+        let mut by_slack: Vec<usize> = (0..n_gaps).collect();
+        // Most time to hide each byte first: the span from the touch to the reader's start
+        // per byte (a long gap around a small storage leaves the link for others).
+        let slack =
+            |i: usize| (ends[gaps[i].v - 1] - ends[gaps[i].u]) / gaps[i].bytes.max(1) as f64;
+        by_slack.sort_by(|&a, &b| slack(b).total_cmp(&slack(a)).then(a.cmp(&b)));
         Greedy {
             link,
             ends,
             gaps,
-            by_size,
+            by_slack,
             host: vec![0; resident.len()],
             base: resident.clone(),
             resident,
             taken: Vec::new(),
+            at: Vec::new(),
+            forced: Vec::new(),
+            dead: vec![false; n_gaps],
             windows: Vec::new(),
             host_limit: None,
         }
@@ -263,6 +357,9 @@ impl<'a> Greedy<'a> {
     fn restart(&mut self, host_limit: Option<u64>) {
         self.host_limit = host_limit;
         self.taken.clear();
+        self.at.clear();
+        self.forced.clear();
+        self.dead.iter_mut().for_each(|d| *d = false);
         self.windows.clear();
         self.recount();
     }
@@ -306,28 +403,94 @@ impl<'a> Greedy<'a> {
         }
     }
 
-    /// Takes the largest gap whose offload, with the copies of those taken, still hides
-    /// under compute and saves bytes at `step`.
+    /// Takes the first gap (most time per byte first) whose offload, with the copies of
+    /// those taken, still hides under compute and saves bytes at `step`. When none does,
+    /// the gap around `step` whose copies alone would stall compute least per byte, forced:
+    /// away at `step` whatever its copies cost, and so is any taken gap that its copies
+    /// push past hiding (the three-stream replay prices the stalls). A taken gap whose
+    /// window misses `step` can be forced to cover it too.
     fn take_at(&mut self, step: usize) -> bool {
-        for k in 0..self.by_size.len() {
-            let i = self.by_size[k];
-            let gap = self.gaps[i];
-            if !(gap.u + 1 < step && step < gap.v && self.admissible(i)) {
-                continue;
+        let spans = |gap: &Gap| gap.u + 1 < step && step < gap.v;
+        for k in 0..self.by_slack.len() {
+            let i = self.by_slack[k];
+            let hidden = spans(&self.gaps[i]) && !self.dead[i];
+            if hidden && self.admissible(i) && self.try_take(i, step, false) {
+                return true;
             }
-            self.taken.push(i);
-            match self.windows_of() {
-                Some(w) if saves(&w, self.taken.len() - 1, step) => {
-                    self.windows = w;
-                    self.recount();
-                    return true;
-                }
-                _ => {
-                    self.taken.pop();
-                }
+        }
+        // Forced: the gaps around `step` by the stall their copies would add per byte.
+        let mut forced: Vec<usize> = (0..self.gaps.len())
+            .filter(|&i| spans(&self.gaps[i]))
+            .collect();
+        forced.sort_by(|&a, &b| {
+            self.stall_per_byte(a, step)
+                .total_cmp(&self.stall_per_byte(b, step))
+                .then(a.cmp(&b))
+        });
+        for i in forced {
+            let tried = match self.taken.iter().position(|&j| j == i) {
+                None => self.admissible(i) && self.try_take(i, step, true),
+                Some(t) => !saves(&self.windows, t, step) && self.try_widen(t, step),
+            };
+            if tried {
+                return true;
             }
         }
         false
+    }
+
+    /// What gap `i`'s copies, away at `step`, would stall compute per byte saved, by
+    /// themselves: the copy to host must end before `step`, the copy back start after it.
+    fn stall_per_byte(&self, i: usize, step: usize) -> f64 {
+        let gap = &self.gaps[i];
+        let out = self.link.copy_us(Direction::ToHost, gap.bytes)
+            - (self.ends[step - 1] - self.ends[gap.u]);
+        let back = self.link.copy_us(Direction::ToDevice, gap.bytes)
+            - (self.ends[gap.v - 1] - self.ends[step]);
+        (out.max(0.0) + back.max(0.0)) / gap.bytes.max(1) as f64
+    }
+
+    /// Takes gap `i` to lower `step`, forced when `lenient`, if its windows allow it.
+    fn try_take(&mut self, i: usize, step: usize, lenient: bool) -> bool {
+        self.taken.push(i);
+        self.at.push((step, step));
+        self.forced.push(lenient);
+        if self.try_windows(self.taken.len() - 1, step, lenient) {
+            return true;
+        }
+        self.taken.pop();
+        self.at.pop();
+        self.forced.pop();
+        false
+    }
+
+    /// Forces taken gap `t`, whose window misses `step`, to be away there too.
+    fn try_widen(&mut self, t: usize, step: usize) -> bool {
+        let old = (self.at[t], self.forced[t]);
+        self.at[t] = (old.0 .0.min(step), old.0 .1.max(step));
+        self.forced[t] = true;
+        if self.try_windows(t, step, true) {
+            return true;
+        }
+        (self.at[t], self.forced[t]) = old;
+        false
+    }
+
+    /// Lays the windows out again; keeps them when taken gap `t` then saves at `step`.
+    fn try_windows(&mut self, t: usize, step: usize, lenient: bool) -> bool {
+        match self.windows_of(lenient) {
+            Some((w, forced)) if saves(&w, t, step) => {
+                self.windows = w;
+                self.forced = forced;
+                self.recount();
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.dead[self.taken[t]] = true;
+                false
+            }
+        }
     }
 
     /// Not taken, no overlap with a taken gap of the same storage, within the host limit.
@@ -348,8 +511,11 @@ impl<'a> Greedy<'a> {
     /// Every taken gap's (free_after, fetch_after) when the copies to host run in the order
     /// of their `u`, each as early as its stream allows, and the copies back in the order
     /// of their `v`, each as late as its reader allows (on the unstalled clock); `None`
-    /// when some copy does not fit in its gap.
-    fn windows_of(&self) -> Option<Vec<(usize, usize)>> {
+    /// when some copy does not fit in its gap, unless `lenient`: then that gap is forced
+    /// too. A forced gap is away at its step whatever the clock says: freed before it,
+    /// fetched after it. The second value: which gaps are forced.
+    fn windows_of(&self, lenient: bool) -> Option<(Vec<(usize, usize)>, Vec<bool>)> {
+        let mut forced = self.forced.clone();
         let n = self.taken.len();
         let mut out = vec![(0, 0); n];
         let mut order: Vec<usize> = (0..n).collect();
@@ -361,7 +527,11 @@ impl<'a> Greedy<'a> {
             free_at = start + self.link.copy_us(Direction::ToHost, gap.bytes);
             // The first step f > u that ends once the copy has.
             let f = (self.ends.partition_point(|&e| e < free_at)).max(gap.u + 1);
-            out[k].0 = f;
+            out[k].0 = if forced[k] {
+                f.min(self.at[k].0 - 1)
+            } else {
+                f
+            };
         }
         order.sort_by_key(|&k| (std::cmp::Reverse(self.gaps[self.taken[k]].v), self.taken[k]));
         let mut next_start = f64::INFINITY;
@@ -374,27 +544,45 @@ impl<'a> Greedy<'a> {
             // The last step p < v that has ended when the copy must start.
             let p = self.ends[..gap.v]
                 .partition_point(|&e| e <= start)
-                .checked_sub(1)?;
-            if p <= out[k].0 {
-                return None;
+                .checked_sub(1);
+            let hides = p.is_some_and(|p| p > out[k].0);
+            if !forced[k] && !hides {
+                if !lenient {
+                    return None;
+                }
+                forced[k] = true;
+                out[k].0 = out[k].0.min(self.at[k].0 - 1);
             }
-            out[k].1 = p;
+            out[k].1 = match p {
+                Some(p) if forced[k] => p.max(self.at[k].1),
+                Some(p) => p,
+                None => self.at[k].1,
+            };
         }
-        Some(out)
+        Some((out, forced))
     }
 
-    /// Resident and host bytes again from the base and the taken gaps' windows.
+    /// Resident and host bytes again from the base and the taken gaps' windows (each
+    /// window a +/- pair on a difference array, summed once).
     fn recount(&mut self) {
-        self.resident.clone_from(&self.base);
-        self.host.iter_mut().for_each(|b| *b = 0);
+        let n = self.base.len();
+        let mut away = vec![0i128; n + 1];
+        let mut host = vec![0i128; n + 1];
         for (&i, &(f, p)) in self.taken.iter().zip(&self.windows) {
             let gap = &self.gaps[i];
-            for r in &mut self.resident[f + 1..=p] {
-                *r -= gap.bytes;
-            }
-            for h in &mut self.host[gap.u + 1..=gap.v] {
-                *h += gap.bytes;
-            }
+            let b = i128::from(gap.bytes);
+            away[f + 1] += b;
+            away[p + 1] -= b;
+            host[gap.u + 1] += b;
+            host[gap.v + 1] -= b;
+        }
+        let (mut a, mut h) = (0i128, 0i128);
+        for s in 0..n {
+            a += away[s];
+            h += host[s];
+            // Both sums are of bytes held at step `s`, so within u64 and within the base.
+            self.resident[s] = self.base[s] - a as u64;
+            self.host[s] = h as u64;
         }
     }
 }

@@ -158,3 +158,92 @@ fn without_a_host_link_plans_have_no_offload_fields() {
         assert!(!json.contains(key), "`{key}` in a plan without offload");
     }
 }
+
+/// A link far faster than compute hides every copy: offload then replaces all recompute,
+/// down to budgets recompute alone cannot reach, and the predicted step is the unplanned
+/// step's compute exactly: on two zoo graphs, and on the traced ViT-B/16 (h100 times) at
+/// 1/6 of its activation bytes.
+#[test]
+fn a_fast_link_replaces_all_recompute() {
+    let fast = HostLink::new(1e6, 1e6, 0.0).expect("link");
+    // Its ops' times dropped: the h100 roofline estimates them, as `--device-profile h100`
+    // does for a graph without `time_us`.
+    let mut vit = sgc_ir::load_any(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../graphs/real/vit_b_16.json.gz"),
+    )
+    .expect("graphs/real/vit_b_16")
+    .to_def();
+    vit.ops.iter_mut().for_each(|o| o.time_us = None);
+    let vit = Graph::from_def(vit).expect("graph");
+    let sixth = |g: &Graph| {
+        let p = plan(g, &options(Strategy::Sublinear, None, None), &workers(2)).expect("plan");
+        let persistent = p.summary.persistent_bytes;
+        vec![persistent + (p.summary.unplanned_peak - persistent) / 6]
+    };
+    let zoo_budgets = |g: &Graph| {
+        let lowest = lowest_recompute_budget(g, Strategy::Sublinear);
+        vec![lowest, lowest / 10 * 8]
+    };
+    for (name, g, budgets) in [
+        (
+            "resnet50 (zoo)",
+            (zoo::models()[6].build)(),
+            zoo_budgets as fn(&Graph) -> Vec<u64>,
+        ),
+        ("vgg16 (zoo)", (zoo::models()[5].build)(), zoo_budgets),
+        ("vit_b_16 (traced, h100 times)", vit, sixth),
+    ] {
+        let unplanned = plan(&g, &options(Strategy::Sublinear, None, None), &workers(2))
+            .expect("plan")
+            .summary
+            .step_cost;
+        for budget in budgets(&g) {
+            let p = plan(
+                &g,
+                &options(Strategy::Sublinear, Some(budget), Some(fast)),
+                &workers(2),
+            )
+            .unwrap_or_else(|e| panic!("{name} at {budget} B: {e}"));
+            assert!(device(&g, &p) <= budget, "{name}: over budget");
+            sgc_plan::check(&g, &p).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let o = p.summary.offload.as_ref().expect("offloads");
+            assert_eq!(o.exposed_us, 0.0, "{name} at {budget} B: exposed copies");
+            assert!(
+                (o.step_us - unplanned).abs() <= 1e-9 * unplanned,
+                "{name} at {budget} B: {} us, unplanned {unplanned} us",
+                o.step_us
+            );
+        }
+    }
+}
+
+/// Where copies cannot hide (a slow link) and recompute alone cannot fit, offloads still
+/// meet the budget, their stalls in the predicted step.
+#[test]
+fn copies_that_cannot_hide_still_meet_the_budget_and_report_their_stalls() {
+    let slow = HostLink::new(1.0, 1.0, 10.0).expect("link");
+    let g = (zoo::models()[5].build)();
+    let budget = lowest_recompute_budget(&g, Strategy::Sublinear) / 10 * 9;
+    let plain = plan(
+        &g,
+        &options(Strategy::Sublinear, Some(budget), None),
+        &workers(2),
+    );
+    assert!(
+        plain.is_err(),
+        "recompute alone fits {budget} B: pick a lower budget"
+    );
+    let p = plan(
+        &g,
+        &options(Strategy::Sublinear, Some(budget), Some(slow)),
+        &workers(2),
+    )
+    .expect("a plan with exposed copies");
+    assert!(device(&g, &p) <= budget);
+    sgc_plan::check(&g, &p).expect("verified");
+    let o = p.summary.offload.as_ref().expect("offloads");
+    assert!(o.exposed_us > 0.0, "1 GB/s hid every copy");
+    assert!((o.step_us - o.compute_us - o.exposed_us).abs() <= 1e-6 * o.step_us);
+    assert_eq!(o.compute_us, plain_step_us(&g, &p));
+}
