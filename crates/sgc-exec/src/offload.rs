@@ -9,19 +9,21 @@
 //! `free_after`); the copy back writes its second (the one that starts at
 //! `fetch_after + 1`), each at its arena offset, and both use the offload's host offset.
 //! Between step `i - 1` and step `i` the executor, in this order:
-//! 1. waits for the copies back that step `i` reads (`needed_at == i`);
-//! 2. queues the copies to host after step `i - 1` (`copy_after == i - 1`);
-//! 3. waits for the copies to host whose device bytes are freed after step `i - 1`
+//! 1. queues the copies to host after step `i - 1` (`copy_after == i - 1`);
+//! 2. waits for the copies to host whose device bytes are freed after step `i - 1`
 //!    (`free_after == i - 1`);
-//! 4. queues the copies back after step `i - 1` (`fetch_after == i - 1`).
+//! 3. queues the copies back after step `i - 1` (`fetch_after == i - 1`);
+//! 4. waits for the copies back that step `i` reads (`needed_at == i`), those of 3
+//!    included (`fetch_after == needed_at - 1`).
 //!
 //! The order is what makes reuse safe while copies run beside kernels. Device bytes freed
 //! by an offload are written again only by a step after `free_after` or by a copy back
-//! queued at or after that boundary, and both come after the wait of 3. Host bytes are
+//! queued at or after that boundary, and both come after the wait of 2. Host bytes are
 //! shared only by offloads not on the host at the same time: a copy to host that reuses
-//! the bytes of a copy back read before step `i` is queued after the wait of 1. A copy
-//! back writes an arena region that no kernel before it still uses (queued after step
-//! `fetch_after`), and nothing reads it before the wait of 1 at its `needed_at` (the
+//! the bytes of a copy back read before step `j` is queued at a later boundary than the
+//! wait of 4 at `j` (the host holds an offload's bytes through `needed_at`). A copy back
+//! writes an arena region that no kernel before it still uses (queued after step
+//! `fetch_after`), and nothing reads it before the wait of 4 at its `needed_at` (the
 //! verifier saw to it).
 
 use crate::backend::{Backend, BufferId, HostCopy};
@@ -143,9 +145,6 @@ impl Offloads {
         let Some(b) = self.boundaries.get(i) else {
             return Ok(());
         };
-        for &k in &b.wait_back {
-            backend.wait_copy(&self.queued(&mut flight.back, k)?)?;
-        }
         for &k in &b.offload {
             flight.out[k] = Some(backend.offload(&self.trips[k].out)?);
         }
@@ -154,6 +153,9 @@ impl Offloads {
         }
         for &k in &b.fetch {
             flight.back[k] = Some(backend.fetch(&self.trips[k].back)?);
+        }
+        for &k in &b.wait_back {
+            backend.wait_copy(&self.queued(&mut flight.back, k)?)?;
         }
         Ok(())
     }

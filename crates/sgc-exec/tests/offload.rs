@@ -33,7 +33,8 @@ fn cpu_reference(g: &Graph) -> Vec<(String, HostTensor)> {
     trained(g, &mut ex, 2)
 }
 
-/// Offload plans of `g`: the traced order, and the schedule of its sublinear plan.
+/// Offload plans of `g`: the traced order, the schedule of its sublinear plan, and the
+/// traced order with each copy back queued at its reader's boundary.
 fn offload_plans(g: &Graph) -> Vec<(&'static str, Plan)> {
     let traced: Vec<OpId> = g.op_ids().collect();
     let sub = common::plan(g, Strategy::Sublinear);
@@ -46,6 +47,10 @@ fn offload_plans(g: &Graph) -> Vec<(&'static str, Plan)> {
         (
             "sublinear + offloads",
             offloaded(g, Strategy::Sublinear, &recomputing, 8),
+        ),
+        (
+            "traced + offloads fetched right before their readers",
+            common::offloaded_late(g, Strategy::None, &traced, 8),
         ),
     ]
     .into_iter()

@@ -154,13 +154,13 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
     /// neighbours `lo` and `hi`.
     fn refine(&mut self, mut lo: u64, mut b: u64, mut hi: u64) -> Result<(), PlanError> {
         for _ in 0..REFINE {
-            let below = lo + (b - lo) / 2;
+            let below = lo + b.saturating_sub(lo) / 2;
             if self.try_level(below)? {
                 (hi, b) = (b, below);
             } else {
                 lo = below;
             }
-            let above = b + (hi - b) / 2;
+            let above = b + hi.saturating_sub(b) / 2;
             if self.try_level(above)? {
                 (lo, b) = (b, above);
             } else {
@@ -309,8 +309,8 @@ struct Greedy<'a> {
     forced: Vec<bool>,
     /// Gaps whose copies no longer hide beside those taken (more copies only delay them).
     dead: Vec<bool>,
-    /// The (free_after, fetch_after) of each taken gap, in `taken`'s order.
-    windows: Vec<(usize, usize)>,
+    /// The window of each taken gap, in `taken`'s order.
+    windows: Vec<Window>,
     host_limit: Option<u64>,
 }
 
@@ -514,7 +514,7 @@ impl<'a> Greedy<'a> {
     /// when some copy does not fit in its gap, unless `lenient`: then that gap is forced
     /// too. A forced gap is away at its step whatever the clock says: freed before it,
     /// fetched after it. The second value: which gaps are forced.
-    fn windows_of(&self, lenient: bool) -> Option<(Vec<(usize, usize)>, Vec<bool>)> {
+    fn windows_of(&self, lenient: bool) -> Option<(Vec<Window>, Vec<bool>)> {
         let mut forced = self.forced.clone();
         let n = self.taken.len();
         let mut out = vec![(0, 0); n];
@@ -587,8 +587,11 @@ impl<'a> Greedy<'a> {
     }
 }
 
+/// A taken gap's (free_after, fetch_after).
+type Window = (usize, usize);
+
 /// Whether window `k` of `windows` frees its storage at `step`.
-fn saves(windows: &[(usize, usize)], k: usize, step: usize) -> bool {
+fn saves(windows: &[Window], k: usize, step: usize) -> bool {
     let (f, p) = windows[k];
     f < step && step <= p
 }

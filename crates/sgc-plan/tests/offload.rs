@@ -169,8 +169,7 @@ fn a_fast_link_replaces_all_recompute() {
     // Its ops' times dropped: the h100 roofline estimates them, as `--device-profile h100`
     // does for a graph without `time_us`.
     let mut vit = sgc_ir::load_any(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../graphs/real/vit_b_16.json.gz"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../graphs/real/vit_b_16.json.gz"),
     )
     .expect("graphs/real/vit_b_16")
     .to_def();

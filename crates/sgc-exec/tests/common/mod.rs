@@ -138,15 +138,36 @@ pub fn plan(g: &Graph, strategy: sgc_plan::Strategy) -> sgc_plan::Plan {
 /// (`sgc_ir::testgen::spaced_offloads`), copies priced on the h100 host link, arena placed
 /// by the planner, checked by the plan verifier.
 pub fn offloaded(g: &Graph, strategy: sgc_plan::Strategy, ops: &[OpId], max: usize) -> Plan {
+    let offloads = sgc_ir::testgen::spaced_offloads(g, ops, max);
+    offloaded_with(g, strategy, ops, &offloads)
+}
+
+/// As [`offloaded`], each copy back queued right before its reader (`fetch_after ==
+/// needed_at - 1`: the executor queues it and waits for it at the same boundary).
+#[allow(dead_code)]
+pub fn offloaded_late(g: &Graph, strategy: sgc_plan::Strategy, ops: &[OpId], max: usize) -> Plan {
+    let mut offloads = sgc_ir::testgen::spaced_offloads(g, ops, max);
+    offloads
+        .iter_mut()
+        .for_each(|o| o.fetch_after = o.needed_at - 1);
+    offloaded_with(g, strategy, ops, &offloads)
+}
+
+/// The plan of schedule `ops` with `offloads`, verified.
+fn offloaded_with(
+    g: &Graph,
+    strategy: sgc_plan::Strategy,
+    ops: &[OpId],
+    offloads: &[sgc_ir::Offload],
+) -> Plan {
     let options = sgc_plan::PlanOptions {
         strategy,
         device_profile: sgc_ir::DeviceProfile::by_name("h100"),
         host_link: sgc_plan::streams::HostLink::named("h100"),
         ..Default::default()
     };
-    let offloads = sgc_ir::testgen::spaced_offloads(g, ops, max);
     assert!(!offloads.is_empty(), "{:?}: nothing to offload", g.name());
-    let plan = sgc_plan::plan_schedule_offloaded(g, &options, ops, &offloads)
+    let plan = sgc_plan::plan_schedule_offloaded(g, &options, ops, offloads)
         .unwrap_or_else(|e| panic!("{e}"));
     sgc_plan::check(g, &plan).unwrap_or_else(|e| panic!("{strategy} with offloads: {e}"));
     plan
