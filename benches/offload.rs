@@ -180,7 +180,7 @@ fn rows(
                     "| {name} | {clock} | {what} {} | - | {} | none fits | - | - | - | MISSED: {} | {faster} |",
                     gib(budget),
                     cell(plain_us.map(x)),
-                    first_line(&e.to_string())
+                    refusal(&e)
                 ),
             }
         })
@@ -216,6 +216,34 @@ fn faster_link(
         "not met at {}x: the search or the budget, not the link",
         FASTER[FASTER.len() - 1]
     )
+}
+
+/// A refusal in a table cell: how low recompute alone and offloads got, or the error.
+fn refusal(e: &PlanError) -> String {
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    match e {
+        PlanError::BudgetNotMet {
+            best_peak,
+            best_device,
+            offload,
+            lower_bound,
+            ..
+        } => {
+            let mut cell = format!(
+                "recompute alone reaches {}",
+                gib(best_device.unwrap_or(*best_peak))
+            );
+            if let Some(r) = offload {
+                let _ = write!(cell, ", with offloads {}", gib(r.device.unwrap_or(r.peak)));
+                if r.device.is_some() {
+                    let _ = write!(cell, " placed (memory model {})", gib(r.peak));
+                }
+            }
+            let _ = write!(cell, "; per-op lower bound {}", gib(*lower_bound));
+            cell
+        }
+        e => first_line(&e.to_string()),
+    }
 }
 
 fn first_line(s: &str) -> String {

@@ -301,6 +301,7 @@ fn refusal(
         best_peak: lowest_peak,
         best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,
+        offload: None,
     }
 }
 

@@ -14,7 +14,7 @@ pub enum PlanError {
         lower_bound: u64,
         op: String,
     },
-    #[error("no plan fits the budget of {} {}; {}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), bytes(*.lower_bound))]
+    #[error("no plan fits the budget of {} {}; {}{}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), offloaded(.offload.as_ref(), *.budget), bytes(*.lower_bound))]
     BudgetNotMet {
         budget: u64,
         /// What the budget bounds.
@@ -24,6 +24,8 @@ pub enum PlanError {
         /// The lowest device bytes of the lowest-peak plans placed (when any was).
         best_device: Option<u64>,
         lower_bound: u64,
+        /// What schedules made to fit by offloads reached, when a host link was given.
+        offload: Option<OffloadReach>,
     },
     #[error("no plan keeps at most {} for the backward; the least kept is {} (graph inputs read by the backward and outputs of ops that may not run again are always kept): raise the budget", bytes(*.budget), bytes(*.lowest))]
     SavedBudgetNotMet { budget: u64, lowest: u64 },
@@ -66,6 +68,32 @@ fn unit(of: BudgetOf) -> &'static str {
         BudgetOf::Peak => "of the memory-model peak (--budget-of peak)",
         BudgetOf::Saved => "of bytes kept for the backward (--budget-of saved)",
     }
+}
+
+/// How low the offload search got: the schedule whose arena was placed lowest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadReach {
+    /// Device bytes (arena + persistent) placed, when the greedy got to place one.
+    pub device: Option<u64>,
+    /// Its memory-model peak (with persistent bytes).
+    pub peak: u64,
+}
+
+/// The offload search's reach, with what to try when its memory model fits and its arena
+/// does not.
+fn offloaded(reach: Option<&OffloadReach>, budget: u64) -> String {
+    let Some(r) = reach else {
+        return String::new();
+    };
+    let hint = if r.peak <= budget {
+        ": the memory model fits and the arena packed above it, so --arena-effort default (a harder packing) may fit it"
+    } else {
+        ""
+    };
+    format!(
+        "; with offloads to host, {}{hint}",
+        reached(r.device, r.peak)
+    )
 }
 
 fn reached(device: Option<u64>, peak: u64) -> String {

@@ -68,7 +68,7 @@ mod sublinear;
 pub mod verify;
 mod violation;
 
-pub use error::PlanError;
+pub use error::{OffloadReach, PlanError};
 pub use options::{
     BudgetOf, Goal, PlanOptions, Progress, ProgressFn, RunConfig, Strategy, DEFAULT_ALIGN,
 };

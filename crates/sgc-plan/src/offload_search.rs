@@ -43,7 +43,7 @@
 use crate::budget::Chosen;
 use crate::context::Context;
 use crate::device;
-use crate::error::PlanError;
+use crate::error::{OffloadReach, PlanError};
 use crate::offload;
 use crate::options::PlanOptions;
 use crate::plan::Lifetime;
@@ -97,6 +97,7 @@ fn best(
         best: plain,
         best_level: None,
         tried: Vec::new(),
+        closest: None,
     };
     // Geometric: 1/2^(LEVELS-1) of the way to the top, then twice as far each time.
     let levels: Vec<u64> = (0..LEVELS)
@@ -111,7 +112,24 @@ fn best(
     let lo = k.checked_sub(1).map_or(budget, |j| levels[j]);
     let hi = levels[k..].iter().copied().find(|&l| l > b).unwrap_or(top);
     search.refine(lo, b, hi)?;
-    search.best
+    match search.best {
+        Err(PlanError::BudgetNotMet {
+            budget,
+            of,
+            best_peak,
+            best_device,
+            lower_bound,
+            offload: None,
+        }) => Err(PlanError::BudgetNotMet {
+            budget,
+            of,
+            best_peak,
+            best_device,
+            lower_bound,
+            offload: search.closest,
+        }),
+        other => other,
+    }
 }
 
 /// The search over recompute plans' budgets beneath the offloads, and the best so far.
@@ -126,6 +144,8 @@ struct Levels<'c, 'g, C> {
     best_level: Option<u64>,
     /// The schedules tried (two levels often choose the same).
     tried: Vec<Vec<(OpId, bool)>>,
+    /// How close the schedules that did not fit came.
+    closest: Option<OffloadReach>,
 }
 
 impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
@@ -139,8 +159,12 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
             return Ok(false);
         }
         self.tried.push(base.steps.clone());
-        let Some(f) = fit(self.ctx, self.opts, base, self.budget, self.link)? else {
-            return Ok(false);
+        let f = match fit(self.ctx, self.opts, base, self.budget, self.link)? {
+            Ok(f) => f,
+            Err(reach) => {
+                self.miss(reach);
+                return Ok(false);
+            }
         };
         if self.best.as_ref().is_ok_and(|b| f.step_us >= b.step_us) {
             return Ok(false);
@@ -148,6 +172,14 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
         self.best = Ok(f);
         self.best_level = Some(level);
         Ok(true)
+    }
+
+    /// Keeps the closest miss: the lowest device bytes placed, else the lowest peak.
+    fn miss(&mut self, r: OffloadReach) {
+        let key = |r: &OffloadReach| (r.device.is_none(), r.device.unwrap_or(r.peak), r.peak);
+        if self.closest.as_ref().is_none_or(|c| key(&r) < key(c)) {
+            self.closest = Some(r);
+        }
     }
 
     /// [`REFINE`] rounds of bisection on both sides of the best level `b`, between its
@@ -200,15 +232,15 @@ struct Gap {
     bytes: u64,
 }
 
-/// `base` made to fit `budget` device bytes by offloads (see the module docs), or `None`
-/// when the gaps run out first.
+/// `base` made to fit `budget` device bytes by offloads (see the module docs), or how
+/// close it came when the gaps or the rounds run out first.
 fn fit(
     ctx: &Context<'_>,
     opts: &PlanOptions,
     base: Chosen,
     budget: u64,
     link: &HostLink,
-) -> Result<Option<Fitted>, PlanError> {
+) -> Result<Result<Fitted, OffloadReach>, PlanError> {
     let g = ctx.g;
     let ops: Vec<OpId> = base.steps.iter().map(|s| s.0).collect();
     let times = offload::step_times(g, &ops, opts.device_profile.as_ref())?;
@@ -216,30 +248,39 @@ fn fit(
     let mut target = budget.saturating_sub(ctx.persistent_bytes);
     let mut host_limit = opts.host_memory;
     let mut greedy = Greedy::new(ctx, &ops, &times, link, profile.resident);
+    let mut closest: Option<OffloadReach> = None;
     for _ in 0..PLACE_ROUNDS {
         greedy.restart(host_limit);
-        if !greedy.lower_to(target) {
-            return Ok(None);
+        let lowered = greedy.lower_to(target);
+        let reached = greedy.resident.iter().copied().max().unwrap_or(0);
+        let peak = reached.saturating_add(ctx.persistent_bytes);
+        if !lowered {
+            return Ok(Err(closest.unwrap_or(OffloadReach { device: None, peak })));
         }
         let offloads = greedy.offloads();
         let placed = placed_device(ctx, opts, &ops, &offloads)?;
+        if closest.is_none_or(|c| c.device.is_none_or(|d| placed < d)) {
+            closest = Some(OffloadReach {
+                device: Some(placed),
+                peak,
+            });
+        }
         let pool = offload::host_layout(g, &offloads)?.size;
         let pool_over = opts.host_memory.map_or(0, |l| pool.saturating_sub(l));
         if placed <= budget && pool_over == 0 {
             let t = offload::timeline(g, &ops, &offloads, opts.device_profile.as_ref(), link)?;
-            return Ok(Some(Fitted {
+            return Ok(Ok(Fitted {
                 chosen: base,
                 offloads,
                 step_us: t.total_us,
             }));
         }
-        let reached = greedy.resident.iter().copied().max().unwrap_or(0);
         target = target
             .min(reached)
             .saturating_sub(placed.saturating_sub(budget));
         host_limit = host_limit.map(|l| l.saturating_sub(pool_over));
     }
-    Ok(None)
+    Ok(Err(closest.expect("one round placed")))
 }
 
 fn internal(opts: &PlanOptions, e: impl std::fmt::Display) -> PlanError {

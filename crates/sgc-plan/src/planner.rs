@@ -223,6 +223,7 @@ fn finish_plan(
                 best_peak: profile.peak,
                 best_device: Some(device),
                 lower_bound: ctx.lower_bound.bytes,
+                offload: None,
             });
         }
         plan.arena = options.arena.then_some(layout);

@@ -246,3 +246,33 @@ fn copies_that_cannot_hide_still_meet_the_budget_and_report_their_stalls() {
     assert!((o.step_us - o.compute_us - o.exposed_us).abs() <= 1e-6 * o.step_us);
     assert_eq!(o.compute_us, plain_step_us(&g, &p));
 }
+
+/// A budget nothing meets: the refusal says how low offloads got beside recompute alone
+/// (and nothing about offloads without a host link).
+#[test]
+fn a_refusal_says_how_low_offloads_got() {
+    let g = (zoo::models()[6].build)();
+    let budget = lowest_recompute_budget(&g, Strategy::Sublinear) / 2;
+    for link in [Some(h100().1), None] {
+        let e = plan(
+            &g,
+            &options(Strategy::Sublinear, Some(budget), link),
+            &workers(2),
+        )
+        .expect_err("half the lowest recompute plan's bytes fits");
+        let message = e.to_string();
+        let sgc_plan::PlanError::BudgetNotMet { offload, .. } = e else {
+            panic!("not a budget refusal: {message}");
+        };
+        assert_eq!(offload.is_some(), link.is_some(), "{message}");
+        assert_eq!(
+            message.contains("with offloads to host"),
+            link.is_some(),
+            "{message}"
+        );
+        if let Some(r) = offload {
+            assert!(r.device.unwrap_or(r.peak) > budget, "{r:?} fits {budget}");
+            assert!(r.peak >= g.persistent_bytes());
+        }
+    }
+}
