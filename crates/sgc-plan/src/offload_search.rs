@@ -14,9 +14,9 @@
 //! is still away for at least one step on that clock.
 //!
 //! Greedily, while the memory model's peak is above the target, one gap at the peak step:
-//! - first a gap that hides with those taken, within `--host-memory`, in the order of
-//!   compute time per byte between the touch and the reader, most first (a small storage
-//!   with a long gap leaves the link for others);
+//! - first a gap that hides with those taken, within `--host-memory`, in one of two
+//!   orders ([`Order`]: most compute time per byte between the touch and the reader first,
+//!   or the latest reader first); each schedule is made to fit in both, the faster kept;
 //! - when none does (the link is busy, or the peak's storages come back too soon), a
 //!   *forced* gap: away at the peak step whatever its copies cost, the compute stream
 //!   waiting for them. Forced first is the gap whose copies alone would stall least per
@@ -176,10 +176,7 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
 
     /// Keeps the closest miss: the lowest device bytes placed, else the lowest peak.
     fn miss(&mut self, r: OffloadReach) {
-        let key = |r: &OffloadReach| (r.device.is_none(), r.device.unwrap_or(r.peak), r.peak);
-        if self.closest.as_ref().is_none_or(|c| key(&r) < key(c)) {
-            self.closest = Some(r);
-        }
+        self.closest = Some(closer(self.closest, r));
     }
 
     /// [`REFINE`] rounds of bisection on both sides of the best level `b`, between its
@@ -245,9 +242,52 @@ fn fit(
     let ops: Vec<OpId> = base.steps.iter().map(|s| s.0).collect();
     let times = offload::step_times(g, &ops, opts.device_profile.as_ref())?;
     let profile = sgc_ir::simulate(g, &ops).map_err(|e| internal(opts, e))?;
+    let mut fitted: Option<(Vec<Offload>, f64)> = None;
+    let mut closest: Option<OffloadReach> = None;
+    for order in [Order::Slack, Order::LateReader] {
+        let greedy = Greedy::new(ctx, &ops, &times, link, profile.resident.clone(), order);
+        match fit_greedy(ctx, opts, greedy, &ops, budget, link)? {
+            Ok((offloads, us)) => {
+                if fitted.as_ref().is_none_or(|f| us < f.1) {
+                    fitted = Some((offloads, us));
+                }
+            }
+            Err(r) => closest = Some(closer(closest, r)),
+        }
+    }
+    Ok(match (fitted, closest) {
+        (Some((offloads, step_us)), _) => Ok(Fitted {
+            chosen: base,
+            offloads,
+            step_us,
+        }),
+        (None, Some(r)) => Err(r),
+        (None, None) => unreachable!("each order fits or misses"),
+    })
+}
+
+/// The closer of two misses: the lowest device bytes placed, else the lowest peak.
+fn closer(a: Option<OffloadReach>, b: OffloadReach) -> OffloadReach {
+    let key = |r: &OffloadReach| (r.device.is_none(), r.device.unwrap_or(r.peak), r.peak);
+    match a {
+        Some(a) if key(&a) <= key(&b) => a,
+        _ => b,
+    }
+}
+
+/// One greedy's offloads for `ops` within `budget` and their step time (see the module
+/// docs), or how close it came.
+fn fit_greedy(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    mut greedy: Greedy<'_>,
+    ops: &[OpId],
+    budget: u64,
+    link: &HostLink,
+) -> Result<Result<(Vec<Offload>, f64), OffloadReach>, PlanError> {
+    let g = ctx.g;
     let mut target = budget.saturating_sub(ctx.persistent_bytes);
     let mut host_limit = opts.host_memory;
-    let mut greedy = Greedy::new(ctx, &ops, &times, link, profile.resident);
     let mut closest: Option<OffloadReach> = None;
     for _ in 0..PLACE_ROUNDS {
         greedy.restart(host_limit);
@@ -258,22 +298,19 @@ fn fit(
             return Ok(Err(closest.unwrap_or(OffloadReach { device: None, peak })));
         }
         let offloads = greedy.offloads();
-        let placed = placed_device(ctx, opts, &ops, &offloads)?;
-        if closest.is_none_or(|c| c.device.is_none_or(|d| placed < d)) {
-            closest = Some(OffloadReach {
+        let placed = placed_device(ctx, opts, ops, &offloads)?;
+        closest = Some(closer(
+            closest,
+            OffloadReach {
                 device: Some(placed),
                 peak,
-            });
-        }
+            },
+        ));
         let pool = offload::host_layout(g, &offloads)?.size;
         let pool_over = opts.host_memory.map_or(0, |l| pool.saturating_sub(l));
         if placed <= budget && pool_over == 0 {
-            let t = offload::timeline(g, &ops, &offloads, opts.device_profile.as_ref(), link)?;
-            return Ok(Ok(Fitted {
-                chosen: base,
-                offloads,
-                step_us: t.total_us,
-            }));
+            let t = offload::timeline(g, ops, &offloads, opts.device_profile.as_ref(), link)?;
+            return Ok(Ok((offloads, t.total_us)));
         }
         target = target
             .min(reached)
@@ -330,6 +367,18 @@ fn gaps(ctx: &Context<'_>, ops: &[OpId]) -> Vec<Gap> {
     out
 }
 
+/// The order in which the greedy tries the gaps that may hide; [`fit`] runs both and keeps
+/// the faster plan.
+#[derive(Clone, Copy)]
+enum Order {
+    /// Most compute time per byte between the touch and the reader first: a long gap
+    /// around a small storage leaves the link for others.
+    Slack,
+    /// The latest reader first (then the largest): its copy back has the most of the
+    /// backward to hide under.
+    LateReader,
+}
+
 /// The greedy's state: the schedule's clock, the gaps, which are taken, and the resident
 /// and host bytes per step that the taken ones give.
 struct Greedy<'a> {
@@ -337,8 +386,8 @@ struct Greedy<'a> {
     /// `ends[s]`: when step `s` ends on an unstalled compute stream, µs.
     ends: Vec<f64>,
     gaps: Vec<Gap>,
-    /// Gap indices, most compute time per byte between the touch and the reader first.
-    by_slack: Vec<usize>,
+    /// Gap indices in the [`Order`] tried.
+    by_order: Vec<usize>,
     base: Vec<u64>,
     resident: Vec<u64>,
     host: Vec<u64>,
@@ -362,6 +411,7 @@ impl<'a> Greedy<'a> {
         times: &[f64],
         link: &'a HostLink,
         resident: Vec<u64>,
+        order: Order,
     ) -> Self {
         let mut ends = Vec::with_capacity(times.len());
         let mut now = 0.0;
@@ -371,17 +421,24 @@ impl<'a> Greedy<'a> {
         }
         let gaps = gaps(ctx, ops);
         let n_gaps = gaps.len();
-        let mut by_slack: Vec<usize> = (0..n_gaps).collect();
-        // Most time to hide each byte first: the span from the touch to the reader's start
-        // per byte (a long gap around a small storage leaves the link for others).
-        let slack =
-            |i: usize| (ends[gaps[i].v - 1] - ends[gaps[i].u]) / gaps[i].bytes.max(1) as f64;
-        by_slack.sort_by(|&a, &b| slack(b).total_cmp(&slack(a)).then(a.cmp(&b)));
+        let mut by_order: Vec<usize> = (0..n_gaps).collect();
+        match order {
+            Order::Slack => {
+                let slack = |i: usize| {
+                    (ends[gaps[i].v - 1] - ends[gaps[i].u]) / gaps[i].bytes.max(1) as f64
+                };
+                by_order.sort_by(|&a, &b| slack(b).total_cmp(&slack(a)).then(a.cmp(&b)));
+            }
+            Order::LateReader => by_order.sort_by_key(|&i| {
+                let gap = &gaps[i];
+                (std::cmp::Reverse(gap.v), std::cmp::Reverse(gap.bytes), i)
+            }),
+        }
         Greedy {
             link,
             ends,
             gaps,
-            by_slack,
+            by_order,
             host: vec![0; resident.len()],
             base: resident.clone(),
             resident,
@@ -444,7 +501,7 @@ impl<'a> Greedy<'a> {
         }
     }
 
-    /// Takes the first gap (most time per byte first) whose offload, with the copies of
+    /// Takes the first gap (in the greedy's [`Order`]) whose offload, with the copies of
     /// those taken, still hides under compute and saves bytes at `step`. When none does,
     /// the gap around `step` whose copies alone would stall compute least per byte, forced:
     /// away at `step` whatever its copies cost, and so is any taken gap that its copies
@@ -452,8 +509,8 @@ impl<'a> Greedy<'a> {
     /// window misses `step` can be forced to cover it too.
     fn take_at(&mut self, step: usize) -> bool {
         let spans = |gap: &Gap| gap.u + 1 < step && step < gap.v;
-        for k in 0..self.by_slack.len() {
-            let i = self.by_slack[k];
+        for k in 0..self.by_order.len() {
+            let i = self.by_order[k];
             let hidden = spans(&self.gaps[i]) && !self.dead[i];
             if hidden && self.admissible(i) && self.try_take(i, step, false) {
                 return true;
