@@ -2,12 +2,14 @@
 # The GPU check, on a machine with an NVIDIA GPU, its preinstalled torch (with torchvision and
 # transformers) and no internet, from a checkout that carries target/gpu-carry
 # (scripts/gpu-prepare.sh). Writes into $OUT (default target/gpu-check):
-#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_kernels, and the cuda:: tests of tiny, dtr)
+#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_kernels, and the cuda:: tests of tiny, dtr, offload)
 #   trace.md        tracing time per phase, CPU and CUDA fakes (python/bench/trace_time.py)
 #   trace-profile.txt  where each trace spends its time (cProfile)
 #   gpu-table.md    eager, sgc and torch.compile steps on the GPU (python/bench/gpu_table.py)
 #   corpus-cuda.md  the 12 corpus graphs on the Rust executor (sgc profile, then sgc run --compare:
-#                   planned vs unplanned, bitwise equality, measured and predicted time ratio)
+#                   planned vs unplanned, bitwise equality, measured and predicted time ratio;
+#                   and the offload plan at the lowest recompute plan's bytes, measured beside
+#                   its three-stream prediction)
 #                   beside PyTorch eager on the same models and batches (python/bench/corpus_exec.py)
 #   check.log       everything printed, with each part's exit status
 # About 8 minutes on an H100 before the corpus part (at most 9 more). `--dry-run`: the same script on the CPU at small sizes (no GPU
@@ -58,9 +60,9 @@ rust_tests() {  # every carried CUDA test binary; the log in rust-cuda.log, the 
   {
     for t in "$carry"/tests/*; do
       echo "-- $(basename "$t")"
-      # tiny and dtr run every test on every device: only their cuda:: tests here.
+      # tiny, dtr and offload run every test on every device: only their cuda:: tests here.
       local only=
-      case $(basename "$t") in tiny|dtr) only=cuda:: ;; esac
+      case $(basename "$t") in tiny|dtr|offload) only=cuda:: ;; esac
       SGC_REQUIRE_CUDA_TOOLS=$require "$t" --test-threads 1 $only || rc=1
     done
   } > "$out/rust-cuda.log" 2>&1

@@ -13,7 +13,12 @@ of `tests/fixtures/real_small`, for a dry run of the script):
    alternated: median step times (CUDA events on CUDA), the median of the paired steps'
    ratio, the ratio the plan predicts from the measured times, whether the two loss curves
    are bitwise equal, and the bytes each allocated;
-3. PyTorch eager on the same model and batch (`sgc_trace.corpus` builds it as it was
+3. offload (issue 38's GPU must-hold): `sgc plan TIMED --budget B --host-link h100` at
+   the device bytes B of the lowest-peak recompute plan of step 2's kind, then `sgc run
+   TIMED --plan P --compare`: the measured planned / unplanned step beside the plan's own
+   prediction (its three-stream replay, `summary.offload.step_us`, over the unplanned
+   step), and bitwise equality; empty when the planner offloads nothing there;
+4. PyTorch eager on the same model and batch (`sgc_trace.corpus` builds it as it was
    exported, random weights): `loss_fn(model(x), y).backward()` with `.grad` unset before
    each step (the exported step computes gradients, no optimizer), CUDA events, median of
    `--steps` steps after `--warmup`. PyTorch's defaults: cuDNN may pick TF32 convolutions
@@ -76,6 +81,33 @@ def sgc_side(a, graph: Path, tmp: Path) -> dict:
         "promised": planned["report"]["allocator"]["peak_bytes"] == planned["report"]["planned_bytes"],
         "recompute": planned["report"]["recompute_steps"],
         "clock": planned["timing"]["clock"],
+        "offload": offload_side(a, timed, tmp),
+    }
+
+
+def offload_side(a, timed: Path, tmp: Path) -> dict | None:
+    """The offload plan at the lowest recompute plan's device bytes, run against unplanned:
+    measured and predicted ratios, bitwise equality; None when it offloads nothing."""
+    stem = timed.name.split(".")[0]
+    low, off = tmp / f"{stem}.low.json", tmp / f"{stem}.offload.json"
+    sgc(a.sgc, ["plan", str(timed), "--strategy", "sublinear", "-o", str(low)], a.timeout)
+    lowest = json.loads(low.read_text())
+    budget = lowest["arena"]["size"] + lowest["summary"]["persistent_bytes"]
+    sgc(a.sgc, ["plan", str(timed), "--strategy", "sublinear", "--budget", str(budget), "--host-link",
+                a.host_link, "-o", str(off)], a.timeout)
+    plan = json.loads(off.read_text())
+    summary = plan["summary"].get("offload")
+    if not plan.get("offloads") or summary is None:
+        return None
+    steps = ["--steps", str(a.steps), "--warmup", str(a.warmup)]
+    out = sgc(a.sgc, ["run", str(timed), "--plan", str(off), "--device", a.device, "--compare", "--json", *steps],
+              a.timeout)
+    planned, unplanned = json.loads(out)
+    return {
+        "ratio": planned["time_ratio"],
+        "predicted": summary["step_us"] / plan["summary"]["step_cost"],
+        "bitwise": planned["losses"] == unplanned["losses"],
+        "offloads": len(plan["offloads"]),
     }
 
 
@@ -132,10 +164,13 @@ def row(a, name: str, path: Path, tmp: Path) -> tuple[str, bool]:
     except Exception as e:  # noqa: BLE001 (a model that fails to build keeps its row)
         eager = None
         note.append(f"eager: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    o = s and s["offload"]
     if s is not None:
-        ok = ok and s["bitwise"] and s["promised"]
+        ok = ok and s["bitwise"] and s["promised"] and (o is None or o["bitwise"])
         if not s["promised"]:
             note.append("allocated != plan promised")
+        if o is not None and not o["bitwise"]:
+            note.append("offload run not bitwise")
     f = lambda v, fmt: "" if v is None else format(v, fmt)  # noqa: E731
     cells = [
         name,
@@ -148,6 +183,7 @@ def row(a, name: str, path: Path, tmp: Path) -> tuple[str, bool]:
         f(s and s["predicted"], ".3f"),
         "" if s is None else ("yes" if s["bitwise"] else "**no**"),
         f(s and s["memory"], ".3f"),
+        "" if not o else f"{o['ratio']:.3f} ({o['predicted']:.3f}; {o['offloads']} offloads)",
         f(eager, ".2f"),
         f(s and eager and s["unplanned_ms"] / eager, ".2f"),
         "; ".join(note),
@@ -158,8 +194,9 @@ def row(a, name: str, path: Path, tmp: Path) -> tuple[str, bool]:
 
 HEADER = (
     "| model | batch | ops | sgc unplanned ms | sgc planned ms | recomputed steps | planned / unplanned "
-    "| predicted | bitwise equal | memory planned / unplanned | eager ms | sgc / eager | note |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
+    "| predicted | bitwise equal | memory planned / unplanned | offload: planned / unplanned (predicted) "
+    "| eager ms | sgc / eager | note |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"
 )
 
 
@@ -175,6 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--timeout", type=float, default=300, help="seconds per sgc command")
+    p.add_argument("--host-link", default="h100", help="the link offload plans assume (sgc plan --host-link)")
     a = p.parse_args(argv)
     folder = Path(a.graphs) if a.graphs else REPO / ("tests/fixtures/real_small" if a.small else "graphs/real")
     names = [n for n in a.only.split(",") if n] or [e.name for e in CORPUS]
