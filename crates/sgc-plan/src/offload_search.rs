@@ -67,8 +67,9 @@ struct Fitted {
 }
 
 /// The fastest schedule within `budget` device bytes among recompute plans at [`LEVELS`]
-/// budgets made to fit by offloads, and the plain recompute plan at the budget (see the
-/// module docs). When no schedule fits at all, the refusal of the plain choice.
+/// budgets and [`REFINE`] rounds of bisection, made to fit by offloads, and the plain
+/// recompute plan at the budget (see the module docs). When no schedule fits at all, the
+/// refusal of the plain choice, with how close offloads came when it is a budget refusal.
 fn best(
     ctx: &Context<'_>,
     opts: &PlanOptions,
