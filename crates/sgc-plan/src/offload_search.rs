@@ -163,7 +163,7 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
         let f = match fit(self.ctx, self.opts, base, self.budget, self.link)? {
             Ok(f) => f,
             Err(reach) => {
-                self.miss(reach);
+                self.closest = Some(closer(self.closest, reach));
                 return Ok(false);
             }
         };
@@ -173,11 +173,6 @@ impl<C: Fn(u64) -> Result<Chosen, PlanError>> Levels<'_, '_, C> {
         self.best = Ok(f);
         self.best_level = Some(level);
         Ok(true)
-    }
-
-    /// Keeps the closest miss: the lowest device bytes placed, else the lowest peak.
-    fn miss(&mut self, r: OffloadReach) {
-        self.closest = Some(closer(self.closest, r));
     }
 
     /// [`REFINE`] rounds of bisection on both sides of the best level `b`, between its
@@ -243,10 +238,18 @@ fn fit(
     let ops: Vec<OpId> = base.steps.iter().map(|s| s.0).collect();
     let times = offload::step_times(g, &ops, opts.device_profile.as_ref())?;
     let profile = sgc_ir::simulate(g, &ops).map_err(|e| internal(opts, e))?;
+    let gaps = gaps(ctx, &ops);
+    let ends: Vec<f64> = times
+        .iter()
+        .scan(0.0, |now, t| {
+            *now += t;
+            Some(*now)
+        })
+        .collect();
     let mut fitted: Option<(Vec<Offload>, f64)> = None;
     let mut closest: Option<OffloadReach> = None;
     for order in [Order::Slack, Order::LateReader] {
-        let greedy = Greedy::new(ctx, &ops, &times, link, profile.resident.clone(), order);
+        let greedy = Greedy::new(&gaps, &ends, link, profile.resident.clone(), order);
         match fit_greedy(ctx, opts, greedy, &ops, budget, link)? {
             Ok((offloads, us)) => {
                 if fitted.as_ref().is_none_or(|f| us < f.1) {
@@ -385,8 +388,8 @@ enum Order {
 struct Greedy<'a> {
     link: &'a HostLink,
     /// `ends[s]`: when step `s` ends on an unstalled compute stream, µs.
-    ends: Vec<f64>,
-    gaps: Vec<Gap>,
+    ends: &'a [f64],
+    gaps: &'a [Gap],
     /// Gap indices in the [`Order`] tried.
     by_order: Vec<usize>,
     base: Vec<u64>,
@@ -407,28 +410,21 @@ struct Greedy<'a> {
 
 impl<'a> Greedy<'a> {
     fn new(
-        ctx: &Context<'a>,
-        ops: &[OpId],
-        times: &[f64],
+        gaps: &'a [Gap],
+        ends: &'a [f64],
         link: &'a HostLink,
         resident: Vec<u64>,
         order: Order,
     ) -> Self {
-        let mut ends = Vec::with_capacity(times.len());
-        let mut now = 0.0;
-        for &t in times {
-            now += t;
-            ends.push(now);
-        }
-        let gaps = gaps(ctx, ops);
         let n_gaps = gaps.len();
         let mut by_order: Vec<usize> = (0..n_gaps).collect();
         match order {
             Order::Slack => {
-                let slack = |i: usize| {
-                    (ends[gaps[i].v - 1] - ends[gaps[i].u]) / gaps[i].bytes.max(1) as f64
-                };
-                by_order.sort_by(|&a, &b| slack(b).total_cmp(&slack(a)).then(a.cmp(&b)));
+                let slack: Vec<f64> = gaps
+                    .iter()
+                    .map(|g| (ends[g.v - 1] - ends[g.u]) / g.bytes.max(1) as f64)
+                    .collect();
+                by_order.sort_by(|&a, &b| slack[b].total_cmp(&slack[a]).then(a.cmp(&b)));
             }
             Order::LateReader => by_order.sort_by_key(|&i| {
                 let gap = &gaps[i];
@@ -518,15 +514,12 @@ impl<'a> Greedy<'a> {
             }
         }
         // Forced: the gaps around `step` by the stall their copies would add per byte.
-        let mut forced: Vec<usize> = (0..self.gaps.len())
+        let mut forced: Vec<(f64, usize)> = (0..self.gaps.len())
             .filter(|&i| spans(&self.gaps[i]))
+            .map(|i| (self.stall_per_byte(i, step), i))
             .collect();
-        forced.sort_by(|&a, &b| {
-            self.stall_per_byte(a, step)
-                .total_cmp(&self.stall_per_byte(b, step))
-                .then(a.cmp(&b))
-        });
-        for i in forced {
+        forced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, i) in forced {
             let tried = match self.taken.iter().position(|&j| j == i) {
                 None => self.admissible(i) && self.try_take(i, step, true),
                 Some(t) => !saves(&self.windows, t, step) && self.try_widen(t, step),
