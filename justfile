@@ -20,7 +20,7 @@ zoo:
 # Rewrite graphs/real/ from real PyTorch models (needs torch, torchvision, transformers; a few
 # minutes; a test fails when they differ). Use the venv that CI uses, or set PYTHON.
 real-corpus PYTHON="python3":
-    cd python && {{PYTHON}} -m sgc_trace.corpus --out ../graphs/real
+    cd python && {{PYTHON}} -m sgc_trace.tools.corpus --out ../graphs/real
 
 # Inspect a graph: just inspect graphs/resnet50.json
 inspect FILE:

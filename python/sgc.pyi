@@ -73,8 +73,11 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         """unplanned_peak, planned_peak, lower_bound, persistent_bytes, step_cost,
         recompute_cost, recompute_share, cost_source, steps, recompute_steps,
-        recomputed_ops, max_op_runs, checkpoints, strategy, arena_bytes and device_bytes
-        (arena + persistent; None without an arena)."""
+        recomputed_ops, max_op_runs, checkpoints, strategy, arena_bytes, device_bytes
+        (arena + persistent; None without an arena), saved_bytes (kept from the forward
+        for the backward), step_peak (the most bytes the step allocates at once beyond
+        parameters, state and its inputs) and per_rank (one rank's terms with world_size,
+        shard or optimizer; else None)."""
     @property
     def steps(self) -> list[tuple[str, bool]]:
         """(op name, recompute) per step of the schedule."""
@@ -92,13 +95,13 @@ def plan(
     seed: int = 0,
     workers: int | None = None,
     arena: bool = True,
-    align: _Size | None = 256,
+    align: _Size | None = None,
     goal: str | None = None,
     lb_memory: _Size | None = None,
     thresh_tries: int = 10,
     pool_size: int = 20,
     eviction_threshold: _Size | None = None,
-    evictee_min_size: _Size | None = 1048576,
+    evictee_min_size: _Size | None = None,
     sqrt_sampling: bool = False,
     device_profile: str | None = None,
     budget_of: str = "device",
@@ -106,8 +109,12 @@ def plan(
     host_link: str | None = None,
     host_memory: _Size | None = None,
     offload: bool = True,
+    world_size: int = 1,
+    shard: str = "none",
+    optimizer: str = "none",
 ) -> Plan:
-    """Plans and verifies, as `sgc plan` does with the same options (GIL released).
+    """Plans and verifies, as `sgc plan` does with the same options (GIL released); sizes
+    left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB).
     strategy: none, chen-sqrt, sublinear, dtr or partition; goal: lowest-peak or balanced;
     budget_of: device (arena + persistent), peak (the memory model's, as MegEngine's) or
     saved (bytes kept from the forward for the backward, as torch.compile's
@@ -117,7 +124,10 @@ def plan(
     host_link: h100, a100 or TO_HOST_GBPS,TO_DEVICE_GBPS[,LATENCY_US] (default: the device
     profile's), with a budget and sublinear or partition: the plan may offload activations
     to host memory (host_memory: the most pinned host bytes; offload=False: never, as
-    `sgc plan --no-offload`)."""
+    `sgc plan --no-offload`);
+    world_size, shard (none or fsdp2) and optimizer (none, sgd, momentum or adam): plan
+    one rank's graph, as `sgc plan --world-size --shard --optimizer` (summary["per_rank"]
+    has its terms)."""
 
 def plan_schedule(
     graph: _GraphLike,
@@ -126,7 +136,7 @@ def plan_schedule(
     host_link: str | None = None,
     device_profile: str | None = None,
     arena: bool = True,
-    align: _Size | None = 256,
+    align: _Size | None = None,
 ) -> Plan:
     """The verified plan of an explicit schedule (op indices in order; an op run again is a
     recomputation) with storages offloaded to host memory and back (`offloads`: entries
@@ -143,7 +153,7 @@ def load_plan(source: _PlanLike, graph: _GraphLike) -> Plan:
 def inspect(
     graph: _GraphLike,
     top: int = 10,
-    align: _Size | None = 256,
+    align: _Size | None = None,
     device_profile: str | None = None,
 ) -> dict[str, Any]:
     """What `sgc inspect --json` reports."""
@@ -151,16 +161,52 @@ def inspect(
 def fit(
     graph: _GraphLike,
     memory: _Size,
-    reserve: _Size | None = 0,
-    strategy: str | Sequence[str] | None = ("none", "chen-sqrt", "sublinear"),
+    reserve: _Size | None = None,
+    strategy: str | Sequence[str] | None = None,
     genetic_iters: int = 20,
     thresh_tries: int = 10,
     seed: int = 0,
-    align: _Size | None = 256,
+    align: _Size | None = None,
     alloc_effort: str = "fast",
     workers: int | None = None,
     device_profile: str | None = None,
     max_recompute: float | None = 1 / 3,
+    world_size: int = 1,
+    shard: str = "none",
+    optimizer: str = "none",
 ) -> dict[str, Any]:
-    """What `sgc fit --json` reports: the largest batch that fits, per strategy, whose plan
-    recomputes at most `max_recompute` of a step (None: no limit)."""
+    """What `sgc fit --json` reports: the largest batch that fits, per strategy (None: none,
+    chen-sqrt and sublinear), whose plan recomputes at most `max_recompute` of a step
+    (None: no limit); with world_size, shard
+    and optimizer, one rank's batch (`per_rank` holds the rank's terms)."""
+
+def defaults() -> dict[str, Any]:
+    """The command line's defaults a Python caller leaves out: strategy, genetic_iters,
+    seed, thresh_tries, pool_size, evictee_min_size, align, max_recompute, and
+    device_profile (the profile exported graphs are costed on)."""
+
+def device_profiles() -> dict[str, dict[str, Any]]:
+    """The named device profiles, in order: name -> {name, f32_tflops, half_tflops,
+    bandwidth_gbps}."""
+
+def device_profile(text: str) -> dict[str, Any]:
+    """A named profile (any case) or custom rates F32/HALF/GBPS as that dict (custom ones
+    are named by their rates); ValueError with the accepted forms."""
+
+def roofline(graph: _GraphLike, device_profile: str) -> tuple[list[float], dict[str, Any]]:
+    """Every op's roofline time on the profile, microseconds, in op order (its own time_us
+    ignored), and the `meta.time_us_source` object for it."""
+
+def dtype_sizes() -> dict[str, int]:
+    """Bytes per element of each dtype of the graph format."""
+
+def figures(graph: _GraphLike, plan: _PlanLike) -> dict[str, Any]:
+    """A plan's figures in the terms PyTorch measures (the plan verified first): step_peak,
+    saved_bytes, persistent_bytes, device_bytes and planned_peak."""
+
+def storage_bytes(graph: _GraphLike, names: Sequence[str], persistent: bool = False) -> int:
+    """Bytes of the named tensors' storages, each once (a view counts its base);
+    persistent storages only when `persistent`."""
+
+def storage_sizes(graph: _GraphLike, names: Sequence[str]) -> list[int]:
+    """Bytes of each named tensor's storage, in order."""

@@ -12,6 +12,10 @@ use crate::plan::{PlanOptions, Strategy};
 /// Generations of genetic refinement of `sgc plan`, `sgc fit` and `sgc compare`.
 pub const GENETIC_ITERS: usize = 20;
 
+/// The device profile whose roofline the Python exporter writes as each op's `time_us`
+/// when none is named (`sgc_trace.export(device_profile=...)`, `sgc-trace --device-profile`).
+pub const DEVICE_PROFILE: &str = "a100";
+
 /// The largest input file read (the library's limit, 4 GiB).
 pub const MAX_INPUT: u64 = crate::ir::file::DEFAULT_MAX_INPUT_BYTES;
 

@@ -18,7 +18,7 @@ of `tests/fixtures/real_small`, for a dry run of the script):
    TIMED --plan P --compare`: the measured planned / unplanned step beside the plan's own
    prediction (its three-stream replay, `summary.offload.step_us`, over the unplanned
    step), and bitwise equality; empty when the planner offloads nothing there;
-4. PyTorch eager on the same model and batch (`sgc_trace.corpus` builds it as it was
+4. PyTorch eager on the same model and batch (`sgc_trace.tools.corpus` builds it as it was
    exported, random weights): `loss_fn(model(x), y).backward()` with `.grad` unset before
    each step (the exported step computes gradients, no optimizer), CUDA events, median of
    `--steps` steps after `--warmup`. PyTorch's defaults: cuDNN may pick TF32 convolutions
@@ -44,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sgc_trace.corpus import BY_NAME, CORPUS  # noqa: E402
-from sgc_trace.trace import TrainStep  # noqa: E402
+from sgc_trace.tools.corpus import BY_NAME, CORPUS  # noqa: E402
+from sgc_trace.exporter.trace import TrainStep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,14 @@ Per model (ResNet-50 batch 64 at 224x224, GPT-2 small batch 8 x 512 tokens, ViT-
 32; `--small`: the same architectures at CPU sizes, for a dry run), one row per step:
 
 * `eager`: `loss_fn(model(x), y).backward()`, the reference;
+* `torch.compile (inductor)`: `torch.compile(model)` with the same loss and backward: what
+  PyTorch's own compiler changes in the numbers, the yardstick of the last column;
 * `sgc none`: sgc's `none` plan applied (`sgc_trace.compile`, aot_eager: the traced step,
   nothing recomputed), and the same with `backend="inductor"`;
 * `sgc sublinear`: the default plan at its lowest peak (20 generations);
+* `sgc backend (aot_eager)`, `sgc backend (inductor)`: the user's own loop with
+  `torch.compile(model, backend=sgc_trace.backend(compiler=...))`, each graph planned at
+  its lowest peak;
 * `torch.compile` at `activation_memory_budget` 1.0, 0.5 and 0.2 (AOTAutograd with eager
   kernels and the min-cut partitioner: the same runtime as sgc's aot_eager steps), and
   `sgc partition` at the bytes each of the last two saves for the backward.
@@ -19,7 +24,11 @@ what was allocated before it: `torch.cuda.max_memory_allocated`), milliseconds p
 (CUDA events; median of `--repeat` steps after `--warmup` steps that are not counted; each
 step starts with `.grad` unset, as after `zero_grad()`), sgc's prediction of the peak, the
 bytes saved for the backward, and the gradient check: the largest difference from eager's
-loss and gradients, each relative to that tensor's largest value (`rel. diff`).
+loss and gradients, each relative to that tensor's largest value (`rel. diff`), and that
+difference over `torch.compile`'s own on the same model (`vs torch.compile`: sgc's rows
+must stay within 2x of it; `--check` exits non-zero when one does not). Dropout is off in
+every model (GPT-2's three dropouts are 0): with it, every compiled step draws other masks
+than eager's and no difference would mean anything.
 
 A second table checks the numbers under strict settings: TF32 off and deterministic
 algorithms (`torch.use_deterministic_algorithms(True)`, cuDNN benchmark off) for a small
@@ -42,14 +51,19 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import sgc_trace  # noqa: E402
 from sgc_trace.apply import compile as sgc_compile  # noqa: E402
 from sgc_trace.apply import input_specs, predicted_peak, trace  # noqa: E402
-from sgc_trace.cli import lm_cross_entropy  # noqa: E402
+from sgc_trace.tools.cli import lm_cross_entropy  # noqa: E402
 from sgc_trace.errors import first_line  # noqa: E402
-from sgc_trace.measure import eager_step, fresh, torch_compiled_step  # noqa: E402
-from sgc_trace.planner import plan  # noqa: E402
+from sgc_trace.tools.measure import eager_step, fresh, torch_compiled_step  # noqa: E402
+from sgc_trace.apply.planner import plan  # noqa: E402
 
 BUDGETS = (1.0, 0.5, 0.2)
+# An sgc row may differ from eager by at most this multiple of torch.compile's own
+# difference, plus TINY (where both are at rounding level).
+DIFF_LIMIT = 2.0
+TINY = 1e-6
 
 
 def models(small: bool) -> dict:
@@ -71,7 +85,8 @@ def models(small: bool) -> dict:
                     torch.randint(0, vocab, (b, seq), generator=g).to(device))
         return make
 
-    gpt = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4) if small else transformers.GPT2Config()
+    off = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}  # dropout off: see the module doc
+    gpt = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, **off) if small else transformers.GPT2Config(**off)
     return {
         "resnet50": (f"ResNet-50, batch {4 if small else 64}, {64 if small else 224}x{64 if small else 224}",
                      torchvision.models.resnet50, images(4 if small else 64, 64 if small else 224), F.cross_entropy),
@@ -100,7 +115,7 @@ class Clock:
             p.grad = None
         self._sync()
         if self.device.type != "cuda":
-            from sgc_trace.measure import peak_bytes
+            from sgc_trace.tools.measure import peak_bytes
             return peak_bytes(fn, *batch)[1].bytes
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -162,11 +177,13 @@ def model_rows(name, what, factory, make_batch, loss_fn, device, clock, genetic_
     ref_step = eager_step(ref, loss_fn)
     ref_loss = one_step(ref, ref_step, batch)
 
+    yardstick: list[float] = []  # torch.compile's own difference from eager
+
     def row(label, model, fn, predicted=None, saved=None, note=""):
         try:
             return measured_row(label, model, fn, predicted, saved, note)
         except Exception as e:  # one failing step is a row that says so, not a lost table
-            rows.append(f"| {name} | {label} | | | | | | **failed**: {first_line(e, 200)} |")
+            rows.append(f"| {name} | {label} | | | | | | | **failed**: {first_line(e, 200)} |")
             print(rows[-1], flush=True)
             return float("nan"), float("nan")
 
@@ -177,11 +194,32 @@ def model_rows(name, what, factory, make_batch, loss_fn, device, clock, genetic_
         ms = clock.ms(model, fn, batch)
         pred = f"{predicted / 1e9:.2f} GB ({peak / predicted:.2f}x)" if predicted else ""
         sv = f"{saved / 1e9:.2f} GB" if saved is not None else ""
-        rows.append(f"| {name} | {label} | {peak / 1e9:.2f} GB | {ms:.1f} | {pred} | {sv} | {diff:.1e} | {note} |")
+        vs = f"{diff / yardstick[0]:.2f}x" if yardstick and yardstick[0] > 0 else ""
+        if label.startswith("sgc") and yardstick and diff > DIFF_LIMIT * yardstick[0] + TINY:
+            note = f"**over {DIFF_LIMIT:g}x torch.compile's difference** {note}"
+        rows.append(f"| {name} | {label} | {peak / 1e9:.2f} GB | {ms:.1f} | {pred} | {sv} | {diff:.1e} | {vs} | {note} |")
         print(rows[-1], flush=True)
         return peak, ms
 
     eager_peak, eager_ms = row("eager", ref, ref_step, note="the reference")
+    torch._dynamo.reset()
+    theirs = fresh(base_model)
+    compiled_model = torch.compile(theirs)
+    row("torch.compile (inductor)", theirs, eager_step(compiled_model, loss_fn),
+        note="PyTorch's own compiler: the yardstick of the last column")
+    yardstick.append(rel_diff(theirs, one_step(theirs, eager_step(compiled_model, loss_fn), batch), ref, ref_loss))
+    for compiler in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        mine = fresh(base_model)
+        be = sgc_trace.backend(genetic_iters=genetic_iters, compiler=compiler)
+        fn = eager_step(torch.compile(mine, backend=be, dynamic=False), loss_fn)
+        try:
+            one_step(mine, fn, batch)  # compiles and plans
+        except Exception:
+            pass  # the row says what failed
+        row(f"sgc backend ({compiler})", mine, fn,
+            note=f"{len(be.graphs)} graph(s) planned; loss.backward() in the user's loop")
+    torch._dynamo.reset()
     t0 = time.perf_counter()
     traced = trace(base_model, loss_fn, input_specs(batch, 1))
     trace_s = time.perf_counter() - t0
@@ -203,7 +241,7 @@ def model_rows(name, what, factory, make_batch, loss_fn, device, clock, genetic_
     _, sub_peak, sub_ms = sgc_row(
         "sgc sublinear", sub,
         note=f"planned in {plan_s:.0f} s; recompute {s['recompute_share']:.1%} of a step predicted")
-    rows.append(f"| {name} | (sublinear vs eager) | {sub_peak / eager_peak:.2f}x | {sub_ms / eager_ms:.2f}x | | | | "
+    rows.append(f"| {name} | (sublinear vs eager) | {sub_peak / eager_peak:.2f}x | {sub_ms / eager_ms:.2f}x | | | | | "
                 f"none {none_ms / eager_ms:.2f}x eager's time |")
     print(rows[-1], flush=True)
     def torch_budget_rows(b: float) -> None:
@@ -220,14 +258,14 @@ def model_rows(name, what, factory, make_batch, loss_fn, device, clock, genetic_
             one_step(m2, st, batch)
             peak_s, ms_s = row(f"sgc partition at torch {b:.1f}'s saved bytes", m2, st,
                                predicted=predicted_peak(graph, p)["step"], saved=st.saved_bytes)
-            rows.append(f"| {name} | (sgc vs torch at {b:.1f}) | {peak_s / peak_t:.2f}x | {ms_s / ms_t:.2f}x | | | | |")
+            rows.append(f"| {name} | (sgc vs torch at {b:.1f}) | {peak_s / peak_t:.2f}x | {ms_s / ms_t:.2f}x | | | | | |")
             print(rows[-1], flush=True)
 
     for b in BUDGETS:
         try:
             torch_budget_rows(b)
         except Exception as e:
-            rows.append(f"| {name} | torch.compile {b:.1f} | | | | | | **failed**: {first_line(e, 200)} |")
+            rows.append(f"| {name} | torch.compile {b:.1f} | | | | | | | **failed**: {first_line(e, 200)} |")
             print(rows[-1], flush=True)
     torch._dynamo.reset()
     del base_model, ref
@@ -310,6 +348,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--genetic-iters", type=int, default=20)
     p.add_argument("--no-strict", action="store_true", help="skip the strict-numerics table")
+    p.add_argument("--check", action="store_true",
+                   help=f"exit 1 when a row failed or an sgc row differs from eager by more than {DIFF_LIMIT:g}x "
+                        f"torch.compile's own difference")
     a = p.parse_args(argv)
     device = torch.device(a.device)
     clock = Clock(device, a.warmup, a.repeat)
@@ -322,13 +363,13 @@ def main(argv=None) -> int:
             f"{a.repeat} steps after {a.warmup} uncounted; predicted = sgc's prediction of that peak (measured / "
             f"predicted); rel. diff = largest difference from eager's loss and gradients, each relative to the "
             f"tensor's largest value.", "",
-            "| model | step | peak | ms / step | predicted peak | saved for backward | rel. diff | note |",
-            "|---|---|---:|---:|---:|---:|---:|---|"]
+            "| model | step | peak | ms / step | predicted peak | saved for backward | rel. diff | vs torch.compile | note |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     rows = []
     out = Path(a.out)
     for name in names:
         what, factory, make_batch, loss_fn = table[name]
-        rows.append(f"| **{what}** | | | | | | | |")
+        rows.append(f"| **{what}** | | | | | | | | |")
         rows += model_rows(name, what, factory, make_batch, loss_fn, device, clock, a.genetic_iters)
         out.write_text("\n".join(head + rows) + "\n")
         if device.type == "cuda":
@@ -341,6 +382,10 @@ def main(argv=None) -> int:
         strict += strict_rows(device, a.small)
     out.write_text("\n".join(head + rows + strict) + f"\n\n({time.time() - start:.0f} s)\n")
     print(f"wrote {out} ({time.time() - start:.0f} s)")
+    bad = [r for r in rows if "**failed**" in r or "**over" in r]
+    if a.check and bad:
+        print("check failed:\n" + "\n".join(bad))
+        return 1
     return 0
 
 

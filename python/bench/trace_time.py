@@ -5,7 +5,7 @@
 
 Exports GPT-2 small (12 layers, 768 wide, batch 8, 512 tokens), ViT-B/16 (batch 32, 224x224)
 and BERT-base (batch 8, 512 tokens), built in code with random weights, with
-`sgc_trace.export` (batch marking included, as `sgc_trace.compile` traces), once per device:
+`sgc_trace.exporter` (batch marking included, as `sgc_trace.compile` traces), once per device:
 `cpu` and `cuda`. A CUDA trace needs no GPU: the weights and the batch are fake CUDA tensors
 and nothing reaches the CUDA runtime (`tests/test_devices.py`); where a GPU is present, the
 same path runs there. Each row gives the phases `export(timings=...)` reports: the fake model
@@ -32,9 +32,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sgc_trace.api import export  # noqa: E402
-from sgc_trace.cli import lm_cross_entropy  # noqa: E402
-from sgc_trace.corpus import image_inputs, token_inputs  # noqa: E402
+from sgc_trace.exporter.api import export  # noqa: E402
+from sgc_trace.tools.cli import lm_cross_entropy  # noqa: E402
+from sgc_trace.tools.corpus import image_inputs, token_inputs  # noqa: E402
 
 PHASES = ("build", "trace", "convert", "mark_batch")
 
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     names = [n for n in table if not a.only or n in a.only.split(",")]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU: CUDA traces use fake tensors"
     lines = [f"Tracing time (`python/bench/trace_time.py`; torch {torch.__version__}, {gpu}): wall seconds per "
-             f"phase of `sgc_trace.export`, batch marking included.", "",
+             f"phase of `sgc_trace.exporter`, batch marking included.", "",
              "| model | device | ops | " + " | ".join(PHASES) + " | total |",
              "|---|---|---:|" + "---:|" * len(PHASES) + "---:|"]
     print("\n".join(lines), flush=True)

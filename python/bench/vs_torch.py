@@ -5,7 +5,7 @@
 Per model, at a small batch (CPU runs of seconds):
 
 * **Plan vs prediction**: the unplanned step (sgc's `none` plan applied) and the planned
-  step (sublinear, lowest peak), measured (`sgc_trace.measure`: bytes saved for backward,
+  step (sublinear, lowest peak), measured (`sgc_trace.tools.measure`: bytes saved for backward,
   peak of the step) beside sgc's prediction, and checked bitwise against the eager step.
 * **Against PyTorch**: `torch.compile` (AOTAutograd, eager kernels, default min-cut
   partitioner) at `torch._functorch.config.activation_memory_budget` 0.1 ... 0.9 and 1.0,
@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sgc_trace.apply import compile as sgc_compile  # noqa: E402
 from sgc_trace.apply import input_specs, trace  # noqa: E402
-from sgc_trace.cli import lm_cross_entropy  # noqa: E402
-from sgc_trace.measure import best_seconds, fresh, peak_bytes, torch_compiled_step, torch_grads  # noqa: E402
-from sgc_trace.planner import PlanError, plan  # noqa: E402
-from sgc_trace.report import markdown, measure_plans, mib  # noqa: E402
+from sgc_trace.tools.cli import lm_cross_entropy  # noqa: E402
+from sgc_trace.tools.measure import best_seconds, fresh, peak_bytes, torch_compiled_step, torch_grads  # noqa: E402
+from sgc_trace.apply.planner import PlanError, plan  # noqa: E402
+from sgc_trace.tools.report import markdown, measure_plans, mib  # noqa: E402
 
 BUDGETS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 
@@ -59,7 +59,7 @@ def models():
     import torchvision
     import transformers
 
-    from sgc_trace.zoo import LSTMLanguageModel
+    from sgc_trace.tools.zoo import LSTMLanguageModel
 
     return {
         "resnet18": ("torchvision resnet18, batch 32, 64x64", lambda: torchvision.models.resnet18(),
@@ -73,7 +73,7 @@ def models():
         "gpt2": ("transformers GPT-2 small config shrunk to 4 layers (768 wide), batch 4, 256 tokens",
                  lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=4)),
                  _tokens(4, 256, 50257), lm_cross_entropy),
-        "lstm": ("sgc_trace.zoo LSTM LM (2 x 1500), batch 16, 64 tokens", LSTMLanguageModel,
+        "lstm": ("sgc_trace.tools.zoo LSTM LM (2 x 1500), batch 16, 64 tokens", LSTMLanguageModel,
                  _tokens(16, 64, 10000), lm_cross_entropy),
     }
 

@@ -1,4 +1,5 @@
-"""Shared driver of the examples: export (timed), `sgc inspect`, `sgc plan` if present."""
+"""Shared driver of the examples: export (timed), then inspect and plan the graph with the
+native module (`sgc.inspect`, `sgc.plan`: what `sgc inspect` and `sgc plan` do)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from sgc_trace import export, save, summary  # noqa: E402
-from sgc_trace.sgc import has_plan, run_sgc  # noqa: E402
+from sgc_trace.native import module  # noqa: E402
 
 
 def run_example(name, build, inputs, loss, default_batch: int) -> None:
@@ -27,8 +28,8 @@ def run_example(name, build, inputs, loss, default_batch: int) -> None:
     print(f"exported {a.output} in {seconds:.2f} s: {summary(graph)}")
     if a.no_sgc:
         return
-    print(run_sgc("inspect", a.output).stdout)
-    if has_plan():
-        print(run_sgc("plan", a.output).stdout)
-    else:
-        print("sgc plan: not available in this sgc build (skipped)")
+    sgc = module()
+    report = sgc.inspect(a.output)
+    print(f"inspect: {report['ops']} ops, {report['tensors']} tensors, unplanned peak "
+          f"{report['unplanned_peak_bytes']:,} B, per-op lower bound {report['lower_bound_bytes']:,} B")
+    print(sgc.plan(a.output).report())

@@ -1,23 +1,33 @@
-"""sgc-trace: export a PyTorch training step as an sgc graph (format version 1).
+"""sgc from PyTorch: plans applied to your own training loop, and training steps exported
+as sgc graphs.
 
-    from sgc_trace import InputSpec, export
-    graph = export(lambda: MyModel(), torch.nn.functional.cross_entropy,
-                   [InputSpec("x", (8, 3, 224, 224)), InputSpec("target", (8,), torch.long, high=1000)])
-    sgc_trace.save(graph, "model.json")
+    model = torch.compile(model, backend=sgc_trace.backend(budget=0.5), dynamic=False)
+    loss = loss_fn(model(x), y); loss.backward(); optimizer.step()     # as before
 
-The model is built inside a FakeTensorMode, so its weights take no memory; see
-`build.py` for building, `trace.py` for the tracing (`engine.py` for the backward of a CUDA
-trace), `convert.py` for how the joint graph maps to the format, `cost.py` for the roofline
-`time_us` and `apply.py` for plans applied back to the training step (`compile`).
+The package splits by job:
+
+* `sgc_trace.exporter`: a training step traced (AOTAutograd under FakeTensorMode: no
+  weights allocated) and converted to the graph format (`export`, `save`, `load`);
+* `sgc_trace.apply`: plans run by PyTorch: the `torch.compile` backend (`backend`), the
+  whole-step convenience on the same partitioner (`compile`), and the plan as a selective
+  activation checkpointing policy for eager models (`policy`);
+* `sgc_trace.tools`: the `sgc-trace` command line, the real-model corpus, and
+  measurements against PyTorch.
+
+Everything sgc's Rust code knows (planning, costs, device profiles, sizes, peaks) comes
+from the native module `sgc` (`sgc_trace.native`).
 """
 
 __version__ = "0.2.0"
 
-from .api import export, save, summary  # noqa: E402
-from .cost import PROFILES, DeviceProfile, parse_profile  # noqa: E402
+from .exporter.api import export, save, summary  # noqa: E402
+from .native import DeviceProfile, parse_profile, profiles  # noqa: E402
 from .errors import ExportError  # noqa: E402
-from .trace import InputSpec  # noqa: E402
-from .apply import PlanMismatch, PlannedStep, compile  # noqa: E402
-from .planner import PlanError, plan  # noqa: E402
+from .exporter.trace import InputSpec  # noqa: E402
+from .apply.torch_compile import backend  # noqa: E402
+from .apply.sac import policy  # noqa: E402
+from .apply.step import PlanMismatch, PlannedStep, compile  # noqa: E402
+from .apply.planner import PlanError, plan  # noqa: E402
 
-__all__ = ["compile", "plan", "PlannedStep", "PlanMismatch", "PlanError", "export", "save", "summary", "InputSpec", "ExportError", "DeviceProfile", "PROFILES", "parse_profile"]
+__all__ = ["backend", "policy", "compile", "plan", "PlannedStep", "PlanMismatch", "PlanError", "export", "save", "summary",
+           "InputSpec", "ExportError", "DeviceProfile", "profiles", "parse_profile"]

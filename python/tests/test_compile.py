@@ -15,10 +15,11 @@ from torch import nn
 
 import sgc_trace
 from sgc_trace.apply import PlanMismatch, predicted_peak, tensor_bytes
-from sgc_trace.cli import lm_cross_entropy
+from sgc_trace.tools.cli import lm_cross_entropy
 from sgc_trace.errors import ExportError
-from sgc_trace.measure import compare, eager_step, fresh, peak_bytes
-from sgc_trace.planner import plan as plan_graph
+from sgc_trace.tools.measure import compare, eager_step, fresh, peak_bytes
+from sgc_trace.apply.planner import plan as plan_graph
+from models import CNN
 
 
 class MLP(nn.Module):
@@ -31,23 +32,6 @@ class MLP(nn.Module):
         for layer in self.layers:
             x = torch.tanh(layer(x))
         return self.head(x)
-
-
-class CNN(nn.Module):
-    def __init__(self, c=8, blocks=3):
-        super().__init__()
-        self.stem = nn.Conv2d(3, c, 3, padding=1)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
-            for _ in range(blocks)
-        )
-        self.head = nn.Linear(c, 10)
-
-    def forward(self, x):
-        x = self.stem(x)
-        for b in self.blocks:
-            x = x + b(x)
-        return self.head(x.mean((2, 3)))
 
 
 class TinyTransformer(nn.Module):
@@ -150,7 +134,7 @@ def test_a_saved_budget_bounds_what_the_step_keeps(name):
     ref = _run(un, batch)
     last = None
     # Below what any plan keeps (the batch, dropout's masks): sgc's refusal says how low it goes.
-    with pytest.raises(sgc_trace.planner.PlanError, match="the least kept is"):
+    with pytest.raises(sgc_trace.apply.planner.PlanError, match="the least kept is"):
         sgc_trace.compile(fresh(model), loss_fn, batch, strategy="partition", budget=1, budget_of="saved")
     for share in (0.5, 0.7, 0.9):
         budget = int(un.saved_bytes * share)
@@ -247,13 +231,24 @@ def test_an_untraceable_model_names_its_line():
         sgc_trace.compile(DataDependent(), F.mse_loss, (torch.randn(2, 4), torch.randn(2, 4)))
 
 
-def test_planner_binary_and_budget():
+def test_planner_budget_and_the_command_line_agree(tmp_path):
+    """`planner.plan` (the native module) and `sgc plan` (the binary) make the same plan."""
+    from sgc_bin import run_sgc
+
     model, loss_fn, batch = _case("mlp")
     step = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="none")
-    plan = plan_graph(step.graph, budget=step.plan["summary"]["unplanned_peak"] * 2, native=False)
+    budget = step.plan["summary"]["unplanned_peak"] * 2
+    plan = plan_graph(step.graph, budget=budget)
     assert plan["summary"]["recompute_steps"] == 0  # room for everything: nothing recomputed
+    graph, out = tmp_path / "g.json", tmp_path / "p.json"
+    graph.write_text(json.dumps(step.graph))
+    run_sgc("plan", str(graph), "-q", "--budget", str(budget), "-o", str(out))
+    cli = json.loads(out.read_text())
+    assert {k: v for k, v in cli.items() if k != "graph"} == {k: v for k, v in plan.items() if k != "graph"}
     with pytest.raises(sgc_trace.PlanError, match="budget 1000 B is below"):
-        plan_graph(step.graph, budget=1000, native=False)
+        plan_graph(step.graph, budget=1000)
+    with pytest.raises(sgc_trace.PlanError, match="genetic_iters=-5"):
+        plan_graph(step.graph, genetic_iters=-5)
 
 
 def test_inductor_backend_is_close():
@@ -276,7 +271,7 @@ def build(width=16):
 
 @pytest.mark.parametrize("command", ["export", "plan", "report", "legacy"])
 def test_cli_subcommands(tmp_path, capsys, command):
-    from sgc_trace.cli import main
+    from sgc_trace.tools.cli import main
 
     model = tmp_path / "model.py"
     model.write_text(MODEL_FILE)
@@ -312,7 +307,7 @@ def test_pytorch_with_its_random_draws_kept_gives_its_unplanned_gradients():
     """The vs-torch bench judges sgc against PyTorch's `activation_memory_budget` answer with
     every random op tagged must-save where PyTorch's own answer draws dropout again in the
     backward: that answer must be PyTorch's unplanned step, gradient for gradient."""
-    from sgc_trace.measure import torch_compiled_step, torch_grads
+    from sgc_trace.tools.measure import torch_compiled_step, torch_grads
 
     torch.manual_seed(0)
     model = _DropoutMLP().train()

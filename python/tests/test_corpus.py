@@ -13,9 +13,9 @@ import sys
 import pytest
 import torch
 
-from sgc_trace.api import dumps, export, load, save
-from sgc_trace.corpus import BY_NAME, CORPUS, export_entry, library_version
-from sgc_trace.sgc import REPO, run_sgc
+from sgc_trace.exporter.api import dumps, export, load, save
+from sgc_trace.tools.corpus import BY_NAME, CORPUS, export_entry, library_version
+from sgc_bin import REPO, run_sgc
 
 REAL = REPO / "graphs" / "real"
 MEMMODEL = REPO.parent / "shared" / "tools" / "memmodel.py"

@@ -1,4 +1,4 @@
-"""Offload applied in PyTorch (`sgc_trace.offload`): a plan's offloaded values go to a host
+"""Offload applied in PyTorch (`sgc_trace.apply.offload`): a plan's offloaded values go to a host
 pool after their copy step and come back before their reader. On the CPU the step is
 bitwise the same plan without offloads (loss and every gradient); a skipped copy, a fetch
 from the wrong bytes or a pool layout ignored would show. The CUDA path (streams, events,
@@ -20,8 +20,8 @@ import torch
 import sgc_trace
 from sgc_trace.apply import trace, input_specs
 from sgc_trace.errors import ExportError
-from sgc_trace.measure import compare, fresh
-from sgc_trace.offload import CudaCalls, HostPool
+from sgc_trace.tools.measure import compare, fresh
+from sgc_trace.apply.offload import CudaCalls, HostPool
 from test_compile import _case, _run
 from test_devices import _fake_batch, _fake_cuda, no_cuda_runtime  # noqa: F401 (a fixture)
 
@@ -257,9 +257,9 @@ def test_compile_asks_the_planner_for_offload_and_refuses_what_it_cannot_run():
     off = sgc_trace.compile(fresh(model), loss_fn, batch, budget=budget, genetic_iters=2, traced=traced,
                             host_link="h100", offload=False)
     assert "host_link" not in off.plan["options"] and "offloads" not in off.plan
-    binary = sgc_trace.planner.plan(traced[0], budget=budget, genetic_iters=2, native=False, host_link="44,40,5",
-                                    host_memory="1MiB")
-    assert binary["options"] == on.plan["options"]
+    again = sgc_trace.apply.planner.plan(traced[0], budget=budget, genetic_iters=2, host_link="44,40,5",
+                                         host_memory="1MiB")
+    assert again["options"] == on.plan["options"]
     c = _compiled("mlp", count=1)
     with pytest.raises(ExportError, match="offload=False, but the plan given offloads 1 tensors"):
         sgc_trace.compile(fresh(model), loss_fn, batch, plan=c.offl.plan, traced=c.traced, offload=False)

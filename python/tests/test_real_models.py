@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sgc_trace import ExportError, InputSpec, export
-from sgc_trace.cli import lm_cross_entropy
+from sgc_trace.tools.cli import lm_cross_entropy
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 torchvision = pytest.importorskip("torchvision")
@@ -256,13 +256,13 @@ def test_factory_that_fails_either_way():
 
 
 def test_bad_device_profile():
-    with pytest.raises(ExportError, match="unknown device profile `b200`"):
+    with pytest.raises(ExportError, match="unknown device profile \"b200\""):
         export(DictOut, F.cross_entropy, [InputSpec("x", (2, 3)), InputSpec("y", (2,), torch.int64)],
                device_profile="b200")
 
 
 def _cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "sgc_trace.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sgc_trace.tools.cli", *args], capture_output=True, text=True,
                           cwd=tmp_path, env={"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"})
 
 
@@ -294,7 +294,7 @@ def test_cli_failure_is_one_line_and_non_zero(tmp_path):
     assert r.returncode == 1 and r.stderr.strip() == f"error: `{model}` has no `nothing`"
 
     r = _cli(tmp_path, f"{model}:build", "--input", "x:2,3", "--device-profile", "9/x/1", "-o", "out.json")
-    assert r.returncode == 2 and "`x` is not a number" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and '"x" is not a number' in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_device_profile(tmp_path):
@@ -303,7 +303,7 @@ def test_cli_device_profile(tmp_path):
     r = _cli(tmp_path, f"{model}:build", "--input", "x:2,3", "--target", "y:2:i64:3",
              "--device-profile", "10/20/1000", "-o", "out.json.gz")
     assert r.returncode == 0, r.stderr
-    from sgc_trace.api import load
+    from sgc_trace.exporter.api import load
 
     graph = load(tmp_path / "out.json.gz")
     assert graph["meta"]["time_us_source"] == {"method": "roofline", "device_profile": "10/20/1000",

@@ -11,8 +11,8 @@ from torch import nn
 
 import gpt
 from sgc_trace import InputSpec, export
-from sgc_trace.convert import _recomputable
-from sgc_trace.trace import split_dropout
+from sgc_trace.exporter.convert import _recomputable
+from sgc_trace.exporter.trace import split_dropout
 
 aten = torch.ops.aten
 SDPA_CPU = "aten._scaled_dot_product_flash_attention_for_cpu.default"

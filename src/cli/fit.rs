@@ -57,12 +57,15 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     device: DeviceProfileArg,
+    #[command(flatten)]
+    distribution: super::DistributionArg,
 }
 
 pub fn run(args: Args) -> CliResult {
     let effort = Effort::by_name(&args.alloc_effort)?;
     let file = args.file.display().to_string();
     let graph = sgc::ir::load_any(&args.file)?;
+    let (graph, per_rank) = args.distribution.apply(graph, &file)?;
     let strategies: Vec<PlanOptions> = args
         .strategy
         .iter()
@@ -107,11 +110,32 @@ pub fn run(args: Args) -> CliResult {
     super::progress::done(&bar);
     let report = report.map_err(|e| format!("{file}: {e}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        if let (Some(map), Some(p)) = (value.as_object_mut(), &per_rank) {
+            map.insert("per_rank".into(), serde_json::to_value(p)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
+        if let Some(p) = &per_rank {
+            print!("{}", per_rank_line(p));
+        }
         print!("{}", table(&file, &report));
     }
     Ok(())
+}
+
+/// What the graph planned is: one rank's, with its persistent terms.
+fn per_rank_line(p: &sgc::ir::distributed::PerRank) -> String {
+    format!(
+        "per rank: world size {}, shard {}, optimizer {}: parameters {}, gradient shards {}, optimizer state {}, unsharded blocks {}\n",
+        p.world_size,
+        p.shard.as_str(),
+        p.optimizer,
+        human_bytes(p.rank_parameter_bytes),
+        human_bytes(p.gradient_bytes),
+        human_bytes(p.optimizer_bytes),
+        human_bytes(p.unsharded_bytes)
+    )
 }
 
 /// A share of one step, or no limit.

@@ -67,6 +67,58 @@ pub struct DeviceProfileArg {
     pub device_profile: Option<sgc::ir::DeviceProfile>,
 }
 
+/// `--world-size`, `--shard` and `--optimizer`, shared by `plan` and `fit` (flattened):
+/// one rank's graph of the step (`sgc::ir::distributed`), planned instead of the traced one.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DistributionArg {
+    /// Ranks the step runs on (with --shard fsdp2: parameters, gradients and optimizer
+    /// state are split over them, and every figure is one rank's).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub world_size: u64,
+    /// How the ranks hold the model: none (every rank all of it: one process, or DDP) or
+    /// fsdp2 (fully_shard per block and on the root; see docs/method.md).
+    #[arg(long, default_value = "none", value_parser = parse_shard)]
+    pub shard: sgc::ir::distributed::Shard,
+    /// The optimizer whose state the parameters carry for the whole step: none (what the
+    /// graph holds), sgd, momentum (one buffer per parameter) or adam (adamw: two).
+    #[arg(long, default_value = "none", value_parser = parse_optimizer)]
+    pub optimizer: sgc::ir::distributed::Optimizer,
+}
+
+fn parse_shard(s: &str) -> Result<sgc::ir::distributed::Shard, String> {
+    s.parse()
+}
+
+fn parse_optimizer(s: &str) -> Result<sgc::ir::distributed::Optimizer, String> {
+    s.parse()
+}
+
+impl DistributionArg {
+    pub fn distribution(&self) -> sgc::ir::distributed::Distribution {
+        sgc::ir::distributed::Distribution {
+            world_size: self.world_size,
+            shard: self.shard,
+            optimizer: self.optimizer,
+        }
+    }
+
+    /// One rank's graph of `graph` (the graph itself when nothing is asked), and what it
+    /// adds; errors name the file.
+    pub fn apply(
+        &self,
+        graph: sgc::ir::Graph,
+        file: &str,
+    ) -> Result<(sgc::ir::Graph, Option<sgc::ir::distributed::PerRank>), String> {
+        let d = self.distribution();
+        if d.is_identity() && d.world_size == 1 {
+            return Ok((graph, None));
+        }
+        let (g, r) =
+            sgc::ir::distributed::per_rank(&graph, &d).map_err(|e| format!("{file}: {e}"))?;
+        Ok((g, Some(r)))
+    }
+}
+
 /// `--goal` values of `plan`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum GoalArg {

@@ -83,6 +83,8 @@ pub struct Args {
     arena_effort: super::ArenaEffortArg,
     #[command(flatten)]
     device: DeviceProfileArg,
+    #[command(flatten)]
+    distribution: super::DistributionArg,
     /// Keep or recompute every activation, never offload one to host memory (the plans
     /// sgc made before offload existed, byte for byte).
     #[arg(long)]
@@ -120,6 +122,7 @@ pub fn run(args: Args) -> CliResult {
     }
     let graph = sgc::ir::load_any(&args.file)?;
     let file = args.file.display().to_string();
+    let (graph, per_rank) = args.distribution.apply(graph, &file)?;
     if let Some(path) = &args.check {
         return check(&graph, path);
     }
@@ -170,7 +173,8 @@ pub fn run(args: Args) -> CliResult {
     }
     let workers = workers_used(args.workers.map(|w| w as usize));
     let written_to = args.output.as_ref().map(|p| p.display().to_string());
-    let report = PlanReport::new(&plan, &graph, Some(&stats), file, workers, secs, written_to);
+    let mut report = PlanReport::new(&plan, &graph, Some(&stats), file, workers, secs, written_to);
+    report.per_rank = per_rank;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -55,6 +55,9 @@ pub struct PlanReport<'a> {
     pub met_by_eviction: bool,
     pub verified: bool,
     pub written_to: Option<String>,
+    /// One rank's terms when the graph planned is a rank's (`--world-size`, `--shard`,
+    /// `--optimizer`: `sgc_ir::distributed`); every byte figure above is then that rank's.
+    pub per_rank: Option<crate::ir::distributed::PerRank>,
 }
 
 /// What the sublinear search did.
@@ -219,6 +222,7 @@ fn build<'a>(
         met_by_eviction: false,
         verified: true,
         written_to,
+        per_rank: None,
     }
 }
 
@@ -252,6 +256,58 @@ fn render_offload(s: &mut String, r: &PlanReport<'_>, o: &sgc_plan::offload::Off
     );
 }
 
+/// The per-rank lines: the world, and the persistent bytes term by term.
+fn render_per_rank(s: &mut String, p: &crate::ir::distributed::PerRank) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "per rank           world size {}, shard {}, optimizer {}: every figure is one rank's",
+        p.world_size,
+        p.shard.as_str(),
+        p.optimizer
+    );
+    let _ = writeln!(
+        s,
+        "  parameters       {:>12}  (of {} on one process)",
+        human_bytes(p.rank_parameter_bytes),
+        human_bytes(p.parameter_bytes)
+    );
+    if p.gradient_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "  gradient shards  {:>12}",
+            human_bytes(p.gradient_bytes)
+        );
+    }
+    if p.optimizer_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "  optimizer state  {:>12}",
+            human_bytes(p.optimizer_bytes)
+        );
+    } else if p.optimizer == crate::ir::distributed::Optimizer::None {
+        let _ = writeln!(
+            s,
+            "  optimizer state  none counted (--optimizer adam or momentum adds the optimizer's buffers)"
+        );
+    }
+    if let Some((unit, u)) = &p.largest_unit {
+        let unit = if unit.is_empty() {
+            "the root"
+        } else {
+            unit.as_str()
+        };
+        let _ = writeln!(
+            s,
+            "  unsharded blocks {:>12}  (3 x the largest of {} units, {}: {}: all-gathered now and next, one unit's gradients reduce-scattered)",
+            human_bytes(p.unsharded_bytes),
+            p.units,
+            unit,
+            human_bytes(*u)
+        );
+    }
+}
+
 fn render(r: &PlanReport<'_>) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -273,6 +329,9 @@ fn render(r: &PlanReport<'_>) -> String {
         r.planned_over_lower_bound
     );
     let _ = writeln!(s, "persistent         {}", bytes(r.persistent_bytes));
+    if let Some(p) = &r.per_rank {
+        render_per_rank(&mut s, p);
+    }
     let _ = writeln!(
         s,
         "kept for backward  {}  ({:.3}x the traced order's {})",

@@ -2,7 +2,7 @@
 //! MobileNetV3-Large, EfficientNet-B0, ViT-B/16 (torchvision, batch 2 at 64x64), the
 //! two-layer LSTM language model (batch 2, 8 tokens), the transformer LM (batch 2, 32
 //! tokens) and the U-Net (batch 2 at 32x32) as `sgc_trace` traces them, random weights;
-//! made by `python -m sgc_trace.corpus --small --only resnet18 resnet50 densenet121
+//! made by `python -m sgc_trace.tools.corpus --small --only resnet18 resnet50 densenet121
 //! mobilenet_v3_large efficientnet_b0 lstm_lm transformer_lm vit_b_16 unet --out
 //! tests/fixtures/real_small` from `python/` (GPT-2, BERT and Inception-v3 run too, but
 //! their full-width weights make a debug run too slow for CI: `tests/torch_values.rs`

@@ -25,6 +25,7 @@
 
 pub mod checkmate;
 pub mod cost;
+pub mod distributed;
 pub mod error;
 pub mod file;
 pub mod format;

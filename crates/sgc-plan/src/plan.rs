@@ -233,6 +233,29 @@ impl Plan {
         })
     }
 
+    /// The most bytes the plan's device storages hold at one step, the graph's inputs
+    /// excluded: what a step allocates beyond what its caller already holds (parameters,
+    /// state and the batch), as PyTorch's allocator statistics count a step. Persistent
+    /// storages have no lifetimes; an input's lifetime is the caller's.
+    pub fn step_peak(&self, graph: &Graph) -> u64 {
+        let steps = self.steps.len();
+        let mut delta = vec![0i128; steps + 1];
+        for l in &self.lifetimes {
+            if graph.tensor(l.root).kind == sgc_ir::TensorKind::Input || l.first_step >= steps {
+                continue;
+            }
+            delta[l.first_step] += i128::from(l.bytes);
+            delta[(l.last_step + 1).min(steps)] -= i128::from(l.bytes);
+        }
+        let mut live = 0i128;
+        let mut most = 0i128;
+        for d in &delta[..steps] {
+            live += d;
+            most = most.max(live);
+        }
+        u64::try_from(most).unwrap_or(u64::MAX)
+    }
+
     /// The plan as pretty JSON (deterministic).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a plan serialises")

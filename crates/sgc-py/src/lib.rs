@@ -12,6 +12,7 @@
 mod convert;
 mod errors;
 mod graph;
+mod info;
 mod plan;
 
 use convert::{named, opt_size, size, to_py};
@@ -69,7 +70,7 @@ fn strategies(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Strategy>> {
     graph, memory, reserve=None, strategy=None, genetic_iters=defaults::GENETIC_ITERS,
     thresh_tries=defaults::thresh_tries(), seed=defaults::seed(), align=None,
     alloc_effort="fast", workers=None, device_profile=None,
-    max_recompute=Some(defaults::FIT_MAX_RECOMPUTE),
+    max_recompute=Some(defaults::FIT_MAX_RECOMPUTE), world_size=1, shard="none", optimizer="none",
 ))]
 #[allow(clippy::too_many_arguments)]
 fn fit(
@@ -86,7 +87,11 @@ fn fit(
     workers: Option<u64>,
     device_profile: Option<&str>,
     max_recompute: Option<f64>,
+    world_size: u64,
+    shard: &str,
+    optimizer: &str,
 ) -> PyResult<Py<PyAny>> {
+    let distribution = plan::distribution(world_size, shard, optimizer)?;
     if let Some(m) = max_recompute.filter(|m| !m.is_finite() || *m < 0.0) {
         return Err(pyo3::exceptions::PyValueError::new_err(format!(
             "max_recompute={m}: expected a share of a step of at least 0 (1/3: a third), or None for no limit"
@@ -114,11 +119,16 @@ fn fit(
     opts.max_recompute = max_recompute;
     let graph = Graph::of(graph)?;
     let graph = graph.get();
-    let g = &graph.graph;
+    let (g, per_rank) = plan::rank_graph(py, &graph.graph, &distribution, graph.path.as_deref())?;
+    let g = &g;
     let report = py
         .detach(|| sgc::fit::fit(g, &options, &opts, &mut |_, _| {}))
         .map_err(|e| errors::fit_error(py, e, graph.path.as_deref()))?;
-    to_py(py, &report)
+    let out = to_py(py, &report)?;
+    if let Some(p) = per_rank {
+        out.bind(py).set_item("per_rank", to_py(py, &p)?)?;
+    }
+    Ok(out)
 }
 
 /// The module `sgc`.
@@ -135,5 +145,13 @@ fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan::load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(fit, m)?)?;
+    m.add_function(wrap_pyfunction!(info::device_profiles, m)?)?;
+    m.add_function(wrap_pyfunction!(info::device_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(info::roofline, m)?)?;
+    m.add_function(wrap_pyfunction!(info::dtype_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(info::option_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(info::figures, m)?)?;
+    m.add_function(wrap_pyfunction!(info::storage_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(info::storage_sizes, m)?)?;
     errors::register(m)
 }

@@ -21,6 +21,8 @@ pub const NO_FILE: &str = "<string>";
 pub struct Plan {
     plan: sgc::plan::Plan,
     graph: Arc<sgc::ir::Graph>,
+    /// One rank's terms when the graph planned is a rank's (`world_size`, `shard`, `optimizer`).
+    per_rank: Option<sgc::ir::distributed::PerRank>,
     /// What made it (none for a plan read from a file).
     stats: Option<PlanStats>,
     file: String,
@@ -52,8 +54,11 @@ impl Plan {
         sgc::ir::file::write_atomic(&path, self.plan.to_json().as_bytes()).map_err(cannot)
     }
 
-    /// The plan's figures (the plan file's `summary`), with `strategy`, `arena_bytes` and
-    /// `device_bytes` (arena + persistent: what a device needs; None without an arena).
+    /// The plan's figures (the plan file's `summary`), with `strategy`, `arena_bytes`,
+    /// `device_bytes` (arena + persistent: what a device needs; None without an arena),
+    /// `saved_bytes` (kept from the forward for the backward), `step_peak` (the most bytes
+    /// the step allocates at once beyond parameters, state and its inputs: what PyTorch's
+    /// allocator counts over a step) and `per_rank` (the terms of one rank's graph, or None).
     #[getter]
     fn summary(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let summary = to_py(py, &self.plan.summary)?;
@@ -64,6 +69,21 @@ impl Plan {
         dict.set_item(
             "device_bytes",
             arena.map(|a| a + self.plan.summary.persistent_bytes),
+        )?;
+        let steps: Vec<(sgc::ir::OpId, bool)> = self
+            .plan
+            .steps
+            .iter()
+            .map(|s| (s.op, s.recompute))
+            .collect();
+        dict.set_item(
+            "saved_bytes",
+            sgc::plan::plan::saved_bytes(&self.graph, &steps),
+        )?;
+        dict.set_item("step_peak", self.plan.step_peak(&self.graph))?;
+        dict.set_item(
+            "per_rank",
+            self.per_rank.as_ref().map(|p| to_py(py, p)).transpose()?,
         )?;
         Ok(summary)
     }
@@ -87,7 +107,7 @@ impl Plan {
     /// The report `sgc plan` prints (progress lines excluded).
     fn report(&self) -> String {
         let stats = self.stats.as_ref();
-        PlanReport::new(
+        let mut report = PlanReport::new(
             &self.plan,
             &self.graph,
             stats,
@@ -95,8 +115,9 @@ impl Plan {
             self.workers,
             self.secs,
             None,
-        )
-        .render()
+        );
+        report.per_rank = self.per_rank.clone();
+        report.render()
     }
 
     fn __repr__(&self) -> String {
@@ -110,6 +131,39 @@ impl Plan {
             100.0 * s.recompute_share
         )
     }
+}
+
+/// `world_size`, `shard` and `optimizer` as one rank's setting (`sgc_ir::distributed`).
+pub(crate) fn distribution(
+    world_size: u64,
+    shard: &str,
+    optimizer: &str,
+) -> PyResult<sgc::ir::distributed::Distribution> {
+    let bad =
+        |what: &str, e: String| pyo3::exceptions::PyValueError::new_err(format!("{what}: {e}"));
+    Ok(sgc::ir::distributed::Distribution {
+        world_size,
+        shard: shard.parse().map_err(|e| bad("shard", e))?,
+        optimizer: optimizer.parse().map_err(|e| bad("optimizer", e))?,
+    })
+}
+
+/// One rank's graph (the graph itself when `d` asks for nothing), and what it added.
+pub(crate) fn rank_graph(
+    py: Python<'_>,
+    graph: &Arc<sgc::ir::Graph>,
+    d: &sgc::ir::distributed::Distribution,
+    path: Option<&str>,
+) -> PyResult<(Arc<sgc::ir::Graph>, Option<sgc::ir::distributed::PerRank>)> {
+    if d.is_identity() && d.world_size == 1 {
+        return Ok((Arc::clone(graph), None));
+    }
+    let (g, r) = sgc::ir::distributed::per_rank(graph, d).map_err(|e| {
+        let at = path.map(|p| format!("{p}: ")).unwrap_or_default();
+        let _ = py;
+        errors::GraphError::new_err(format!("{at}{e}"))
+    })?;
+    Ok((Arc::new(g), Some(r)))
 }
 
 /// The graph's file as reports name it, and as errors are prefixed (None: not a file).
@@ -127,6 +181,7 @@ fn file_of(graph: &Graph) -> (String, Option<String>) {
     thresh_tries=defaults::thresh_tries(), pool_size=defaults::pool_size(),
     eviction_threshold=None, evictee_min_size=None, sqrt_sampling=false, device_profile=None,
     budget_of="device", arena_effort="plan", host_link=None, host_memory=None, offload=true,
+    world_size=1, shard="none", optimizer="none",
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
@@ -152,7 +207,11 @@ pub fn plan(
     host_link: Option<&str>,
     host_memory: Option<&Bound<'_, PyAny>>,
     offload: bool,
+    world_size: u64,
+    shard: &str,
+    optimizer: &str,
 ) -> PyResult<Plan> {
+    let distribution = distribution(world_size, shard, optimizer)?;
     let mut options = PlanOptions {
         genetic_iters,
         seed,
@@ -185,7 +244,8 @@ pub fn plan(
         workers,
         progress: None,
     };
-    let g = &graph.graph;
+    let (g, per_rank) = rank_graph(py, &graph.graph, &distribution, path.as_deref())?;
+    let g = &g;
     let (result, secs) = py.detach(|| {
         let start = Instant::now();
         let result = sgc::plan::plan_with_stats(g, &options, &run);
@@ -196,6 +256,7 @@ pub fn plan(
     Ok(Plan {
         plan,
         graph: Arc::clone(g),
+        per_rank,
         stats: Some(stats),
         file,
         workers: workers_used(workers),
@@ -248,6 +309,7 @@ pub fn plan_schedule(
     Ok(Plan {
         plan,
         graph: Arc::clone(g),
+        per_rank: None,
         stats: None,
         file,
         workers: workers_used(None),
@@ -256,7 +318,10 @@ pub fn plan_schedule(
 }
 
 /// A plan argument: an `sgc.Plan`, or a plan file, its text or its dict.
-fn plan_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<(sgc::plan::Plan, Option<String>)> {
+pub(crate) fn plan_of(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<(sgc::plan::Plan, Option<String>)> {
     if let Ok(p) = obj.cast::<Plan>() {
         return Ok((p.get().plan.clone(), None));
     }
@@ -325,6 +390,7 @@ pub fn load_plan(
     Ok(Plan {
         plan,
         graph: Arc::clone(g),
+        per_rank: None,
         stats: None,
         file: file_of(graph).0,
         workers: workers_used(None),

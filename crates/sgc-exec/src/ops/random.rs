@@ -26,7 +26,7 @@ pub enum Random {
     /// `aten.native_dropout_backward`: `(dy, mask) -> dy * mask * scale`.
     DropoutBackward { scale: f32 },
     /// `aten.mul.Tensor(x, mask)` with a boolean mask of `x`'s shape: `x * mask` (the
-    /// recomputable half of a dropout the exporter split, see `sgc_trace.trace`).
+    /// recomputable half of a dropout the exporter split, see `sgc_trace.exporter.trace`).
     MaskMul,
 }
 

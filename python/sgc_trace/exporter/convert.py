@@ -58,11 +58,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import __version__
-from .cost import DeviceProfile, with_times
-from .errors import ExportError
+from .. import __version__
+from ..native import DeviceProfile, with_times
+from ..errors import ExportError
 from .modules import META_KEY
-from .trace import JointTrace
 
 DTYPES = {
     torch.float64: "f64",
@@ -108,7 +107,7 @@ class _State:
     # Parameter path -> its tensor (tied parameters share one).
     param_of: dict[str, str] = field(default_factory=dict)
     # Op name -> the FX node it stands for (the exporter's own ops, copy_ and SGD, have none).
-    op_node: dict[str, torch.fx.Node] = field(default_factory=dict)
+    op_node: dict[str, torch.fx.Node | None] = field(default_factory=dict)
 
     def add_tensor(self, want: str, val: torch.Tensor, kind: str, where: str) -> str:
         dtype = DTYPES.get(val.dtype)
@@ -132,7 +131,7 @@ class _State:
         self.shapes[name] = t["shape"]
         return name
 
-    def take_op(self, want: str, node: torch.fx.Node) -> str:
+    def take_op(self, want: str, node: torch.fx.Node | None) -> str:
         name = self.op_names.take(want)
         self.op_node[name] = node
         return name
@@ -141,8 +140,37 @@ class _State:
         return self.shapes[name]
 
 
+@dataclass
+class Joint:
+    """A joint forward + backward FX graph and the role of each of its placeholders and
+    outputs: what `to_graph` converts and `apply.partitioner` splits. Two tracers make one:
+    `aot_export_module` of the whole step (`trace.JointTrace.joint`: the loss is an output
+    and seeds the backward itself) and the partitioner hook of `torch.compile`
+    (`torch_compile.py`: the forward's outputs go back to the caller and the backward starts from
+    their gradients, the tangents).
+
+    `placeholders`: FX name -> (kind, tensor name, batch axis): kind `param`, `state`,
+    `input` or `tangent`. `outputs`: FX names of the forward's outputs handed to the
+    caller, with the tensor names wanted for them (the loss first when there is one).
+    `loss`: FX name of the loss, or None. `grads`: (FX name, name of the tensor it is the
+    gradient of) per gradient output. `mutations`: FX name of a new value -> the tensor it
+    overwrites (mutations returned as outputs; a `copy_` into a placeholder inside the
+    graph is an op of its own)."""
+
+    graph_module: torch.fx.GraphModule
+    placeholders: dict[str, tuple[str, str, int | None]]
+    outputs: list[tuple[str, str]]
+    loss: str | None
+    grads: list[tuple[str, str]]
+    mutations: dict[str, str]
+    tracer: str
+    batch_size: int | None = None
+    without_grad: list[str] = field(default_factory=list)
+    autocast: torch.dtype | None = None
+
+
 def to_graph(
-    trace: JointTrace,
+    joint: Joint,
     name: str | None = None,
     update: str = "none",
     lr: float = 0.01,
@@ -154,21 +182,24 @@ def to_graph(
     `profile`, every op gets its roofline `time_us` (`cost.py`).
 
     `fx_nodes`, when given, is filled with the way back to the traced graph (what
-    `sgc_trace.compile` applies a plan through): `"ops"`: op name -> FX node (both ops of a
-    split BatchNorm name the one node), `"tensors"`: tensor name -> the FX node holding it
-    (the `getitem` of a tuple element)."""
+    `apply.partitioner` applies a plan through): `"ops"`: op name -> FX node (both ops of a
+    split BatchNorm name the one node; the caller's `sgc.tangent` op has none), `"tensors"`:
+    tensor name -> the FX node holding it (the `getitem` of a tuple element)."""
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
-    gm, sig = trace.graph_module, trace.signature
+    if update != "none" and joint.loss is None:
+        raise ExportError("an update op needs a step that computes its loss")
+    gm = joint.graph_module
     nodes = list(gm.graph.nodes)
     st = _State()
-    renames = _renames(trace)
-    param_names = _placeholders(trace, nodes, st)
-    mutations = _mutations(trace)
-    forward = _forward_set(nodes, sig, mutations)
+    renames = _renames(joint)
+    param_names, tangents = _placeholders(joint, nodes, st)
+    in_graph = _in_graph_mutations(nodes, joint)
+    copies = {c for cs in in_graph.values() for c in cs}
+    forward = _forward_set(nodes, joint, in_graph)
     fwd_ops, bwd_ops = [], []
     for node in nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
+        if node.op != "call_function" or node.target is operator.getitem or node in copies:
             continue
         if _is_training_batch_norm(node):
             made = _batch_norm_ops(node, st, renames)
@@ -176,31 +207,38 @@ def to_graph(
             op = _op(node, st, renames, node in forward)
             made = [op] if op is not None else []
         (fwd_ops if node in forward else bwd_ops).extend(made)
-        for value_node in _mutated_values_of(node, mutations):
-            fwd_ops.append(_copy_op(st, mutations[value_node], value_node))
-    grads = [_tensor_of(st, n) for n in _grad_nodes(gm, sig)]
-    grads = [(g, fqn) for g, fqn in zip(grads, _grad_params(trace)) if g is not None]
-    loss = _tensor_of(st, _node_named(nodes, sig.user_outputs[0]))
+        for value_node in _mutated_values_of(node, joint.mutations):
+            fwd_ops.append(_copy_op(st, joint.mutations[value_node], value_node))
+        for copy in in_graph.get(node, []):
+            fwd_ops.append(_copy_op(st, st.of_node[copy.args[0]][0], node.name, copy))
+    by_name = {n.name: n for n in nodes}
+    grads = [(_tensor_of(st, by_name[g]), of) for g, of in joint.grads if g in by_name]
+    grads = [(g, of) for g, of in grads if g is not None]
+    handed = [_tensor_of(st, by_name[o]) for o, _ in joint.outputs]
+    if tangents:
+        bwd_ops.insert(0, _tangent_op(st, [t for t in handed if t is not None], tangents))
     ops = fwd_ops + bwd_ops
+    loss = _tensor_of(st, by_name[joint.loss]) if joint.loss is not None else None
     if update == "sgd":
         # A tied parameter gets one update per gradient contribution; for SGD their sum
         # is the update with the accumulated gradient.
         ops += [_sgd_op(st, st.param_of[param], grad, lr) for grad, param in grads]
         outputs = [loss]
     else:
-        outputs = [loss] + [g for g, _ in grads]
-    ops, tensors = _tidy(ops, st.tensors, set(outputs) | {loss}, loss)
+        outputs = ([loss] if loss is not None else []) + [g for g, _ in grads]
+    ops, tensors = _tidy(ops, st.tensors, set(outputs), loss)
     graph: dict[str, Any] = {"format": "sgc-graph", "version": 1}
     if name:
         graph["name"] = name
     graph["tensors"] = tensors
     graph["ops"] = ops
     graph["outputs"] = outputs
-    graph["loss"] = loss
-    graph["meta"] = _meta(trace, st, param_names, update, lr, meta)
+    if loss is not None:
+        graph["loss"] = loss
+    graph["meta"] = _meta(joint, st, param_names, update, lr, meta)
     if fx_nodes is not None:
         kept = {op["name"] for op in ops}
-        fx_nodes["ops"] = {k: n for k, n in st.op_node.items() if k in kept}
+        fx_nodes["ops"] = {k: n for k, n in st.op_node.items() if k in kept and n is not None}
         fx_nodes["tensors"] = {
             t: n
             for n, names in st.of_node.items()
@@ -305,79 +343,72 @@ def _sink_early_backward(
     return forward + order + after
 
 
-# -- placeholders and signature -------------------------------------------------------
+# -- placeholders and roles -------------------------------------------------------------
 
 
-def _strip(trace: JointTrace, fqn: str) -> str:
-    return fqn[len(trace.prefix) :] if fqn.startswith(trace.prefix) else fqn
-
-
-def _placeholders(trace: JointTrace, nodes, st: _State) -> list[str]:
-    """Declares parameter, buffer and input tensors; returns the parameter names."""
-    sig = trace.signature
-    user = {ph: spec for ph, spec in zip(sig.user_inputs, trace.inputs)}
-    params = []
+def _placeholders(joint: Joint, nodes, st: _State) -> tuple[list[str], list[str]]:
+    """Declares parameter, buffer, input and tangent tensors; returns the parameter names
+    and the tangents' tensor names (made by the `sgc.tangent` op)."""
+    params, tangents = [], []
     for node in nodes:
         if node.op != "placeholder":
             continue
         val = node.meta.get("val")
+        role = joint.placeholders.get(node.name)
+        if role is None:
+            raise ExportError(f"placeholder `{node.name}` is neither a parameter, a buffer, an input nor a tangent")
         if not isinstance(val, torch.Tensor):
-            raise ExportError(f"placeholder `{node.name}` is not a tensor (effect tokens are not supported)")
-        if node.name in sig.inputs_to_parameters:
-            fqn = _strip(trace, sig.inputs_to_parameters[node.name])
+            raise ExportError(f"placeholder `{node.name}` ({role[1]}) is not a tensor but a {type(val).__name__}: "
+                              f"sgc plans graphs of tensors with static shapes (effect tokens, symbolic sizes and "
+                              f"script objects are not supported)")
+        kind, want, batch_dim = role
+        if kind == "tangent":
+            # An activation the `sgc.tangent` op makes; declared now so that it owns its
+            # storage before the views of it in the backward are seen.
+            tangents.append(st.add_tensor(want, val, "activation", node.name))
+            st.of_node[node] = [tangents[-1]]
+            continue
+        if kind == "param":
             owner = st.storage_owner.get(StorageWeakRef(val.untyped_storage()))
             if owner is not None and st.kind.get(owner) == "param":
                 name = owner  # a tied parameter (GPT's head and embedding): one tensor
             else:
-                name = st.add_tensor(fqn, val, "param", node.name)
+                name = st.add_tensor(want, val, "param", node.name)
                 params.append(name)
-            st.param_of[fqn] = name
-        elif node.name in sig.inputs_to_buffers:
-            name = st.add_tensor(_strip(trace, sig.inputs_to_buffers[node.name]), val, "state", node.name)
-        elif node.name in user:
-            spec = user[node.name]
-            name = st.add_tensor(spec.name, val, "input", node.name)
-            if spec.batch_dim is not None:
-                st.tensors[-1]["batch_dim"] = spec.batch_dim
+            st.param_of[want] = name
         else:
-            raise ExportError(f"placeholder `{node.name}` is neither a parameter, a buffer nor an input")
+            name = st.add_tensor(want, val, kind, node.name)
+            if batch_dim is not None:
+                st.tensors[-1]["batch_dim"] = batch_dim
         st.of_node[node] = [name]
-    return params
+    return params, tangents
 
 
-def _renames(trace: JointTrace) -> dict[str, str]:
-    """Readable names for the loss and the gradients (FX node name -> wanted name)."""
-    sig = trace.signature
-    out = {sig.user_outputs[0]: "loss"}
-    for node_name, fqn in sig.backward_signature.gradients_to_parameters.items():
-        out.setdefault(node_name, _strip(trace, fqn) + ".grad")
+def _tangent_op(st: _State, handed: list[str], tangents: list[str]) -> dict:
+    """The caller's part of a step compiled without its loss: it holds the forward's
+    outputs (`handed`) until the backward starts and hands in their gradients (the
+    tangents). Not an op of the traced graph; it places the tangents' bytes at the start
+    of the backward instead of the whole step."""
+    return {
+        "name": st.take_op("sgc.tangent", None),
+        "op": TANGENT_OP,
+        "inputs": handed,
+        "outputs": list(tangents),
+        "phase": "backward",
+        "flops": 0,
+        "recomputable": False,
+    }
+
+
+TANGENT_OP = "sgc.tangent"
+
+
+def _renames(joint: Joint) -> dict[str, str]:
+    """Readable names for the outputs and the gradients (FX node name -> wanted name)."""
+    out = dict(joint.outputs)
+    for node_name, of in joint.grads:
+        out.setdefault(node_name, of + ".grad")
     return out
-
-
-def _mutations(trace: JointTrace) -> dict[str, str]:
-    """FX node name of a new value -> name of the persistent tensor or input it overwrites."""
-    sig = trace.signature
-    out = {}
-    for mapping in (sig.buffers_to_mutate, sig.parameters_to_mutate):
-        for node_name, fqn in mapping.items():
-            out[node_name] = _strip(trace, fqn)
-    user = {ph: spec.name for ph, spec in zip(sig.user_inputs, trace.inputs)}
-    for node_name, ph in getattr(sig, "user_inputs_to_mutate", {}).items():
-        out[node_name] = user.get(ph, ph)
-    return out
-
-
-def _grad_params(trace: JointTrace) -> list[str]:
-    return [_strip(trace, f) for f in trace.signature.backward_signature.gradients_to_parameters.values()]
-
-
-def _grad_nodes(gm, sig) -> list[torch.fx.Node]:
-    nodes = {n.name: n for n in gm.graph.nodes}
-    return [nodes[n] for n in sig.backward_signature.gradients_to_parameters]
-
-
-def _node_named(nodes, name: str) -> torch.fx.Node:
-    return next(n for n in nodes if n.name == name)
 
 
 def _tensor_of(st: _State, node: torch.fx.Node) -> str | None:
@@ -385,10 +416,30 @@ def _tensor_of(st: _State, node: torch.fx.Node) -> str | None:
     return names[0] if names else None
 
 
-def _forward_set(nodes, sig, mutations: dict[str, str]) -> set:
-    """Nodes the loss or a mutated buffer's new value depends on."""
+def _in_graph_mutations(nodes, joint: Joint) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """`copy_` nodes that write a placeholder inside the graph (the buffer updates of a
+    `torch.compile` trace), by the node whose value they write: each becomes a `copy_` op
+    right after that value's op."""
+    out: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
+                and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder":
+            if joint.placeholders.get(node.args[0].name, ("",))[0] == "tangent":
+                raise ExportError(f"`{node.name}` writes the tangent `{node.args[0].name}`")
+            value = node.args[1]
+            if not isinstance(value, torch.fx.Node):
+                raise ExportError(f"`{node.name}` writes `{node.args[0].name}` with a constant")
+            producer = value.args[0] if value.target is operator.getitem else value
+            out.setdefault(producer, []).append(node)
+    return out
+
+
+def _forward_set(nodes, joint: Joint, in_graph: dict) -> set:
+    """Nodes that the forward's outputs, a mutated buffer's new value or an in-graph
+    buffer update depend on."""
     by_name = {n.name: n for n in nodes}
-    todo = [by_name[sig.user_outputs[0]]] + [by_name[n] for n in mutations]
+    todo = [by_name[o] for o, _ in joint.outputs] + [by_name[n] for n in joint.mutations]
+    todo += [c for copies in in_graph.values() for c in copies]
     seen: set = set()
     while todo:
         n = todo.pop()
@@ -460,8 +511,22 @@ def _op_type(node: torch.fx.Node) -> str:
 
 def _op_label(node: torch.fx.Node) -> str:
     """Module path + FX name (`layer1.0.conv1:convolution`), or the FX name alone."""
-    label = node.meta.get(META_KEY)
+    label = module_of(node)
     return f"{label}:{node.name}" if label else node.name
+
+
+def module_of(node: torch.fx.Node) -> str | None:
+    """The module path an FX node was traced in: the exporter's label (`modules.py`), else
+    the innermost entry of the `nn_module_stack` that torch.compile records (forward
+    nodes; a backward node has its forward node's, `fwd_nn_module_stack`)."""
+    label = node.meta.get(META_KEY)
+    if label:
+        return label
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    path = list(stack.values())[-1][0]
+    return dynamo_path(path) or None
 
 
 def _declare_outputs(node: torch.fx.Node, st: _State, wanted: list[tuple[str, Any]], slots) -> list[str]:
@@ -538,6 +603,19 @@ def _recomputable(node: torch.fx.Node) -> bool:
     if schema is None:
         return True
     return not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def dynamo_path(path: str) -> str:
+    """A module path as torch.compile records it (`L['self'].layers[0].attn`, or
+    `L['self']._modules['layers']._modules['0']`) as `layers.0.attn`."""
+    import re
+
+    parts = re.findall(r"\.(\w+)|\[(?:'([^']*)'|(\d+))\]", path)
+    names = [a or b or c for a, b, c in parts]
+    names = [n for n in names if n not in ("_modules", "_parameters", "_buffers")]
+    if path.startswith(("L['self']", "L[\"self\"]")) and names[:1] == ["self"]:
+        names = names[1:]
+    return ".".join(names)
 
 
 # -- BatchNorm ------------------------------------------------------------------------
@@ -646,12 +724,17 @@ def _json_value(v):
     return _SKIP
 
 
-def _copy_op(st: _State, target: str, value_node: str) -> dict:
+def _copy_op(st: _State, target: str, value_node: str, fx_copy: torch.fx.Node | None = None) -> dict:
+    """`copy_` of a new value into a persistent tensor or input: no outputs, never run
+    twice. `fx_copy`: the FX node that performs it (a `torch.compile` trace's in-graph
+    update), else None (the value is returned and the step copies it)."""
+    if fx_copy is not None:
+        value_node = fx_copy.args[1].name
     value = next(names[0] for n, names in reversed(st.of_node.items()) if n.name == value_node)
     if st.kind.get(target) is None:
         raise ExportError(f"mutation of `{target}`, which is not a declared tensor")
     return {
-        "name": st.op_names.take(f"{target}:copy_"),
+        "name": st.take_op(f"{target}:copy_", fx_copy),
         "op": "aten.copy_.default",
         "inputs": [target, value],
         "outputs": [],
@@ -675,24 +758,21 @@ def _sgd_op(st: _State, param: str, grad: str, lr: float) -> dict:
     }
 
 
-def _meta(trace: JointTrace, st: _State, params: list[str], update: str, lr: float, extra) -> dict:
+def _meta(joint: Joint, st: _State, params: list[str], update: str, lr: float, extra) -> dict:
     shapes = {t["name"]: t["shape"] for t in st.tensors}
-    batch = next(
-        (spec.shape[spec.batch_dim] for spec in trace.inputs if spec.batch_dim is not None), None
-    )
     meta = {
         "source": "pytorch",
         "exporter": f"sgc_trace {__version__}",
-        "tracer": "torch._functorch.aot_autograd.aot_export_module(trace_joint=True) under FakeTensorMode",
+        "tracer": joint.tracer,
         "torch_version": torch.__version__.split("+")[0],
-        "batch_size": batch,
+        "batch_size": joint.batch_size,
         "dtype": _param_dtype(st, params),
         "param_count": sum(math.prod(shapes[p]) for p in params),
         "update": update if update == "none" else {"kind": "sgd", "lr": lr},
         "flops_source": "torch.utils.flop_counter registry (0 for ops without a formula)",
     }
-    if trace.without_grad:
-        meta["params_without_grad"] = list(trace.without_grad)
+    if joint.without_grad:
+        meta["params_without_grad"] = list(joint.without_grad)
     meta.update(extra or {})
     return meta
 

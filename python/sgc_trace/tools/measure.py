@@ -29,9 +29,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .apply import distinct_bytes
-from .convert import _flops
-from .trace import LossFn, TrainStep
+from ..apply.step import distinct_bytes
+from ..exporter.convert import _flops
+from ..exporter.trace import LossFn, TrainStep
 
 
 @dataclass

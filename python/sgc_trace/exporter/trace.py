@@ -57,8 +57,9 @@ from torch._functorch.aot_autograd import aot_export_module
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 
+from .convert import Joint
 from .engine import grad_without_cuda
-from .errors import ExportError, explain
+from ..errors import ExportError, explain
 from .modules import ModuleLabeller
 
 
@@ -158,6 +159,40 @@ class JointTrace:
     without_grad: list[str] = field(default_factory=list)
     # The dtype the step was traced under `torch.autocast` with (None: no autocast).
     autocast: torch.dtype | None = None
+
+    TRACER = "torch._functorch.aot_autograd.aot_export_module(trace_joint=True) under FakeTensorMode"
+
+    def strip(self, fqn: str) -> str:
+        """A parameter or buffer path of the `TrainStep` as the model's own (no prefix)."""
+        return fqn[len(self.prefix):] if fqn.startswith(self.prefix) else fqn
+
+    def joint(self) -> Joint:
+        """The graph's roles, from AOTAutograd's signature: parameters, buffers and inputs;
+        the loss, the only output; a gradient per parameter; the buffers the step updates
+        (returned as new values)."""
+        sig = self.signature
+        user = dict(zip(sig.user_inputs, self.inputs))
+        roles: dict[str, tuple[str, str, int | None]] = {}
+        for node in self.graph_module.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            if node.name in sig.inputs_to_parameters:
+                roles[node.name] = ("param", self.strip(sig.inputs_to_parameters[node.name]), None)
+            elif node.name in sig.inputs_to_buffers:
+                roles[node.name] = ("state", self.strip(sig.inputs_to_buffers[node.name]), None)
+            elif node.name in user:
+                roles[node.name] = ("input", user[node.name].name, user[node.name].batch_dim)
+        mutations = {}
+        for mapping in (sig.buffers_to_mutate, sig.parameters_to_mutate):
+            for node_name, fqn in mapping.items():
+                mutations[node_name] = self.strip(fqn)
+        names = {ph: spec.name for ph, spec in user.items()}
+        for node_name, ph in getattr(sig, "user_inputs_to_mutate", {}).items():
+            mutations[node_name] = names.get(ph, ph)
+        grads = [(n, self.strip(fqn)) for n, fqn in sig.backward_signature.gradients_to_parameters.items()]
+        batch = next((spec.shape[spec.batch_dim] for spec in self.inputs if spec.batch_dim is not None), None)
+        return Joint(self.graph_module, roles, [(sig.user_outputs[0], "loss")], sig.user_outputs[0], grads,
+                     mutations, self.TRACER, batch, list(self.without_grad), self.autocast)
 
 
 def trace_joint(
@@ -308,6 +343,8 @@ def split_dropout(gm: torch.fx.GraphModule) -> int:
         masked.meta = _fresh_meta(out.meta)
         scaled.meta = out.meta
         out.meta = _fresh_meta(out.meta)
+        for product in (masked, scaled):  # eager has no such ops (`apply.sac` skips them)
+            product.meta["sgc_dropout_product"] = True
         vals = node.meta.get("val")
         if isinstance(vals, (tuple, list)) and len(vals) == 2:
             # The exporter reads a multi-output op's values from the op's own node.

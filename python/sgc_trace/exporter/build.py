@@ -28,7 +28,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .errors import ExportError, first_line, user_frame
+from ..errors import ExportError, first_line, user_frame
 
 
 def build(factory: Callable[[], nn.Module], mode: FakeTensorMode,

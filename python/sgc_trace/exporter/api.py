@@ -18,8 +18,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .build import build, prepare
 from .convert import DTYPES, UPDATES, to_graph
-from .cost import DEFAULT_PROFILE, DeviceProfile, parse_profile
-from .errors import ExportError, explain
+from ..native import DeviceProfile, defaults, parse_profile
+from ..errors import ExportError, explain
 from .trace import InputSpec, LossFn, trace_joint
 
 
@@ -32,7 +32,7 @@ def export(
     update: str = "none",
     lr: float = 0.01,
     meta: dict | None = None,
-    device_profile: str | DeviceProfile = DEFAULT_PROFILE,
+    device_profile: str | DeviceProfile | None = None,
     raw_output: bool = False,
     mark_batch: bool = True,
     device: str | None = None,
@@ -52,7 +52,7 @@ def export(
     `update`: `"none"` (gradients are graph outputs) or `"sgd"` (one in-place update op
     per parameter; the loss is the only output).
     `device_profile`: the device whose roofline gives each op's `time_us` (`a100`, ...,
-    or `F32/HALF/GBPS` rates; see `cost.py`).
+    or `F32/HALF/GBPS` rates; `native.with_times`; None: `sgc.defaults()`'s).
     `mark_batch`: trace the step a second time with every input's batch axis one larger
     and write `batch_dim` on each tensor whose shape changes on exactly one axis, so that
     tools can rescale the graph even where the batch enters through a constant (the
@@ -77,7 +77,7 @@ def export(
     `_traced` (internal, `sgc_trace.compile`): a list that receives the `JointTrace` and
     the map from op and tensor names back to its FX nodes.
     """
-    profile = parse_profile(device_profile)
+    profile = parse_profile(device_profile or defaults()["device_profile"])
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
     args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output, device, autocast)
@@ -128,7 +128,7 @@ def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, met
         extra["autocast"] = DTYPES[trace.autocast]
     fx_nodes: dict | None = {} if traced is not None else None
     with _failures("converting the traced graph"), clock("convert"):
-        graph = to_graph(trace, name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=fx_nodes)
+        graph = to_graph(trace.joint(), name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=fx_nodes)
     if traced is not None:
         traced.extend([trace, fx_nodes])
     return graph

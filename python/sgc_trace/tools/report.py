@@ -15,13 +15,13 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .apply import compile as compile_step, predicted_peak, tensor_bytes
+from ..apply.step import compile as compile_step, predicted_peak, tensor_bytes
 from .measure import compare, eager_step, fresh, peak_bytes
-from .trace import LossFn
+from ..exporter.trace import LossFn
 
 
 def measure_plans(model: nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tensor], num_model_inputs: int = 1,
-                  budget=None, strategy: str = "sublinear", genetic_iters: int = 20, seed: int = 0,
+                  budget=None, strategy: str = "sublinear", genetic_iters: int | None = None, seed: int = 0,
                   backend: str = "aot_eager", raw_output: bool = False, budget_of: str = "device",
                   autocast: torch.dtype | None = None) -> dict:
     """Rows `eager`, `unplanned`, `planned` of the report, as dicts; and the plan. With

@@ -1,8 +1,8 @@
 """The corpus of real traced graphs (`graphs/real/NAME.json.gz`), regenerated deterministically.
 
-    python -m sgc_trace.corpus --out graphs/real            # every model (a few minutes)
-    python -m sgc_trace.corpus --out /tmp/x --only gpt2     # some of them
-    python -m sgc_trace.corpus --out /tmp/x --small         # the test sizes
+    python -m sgc_trace.tools.corpus --out graphs/real            # every model (a few minutes)
+    python -m sgc_trace.tools.corpus --out /tmp/x --only gpt2     # some of them
+    python -m sgc_trace.tools.corpus --out /tmp/x --small         # the test sizes
 
 Every model is built in code with random weights (nothing is downloaded) and traced at a
 realistic training batch; `--small` traces the same architectures at a small batch,
@@ -25,11 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .api import export, save, summary
+from ..exporter.api import export, save, summary
 from .cli import lm_cross_entropy
-from .cost import DEFAULT_PROFILE
-from .errors import ExportError
-from .trace import InputSpec, LossFn
+from ..errors import ExportError
+from ..exporter.trace import InputSpec, LossFn
 from .zoo import LSTMLanguageModel, TransformerEncoderLM, UNet
 
 
@@ -48,7 +47,7 @@ class Spec:
 class Entry:
     name: str
     model: str  # meta.model: how the model is built
-    library: str  # "torchvision", "transformers" or "sgc_trace.zoo"
+    library: str  # "torchvision", "transformers" or "sgc_trace.tools.zoo"
     make: Callable[[bool], Spec]  # small -> Spec
     notes: str = field(default="")
 
@@ -146,27 +145,27 @@ CORPUS = [
     Entry("vit_b_16", "torchvision.models.vit_b_16()", "torchvision", _vit),
     Entry("efficientnet_b0", "torchvision.models.efficientnet_b0()", "torchvision",
           _torchvision("efficientnet_b0", 224, 64)),
-    Entry("transformer_lm", "sgc_trace.zoo.TransformerEncoderLM() (nn.TransformerEncoder, 6 x 512, 8 heads)",
-          "sgc_trace.zoo", _transformer_lm),
+    Entry("transformer_lm", "sgc_trace.tools.zoo.TransformerEncoderLM() (nn.TransformerEncoder, 6 x 512, 8 heads)",
+          "sgc_trace.tools.zoo", _transformer_lm),
     Entry("gpt2", "transformers.GPT2LMHeadModel(GPT2Config())", "transformers", _gpt2),
     Entry("bert_base", "transformers.BertForMaskedLM(BertConfig())", "transformers", _bert,
           "MLM loss on every token (real MLM scores the masked 15%)"),
-    Entry("lstm_lm", "sgc_trace.zoo.LSTMLanguageModel() (Zaremba et al. 2014 large: 2 x 1500)", "sgc_trace.zoo", _lstm),
-    Entry("unet", "sgc_trace.zoo.UNet() (Ronneberger et al. 2015, BatchNorm, 64..1024 channels)", "sgc_trace.zoo", _unet),
+    Entry("lstm_lm", "sgc_trace.tools.zoo.LSTMLanguageModel() (Zaremba et al. 2014 large: 2 x 1500)", "sgc_trace.tools.zoo", _lstm),
+    Entry("unet", "sgc_trace.tools.zoo.UNet() (Ronneberger et al. 2015, BatchNorm, 64..1024 channels)", "sgc_trace.tools.zoo", _unet),
 ]
 BY_NAME = {e.name: e for e in CORPUS}
 
 
 def library_version(library: str) -> str:
-    if library == "sgc_trace.zoo":
-        from . import __version__
+    if library == "sgc_trace.tools.zoo":
+        from .. import __version__
 
         return f"sgc_trace {__version__}"
     module = __import__(library)
     return f"{library} {module.__version__.split('+')[0]}"
 
 
-def export_entry(entry: Entry, small: bool = False, device_profile: str = DEFAULT_PROFILE) -> dict:
+def export_entry(entry: Entry, small: bool = False, device_profile: str | None = None) -> dict:
     """The graph of one corpus model (`small`: at the test size)."""
     spec = entry.make(small)
     meta = {"model": entry.model, "library": library_version(entry.library)}
@@ -185,11 +184,11 @@ def export_entry(entry: Entry, small: bool = False, device_profile: str = DEFAUL
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sgc_trace.corpus", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m sgc_trace.tools.corpus", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder for NAME.json.gz")
     p.add_argument("--only", nargs="+", choices=sorted(BY_NAME), help="export only these models")
     p.add_argument("--small", action="store_true", help="small batch/sequence/image (the test sizes)")
-    p.add_argument("--device-profile", default=DEFAULT_PROFILE, help="roofline device for time_us")
+    p.add_argument("--device-profile", default=None, help="roofline device for time_us (default: sgc's, a100)")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@
     sgc-trace report examples/gpt.py:build --input ...      (also: python -m sgc_trace report ...)
 
 `export` writes the graph (the form without a subcommand still works: `sgc-trace MODEL ...
--o FILE`). `plan` exports, plans (`sgc_trace.planner`), applies the plan in PyTorch and
+-o FILE`). `plan` exports, plans (`sgc_trace.apply.planner`), applies the plan in PyTorch and
 measures it (`report`'s table), and writes the plan. `report` prints the table: the
 unplanned and the planned step, measured (saved for backward, peak) beside sgc's
 prediction, and checked against the eager step.
@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .api import export, save, summary
-from .convert import UPDATES
-from .cost import DEFAULT_PROFILE, PROFILES, parse_profile
-from .errors import ExportError, first_line
-from .trace import InputSpec
+from ..exporter.api import export, save, summary
+from ..exporter.convert import UPDATES
+from ..native import defaults, parse_profile, profiles
+from ..errors import ExportError, first_line
+from ..exporter.trace import InputSpec
 
 DTYPE_NAMES = {
     "f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -135,7 +135,8 @@ def _planning(p: argparse.ArgumentParser) -> None:
                         "activation_memory_budget)")
     p.add_argument("--strategy", default="sublinear",
                    help="sgc plan --strategy: sublinear (default), partition, chen-sqrt, dtr, none")
-    p.add_argument("--genetic-iters", type=int, default=20, help="sgc plan --genetic-iters (default 20)")
+    p.add_argument("--genetic-iters", type=int, default=defaults()["genetic_iters"],
+                   help=f"sgc plan --genetic-iters (default {defaults()['genetic_iters']})")
     p.add_argument("--seed", type=int, default=0, help="seed of the planner and of the measured steps")
     p.add_argument("--backend", choices=("aot_eager", "inductor"), default="aot_eager",
                    help="how the planned step runs (default aot_eager: bitwise the unplanned step)")
@@ -148,9 +149,10 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--update", choices=UPDATES, default="none",
                        help="none: gradients are outputs; sgd: in-place SGD update ops per parameter")
         p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (recorded in attrs)")
-        p.add_argument("--device-profile", default=DEFAULT_PROFILE, type=_profile,
-                       help=f"device whose roofline gives each op's time_us: {', '.join(PROFILES)} "
-                            f"(default {DEFAULT_PROFILE}) or F32/HALF/GBPS rates, e.g. 19.5/312/2039")
+        default = defaults()["device_profile"]
+        p.add_argument("--device-profile", default=default, type=_profile,
+                       help=f"device whose roofline gives each op's time_us: {', '.join(profiles())} "
+                            f"(default {default}) or F32/HALF/GBPS rates, e.g. 19.5/312/2039")
         p.add_argument("--name", help="graph name (default: the factory's name)")
         p.add_argument("-o", "--output", required=True, help="graph file to write (.json, or .json.gz for gzip)")
     else:
@@ -230,8 +232,8 @@ def _run_plan(a: argparse.Namespace) -> int:
 
     out = a.output or f"{a.model.rpartition(':')[2]}.plan.json"
     if a.no_measure:
-        from .apply import input_specs, trace
-        from .planner import plan
+        from ..apply.step import input_specs, trace
+        from ..apply.planner import plan
 
         model, loss, batch = _real_setup(a)
         graph, _, _ = trace(model, loss, input_specs(batch, len(a.input)), len(a.input), a.raw_output,

@@ -1,4 +1,5 @@
-"""Finding and running the `sgc` binary (examples and tests).
+"""Finding and running the `sgc` binary, for the tests that hold the command line and the
+native module to the same answers (the package itself plans with the native module).
 
 Order: `$SGC_BIN`; `target/release/sgc` or `target/debug/sgc` under the repository root;
 else `cargo build` there and use `target/debug/sgc`.
@@ -10,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # python/tests/ -> the repository
 
 
 def find_sgc(build: bool = True) -> Path:

@@ -41,40 +41,24 @@ the BatchNorm running statistics updated, as `loss_fn(model(x), y).backward()` d
 from __future__ import annotations
 
 import copy
-import operator
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 from torch import fx, nn
-from torch.multiprocessing.reductions import StorageWeakRef
 
-from .api import export
-from .errors import ExportError
-from .offload import HostPool, rebuild, storage_bytes
+from ..exporter.api import export
+from ..errors import ExportError
+from ..native import figures, named_storage_bytes
+from .partitioner import Boundary, Partition, partition
 from .planner import plan as plan_graph
-from .trace import InputSpec, JointTrace, LossFn, TrainStep
+from ..exporter.trace import InputSpec, JointTrace, LossFn, TrainStep
 
 BACKENDS = ("aot_eager", "inductor")
 
 
 class PlanMismatch(ExportError):
     """A plan made for another graph than the one traced."""
-
-
-@dataclass
-class Partition:
-    """The plan applied to the joint graph: the two FX modules and what passes between."""
-
-    forward: fx.GraphModule  # joint placeholders -> [buffer updates..., loss, saved...]
-    backward: fx.GraphModule  # saved -> gradients (in `grad_params` order)
-    saved: list[str]  # FX names of the saved values (offloads' tokens included), in forward-output order
-    saved_tensors: list[str]  # the saved device values as sgc tensor names
-    recomputed_ops: list[str]  # sgc op names the backward runs again, in order
-    mutated_buffers: list[str]  # buffer fqns the forward's first outputs update
-    grad_params: list[str]  # parameter fqns of the backward's outputs
-    offloaded: list[str] = field(default_factory=list)  # sgc tensors copied to host and back, plan order
-    host_pool: HostPool | None = None  # their host pool and copy streams (`offload.HostPool`)
 
 
 def input_specs(example_batch: Sequence[torch.Tensor], num_model_inputs: int) -> list[InputSpec]:
@@ -116,257 +100,29 @@ def check_plan(graph: dict, plan: dict, fingerprint: str | None = None) -> None:
         )
 
 
-def saved_tensor_names(graph: dict, plan: dict) -> list[str]:
-    """sgc tensor names the plan keeps from its forward stretch for the backward (static,
-    from the plan alone): read after the first backward op before any recomputation."""
-    ops = graph["ops"]
-    kind = {t["name"]: t.get("kind", "activation") for t in graph["tensors"]}
-    fw, bw = _split_steps(ops, plan["steps"])
-    made_in_bw: set[str] = set()
-    saved: list[str] = []
-    for s in bw:
-        op = ops[s["op"]]
-        for t in op["inputs"]:
-            if t not in made_in_bw and t not in saved and kind[t] in ("activation", "input"):
-                saved.append(t)
-        made_in_bw.update(op["outputs"])
-    return saved
-
-
-def _split_steps(ops: list[dict], steps: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Forward stretch (up to the first backward op, plus forward ops run once after it) and
-    backward stretch (everything else, recomputations included), each in plan order."""
-    first = next((i for i, s in enumerate(steps) if not s["recompute"] and ops[s["op"]].get("phase") == "backward"),
-                 len(steps))
-    fw, bw = [], []
-    for i, s in enumerate(steps):
-        forward_once = not s["recompute"] and ops[s["op"]].get("phase") != "backward"
-        (fw if i < first or forward_once else bw).append(s)
-    return fw, bw
-
-
-def partition(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> Partition:
-    """Applies `plan` (for `graph`, the sgc graph of `trace`) to the joint FX graph."""
-    gm = trace.graph_module
+def partition_step(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -> tuple[Partition, list, list]:
+    """Applies `plan` to the step's joint graph (`partitioner.partition`): the forward takes
+    every placeholder and returns the buffers' new values and the loss before the saved
+    values; the backward takes the saved values and returns the gradients. Also returns
+    the buffer paths the forward's first outputs update and the parameter path of each
+    gradient."""
     sig = trace.signature
-    joint = list(gm.graph.nodes)
-    by_name = {n.name: n for n in joint}
-    placeholders = [n for n in joint if n.op == "placeholder"]
-    op_node: dict[str, fx.Node] = fx_nodes["ops"]
-    ops = graph["ops"]
-    offl = _Offloads(graph, plan, fx_nodes, joint, _device_of(trace)) if plan.get("offloads") else None
-    fw_items, bw_items = _items(graph, plan, offl)
-
-    def node_of(step) -> fx.Node | None:
-        op = ops[step["op"]]
-        if step["recompute"] and op["op"] == "sgc.batch_norm_update_stats":
-            return None  # the statistics are written once, by the forward
-        return op_node.get(op["name"])
-
-    mutated = {k: v for k, v in sig.buffers_to_mutate.items()}
-    loss = by_name[sig.user_outputs[0]]
+    nodes = list(trace.graph_module.graph.nodes)
+    by_name = {n.name: n for n in nodes}
+    mutated = list(sig.buffers_to_mutate.items())
     grads = list(sig.backward_signature.gradients_to_parameters.items())
-
-    # Forward module: every joint placeholder, the forward steps.
-    fwd = fx.Graph()
-    env: dict = {}
-    for p in placeholders:
-        env[p] = fwd.node_copy(p)
-    recomputed: list[str] = []
-    for kind, s in fw_items:
-        if kind != "step":
-            offl.emit(fwd, env, kind, s)
-            continue
-        node = node_of(s)
-        if node is None or (node in env and not s["recompute"]):
-            continue
-        _emit(fwd, env, node)
-    # Backward module: which forward values it reads first (saved), then the steps.
-    saved = _saved_values(bw_items, node_of, offl, [by_name[g] for g, _ in grads])
-    bwd = fx.Graph()
-    benv: dict = {}
-    for n in saved:
-        ph = bwd.placeholder(n.name)
-        ph.meta = dict(getattr(n, "meta", {}))
-        benv[n] = ph
-    for kind, s in bw_items:
-        if kind != "step":
-            offl.emit(bwd, benv, kind, s)
-            continue
-        node = node_of(s)
-        if node is None or (node in benv and not s["recompute"] and benv[node].op != "placeholder"):
-            continue
-        if s["recompute"]:
-            recomputed.append(ops[s["op"]]["name"])
-        _emit(bwd, benv, node)
-    bwd.output(tuple(benv[by_name[g]] for g, _ in grads))
-    missing = [n.name for n in [*(by_name[k] for k in mutated), loss, *saved] if n not in env]
-    if missing:
-        raise ExportError(f"internal: the plan's forward steps do not make {', '.join(missing[:5])}")
-    fwd.output(tuple(env[n] for n in [*(by_name[k] for k in mutated), loss, *saved]))
-    for g in (fwd, bwd):
-        g.set_codegen(fx.graph._BoxedCodeGen())
-        g.lint()
-    tensor_of = {n: t for t, n in fx_nodes["tensors"].items()}
-    return Partition(
-        forward=fx.GraphModule(gm, fwd, "sgc_forward"),
-        backward=fx.GraphModule(gm, bwd, "sgc_backward"),
-        saved=[n.name for n in saved],
-        saved_tensors=[tensor_of.get(n, n.name) for n in saved if isinstance(n, fx.Node)],
-        recomputed_ops=recomputed,
-        mutated_buffers=[_strip(trace, v) for v in mutated.values()],
-        grad_params=[_strip(trace, p) for _, p in grads],
-        offloaded=[o.tensor for o in offl.pool.slots] if offl else [],
-        host_pool=offl.pool if offl else None,
+    boundary = Boundary(
+        fw_inputs=[n for n in nodes if n.op == "placeholder"],
+        fw_outputs=[*(by_name[k] for k, _ in mutated), by_name[sig.user_outputs[0]]],
+        bw_inputs=[],
+        bw_outputs=[by_name[g] for g, _ in grads],
     )
+    part = partition(trace.graph_module, graph, fx_nodes, plan, boundary, _device_of(trace))
+    return part, [trace.strip(v) for _, v in mutated], [trace.strip(p) for _, p in grads]
 
 
 def _device_of(trace: JointTrace) -> torch.device:
     return torch.device(trace.inputs[0].device or "cpu") if trace.inputs else torch.device("cpu")
-
-
-@dataclass(frozen=True)
-class _Token:
-    """What an offload's node passes on: its copy to host (`host`) or back (`back`) started."""
-
-    kind: str
-    index: int
-
-    @property
-    def name(self) -> str:
-        return f"sgc_offload_{self.index}_{self.kind}"
-
-
-class _Offloads:
-    """A plan's offloads in the joint graph: each one's storage (its root's FX value and
-    every FX value sharing that storage) and its four nodes (`offload.HostPool`)."""
-
-    def __init__(self, graph: dict, plan: dict, fx_nodes: dict, joint: list[fx.Node], device: torch.device):
-        self.pool = HostPool(graph, plan, device)
-        self.roots: list[fx.Node] = []
-        self.views: list[list[fx.Node]] = []
-        storage = {n: StorageWeakRef(n.meta["val"].untyped_storage()) for n in joint
-                   if isinstance(n.meta.get("val"), torch.Tensor)}
-        for slot in self.pool.slots:
-            root = fx_nodes["tensors"].get(slot.tensor)
-            if root is None or root not in storage:
-                raise ExportError(f"offload {slot.index}: tensor `{slot.tensor}` has no PyTorch value to copy "
-                                  f"(plan without offload: offload=False)")
-            nbytes = root.meta["val"].untyped_storage().nbytes()
-            if nbytes != slot.nbytes:
-                raise ExportError(f"offload {slot.index}: the storage of `{slot.tensor}` has {nbytes} bytes in "
-                                  f"PyTorch, {slot.nbytes} in the graph (plan without offload: offload=False)")
-            self.roots.append(root)
-            self.views.append([n for n in joint if n in storage and storage[n] == storage[root]])
-
-    def reads(self, kind: str, i: int) -> list:
-        return {"to_host": [self.roots[i]], "release": [_Token("host", i), self.roots[i]],
-                "fetch": [_Token("host", i)], "ready": [_Token("back", i)]}[kind]
-
-    def makes(self, kind: str, i: int) -> list:
-        return {"to_host": [_Token("host", i)], "release": [], "fetch": [_Token("back", i)],
-                "ready": self.views[i]}[kind]
-
-    def emit(self, g: fx.Graph, env: dict, kind: str, i: int) -> None:
-        """The node of `kind` for offload `i`; after `ready`, the storage's values read the
-        fetched bytes."""
-        args = tuple(env[a] for a in self.reads(kind, i))
-        node = g.call_function(getattr(self.pool, kind), (i, *args))
-        if kind in ("to_host", "fetch"):
-            env[self.makes(kind, i)[0]] = node
-        elif kind == "ready":
-            for view in self.views[i]:
-                v = view.meta["val"]
-                env[view] = g.call_function(rebuild, (node, v.dtype, tuple(v.shape), tuple(v.stride()),
-                                                      v.storage_offset()))
-
-
-def _items(graph: dict, plan: dict, offl: _Offloads | None) -> tuple[list, list]:
-    """The forward's and the backward's work in run order: `("step", step)` for the plan's
-    steps and, around them, `(kind, offload index)` for the offloads' nodes: `ready` before
-    step `needed_at`; after a step, `fetch` (after `fetch_after`), `to_host` (after
-    `copy_after`), `release` (after `free_after`), so a fetch is under way before a copy
-    into the same host bytes starts."""
-    steps = plan["steps"]
-    fw_steps, _ = _split_steps(graph["ops"], steps)
-    in_fw = {id(s) for s in fw_steps}
-    offloads = plan.get("offloads", [])
-    before: dict[int, list] = {}
-    after: dict[int, list] = {}
-    for i, o in enumerate(offloads):
-        before.setdefault(o["needed_at"], []).append(("ready", i))
-    for kind, key in (("fetch", "fetch_after"), ("to_host", "copy_after"), ("release", "free_after")):
-        for i, o in enumerate(offloads):
-            after.setdefault(o[key], []).append((kind, i))
-    fw: list = []
-    bw: list = []
-    for k, s in enumerate(steps):
-        items = fw if id(s) in in_fw else bw
-        items += [*before.get(k, []), ("step", s), *after.get(k, [])]
-    if offl is not None:
-        _check_order(fw, bw, offl)
-    return fw, bw
-
-
-def _check_order(fw: list, bw: list, offl: _Offloads) -> None:
-    """Each offload's nodes run in order (the forward module runs first): a plan whose
-    forward ops run after its first backward op could put them out of order."""
-    at = {item: (0, n) for n, item in enumerate(fw) if item[0] != "step"}
-    at.update({item: (1, n) for n, item in enumerate(bw) if item[0] != "step"})
-    for slot in offl.pool.slots:
-        order = [at[(kind, slot.index)] for kind in ("to_host", "release", "fetch", "ready")]
-        if order != sorted(order):
-            raise ExportError(f"offload {slot.index} of `{slot.tensor}`: the forward and backward modules would run "
-                              f"its copies out of order (plan without offload: offload=False)")
-
-
-def _saved_values(bw_items: list, node_of: Callable, offl: _Offloads | None, outputs: list[fx.Node]) -> list:
-    """What the backward reads before (or without) making it itself, in order: joint nodes
-    and offload tokens."""
-    made: set = set()
-    saved: list = []
-    seen: set = set()
-
-    def read(a) -> None:
-        if a not in made and a not in seen and getattr(a, "op", None) != "get_attr":
-            seen.add(a)
-            saved.append(a)
-
-    for kind, s in bw_items:
-        if kind != "step":
-            for a in offl.reads(kind, s):
-                read(a)
-            made.update(offl.makes(kind, s))
-            continue
-        node = node_of(s)
-        if node is None:
-            continue
-        for a in node.all_input_nodes:
-            read(a)
-        made.add(node)
-        made.update(u for u in node.users if u.target is operator.getitem)
-    for o in outputs:
-        read(o)
-    return saved
-
-
-def _strip(trace: JointTrace, fqn: str) -> str:
-    return fqn[len(trace.prefix):] if fqn.startswith(trace.prefix) else fqn
-
-
-def _emit(g: fx.Graph, env: dict, node: fx.Node) -> None:
-    """Copies `node` (and the `getitem`s of its tuple) into `g`; later reads see the copy.
-    Constants (`get_attr`: a tensor made while tracing) are copied where first read."""
-
-    def value(a: fx.Node) -> fx.Node:
-        if a not in env and a.op == "get_attr":
-            env[a] = g.node_copy(a)
-        return env[a]
-
-    env[node] = g.node_copy(node, value)
-    for u in node.users:
-        if u.op == "call_function" and u.target is operator.getitem:
-            env[u] = g.node_copy(u, value)
 
 
 @dataclass
@@ -381,6 +137,8 @@ class PlannedStep:
     plan: dict
     partition: Partition
     trace: JointTrace
+    mutated_buffers: list[str] = field(default_factory=list)  # buffer paths the forward's first outputs update
+    grad_params: list[str] = field(default_factory=list)  # parameter path of each gradient the backward returns
     num_model_inputs: int = 1
     raw_output: bool = False
     backend: str = "aot_eager"
@@ -452,10 +210,9 @@ class PlannedStep:
                 # Traced for contiguous inputs (its views assume their strides): a slice of
                 # a larger tensor is copied once, as its reader would have to.
                 args.append(batch[key].contiguous())
-        part = self.partition
         outs = list(self._run_fw(args))
-        k = len(part.mutated_buffers)
-        for fqn, value in zip(part.mutated_buffers, outs[:k]):
+        k = len(self.mutated_buffers)
+        for fqn, value in zip(self.mutated_buffers, outs[:k]):
             self.model.get_buffer(fqn).copy_(value)
         loss = outs[k]
         saved = outs[k + 1:]
@@ -463,7 +220,7 @@ class PlannedStep:
         # The loss is returned to the caller: held whether or not the backward reads it.
         self.saved_bytes = distinct_bytes(saved, exclude=self._persistent() | {loss.untyped_storage().data_ptr()})
         grads = self._run_bw(saved)
-        for fqn, g in zip(part.grad_params, grads):
+        for fqn, g in zip(self.grad_params, grads):
             p = self.model.get_parameter(fqn)
             if p.grad is None:
                 p.grad = g
@@ -498,12 +255,27 @@ def _compile_boxed(gm: fx.GraphModule, example: list) -> Callable:
     graph = copy.deepcopy(gm.graph)
     graph.set_codegen(fx.graph.CodeGen())  # compile_fx takes positional arguments
     plain = fx.GraphModule(gm, graph, gm.__class__.__name__)
+    _views_as_reshapes(plain)
     # Wrapped as dynamo wraps a graph of flat inputs (`flatten_graph_inputs`): AOTAutograd
     # then returns its boxed entry point, which clears the argument list.
     compiled = compile_fx(GmWrapper(plain, lambda args: args), list(example))
     if not getattr(compiled, "_boxed_call", False):
         raise ExportError("internal: inductor's compiled module is not boxed: use backend='aot_eager'")
     return compiled
+
+
+def _views_as_reshapes(gm: fx.GraphModule) -> None:
+    """Every `view` (and `_unsafe_view`) of the module as `reshape`. compile_fx traces the
+    module again under inductor's decompositions, which may give a value another layout
+    than the first trace did (a decomposed `mul` of a transposed tensor comes out
+    contiguous); a `view` recorded for the first layout then fails ("Cannot view a tensor
+    with shape ... and strides ..."). The modules are functional, so `reshape`, which is
+    that view wherever the layout allows it and a copy elsewhere, computes the same values."""
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in views:
+            node.target = torch.ops.aten.reshape.default
+    gm.recompile()
 
 
 def distinct_bytes(tensors, exclude: set = frozenset()) -> int:
@@ -523,7 +295,7 @@ def compile(
     example_batch: Sequence[torch.Tensor],
     budget: int | str | None = None,
     strategy: str = "sublinear",
-    genetic_iters: int = 20,
+    genetic_iters: int | None = None,
     seed: int = 0,
     backend: str = "aot_eager",
     num_model_inputs: int = 1,
@@ -576,34 +348,21 @@ def compile(
         if plan.get("offloads") and not offload:
             raise ExportError(f"offload=False, but the plan given offloads {len(plan['offloads'])} tensors: "
                               f"plan again with offload=False (`sgc plan --no-offload`)")
-    part = partition(joint, graph, fx_nodes, plan)
-    return PlannedStep(model, loss_fn, graph, plan, part, joint, num_model_inputs, raw_output, backend)
+    part, mutated, grad_params = partition_step(joint, graph, fx_nodes, plan)
+    return PlannedStep(model, loss_fn, graph, plan, part, joint, mutated, grad_params, num_model_inputs, raw_output,
+                       backend)
 
 
 def predicted_peak(graph: dict, plan: dict) -> dict:
-    """sgc's prediction in the terms PyTorch measures: the most bytes allocated during the
-    step over what was allocated before it (parameters, buffers and the batch, which the
-    caller holds), from the plan's storage lifetimes. `step` is that figure for the plan;
-    `planned_peak` is sgc's own (persistent bytes and the live batch included)."""
-    tensors = graph["tensors"]
-    inputs = {i for i, t in enumerate(tensors) if t.get("kind") == "input"}
-    live: dict[int, int] = {}
-    for lt in plan["lifetimes"]:
-        if lt["root"] in inputs:
-            continue
-        for s in range(lt["first_step"], lt["last_step"] + 1):
-            live[s] = live.get(s, 0) + lt["bytes"]
-    return {"step": max(live.values(), default=0), "planned_peak": plan["summary"]["planned_peak"]}
+    """sgc's prediction in the terms PyTorch measures (`native.figures`): `step`, the most
+    bytes the step allocates at once over what was allocated before it (parameters,
+    buffers and the batch, which the caller holds); `planned_peak`, sgc's own (persistent
+    bytes and the live batch included)."""
+    f = figures(graph, plan)
+    return {"step": f["step_peak"], "planned_peak": f["planned_peak"]}
 
 
 def tensor_bytes(graph: dict, names, persistent: bool = False) -> int:
     """Bytes of the named tensors' storages (views count their base once); persistent
-    storages (parameters, state) only when `persistent`."""
-    by = {t["name"]: t for t in graph["tensors"]}
-    roots = set()
-    for n in names:
-        while "alias_of" in by[n]:
-            n = by[n]["alias_of"]
-        if persistent or by[n].get("kind") not in ("param", "state", "const"):
-            roots.add(n)
-    return sum(storage_bytes(by[r]) for r in roots)
+    storages (parameters, state) only when `persistent` (`native.named_storage_bytes`)."""
+    return named_storage_bytes(graph, names, persistent)

@@ -4,7 +4,7 @@ An offload in a plan (`plan["offloads"]`, `sgc_ir::Offload`) names a storage (`r
 tensor index) and four steps of the schedule: the copy to host starts after `copy_after`;
 the device storage is freed after `free_after` (the compute waits for the copy first);
 the copy back starts after `fetch_after`, into a new device storage; step `needed_at`,
-its first reader, waits for it. `apply.partition` puts one FX node at each of those points
+its first reader, waits for it. `apply.partitioner` puts one FX node at each of those points
 (`HostPool.to_host`, `release`, `fetch`, `ready`), and the views of the storage that later
 steps read are rebuilt over the fetched bytes (`rebuild`); this module runs them.
 
@@ -25,12 +25,12 @@ fetch. On the CPU (tests) the same nodes copy synchronously, with no streams.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from .errors import ExportError
+from ..errors import ExportError
+from ..native import storage_sizes
 
 
 class CudaCalls:
@@ -165,20 +165,12 @@ def _slots(graph: dict, plan: dict) -> list[Slot]:
         raise ExportError(f"the plan has {len(offloads)} offloads but {len(host['offsets'])} host offsets: "
                           f"plan the graph again")
     slots: list[Slot] = []
-    for i, (o, offset) in enumerate(zip(offloads, host["offsets"])):
+    sizes = storage_sizes(graph, [tensors[o["root"]]["name"] for o in offloads])
+    for i, (o, offset, nbytes) in enumerate(zip(offloads, host["offsets"], sizes)):
         t = tensors[o["root"]]
-        nbytes = storage_bytes(t)
         if offset + nbytes > host["size"]:
             raise ExportError(f"offload {i} (`{t['name']}`): bytes {offset}..{offset + nbytes} are past the host "
                               f"pool's {host['size']}: plan the graph again")
         shares = tuple(j for j, s in enumerate(slots) if s.offset < offset + nbytes and offset < s.offset + s.nbytes)
         slots.append(Slot(i, t["name"], int(offset), nbytes, shares))
     return slots
-
-
-_DSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "u8": 1, "bool": 1}
-
-
-def storage_bytes(t: dict) -> int:
-    """Bytes of a graph tensor (its `bytes`, else its shape times its dtype's size)."""
-    return int(t.get("bytes", math.prod(t["shape"]) * _DSIZE[t["dtype"]]))
