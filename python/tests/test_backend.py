@@ -211,3 +211,39 @@ def test_what_the_backend_cannot_plan_is_refused_by_name():
         sgc_trace.backend(compiler="inductor", host_link="h100")
     with pytest.raises(ExportError, match="unknown device profile"):
         sgc_trace.backend(device_profile="b200")
+
+
+@pytest.mark.parametrize("strategy", ["none", "chen-sqrt", "sublinear", "dtr", "partition"])
+def test_every_strategy_plans_through_the_backend(strategy):
+    """Each strategy's plan runs through the backend and changes no number."""
+    model, loss_fn, batch = _case("cnn")
+    ref = fresh(model)
+    loss_fn(ref(batch[0]), batch[1]).backward()
+    be = sgc_trace.backend(strategy=strategy, genetic_iters=2)
+    mine = fresh(model)
+    _backend_step(mine, loss_fn, batch, be)
+    assert be.graphs and be.graphs[0].plan["options"]["strategy"] == strategy
+    _same(ref, mine)
+
+
+def test_sgc_trace_compile_refuses_distributed_models_and_points_to_the_backend(tmp_path):
+    """DDP's all-reduce and FSDP2's collectives run in autograd hooks that sgc_trace.compile's
+    own step never calls: refused before the first step, naming the setup."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    model, loss_fn, batch = _case("mlp")
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"file://{tmp_path / 'pg'}")
+    try:
+        with pytest.raises(ExportError, match=r"under DistributedDataParallel.*backend=sgc_trace\.backend"):
+            sgc_trace.compile(DistributedDataParallel(fresh(model)), loss_fn, batch)
+        from torch.distributed.fsdp import fully_shard
+
+        sharded = fresh(model)
+        for layer in sharded.layers:
+            fully_shard(layer)
+        fully_shard(sharded)
+        with pytest.raises(ExportError, match=r"under FSDP .*fully_shard.*backend=sgc_trace\.backend"):
+            sgc_trace.compile(sharded, loss_fn, batch)
+    finally:
+        dist.destroy_process_group()

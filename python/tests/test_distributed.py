@@ -67,3 +67,16 @@ def test_ddp_buckets_are_planned_one_graph_each(results):
 
 def test_the_policy_checkpoints_every_block_under_fsdp2(results):
     assert all(r["blocks"] == 2 for r in results["fsdp2_sac"])
+
+
+@pytest.mark.parametrize("example", [["ddp.py"], ["fsdp2.py", "--mode", "sac"]])
+def test_the_examples_train_under_torchrun(example):
+    """`examples/ddp.py` and `examples/fsdp2.py` run as their docs say, two steps."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = HERE.parent / "examples" / example[0]
+    done = subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(_free_port()), str(script),
+                           *example[1:], "--steps", "2", "--batch", "4"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "step   1  loss" in done.stdout and "planned peak" in done.stdout, done.stdout

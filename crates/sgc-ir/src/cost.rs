@@ -29,8 +29,8 @@
 //!   (missing flops come from the op vocabulary's formula for the op kind, else count as 0;
 //!   GB = 1e9 bytes).
 //!
-//! An op that has `time_us` keeps it. The Python exporter (`python/`) computes the same
-//! expression in the same order, so the two agree to the bit. [`Roofline`] keeps both terms,
+//! An op that has `time_us` keeps it. The Python exporter (`python/`) writes these estimates
+//! into the graphs it exports, through the native module (`sgc.roofline`). [`Roofline`] keeps both terms,
 //! so reports can tell memory-bound ops (the bytes term is the larger) from compute-bound
 //! ones. [`with_estimated_times`] writes the estimates into a graph and records the method
 //! and rates in `meta.time_us_source` ([`DeviceProfile::time_us_source`]), as the exporter

@@ -175,28 +175,36 @@ class Block(nn.Module):
         self._inputs: list = []
         self._caches: list = []
 
-    def forward(self, *args):
+    def __getattr__(self, name: str):
+        """Attributes of the wrapped block (`layer.self_attn`), as checkpoint wrappers do:
+        code around a block reads them (nn.TransformerEncoder does)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["module"], name)
+
+    def forward(self, *args, **kwargs):
         if not torch.is_grad_enabled():
-            return self.module(*args)
-        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else repr(a) for a in args)
-        if key not in self._traced:
-            traced, held = self._plan(args)
+            return self.module(*args, **kwargs)
+        call = _Call(args, kwargs)
+        if call.key not in self._traced:
+            traced, held = self._plan(call)
             try:
-                eager = _eager_ops(self.module, args)
+                eager = _eager_ops(self.module, call)
             except Exception as e:
                 raise ExportError(f"policy: running block `{self.block_name}` on fake tensors failed "
                                   f"({type(e).__name__}: {e}): checkpoint it whole instead (torch.utils.checkpoint), "
                                   f"or compile it (sgc_trace.backend)") from e
             answers, self.coverage = _answers(eager, traced)
             self._check()
-            self._traced[key] = (answers, held)
-        answers, self.predicted_bytes = self._traced[key]
-        self._inputs = [a for a in args if isinstance(a, torch.Tensor)]
+            self._traced[call.key] = (answers, held)
+        answers, self.predicted_bytes = self._traced[call.key]
+        self._inputs = list(call.tensors)
         self._caches = []
         self.calls = 1
         return torch.utils.checkpoint.checkpoint(
             self.module, *args, use_reentrant=False, preserve_rng_state=True,
-            context_fn=functools.partial(self._contexts, answers))
+            context_fn=functools.partial(self._contexts, answers), **kwargs)
 
     def held(self) -> list[torch.Tensor]:
         """The tensors this block holds for its backward: its inputs and SAC's cache."""
@@ -205,17 +213,17 @@ class Block(nn.Module):
             out += _tensors_in(storage)
         return out
 
-    def _plan(self, args) -> tuple[list[_Traced], int]:
-        """Traces the block on `args` (fake), plans it, and returns its forward ops with the
-        plan's decision on each, and the bytes the plan holds for the backward: the saved
-        ops' outputs and the inputs."""
+    def _plan(self, call: _Call) -> tuple[list[_Traced], int]:
+        """Traces the block on the call's tensors (fake), plans it, and returns its forward
+        ops with the plan's decision on each, and the bytes the plan holds for the backward:
+        the saved ops' outputs and the inputs."""
         from torch._dynamo.backends.debugging import boxed_nop
         from torch._functorch.aot_autograd import aot_module_simplified
 
         owner = self._owner[0]
         roles = [_Role("param", n) for n, _ in self.module.named_parameters(remove_duplicate=False)]
         roles += [_Role("state", n) for n, _ in self.module.named_buffers(remove_duplicate=False)]
-        roles += [_Role("input", f"input_{i}") for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        roles += [_Role("input", f"input_{i}") for i in range(len(call.tensors))]
         partitioner = _Partitioner(owner.backend, roles, self.block_name)
         captured: list = []
 
@@ -224,9 +232,9 @@ class Block(nn.Module):
             captured.append((joint, kwargs["num_fwd_outputs"]))
             return fw, bw
 
-        tensors = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a for a in args]
+        tensors = [a.detach().requires_grad_(a.requires_grad) for a in call.tensors]
         try:
-            aot_module_simplified(_Tupled(self.module), tensors, fw_compiler=boxed_nop, partition_fn=capture)
+            aot_module_simplified(_Tupled(self.module, call), tensors, fw_compiler=boxed_nop, partition_fn=capture)
         except ExportError:
             raise
         except Exception as e:
@@ -235,7 +243,7 @@ class Block(nn.Module):
         joint, num_fwd = captured[0]
         compiled = owner.backend.graphs[-1]
         traced = _forward_ops(joint, num_fwd, set(compiled.partition.saved))
-        inputs = [f"input_{i}" for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        inputs = [f"input_{i}" for i in range(len(call.tensors))]
         held = named_storage_bytes(compiled.graph, inputs) + sum(t.nbytes for t in traced if t.save)
         return traced, held
 
@@ -258,15 +266,39 @@ class Block(nn.Module):
                 f"(torch.utils.checkpoint), or compile it (sgc_trace.backend)")
 
 
-class _Tupled(nn.Module):
-    """A module whose output is a tuple (what `aot_module_simplified` traces)."""
+class _Call:
+    """One call's arguments: its tensors (positional and keyword, in order), the rest as
+    constants, and a key of their shapes and values (a new key is traced and planned)."""
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, args: tuple, kwargs: dict):
+        self.args, self.kwargs = args, kwargs
+        self.tensors = [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
+
+        def describe(a):
+            return (tuple(a.shape), a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor) else repr(a)
+
+        self.key = (tuple(describe(a) for a in args), tuple((k, describe(v)) for k, v in kwargs.items()))
+
+    def rebuild(self, tensors) -> tuple[tuple, dict]:
+        """The arguments with `tensors` in place of the call's own, in order."""
+        it = iter(tensors)
+        args = tuple(next(it) if isinstance(a, torch.Tensor) else a for a in self.args)
+        kwargs = {k: next(it) if isinstance(v, torch.Tensor) else v for k, v in self.kwargs.items()}
+        return args, kwargs
+
+
+class _Tupled(nn.Module):
+    """The block called on a flat list of tensors, returning a tuple (what
+    `aot_module_simplified` traces)."""
+
+    def __init__(self, module: nn.Module, call: _Call):
         super().__init__()
         self.module = module
+        self._call = call
 
-    def forward(self, *args):
-        out = self.module(*args)
+    def forward(self, *tensors):
+        args, kwargs = self._call.rebuild(tensors)
+        out = self.module(*args, **kwargs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -317,10 +349,10 @@ def _answers(eager: list[tuple[str, bool]], traced: list[_Traced]) -> tuple[list
     return answers, cov
 
 
-def _eager_ops(module: nn.Module, args) -> list[tuple[str, bool]]:
-    """The ops SAC's policy is asked about when `module` runs on `args` with gradients, in
-    order, as (canonical name, draws random numbers): recorded on fake copies of the
-    module's tensors and of `args` (nothing computed, nothing allocated)."""
+def _eager_ops(module: nn.Module, call: _Call) -> list[tuple[str, bool]]:
+    """The ops SAC's policy is asked about when `module` runs on the call's arguments with
+    gradients, in order, as (canonical name, draws random numbers): recorded on fake copies
+    of the module's tensors and of the arguments (nothing computed, nothing allocated)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
@@ -337,11 +369,11 @@ def _eager_ops(module: nn.Module, args) -> list[tuple[str, bool]]:
                                                        *module.named_buffers(remove_duplicate=False)]}
         for (n, t) in module.named_parameters(remove_duplicate=False):
             fakes[n] = fakes[n].detach().requires_grad_(t.requires_grad)
-        fake_args = [mode.from_tensor(a).detach().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
-                     else a for a in args]
+        fake_args, fake_kwargs = call.rebuild(
+            [mode.from_tensor(a).detach().requires_grad_(a.requires_grad) for a in call.tensors])
     caching, _ = create_selective_checkpoint_contexts(record)
     with mode, torch.enable_grad(), caching:
-        torch.func.functional_call(module, fakes, tuple(fake_args), tie_weights=False, strict=False)
+        torch.func.functional_call(module, fakes, fake_args, fake_kwargs, tie_weights=False, strict=False)
     return seen
 
 

@@ -121,6 +121,34 @@ def partition_step(trace: JointTrace, graph: dict, fx_nodes: dict, plan: dict) -
     return part, [trace.strip(v) for _, v in mutated], [trace.strip(p) for _, p in grads]
 
 
+def refuse_distributed(model: nn.Module) -> None:
+    """`sgc_trace.compile` runs its own step and writes `.grad` itself, so the hooks through
+    which DDP all-reduces and FSDP2 all-gathers and reduce-scatters never run: a model wrapped
+    by either (or holding DTensor parameters) is refused, pointing to the backend, which runs
+    inside autograd where those hooks fire."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    what = None
+    if isinstance(model, DistributedDataParallel):
+        what = "DistributedDataParallel"
+    else:
+        for name, m in model.named_modules():
+            if type(m).__name__.startswith("FSDP") or any(c.__name__ == "FSDPModule" for c in type(m).__mro__):
+                what = f"FSDP (`{name or type(model).__name__}` is sharded by fully_shard)"
+                break
+        if what is None:
+            for name, p in model.named_parameters():
+                if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
+                    what = f"a DTensor parameter (`{name}`)"
+                    break
+    if what is not None:
+        raise ExportError(
+            f"sgc_trace.compile cannot train a model under {what}: it runs its own step, which the gradient "
+            f"hooks of distributed training never see, so the ranks would not synchronise. Keep your loop and "
+            f"compile the model with the backend instead: torch.compile(model, backend=sgc_trace.backend(...), "
+            f"dynamic=False) (docs/pytorch.md)")
+
+
 def _device_of(trace: JointTrace) -> torch.device:
     return torch.device(trace.inputs[0].device or "cpu") if trace.inputs else torch.device("cpu")
 
@@ -336,6 +364,7 @@ def compile(
     """
     if backend not in BACKENDS:
         raise ExportError(f"unknown backend `{backend}`: expected one of {', '.join(BACKENDS)}")
+    refuse_distributed(model)
     specs = input_specs(example_batch, num_model_inputs)
     graph, joint, fx_nodes = traced or trace(model, loss_fn, specs, num_model_inputs, raw_output, autocast=autocast)
     if plan is None:

@@ -32,15 +32,21 @@ The mapping, node by node:
   `count` = elements per channel for the unbiased variance), which the `copy_` ops then
   write into the `state` tensors. `native_batch_norm_backward` in training mode does not
   read the running statistics it is passed, so they are left out of its inputs.
-* Random ops (tag `nondeterministic_seeded`: dropout, `rand*`, `bernoulli`) and ops that
-  write one of their arguments are `recomputable: false`. A training-mode dropout reaches
+* Random ops (tag `nondeterministic_seeded`: dropout, `rand*`, `bernoulli`), ops that
+  write one of their arguments and collectives (`_c10d_functional`: every rank must run
+  the same ones in the same order) are `recomputable: false`. A training-mode dropout reaches
   this module split (`trace.split_dropout`): the random op draws the mask, and two
   recomputable multiplies make its output from the input and the mask. Scaled-dot-product attention
   overloads carry the tag for their optional dropout; with `dropout_p == 0` they draw
   nothing and stay recomputable.
 * FLOPs come from `torch.utils.flop_counter`'s formula registry, per node; ops without a
-  formula (elementwise, views, reductions) get 0. `time_us` is the roofline estimate of
-  `cost.py` on a device profile, for every op.
+  formula (elementwise, views, reductions) get 0. `time_us` is the roofline estimate on a
+  device profile (`native.with_times`: sgc-ir's `cost.rs`), for every op.
+* Tangents (a `torch.compile` graph, `Joint`): the caller computes the loss from the
+  forward's outputs and hands in their gradients; one `sgc.tangent` op, first in the
+  backward, reads those outputs and makes the tangents (not recomputable: it is not the
+  graph's to run), so the outputs live until the backward starts and the tangents from
+  then on.
 * Outputs: the loss (named `loss`) and the gradients (`<param>.grad`); or, with the SGD
   update, the loss only and one `update` op per parameter that reads the parameter and
   its gradient and writes the parameter in place (no outputs, `recomputable: false`).
@@ -583,8 +589,12 @@ def _arg(node: torch.fx.Node, name: str, default: Any = None) -> Any:
     return default
 
 
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor", "c10d")
+
+
 def _recomputable(node: torch.fx.Node) -> bool:
-    """False for ops that draw random numbers or write one of their arguments.
+    """False for ops that draw random numbers, write one of their arguments, or are
+    collectives (ranks must run the same ones in the same order: never again on one).
 
     Ops tagged `nondeterministic_seeded` draw random numbers, except two kinds that carry
     the tag for an option: scaled-dot-product attention with `dropout_p == 0` (no dropout,
@@ -592,6 +602,8 @@ def _recomputable(node: torch.fx.Node) -> bool:
     """
     target = node.target
     schema = getattr(target, "_schema", None)
+    if str(getattr(target, "namespace", "")) in COLLECTIVE_NAMESPACES:
+        return False  # a collective runs once on every rank, in the same order
     if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
         names = {a.name for a in schema.arguments} if schema is not None else set()
         if "philox_seed" in names:
