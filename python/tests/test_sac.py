@@ -129,3 +129,51 @@ def test_what_the_policy_cannot_follow_is_refused_by_name():
     pol.apply(twice)
     with pytest.raises(ExportError, match="already checkpointed"):
         pol.apply(twice)
+
+
+def test_saved_tensors_hooks_count_what_the_plan_says(base):
+    """Counted with `torch.autograd.graph.saved_tensors_hooks` around one block's forward:
+    where checkpoint routes SAC's cache through the caller's hooks (torch 2.15,
+    `respect_saved_tensors_hooks`, which the policy turns on), the hooks see the block's
+    input and the saved ops' outputs: the plan's bytes within 5%. Where it does not (torch
+    2.11), the hooks see the input alone (SAC's cache bypasses them) and the policy's own
+    count of the cache is the measure."""
+    from sgc_trace.apply.sac import _RESPECT_HOOKS
+
+    block = copy.deepcopy(base.layers[0])
+    pol = sgc_trace.policy(budget=0.9, genetic_iters=3)
+    wrapped = pol.wrap(block)
+    x = torch.randn(8, 128, 64, requires_grad=True)
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = wrapped(x)
+    predicted = wrapped.predicted_bytes
+    if _RESPECT_HOOKS:
+        counted = sum(seen.values())
+        assert abs(counted - predicted) <= 0.05 * predicted, (counted, predicted)
+    else:
+        assert {k: v for k, v in seen.items() if v} == {x.untyped_storage().data_ptr(): x.untyped_storage().nbytes()}
+        assert abs(pol.held_bytes() - predicted) <= 0.05 * predicted
+    out.sum().backward()
+
+
+def test_a_block_whose_eager_ops_miss_the_saved_ones_is_refused():
+    """The alignment's coverage check: when the eager ops meet none of the ops whose outputs
+    the plan saves, the block is refused, naming them (here an eager sequence that shares
+    no op with the traced one)."""
+    from sgc_trace.apply.sac import Block, _answers, _Traced
+
+    traced = [_Traced("mm", True, 4096, "mm_1"), _Traced("relu", False, 0, "relu"), _Traced("mm", True, 4096, "mm_2")]
+    answers, coverage = _answers([("addmm", False), ("gelu", False)], traced)
+    assert coverage.missed_bytes == 8192 and coverage.missed_saves == ["mm_1", "mm_2"]
+    block = Block(nn.Linear(2, 2), sgc_trace.policy(), "layers.7")
+    block.coverage = coverage
+    with pytest.raises(ExportError, match=r"block `layers.7` \(Linear\).*8192 B \(mm_1, mm_2\)"):
+        block._check()

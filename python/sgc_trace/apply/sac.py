@@ -34,7 +34,10 @@ block:
    ops' outputs, until the backward: `Policy.held_bytes()` counts both (distinct storages,
    parameters left out), and `Policy.predicted_bytes()` the plan's saved values with the
    inputs, at SAC's granularity (all the outputs of each op saved). The two agree to a few
-   percent (`tests/test_sac.py`).
+   percent (`tests/test_sac.py`). Where checkpoint offers it (torch 2.15), the cache passes
+   through the caller's `saved_tensors_hooks` like every other tensor kept for the backward
+   (`save_on_cpu` moves it, a counting hook counts it); the tracing of a block at its first
+   call runs under hooks of its own, so a caller's hooks see only the real step.
 
 Parameters are never saved (they are resident), and buffers the block updates (BatchNorm
 running statistics) are updated once, by the forward: SAC's recomputation replays them
@@ -188,23 +191,28 @@ class Block(nn.Module):
             return self.module(*args, **kwargs)
         call = _Call(args, kwargs)
         if call.key not in self._traced:
-            traced, held = self._plan(call)
-            try:
-                eager = _eager_ops(self.module, call)
-            except Exception as e:
-                raise ExportError(f"policy: running block `{self.block_name}` on fake tensors failed "
-                                  f"({type(e).__name__}: {e}): checkpoint it whole instead (torch.utils.checkpoint), "
-                                  f"or compile it (sgc_trace.backend)") from e
-            answers, self.coverage = _answers(eager, traced)
-            self._check()
-            self._traced[call.key] = (answers, held)
+            with _own_hooks():
+                self._traced[call.key] = self._first(call)
         answers, self.predicted_bytes = self._traced[call.key]
         self._inputs = list(call.tensors)
         self._caches = []
         self.calls = 1
         return torch.utils.checkpoint.checkpoint(
             self.module, *args, use_reentrant=False, preserve_rng_state=True,
-            context_fn=functools.partial(self._contexts, answers), **kwargs)
+            context_fn=functools.partial(self._contexts, answers), **_RESPECT_HOOKS, **kwargs)
+
+    def _first(self, call: _Call) -> tuple[list, int]:
+        """At a call of a new signature: the plan, the eager ops and their decisions."""
+        traced, held = self._plan(call)
+        try:
+            eager = _eager_ops(self.module, call)
+        except Exception as e:
+            raise ExportError(f"policy: running block `{self.block_name}` on fake tensors failed "
+                              f"({type(e).__name__}: {e}): checkpoint it whole instead (torch.utils.checkpoint), "
+                              f"or compile it (sgc_trace.backend)") from e
+        answers, self.coverage = _answers(eager, traced)
+        self._check()
+        return answers, held
 
     def held(self) -> list[torch.Tensor]:
         """The tensors this block holds for its backward: its inputs and SAC's cache."""
@@ -264,6 +272,25 @@ class Block(nn.Module):
                 f"it was traced in: the plan saves {cov.saved_bytes} B, of which {cov.missed_bytes} B "
                 f"({', '.join(cov.missed_saves[:4])}) no eager op matched. Checkpoint it whole instead "
                 f"(torch.utils.checkpoint), or compile it (sgc_trace.backend)")
+
+
+def _own_hooks():
+    """Saved-tensor hooks of our own, that keep each tensor as it is, around the tracing
+    of a block: the fake tensors it saves are not the caller's hooks' business."""
+    return torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+
+
+def _respect_hooks() -> dict:
+    """`respect_saved_tensors_hooks=True` where checkpoint takes it (torch 2.15): what SAC
+    caches then passes through the caller's `saved_tensors_hooks` (`save_on_cpu`, a count),
+    as every other tensor kept for the backward does."""
+    import inspect
+
+    params = inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+    return {"respect_saved_tensors_hooks": True} if "respect_saved_tensors_hooks" in params else {}
+
+
+_RESPECT_HOOKS = _respect_hooks()
 
 
 class _Call:
