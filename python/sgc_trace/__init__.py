@@ -18,7 +18,7 @@ Everything sgc's Rust code knows (planning, costs, device profiles, sizes, peaks
 from the native module `sgc` (`sgc_trace.native`).
 """
 
-__version__ = "0.2.0"
+from .version import __version__  # noqa: E402,F401
 
 from .exporter.api import export, save, summary  # noqa: E402
 from .native import DeviceProfile, parse_profile, profiles  # noqa: E402

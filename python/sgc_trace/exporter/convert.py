@@ -64,7 +64,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from .. import __version__
+from ..version import __version__
 from ..native import DeviceProfile, with_times
 from ..errors import ExportError
 from .modules import META_KEY

@@ -158,7 +158,7 @@ BY_NAME = {e.name: e for e in CORPUS}
 
 def library_version(library: str) -> str:
     if library == "sgc_trace.tools.zoo":
-        from .. import __version__
+        from ..version import __version__
 
         return f"sgc_trace {__version__}"
     module = __import__(library)
