@@ -90,3 +90,17 @@ fn profile_on_a_missing_device_is_one_error() {
     assert!(err.starts_with("error: ") && err.contains("CUDA"), "{err}");
     assert!(!o.exists());
 }
+
+#[test]
+fn compare_without_a_plan_says_what_it_needs() {
+    let out = sgc(&["run", "graphs/tiny_mlp.json", "--compare", "--steps", "1"]);
+    assert!(!out.status.success(), "--compare without a plan ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("graphs/tiny_mlp.json")
+            && err.contains("--strategy")
+            && err.contains("--plan"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

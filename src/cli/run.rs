@@ -43,7 +43,7 @@ pub struct Args {
     /// Seed of the inputs and parameters.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Also run the unplanned schedule and print both.
+    /// Also run the unplanned schedule and print both (with --plan, --strategy or --dtr).
     #[arg(long)]
     compare: bool,
     /// Print the reports as JSON.
@@ -69,6 +69,14 @@ pub fn run(args: Args) -> CliResult {
             Device::Cpu => super::dtr::run(&common, &args.dtr_args, || Ok(CpuBackend::new())),
             Device::Cuda => super::dtr::run(&common, &args.dtr_args, || CudaBackend::new(0)),
         };
+    }
+    if args.compare && args.plan.is_none() && args.strategy.is_none() {
+        return Err(format!(
+            "{}: --compare runs a plan beside the unplanned run: name the plan with --strategy \
+             (e.g. --strategy sublinear) or --plan FILE, or use --dtr to compare run-time eviction",
+            args.file.display()
+        )
+        .into());
     }
     let graph = sgc::ir::load_any(&args.file)?;
     let plan = match (&args.plan, args.strategy) {
