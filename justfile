@@ -72,6 +72,14 @@ dtr:
     DTR_MARKDOWN=target/dtr.md DTR_SVG=docs/dtr_sweep.svg cargo bench --bench dtr
     bash scripts/docs-section.sh docs/benchmarks.md dtr target/dtr.md "just dtr"
 
+# Every torchvision classification model (80) exported at batch 2, the ops the CPU backend
+# lacks, and for the covered ones a none/sublinear/dtr step against the unplanned one
+# (about an hour on 2 cores); the table into docs/benchmarks.md. Use the CI venv or set PYTHON.
+torchvision PYTHON="python3":
+    cargo build --release
+    cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/torchvision_sweep.py --run --out ../target/torchvision.md
+    bash scripts/docs-section.sh docs/benchmarks.md torchvision target/torchvision.md "just torchvision"
+
 # sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
 # measured beside sgc's prediction, and beside torch.compile's activation_memory_budget
 # 0.1..0.9; updates docs/pytorch.md (CPU; about half an hour on 2 cores). Use the CI venv or set PYTHON.
