@@ -447,6 +447,10 @@ vocabulary! {
     AtenSoftplusBackward = "aten.softplus_backward.default" => pointwise();
     AtenMish = "aten.mish.default" => pointwise();
     AtenMishBackward = "aten.mish_backward.default" => pointwise();
+    /// `clamp(x, min_val, max_val)` (ReLU6 is `hardtanh(x, 0, 6)`).
+    AtenHardtanh = "aten.hardtanh.default" => pointwise();
+    /// `(dy, x) -> dy` where `min_val < x < max_val`, else 0.
+    AtenHardtanhBackward = "aten.hardtanh_backward.default" => pointwise();
     AtenHardswish = "aten.hardswish.default" => pointwise();
     AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
     AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();
@@ -493,6 +497,12 @@ vocabulary! {
     AtenMaxPool2dBackward = "aten.max_pool2d_with_indices_backward.default" => each(Axis0);
     AtenAvgPool2d = "aten.avg_pool2d.default" => each(Axis0);
     AtenAvgPool2dBackward = "aten.avg_pool2d_backward.default" => each(Axis0);
+    /// The mean over each of `output_size` windows of `[N, C, H, W]` (window `i` of an axis
+    /// spans `floor(i * in / out)` to `ceil((i + 1) * in / out)`; they overlap when `out`
+    /// does not divide `in`, and repeat elements when `out > in`).
+    AtenAdaptiveAvgPool2d = "aten._adaptive_avg_pool2d.default" => each(Axis0);
+    /// `(dy, x) -> dx`: each window's gradient spread evenly over its elements.
+    AtenAdaptiveAvgPool2dBackward = "aten._adaptive_avg_pool2d_backward.default" => each(Axis0);
     /// Training-mode batch norm: `(x, weight, bias) -> (y, save_mean, save_invstd)`.
     AtenBatchNorm = "aten._native_batch_norm_legit.no_stats" => rows(&[0], FIRST, NotAxis(1)).param(1, Ones).param(2, Zeros);
     AtenBatchNormBackward = "aten.native_batch_norm_backward.default" => rows(&[0, 1], FIRST, NotAxis(1));

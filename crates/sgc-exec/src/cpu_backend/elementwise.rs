@@ -97,6 +97,26 @@ pub(crate) fn leaky_relu_backward(dy: &[f32], x: &[f32], dx: &mut [f32], slope: 
     }
 }
 
+/// `hardtanh`: `x` clamped to `[min, max]`, as ATen's `min(max(x, min), max)` (NaN stays).
+pub(crate) fn hardtanh(x: &[f32], y: &mut [f32], min: f32, max: f32) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = if x < min {
+            min
+        } else if x > max {
+            max
+        } else {
+            x
+        };
+    }
+}
+
+/// `hardtanh_backward`: `(dy, x) -> dy` where `min < x < max`, else 0.
+pub(crate) fn hardtanh_backward(dy: &[f32], x: &[f32], dx: &mut [f32], min: f32, max: f32) {
+    for ((d, &g), &x) in dx.iter_mut().zip(dy).zip(x) {
+        *d = if x > min && x < max { g } else { 0.0 };
+    }
+}
+
 /// `param -= lr * grad`, in place.
 pub(crate) fn sgd_update(param: &mut [f32], grad: &[f32], lr: f32) {
     for (p, g) in param.iter_mut().zip(grad) {
@@ -186,6 +206,10 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         E::LeakyRelu { slope } => leaky_relu(f(&io.ins[0])?, io.outs[0], *slope),
         E::LeakyReluBackward { slope } => {
             leaky_relu_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *slope)
+        }
+        E::Hardtanh { min, max } => hardtanh(f(&io.ins[0])?, io.outs[0], *min, *max),
+        E::HardtanhBackward { min, max } => {
+            hardtanh_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *min, *max)
         }
         E::SgdUpdate { lr } => sgd_update(io.outs[0], f(&io.ins[0])?, *lr),
         E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value as f32),
@@ -324,6 +348,20 @@ fn add_scalar_i64(
 
 #[cfg(test)]
 mod tests {
+    /// ReLU6 as ATen runs it: clamped to `[0, 6]`, and the gradient passes strictly inside
+    /// (`x == 0` and `x == 6` get none).
+    #[test]
+    fn hardtanh_is_a_clamp_and_its_gradient_passes_strictly_inside() {
+        let x = [-1.0f32, 0.0, 0.5, 6.0, 7.5, f32::NAN];
+        let mut y = [0.0f32; 6];
+        super::hardtanh(&x, &mut y, 0.0, 6.0);
+        assert_eq!(&y[..5], &[0.0, 0.0, 0.5, 6.0, 6.0]);
+        assert!(y[5].is_nan());
+        let mut dx = [9.0f32; 6];
+        super::hardtanh_backward(&[1.0; 6], &x, &mut dx, 0.0, 6.0);
+        assert_eq!(dx, [0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    }
+
     use super::*;
 
     #[test]

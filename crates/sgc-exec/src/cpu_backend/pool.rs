@@ -5,7 +5,7 @@ use super::conv::Window;
 use super::{byte_path, f, idx, CpuBackend, Indices, Io, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
-use crate::ops::pool::Pool;
+use crate::ops::pool::{adaptive_window, Pool};
 
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
 pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -168,6 +168,60 @@ pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window) {
     }
 }
 
+/// `_adaptive_avg_pool2d`: `x [planes, h, w] -> y [planes, ho, wo]`, each output the mean of
+/// its adaptive window, summed in f32 row by row and divided by the window's height, then
+/// its width, as ATen's CPU kernel does.
+pub(crate) fn adaptive_avg_pool2d(
+    x: &[f32],
+    y: &mut [f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    (ho, wo): (usize, usize),
+) {
+    for plane in 0..planes {
+        for oi in 0..ho {
+            let (i0, i1) = adaptive_window(oi, ho, h);
+            for oj in 0..wo {
+                let (j0, j1) = adaptive_window(oj, wo, w);
+                let mut s = 0.0f32;
+                for i in i0..i1 {
+                    for j in j0..j1 {
+                        s += x[(plane * h + i) * w + j];
+                    }
+                }
+                y[(plane * ho + oi) * wo + oj] = s / (i1 - i0) as f32 / (j1 - j0) as f32;
+            }
+        }
+    }
+}
+
+/// `_adaptive_avg_pool2d_backward`: each window's gradient, divided by its height then its
+/// width, added to every element of the window (windows overlap where the sizes do not
+/// divide).
+pub(crate) fn adaptive_avg_pool2d_backward(
+    dy: &[f32],
+    dx: &mut [f32],
+    planes: usize,
+    (h, w): (usize, usize),
+    (ho, wo): (usize, usize),
+) {
+    dx.fill(0.0);
+    for plane in 0..planes {
+        for oi in 0..ho {
+            let (i0, i1) = adaptive_window(oi, ho, h);
+            for oj in 0..wo {
+                let (j0, j1) = adaptive_window(oj, wo, w);
+                let grad = dy[(plane * ho + oi) * wo + oj] / (i1 - i0) as f32 / (j1 - j0) as f32;
+                for i in i0..i1 {
+                    for j in j0..j1 {
+                        dx[(plane * h + i) * w + j] += grad;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs a kernel of the family on f32 data.
 pub(super) fn run(k: &Pool, io: Io) -> R {
     let x = f(&io.ins[0])?;
@@ -190,6 +244,19 @@ pub(super) fn run(k: &Pool, io: Io) -> R {
         io.ops_out[0].shape.as_slice(),
     );
     match k {
+        Pool::AdaptiveAvgPool2d { .. } => {
+            adaptive_avg_pool2d(x, out, s[0] * s[1], (s[2], s[3]), (y[2], y[3]))
+        }
+        Pool::AdaptiveAvgPool2dBackward => {
+            let x_shape = io.ops_in[1].shape.as_slice();
+            adaptive_avg_pool2d_backward(
+                x,
+                out,
+                s[0] * s[1],
+                (x_shape[2], x_shape[3]),
+                (s[2], s[3]),
+            )
+        }
         Pool::GlobalAvgPool => global_avg_pool(x, out, s[2] * s[3]),
         Pool::GlobalAvgPoolGrad => global_avg_pool_grad(x, out, y[2] * y[3]),
         Pool::Upsample2x => upsample_nearest2x(x, out, s[2], s[3]),
@@ -217,4 +284,64 @@ pub(super) fn launch_bytes(
     be.write_f32(&outputs[0], &y)?;
     be.write(outputs[1].buffer, outputs[1].offset, &ib)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8) as f32
+                    / 16_777_216.0
+                    - 0.5
+            })
+            .collect()
+    }
+
+    /// ATen's windows: `floor(i * len / out)` to `ceil((i + 1) * len / out)`, overlapping
+    /// when `out` does not divide `len`, repeating elements when `out > len`.
+    #[test]
+    fn adaptive_windows_are_atens() {
+        let windows: Vec<_> = (0..3).map(|i| adaptive_window(i, 3, 7)).collect();
+        assert_eq!(windows, [(0, 3), (2, 5), (4, 7)]);
+        let up: Vec<_> = (0..7).map(|i| adaptive_window(i, 7, 3)).collect();
+        assert_eq!(up, [(0, 1), (0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (2, 3)]);
+    }
+
+    /// Output size = input size is the identity; output size 1 is the plane's mean; and the
+    /// backward is the forward's adjoint: `<y, dy> == <x, dx>` for any `x` and `dy`.
+    #[test]
+    fn adaptive_average_pooling_and_its_gradient() {
+        let (planes, h, w) = (3, 5, 6);
+        let x = values(planes * h * w, 7);
+        let mut same = vec![0.0; x.len()];
+        adaptive_avg_pool2d(&x, &mut same, planes, (h, w), (h, w));
+        assert_eq!(same, x);
+        let mut mean = vec![0.0; planes];
+        adaptive_avg_pool2d(&x, &mut mean, planes, (h, w), (1, 1));
+        for (p, m) in mean.iter().enumerate() {
+            let want = x[p * h * w..(p + 1) * h * w].iter().sum::<f32>() / h as f32 / w as f32;
+            assert!((m - want).abs() < 1e-6, "{m} vs {want}");
+        }
+        for (ho, wo) in [(7, 7), (2, 4), (3, 6), (4, 1)] {
+            let mut y = vec![0.0; planes * ho * wo];
+            adaptive_avg_pool2d(&x, &mut y, planes, (h, w), (ho, wo));
+            let dy = values(y.len(), 11);
+            let mut dx = vec![0.0; x.len()];
+            adaptive_avg_pool2d_backward(&dy, &mut dx, planes, (h, w), (ho, wo));
+            let dot = |a: &[f32], b: &[f32]| {
+                a.iter()
+                    .zip(b)
+                    .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                    .sum::<f64>()
+            };
+            let (lhs, rhs) = (dot(&y, &dy), dot(&x, &dx));
+            assert!(
+                (lhs - rhs).abs() < 1e-5,
+                "{ho}x{wo}: <y, dy> {lhs} vs <x, dx> {rhs}"
+            );
+        }
+    }
 }

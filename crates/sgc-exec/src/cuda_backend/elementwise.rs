@@ -261,5 +261,8 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             d.launch("tril", Grid::Elements(numel()), &args)
         }
         E::Where => where_select(d, io),
+        E::Hardtanh { .. } | E::HardtanhBackward { .. } => Err(crate::error::KernelError::Operands(
+            "hardtanh runs on the CPU backend only (its KINDS row says so)".to_string(),
+        )),
     }
 }

@@ -150,6 +150,9 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
                 &args,
             )
         }
+        (Pool::AdaptiveAvgPool2d { .. } | Pool::AdaptiveAvgPool2dBackward, _) => Err(KernelError::Operands(
+            "adaptive average pooling runs on the CPU backend only (its KINDS row says so)".to_string(),
+        )),
         _ => Err(KernelError::Operands("no pooling window".to_string())),
     }
 }

@@ -21,7 +21,7 @@ kinds! {
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
         AtenLiftFreshCopy;
-    cpu: ;
+    cpu: AtenHardtanh AtenHardtanhBackward;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +50,16 @@ pub enum Elementwise {
     /// `(dy, x) -> dy` where `x` is positive, else `slope * dy` (ATen's operand order).
     LeakyReluBackward {
         slope: f32,
+    },
+    /// `x` clamped to `[min, max]` (ReLU6: `[0, 6]`; NaN stays NaN).
+    Hardtanh {
+        min: f32,
+        max: f32,
+    },
+    /// `(dy, x) -> dy` where `min < x < max`, else 0 (ATen's operand order).
+    HardtanhBackward {
+        min: f32,
+        max: f32,
     },
     /// `param -= lr * grad`, in place; no outputs.
     SgdUpdate {
@@ -193,6 +203,20 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
             )?;
             E::LeakyReluBackward { slope }
         }
+        K::AtenHardtanh | K::AtenHardtanhBackward => {
+            let (min, max) = (
+                a.f32_or("min_val", Some(-1.0))?,
+                a.f32_or("max_val", Some(1.0))?,
+            );
+            if min > max {
+                return Err(a.err(format!("`min_val` {min} is above `max_val` {max}")));
+            }
+            if kind == K::AtenHardtanh {
+                E::Hardtanh { min, max }
+            } else {
+                E::HardtanhBackward { min, max }
+            }
+        }
         K::SgdUpdate => E::SgdUpdate {
             lr: a.f32_or("lr", None)?,
         },
@@ -299,6 +323,7 @@ impl Family for Elementwise {
             E::Relu
             | E::Gelu
             | E::LeakyRelu { .. }
+            | E::Hardtanh { .. }
             | E::BiasAddGrad { .. }
             | E::AddScalar { .. }
             | E::MulScalar { .. }
@@ -355,6 +380,7 @@ impl Family for Elementwise {
             | E::ReluGrad
             | E::GeluGrad
             | E::LeakyReluBackward { .. }
+            | E::HardtanhBackward { .. }
             | E::ThresholdBackward { .. }
             | E::PointwiseBackward(_) => {
                 eq("input 1", s(1), s(0))?;
@@ -363,6 +389,7 @@ impl Family for Elementwise {
             E::Relu
             | E::Gelu
             | E::LeakyRelu { .. }
+            | E::Hardtanh { .. }
             | E::AddScalar { .. }
             | E::MulScalar { .. }
             | E::DivScalar { .. }

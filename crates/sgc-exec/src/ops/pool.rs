@@ -1,5 +1,6 @@
 //! Pooling over `[N, C, H, W]` (max, average, global average; the exporter's max pooling
-//! with indices) and nearest 2x upsampling, with their gradients.
+//! with indices and adaptive average pooling) and nearest 2x upsampling, with their
+//! gradients.
 
 use super::check::{eq, expect, window_out, R};
 use super::{Cx, Family, Slot};
@@ -13,7 +14,7 @@ use sgc_ir::DType;
 kinds! {
     cuda: MaxPool2d MaxPool2dGrad GlobalAvgPool GlobalAvgPoolGrad Upsample2x Upsample2xGrad
         AtenMaxPool2d AtenMaxPool2dBackward AtenAvgPool2d AtenAvgPool2dBackward;
-    cpu: ;
+    cpu: AtenAdaptiveAvgPool2d AtenAdaptiveAvgPool2dBackward;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +60,19 @@ pub enum Pool {
     Upsample2x,
     /// Sum over each 2x2 block.
     Upsample2xGrad,
+    /// The mean over each adaptive window (`sgc_ir::ops::OpKind::AtenAdaptiveAvgPool2d`):
+    /// `x [N, C, H, W] -> y [N, C, ho, wo]`, `out` being `[ho, wo]`.
+    AdaptiveAvgPool2d {
+        out: [usize; 2],
+    },
+    /// `(dy [N, C, ho, wo], x [N, C, H, W]) -> dx`.
+    AdaptiveAvgPool2dBackward,
+}
+
+/// `[start, end)` of window `i` of `out` over an axis of `len` (ATen's adaptive windows:
+/// `floor(i * len / out)` to `ceil((i + 1) * len / out)`).
+pub fn adaptive_window(i: usize, out: usize, len: usize) -> (usize, usize) {
+    (i * len / out, ((i + 1) * len).div_ceil(out))
 }
 
 /// The kernel of op kind `kind`, if this family runs it.
@@ -104,6 +118,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Pool>, ExecError> {
                 }
             }
         }
+        K::AtenAdaptiveAvgPool2d => {
+            let out = a.pair("output_size")?;
+            if out.contains(&0) {
+                return Err(a.err(format!("`output_size` = {out:?}: sizes above 0 run")));
+            }
+            Pool::AdaptiveAvgPool2d { out }
+        }
+        K::AtenAdaptiveAvgPool2dBackward => Pool::AdaptiveAvgPool2dBackward,
         K::AtenAvgPool2d | K::AtenAvgPool2dBackward => {
             a.flag("ceil_mode", false, "ceil_mode = false")?;
             a.flag("count_include_pad", true, "count_include_pad = true")?;
@@ -224,7 +246,9 @@ impl Pool {
 impl Family for Pool {
     fn arity(&self) -> (Option<usize>, usize) {
         match self {
-            Pool::MaxPool2dGrad { .. } | Pool::AvgPool2dBackward { .. } => (Some(2), 1),
+            Pool::MaxPool2dGrad { .. }
+            | Pool::AvgPool2dBackward { .. }
+            | Pool::AdaptiveAvgPool2dBackward => (Some(2), 1),
             Pool::MaxPool2dIndices { .. } => (Some(1), 2),
             Pool::MaxPool2dIndicesBackward { .. } => (Some(3), 1),
             _ => (Some(1), 1),
@@ -265,6 +289,19 @@ impl Family for Pool {
                 let x = s(0);
                 expect(x.len() == 4, || format!("rank-4 input, got {x:?}"))?;
                 eq("output", o(0), &[x[0], x[1], 2 * x[2], 2 * x[3]])
+            }
+            Pool::AdaptiveAvgPool2d { out } => {
+                let x = s(0);
+                expect(x.len() == 4, || format!("rank-4 input, got {x:?}"))?;
+                eq("output", o(0), &[x[0], x[1], out[0], out[1]])
+            }
+            Pool::AdaptiveAvgPool2dBackward => {
+                let (dy, x) = (s(0), s(1));
+                expect(dy.len() == 4 && x.len() == 4, || {
+                    format!("rank-4 dy and input, got {dy:?} and {x:?}")
+                })?;
+                eq("dy", &dy[..2], &x[..2])?;
+                eq("output", o(0), x)
             }
             _ => {
                 let dx = o(0);
