@@ -9,7 +9,7 @@ or a dict in the graph format.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 __version__: str
 
@@ -43,6 +43,10 @@ class PlanRejected(PlanError):
     """The verifier refuses the plan."""
 
     violations: list[str]
+
+class ExecutionError(SgcError):
+    """A graph could not be run: a value of the wrong size, an op the backend lacks, a
+    kernel that refused its operands."""
 
 class Graph:
     """A validated training-step graph (format `sgc-graph`, version 1)."""
@@ -149,6 +153,20 @@ def verify(graph: _GraphLike, plan: _PlanLike) -> dict[str, Any]:
 
 def load_plan(source: _PlanLike, graph: _GraphLike) -> Plan:
     """Reads and checks a plan; raises GraphMismatch for a plan made for another graph."""
+
+def execute(
+    graph: _GraphLike,
+    values: Mapping[str, bytes],
+    plan: _PlanLike | None = None,
+    steps: int = 1,
+    seed: int | None = None,
+    read: Sequence[str] | None = None,
+) -> dict[str, bytes]:
+    """Runs `steps` training steps on the CPU backend (unplanned, or under a verified
+    `plan`) with `values` (name -> little-endian bytes of the declared dtype and shape) bound
+    to the inputs and persistent tensors (`seed`: seeded values for the ones left out);
+    returns name -> bytes of every graph output and of each name in `read`. Raises
+    ValueError for a value of the wrong size, ExecutionError when the step cannot run."""
 
 def inspect(
     graph: _GraphLike,

@@ -9,13 +9,18 @@ weights, nothing downloaded), at batch 2 and 96x96 (224x224 for the models that 
 1. export the training step with `sgc_trace.export` (cross-entropy over 1000 classes);
 2. ask the CPU backend which of its ops it cannot run (`sgc inspect --device cpu`, the
    executor's own pre-run checks): the op types missing and how many ops they are;
-3. with `--run`, for a model the CPU backend covers, run one step of its `none`,
-   `sublinear` and `dtr` plans (`sgc run --compare`: planned against unplanned, bitwise).
+3. with `--run`, for a model the CPU backend covers, with dropout and stochastic depth
+   off (sgc's random numbers are not PyTorch's), on the same weights and inputs:
+   - the step against PyTorch's (`sgc_trace.tools.execute.against_pytorch`): the loss and
+     every gradient against PyTorch's float64 step, within 1e-4 of the tensor's largest
+     magnitude, or within 10x PyTorch's own float32 error where that is larger (a gradient
+     that is zero analytically, or one behind a ReLU whose input is within rounding of 0);
+   - every ATen op replayed by PyTorch on the values sgc gave its inputs (`replay_ops`),
+     each within 1e-5, or 10x PyTorch's own float32 error;
+   - the `none`, `sublinear` and `dtr` plans' steps against the unplanned one, bitwise.
 
 Columns: the model, its input, ops in the traced step, the unplanned and the sublinear
-plan's peak (memory model), what the CPU backend lacks, and the run's result. The issue it
-measures (the executor runs what PyTorch traces) wants every row to run bitwise and match
-PyTorch's own step within 1e-4; the comparison with PyTorch's step is not here yet.
+plan's peak (memory model), what the CPU backend lacks, and the run's results.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from sgc_bin import find_sgc  # noqa: E402
 from sgc_trace import InputSpec, export, save  # noqa: E402
 from sgc_trace.errors import first_line  # noqa: E402
 from sgc_trace.native import module  # noqa: E402
+from sgc_trace.tools.execute import against_pytorch, replay_ops, run_on_sgc  # noqa: E402
 
+# Loss and every gradient within this share of the tensor's largest magnitude of PyTorch's.
+TOLERANCE = 1e-4
 # Models that refuse 96x96 inputs (a fixed image size, or too many poolings).
 NEEDS_224 = ("vit_", "swin_v2", "maxvit", "inception_v3", "googlenet")
 
@@ -53,13 +61,72 @@ def sgc(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(find_sgc()), *args], capture_output=True, text=True)
 
 
+def without_randomness(model: torch.nn.Module) -> torch.nn.Module:
+    """Dropout and stochastic depth off (`p = 0`): sgc's random numbers are not PyTorch's,
+    so a step that draws them cannot be compared value for value."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) or type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+    return model
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and (a.numel() == 0 or torch.equal(a.reshape(-1).view(torch.uint8),
+                                                                  b.reshape(-1).view(torch.uint8)))
+
+
+def describe(c) -> str:
+    """A comparison with PyTorch in a few words: pass or fail, the largest error of the
+    tensors held to the floor, and how many were held to PyTorch's own rounding instead."""
+    plain = [e for k, e in c.errors.items() if c.tolerance(k) == c.floor]
+    loose = len(c.errors) - len(plain)
+    held = f", {loose} at {c.slack:g}x PyTorch's f32 error" if loose else ""
+    if c.failed:
+        k = c.worst_tensor
+        return (f"vs PyTorch: {len(c.failed)} of {len(c.errors)} off ({k}: {c.errors[k]:.1e}, "
+                f"PyTorch f32 {c.torch_errors[k]:.1e})")
+    return f"vs PyTorch: {len(plain)} within {max(plain, default=0):.1e}{held}"
+
+
+def run_step(graph: dict, path: Path, model: torch.nn.Module, inputs: dict) -> str:
+    """sgc's unplanned step against PyTorch's, then each plan's against the unplanned one."""
+    sgc_mod = module()
+    try:
+        unplanned = run_on_sgc(graph, model, inputs)
+        compared = against_pytorch(model, F.cross_entropy, graph, inputs, floor=TOLERANCE)
+    except Exception as e:
+        return f"failed: {first_line(e, 100)}"
+    results = [describe(compared)]
+    try:
+        ops = replay_ops(graph, model, inputs)
+        if ops.failed:
+            op, out, err, tol = max(ops.failed, key=lambda f: f[2] / f[3])
+            results.append(f"ops: {len(ops.failed)} outputs off ({op} -> {out}: {err:.1e} > {tol:.1e})")
+        else:
+            results.append(f"ops: {ops.replayed} replayed, all within")
+    except Exception as e:
+        results.append(f"ops: replay failed ({first_line(e, 80)})")
+    for strategy in ("none", "sublinear", "dtr"):
+        try:
+            plan = sgc_mod.plan(str(path), strategy=strategy, genetic_iters=2)
+            got = run_on_sgc(graph, model, inputs, plan=plan)
+        except Exception as e:
+            results.append(f"{strategy}: failed ({first_line(e, 80)})")
+            continue
+        same = all(same_bits(got[k], unplanned[k]) for k in unplanned)
+        results.append(f"{strategy}: {'bitwise' if same else 'differs'}")
+    return "; ".join(results)
+
+
 def one(name: str, folder: Path, run: bool) -> str:
     import torchvision
 
     size = size_of(name)
     started = time.perf_counter()
+    torch.manual_seed(0)
     try:
-        graph = export(lambda: torchvision.models.get_model(name, weights=None), F.cross_entropy,
+        model = without_randomness(torchvision.models.get_model(name, weights=None))
+        graph = export(model, F.cross_entropy,
                        [InputSpec("x", (2, 3, size, size)), InputSpec("y", (2,), torch.int64, high=1000)],
                        name=name)
     except Exception as e:
@@ -81,16 +148,8 @@ def one(name: str, folder: Path, run: bool) -> str:
         missing = "none"
     result = ""
     if run and coverage is not None and not coverage["missing"]:
-        results = []
-        for strategy in ("none", "sublinear", "dtr"):
-            r = sgc("run", str(path), "--strategy", strategy, "--compare", "--steps", "1", "--warmup", "1", "--json")
-            if r.returncode != 0:
-                results.append(f"{strategy}: failed ({first_line(RuntimeError(r.stderr), 80)})")
-                continue
-            runs = json.loads(r.stdout)
-            same = runs[0]["losses"] == runs[1]["losses"]
-            results.append(f"{strategy}: {'bitwise' if same else 'differs'}")
-        result = "; ".join(results)
+        inputs = {"x": torch.randn(2, 3, size, size), "y": torch.randint(0, 1000, (2,))}
+        result = run_step(graph, path, model, inputs)
     mib = 1 << 20
     return (f"| {name} | {size}x{size} | {len(graph['ops'])} | {un['planned_peak'] / mib:.1f} MiB | "
             f"{sub['planned_peak'] / mib:.1f} MiB | {missing} | {result or ('not run' if run else '')} |")
@@ -107,8 +166,8 @@ def main(argv=None) -> int:
     names = torchvision.models.list_models(module=torchvision.models)
     if a.only:
         names = [n for n in names if n in a.only.split(",")]
-    head = ["| model | input | ops | unplanned peak | sublinear peak | ops the CPU backend lacks | run (planned vs "
-            "unplanned) |", "|---|---|---:|---:|---:|---|---|"]
+    head = ["| model | input | ops | unplanned peak | sublinear peak | ops the CPU backend lacks | run: sgc vs PyTorch, planned vs "
+            "unplanned |", "|---|---|---:|---:|---:|---|---|"]
     rows = []
     out = Path(a.out)
     start = time.time()

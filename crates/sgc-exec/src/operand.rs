@@ -55,6 +55,83 @@ impl View {
     }
 }
 
+impl View {
+    /// For each element of the view, row-major in its shape, the row-major index of the
+    /// element of the stored tensor it reads: the view as a gather, for any dtype (what
+    /// reading a view back to the host needs). `None` when a step does not fit.
+    pub fn indices(&self) -> Option<Vec<usize>> {
+        let mut shape = self.base.clone();
+        let mut idx: Vec<usize> = (0..shape.iter().product()).collect();
+        for step in &self.steps {
+            if !step.fits(&shape) {
+                return None;
+            }
+            let (to, order) = match step {
+                ViewStep::Reshape(to) => (to.clone(), idx),
+                ViewStep::Permute(perm) => {
+                    let to: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+                    let from = strides(&shape);
+                    let along: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
+                    (to.clone(), gather(&idx, &to, |i, a| i * along[a]))
+                }
+                ViewStep::Expand(to) => {
+                    let lead = to.len() - shape.len();
+                    let from = strides(&shape);
+                    let along: Vec<usize> = (0..to.len())
+                        .map(|a| match a.checked_sub(lead) {
+                            Some(b) if shape[b] != 1 => from[b],
+                            _ => 0,
+                        })
+                        .collect();
+                    (to.clone(), gather(&idx, to, |i, a| i * along[a]))
+                }
+                ViewStep::Slice { axis, start, end } => {
+                    let mut to = shape.clone();
+                    to[*axis] = end - start;
+                    let from = strides(&shape);
+                    let base = start * from[*axis];
+                    let order = gather(&idx, &to, |i, a| {
+                        i * from[a] + if a == 0 { base } else { 0 }
+                    });
+                    (to, order)
+                }
+            };
+            shape = to;
+            idx = order;
+        }
+        Some(idx)
+    }
+}
+
+/// Row-major strides of `shape`, in elements.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for a in (0..shape.len().saturating_sub(1)).rev() {
+        s[a] = s[a + 1] * shape[a + 1];
+    }
+    s
+}
+
+/// `idx[offset(m)]` for every multi-index `m` of `shape` in row-major order, where
+/// `offset(m) = sum over axes a of term(m[a], a)`.
+fn gather(idx: &[usize], shape: &[usize], term: impl Fn(usize, usize) -> usize) -> Vec<usize> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut m = vec![0usize; shape.len()];
+    for _ in 0..n {
+        let at: usize = m.iter().enumerate().map(|(a, &i)| term(i, a)).sum();
+        out.push(idx[at]);
+        for a in (0..shape.len()).rev() {
+            m[a] += 1;
+            if m[a] < shape[a] {
+                break;
+            }
+            m[a] = 0;
+        }
+    }
+    out
+}
+
 /// One step of a [`View`]; each gives a contiguous tensor of the step's shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ViewStep {
@@ -136,5 +213,50 @@ impl Operand {
             && other.bytes() > 0
             && self.offset < other.offset + other.bytes()
             && other.offset < self.offset + self.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_as_a_gather_reads_what_its_steps_read() {
+        // base [2, 3]: 0 1 2 / 3 4 5; columns 1..3 -> [2, 2]: 1 2 / 4 5; transposed: 1 4 / 2 5.
+        let v = View {
+            base: vec![2, 3],
+            steps: vec![
+                ViewStep::Slice {
+                    axis: 1,
+                    start: 1,
+                    end: 3,
+                },
+                ViewStep::Permute(vec![1, 0]),
+            ],
+        };
+        assert_eq!(v.indices(), Some(vec![1, 4, 2, 5]));
+        // Row 1 of the base, broadcast to [2, 1, 3]; then flattened.
+        let v = View {
+            base: vec![2, 3],
+            steps: vec![
+                ViewStep::Slice {
+                    axis: 0,
+                    start: 1,
+                    end: 2,
+                },
+                ViewStep::Expand(vec![2, 1, 3]),
+                ViewStep::Reshape(vec![6]),
+            ],
+        };
+        assert_eq!(v.indices(), Some(vec![3, 4, 5, 3, 4, 5]));
+        let bad = View {
+            base: vec![2],
+            steps: vec![ViewStep::Slice {
+                axis: 0,
+                start: 1,
+                end: 3,
+            }],
+        };
+        assert_eq!(bad.indices(), None);
     }
 }

@@ -151,7 +151,29 @@ impl<B: Backend, S: Schedule<B>> Runner<B, S> {
             .schedule
             .resident(&self.graph, t)
             .ok_or_else(|| ExecError::NotResident(name.to_string()))?;
-        read_tensor(&mut self.backend, self.graph.tensor(t), buf, off)
+        let root = self.graph.storage_root(t);
+        if root == t {
+            return read_tensor(&mut self.backend, self.graph.tensor(t), buf, off);
+        }
+        // A view: the stored tensor read whole, then gathered as the view reads it.
+        let stored = read_tensor(&mut self.backend, self.graph.tensor(root), buf, off)?;
+        let decl = self.graph.tensor(t);
+        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+        let Some(view) = crate::view::view_of(&self.graph, t)? else {
+            let bytes = stored.to_bytes();
+            let n = shape.iter().product::<usize>() * decl.dtype.size() as usize;
+            return host_tensor(decl, shape, &bytes[..n.min(bytes.len())]);
+        };
+        let indices = view
+            .indices()
+            .ok_or_else(|| ExecError::NotResident(name.to_string()))?;
+        let width = decl.dtype.size() as usize;
+        let bytes = stored.to_bytes();
+        let gathered: Vec<u8> = indices
+            .iter()
+            .flat_map(|&i| bytes[i * width..(i + 1) * width].iter().copied())
+            .collect();
+        host_tensor(decl, shape, &gathered)
     }
 
     /// The scalar loss after the last step.
@@ -206,7 +228,15 @@ fn read_tensor<B: Backend>(
     let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
     let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
     backend.read(buf, off, &mut bytes)?;
-    HostTensor::from_bytes(d.dtype, shape, &bytes).ok_or_else(|| ExecError::UnsupportedDType {
+    host_tensor(d, shape, &bytes)
+}
+
+fn host_tensor(
+    d: &sgc_ir::Tensor,
+    shape: Vec<usize>,
+    bytes: &[u8],
+) -> Result<HostTensor, ExecError> {
+    HostTensor::from_bytes(d.dtype, shape, bytes).ok_or_else(|| ExecError::UnsupportedDType {
         tensor: d.name.clone(),
         dtype: d.dtype.as_str().to_string(),
     })

@@ -14,6 +14,7 @@ mod errors;
 mod graph;
 mod info;
 mod plan;
+mod run;
 
 use convert::{named, opt_size, size, to_py};
 use graph::Graph;
@@ -145,6 +146,8 @@ fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan::load_plan, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(fit, m)?)?;
+    m.add_function(wrap_pyfunction!(run::execute, m)?)?;
+    run::register(m)?;
     m.add_function(wrap_pyfunction!(info::device_profiles, m)?)?;
     m.add_function(wrap_pyfunction!(info::device_profile, m)?)?;
     m.add_function(wrap_pyfunction!(info::roofline, m)?)?;
