@@ -63,3 +63,40 @@ def test_a_tensor_of_the_wrong_size_is_refused_by_name():
         sgc.execute(sgc.load(graph), {})
     out = sgc.execute(sgc.load(graph), {"x": torch.tensor([-1.0, 2.0, -3.0, 4.0]).numpy().tobytes()})
     assert torch.frombuffer(bytearray(out["y"]), dtype=torch.float32).tolist() == [0.0, 2.0, 0.0, 4.0]
+
+
+class _LayerScale(torch.nn.Module):
+    """A per-channel scale (ConvNeXt's layer scale): its gradient sums over axes 0, 2 and 3."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.gamma = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
+        self.head = torch.nn.Linear(4 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.head((self.conv(x) * self.gamma).flatten(1))
+
+
+SMALL = {
+    # googlenet's and squeezenet's pooling: a last window that hangs past the input.
+    # 6x6 pooled by 3 with stride 2: 3x3 windows where floor mode has 2x2; padded, 4x4.
+    "max_pool_ceil_mode": lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(3, 2, ceil_mode=True),
+                                                      torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 10)),
+    "max_pool_ceil_mode_padded": lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3),
+                                                             torch.nn.MaxPool2d(3, 2, padding=1, ceil_mode=True),
+                                                             torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 10)),
+    "sum_over_axes_0_2_3": _LayerScale,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_sgc_runs_the_small_module_as_pytorch_does(name):
+    torch.manual_seed(0)
+    model = SMALL[name]()
+    graph = export(model, F.cross_entropy, [InputSpec("x", (2, 3, 8, 8)), InputSpec("y", (2,), torch.int64, high=10)],
+                   name=name, mark_batch=False)
+    inputs = {"x": torch.randn(2, 3, 8, 8), "y": torch.randint(0, 10, (2,))}
+    step = against_pytorch(model, F.cross_entropy, graph, inputs)
+    assert not step.failed, [(k, step.errors[k], step.tolerance(k)) for k in step.failed]
+    assert not replay_ops(graph, model, inputs).failed

@@ -549,7 +549,13 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
         (1, 3, true, vec![4]),
         (0, 3, false, vec![]),
     ] {
-        let k = Reduce { start, end, mean };
+        let axes = (start..end).collect();
+        let k = Reduce {
+            start,
+            end,
+            axes,
+            mean,
+        };
         out.push(case(
             &format!("{} {start}..{end}", if mean { "mean" } else { "sum" }),
             k,
@@ -800,11 +806,13 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
                 kernel,
                 stride,
                 padding,
+                ceil: false,
             },
             MaxPool2dIndicesBackward {
                 kernel,
                 stride,
                 padding,
+                ceil: false,
             },
         );
         let (ap, ab) = (

@@ -182,6 +182,10 @@ def _aten_call(op: dict, values: list[torch.Tensor], wide: bool):
     return [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
 
 
+# Ops whose outputs hold no defined values: nothing to compare.
+_UNDEFINED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+
+
 def replay_ops(graph: dict, model: torch.nn.Module, inputs: dict[str, torch.Tensor], floor: float = 1e-5,
                slack: float = 10.0) -> OpReplay:
     """Runs `graph` once on sgc's CPU backend with every activation kept (declared an
@@ -197,6 +201,9 @@ def replay_ops(graph: dict, model: torch.nn.Module, inputs: dict[str, torch.Tens
     for op in graph["ops"]:
         if not op["op"].startswith("aten."):
             result.skipped[op["name"]] = f"{op['op']}: sgc's own op, not PyTorch's"
+            continue
+        if op["op"].split(".")[1] in _UNDEFINED:
+            result.skipped[op["name"]] = f"{op['op']}: its values are undefined (uninitialised memory)"
             continue
         values = [got.get(t, known.get(t)) for t in op["inputs"]]
         if any(v is None for v in values):

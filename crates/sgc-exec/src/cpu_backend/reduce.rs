@@ -1,4 +1,6 @@
-//! Sums and means over contiguous axes, accumulated in f64 in a fixed order.
+//! Sums and means, accumulated in f64 in a fixed order: over contiguous axes in place; over
+//! others after moving the kept axes first (the reduced ones then form one contiguous run,
+//! summed in the same row-major order).
 
 use super::{f, Io, R};
 use crate::ops::reduce::Reduce;
@@ -18,8 +20,20 @@ pub(crate) fn reduce(x: &[f32], y: &mut [f32], red: usize, inner: usize, mean: b
 /// Runs the family's kernel.
 pub(super) fn run(k: &Reduce, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
-    let red = x[k.start..k.end].iter().product();
-    let inner = x[k.end..].iter().product();
-    reduce(f(&io.ins[0])?, io.outs[0], red, inner, k.mean);
+    if k.adjacent() {
+        let red = x[k.start..k.end].iter().product();
+        let inner = x[k.end..].iter().product();
+        reduce(f(&io.ins[0])?, io.outs[0], red, inner, k.mean);
+        return Ok(());
+    }
+    let perm: Vec<usize> = (0..x.len())
+        .filter(|a| !k.axes.contains(a))
+        .chain(k.axes.iter().copied())
+        .collect();
+    let data = f(&io.ins[0])?;
+    let mut moved = vec![0.0; data.len()];
+    super::shape::transpose(data, &mut moved, x, &perm);
+    let red = k.axes.iter().map(|&a| x[a]).product();
+    reduce(&moved, io.outs[0], red, 1, k.mean);
     Ok(())
 }

@@ -45,6 +45,8 @@ use crate::kernel::{FamilyKernel, Kernel, Shape};
 pub fn runs(kernel: &Kernel) -> bool {
     match kernel.op() {
         FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
+        // `reduce_sum` views its operand as [outer, red, inner].
+        FamilyKernel::Reduce(r) => r.adjacent(),
         _ => kernel.on_cuda(),
     }
 }

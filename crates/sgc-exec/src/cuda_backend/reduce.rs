@@ -7,6 +7,12 @@ use crate::ops::reduce::Reduce;
 
 /// Runs the family's kernel: `x` viewed as `[outer, red, inner]`, summed over `red`.
 pub(super) fn run(k: &Reduce, d: &mut Device, io: Io) -> R {
+    if !k.adjacent() {
+        return Err(crate::error::KernelError::Operands(format!(
+            "a reduction over the non-adjacent axes {:?} runs on the CPU backend only",
+            k.axes
+        )));
+    }
     let x = io.ops_in[0].shape.as_slice();
     let outer: usize = x[..k.start].iter().product();
     let red: usize = x[k.start..k.end].iter().product();

@@ -34,16 +34,20 @@ pub enum Pool {
     /// `dy [N, C] -> dx [N, C, H, W]`.
     GlobalAvgPoolGrad,
     /// `x -> (y, indices)`: the maximum of each window and its flat index in the plane.
+    /// `ceil`: PyTorch's `ceil_mode` (one more window on an axis where the last would start
+    /// inside the input or the left padding; taps past the input are skipped).
     MaxPool2dIndices {
         kernel: usize,
         stride: usize,
         padding: usize,
+        ceil: bool,
     },
     /// `(dy, x, indices) -> dx`: each window's gradient added at its index.
     MaxPool2dIndicesBackward {
         kernel: usize,
         stride: usize,
         padding: usize,
+        ceil: bool,
     },
     /// `count_include_pad` average pooling.
     AvgPool2d {
@@ -102,19 +106,21 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Pool>, ExecError> {
         K::Upsample2xGrad => Pool::Upsample2xGrad,
         K::AtenMaxPool2d | K::AtenMaxPool2dBackward => {
             a.unit_dilation()?;
-            a.flag("ceil_mode", false, "ceil_mode = false")?;
+            let ceil = a.bool_or("ceil_mode", false)?;
             let (kernel, stride, padding) = aten_window(cx)?;
             if kind == K::AtenMaxPool2d {
                 Pool::MaxPool2dIndices {
                     kernel,
                     stride,
                     padding,
+                    ceil,
                 }
             } else {
                 Pool::MaxPool2dIndicesBackward {
                     kernel,
                     stride,
                     padding,
+                    ceil,
                 }
             }
         }
@@ -177,11 +183,13 @@ impl Pool {
                 kernel,
                 stride,
                 padding,
+                ..
             }
             | Pool::MaxPool2dIndicesBackward {
                 kernel,
                 stride,
                 padding,
+                ..
             }
             | Pool::AvgPool2d {
                 kernel,
@@ -195,6 +203,15 @@ impl Pool {
             } => Some((kernel, stride, padding)),
             _ => None,
         }
+    }
+
+    /// Whether output lengths round up (`ceil_mode`).
+    fn ceil(&self) -> bool {
+        matches!(
+            self,
+            Pool::MaxPool2dIndices { ceil: true, .. }
+                | Pool::MaxPool2dIndicesBackward { ceil: true, .. }
+        )
     }
 
     /// The slot of the pooled input: the forward's input, or the backward's `x` after `dy`.
@@ -273,7 +290,7 @@ impl Family for Pool {
         let s = |i: usize| ins[i].shape.as_slice();
         let o = |i: usize| outs[i].shape.as_slice();
         if let Some((kernel, stride, padding)) = self.params() {
-            let y = pool_out(s(self.input_slot()), kernel, stride, padding)?;
+            let y = pool_out(s(self.input_slot()), kernel, stride, padding, self.ceil())?;
             return self.check_windowed(&y, ins, outs);
         }
         match self {
@@ -312,14 +329,24 @@ impl Family for Pool {
     }
 }
 
-fn pool_out(x: &[usize], k: usize, stride: usize, pad: usize) -> Result<Vec<usize>, KernelError> {
+fn pool_out(
+    x: &[usize],
+    k: usize,
+    stride: usize,
+    pad: usize,
+    ceil: bool,
+) -> Result<Vec<usize>, KernelError> {
     expect(x.len() == 4 && 2 * pad <= k, || {
         format!("pool {k}x{k} (padding {pad}) of {x:?}")
     })?;
-    match (
-        window_out(x[2], k, stride, pad),
-        window_out(x[3], k, stride, pad),
-    ) {
+    let out = |len: usize| {
+        let floor = window_out(len, k, stride, pad)?;
+        // ATen's ceil_mode: one more window when some input remains after the last one,
+        // unless that window would start in the right padding.
+        let more = ceil && (len + 2 * pad - k) % stride != 0 && floor * stride < len + pad;
+        Some(floor + usize::from(more))
+    };
+    match (out(x[2]), out(x[3])) {
         (Some(ho), Some(wo)) => Ok(vec![x[0], x[1], ho, wo]),
         _ => Err(KernelError::Operands(format!(
             "window {k} does not fit {x:?}"

@@ -1,4 +1,6 @@
-//! Reductions: the exporter's `sum` and `mean` over adjacent axes.
+//! Reductions: `sum` and `mean` over any set of axes (`dim`: a list, negative axes counted
+//! from the end, none or empty: all), `keepdim` either way (the output's shape says which).
+//! Adjacent axes run on both backends; others on the CPU, which moves the kept axes first.
 
 use super::check::expect;
 use super::{Cx, Family};
@@ -12,12 +14,22 @@ kinds! {
     cpu: ;
 }
 
-/// Sum (or mean) over the contiguous axes `start..end`, accumulated in f64.
+/// Sum (or mean) over `axes`, accumulated in f64; `start..end` spans them (equal to them
+/// when they are adjacent).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reduce {
     pub start: usize,
     pub end: usize,
+    /// The reduced axes, ascending, without repeats.
+    pub axes: Vec<usize>,
     pub mean: bool,
+}
+
+impl Reduce {
+    /// Whether the reduced axes are one contiguous run (`start..end`).
+    pub fn adjacent(&self) -> bool {
+        self.end - self.start == self.axes.len()
+    }
 }
 
 /// The kernel of op kind `kind`, if this family runs it.
@@ -35,21 +47,20 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Reduce>, ExecError> 
             .ok_or_else(|| a.err("`dim` must list axes of the operand".into()))?,
         Some(_) => return Err(a.err("`dim` must be a list of axes".into())),
     };
-    let (start, end) = (
-        dims.iter().copied().min().unwrap_or(0),
-        dims.iter().copied().max().map_or(0, |m| m + 1),
-    );
-    if end - start != dims.len()
-        || (end > start
-            && dims.iter().collect::<std::collections::BTreeSet<_>>().len() != dims.len())
-    {
-        return Err(a.err(format!(
-            "`dim` = {dims:?}: only a reduction over adjacent axes runs"
-        )));
+    let mut axes = dims.clone();
+    axes.sort_unstable();
+    axes.dedup();
+    if axes.len() != dims.len() {
+        return Err(a.err(format!("`dim` = {dims:?} names an axis twice")));
     }
+    let (start, end) = (
+        axes.first().copied().unwrap_or(0),
+        axes.last().map_or(0, |m| m + 1),
+    );
     Ok(Some(Reduce {
         start,
         end,
+        axes,
         mean: kind == OpKind::AtenMean,
     }))
 }
@@ -60,14 +71,17 @@ impl Family for Reduce {
     }
 
     fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
-        let Reduce { start, end, .. } = self;
         let (x, y) = (ins[0].shape.as_slice(), outs[0].shape.as_slice());
-        expect(start <= end && *end <= x.len(), || {
-            format!("axes {start}..{end} of {x:?}")
+        let axes = &self.axes;
+        expect(axes.iter().all(|&a| a < x.len()), || {
+            format!("axes {axes:?} of {x:?}")
         })?;
-        let kept: usize = x[..*start].iter().chain(&x[*end..]).product();
+        let kept: usize = (0..x.len())
+            .filter(|a| !axes.contains(a))
+            .map(|a| x[a])
+            .product();
         expect(y.iter().product::<usize>() == kept, || {
-            format!("output {y:?} of a reduction of {x:?} over axes {start}..{end}")
+            format!("output {y:?} of a reduction of {x:?} over axes {axes:?}")
         })
     }
 }
