@@ -173,8 +173,10 @@ def inspect(
     top: int = 10,
     align: _Size | None = None,
     device_profile: str | None = None,
+    device: str | None = None,
 ) -> dict[str, Any]:
-    """What `sgc inspect --json` reports."""
+    """What `sgc inspect --json` reports; with `device` ("cpu" or "cuda"), `coverage`:
+    the ops that backend cannot run (`sgc inspect --device`)."""
 
 def fit(
     graph: _GraphLike,
@@ -214,6 +216,9 @@ def device_profile(text: str) -> dict[str, Any]:
 def roofline(graph: _GraphLike, device_profile: str) -> tuple[list[float], dict[str, Any]]:
     """Every op's roofline time on the profile, microseconds, in op order (its own time_us
     ignored), and the `meta.time_us_source` object for it."""
+
+def executor_ops() -> dict[str, bool]:
+    """The op types the executor has kernels for -> whether the CUDA backend runs it too."""
 
 def dtype_sizes() -> dict[str, int]:
     """Bytes per element of each dtype of the graph format."""

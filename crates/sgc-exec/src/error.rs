@@ -59,7 +59,10 @@ impl KernelError {
 #[derive(Debug, Error)]
 pub enum ExecError {
     /// The graph uses an op type no kernel implements; refused before anything runs.
-    #[error("op `{op}` has type `{op_type}`, which the {backend} backend does not implement")]
+    #[error(
+        "op `{op}` has type `{op_type}`, which the {backend} backend does not implement{}",
+        crate::coverage::why_left_out(op_type)
+    )]
     UnknownOpType {
         op: String,
         op_type: String,

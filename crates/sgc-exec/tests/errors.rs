@@ -205,3 +205,20 @@ fn a_plan_that_fails_the_verifier_is_refused_before_running() {
     ex.bind_seeded(0).expect("seeded init");
     ex.step().expect("one step");
 }
+
+#[test]
+fn an_op_left_out_on_purpose_says_why() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [{"name": "x", "dtype": "f32", "shape": [4], "kind": "input"},
+                  {"name": "n", "dtype": "i64", "shape": [4, 1]}],
+      "ops": [{"name": "nz", "op": "aten.nonzero.default", "inputs": ["x"], "outputs": ["n"]}],
+      "outputs": ["n"]}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "op `nz` has type `aten.nonzero.default`, which the cpu backend does not implement: left out \
+         on purpose: its output's shape depends on the values (a static graph fixes every shape \
+         before the step)"
+    );
+}

@@ -422,6 +422,8 @@ vocabulary! {
     CrossEntropy = "cross_entropy" => rows(&[0, 1], NONE, NotTrailing(1)).ids(1, 0, -1).flops(Flops::In(0, 5));
     CrossEntropyGrad = "cross_entropy_grad" => rows(&[0, 1], ALL, NotTrailing(1)).ids(1, 0, -1).flops(Flops::In(0, 5));
     SgdUpdate = "sgd_update" => rule(B::Refuse("the parameter update reads a tensor whose shape depends on the batch")).effect(Writes).flops(Flops::In(0, 2));
+    /// `param += alpha * grad` in place, no outputs: the exporter's SGD step (`update="sgd"`).
+    AtenAddInPlace = "aten.add_.Tensor" => rule(B::Refuse("the parameter update reads a tensor whose shape depends on the batch")).effect(Writes).flops(Flops::In(0, 2));
 
     // The PyTorch exporter's ops (`python/sgc_trace`, ATen's core set and two of its own).
     AtenAddTensor = "aten.add.Tensor" => pointwise();
@@ -523,6 +525,10 @@ vocabulary! {
     AtenNllLoss2dBackward = "aten.nll_loss2d_backward.default" => rows(&[1, 2], ALL, NotAxis(1)).ids(2, 1, 1);
     AtenEmbedding = "aten.embedding.default" => rows(&[1], ALL, Any).param(0, FanInRows).ids(1, 0, 0);
     AtenEmbeddingBackward = "aten.embedding_dense_backward.default" => rows(&[0, 1], NONE, Any);
+    /// `self[ids]`: rows `ids [*I]` of `self [R, *rest]` -> `[*I, *rest]` (one index tensor, on axis 0).
+    AtenIndex = "aten.index.Tensor" => rule(B::Refuse("advanced indexing of a batch-dependent tensor does not rescale"));
+    /// `self` with rows `ids` set to (or, `accumulate`, increased by) `values [*I, *rest]`.
+    AtenIndexPut = "aten.index_put.default" => rule(B::Refuse("advanced indexing of a batch-dependent tensor does not rescale"));
     AtenSdpa = "aten._scaled_dot_product_flash_attention_for_cpu.default" => each(NotTrailing(2));
     AtenSdpaBackward = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" => each(NotTrailing(2));
     AtenArange = "aten.arange.default" => rule(B::Source);

@@ -67,6 +67,17 @@ pub fn roofline(
     Ok((times, to_py(py, &source)?))
 }
 
+/// The op types the executor has kernels for: type -> whether the CUDA backend runs it too
+/// (attribute values and dtypes may still rule out one op; `inspect(graph, device=)` says).
+#[pyfunction]
+pub fn executor_ops(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let out = PyDict::new(py);
+    for (kind, cuda) in sgc::exec::kernel::kernels() {
+        out.set_item(kind.name(), cuda)?;
+    }
+    Ok(out.into_any().unbind())
+}
+
 /// Bytes per element of every dtype of the graph format: name -> size.
 #[pyfunction]
 pub fn dtype_sizes(py: Python<'_>) -> PyResult<Py<PyAny>> {

@@ -25,16 +25,28 @@ use sgc::plan::alloc::Effort;
 use sgc::plan::{PlanOptions, Strategy};
 use sgc::report::inspect::InspectReport;
 
-/// What `sgc inspect` reports, as data (`sgc inspect --json`).
+/// What `sgc inspect` reports, as data (`sgc inspect --json`); with `device` (`cpu` or
+/// `cuda`), `coverage`: the ops that backend cannot run (`sgc inspect --device`).
 #[pyfunction]
-#[pyo3(signature = (graph, top=10, align=None, device_profile=None))]
+#[pyo3(signature = (graph, top=10, align=None, device_profile=None, device=None))]
 fn inspect(
     py: Python<'_>,
     graph: &Bound<'_, PyAny>,
     top: usize,
     align: Option<&Bound<'_, PyAny>>,
     device_profile: Option<&str>,
+    device: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
+    let backend = match device {
+        None => None,
+        Some("cpu") => Some(sgc::exec::coverage::Target::Cpu),
+        Some("cuda") => Some(sgc::exec::coverage::Target::Cuda),
+        Some(other) => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "device={other:?}: expected \"cpu\" or \"cuda\" (the backend whose missing ops to list)"
+            )))
+        }
+    };
     let graph = Graph::of(graph)?;
     let graph = graph.get();
     let align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
@@ -42,7 +54,13 @@ fn inspect(
     let file = graph.path.as_deref().unwrap_or(plan::NO_FILE);
     let g = &graph.graph;
     let report = py
-        .detach(|| InspectReport::new(g, file, top, device.as_ref(), align))
+        .detach(|| {
+            let report = InspectReport::new(g, file, top, device.as_ref(), align)?;
+            Ok(match backend {
+                Some(target) => report.with_coverage(g, target),
+                None => report,
+            })
+        })
         .map_err(|e| errors::plan_error(py, e, graph.path.as_deref()))?;
     to_py(py, &report)
 }
@@ -152,6 +170,7 @@ fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info::device_profile, m)?)?;
     m.add_function(wrap_pyfunction!(info::roofline, m)?)?;
     m.add_function(wrap_pyfunction!(info::dtype_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(info::executor_ops, m)?)?;
     m.add_function(wrap_pyfunction!(info::option_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(info::figures, m)?)?;
     m.add_function(wrap_pyfunction!(info::storage_bytes, m)?)?;

@@ -78,7 +78,8 @@ def trace(model: nn.Module, loss_fn: LossFn, specs: Sequence[InputSpec], num_mod
     """The exporter's graph of the step, its joint trace and the names -> FX nodes map."""
     traced: list = []
     graph = export(model, loss_fn, specs, num_model_inputs=num_model_inputs, raw_output=raw_output,
-                   mark_batch=mark_batch, name=name or type(model).__name__, autocast=autocast, _traced=traced)
+                   mark_batch=mark_batch, name=name or type(model).__name__, autocast=autocast, executor=None,
+                   _traced=traced)
     return graph, traced[0], traced[1]
 
 

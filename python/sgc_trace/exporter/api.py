@@ -9,6 +9,7 @@ import io
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,7 +19,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .build import build, prepare
 from .convert import DTYPES, UPDATES, to_graph
+from .decompose import decompose_uncovered, describe_gaps
 from ..native import DeviceProfile, defaults, parse_profile
+from ..native import module as native_module
 from ..errors import ExportError, explain
 from .trace import InputSpec, LossFn, trace_joint
 
@@ -38,6 +41,8 @@ def export(
     device: str | None = None,
     autocast: torch.dtype | None = None,
     timings: dict | None = None,
+    executor: str | None = "cpu",
+    executor_gaps: str = "warn",
     _traced: list | None = None,
 ) -> dict:
     """Traces one training step and returns its version-1 graph as a JSON-ready dict.
@@ -69,6 +74,14 @@ def export(
     become ops of the graph and the tensors they make have that dtype's size. A step
     traced inside an active `torch.autocast` uses its dtype.
 
+    `executor`: the backend the graph is meant to run on (`"cpu"`, `"cuda"`): each op it
+    cannot run is replaced by PyTorch's decomposition where that leads to ops it runs
+    (`decompose.py`; `meta.decomposed` counts them per op type). `executor_gaps`: what to
+    do about ops left that it cannot run: `"warn"` (a warning naming them, and
+    `meta.executor_gaps`, their count; the graph still plans) or `"raise"` (an
+    `ExportError` naming the first). `executor=None`: the graph as traced, for planning
+    only (`sgc_trace.compile` and the `torch.compile` backend, where PyTorch runs the ops).
+
     `timings`: a dict that receives the seconds of each phase: `build` (the fake model),
     `trace` (AOTAutograd's joint graph), `convert` (to the sgc graph, costs included) and
     `mark_batch` (the second trace, whole).
@@ -80,7 +93,12 @@ def export(
     profile = parse_profile(device_profile or defaults()["device_profile"])
     if update not in UPDATES:
         raise ExportError(f"unknown update `{update}`: expected one of {', '.join(UPDATES)}")
-    args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output, device, autocast)
+    if executor not in (None, "cpu", "cuda"):
+        raise ExportError(f"executor={executor!r}: expected \"cpu\", \"cuda\" or None")
+    if executor_gaps not in ("warn", "raise"):
+        raise ExportError(f"executor_gaps={executor_gaps!r}: expected \"warn\" or \"raise\"")
+    args = (loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output, device, autocast,
+            (executor, executor_gaps))
     clock = _Clock(timings)
     graph = _export_once(model, inputs, *args, traced=_traced, clock=clock)
     if mark_batch and any(spec.batch_dim is not None for spec in inputs):
@@ -106,7 +124,8 @@ class _Clock:
 
 
 def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, meta, profile, raw_output,
-                 device=None, autocast=None, traced: list | None = None, clock: _Clock | None = None) -> dict:
+                 device=None, autocast=None, executor=None, traced: list | None = None,
+                 clock: _Clock | None = None) -> dict:
     clock = clock or _Clock(None)
     # Factory calls in forward (torch.arange for positions) make real constants while
     # AOTAutograd collects metadata; let fake ops read them.
@@ -128,10 +147,54 @@ def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, met
         extra["autocast"] = DTYPES[trace.autocast]
     fx_nodes: dict | None = {} if traced is not None else None
     with _failures("converting the traced graph"), clock("convert"):
-        graph = to_graph(trace.joint(), name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=fx_nodes)
+        joint = trace.joint()
+
+        def convert(nodes: dict | None) -> dict:
+            return to_graph(joint, name=name, update=update, lr=lr, meta=extra, profile=profile, fx_nodes=nodes)
+
+        backend, on_gap = executor if executor is not None else (None, "warn")
+        if backend is None:
+            graph = convert(fx_nodes)
+        else:
+            known = set(native_module().executor_ops())
+            graph, nodes, decomposed, gaps = decompose_uncovered(
+                convert, joint.graph_module, mode, _named(joint), lambda g: _gaps(g, backend), known, on_gap,
+                renamed=lambda names: _rename_roles(joint, names))
+            if decomposed:
+                graph.setdefault("meta", {})["decomposed"] = decomposed
+            if gaps:
+                graph.setdefault("meta", {})["executor_gaps"] = len(gaps)
+                warnings.warn(f"{describe_gaps(gaps)}; the graph plans, and `sgc run` refuses it before the first step",
+                              stacklevel=3)
+            if fx_nodes is not None:
+                fx_nodes.update(nodes)
     if traced is not None:
         traced.extend([trace, fx_nodes])
     return graph
+
+
+def _named(joint) -> set[str]:
+    """FX names the joint's roles refer to: a decomposed node hands its name on."""
+    names = set(joint.placeholders) | {o for o, _ in joint.outputs} | {g for g, _ in joint.grads}
+    names |= set(joint.mutations)
+    if joint.loss is not None:
+        names.add(joint.loss)
+    return names
+
+
+def _rename_roles(joint, names: dict[str, str]) -> None:
+    """Points the joint's roles at the nodes that replaced the ones they named."""
+    joint.outputs = [(names.get(o, o), t) for o, t in joint.outputs]
+    joint.grads = [(names.get(g, g), t) for g, t in joint.grads]
+    joint.mutations = {names.get(k, k): v for k, v in joint.mutations.items()}
+    if joint.loss is not None:
+        joint.loss = names.get(joint.loss, joint.loss)
+
+
+def _gaps(graph: dict, executor: str) -> list[dict]:
+    """The ops of `graph` that the executor's `executor` backend cannot run (sgc inspect --device)."""
+    sgc = native_module()
+    return sgc.inspect(sgc.load(graph), top=0, device=executor)["coverage"]["missing"]
 
 
 def model_device(module: nn.Module) -> torch.device:

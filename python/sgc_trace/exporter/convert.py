@@ -715,7 +715,17 @@ def _attrs(node: torch.fx.Node) -> dict:
         j = _json_value(v)
         if j is not _SKIP:
             out[key] = j
+        elif _optional_tensors(v):
+            # `index`'s `[None, ids]` (x[:, ids]): the tensors are inputs, in order; where
+            # the list holds them is an attribute ("tensor" or null per entry).
+            out[key] = ["tensor" if isinstance(x, torch.fx.Node) else None for x in v]
     return out
+
+
+def _optional_tensors(v) -> bool:
+    """A list of tensors with absent entries (None): ATen's `Tensor?[]`."""
+    return (isinstance(v, (list, tuple)) and any(x is None for x in v)
+            and all(x is None or isinstance(x, torch.fx.Node) for x in v))
 
 
 _SKIP = object()

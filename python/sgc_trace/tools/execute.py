@@ -92,8 +92,10 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int) -> dict[str, torch.Tensor]:
+    from ..exporter.trace import prediction  # noqa: PLC0415
+
     model.zero_grad(set_to_none=True)
-    loss = loss_fn(model(*inputs[:n]), *inputs[n:])
+    loss = loss_fn(prediction(model(*inputs[:n])), *inputs[n:])
     loss.backward()
     out = {"loss": loss.detach()}
     out.update({f"{k}.grad": p.grad for k, p in model.named_parameters() if p.grad is not None})
@@ -104,6 +106,7 @@ def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[s
                     num_model_inputs: int = 1, plan=None, floor: float = 1e-4,
                     slack: float = 10.0) -> Comparison:
     """One step of `graph` on sgc's CPU backend against `loss_fn(model(*inputs[:n]), *rest)`
+    (the model's output reduced as the exporter reduces it: its `logits`, else its first tensor)
     and its backward in PyTorch, in float32 and in float64, on the same values: the loss and
     every parameter's gradient. `model`'s weights and buffers are left as they were (the
     steps run on copies); sgc's outputs are compared by name."""

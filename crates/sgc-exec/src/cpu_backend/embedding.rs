@@ -39,6 +39,27 @@ pub(super) fn run(k: &Embedding, io: Io) -> R {
             let w = &io.ops_in[0].shape;
             embedding(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], w[0], w[1])
         }
+        Embedding::IndexRows => {
+            let x = &io.ops_in[0].shape;
+            let rows = x.iter().skip(1).product();
+            embedding(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], x[0], rows)
+        }
+        Embedding::IndexPutRows { accumulate } => {
+            let x = &io.ops_in[0].shape;
+            let d: usize = x.iter().skip(1).product();
+            let (ids, values) = (idx(&io.ins[1])?, f(&io.ins[2])?);
+            io.outs[0].copy_from_slice(f(&io.ins[0])?);
+            for r in 0..ids.len() {
+                let at = ids.get(r, x[0])? * d;
+                let (row, src) = (&mut io.outs[0][at..at + d], &values[r * d..(r + 1) * d]);
+                if *accumulate {
+                    row.iter_mut().zip(src).for_each(|(y, v)| *y += v);
+                } else {
+                    row.copy_from_slice(src);
+                }
+            }
+            Ok(())
+        }
         Embedding::EmbeddingDenseBackward { padding_idx } => {
             embedding_grad(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], dw[0], dw[1])?;
             if let Some(p) = padding_idx {

@@ -17,6 +17,11 @@ pub(super) fn run(k: &Embedding, d: &mut Device, io: Io) -> R {
         Embedding::EmbeddingGrad => ("embedding_grad", 0, true),
         Embedding::EmbeddingRows => ("embedding", 1, false),
         Embedding::EmbeddingDenseBackward { .. } => ("embedding_grad", 1, true),
+        Embedding::IndexRows | Embedding::IndexPutRows { .. } => {
+            return Err(crate::error::KernelError::Operands(
+                "index and index_put run on the CPU backend only (their KINDS row says so)".into(),
+            ))
+        }
     };
     let ids = Idx::of(&io.ops_in[id_slot], io.ins[id_slot]);
     let data = io.ins[1 - id_slot];

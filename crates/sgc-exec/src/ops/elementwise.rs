@@ -12,7 +12,7 @@ use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 kinds! {
-    cuda: BiasAdd BiasAddGrad Add Mul Relu ReluGrad Gelu GeluGrad SgdUpdate AtenRelu
+    cuda: BiasAdd BiasAddGrad Add Mul Relu ReluGrad Gelu GeluGrad SgdUpdate AtenAddInPlace AtenRelu
         AtenLeakyRelu AtenLeakyReluBackward AtenAddTensor AtenAddScalar AtenSubTensor
         AtenMulTensor AtenMulScalar AtenDivTensor AtenDivScalar AtenThresholdBackward
         AtenOnesLike AtenEmptyLike AtenFill AtenZeros AtenEmpty AtenNewEmptyStrided
@@ -217,6 +217,10 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
                 E::HardtanhBackward { min, max }
             }
         }
+        // `param + alpha * grad` is `param - (-alpha) * grad` bit for bit (negation is exact).
+        K::AtenAddInPlace => E::SgdUpdate {
+            lr: -a.f32_or("alpha", Some(1.0))?,
+        },
         K::SgdUpdate => E::SgdUpdate {
             lr: a.f32_or("lr", None)?,
         },

@@ -9,7 +9,7 @@ use sgc_ir::ops::OpKind;
 
 kinds! {
     cuda: Embedding EmbeddingGrad AtenEmbedding AtenEmbeddingBackward;
-    cpu: ;
+    cpu: AtenIndex AtenIndexPut;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +22,13 @@ pub enum Embedding {
     EmbeddingRows,
     /// `(dy [*, D], ids [*]) -> dw [V, D]`, the row `padding_idx` (if any) left zero.
     EmbeddingDenseBackward { padding_idx: Option<usize> },
+    /// ATen's `index` with one index tensor, on axis 0: `(x [R, *rest], ids [*I]) ->
+    /// [*I, *rest]`, an embedding lookup of rows of `prod(rest)` elements.
+    IndexRows,
+    /// ATen's `index_put` with one index tensor, on axis 0: `(x [R, *rest], ids [*I],
+    /// values [*I, *rest]) -> x` with row `ids[r]` set to (`accumulate`: increased by)
+    /// `values[r]`, rows in order.
+    IndexPutRows { accumulate: bool },
 }
 
 /// The kernel of op kind `kind`, if this family runs it.
@@ -37,13 +44,54 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Embedding>, ExecErro
                 padding_idx: usize::try_from(p).ok(),
             }
         }
+        K::AtenIndex | K::AtenIndexPut => {
+            one_leading_index(cx)?;
+            if kind == K::AtenIndex {
+                Embedding::IndexRows
+            } else {
+                Embedding::IndexPutRows {
+                    accumulate: cx.a.bool_or("accumulate", false)?,
+                }
+            }
+        }
         _ => return Ok(None),
     }))
 }
 
+/// Refuses `indices` other than one tensor indexing axis 0 (`x[ids]`): no index tensor
+/// after an absent entry (`x[:, ids]`, whose tensors the attribute places), and one tensor.
+fn one_leading_index(cx: &Cx) -> Result<(), ExecError> {
+    let a = &cx.a;
+    if let Some(v) = a.get("indices") {
+        let leading = v
+            .as_array()
+            .is_some_and(|l| l.len() == 1 && l[0].as_str() == Some("tensor"));
+        if !leading {
+            return Err(a.err(format!(
+                "`indices` = {v}: only one index tensor, on axis 0 (x[ids]), runs"
+            )));
+        }
+    }
+    let others = if cx.op.kind == Some(OpKind::AtenIndexPut) {
+        2
+    } else {
+        1
+    };
+    let tensors = cx.op.inputs.len().saturating_sub(others);
+    if tensors != 1 {
+        return Err(a.err(format!(
+            "{tensors} index tensors: only one index tensor, on axis 0 (x[ids]), runs"
+        )));
+    }
+    Ok(())
+}
+
 impl Family for Embedding {
     fn arity(&self) -> (Option<usize>, usize) {
-        (Some(2), 1)
+        match self {
+            Embedding::IndexPutRows { .. } => (Some(3), 1),
+            _ => (Some(2), 1),
+        }
     }
 
     fn input(&self, i: usize) -> Slot {
@@ -82,6 +130,17 @@ impl Family for Embedding {
                     || format!("output {dw:?} must be [V, D] (padding row {padding_idx:?})"),
                 )?;
                 eq("dy", s(0), &[ids, &[dw[1]]].concat())
+            }
+            Embedding::IndexRows => {
+                let (x, ids) = (s(0), s(1));
+                expect(!x.is_empty(), || "a scalar cannot be indexed".to_string())?;
+                eq("output", o(0), &[ids, &x[1..]].concat())
+            }
+            Embedding::IndexPutRows { .. } => {
+                let (x, ids) = (s(0), s(1));
+                expect(!x.is_empty(), || "a scalar cannot be indexed".to_string())?;
+                eq("values", s(2), &[ids, &x[1..]].concat())?;
+                eq("output", o(0), x)
             }
         }
     }
