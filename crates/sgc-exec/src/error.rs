@@ -61,7 +61,7 @@ pub enum ExecError {
     /// The graph uses an op type no kernel implements; refused before anything runs.
     #[error(
         "op `{op}` has type `{op_type}`, which the {backend} backend does not implement{}",
-        crate::coverage::why_left_out(op_type)
+        crate::left_out::why_left_out(op_type)
     )]
     UnknownOpType {
         op: String,

@@ -32,6 +32,7 @@ pub mod executor;
 pub mod host;
 pub mod init;
 pub mod kernel;
+mod left_out;
 mod offload;
 pub mod operand;
 pub mod ops;

@@ -17,8 +17,8 @@ replaced node, they are pointed at the node that now makes its value.
 Then every node's fake value is computed again (`FakeTensorProp`), so that which tensors
 share storage (views) is read from values made by the new nodes, not the replaced ones.
 A decomposition is taken only when each op it produces is one the executor has a kernel
-for or one that decomposes in turn (`sgc.executor_ops()`): one that ends in `prims` ops
-would leave the graph larger and no easier to run. The loop runs again until the graph is
+for (`sgc.executor_ops()`), or one whose own decomposition is, a few levels down: one that
+ends in `prims` ops would leave the graph larger and no easier to run. The loop runs again until the graph is
 covered or a round changes nothing. What is left (a bf16 tensor, a random op without a
 kernel) is named at export: a warning and `meta.executor_gaps`, or with
 `executor_gaps="raise"` an `ExportError` naming the op, its type and the executor's
@@ -119,10 +119,22 @@ def decomposition_of(target) -> Callable | None:
     return None
 
 
+def _thaw(v):
+    """FX's immutable argument lists and dicts as plain ones (a decomposition may edit a
+    list it is given, as `roll`'s does)."""
+    if isinstance(v, list):
+        return [_thaw(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_thaw(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _thaw(x) for k, x in v.items()}
+    return v
+
+
 def _traced(node: torch.fx.Node, fn: Callable, mode) -> tuple[torch.fx.GraphModule, list[int], list]:
     """`fn` applied to `node`'s arguments, traced by make_fx on their fake values: the
     graph, the positions of the node arguments among the flattened arguments, and those."""
-    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    flat, spec = pytree.tree_flatten((_thaw(node.args), _thaw(node.kwargs)))
     at = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
     values = [flat[i].meta.get("val") for i in at]
     if any(not isinstance(v, torch.Tensor) for v in values):
@@ -184,16 +196,24 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     return added
 
 
-def _runs_or_decomposes(sub: torch.fx.GraphModule, known: set[str]) -> bool:
-    """Whether every op of a traced decomposition is one the executor has a kernel for or
-    one that decomposes in turn (a decomposition into `prims` ops would leave the graph
-    harder to plan and no easier to run)."""
+def _runs_or_decomposes(sub: torch.fx.GraphModule, known: set[str], mode, depth: int = 4) -> bool:
+    """Whether every op of a traced decomposition is one the executor has a kernel for, or
+    one whose own decomposition (traced on its values, `depth` levels down) is: a
+    decomposition into `prims` ops, or into ops that only decompose further into them,
+    would leave the graph larger and no easier to run."""
     for n in sub.graph.nodes:
         if n.op != "call_function" or n.target is operator.getitem:
             continue
         if str(n.target) in known or f"aten.{n.target}" in known:
             continue
-        if decomposition_of(n.target) is None:
+        fn = decomposition_of(n.target)
+        if fn is None or depth == 0:
+            return False
+        try:
+            inner, _, _ = _traced(n, fn, mode)
+        except Exception:  # noqa: BLE001 - a decomposition that does not apply to these values
+            return False
+        if not _runs_or_decomposes(inner, known, mode, depth - 1):
             return False
     return True
 
@@ -225,7 +245,7 @@ def decompose_uncovered(convert: Callable[[dict], dict], gm: torch.fx.GraphModul
                 sub, at, flat = _traced(node, fn, mode)
             except ExportError:
                 continue  # the rewrite does not apply to these arguments
-            if not _runs_or_decomposes(sub, known):
+            if not _runs_or_decomposes(sub, known, mode):
                 continue
             names: dict[str, str] = {}
             _splice(gm, node, sub, at, flat, keep_names, names)
