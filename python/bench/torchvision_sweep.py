@@ -93,7 +93,7 @@ def run_step(graph: dict, path: Path, model: torch.nn.Module, inputs: dict) -> s
     sgc_mod = module()
     try:
         unplanned = run_on_sgc(graph, model, inputs)
-        compared = against_pytorch(model, F.cross_entropy, graph, inputs, floor=TOLERANCE)
+        compared = against_pytorch(model, F.cross_entropy, graph, inputs, floor=TOLERANCE, got=unplanned)
     except Exception as e:
         return f"failed: {first_line(e, 100)}"
     results = [describe(compared)]

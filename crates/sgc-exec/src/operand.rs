@@ -72,7 +72,7 @@ impl View {
                     let to: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
                     let from = strides(&shape);
                     let along: Vec<usize> = perm.iter().map(|&p| from[p]).collect();
-                    (to.clone(), gather(&idx, &to, |i, a| i * along[a]))
+                    (to.clone(), gather(&idx, &to, 0, |i, a| i * along[a]))
                 }
                 ViewStep::Expand(to) => {
                     let lead = to.len() - shape.len();
@@ -83,16 +83,13 @@ impl View {
                             _ => 0,
                         })
                         .collect();
-                    (to.clone(), gather(&idx, to, |i, a| i * along[a]))
+                    (to.clone(), gather(&idx, to, 0, |i, a| i * along[a]))
                 }
                 ViewStep::Slice { axis, start, end } => {
                     let mut to = shape.clone();
                     to[*axis] = end - start;
                     let from = strides(&shape);
-                    let base = start * from[*axis];
-                    let order = gather(&idx, &to, |i, a| {
-                        i * from[a] + if a == 0 { base } else { 0 }
-                    });
+                    let order = gather(&idx, &to, start * from[*axis], |i, a| i * from[a]);
                     (to, order)
                 }
             };
@@ -104,7 +101,7 @@ impl View {
 }
 
 /// Row-major strides of `shape`, in elements.
-fn strides(shape: &[usize]) -> Vec<usize> {
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for a in (0..shape.len().saturating_sub(1)).rev() {
         s[a] = s[a + 1] * shape[a + 1];
@@ -113,13 +110,22 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// `idx[offset(m)]` for every multi-index `m` of `shape` in row-major order, where
-/// `offset(m) = sum over axes a of term(m[a], a)`.
-fn gather(idx: &[usize], shape: &[usize], term: impl Fn(usize, usize) -> usize) -> Vec<usize> {
+/// `offset(m) = base + sum over axes a of term(m[a], a)`.
+fn gather(
+    idx: &[usize],
+    shape: &[usize],
+    base: usize,
+    term: impl Fn(usize, usize) -> usize,
+) -> Vec<usize> {
     let n: usize = shape.iter().product();
     let mut out = Vec::with_capacity(n);
     let mut m = vec![0usize; shape.len()];
     for _ in 0..n {
-        let at: usize = m.iter().enumerate().map(|(a, &i)| term(i, a)).sum();
+        let at = base
+            + m.iter()
+                .enumerate()
+                .map(|(a, &i)| term(i, a))
+                .sum::<usize>();
         out.push(idx[at]);
         for a in (0..shape.len()).rev() {
             m[a] += 1;

@@ -151,29 +151,28 @@ impl<B: Backend, S: Schedule<B>> Runner<B, S> {
             .schedule
             .resident(&self.graph, t)
             .ok_or_else(|| ExecError::NotResident(name.to_string()))?;
-        let root = self.graph.storage_root(t);
-        if root == t {
-            return read_tensor(&mut self.backend, self.graph.tensor(t), buf, off);
-        }
-        // A view: the stored tensor read whole, then gathered as the view reads it.
-        let stored = read_tensor(&mut self.backend, self.graph.tensor(root), buf, off)?;
+        // The stored tensor read whole; a view of it gathered as the view reads it.
+        let root = self.graph.tensor(self.graph.storage_root(t));
+        let stored = read_bytes(&mut self.backend, root, buf, off)?;
         let decl = self.graph.tensor(t);
-        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
-        let Some(view) = crate::view::view_of(&self.graph, t)? else {
-            let bytes = stored.to_bytes();
-            let n = shape.iter().product::<usize>() * decl.dtype.size() as usize;
-            return host_tensor(decl, shape, &bytes[..n.min(bytes.len())]);
-        };
-        let indices = view
-            .indices()
-            .ok_or_else(|| ExecError::NotResident(name.to_string()))?;
         let width = decl.dtype.size() as usize;
-        let bytes = stored.to_bytes();
-        let gathered: Vec<u8> = indices
-            .iter()
-            .flat_map(|&i| bytes[i * width..(i + 1) * width].iter().copied())
-            .collect();
-        host_tensor(decl, shape, &gathered)
+        let shape: Vec<usize> = decl.shape.iter().map(|&d| d as usize).collect();
+        let bytes = match crate::view::view_of(&self.graph, t)? {
+            None => stored[..(shape.iter().product::<usize>() * width).min(stored.len())].to_vec(),
+            Some(view) => {
+                let indices = view.indices().ok_or_else(|| {
+                    ExecError::backend(
+                        "host",
+                        format!("the view `{name}` does not fit its stored tensor"),
+                    )
+                })?;
+                indices
+                    .iter()
+                    .flat_map(|&i| stored[i * width..(i + 1) * width].iter().copied())
+                    .collect()
+            }
+        };
+        host_tensor(decl, shape, &bytes)
     }
 
     /// The scalar loss after the last step.
@@ -218,17 +217,17 @@ fn check_binding(graph: &Graph, name: &str, value: &HostTensor) -> Result<Tensor
     Ok(t)
 }
 
-/// Reads tensor `d` from `off` in `buf` to the host.
-fn read_tensor<B: Backend>(
+/// The bytes of tensor `d` stored at `(buf, off)`.
+fn read_bytes<B: Backend>(
     backend: &mut B,
     d: &sgc_ir::Tensor,
     buf: BufferId,
     off: u64,
-) -> Result<HostTensor, ExecError> {
-    let shape: Vec<usize> = d.shape.iter().map(|&x| x as usize).collect();
-    let mut bytes = vec![0u8; shape.iter().product::<usize>() * d.dtype.size() as usize];
+) -> Result<Vec<u8>, ExecError> {
+    let numel: u64 = d.shape.iter().product();
+    let mut bytes = vec![0u8; (numel * d.dtype.size()) as usize];
     backend.read(buf, off, &mut bytes)?;
-    host_tensor(d, shape, &bytes)
+    Ok(bytes)
 }
 
 fn host_tensor(

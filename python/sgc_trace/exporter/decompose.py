@@ -75,26 +75,23 @@ def _new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
     return torch.ops.aten.zeros.default(list(size), dtype=dtype or x.dtype, device=device or x.device)
 
 
-def _mean_all(x, dtype=None):
-    """`mean` over every axis as the executor's `mean.dim` (PyTorch's decomposition ends in
-    `prims.sum` and `prims.div`)."""
-    if dtype is not None and dtype != x.dtype:
-        return NotImplemented
-    return torch.ops.aten.mean.dim(x, list(range(x.dim())))
+def _over_all_axes(reduction):
+    """`sum`/`mean` over every axis as the executor's `.dim` form of `reduction`
+    (PyTorch's decompositions end in `prims.sum` and `prims.div`)."""
 
+    def rewrite(x, dtype=None):
+        if dtype is not None and dtype != x.dtype:
+            return NotImplemented
+        return reduction(x, list(range(x.dim())))
 
-def _sum_all(x, dtype=None):
-    """`sum` over every axis as the executor's `sum.dim_IntList`."""
-    if dtype is not None and dtype != x.dtype:
-        return NotImplemented
-    return torch.ops.aten.sum.dim_IntList(x, list(range(x.dim())))
+    return rewrite
 
 
 # Rewrites of ops whose PyTorch decompositions end in ops no executor runs (`prims`), into
 # equivalent ops it does run, where they apply.
 _EXTRA = {
-    torch.ops.aten.mean.default: _mean_all,
-    torch.ops.aten.sum.default: _sum_all,
+    torch.ops.aten.mean.default: _over_all_axes(torch.ops.aten.mean.dim),
+    torch.ops.aten.sum.default: _over_all_axes(torch.ops.aten.sum.dim_IntList),
     torch.ops.aten.new_zeros.default: _new_zeros,
     torch.ops.aten.as_strided.default: _as_strided_as_view,
     torch.ops.aten.as_strided_scatter.default: _as_strided_scatter_whole,
@@ -155,16 +152,25 @@ def _traced(node: torch.fx.Node, fn: Callable, mode) -> tuple[torch.fx.GraphModu
     return sub, at, flat
 
 
+def _splicable(node: torch.fx.Node, sub: torch.fx.GraphModule) -> bool:
+    """Whether `sub` can stand in for `node`: ops and placeholders only (no constants), and
+    a tuple where the node's users take tuple elements, a single value otherwise."""
+    if any(n.op not in ("placeholder", "call_function", "output") for n in sub.graph.nodes):
+        return False
+    result = next(n for n in sub.graph.nodes if n.op == "output").args[0]
+    takes_items = any(u.op == "call_function" and u.target is operator.getitem for u in node.users)
+    return isinstance(result, (tuple, list)) if takes_items else isinstance(result, torch.fx.Node)
+
+
 def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, at: list[int], flat: list,
-            keep_names: set[str], renamed: dict[str, str]) -> int:
-    """Replaces `node` by `sub`'s ops; returns how many ops were added. A replaced node
-    (or tuple element) named in `keep_names` adds `old name -> new node's name` to
-    `renamed` (FX never hands a name out twice)."""
+            keep_names: set[str], renamed: dict[str, str]) -> None:
+    """Replaces `node` by `sub`'s ops (`_splicable`). A replaced node (or tuple element)
+    named in `keep_names` adds `old name -> new node's name` to `renamed` (FX never hands
+    a name out twice)."""
     g = gm.graph
     inputs = [n for n in sub.graph.nodes if n.op == "placeholder"]
     env = {p: flat[i] for p, i in zip(inputs, at)}
     meta = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
-    added = 0
     result = None
     with g.inserting_before(node):
         for n in sub.graph.nodes:
@@ -173,27 +179,20 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                                       torch.fx.map_arg(n.kwargs, env.__getitem__))
                 new.meta = dict(meta, val=n.meta.get("val"))
                 env[n] = new
-                added += 1
             elif n.op == "output":
                 result = torch.fx.map_arg(n.args[0], env.__getitem__)
-            elif n.op != "placeholder":
-                raise ExportError(f"op `{node.name}` ({node.target}): its decomposition holds a `{n.op}` node")
     items = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
-    if items:
-        for u in items:
-            out = result[u.args[1]]
-            u.replace_all_uses_with(out)
-            if u.name in keep_names and isinstance(out, torch.fx.Node):
-                renamed[u.name] = out.name
-            g.erase_node(u)
-    elif isinstance(result, torch.fx.Node):
+    for u in items:
+        out = result[u.args[1]]
+        u.replace_all_uses_with(out)
+        if u.name in keep_names and isinstance(out, torch.fx.Node):
+            renamed[u.name] = out.name
+        g.erase_node(u)
+    if not items:
         node.replace_all_uses_with(result)
-    else:
-        raise ExportError(f"op `{node.name}` ({node.target}): its decomposition returns {type(result).__name__}")
-    if node.name in keep_names and isinstance(result, torch.fx.Node):
-        renamed[node.name] = result.name
+        if node.name in keep_names:
+            renamed[node.name] = result.name
     g.erase_node(node)
-    return added
 
 
 def _runs_or_decomposes(sub: torch.fx.GraphModule, known: set[str], mode, depth: int = 4) -> bool:
@@ -245,7 +244,7 @@ def decompose_uncovered(convert: Callable[[dict], dict], gm: torch.fx.GraphModul
                 sub, at, flat = _traced(node, fn, mode)
             except ExportError:
                 continue  # the rewrite does not apply to these arguments
-            if not _runs_or_decomposes(sub, known, mode):
+            if not _splicable(node, sub) or not _runs_or_decomposes(sub, known, mode):
                 continue
             names: dict[str, str] = {}
             _splice(gm, node, sub, at, flat, keep_names, names)

@@ -65,7 +65,7 @@ class Comparison:
     slack: float = 10.0
 
     def tolerance(self, name: str) -> float:
-        return max(self.floor, self.slack * self.torch_errors.get(name, 0.0))
+        return _tolerance(self.floor, self.slack, self.torch_errors.get(name, 0.0))
 
     @property
     def failed(self) -> list[str]:
@@ -73,14 +73,14 @@ class Comparison:
         return [k for k, e in self.errors.items() if not e <= self.tolerance(k)]
 
     @property
-    def worst(self) -> float:
-        """The largest error over tolerance ratio (at most 1 when every tensor passes),
-        times the floor: read as an error comparable with `floor`."""
-        return max((e / self.tolerance(k) * self.floor for k, e in self.errors.items()), default=0.0)
-
-    @property
     def worst_tensor(self) -> str | None:
         return max(self.errors, key=lambda k: self.errors[k] / self.tolerance(k)) if self.errors else None
+
+
+def _tolerance(floor: float, slack: float, torch_error: float) -> float:
+    """What one tensor is held to: `floor`, or `slack` times PyTorch's own float32 error
+    against float64 where that is larger."""
+    return max(floor, slack * torch_error)
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -104,15 +104,17 @@ def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int) -> dict
 
 def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[str, torch.Tensor],
                     num_model_inputs: int = 1, plan=None, floor: float = 1e-4,
-                    slack: float = 10.0) -> Comparison:
+                    slack: float = 10.0, got: dict[str, torch.Tensor] | None = None) -> Comparison:
     """One step of `graph` on sgc's CPU backend against `loss_fn(model(*inputs[:n]), *rest)`
     (the model's output reduced as the exporter reduces it: its `logits`, else its first tensor)
     and its backward in PyTorch, in float32 and in float64, on the same values: the loss and
     every parameter's gradient. `model`'s weights and buffers are left as they were (the
-    steps run on copies); sgc's outputs are compared by name."""
+    steps run on copies); sgc's outputs are compared by name. `got`: sgc's outputs of this
+    step when the caller already ran it (`run_on_sgc`), else it is run here."""
     import copy  # noqa: PLC0415
 
-    got = run_on_sgc(graph, model, inputs, plan=plan)
+    if got is None:
+        got = run_on_sgc(graph, model, inputs, plan=plan)
     args = list(inputs.values())
     f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs)
     wide = [a.double() if a.is_floating_point() else a for a in args]
@@ -223,7 +225,7 @@ def replay_ops(graph: dict, model: torch.nn.Module, inputs: dict[str, torch.Tens
             if name not in got or not want.is_floating_point() or declared[name]["dtype"] != "f32":
                 continue
             err = relative_error(got[name], want)
-            tol = max(floor, slack * relative_error(ref32, want))
+            tol = _tolerance(floor, slack, relative_error(ref32, want))
             if err > tol:
                 result.failed.append((op["name"], name, err, tol))
             if err / tol > w:

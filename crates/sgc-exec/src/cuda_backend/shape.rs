@@ -21,14 +21,7 @@ pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
     )
 }
 
-/// Row-major strides of `shape`.
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1usize; shape.len()];
-    for a in (0..shape.len().saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * shape[a + 1];
-    }
-    strides
-}
+use crate::operand::strides as strides_of;
 
 /// The kernels' `Dims` of an output `out_shape` read at `src_strides` (per output axis).
 pub(crate) fn dims(out_shape: &[usize], src_strides: &[usize]) -> Result<DimsArg, KernelError> {
