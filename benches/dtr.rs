@@ -15,7 +15,7 @@
 //! as markdown (`just dtr` puts them in docs/benchmarks.md); `DTR_SVG=FILE` writes the sweep's plot.
 
 use sgc::exec::dtr::{simulate, DtrExecutor, DtrOptions};
-use sgc::exec::{CpuBackend, Executor};
+use sgc::exec::CpuBackend;
 use sgc::ir::Graph;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ fn load(rel: &str) -> Graph {
 
 /// Seconds per step of the plain executor's unplanned run.
 fn unplanned_step(g: &Graph, steps: usize) -> f64 {
-    let mut ex = Executor::unplanned(g, CpuBackend::new()).expect("build");
+    let mut ex = sgc::runner::unplanned(g, CpuBackend::new()).expect("build");
     ex.bind_seeded(0).expect("bind");
     ex.run(2).expect("warm-up");
     let start = Instant::now();

@@ -54,7 +54,7 @@ fn main() {
     for name in ["tiny_mlp", "tiny_cnn", "tiny_transformer"] {
         let g = load(name);
         let (base_t, _, base_b) = measure(
-            Executor::unplanned(&g, CpuBackend::new()).expect("build"),
+            sgc::runner::unplanned(&g, CpuBackend::new()).expect("build"),
             steps,
         );
         println!(

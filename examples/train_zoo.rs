@@ -60,7 +60,7 @@ pub fn train(name: &str, steps: usize) -> Result<Trained, Box<dyn std::error::Er
     let plan = sgc::plan::plan(&graph, &options, &Default::default())?;
 
     let mut planned = Executor::from_plan(&graph, &plan, CpuBackend::new())?;
-    let mut unplanned = Executor::unplanned(&graph, CpuBackend::new())?;
+    let mut unplanned = sgc::runner::unplanned(&graph, CpuBackend::new())?;
     planned.bind_seeded(42)?;
     unplanned.bind_seeded(42)?;
     let a = planned.run(steps)?;

@@ -7,6 +7,7 @@
 //!
 //! The largest batch that fits a memory size, with and without planning: [`fit`] (the
 //! planner's, re-exported).
+//! Plan, then run, in one call: [`runner`] (the executor runs plans and makes none).
 //! Run-time DTR swept over eviction thresholds beside the static plan: [`sweep`].
 //! Human-readable sizes for reports live in [`units`]; the reports of `sgc plan` and
 //! `sgc inspect`, as data and text, in [`report`]; the command line's defaults in
@@ -21,5 +22,6 @@ pub mod compare;
 pub mod defaults;
 pub mod plot;
 pub mod report;
+pub mod runner;
 pub mod sweep;
 pub mod units;

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 /// Top-level module -> the top-level modules its code uses.
 type Deps = BTreeMap<String, BTreeSet<String>>;
 
-const CRATES: [&str; 4] = [
+const CRATES: [&str; 5] = [
     "crates/sgc-ir/src",
+    "crates/sgc-plan-format/src",
     "crates/sgc-plan/src",
     "crates/sgc-exec/src",
     "src",
@@ -292,17 +293,28 @@ fn no_module_imports_a_module_that_imports_it_back() {
     assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
 }
 
-/// sgc-plan's top-level modules, bottom layer first: plain data and the allocator, the
-/// per-graph context, the arena and the verifier, the strategies, the choice under a
-/// budget, one function per strategy, the entry points, and the batch fit on top.
-const PLAN_LAYERS: &[&[&str]] = &[
+/// sgc-plan-format's modules, bottom layer first: the names of option values, what the
+/// verifier reports and the stream replay; the options; errors; offload timing; the plan;
+/// the verifier on top.
+const FORMAT_LAYERS: &[&[&str]] = &[
     &["names"],
-    &["alloc", "maxflow", "violation", "streams"],
+    &["violation", "streams"],
     &["options"],
     &["error"],
     &["offload"],
-    &["plan", "context"],
-    &["arena", "verify", "schedule"],
+    &["plan"],
+    &["verify"],
+];
+
+/// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
+/// per-graph context, the arena, the strategies, the choice under a budget, one function
+/// per strategy, the entry points, and the batch fit on top. (The plan itself and its
+/// verifier are sgc-plan-format's, below all of them.)
+const PLAN_LAYERS: &[&[&str]] = &[
+    &["alloc", "maxflow", "options"],
+    &["error"],
+    &["offload", "context"],
+    &["arena", "schedule"],
     &["device", "dtr"],
     &["sublinear"],
     &["partition", "budget"],
@@ -366,6 +378,46 @@ fn no_module_reaches_up_into_its_crate_root() {
     assert!(
         defined.is_empty(),
         "sgc-plan's lib.rs defines {defined:?}: move them into a module and re-export them"
+    );
+}
+
+#[test]
+fn sgc_plan_format_modules_use_only_lower_layers() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/sgc-plan-format/src");
+    let found = upward(&deps_of(&src), FORMAT_LAYERS);
+    assert!(
+        found.is_empty(),
+        "arrows that do not point down:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The executor runs plans and makes none: its library depends on the plan format and the
+/// verifier (`sgc-plan-format`), never on the planner (its tests may, to make plans).
+#[test]
+fn the_executor_does_not_depend_on_the_planner() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/sgc-exec");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let deps = manifest
+        .split("\n[")
+        .find(|section| section.starts_with("dependencies]"))
+        .expect("sgc-exec has a [dependencies] section");
+    let named: Vec<&str> = deps
+        .lines()
+        .filter_map(|l| l.split(['=', '.', ' ']).next())
+        .filter(|name| *name == "sgc-plan")
+        .collect();
+    assert!(named.is_empty(), "sgc-exec's [dependencies] name sgc-plan");
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let reaching: Vec<String> = files
+        .iter()
+        .filter(|f| code(&std::fs::read_to_string(f).unwrap()).contains("sgc_plan::"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        reaching.is_empty(),
+        "sgc-exec's code names sgc_plan: {reaching:?}"
     );
 }
 

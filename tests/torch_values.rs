@@ -82,7 +82,11 @@ fn the_cpu_backend_matches_pytorch_on_a_unet() {
 fn matches_pytorch(name: &str) {
     let fx = fixture(name);
     let g: Graph = format::from_str(&fx["graph"].to_string()).unwrap();
-    let ours = run(&g, &fx, Executor::unplanned(&g, CpuBackend::new()).unwrap());
+    let ours = run(
+        &g,
+        &fx,
+        sgc::runner::unplanned(&g, CpuBackend::new()).unwrap(),
+    );
     let expected = fx["expected"].as_object().unwrap();
     assert_eq!(
         ours.len(),

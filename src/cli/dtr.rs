@@ -4,7 +4,7 @@
 
 use super::CliResult;
 use sgc::exec::dtr::{DtrExecutor, DtrOptions, DtrReport, DEFAULT_EVICTEE_MIN_SIZE};
-use sgc::exec::{Backend, ExecError, Executor, HostTensor};
+use sgc::exec::{Backend, ExecError, HostTensor};
 use sgc::ir::Graph;
 use sgc::units::{human_bytes, parse_size};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub fn run<B: Backend>(
     super::progress::done(&bar);
     let report = ex.report();
     let compared = if common.compare {
-        let mut base = Executor::unplanned(&graph, backend()?)?;
+        let mut base = sgc::runner::unplanned(&graph, backend()?)?;
         base.bind_seeded(common.seed)?;
         let start = std::time::Instant::now();
         let base_losses = base.run(common.steps)?;

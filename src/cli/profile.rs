@@ -12,7 +12,7 @@
 use super::run::Device;
 use super::{output, CliResult};
 use sgc::exec::timing::{self, Measured, TimingOptions};
-use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError, Executor};
+use sgc::exec::{Backend, CpuBackend, CudaBackend, ExecError};
 use sgc::ir::{format, Graph};
 use std::path::PathBuf;
 
@@ -52,7 +52,7 @@ fn profile_on<B: Backend>(args: &Args, graph: &Graph, backend: B) -> CliResult {
         warmup: args.warmup as usize,
         steps: args.steps as usize,
     };
-    let mut ex = Executor::unplanned(graph, backend)?;
+    let mut ex = sgc::runner::unplanned(graph, backend)?;
     ex.bind_seeded(args.seed)?;
     let bar = super::progress::bar(
         false,

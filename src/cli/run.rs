@@ -128,8 +128,8 @@ fn run_on<B: Backend>(
         steps: args.steps,
     };
     let mut first = match plan {
-        Some(p) => Executor::from_plan(graph, p, backend()?)?,
-        None => Executor::unplanned(graph, backend()?)?,
+        Some(p) => sgc::runner::planned(graph, p, backend()?)?,
+        None => sgc::runner::unplanned(graph, backend()?)?,
     };
     first.bind_seeded(args.seed)?;
     let label = plan.map_or("unplanned".to_string(), |p| {
@@ -149,7 +149,7 @@ fn run_on<B: Backend>(
     let tick = || bar.iter().for_each(|b| b.inc(1));
     let mut outcomes = Vec::new();
     if compare {
-        let mut base = Executor::unplanned(graph, backend()?)?;
+        let mut base = sgc::runner::unplanned(graph, backend()?)?;
         base.bind_seeded(args.seed)?;
         let c = timing::compare(&mut first, &mut base, &options, tick)?;
         outcomes.push(outcome(label, c.planned, &first));

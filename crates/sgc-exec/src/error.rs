@@ -115,12 +115,16 @@ pub enum ExecError {
     /// A tensor read after a step is not resident then.
     #[error("tensor `{0}` is not resident when the step ends (only persistent tensors and graph outputs are)")]
     NotResident(String),
-    /// The plan is not for this graph, or does not verify.
+    /// The plan is not for this graph.
     #[error("plan: {0}")]
-    Plan(#[from] sgc_plan::PlanError),
-    /// The plan does not pass `sgc_plan::check`; nothing ran.
+    Plan(#[from] sgc_plan_format::FormatError),
+    /// The plan does not pass `sgc_plan_format::check`; nothing ran.
     #[error("plan refused before running: {0}")]
-    PlanRejected(#[from] sgc_plan::CheckError),
+    PlanRejected(#[from] sgc_plan_format::CheckError),
+    /// The plan has no arena offsets (planned with `arena: false`): the executor runs a
+    /// plan as placed and places nothing itself.
+    #[error("plan: it has no arena (it was made with `arena: false`): place its lifetimes first (`sgc::runner::planned` does), or plan with the arena on")]
+    NoArena,
     /// The schedule cannot run under the memory model.
     #[error("schedule: {0}")]
     Schedule(#[from] sgc_ir::ScheduleError),

@@ -1,4 +1,4 @@
-//! The executor: runs an [`sgc_plan::Plan`] of a graph on a [`Backend`] (its steps in
+//! The executor: runs an [`sgc_plan_format::Plan`] of a graph on a [`Backend`] (its steps in
 //! order, every tensor at the plan's arena offset) and measures what it used. Binding,
 //! stepping and reading are the shared run loop ([`Runner`]); what is here is the
 //! schedule, [`PlanReplay`].
@@ -6,7 +6,7 @@
 //! # Method
 //!
 //! Building an executor does every check before any kernel runs: the plan goes through
-//! the plan verifier (`sgc_plan::check`: frees, recompute flags, summary, arena offsets),
+//! the plan verifier (`sgc_plan_format::check`: frees, recompute flags, summary, arena offsets),
 //! each op type is parsed into a [`Kernel`] (unknown types are refused by name), the
 //! backend is asked whether it has the kernel, and every operand's dtype and shape is
 //! checked against the kernel. There is no second model of the schedule or the layout:
@@ -36,7 +36,7 @@ use crate::offload::Offloads;
 use crate::runner::{check_ops, placed_operand, Inputs, Runner, Schedule};
 use serde::Serialize;
 use sgc_ir::{Graph, OpId, TensorId, TensorKind};
-use sgc_plan::Plan;
+use sgc_plan_format::Plan;
 use std::collections::HashMap;
 
 /// One step, resolved: the kernel and where each operand lives.
@@ -182,39 +182,20 @@ impl<B: Backend> Schedule<B> for PlanReplay {
 }
 
 impl<B: Backend> Runner<B, PlanReplay> {
-    /// The unplanned executor: the plan of strategy `none` (the traced order, every
-    /// storage freed after its last use, at the planner's arena offsets), so unplanned and
-    /// planned runs go through the same path and the same verifier.
-    pub fn unplanned(graph: &Graph, backend: B) -> Result<Self, ExecError> {
-        let options = sgc_plan::PlanOptions {
-            strategy: sgc_plan::Strategy::None,
-            ..Default::default()
-        };
-        let plan = sgc_plan::plan(graph, &options, &Default::default())?;
-        Self::from_plan(graph, &plan, backend)
-    }
-
-    /// The executor of a plan made by `sgc_plan` for `graph`: its steps, recomputations
-    /// marked, every tensor at the plan's arena offset (one allocation of the plan's arena
-    /// size; a plan made without an arena is placed by the planner's allocator first). A
-    /// plan that the verifier refuses (an early or a missing free, a false recompute flag,
-    /// a summary its steps do not give, overlapping offsets) is refused here, before any
-    /// memory is allocated or any kernel runs.
+    /// The executor of a plan for `graph`: its steps, recomputations marked, every tensor
+    /// at the plan's arena offset (one allocation of the plan's arena size). A plan without
+    /// an arena is refused ([`ExecError::NoArena`]: the executor places nothing; the facade's
+    /// `sgc::runner` plans and places). A plan that the verifier refuses (an early or a
+    /// missing free, a false recompute flag, a summary its steps do not give, overlapping
+    /// offsets) is refused here, before any memory is allocated or any kernel runs.
     pub fn from_plan(graph: &Graph, plan: &Plan, mut backend: B) -> Result<Self, ExecError> {
         plan.check_graph(graph)?;
-        let ops: Vec<OpId> = plan.steps.iter().map(|s| s.op).collect();
-        let mut plan = plan.clone();
         if plan.arena.is_none() {
-            let arena = sgc_plan::arena::assign(
-                graph,
-                &ops,
-                &plan.lifetimes,
-                plan.options.align,
-                sgc_plan::alloc::Effort::PLAN,
-            )?;
-            plan.arena = Some(arena);
+            return Err(ExecError::NoArena);
         }
-        sgc_plan::check(graph, &plan)?;
+        let ops: Vec<OpId> = plan.steps.iter().map(|s| s.op).collect();
+        let plan = plan.clone();
+        sgc_plan_format::check(graph, &plan)?;
         let kernels = check_ops(graph, &ops, &backend)?;
         let model_peak = sgc_ir::simulate_offloaded(graph, &ops, &plan.offloads)?.peak;
         let places = Places::of(&plan);

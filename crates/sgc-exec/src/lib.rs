@@ -11,9 +11,11 @@
 //! - [`runner`]: the run loop both executors share ([`runner::Runner`]: binding inputs and
 //!   parameters by name, steps, reading outputs, gradients and the loss), over a
 //!   [`runner::Schedule`] that says what differs.
-//! - [`Executor`]: replays an `sgc_plan::Plan` (the plan of strategy `none` when
-//!   unplanned) and reports measured memory and time ([`RunReport`]); a plan's offloads
-//!   are copies to a host pool and back between steps (`offload`).
+//! - [`Executor`]: replays a verified `sgc_plan_format::Plan` and reports measured memory
+//!   and time ([`RunReport`]); a plan's offloads are copies to a host pool and back between
+//!   steps (`offload`). This crate depends on the plan format and its verifier, never on
+//!   the planner: the unplanned run is the plan of strategy `none`, made (like any plan)
+//!   by the caller; the facade's `sgc::runner` plans and runs in one call.
 //! - [`dtr`]: run-time DTR (MegEngine's dynamic rematerialisation): [`DtrExecutor`] runs
 //!   steps with eviction decided while they run, on a pool allocator with defragmentation;
 //!   [`dtr::Simulator`] is the same engine on a clock, for graphs too big to run here.

@@ -29,7 +29,7 @@
 use crate::backend::{Backend, BufferId, HostCopy};
 use crate::error::ExecError;
 use sgc_ir::{Graph, Offload, TensorId};
-use sgc_plan::Plan;
+use sgc_plan_format::Plan;
 use std::collections::HashMap;
 
 /// One offload's copies.
@@ -76,7 +76,7 @@ impl Offloads {
             by_root.entry(l.root).or_default().push(i);
         }
         // The arena offset of `root`'s instance that `is` picks.
-        let offset = |root: TensorId, is: &dyn Fn(&sgc_plan::Lifetime) -> bool| {
+        let offset = |root: TensorId, is: &dyn Fn(&sgc_plan_format::Lifetime) -> bool| {
             let mut at = by_root.get(&root).into_iter().flatten();
             at.find(|&&i| is(&plan.lifetimes[i]))
                 .and_then(|&i| offsets.get(i).copied())
@@ -88,10 +88,10 @@ impl Offloads {
                 ExecError::Layout(format!("offload {k} of `{name}`: no {what} in the plan"))
             };
             let host_offset = *host.get(k).ok_or_else(|| missing("host offset"))?;
-            let first = |l: &sgc_plan::Lifetime| {
+            let first = |l: &sgc_plan_format::Lifetime| {
                 l.first_step <= o.copy_after && l.last_step == o.free_after
             };
-            let second = |l: &sgc_plan::Lifetime| l.first_step == o.fetch_after + 1;
+            let second = |l: &sgc_plan_format::Lifetime| l.first_step == o.fetch_after + 1;
             let copy = |offset: u64| HostCopy {
                 buffer: arena,
                 offset,

@@ -27,7 +27,7 @@ use crate::executor::Executor;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sgc_ir::{Graph, GraphError};
-use sgc_plan::Plan;
+use sgc_plan_format::Plan;
 
 /// How many steps to run untimed, then timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

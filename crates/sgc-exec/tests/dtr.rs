@@ -16,7 +16,7 @@ use common::device::{
 };
 use common::{load, real, REAL_SMALL, TINY};
 use sgc_exec::dtr::{simulate, DtrOptions, Simulator};
-use sgc_exec::{CpuBackend, DtrExecutor, DtrReport, ExecError, Executor, HostTensor};
+use sgc_exec::{CpuBackend, DtrExecutor, DtrReport, ExecError, HostTensor};
 use sgc_ir::Graph;
 
 fn main() {
@@ -50,7 +50,7 @@ fn main() {
 
 /// The unplanned run's outputs and params after `steps` steps on `D`.
 fn unplanned<D: Device>(g: &Graph, steps: usize) -> Vec<(String, HostTensor)> {
-    trained(g, &mut Executor::unplanned(g, D::open()).unwrap(), steps)
+    trained(g, &mut common::unplanned(g, D::open()).unwrap(), steps)
 }
 
 /// A DTR run of `steps` steps on `D`: its values and report; its trace passes the checker.

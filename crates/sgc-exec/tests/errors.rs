@@ -16,7 +16,7 @@ fn unknown_op_type_is_refused_by_name_before_running() {
               {"name": "b", "op": "aten.frobnicate", "inputs": ["y"], "outputs": ["z"]}],
       "outputs": ["z"]}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    let err = common::unplanned(&g, CpuBackend::new()).err().unwrap();
     match &err {
         ExecError::UnknownOpType {
             op,
@@ -42,7 +42,7 @@ fn operand_shapes_are_checked_before_running() {
       "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "outputs": ["y"]}],
       "outputs": ["y"]}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    let err = common::unplanned(&g, CpuBackend::new()).err().unwrap();
     assert!(
         matches!(&err, ExecError::BadOperands { op, detail, .. }
             if op == "mm" && matches!(**detail, KernelError::Operands(_))),
@@ -61,7 +61,7 @@ fn an_index_out_of_range_is_a_typed_error_naming_it() {
       "ops": [{"name": "ce", "op": "cross_entropy", "inputs": ["logits", "label"], "outputs": ["loss"]}],
       "outputs": ["loss"], "loss": "loss"}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     ex.bind("logits", &HostTensor::f32(vec![2, 3], vec![0.0; 6]))
         .unwrap();
     ex.bind("label", &HostTensor::i64(vec![2], vec![1, 7]))
@@ -83,7 +83,7 @@ fn an_index_out_of_range_is_a_typed_error_naming_it() {
 #[test]
 fn bindings_are_checked() {
     let g = load("tiny_mlp");
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     let wrong_shape = HostTensor::f32(vec![8, 4], vec![0.0; 32]);
     let err = ex.bind("x", &wrong_shape).unwrap_err();
     assert!(
@@ -118,7 +118,7 @@ fn bindings_are_checked() {
 #[test]
 fn only_resident_tensors_can_be_read() {
     let g = load("tiny_mlp");
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     ex.bind_seeded(1).unwrap();
     ex.step().unwrap();
     let freed = g.tensor(g.ops()[0].outputs[0]).name.clone();
@@ -214,7 +214,7 @@ fn an_op_left_out_on_purpose_says_why() {
       "ops": [{"name": "nz", "op": "aten.nonzero.default", "inputs": ["x"], "outputs": ["n"]}],
       "outputs": ["n"]}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+    let err = common::unplanned(&g, CpuBackend::new()).err().unwrap();
     assert_eq!(
         err.to_string(),
         "op `nz` has type `aten.nonzero.default`, which the cpu backend does not implement: left out \

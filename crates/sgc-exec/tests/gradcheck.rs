@@ -9,6 +9,8 @@
 //! f32 step actually taken), element by element. Tolerance:
 //! `|fd - analytic| <= 1e-3 + 2e-2 * |fd|` (f32 loss, reductions in f64).
 
+mod common;
+
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::train::{TrainBuilder, TrainError, Var};
 use sgc_ir::{DType, Graph, TensorKind};
@@ -34,7 +36,7 @@ fn loss_with(ex: &mut Executor<CpuBackend>, name: &str, value: &HostTensor) -> f
 /// Checks every parameter gradient of `g` against central differences.
 fn check(name: &str, build: Build) {
     let g = graph(name, build);
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     ex.bind_seeded(3).unwrap();
     let mut rng = sgc_exec::init::SplitMix64::new(11);
     for t in g

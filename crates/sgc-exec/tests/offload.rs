@@ -29,7 +29,7 @@ fn main() {
 
 /// The unplanned run's outputs and params after two steps on the CPU.
 fn cpu_reference(g: &Graph) -> Vec<(String, HostTensor)> {
-    let mut ex = Executor::unplanned(g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(g, CpuBackend::new()).unwrap();
     trained(g, &mut ex, 2)
 }
 

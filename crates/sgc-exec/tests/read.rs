@@ -1,7 +1,9 @@
 //! Reading a graph output back: an output that is a view (a slice, a transpose) is read as
 //! the view reads its stored tensor, not as the stored tensor's first bytes.
 
-use sgc_exec::{CpuBackend, Executor, HostTensor};
+mod common;
+
+use sgc_exec::{CpuBackend, HostTensor};
 
 const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1,
   "tensors": [
@@ -19,7 +21,7 @@ const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1,
 #[test]
 fn a_view_output_reads_as_the_view() {
     let g = sgc_ir::format::from_str(GRAPH).unwrap();
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     // y = relu(x) = [[0, 1, 2], [3, 0, 5]]; s = y[:, 1:3] = [[1, 2], [0, 5]]; st = s^T.
     let x = HostTensor::f32(vec![2, 3], vec![0.0, 1.0, 2.0, 3.0, -4.0, 5.0]);
     ex.bind("x", &x).unwrap();

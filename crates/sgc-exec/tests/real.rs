@@ -53,7 +53,7 @@ fn dtr_at_lower_bound(g: &Graph) -> Plan {
 fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
     for name in REAL_SMALL.into_iter().chain(REAL_SMALL_MORE) {
         let g = real(name);
-        let mut base = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+        let mut base = common::unplanned(&g, CpuBackend::new()).unwrap();
         let expected = outputs(&g, &mut base);
         assert!(expected.len() > 10, "{name}: loss and gradients");
         for (n, t) in &expected {

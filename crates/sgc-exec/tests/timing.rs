@@ -75,7 +75,7 @@ fn mlp_compared(cold_steps: usize, options: &TimingOptions) -> timing::Compariso
     let plan = sublinear(&graph);
     let launches = graph.num_ops() * cold_steps;
     let mut planned = Executor::from_plan(&graph, &plan, cold(launches)).expect("planned");
-    let mut unplanned = Executor::unplanned(&graph, cold(0)).expect("unplanned");
+    let mut unplanned = common::unplanned(&graph, cold(0)).expect("unplanned");
     planned.bind_seeded(0).expect("bind");
     unplanned.bind_seeded(0).expect("bind");
     let c = timing::compare(&mut planned, &mut unplanned, options, || {}).expect("compare");
@@ -147,7 +147,7 @@ fn warm_up_keeps_one_off_costs_out() {
 fn profile_times_every_op() {
     let _one = exclusive();
     let graph = common::load("tiny_cnn");
-    let mut ex = Executor::unplanned(&graph, CpuBackend::new()).expect("executor");
+    let mut ex = common::unplanned(&graph, CpuBackend::new()).expect("executor");
     ex.bind_seeded(0).expect("bind");
     let options = TimingOptions {
         warmup: 1,

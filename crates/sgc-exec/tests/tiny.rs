@@ -7,7 +7,7 @@ mod common;
 
 use common::device::{self, assert_matches, every_device, trained, Device, SEED};
 use common::{load, strategies, TINY};
-use sgc_exec::{CpuBackend, Executor};
+use sgc_exec::{CpuBackend, ExecError, Executor};
 use sgc_ir::Graph;
 
 fn main() {
@@ -23,11 +23,7 @@ fn main() {
 
 /// The unplanned run's outputs and params after two steps on the CPU: the reference.
 fn cpu_reference(g: &Graph) -> Vec<(String, sgc_exec::HostTensor)> {
-    trained(
-        g,
-        &mut Executor::unplanned(g, CpuBackend::new()).unwrap(),
-        2,
-    )
+    trained(g, &mut common::unplanned(g, CpuBackend::new()).unwrap(), 2)
 }
 
 fn planned_runs_match_the_cpu_reference<D: Device>() {
@@ -38,7 +34,7 @@ fn planned_runs_match_the_cpu_reference<D: Device>() {
         assert!(want
             .iter()
             .all(|(_, t)| t.as_f32().unwrap().iter().all(|v| v.is_finite())));
-        let mut base = Executor::unplanned(&g, D::open()).unwrap();
+        let mut base = common::unplanned(&g, D::open()).unwrap();
         let got = trained(&g, &mut base, 2);
         assert_matches(&format!("{name} / unplanned"), &want, &got, D::TOLERANCE);
         for (strategy, plan) in strategies(&g) {
@@ -59,7 +55,16 @@ fn runs_repeat_bitwise_and_allocate_what_the_plan_promised<D: Device>() {
         let mut all = strategies(&g);
         let mut no_arena = common::plan(&g, sgc_plan::Strategy::None);
         no_arena.arena = None;
-        all.push(("traced, arena placed by the executor", no_arena));
+        let refused = Executor::from_plan(&g, &no_arena, D::open()).err();
+        assert!(
+            matches!(refused, Some(ExecError::NoArena)),
+            "{name}: a plan without an arena ran: {refused:?}"
+        );
+        let ops: Vec<_> = no_arena.steps.iter().map(|s| s.op).collect();
+        let (lifetimes, align) = (&no_arena.lifetimes, no_arena.options.align);
+        let effort = sgc_plan::alloc::Effort::FAST;
+        no_arena.arena = Some(sgc_plan::arena::assign(&g, &ops, lifetimes, align, effort).unwrap());
+        all.push(("traced, arena placed after planning", no_arena));
         for (strategy, plan) in all {
             let what = format!("{name} / {strategy}");
             let mut first = Executor::from_plan(&g, &plan, D::open()).unwrap();
@@ -87,7 +92,7 @@ fn the_unplanned_arena_packs_the_traced_order_near_the_model_peak<D: Device>() {
     // model's peak (sizes are few and aligned); a regression in the arena shows here.
     for name in TINY {
         let g = load(name);
-        let ex = Executor::unplanned(&g, D::open()).unwrap();
+        let ex = common::unplanned(&g, D::open()).unwrap();
         let r = ex.report();
         assert!(
             (r.planned_bytes as f64) <= 1.25 * r.model_peak_bytes as f64,
@@ -107,8 +112,8 @@ fn curve<D: Device>(mut ex: Executor<D>, steps: usize) -> Vec<f32> {
 
 fn tiny_mlp_learns_alike_with_and_without_plan<D: Device>() {
     let g = load("tiny_mlp");
-    let reference = curve(Executor::unplanned(&g, CpuBackend::new()).unwrap(), 40);
-    let base = curve(Executor::unplanned(&g, D::open()).unwrap(), 40);
+    let reference = curve(common::unplanned(&g, CpuBackend::new()).unwrap(), 40);
+    let base = curve(common::unplanned(&g, D::open()).unwrap(), 40);
     assert!(base[39] < base[0] * 0.9, "loss {} -> {}", base[0], base[39]);
     let mut runs = vec![("unplanned", base)];
     for (strategy, plan) in strategies(&g) {

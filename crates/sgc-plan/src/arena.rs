@@ -28,9 +28,9 @@
 
 use crate::alloc::{self, AllocOptions, Buffer, Effort, InPlace};
 use crate::error::PlanError;
-pub use crate::plan::ArenaLayout;
-use crate::plan::Lifetime;
 use sgc_ir::{Graph, OpId, TensorId};
+pub use sgc_plan_format::plan::ArenaLayout;
+use sgc_plan_format::plan::Lifetime;
 use std::collections::HashMap;
 
 /// The buffers of `lifetimes`, in the same order (`upper = last_step + 1`).

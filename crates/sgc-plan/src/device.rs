@@ -6,8 +6,8 @@ use crate::arena;
 use crate::context::Context;
 use crate::error::PlanError;
 use crate::options::PlanOptions;
-use crate::plan::{ArenaLayout, Lifetime};
 use sgc_ir::{Graph, OpId};
+use sgc_plan_format::plan::{ArenaLayout, Lifetime};
 
 /// Device bytes of a schedule: its arena (at `opts.align`, the planner's allocator effort)
 /// plus the persistent bytes.
@@ -29,13 +29,7 @@ pub(crate) fn place(
     lifetimes: &[Lifetime],
     opts: &PlanOptions,
 ) -> Result<ArenaLayout, PlanError> {
-    arena::assign(
-        graph,
-        ops,
-        lifetimes,
-        opts.align,
-        opts.arena_effort.effort(),
-    )
+    arena::assign(graph, ops, lifetimes, opts.align, opts.arena_effort.into())
 }
 
 /// The fewest device bytes any arena of a schedule could take ([`arena::floor`]) plus the

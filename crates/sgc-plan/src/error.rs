@@ -2,7 +2,7 @@
 //! ends with what to do about it.
 
 use crate::options::BudgetOf;
-use crate::violation::Violation;
+use sgc_plan_format::{FormatError, Violation};
 use thiserror::Error;
 
 /// Why a plan could not be made, read or accepted.
@@ -50,6 +50,20 @@ pub enum PlanError {
         strategy: String,
         violations: Vec<Violation>,
     },
+}
+
+impl From<FormatError> for PlanError {
+    /// A plan file's error under the same name; offloads that cannot be timed are an
+    /// option the planner was given without what it needs (a clock, a host link).
+    fn from(e: FormatError) -> PlanError {
+        match e {
+            FormatError::GraphMismatch { expected, found } => {
+                PlanError::GraphMismatch { expected, found }
+            }
+            FormatError::NotAPlan(m) => PlanError::NotAPlan(m),
+            FormatError::Offloads(m) => PlanError::InvalidOption(m),
+        }
+    }
 }
 
 /// Bytes exactly and in binary units: `629145600 B (600.00 MiB)`.

@@ -1,5 +1,8 @@
-//! The sgc planner: gradient-checkpointing plans for a training-step graph, and the
-//! verifier that checks them.
+//! The sgc planner: gradient-checkpointing plans for a training-step graph.
+//!
+//! What a plan is (the plain-data [`Plan`], its options, its summary) and the verifier that
+//! checks one live in `sgc-plan-format`, which the executor depends on instead of this
+//! crate; they are re-exported here ([`plan`](mod@plan), [`verify()`], [`streams`]).
 //!
 //! This file is the front door: docs and re-exports. The work lives in modules named after
 //! the stages, from the entry points down:
@@ -21,13 +24,10 @@
 //!   (static memory sharing: offsets in one arena for any set of buffers), stored in the
 //!   plan (`Plan::arena`) and checked by the verifier;
 //! - [`fit`]: the largest batch whose plan fits a memory size, per strategy;
-//! - [`plan`](mod@plan): the plain-data [`Plan`] written to plan files, and `options`: what
-//!   the planner is asked for ([`PlanOptions`], [`BudgetOf`], [`RunConfig`]);
-//! - [`verify()`]: an independent replay of a plan against the graph alone;
-//! - [`offload`]: a plan's offloads as copies, their pinned host pool and the step time
-//!   they give;
-//! - [`streams`]: a step's time on the compute stream and the two copy streams between
-//!   device and host, for plans that offload activations.
+//! - `options`: how the planner runs ([`RunConfig`]: workers, progress); what it is asked
+//!   for ([`PlanOptions`], [`BudgetOf`]) is the plan format's;
+//! - [`offload`]: a plan's offloads placed in one pinned host pool (their copies and the
+//!   step time they give are the plan format's).
 //!
 //! Module dependencies point one way, down this list (`tests/module_graph.rs` checks the
 //! layer order and that no module reaches up into this file).
@@ -43,9 +43,6 @@
 //! assert_eq!(sgc_plan::verify(&g, &plan).unwrap().peak_bytes, 32);
 //! ```
 
-#[macro_use]
-mod names;
-
 pub mod alloc;
 pub mod arena;
 mod budget;
@@ -59,23 +56,22 @@ pub mod offload;
 mod offload_search;
 mod options;
 mod partition;
-pub mod plan;
 mod planner;
 mod run;
 mod schedule;
-pub mod streams;
 mod sublinear;
-pub mod verify;
-mod violation;
 
 pub use error::{OffloadReach, PlanError};
+// The plan format and its verifier (`sgc-plan-format`): what this crate makes.
 pub use options::{
-    BudgetOf, Goal, PlanOptions, Progress, ProgressFn, RunConfig, Strategy, DEFAULT_ALIGN,
+    ArenaEffort, BudgetOf, Goal, PlanOptions, Progress, ProgressFn, RunConfig, Strategy,
+    DEFAULT_ALIGN,
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
     plan, plan_budgets, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
 };
+pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};
 pub use sublinear::{NEAR_PEAK_SPAN, PEAK_WORTH};
-pub use verify::{check, verify, CheckError, VerifiedPeak, Violation, ViolationKind};
+pub use verify::{check, CheckError, VerifiedPeak, Violation, ViolationKind};

@@ -46,9 +46,9 @@ use crate::device;
 use crate::error::{OffloadReach, PlanError};
 use crate::offload;
 use crate::options::PlanOptions;
-use crate::plan::Lifetime;
-use crate::streams::{Direction, HostLink};
 use sgc_ir::{Offload, OpId, TensorId};
+use sgc_plan_format::plan::Lifetime;
+use sgc_plan_format::streams::{Direction, HostLink};
 
 /// Recompute plans tried beneath the offloads: budgets above the plan's by 1/2^(LEVELS-1),
 /// 1/2^(LEVELS-2), ..., 1/2, 1 of the way to the unplanned device bytes.

@@ -54,7 +54,7 @@
 //! uses: originals in traced order, the forward tensors not kept released when the
 //! backward starts, a missing input recomputed with its missing ancestors and kept for
 //! every later reader) and is measured on the schedule itself: bytes kept
-//! ([`crate::plan::saved_bytes`]), recompute cost and peak. The candidate set does not
+//! ([`sgc_plan_format::plan::saved_bytes`]), recompute cost and peak. The candidate set does not
 //! depend on the budget, and a budget selects the candidate that recomputes least within
 //! it, so a larger budget never costs more.
 
@@ -856,7 +856,7 @@ impl Model {
             return Err(Infeasible::NoFixpoint);
         }
         Ok(Candidate {
-            saved: crate::plan::saved_bytes(ctx.g, &steps),
+            saved: sgc_plan_format::plan::saved_bytes(ctx.g, &steps),
             units: fitness.cost,
             peak: fitness.peak,
             steps,

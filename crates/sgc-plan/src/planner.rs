@@ -7,13 +7,14 @@ use crate::budget;
 use crate::context::Context;
 use crate::device;
 use crate::error::PlanError;
+use crate::offload;
 use crate::offload_search;
 use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
-use crate::plan::{self, Plan};
 use crate::run;
 use crate::sublinear::search::SearchStats;
-use crate::verify::verify;
-use sgc_ir::{Graph, OpId};
+use sgc_ir::{Graph, MemoryProfile, Offload, OpId};
+use sgc_plan_format::plan::{self, Plan};
+use sgc_plan_format::verify::verify;
 
 /// Makes a plan for `graph` and verifies it.
 pub fn plan(graph: &Graph, options: &PlanOptions, run: &RunConfig<'_>) -> Result<Plan, PlanError> {
@@ -49,7 +50,7 @@ pub fn plan_schedule_offloaded(
         .iter()
         .map(|&op| (op, std::mem::replace(&mut seen[op.index()], true)))
         .collect();
-    let mut plan = Plan::assemble(graph, options, &steps, offloads, &profile)?;
+    let mut plan = assemble(graph, options, &steps, offloads, &profile)?;
     if options.arena {
         let layout = device::place(graph, ops, &plan.lifetimes, options)?;
         plan.arena = Some(layout);
@@ -200,7 +201,7 @@ fn finish_plan(
             strategy: options.strategy.to_string(),
             message: e.to_string(),
         })?;
-    let mut plan = Plan::assemble(graph, options, steps, offloads, &profile)?;
+    let mut plan = assemble(graph, options, steps, offloads, &profile)?;
     let start = std::time::Instant::now();
     if options.arena || options.budget.is_some() {
         let layout = device::place(graph, &ops, &plan.lifetimes, options)?;
@@ -254,4 +255,65 @@ fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
         ));
     }
     Ok(())
+}
+
+/// Assembles a plan from a schedule and its offloads, `profile` being what
+/// `simulate_offloaded` gave for them (a device instance freed at `free_after`).
+fn assemble(
+    graph: &Graph,
+    options: &PlanOptions,
+    schedule: &[(OpId, bool)],
+    offloads: &[Offload],
+    profile: &MemoryProfile,
+) -> Result<Plan, PlanError> {
+    let last = schedule.len().saturating_sub(1);
+    let mut kept = vec![false; graph.num_tensors()];
+    for &t in graph.outputs() {
+        kept[graph.storage_root(t).index()] = true;
+    }
+    let mut steps: Vec<plan::Step> = schedule
+        .iter()
+        .map(|&(op, recompute)| plan::Step {
+            op,
+            recompute,
+            free: Vec::new(),
+        })
+        .collect();
+    for i in &profile.instances {
+        if !(kept[i.root.index()] && i.end == last) {
+            steps[i.end].free.push(i.root);
+        }
+    }
+    for s in &mut steps {
+        s.free.sort();
+    }
+    let lifetimes = profile.instances.iter().map(plan::Lifetime::from).collect();
+    let checkpoints = plan::checkpoints(graph, schedule);
+    let device = options.device_profile.as_ref();
+    let mut summary = plan::summarize(graph, schedule, profile, checkpoints.len(), device);
+    let mut offloads = offloads.to_vec();
+    offloads.sort_by_key(|o| (o.copy_after, o.root));
+    let host = if offloads.is_empty() {
+        None
+    } else {
+        let link = options.host_link.as_ref().ok_or_else(|| {
+            PlanError::InvalidOption("a plan with offloads needs a host link".into())
+        })?;
+        let ops: Vec<OpId> = schedule.iter().map(|s| s.0).collect();
+        summary.offload = Some(offload::summarize(graph, &ops, &offloads, device, link)?);
+        Some(offload::host_layout(graph, &offloads)?)
+    };
+    Ok(Plan {
+        format: plan::PLAN_FORMAT.to_string(),
+        version: plan::PLAN_VERSION,
+        graph: plan::GraphRef::of(graph),
+        options: options.clone(),
+        steps,
+        checkpoints,
+        lifetimes,
+        summary,
+        arena: None,
+        offloads,
+        host,
+    })
 }

@@ -148,7 +148,7 @@ fn plan_files_round_trip_and_are_refused_for_another_graph() {
     let other =
         sgc_ir::format::from_str(&GRAPH.replace("\"flops\": 10}", "\"flops\": 11}")).unwrap();
     let err = back.check_graph(&other).unwrap_err();
-    assert!(matches!(err, PlanError::GraphMismatch { .. }));
+    assert!(matches!(err, sgc_plan::FormatError::GraphMismatch { .. }));
     assert!(err.to_string().contains("made for graph"), "{err}");
     assert!(matches!(
         verify(&other, &back).unwrap_err()[0].kind,

@@ -123,7 +123,7 @@ pub fn figures(
     let g = &graph.get().graph;
     let (plan, file) = crate::plan::plan_of(py, plan)?;
     plan.check_graph(g)
-        .map_err(|e| errors::plan_error(py, e, file.as_deref()))?;
+        .map_err(|e| errors::plan_error(py, e.into(), file.as_deref()))?;
     py.detach(|| sgc::plan::check(g, &plan))
         .map_err(|e| errors::check_error(py, e, file.as_deref()))?;
     let schedule: Vec<(OpId, bool)> = plan.steps.iter().map(|s| (s.op, s.recompute)).collect();

@@ -338,7 +338,7 @@ pub(crate) fn plan_of(
         }
     };
     let plan = sgc::plan::Plan::from_json(&text)
-        .map_err(|e| errors::plan_error(py, e, file.as_deref()))?;
+        .map_err(|e| errors::plan_error(py, e.into(), file.as_deref()))?;
     Ok((plan, file))
 }
 
@@ -383,7 +383,7 @@ pub fn load_plan(
     let (plan, plan_file) = plan_of(py, source)?;
     let located = plan_file.as_deref();
     plan.check_graph(&graph.graph)
-        .map_err(|e| errors::plan_error(py, e, located))?;
+        .map_err(|e| errors::plan_error(py, e.into(), located))?;
     let g = &graph.graph;
     py.detach(|| sgc::plan::check(g, &plan))
         .map_err(|e| errors::check_error(py, e, located))?;

@@ -9,7 +9,7 @@ use crate::graph::Graph;
 use crate::plan::plan_of;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use sgc::exec::{CpuBackend, ExecError, Executor, HostTensor};
+use sgc::exec::{CpuBackend, HostTensor};
 
 pyo3::create_exception!(
     sgc,
@@ -86,9 +86,9 @@ pub fn execute<'py>(
         .detach(|| -> Result<Vec<(String, Vec<u8>)>, PyErrText> {
             let backend = CpuBackend::new();
             let mut ex = match &plan {
-                Some((p, plan_file)) => Executor::from_plan(g, p, backend)
+                Some((p, plan_file)) => sgc::runner::planned(g, p, backend)
                     .map_err(|e| PyErrText::exec(e, plan_file.as_deref().or(file)))?,
-                None => Executor::unplanned(g, backend).map_err(|e| PyErrText::exec(e, file))?,
+                None => sgc::runner::unplanned(g, backend).map_err(|e| PyErrText::exec(e, file))?,
             };
             if let Some(seed) = seed {
                 ex.bind_seeded(seed).map_err(|e| PyErrText::exec(e, file))?;
@@ -117,7 +117,7 @@ pub fn execute<'py>(
 struct PyErrText(String);
 
 impl PyErrText {
-    fn exec(e: ExecError, file: Option<&str>) -> Self {
+    fn exec(e: impl std::fmt::Display, file: Option<&str>) -> Self {
         PyErrText(match file {
             Some(f) => format!("{f}: {e}"),
             None => e.to_string(),

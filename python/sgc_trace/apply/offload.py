@@ -14,7 +14,7 @@ bytes `plan["host"]["offsets"][i]` onward while the host holds it. Each storage 
 whole, as bytes, so every view of it comes back with its own sizes, strides and offset.
 
 On CUDA each direction has its own stream (`torch.cuda.Stream`), as the planner's model
-has (`crates/sgc-plan/src/streams.rs`): a copy to host waits for the compute stream's work
+has (`crates/sgc-plan-format/src/streams.rs`): a copy to host waits for the compute stream's work
 so far (the value is made), runs non-blocking into the pinned pool and records an event;
 `release` makes the compute stream wait for that event before the device bytes are
 reused; a fetch allocates its device bytes on the compute stream, waits for it, copies

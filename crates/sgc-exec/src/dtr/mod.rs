@@ -86,7 +86,7 @@ impl DtrOptions {
             evictee_min_size: DEFAULT_EVICTEE_MIN_SIZE,
             sqrt_sampling: false,
             seed: 0,
-            align: sgc_plan::DEFAULT_ALIGN,
+            align: sgc_plan_format::DEFAULT_ALIGN,
             device_profile: None,
             max_recomputes: None,
             trace: false,

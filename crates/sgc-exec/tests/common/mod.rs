@@ -7,8 +7,20 @@
 
 pub mod device;
 
+use sgc_exec::{Backend, ExecError, Executor};
 use sgc_ir::{Graph, OpId, Phase, TensorId};
 use sgc_plan::Plan;
+
+/// The unplanned executor: the plan of strategy `none` made by the planner (the executor
+/// runs plans and makes none; the facade's `sgc::runner::unplanned` is the same call).
+pub fn unplanned<B: Backend>(g: &Graph, backend: B) -> Result<Executor<B>, ExecError> {
+    let options = sgc_plan::PlanOptions {
+        strategy: sgc_plan::Strategy::None,
+        ..Default::default()
+    };
+    let plan = sgc_plan::plan(g, &options, &Default::default()).expect("the `none` plan");
+    Executor::from_plan(g, &plan, backend)
+}
 
 /// The tiny zoo graphs, executed in tests (the big ones are not).
 pub const TINY: [&str; 3] = ["tiny_mlp", "tiny_cnn", "tiny_transformer"];

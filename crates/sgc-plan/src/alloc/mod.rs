@@ -159,48 +159,19 @@ impl Default for Effort {
     }
 }
 
-/// How hard a plan's arena is searched (`sgc plan --arena-effort`), by name: a plan
-/// option, so a plan file says how its arena was made.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum ArenaEffort {
-    /// Heuristics only ([`Effort::FAST`]).
-    Fast,
-    /// [`Effort::PLAN`]: hundredths of a second; plans of more than 600 lifetimes keep
-    /// the heuristics' arena.
-    #[default]
-    Plan,
-    /// [`Effort::DEFAULT`] (what `sgc alloc` spends): up to a few seconds, for arenas at
-    /// or near the aligned live peak (`cargo bench --bench alloc -- real` measures them).
-    Default,
-    /// [`Effort::THOROUGH`].
-    Thorough,
-}
+pub use sgc_plan_format::ArenaEffort;
 
-impl ArenaEffort {
-    /// The effort it names.
-    pub fn effort(self) -> Effort {
-        match self {
+impl From<ArenaEffort> for Effort {
+    /// The effort a plan option names.
+    fn from(e: ArenaEffort) -> Effort {
+        match e {
             ArenaEffort::Fast => Effort::FAST,
             ArenaEffort::Plan => Effort::PLAN,
             ArenaEffort::Default => Effort::DEFAULT,
             ArenaEffort::Thorough => Effort::THOROUGH,
         }
     }
-
-    pub(crate) fn is_plan(&self) -> bool {
-        *self == ArenaEffort::Plan
-    }
 }
-
-names!(ArenaEffort, "arena effort", "plan, default, thorough or fast", {
-    Fast => "fast",
-    Plan => "plan",
-    Default => "default",
-    Thorough => "thorough",
-});
 
 /// Options of [`allocate`].
 #[derive(Clone, Debug, PartialEq, Eq)]

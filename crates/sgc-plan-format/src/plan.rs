@@ -12,9 +12,9 @@
 //! nor the number of worker threads, so the same graph, options and seed give the same
 //! bytes on any machine.
 
-use crate::error::PlanError;
+use crate::error::FormatError;
 use crate::offload::{self, HostLayout, OffloadSummary};
-pub use crate::options::{BudgetOf, Goal, PlanOptions, Strategy, DEFAULT_ALIGN};
+use crate::options::PlanOptions;
 use serde::{Deserialize, Serialize};
 use sgc_ir::{
     CostSources, DeviceProfile, Graph, MemoryProfile, Offload, OpId, ScheduleError,
@@ -172,67 +172,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Assembles a plan from a schedule and its offloads, `profile` being what
-    /// `simulate_offloaded` gave for them (a device instance freed at `free_after`).
-    pub(crate) fn assemble(
-        graph: &Graph,
-        options: &PlanOptions,
-        schedule: &[(OpId, bool)],
-        offloads: &[Offload],
-        profile: &MemoryProfile,
-    ) -> Result<Plan, PlanError> {
-        let last = schedule.len().saturating_sub(1);
-        let mut kept = vec![false; graph.num_tensors()];
-        for &t in graph.outputs() {
-            kept[graph.storage_root(t).index()] = true;
-        }
-        let mut steps: Vec<Step> = schedule
-            .iter()
-            .map(|&(op, recompute)| Step {
-                op,
-                recompute,
-                free: Vec::new(),
-            })
-            .collect();
-        for i in &profile.instances {
-            if !(kept[i.root.index()] && i.end == last) {
-                steps[i.end].free.push(i.root);
-            }
-        }
-        for s in &mut steps {
-            s.free.sort();
-        }
-        let lifetimes = profile.instances.iter().map(Lifetime::from).collect();
-        let checkpoints = checkpoints(graph, schedule);
-        let device = options.device_profile.as_ref();
-        let mut summary = summarize(graph, schedule, profile, checkpoints.len(), device);
-        let mut offloads = offloads.to_vec();
-        offloads.sort_by_key(|o| (o.copy_after, o.root));
-        let host = if offloads.is_empty() {
-            None
-        } else {
-            let link = options.host_link.as_ref().ok_or_else(|| {
-                PlanError::InvalidOption("a plan with offloads needs a host link".into())
-            })?;
-            let ops: Vec<OpId> = schedule.iter().map(|s| s.0).collect();
-            summary.offload = Some(offload::summarize(graph, &ops, &offloads, device, link)?);
-            Some(offload::host_layout(graph, &offloads)?)
-        };
-        Ok(Plan {
-            format: PLAN_FORMAT.to_string(),
-            version: PLAN_VERSION,
-            graph: GraphRef::of(graph),
-            options: options.clone(),
-            steps,
-            checkpoints,
-            lifetimes,
-            summary,
-            arena: None,
-            offloads,
-            host,
-        })
-    }
-
     /// The most bytes the plan's device storages hold at one step, the graph's inputs
     /// excluded: what a step allocates beyond what its caller already holds (parameters,
     /// state and the batch), as PyTorch's allocator statistics count a step. Persistent
@@ -262,17 +201,18 @@ impl Plan {
     }
 
     /// Reads a plan file's text, checking its format and version.
-    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
-        sgc_ir::json::check_duplicate_keys(text).map_err(|e| PlanError::NotAPlan(e.to_string()))?;
+    pub fn from_json(text: &str) -> Result<Plan, FormatError> {
+        sgc_ir::json::check_duplicate_keys(text)
+            .map_err(|e| FormatError::NotAPlan(e.to_string()))?;
         let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| PlanError::NotAPlan(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| FormatError::NotAPlan(e.to_string()))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(PLAN_FORMAT) {
-            return Err(PlanError::NotAPlan(format!(
+            return Err(FormatError::NotAPlan(format!(
                 "expected \"format\": \"{PLAN_FORMAT}\""
             )));
         }
         if value.get("version").and_then(|v| v.as_u64()) != Some(u64::from(PLAN_VERSION)) {
-            return Err(PlanError::NotAPlan(format!(
+            return Err(FormatError::NotAPlan(format!(
                 "unsupported plan version (this reader understands version {PLAN_VERSION})"
             )));
         }
@@ -282,7 +222,7 @@ impl Plan {
         // column.
         serde_json::from_value(value).map_err(|e| {
             let located = serde_json::from_str::<Plan>(text).err();
-            PlanError::NotAPlan(located.map_or_else(|| e.to_string(), |l| l.to_string()))
+            FormatError::NotAPlan(located.map_or_else(|| e.to_string(), |l| l.to_string()))
         })
     }
 
@@ -303,10 +243,10 @@ impl Plan {
     }
 
     /// Refuses a plan made for another graph.
-    pub fn check_graph(&self, graph: &Graph) -> Result<(), PlanError> {
+    pub fn check_graph(&self, graph: &Graph) -> Result<(), FormatError> {
         let found = GraphRef::of(graph);
         if found.fingerprint != self.graph.fingerprint || found.ops != self.graph.ops {
-            return Err(PlanError::GraphMismatch {
+            return Err(FormatError::GraphMismatch {
                 expected: self.graph.to_string(),
                 found: found.to_string(),
             });
@@ -315,7 +255,6 @@ impl Plan {
     }
 }
 
-/// Activation roots that a recomputed step reads from their original (stored) copy.
 /// Bytes a schedule keeps from its forward stretch for its backward stretch: the distinct
 /// non-persistent storages that the backward stretch reads before making them itself,
 /// except the graph's outputs (the loss), which the step holds for its caller anyway.
@@ -354,7 +293,8 @@ pub fn saved_bytes(graph: &Graph, schedule: &[(OpId, bool)]) -> u64 {
     total
 }
 
-fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
+/// Activation roots that a recomputed step reads from their original (stored) copy.
+pub fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
     let mut from_recompute = vec![false; graph.num_tensors()];
     let mut anchor = vec![false; graph.num_tensors()];
     for &(op, rec) in schedule {
@@ -375,7 +315,9 @@ fn checkpoints(graph: &Graph, schedule: &[(OpId, bool)]) -> Vec<TensorId> {
     graph.tensor_ids().filter(|t| anchor[t.index()]).collect()
 }
 
-fn summarize(
+/// The summary of a schedule whose memory-model replay is `profile` (its offload figures
+/// left out: [`offload::summarize`] adds them).
+pub fn summarize(
     graph: &Graph,
     schedule: &[(OpId, bool)],
     profile: &MemoryProfile,

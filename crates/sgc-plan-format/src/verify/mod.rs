@@ -437,7 +437,7 @@ impl<'g> Replay<'g> {
 
     /// What the split-based strategies promise (see the module doc).
     fn check_promises(&mut self, plan: &Plan) {
-        use crate::plan::Strategy;
+        use crate::options::Strategy;
         let g = self.g;
         let strategy = plan.options.strategy;
         if !matches!(
