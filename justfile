@@ -80,6 +80,13 @@ torchvision PYTHON="python3":
     cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/torchvision_sweep.py --run --out ../target/torchvision.md
     bash scripts/docs-section.sh docs/benchmarks.md torchvision target/torchvision.md "just torchvision"
 
+# PyTorch's OpInfo samples (op_db) of every op the executor runs, each sample a graph run on
+# the CPU backend against PyTorch (about 10 minutes on 2 cores); the table into docs/ops.md.
+# Use the CI venv (it has expecttest) or set PYTHON.
+opinfo PYTHON="python3":
+    cd python && {{PYTHON}} bench/opinfo_walk.py --out ../target/opinfo.md
+    bash scripts/docs-section.sh docs/ops.md opinfo target/opinfo.md "just opinfo"
+
 # sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
 # measured beside sgc's prediction, and beside torch.compile's activation_memory_budget
 # 0.1..0.9; updates docs/pytorch.md (CPU; about half an hour on 2 cores). Use the CI venv or set PYTHON.

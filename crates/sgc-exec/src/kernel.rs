@@ -20,6 +20,7 @@ pub use crate::ops::elementwise::{BinOp, Elementwise, Unary};
 pub use crate::ops::embedding::Embedding;
 pub use crate::ops::linalg::Linalg;
 pub use crate::ops::loss::Loss;
+pub use crate::ops::math::{Math, MathBin, MathFn};
 pub use crate::ops::norm::Norm;
 pub use crate::ops::pool::Pool;
 pub use crate::ops::random::Random;
@@ -76,6 +77,7 @@ families! {
     // Before `Elementwise`: it claims `mul.Tensor` by a boolean mask.
     Random => random,
     Elementwise => elementwise,
+    Math => math,
     Linalg => linalg,
     Conv => conv,
     Pool => pool,

@@ -457,6 +457,43 @@ vocabulary! {
     AtenHardswishBackward = "aten.hardswish_backward.default" => pointwise();
     AtenHardsigmoid = "aten.hardsigmoid.default" => pointwise();
     AtenHardsigmoidBackward = "aten.hardsigmoid_backward.default" => pointwise();
+    // Core ATen's math functions of one tensor (no backward ops of their own: autograd
+    // writes their derivatives with `mul`, `div`, ...), `clamp` by scalars, and the
+    // broadcasting `maximum`, `minimum` and `pow` of two tensors.
+    AtenNeg = "aten.neg.default" => pointwise();
+    AtenExp = "aten.exp.default" => pointwise();
+    AtenExp2 = "aten.exp2.default" => pointwise();
+    AtenExpm1 = "aten.expm1.default" => pointwise();
+    AtenLog = "aten.log.default" => pointwise();
+    AtenLog2 = "aten.log2.default" => pointwise();
+    AtenLog10 = "aten.log10.default" => pointwise();
+    AtenLog1p = "aten.log1p.default" => pointwise();
+    AtenSqrt = "aten.sqrt.default" => pointwise();
+    AtenRsqrt = "aten.rsqrt.default" => pointwise();
+    AtenReciprocal = "aten.reciprocal.default" => pointwise();
+    AtenAbs = "aten.abs.default" => pointwise();
+    AtenSign = "aten.sign.default" => pointwise();
+    AtenSin = "aten.sin.default" => pointwise();
+    AtenCos = "aten.cos.default" => pointwise();
+    AtenTan = "aten.tan.default" => pointwise();
+    AtenAsin = "aten.asin.default" => pointwise();
+    AtenAcos = "aten.acos.default" => pointwise();
+    AtenAtan = "aten.atan.default" => pointwise();
+    AtenSinh = "aten.sinh.default" => pointwise();
+    AtenCosh = "aten.cosh.default" => pointwise();
+    AtenAsinh = "aten.asinh.default" => pointwise();
+    AtenAcosh = "aten.acosh.default" => pointwise();
+    AtenAtanh = "aten.atanh.default" => pointwise();
+    AtenErf = "aten.erf.default" => pointwise();
+    AtenFloor = "aten.floor.default" => pointwise();
+    AtenCeil = "aten.ceil.default" => pointwise();
+    AtenRound = "aten.round.default" => pointwise();
+    AtenTrunc = "aten.trunc.default" => pointwise();
+    /// `x` clamped to `[min, max]`, either bound optional (scalars).
+    AtenClamp = "aten.clamp.default" => pointwise();
+    AtenMaximum = "aten.maximum.default" => pointwise();
+    AtenMinimum = "aten.minimum.default" => pointwise();
+    AtenPowTensor = "aten.pow.Tensor_Tensor" => pointwise();
     AtenLeakyRelu = "aten.leaky_relu.default" => pointwise();
     AtenLeakyReluBackward = "aten.leaky_relu_backward.default" => pointwise();
     AtenDropout = "aten.native_dropout.default" => map().effect(Random);

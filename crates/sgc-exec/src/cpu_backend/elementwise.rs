@@ -239,6 +239,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
                 BinOp::Mul => a * b,
+                BinOp::Div => a / b,
             };
             for (o, v) in io.outs[0].iter_mut().zip(a.iter().zip(&b).map(op)) {
                 *o = v;

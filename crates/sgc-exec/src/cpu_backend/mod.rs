@@ -17,6 +17,7 @@ mod elementwise;
 mod embedding;
 mod linalg;
 mod loss;
+mod math;
 mod norm;
 mod pool;
 mod random;
@@ -535,6 +536,7 @@ fn run(k: &Kernel, io: Io) -> R {
     match k.op() {
         FamilyKernel::Linalg(k) => linalg::run(k, io),
         FamilyKernel::Elementwise(k) => elementwise::run(k, io),
+        FamilyKernel::Math(k) => math::run(k, io),
         FamilyKernel::Conv(k) => conv::run(k, io),
         FamilyKernel::Pool(k) => pool::run(k, io),
         FamilyKernel::Norm(k) => norm::run(k, io),

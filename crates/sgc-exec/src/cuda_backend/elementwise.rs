@@ -142,6 +142,7 @@ fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
         BinOp::Add => 0,
         BinOp::Sub => 1,
         BinOp::Mul => 2,
+        BinOp::Div => 3,
     };
     let len: usize = ys.iter().product();
     let args = [

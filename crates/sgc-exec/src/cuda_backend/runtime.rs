@@ -347,6 +347,9 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
     match k.op() {
         FamilyKernel::Linalg(k) => linalg::run(k, d, io),
         FamilyKernel::Elementwise(k) => elementwise::run(k, d, io),
+        FamilyKernel::Math(_) => Err(crate::error::KernelError::Operands(
+            "the math functions run on the CPU backend only (their KINDS rows say so)".to_string(),
+        )),
         FamilyKernel::Conv(k) => conv::run(k, d, io),
         FamilyKernel::Pool(k) => pool::run(k, d, io),
         FamilyKernel::Norm(k) => norm::run(k, d, io),

@@ -224,13 +224,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         K::SgdUpdate => E::SgdUpdate {
             lr: a.f32_or("lr", None)?,
         },
-        K::AtenMulTensor | K::AtenAddTensor | K::AtenSubTensor
-            if binary && (!same || kind == K::AtenSubTensor) =>
+        K::AtenMulTensor | K::AtenAddTensor | K::AtenSubTensor | K::AtenDivTensor
+            if binary && (!same || matches!(kind, K::AtenSubTensor | K::AtenDivTensor)) =>
         {
             a.number("alpha", 1.0)?;
             let op = match kind {
                 K::AtenMulTensor => BinOp::Mul,
                 K::AtenSubTensor => BinOp::Sub,
+                K::AtenDivTensor => BinOp::Div,
                 _ => BinOp::Add,
             };
             E::Broadcast { op }
@@ -451,6 +452,8 @@ pub enum BinOp {
     Add,
     Sub,
     Mul,
+    /// True division (`div.Tensor` without a rounding mode).
+    Div,
 }
 
 /// The element-wise functions of [`Elementwise::Pointwise`]. Adding one takes its op kinds in

@@ -28,6 +28,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod linalg;
 pub mod loss;
+pub mod math;
 pub mod norm;
 pub mod pool;
 pub mod random;

@@ -38,8 +38,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Reduce>, ExecError> 
         return Ok(None);
     }
     let (a, r) = (&cx.a, cx.rank(0));
+    // ATen's rules: no `dim`, or an empty list, reduces every axis; a scalar (rank 0) takes
+    // `dim` 0 or -1 as its one element, a reduction over nothing.
     let dims: Vec<usize> = match a.get("dim") {
         None | Some(Value::Null) => (0..r).collect(),
+        Some(Value::Array(v)) if v.is_empty() => (0..r).collect(),
+        Some(Value::Array(v)) if r == 0 && v.iter().all(|d| matches!(d.as_i64(), Some(0 | -1))) => {
+            Vec::new()
+        }
         Some(Value::Array(v)) => v
             .iter()
             .map(|d| d.as_i64().and_then(|d| sgc_ir::ops::axis(d, r)))

@@ -175,12 +175,12 @@ __device__ i64 strided_offset(i64 e, const Dims& dims) {
     return src;
 }
 
-// a op b, each read through its broadcast strides; op 0 add, 1 sub, 2 mul.
+// a op b, each read through its broadcast strides; op 0 add, 1 sub, 2 mul, 3 div.
 extern "C" __global__ void broadcast_binary(const float* a, const float* b, float* y, int op, i64 n,
                                            Dims da, Dims db) {
     GRID_STRIDE(e, n) {
         float u = a[strided_offset(e, da)], v = b[strided_offset(e, db)];
-        y[e] = op == 0 ? u + v : (op == 1 ? u - v : u * v);
+        y[e] = op == 0 ? u + v : (op == 1 ? u - v : (op == 2 ? u * v : u / v));
     }
 }
 

@@ -1,0 +1,55 @@
+"""PyTorch's own samples (OpInfo's `op_db`) of ops the executor runs, exported one sample
+per graph and run on sgc's CPU backend against PyTorch (`sgc_trace.tools.opinfo`): the op's
+outputs element by element and every input's gradient through its backward.
+
+CI runs a fixed subset (the first samples of each OpInfo below: about a minute on 2 cores);
+`just opinfo` walks all of `op_db` and writes the table of docs/ops.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("expecttest")  # torch.testing._internal needs it; requirements-ci pins it
+
+from sgc_trace.tools.opinfo import _finite_error, walk  # noqa: E402
+
+# One OpInfo per kind of kernel: arithmetic with broadcasting and scalars, the math
+# functions, activations, reductions over axes, views and shape ops, matrix products,
+# convolution, pooling, normalisation, softmax and losses.
+CI_OPINFOS = [
+    "add", "sub", "mul", "div.no_rounding_mode", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
+    "sigmoid", "abs", "reciprocal", "maximum", "minimum", "clamp", "nn.functional.relu", "nn.functional.gelu",
+    "nn.functional.silu", "nn.functional.hardtanh", "nn.functional.leaky_relu", "sum", "mean", "transpose",
+    "permute", "reshape", "expand", "unsqueeze", "cat", "stack", "mm", "bmm", "addmm", "nn.functional.conv2d",
+    "nn.functional.max_pool2d", "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.layer_norm", "softmax", "log_softmax", "nn.functional.cross_entropy",
+    "nn.functional.embedding",
+]
+
+
+@pytest.fixture(scope="module")
+def report():
+    return walk(CI_OPINFOS, max_samples=4)
+
+
+def test_every_subset_opinfo_runs_on_the_executor(report):
+    ran = set(report.implemented)
+    missing = [n for n in CI_OPINFOS if not any(r.startswith(n) for r in ran)]
+    assert not missing, {n: [r.reason for r in report.results if r.opinfo.startswith(n)][:2] for n in missing}
+
+
+def test_pytorch_samples_pass_on_the_executor(report):
+    failed = [(r.opinfo, r.index, r.reason) for r in report.results if r.status == "failed"]
+    assert not failed, failed
+    assert report.counts()["passed"] >= 2 * len(CI_OPINFOS), report.markdown()
+
+
+def test_the_comparison_holds_nan_and_infinity_to_their_places():
+    want = torch.tensor([1.0, float("nan"), float("inf"), 4.0])
+    assert _finite_error(want.clone(), want) == 0.0
+    assert _finite_error(torch.tensor([1.0, 2.0, float("inf"), 4.0]), want) == float("inf")
+    assert _finite_error(torch.tensor([1.0, float("nan"), 3.0, 4.0]), want) == float("inf")
+    assert _finite_error(torch.tensor([1.0, float("nan"), float("inf"), 4.4]), want) == pytest.approx(0.1)
+    assert _finite_error(torch.ones(3), torch.ones(4)) == float("inf")
