@@ -435,6 +435,10 @@ vocabulary! {
     AtenDivScalar = "aten.div.Scalar" => pointwise();
     AtenPow = "aten.pow.Tensor_Scalar" => pointwise();
     AtenWhere = "aten.where.self" => map();
+    /// `x == other` (a number), a bool tensor.
+    AtenEqScalar = "aten.eq.Scalar" => map();
+    /// `x != other` (a number), a bool tensor.
+    AtenNeScalar = "aten.ne.Scalar" => map();
     AtenRelu = "aten.relu.default" => pointwise();
     AtenThresholdBackward = "aten.threshold_backward.default" => pointwise();
     AtenGelu = "aten.gelu.default" => pointwise();
