@@ -283,6 +283,13 @@ impl Attrs<'_> {
         .ok_or_else(|| self.err(format!("`{key}` must be a number")))
     }
 
+    /// A list attribute of integers (`[]` when absent).
+    pub(crate) fn ints(&self, key: &str) -> Result<Vec<i64>, ExecError> {
+        let read =
+            |v: &Value| -> Option<Vec<i64>> { v.as_array()?.iter().map(Value::as_i64).collect() };
+        self.opt(key, Vec::new(), read, "a list of integers")
+    }
+
     pub(crate) fn i64_or(&self, key: &str, default: i64) -> Result<i64, ExecError> {
         self.opt(key, default, Value::as_i64, "an integer")
     }
