@@ -100,7 +100,7 @@ def run_step(graph: dict, path: Path, model: torch.nn.Module, inputs: dict) -> s
     try:
         ops = replay_ops(graph, model, inputs)
         if ops.failed:
-            op, out, err, tol = max(ops.failed, key=lambda f: f[2] / f[3])
+            op, out, err, tol = max(ops.failed, key=lambda f: f[2] / f[3] if f[3] else float("inf"))
             results.append(f"ops: {len(ops.failed)} outputs off ({op} -> {out}: {err:.1e} > {tol:.1e})")
         else:
             results.append(f"ops: {ops.replayed} replayed, all within")

@@ -8,6 +8,8 @@ pub enum HostData {
     F32(Vec<f32>),
     I64(Vec<i64>),
     I32(Vec<i32>),
+    /// A mask (`eq`'s result, `where`'s condition): one byte per element, 0 or 1.
+    Bool(Vec<bool>),
 }
 
 /// A dense row-major tensor in host memory.
@@ -37,6 +39,7 @@ impl HostTensor {
             HostData::F32(_) => DType::F32,
             HostData::I64(_) => DType::I64,
             HostData::I32(_) => DType::I32,
+            HostData::Bool(_) => DType::Bool,
         }
     }
 
@@ -46,6 +49,7 @@ impl HostTensor {
             HostData::F32(v) => v.len(),
             HostData::I64(v) => v.len(),
             HostData::I32(v) => v.len(),
+            HostData::Bool(v) => v.len(),
         }
     }
 
@@ -67,6 +71,7 @@ impl HostTensor {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::Bool(v) => v.iter().map(|&x| u8::from(x)).collect(),
         }
     }
 
@@ -91,6 +96,7 @@ impl HostTensor {
                     .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
                     .collect(),
             ),
+            DType::Bool => HostData::Bool(bytes.iter().map(|&b| b != 0).collect()),
             _ => return None,
         };
         Some(HostTensor { shape, data })

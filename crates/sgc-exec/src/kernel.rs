@@ -16,7 +16,7 @@ use sgc_ir::{Graph, OpId};
 
 pub use crate::ops::attention::Attention;
 pub use crate::ops::conv::Conv;
-pub use crate::ops::elementwise::{BinOp, Elementwise, Unary};
+pub use crate::ops::elementwise::{BinOp, Cmp, Elementwise, Unary};
 pub use crate::ops::embedding::Embedding;
 pub use crate::ops::linalg::Linalg;
 pub use crate::ops::loss::Loss;

@@ -85,11 +85,17 @@ impl View {
                         .collect();
                     (to.clone(), gather(&idx, to, 0, |i, a| i * along[a]))
                 }
-                ViewStep::Slice { axis, start, end } => {
-                    let mut to = shape.clone();
-                    to[*axis] = end - start;
-                    let from = strides(&shape);
-                    let order = gather(&idx, &to, start * from[*axis], |i, a| i * from[a]);
+                ViewStep::Slice {
+                    axis,
+                    start,
+                    step: by,
+                    ..
+                } => {
+                    let to = step.sliced(&shape);
+                    let mut along = strides(&shape);
+                    let base = start * along[*axis];
+                    along[*axis] *= by;
+                    let order = gather(&idx, &to, base, |i, a| i * along[a]);
                     (to, order)
                 }
             };
@@ -147,11 +153,13 @@ pub enum ViewStep {
     Permute(Vec<usize>),
     /// Broadcast to this shape (axes aligned on the right).
     Expand(Vec<usize>),
-    /// `in[.., start..end, ..]` along `axis`.
+    /// `in[.., start..end:step, ..]` along `axis`: `(end - start).div_ceil(step)`
+    /// elements (`step >= 1`).
     Slice {
         axis: usize,
         start: usize,
         end: usize,
+        step: usize,
     },
 }
 
@@ -179,10 +187,29 @@ impl ViewStep {
                         .all(|&p| p < shape.len() && !std::mem::replace(&mut seen[p], true))
             }
             ViewStep::Expand(to) => broadcasts(shape, to),
-            ViewStep::Slice { axis, start, end } => {
-                *axis < shape.len() && start <= end && *end <= shape[*axis]
-            }
+            ViewStep::Slice {
+                axis,
+                start,
+                end,
+                step,
+            } => *axis < shape.len() && start <= end && *end <= shape[*axis] && *step >= 1,
         }
+    }
+
+    /// The shape a slice step gives `shape` (`shape` itself for any other step kind);
+    /// the step must [fit](Self::fits).
+    pub fn sliced(&self, shape: &[usize]) -> Vec<usize> {
+        let mut to = shape.to_vec();
+        if let ViewStep::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } = self
+        {
+            to[*axis] = (end - start).div_ceil(*step);
+        }
+        to
     }
 }
 
@@ -236,6 +263,7 @@ mod tests {
                     axis: 1,
                     start: 1,
                     end: 3,
+                    step: 1,
                 },
                 ViewStep::Permute(vec![1, 0]),
             ],
@@ -249,18 +277,43 @@ mod tests {
                     axis: 0,
                     start: 1,
                     end: 2,
+                    step: 1,
                 },
                 ViewStep::Expand(vec![2, 1, 3]),
                 ViewStep::Reshape(vec![6]),
             ],
         };
         assert_eq!(v.indices(), Some(vec![3, 4, 5, 3, 4, 5]));
+        // base [2, 5]: every other column from 1 (Swin's patch merging, `x[..., 1::2]`),
+        // then columns from 0 by 3 of that: 1 3 / 6 8, then 1 / 6.
+        let strided = |start, end, step| ViewStep::Slice {
+            axis: 1,
+            start,
+            end,
+            step,
+        };
+        let v = View {
+            base: vec![2, 5],
+            steps: vec![strided(1, 5, 2)],
+        };
+        assert_eq!(v.indices(), Some(vec![1, 3, 6, 8]));
+        let v = View {
+            base: vec![2, 5],
+            steps: vec![strided(1, 5, 2), strided(0, 2, 3)],
+        };
+        assert_eq!(v.indices(), Some(vec![1, 6]));
+        let zero = View {
+            base: vec![2, 5],
+            steps: vec![strided(0, 5, 0)],
+        };
+        assert_eq!(zero.indices(), None);
         let bad = View {
             base: vec![2],
             steps: vec![ViewStep::Slice {
                 axis: 0,
                 start: 1,
                 end: 3,
+                step: 1,
             }],
         };
         assert_eq!(bad.indices(), None);

@@ -1,6 +1,7 @@
-//! Views of an exported graph: PyTorch's `t`, `transpose`, `permute`, `expand`, `slice`,
-//! `split`, `select` and `unbind` return views of their input, and the exporter declares their outputs as
-//! aliases (`alias_of`), so they take no memory of their own. The executor runs such an op
+//! Views of an exported graph: PyTorch's `t`, `transpose`, `permute`, `expand`, `slice`
+//! (with any step: a stride multiple), `split`, `select` and `unbind` return views of their
+//! input, and the exporter declares their outputs as aliases (`alias_of`), so they take no
+//! memory of their own. The executor runs such an op
 //! as a no-op and hands each reader of the view a [`View`] operand: the stored tensor of
 //! the alias chain's root plus the steps from it to the view, which the CPU backend
 //! materialises on read. Views are read-only in a traced step (functionalisation leaves
@@ -8,6 +9,7 @@
 
 use crate::backend::{View, ViewStep};
 use crate::error::ExecError;
+use crate::ops::shape::slice_bounds;
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 use sgc_ir::{Graph, TensorId};
@@ -93,40 +95,37 @@ fn step(
         K::AtenSlice | K::AtenSplit | K::AtenSelect | K::AtenUnbind => {
             let a = axis("dim", x.len()).ok_or_else(bad)?;
             let len = x[a];
-            let (start, end) = match o.kind {
+            let (start, end, step) = match o.kind {
                 Some(K::AtenSlice) => {
-                    if attr("step").is_some_and(|s| s.as_i64() != Some(1)) {
-                        return Err(bad());
-                    }
-                    let clamp = |v: i64| {
-                        (if v < 0 { v + len as i64 } else { v }).clamp(0, len as i64) as usize
-                    };
-                    let start = clamp(attr("start").and_then(Value::as_i64).unwrap_or(0));
-                    (
-                        start,
-                        clamp(attr("end").and_then(Value::as_i64).unwrap_or(len as i64)).max(start),
-                    )
+                    let bound = |k: &str| attr(k).and_then(Value::as_i64);
+                    let step = attr("step")
+                        .map_or(Some(1), Value::as_u64)
+                        .ok_or_else(bad)?;
+                    let (start, end) = slice_bounds(len, bound("start"), bound("end"));
+                    (start, end, step as usize)
                 }
-                Some(K::AtenUnbind) => (slot, slot + 1),
+                Some(K::AtenUnbind) => (slot, slot + 1, 1),
                 Some(K::AtenSplit) => {
                     let size = attr("split_size").and_then(Value::as_u64).ok_or_else(bad)? as usize;
-                    ((slot * size).min(len), ((slot + 1) * size).min(len))
+                    ((slot * size).min(len), ((slot + 1) * size).min(len), 1)
                 }
                 _ => {
                     let i = attr("index").and_then(Value::as_i64).ok_or_else(bad)?;
                     let i = if i < 0 { i + len as i64 } else { i } as usize;
-                    (i, i + 1)
+                    (i, i + 1, 1)
                 }
             };
-            if end > len {
-                return Err(bad());
-            }
-            // A select drops the sliced axis too: the same elements in the same order.
-            ViewStep::Slice {
+            let slice = ViewStep::Slice {
                 axis: a,
                 start,
                 end,
+                step,
+            };
+            if !slice.fits(&x) {
+                return Err(bad());
             }
+            // A select drops the sliced axis too: the same elements in the same order.
+            slice
         }
         _ => return Err(bad()),
     })

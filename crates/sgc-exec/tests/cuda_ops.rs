@@ -151,11 +151,7 @@ fn view_shape(v: &View) -> Vec<usize> {
         shape = match step {
             ViewStep::Reshape(to) | ViewStep::Expand(to) => to.clone(),
             ViewStep::Permute(p) => p.iter().map(|&a| shape[a]).collect(),
-            ViewStep::Slice { axis, start, end } => {
-                let mut s = shape.clone();
-                s[*axis] = end - start;
-                s
-            }
+            slice @ ViewStep::Slice { .. } => slice.sliced(&shape),
         };
     }
     shape
@@ -465,8 +461,22 @@ fn shape_cases(v: &mut Values, out: &mut Vec<Case>) {
         axis: 1,
         start: 3,
         end: 8,
+        step: 1,
     };
     out.push(case("slice", sl, vec![v.f32(&[2, 9, 4])], &[&[2, 5, 4]]));
+    // Swin's patch merging, `x[:, 1::2]`: a strided read.
+    let sl = Slice {
+        axis: 1,
+        start: 1,
+        end: 9,
+        step: 2,
+    };
+    out.push(case(
+        "slice by 2",
+        sl,
+        vec![v.f32(&[2, 9, 4])],
+        &[&[2, 4, 4]],
+    ));
 }
 
 /// The exporter's element-wise ops: scalar arithmetic (an i64 counter too), broadcasting,
@@ -961,6 +971,7 @@ fn exporter_random_and_view_cases(v: &mut Values, out: &mut Vec<Case>) {
             axis: 1,
             start: 1,
             end: 4,
+            step: 1,
         },
         ViewStep::Reshape(vec![2, 12]),
     ];
@@ -972,6 +983,22 @@ fn exporter_random_and_view_cases(v: &mut Values, out: &mut Vec<Case>) {
             &[&[2, 12]],
         )
         .viewed(0, steps),
+    );
+    // Swin's patch merging: every other row and column from 1, as two strided slice views.
+    let every_other = |axis| ViewStep::Slice {
+        axis,
+        start: 1,
+        end: 6,
+        step: 2,
+    };
+    out.push(
+        case(
+            "relu of a strided slice",
+            sgc_exec::kernel::Elementwise::Relu,
+            vec![v.f32(&[2, 6, 6, 3])],
+            &[&[2, 3, 3, 3]],
+        )
+        .viewed(0, vec![every_other(1), every_other(2)]),
     );
 }
 

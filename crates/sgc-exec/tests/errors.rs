@@ -222,3 +222,85 @@ fn an_op_left_out_on_purpose_says_why() {
          before the step)"
     );
 }
+
+/// Attribute values PyTorch refuses, or that do not fit the operands, are typed errors
+/// naming the op before anything runs (a slice step below 1, an odd pad list or one that
+/// crops an axis below length 0, shifts and dims that do not pair up), never a panic.
+#[test]
+fn bad_slice_pad_and_roll_attributes_are_refused_by_name() {
+    let one_op = |op: &str, out: &str, attrs: &str| {
+        format!(
+            r#"{{"format": "sgc-graph", "version": 1,
+              "tensors": [{{"name": "x", "dtype": "f32", "shape": [2, 3], "kind": "input"}},
+                          {{"name": "y", "dtype": "f32", "shape": {out}}}],
+              "ops": [{{"name": "bad", "op": "{op}", "inputs": ["x"], "outputs": ["y"],
+                        "attrs": {attrs}}}],
+              "outputs": ["y"]}}"#
+        )
+    };
+    let cases = [
+        (
+            "aten.slice.Tensor",
+            "[2, 0]",
+            r#"{"dim": 1, "step": 0}"#,
+            "step",
+        ),
+        (
+            "aten.slice.Tensor",
+            "[2, 3]",
+            r#"{"dim": 1, "step": -1}"#,
+            "step",
+        ),
+        ("aten.slice.Tensor", "[2, 3]", r#"{"dim": 2}"#, "dim"),
+        (
+            "aten.constant_pad_nd.default",
+            "[2, 4]",
+            r#"{"pad": [1]}"#,
+            "pad",
+        ),
+        (
+            "aten.constant_pad_nd.default",
+            "[2, 3]",
+            r#"{"pad": [0, 0, 0, 0, 1, 1]}"#,
+            "pad",
+        ),
+        (
+            "aten.constant_pad_nd.default",
+            "[2, 0]",
+            r#"{"pad": [-2, -2]}"#,
+            "below length 0",
+        ),
+        (
+            "aten.constant_pad_nd.default",
+            "[2, 4]",
+            r#"{"pad": [1, 1]}"#,
+            "output",
+        ),
+        (
+            "aten.roll.default",
+            "[2, 3]",
+            r#"{"shifts": [1, 2], "dims": [0]}"#,
+            "one shift per axis",
+        ),
+        (
+            "aten.roll.default",
+            "[2, 3]",
+            r#"{"shifts": [1, 2]}"#,
+            "flattened",
+        ),
+        (
+            "aten.roll.default",
+            "[2, 3]",
+            r#"{"shifts": [1], "dims": [2]}"#,
+            "not an axis",
+        ),
+        ("aten.eq.Scalar", "[2, 3]", r#"{"other": 0}"#, "bool"),
+    ];
+    for (op, out, attrs, says) in cases {
+        let g = sgc_ir::format::from_str(&one_op(op, out, attrs)).unwrap();
+        let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+        let named = matches!(&err, ExecError::BadAttr { op, .. } | ExecError::BadOperands { op, .. } if op == "bad");
+        assert!(named, "{op} {attrs}: {err}");
+        assert!(err.to_string().contains(says), "{op} {attrs}: {err}");
+    }
+}

@@ -71,6 +71,12 @@ pub enum Keep {
     NotTrailing(u8),
     /// Not on the axis named by this attribute (negative values count from the end).
     NotAttr(&'static str),
+    /// Not on any axis this list attribute names (`roll`'s `dims`); an absent or empty
+    /// list names every axis (`roll` of the flattened tensor).
+    NotAttrAxes(&'static str),
+    /// Not on an axis that attribute `pad` pads (`constant_pad_nd`: a `(before, after)`
+    /// pair per axis, from the last axis back).
+    NotPadded,
 }
 
 /// Which attributes name the axes of a permutation.
@@ -381,7 +387,7 @@ macro_rules! vocabulary {
 use BatchRule as B;
 use Effect::{Random, Writes};
 use Init::{FanInCols, FanInFilter, FanInRows, Ones, Zeros};
-use Keep::{Any, Axis0, NotAttr, NotAxis, NotTrailing};
+use Keep::{Any, Axis0, NotAttr, NotAttrAxes, NotAxis, NotPadded, NotTrailing};
 
 vocabulary! {
     // The training builder's ops (`docs/ops.md`).
@@ -435,6 +441,10 @@ vocabulary! {
     AtenDivScalar = "aten.div.Scalar" => pointwise();
     AtenPow = "aten.pow.Tensor_Scalar" => pointwise();
     AtenWhere = "aten.where.self" => map();
+    /// `x == other` (a number), a bool tensor.
+    AtenEqScalar = "aten.eq.Scalar" => map();
+    /// `x != other` (a number), a bool tensor.
+    AtenNeScalar = "aten.ne.Scalar" => map();
     AtenRelu = "aten.relu.default" => pointwise();
     AtenThresholdBackward = "aten.threshold_backward.default" => pointwise();
     AtenGelu = "aten.gelu.default" => pointwise();
@@ -520,7 +530,17 @@ vocabulary! {
     AtenMean = "aten.mean.dim" => rule(B::Reduce);
     AtenCat = "aten.cat.default" => each(NotAttr("dim"));
     AtenStack = "aten.stack.default" => rule(B::Insert);
+    /// `x[.., start:end:step, ..]` along `dim` (a view; any `step >= 1`).
     AtenSlice = "aten.slice.Tensor" => rows(&[0], ALL, NotAttr("dim"));
+    /// `(input, src) -> input` with `input[.., start:end:step, ..] = src` along `dim` (also
+    /// `slice_backward`, which the exporter decomposes into `zeros` and this).
+    AtenSliceScatter = "aten.slice_scatter.default" => rows(&[0, 1], ALL, NotAttr("dim"));
+    /// `x` with `pad[2k]` elements of `value` before and `pad[2k + 1]` after its `k`-th
+    /// axis from the end (a negative pad crops).
+    AtenConstantPadNd = "aten.constant_pad_nd.default" => each(NotPadded);
+    /// `x` shifted by `shifts[k]` along `dims[k]`, wrapping around (no `dims`: along the
+    /// flattened tensor).
+    AtenRoll = "aten.roll.default" => each(NotAttrAxes("dims"));
     AtenSplit = "aten.split.Tensor" => rows(&[0], ALL, NotAttr("dim"));
     AtenSelect = "aten.select.int" => rule(B::Remove);
     AtenSelectBackward = "aten.select_backward.default" => rule(B::Insert);

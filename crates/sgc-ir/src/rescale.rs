@@ -504,7 +504,53 @@ impl OpCtx<'_> {
             Keep::NotAttr(name) => {
                 self.not_axis(a, self.attr_axis(name, i)?, &format!("the `{name}` axis"))
             }
+            Keep::NotAttrAxes(name) => {
+                for axis in self.attr_axes(name, i)? {
+                    self.not_axis(a, axis, &format!("an axis of `{name}`"))?;
+                }
+                Ok(())
+            }
+            Keep::NotPadded => {
+                let rank = self.input_rank(i);
+                let pad = self.attr_ints("pad")?;
+                // Pair k pads axis rank - 1 - k.
+                let padded = pad
+                    .chunks(2)
+                    .enumerate()
+                    .filter(|(_, p)| p.iter().any(|&v| v != 0));
+                for (k, _) in padded {
+                    if let Some(axis) = rank.checked_sub(k + 1) {
+                        self.not_axis(a, axis, "a padded axis")?;
+                    }
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// List attribute `key` of integers.
+    fn attr_ints(&self, key: &str) -> R<Vec<i64>> {
+        let list = self.attr(key).and_then(Value::as_array);
+        list.and_then(|l| l.iter().map(Value::as_i64).collect())
+            .ok_or_else(|| self.fail(format!("attribute `{key}` must be a list of integers")))
+    }
+
+    /// List attribute `key` as axes of input `i` (negative values count from the end); an
+    /// absent or empty list is every axis.
+    fn attr_axes(&self, key: &str, i: usize) -> R<Vec<usize>> {
+        let rank = self.input_rank(i);
+        let listed = match self.attr(key) {
+            None => Vec::new(),
+            Some(_) => self.attr_ints(key)?,
+        };
+        if listed.is_empty() {
+            return Ok((0..rank).collect());
+        }
+        listed
+            .iter()
+            .map(|&d| ops::axis(d, rank))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| self.fail(format!("attribute `{key}` names an axis the operand lacks")))
     }
 
     /// A permutation of the axes: the batch moves with its axis.

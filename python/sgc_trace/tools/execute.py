@@ -19,7 +19,7 @@ import torch
 from ..native import module
 
 # The executor's dtypes on the host and PyTorch's names for them.
-_DTYPES = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32}
+_DTYPES = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
 
 
 def _bytes(t: torch.Tensor) -> bytes:
@@ -132,7 +132,9 @@ class OpReplay:
     """Every ATen op of a step replayed by PyTorch on the values sgc's executor gave its
     inputs, in float32 and in float64; each floating output of sgc against the float64
     replay (largest absolute difference over the float64 output's largest magnitude), held
-    to `max(floor, slack * PyTorch's float32 error)` as in `Comparison`. Where a step as a
+    to `max(floor, slack * PyTorch's float32 error)` as in `Comparison`; each bool output
+    (a mask from `eq`, `ne`) against the float32 replay exactly (its error: the share of
+    elements that differ, held to 0). Where a step as a
     whole is compared, a ReLU input within rounding of zero takes another branch and moves a
     gradient by far more than any kernel's error; op by op, each kernel is judged on the same
     inputs as PyTorch's.
@@ -222,7 +224,15 @@ def replay_ops(graph: dict, model: torch.nn.Module, inputs: dict[str, torch.Tens
             continue
         n, w, at = worst.get(op["op"], (0, 0.0, ""))
         for name, want, ref32 in zip(op["outputs"], f64, f32):
-            if name not in got or not want.is_floating_point() or declared[name]["dtype"] != "f32":
+            if name not in got:
+                continue
+            if declared[name]["dtype"] == "bool" and ref32.dtype == torch.bool:
+                err = (got[name] != ref32).double().mean().item() if ref32.numel() else 0.0
+                if err > 0:
+                    result.failed.append((op["name"], name, err, 0.0))
+                    w, at = float("inf"), f"{op['name']} -> {name}"
+                continue
+            if not want.is_floating_point() or declared[name]["dtype"] != "f32":
                 continue
             err = relative_error(got[name], want)
             tol = _tolerance(floor, slack, relative_error(ref32, want))

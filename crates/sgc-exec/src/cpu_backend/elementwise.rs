@@ -1,10 +1,11 @@
-//! Element-wise kernels, bias, scalar arithmetic, activations and the SGD update.
+//! Element-wise kernels, bias, scalar arithmetic, activations, comparisons and the SGD
+//! update.
 
 use super::shape::expand;
 use super::{f, CpuBackend, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
-use crate::ops::elementwise::{BinOp, Elementwise};
+use crate::ops::elementwise::{BinOp, Cmp, Elementwise};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
@@ -182,6 +183,11 @@ pub(crate) fn tril(x: &[u8], size: usize, shape: &[usize], diagonal: i64) -> Vec
 }
 
 /// `values` as bytes of `dtype` (f32, i64, or bool: nonzero is true).
+/// `eq.Scalar`, `ne.Scalar`: the bytes of the bool tensor `x op other` (1 true, 0 false).
+pub(crate) fn compare_scalar(x: &[f32], op: Cmp, other: f32) -> Vec<u8> {
+    x.iter().map(|&v| u8::from(op.holds(v, other))).collect()
+}
+
 fn encode(values: impl Iterator<Item = f64>, dtype: DType) -> Vec<u8> {
     match dtype {
         DType::I64 => values.flat_map(|v| (v as i64).to_ne_bytes()).collect(),
@@ -248,14 +254,17 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         E::Fill { value } => io.outs[0].fill(*value),
         E::Zeros { .. } => io.outs[0].fill(0.0),
         E::PowScalar { exponent } => pow_scalar(f(&io.ins[0])?, io.outs[0], *exponent),
-        E::Constant { .. } | E::Arange { .. } | E::Tril { .. } | E::Where | E::Lifted => {
-            return Err(super::byte_path())
-        }
+        E::Constant { .. }
+        | E::Arange { .. }
+        | E::Tril { .. }
+        | E::Where
+        | E::CompareScalar { .. }
+        | E::Lifted => return Err(super::byte_path()),
     }
     Ok(())
 }
 
-/// The sources, `tril` and `where` (any dtype, through bytes), and `add_scalar` on an
+/// The sources, `tril`, `where` and the comparisons (any dtype, through bytes), and `add_scalar` on an
 /// i64 tensor (an integer counter); `false` for every other kernel.
 pub(super) fn launch_bytes(
     be: &mut CpuBackend,
@@ -279,6 +288,9 @@ pub(super) fn launch_bytes(
             tril(&x, dtype.size() as usize, &inputs[0].shape, *diagonal)
         }
         Elementwise::Where => where_select(be, inputs, y)?,
+        Elementwise::CompareScalar { op, other } => {
+            compare_scalar(&be.f32_of(&inputs[0])?, *op, *other)
+        }
         Elementwise::Lifted => Vec::new(),
         Elementwise::AddScalar { value } => return add_scalar_i64(be, *value, inputs, outputs),
         _ => return Ok(false),
@@ -364,6 +376,17 @@ mod tests {
     }
 
     use super::*;
+
+    /// `eq`/`ne` with a number: exact f32 equality, NaN equal to nothing (ATen's
+    /// `x == nan` is all false, `x != nan` all true); bool bytes.
+    #[test]
+    fn comparisons_with_a_number_are_bool_bytes() {
+        let x = [0.0f32, -0.0, 1.0, -100.0, f32::NAN];
+        assert_eq!(compare_scalar(&x, Cmp::Eq, 0.0), [1, 1, 0, 0, 0]);
+        assert_eq!(compare_scalar(&x, Cmp::Ne, 0.0), [0, 0, 1, 1, 1]);
+        assert_eq!(compare_scalar(&x, Cmp::Eq, f32::NAN), [0; 5]);
+        assert_eq!(compare_scalar(&x, Cmp::Ne, f32::NAN), [1; 5]);
+    }
 
     #[test]
     fn sources_pow_and_tril_by_value() {

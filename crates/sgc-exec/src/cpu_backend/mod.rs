@@ -404,11 +404,15 @@ impl CpuBackend {
                     shape::expand(&data, &mut y, &shape, to);
                     (to.clone(), y)
                 }
-                ViewStep::Slice { axis, start, end } => {
-                    let mut to = shape.clone();
-                    to[*axis] = end - start;
+                ViewStep::Slice {
+                    axis,
+                    start,
+                    end,
+                    step: by,
+                } => {
+                    let to = step.sliced(&shape);
                     let mut y = vec![0.0; to.iter().product()];
-                    shape::slice(&data, &mut y, &shape, *axis, *start, *end);
+                    shape::slice(&data, &mut y, &shape, *axis, (*start, *end, *by));
                     (to, y)
                 }
             };

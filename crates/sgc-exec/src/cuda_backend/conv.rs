@@ -242,7 +242,7 @@ fn gather(
 ) -> Result<u64, KernelError> {
     let part = d.staging(KERNEL_SLOTS + slot, 4 * images * c * plane)?;
     let shape = [images, total, plane];
-    slice(d, x, part, &shape, 1, grp * c, (grp + 1) * c)?;
+    slice(d, (x, part), &shape, 1, (grp * c, (grp + 1) * c, 1))?;
     Ok(part)
 }
 

@@ -135,10 +135,16 @@ pub(crate) fn materialize(
                 )
             }
             ViewStep::Expand(to) => (to.clone(), broadcast_strides(&shape, to)),
-            ViewStep::Slice { axis, start, .. } => {
-                let strides = strides_of(&shape);
+            ViewStep::Slice {
+                axis,
+                start,
+                step: by,
+                ..
+            } => {
+                let mut strides = strides_of(&shape);
                 at = offset(at, start * strides[*axis], 4);
-                (step_shape(step, &shape), strides)
+                strides[*axis] *= by;
+                (step.sliced(&shape), strides)
             }
         };
         let y = d.staging(view_slot(i, k), 4 * to.iter().product::<usize>())?;
@@ -152,15 +158,6 @@ pub(crate) fn materialize(
         )));
     }
     Ok(at)
-}
-
-/// The shape after a slice step.
-fn step_shape(step: &ViewStep, shape: &[usize]) -> Vec<usize> {
-    let mut to = shape.to_vec();
-    if let ViewStep::Slice { axis, start, end } = step {
-        to[*axis] = end - start;
-    }
-    to
 }
 
 /// `(outer, inner)` around `axis` of `shape`.
@@ -184,16 +181,22 @@ pub(crate) fn concat(d: &Device, xs: &[(u64, &[usize])], y: u64, axis: usize) ->
     Ok(())
 }
 
-/// `slice`: `x[.., start..end, ..]` along `axis`.
+/// `slice`: `x[.., start..end:step, ..]` along `axis` (a step above 1: one strided read).
 pub(crate) fn slice(
     d: &Device,
-    x: u64,
-    y: u64,
+    (x, y): (u64, u64),
     shape: &[usize],
     axis: usize,
-    start: usize,
-    end: usize,
+    (start, end, step): (usize, usize, usize),
 ) -> R {
+    if step > 1 {
+        let mut strides = strides_of(shape);
+        let at = offset(x, start * strides[axis], 4);
+        strides[axis] *= step;
+        let mut to = shape.to_vec();
+        to[axis] = (end - start).div_ceil(step);
+        return strided(d, at, y, &to, &strides);
+    }
     let (outer, inner) = around(shape, axis);
     let (row, chunk) = (shape[axis] * inner, (end - start) * inner);
     columns(d, "slice", (x, y), (outer, row), chunk, start * inner)
@@ -271,8 +274,13 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
             let wide = |s: &[usize]| s.iter().copied().chain([2]).collect::<Vec<_>>();
             let (xw, (a, b)) = (wide(x), (io.ins[0], io.outs[0]));
             match k {
-                Shape::Slice { axis, start, end } => slice(d, a, b, &xw, *axis, *start, *end),
-                Shape::Select { axis, index } => slice(d, a, b, &xw, *axis, *index, index + 1),
+                Shape::Slice {
+                    axis,
+                    start,
+                    end,
+                    step,
+                } => slice(d, (a, b), &xw, *axis, (*start, *end, *step)),
+                Shape::Select { axis, index } => slice(d, (a, b), &xw, *axis, (*index, index + 1, 1)),
                 _ => expand(d, a, b, &xw, &wide(y())),
             }
         }
@@ -304,26 +312,35 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
                 .collect();
             concat(d, &xs, io.outs[0], *axis)
         }
-        Shape::Slice { axis, start, end } => {
-            slice(d, io.ins[0], io.outs[0], x, *axis, *start, *end)
-        }
+        Shape::Slice {
+            axis,
+            start,
+            end,
+            step,
+        } => slice(d, (io.ins[0], io.outs[0]), x, *axis, (*start, *end, *step)),
         Shape::Split { axis, size } => {
             for (i, &out) in io.outs.iter().enumerate() {
                 let start = i * size;
                 let end = (start + size).min(x[*axis]);
-                slice(d, io.ins[0], out, x, *axis, start, end)?;
+                slice(d, (io.ins[0], out), x, *axis, (start, end, 1))?;
             }
             Ok(())
         }
         Shape::Unbind { axis } => {
             for (i, &out) in io.outs.iter().enumerate() {
-                slice(d, io.ins[0], out, x, *axis, i, i + 1)?;
+                slice(d, (io.ins[0], out), x, *axis, (i, i + 1, 1))?;
             }
             Ok(())
         }
         Shape::Expand => expand(d, io.ins[0], io.outs[0], x, y()),
         Shape::Select { axis, index } => {
-            slice(d, io.ins[0], io.outs[0], x, *axis, *index, index + 1)
+            slice(d, (io.ins[0], io.outs[0]), x, *axis, (*index, index + 1, 1))
+        }
+        Shape::SliceScatter { .. } | Shape::Pad { .. } | Shape::Roll { .. } => {
+            Err(KernelError::Operands(
+                "slice_scatter, constant_pad_nd and roll run on the CPU backend only (their KINDS rows say so)"
+                    .to_string(),
+            ))
         }
         Shape::SelectBackward { axis, index } => {
             select_backward(d, io.ins[0], io.outs[0], y(), *axis, *index)

@@ -1,13 +1,13 @@
 //! Element-wise ops: arithmetic (tensor and scalar, broadcasting), activations and their
 //! gradients, bias, constant fills, the exporter's sources (`ones`, `scalar_tensor`,
-//! `arange`), `pow` by a scalar, `tril`, `where` and the SGD update.
+//! `arange`), `pow` by a scalar, `tril`, `where`, comparisons with a number (bool
+//! results, which `where` takes as its mask) and the SGD update.
 
 use super::check::{broadcasts, eq, expect};
 use super::Slot;
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
-use serde_json::Value;
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
@@ -21,7 +21,7 @@ kinds! {
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
         AtenLiftFreshCopy;
-    cpu: AtenHardtanh AtenHardtanhBackward;
+    cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -121,6 +121,12 @@ pub enum Elementwise {
     },
     /// `(cond, a, b) -> a` where `cond`, else `b`, each broadcast to the output.
     Where,
+    /// `x op other` element-wise, a bool tensor: `x` compared with the number in f32, as
+    /// ATen compares a float32 tensor with a Python number (`eq`, `ne`; NaN equals nothing).
+    CompareScalar {
+        op: Cmp,
+        other: f32,
+    },
     /// `lift_fresh_copy` of an empty constant (the exporter keeps no values): no inputs,
     /// an output of no elements.
     Lifted,
@@ -136,17 +142,6 @@ fn dtype_of(cx: &Cx, allowed: &[DType]) -> Result<DType, ExecError> {
         )));
     }
     Ok(d)
-}
-
-/// `scalar_tensor`'s `s`: a number, or ATen's `inf`, `-inf`, `nan` written as text.
-fn scalar(cx: &Cx, key: &str) -> Result<f64, ExecError> {
-    let a = &cx.a;
-    match a.get(key) {
-        Some(Value::String(t)) => t.parse::<f64>().ok(),
-        Some(v) => v.as_f64(),
-        None => None,
-    }
-    .ok_or_else(|| a.err(format!("`{key}` must be a number")))
 }
 
 /// `arange`'s `(start, step, len)`.
@@ -282,7 +277,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
             dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
         },
         K::AtenScalarTensor => E::Constant {
-            value: scalar(cx, "s")?,
+            value: a.scalar_or("s", None)?,
             dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
         },
         K::AtenArange => arange(cx)?,
@@ -291,6 +286,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
             dtype: dtype_of(cx, &[DType::F32, DType::Bool])?,
         },
         K::AtenWhere => E::Where,
+        K::AtenEqScalar | K::AtenNeScalar => E::CompareScalar {
+            op: if kind == K::AtenEqScalar {
+                Cmp::Eq
+            } else {
+                Cmp::Ne
+            },
+            other: a.scalar_or("other", None)? as f32,
+        },
         K::AtenLiftFreshCopy => E::Lifted,
         _ => return Ok(Unary::kernel_of(kind)),
     }))
@@ -336,6 +339,7 @@ impl Family for Elementwise {
             | E::Fill { .. }
             | E::PowScalar { .. }
             | E::Tril { .. }
+            | E::CompareScalar { .. }
             | E::Pointwise(_) => (Some(1), 1),
             _ => (Some(2), 1),
         }
@@ -360,6 +364,7 @@ impl Family for Elementwise {
             Elementwise::Constant { dtype, .. }
             | Elementwise::Arange { dtype, .. }
             | Elementwise::Tril { dtype, .. } => *dtype,
+            Elementwise::CompareScalar { .. } => DType::Bool,
             _ => DType::F32,
         }
     }
@@ -400,6 +405,7 @@ impl Family for Elementwise {
             | E::DivScalar { .. }
             | E::Fill { .. }
             | E::PowScalar { .. }
+            | E::CompareScalar { .. }
             | E::Pointwise(_) => eq("output", o(0), s(0)),
             E::Tril { .. } => {
                 expect(s(0).len() >= 2, || format!("tril of {:?}", s(0)))?;
@@ -444,6 +450,22 @@ fn broadcast_shapes(a: &[usize], b: &[usize], y: &[usize]) -> Result<(), KernelE
         })
         .collect();
     eq("output", y, &want)
+}
+
+/// The comparison of [`Elementwise::CompareScalar`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+}
+
+impl Cmp {
+    pub fn holds(self, x: f32, other: f32) -> bool {
+        match self {
+            Cmp::Eq => x == other,
+            Cmp::Ne => x != other,
+        }
+    }
 }
 
 /// The operation of [`Elementwise::Broadcast`].

@@ -272,6 +272,25 @@ impl Attrs<'_> {
             .ok_or_else(|| self.err(format!("`{key}` must be a finite number")))
     }
 
+    /// A number attribute that may be non-finite: a JSON number, or ATen's `inf`, `-inf`
+    /// and `nan` written as text (`scalar_tensor`'s `s`, a pad's `value`); `default` when
+    /// absent.
+    pub(crate) fn scalar_or(&self, key: &str, default: Option<f64>) -> Result<f64, ExecError> {
+        match self.get(key) {
+            Some(Value::String(t)) => t.parse::<f64>().ok(),
+            Some(v) => v.as_f64(),
+            None => default,
+        }
+        .ok_or_else(|| self.err(format!("`{key}` must be a number")))
+    }
+
+    /// A list attribute of integers (`[]` when absent).
+    pub(crate) fn ints(&self, key: &str) -> Result<Vec<i64>, ExecError> {
+        let read =
+            |v: &Value| -> Option<Vec<i64>> { v.as_array()?.iter().map(Value::as_i64).collect() };
+        self.opt(key, Vec::new(), read, "a list of integers")
+    }
+
     pub(crate) fn i64_or(&self, key: &str, default: i64) -> Result<i64, ExecError> {
         self.opt(key, default, Value::as_i64, "an integer")
     }

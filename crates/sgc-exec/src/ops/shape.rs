@@ -1,6 +1,12 @@
-//! Data movement: reshapes and views, transposes, concatenation and stacking, slicing and
-//! splitting, selecting (and its gradient), broadcasting copies, `gather` along an axis,
-//! and the exporter's `copy`/`copy_`.
+//! Data movement: reshapes and views, transposes, concatenation and stacking, slicing
+//! (with a step) and splitting, writing a slice (`slice_scatter`), selecting (and its
+//! gradient), broadcasting copies, `gather` along an axis, constant padding, rolling, and
+//! the exporter's `copy`/`copy_`.
+//!
+//! Slices follow Python's: negative bounds count from the end and both are clamped to the
+//! axis ([`slice_bounds`]); a step takes every `step`-th element from `start`. A padding
+//! or a roll is a map from output to input positions, axis by axis (a negative pad crops;
+//! a roll's shifts wrap around), run row by row over the last axis.
 
 use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family, VARIADIC};
@@ -14,7 +20,7 @@ kinds! {
         AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice
         AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace AtenSelect
         AtenSelectBackward AtenGather;
-    cpu: ;
+    cpu: AtenSliceScatter AtenConstantPadNd AtenRoll;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -28,11 +34,34 @@ pub enum Shape {
     Concat {
         axis: usize,
     },
-    /// `x[.., start..end, ..]` along `axis`.
+    /// `x[.., start..end:step, ..]` along `axis`: `(end - start).div_ceil(step)` elements
+    /// (`step >= 1`). Any dtype (f32 and i64 in the exports).
     Slice {
         axis: usize,
         start: usize,
         end: usize,
+        step: usize,
+    },
+    /// `aten.slice_scatter`: `(input, src) -> y`, `input` with `src` written over its slice
+    /// `start..end:step` of `axis` (the exporter's `slice_backward` is this over zeros).
+    SliceScatter {
+        axis: usize,
+        start: usize,
+        end: usize,
+        step: usize,
+    },
+    /// `aten.constant_pad_nd`: `before[a]` elements of `value` ahead of axis `a` and
+    /// `after[a]` behind it (one pair per axis of the input; a negative count crops).
+    Pad {
+        before: Vec<i64>,
+        after: Vec<i64>,
+        value: f32,
+    },
+    /// `aten.roll`: `y` at index `i` = `x` at `i - shifts` (each axis wrapping around); one
+    /// shift per axis, or with `flat` one shift of the flattened tensor.
+    Roll {
+        shifts: Vec<i64>,
+        flat: bool,
     },
     /// `aten.split`: consecutive slices of `size` along `axis`, one per output.
     Split {
@@ -105,6 +134,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
             axis: a.usize("axis")?,
             start: a.usize("start")?,
             end: a.usize("end")?,
+            step: 1,
         },
         K::AtenT => Shape::Transpose {
             perm: if r == 2 { vec![1, 0] } else { (0..r).collect() },
@@ -135,7 +165,26 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Shape>, ExecError> {
         K::AtenGather => Shape::Gather {
             axis: a.axis_of("dim", r)?,
         },
-        K::AtenSlice => aten_slice(cx)?,
+        K::AtenSlice => {
+            let (axis, start, end, step) = aten_slice(cx)?;
+            Shape::Slice {
+                axis,
+                start,
+                end,
+                step,
+            }
+        }
+        K::AtenSliceScatter => {
+            let (axis, start, end, step) = aten_slice(cx)?;
+            Shape::SliceScatter {
+                axis,
+                start,
+                end,
+                step,
+            }
+        }
+        K::AtenConstantPadNd => pad(cx)?,
+        K::AtenRoll => roll(cx)?,
         K::AtenExpand => Shape::Expand,
         K::AtenSplit => Shape::Split {
             axis: a.axis_of("dim", r)?,
@@ -192,16 +241,98 @@ fn permutation(cx: &Cx) -> Result<Vec<usize>, ExecError> {
         .ok_or_else(|| a.err("`dims` must list axes".into()))
 }
 
-/// `aten.slice` with step 1, its bounds clamped as Python's are.
-fn aten_slice(cx: &Cx) -> Result<Shape, ExecError> {
+/// `[start, end)` of a Python slice of an axis of length `len`: `None` bounds are the
+/// axis' ends, negative ones count from the end, both are clamped to the axis, and `end`
+/// is at least `start`.
+pub(crate) fn slice_bounds(len: usize, start: Option<i64>, end: Option<i64>) -> (usize, usize) {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let clamp = |v: i64| (if v < 0 { v.saturating_add(len) } else { v }).clamp(0, len) as usize;
+    let start = clamp(start.unwrap_or(0));
+    (start, clamp(end.unwrap_or(len)).max(start))
+}
+
+/// `(dim, start, end, step)` of `aten.slice` and `aten.slice_scatter` over input 0's
+/// shape: the bounds as [`slice_bounds`] reads them (absent or `null`: the axis' ends),
+/// `step` at least 1 (PyTorch refuses others).
+fn aten_slice(cx: &Cx) -> Result<(usize, usize, usize, usize), ExecError> {
     let a = &cx.a;
     let axis = a.axis_of("dim", cx.rank(0))?;
-    a.require("step", |v| v.as_i64() == Some(1), "step 1")?;
-    let len = cx.shape(0).map_or(0, |s| s[axis]) as i64;
-    let clamp = |v: i64| (if v < 0 { v + len } else { v }).clamp(0, len) as usize;
-    let start = clamp(a.i64_or("start", 0)?);
-    let end = clamp(a.i64_or("end", len)?).max(start);
-    Ok(Shape::Slice { axis, start, end })
+    let bound = |key: &str| match a.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| a.err(format!("`{key}` must be an integer"))),
+    };
+    let step = a.i64_or("step", 1)?;
+    let step = usize::try_from(step)
+        .ok()
+        .filter(|&s| s >= 1)
+        .ok_or_else(|| {
+            a.err(format!(
+                "`step` = {step}: a slice's step must be at least 1"
+            ))
+        })?;
+    let len = cx.shape(0).map_or(0, |s| s[axis]) as usize;
+    let (start, end) = slice_bounds(len, bound("start")?, bound("end")?);
+    Ok((axis, start, end, step))
+}
+
+/// `aten.constant_pad_nd`: `pad` holds `(before, after)` pairs from the last axis back, at
+/// most one per axis; `value` (default 0) may be infinite.
+fn pad(cx: &Cx) -> Result<Shape, ExecError> {
+    let a = &cx.a;
+    let (rank, pad) = (cx.rank(0), a.ints("pad")?);
+    if pad.len() % 2 != 0 || pad.len() > 2 * rank {
+        return Err(a.err(format!(
+            "`pad` = {pad:?}: one (before, after) pair per padded axis, at most {rank}"
+        )));
+    }
+    let (mut before, mut after) = (vec![0; rank], vec![0; rank]);
+    for (k, pair) in pad.chunks(2).enumerate() {
+        (before[rank - 1 - k], after[rank - 1 - k]) = (pair[0], pair[1]);
+    }
+    let value = a.scalar_or("value", Some(0.0))? as f32;
+    Ok(Shape::Pad {
+        before,
+        after,
+        value,
+    })
+}
+
+/// `aten.roll`: `shifts` and `dims` pair up (an axis named twice adds its shifts); without
+/// `dims`, one shift of the flattened tensor.
+fn roll(cx: &Cx) -> Result<Shape, ExecError> {
+    let a = &cx.a;
+    let (rank, shifts, dims) = (cx.rank(0), a.ints("shifts")?, a.ints("dims")?);
+    if dims.is_empty() {
+        if shifts.len() != 1 {
+            return Err(a.err(format!(
+                "`shifts` = {shifts:?} without `dims`: one shift of the flattened tensor"
+            )));
+        }
+        return Ok(Shape::Roll { shifts, flat: true });
+    }
+    if shifts.len() != dims.len() {
+        return Err(a.err(format!(
+            "`shifts` = {shifts:?} and `dims` = {dims:?}: one shift per axis"
+        )));
+    }
+    let mut per_axis = vec![0i64; rank];
+    for (&d, &by) in dims.iter().zip(&shifts) {
+        let axis = sgc_ir::ops::axis(d, rank).ok_or_else(|| {
+            a.err(format!(
+                "`dims` = {dims:?}: {d} is not an axis of a rank-{rank} operand"
+            ))
+        })?;
+        per_axis[axis] = per_axis[axis]
+            .checked_add(by)
+            .ok_or_else(|| a.err(format!("`shifts` = {shifts:?} overflow")))?;
+    }
+    Ok(Shape::Roll {
+        shifts: per_axis,
+        flat: false,
+    })
 }
 
 impl Shape {
@@ -226,7 +357,7 @@ impl Family for Shape {
         match self {
             Shape::Concat { .. } | Shape::Stack { .. } => (None, 1),
             Shape::Split { .. } | Shape::Unbind { .. } => (Some(1), VARIADIC),
-            Shape::Assign | Shape::Gather { .. } => (Some(2), 1),
+            Shape::Assign | Shape::Gather { .. } | Shape::SliceScatter { .. } => (Some(2), 1),
             Shape::CopyInto => (Some(2), 0),
             _ => (Some(1), 1),
         }
@@ -266,14 +397,29 @@ impl Family for Shape {
                 eq("output", o(0), &out)
             }
             Shape::Concat { axis } => concat_shapes(*axis, ins, o(0)),
-            Shape::Slice { axis, start, end } => {
+            Shape::Slice {
+                axis,
+                start,
+                end,
+                step,
+            } => eq("output", o(0), &sliced(s(0), *axis, (*start, *end, *step))?),
+            Shape::SliceScatter {
+                axis,
+                start,
+                end,
+                step,
+            } => {
+                eq("source", s(1), &sliced(s(0), *axis, (*start, *end, *step))?)?;
+                eq("output", o(0), s(0))
+            }
+            Shape::Pad { before, after, .. } => eq("output", o(0), &padded(s(0), before, after)?),
+            Shape::Roll { shifts, flat } => {
                 let x = s(0);
-                expect(*axis < x.len() && start <= end && *end <= x[*axis], || {
-                    format!("slice {start}..{end} of axis {axis} of {x:?}")
+                let axes = if *flat { 1 } else { x.len() };
+                expect(shifts.len() == axes, || {
+                    format!("{} shifts for {x:?}", shifts.len())
                 })?;
-                let mut out = x.to_vec();
-                out[*axis] = end - start;
-                eq("output", o(0), &out)
+                eq("output", o(0), x)
             }
             Shape::Split { axis, size } => split_shapes(*axis, *size, s(0), outs),
             Shape::Unbind { axis } => {
@@ -326,6 +472,38 @@ impl Family for Shape {
             }
         }
     }
+}
+
+/// The shape of the slice `start..end:step` of `axis` of `x`, if it has one.
+pub(crate) fn sliced(
+    x: &[usize],
+    axis: usize,
+    (start, end, step): (usize, usize, usize),
+) -> Result<Vec<usize>, KernelError> {
+    let fits = axis < x.len() && start <= end && end <= x[axis] && step >= 1;
+    expect(fits, || {
+        format!("slice {start}..{end} by {step} of axis {axis} of {x:?}")
+    })?;
+    let mut out = x.to_vec();
+    out[axis] = (end - start).div_ceil(step);
+    Ok(out)
+}
+
+/// The shape of `x` padded by `before` and `after` (one count per axis), if no axis
+/// would be cropped below length 0.
+fn padded(x: &[usize], before: &[i64], after: &[i64]) -> Result<Vec<usize>, KernelError> {
+    let fits = before.len() == x.len() && after.len() == x.len();
+    expect(fits, || format!("{} pads for {x:?}", before.len()))?;
+    let len = |a: usize| {
+        let n = i64::try_from(x[a]).ok()?;
+        usize::try_from(n.checked_add(before[a])?.checked_add(after[a])?).ok()
+    };
+    let out: Option<Vec<usize>> = (0..x.len()).map(len).collect();
+    out.ok_or_else(|| {
+        KernelError::Operands(format!(
+            "{x:?} padded by {before:?} before and {after:?} after: an axis below length 0"
+        ))
+    })
 }
 
 /// The shape of index `index` of `axis` of `x` (the axis dropped), if it has one.
