@@ -830,11 +830,15 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
                 kernel,
                 stride,
                 padding,
+                ceil: false,
+                divisor: Default::default(),
             },
             AvgPool2dBackward {
                 kernel,
                 stride,
                 padding,
+                ceil: false,
+                divisor: Default::default(),
             },
         );
         let with_indices = case(

@@ -298,7 +298,7 @@ fn bad_slice_pad_and_roll_attributes_are_refused_by_name() {
     ];
     for (op, out, attrs, says) in cases {
         let g = sgc_ir::format::from_str(&one_op(op, out, attrs)).unwrap();
-        let err = Executor::unplanned(&g, CpuBackend::new()).err().unwrap();
+        let err = common::unplanned(&g, CpuBackend::new()).err().unwrap();
         let named = matches!(&err, ExecError::BadAttr { op, .. } | ExecError::BadOperands { op, .. } if op == "bad");
         assert!(named, "{op} {attrs}: {err}");
         assert!(err.to_string().contains(says), "{op} {attrs}: {err}");

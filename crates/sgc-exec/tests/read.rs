@@ -3,7 +3,7 @@
 
 mod common;
 
-use sgc_exec::{CpuBackend, HostTensor};
+use sgc_exec::{CpuBackend, Executor, HostTensor};
 
 const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1,
   "tensors": [
@@ -63,7 +63,7 @@ fn a_strided_view_and_a_bool_mask_read_back() {
         {"name": "fill", "op": "aten.where.self", "inputs": ["m", "c", "r"], "outputs": ["w"]}],
       "outputs": ["s", "r", "m", "w"]}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let mut ex = Executor::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
     // y = relu(x) = [[0, 1, 2, 0, 4], [5, 0, 7, 8, 9]]; s = y[:, 1::2] = [[1, 0], [0, 8]].
     let x = vec![0.0, 1.0, 2.0, -3.0, 4.0, 5.0, -6.0, 7.0, 8.0, 9.0];
     ex.bind("x", &HostTensor::f32(vec![2, 5], x)).unwrap();

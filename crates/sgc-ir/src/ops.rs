@@ -445,6 +445,18 @@ vocabulary! {
     AtenEqScalar = "aten.eq.Scalar" => map();
     /// `x != other` (a number), a bool tensor.
     AtenNeScalar = "aten.ne.Scalar" => map();
+    AtenLtScalar = "aten.lt.Scalar" => map();
+    AtenLeScalar = "aten.le.Scalar" => map();
+    AtenGtScalar = "aten.gt.Scalar" => map();
+    AtenGeScalar = "aten.ge.Scalar" => map();
+    /// `a op b` of two tensors, broadcast, a bool tensor (the backward of `maximum`,
+    /// `minimum` and `clamp` compares).
+    AtenEqTensor = "aten.eq.Tensor" => map();
+    AtenNeTensor = "aten.ne.Tensor" => map();
+    AtenLtTensor = "aten.lt.Tensor" => map();
+    AtenLeTensor = "aten.le.Tensor" => map();
+    AtenGtTensor = "aten.gt.Tensor" => map();
+    AtenGeTensor = "aten.ge.Tensor" => map();
     AtenRelu = "aten.relu.default" => pointwise();
     AtenThresholdBackward = "aten.threshold_backward.default" => pointwise();
     AtenGelu = "aten.gelu.default" => pointwise();

@@ -259,6 +259,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         | E::Tril { .. }
         | E::Where
         | E::CompareScalar { .. }
+        | E::CompareTensor { .. }
         | E::Lifted => return Err(super::byte_path()),
     }
     Ok(())
@@ -290,6 +291,16 @@ pub(super) fn launch_bytes(
         Elementwise::Where => where_select(be, inputs, y)?,
         Elementwise::CompareScalar { op, other } => {
             compare_scalar(&be.f32_of(&inputs[0])?, *op, *other)
+        }
+        Elementwise::CompareTensor { op } => {
+            let n = y.numel();
+            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+            expand(&be.f32_of(&inputs[0])?, &mut a, &inputs[0].shape, &y.shape);
+            expand(&be.f32_of(&inputs[1])?, &mut b, &inputs[1].shape, &y.shape);
+            a.iter()
+                .zip(&b)
+                .map(|(&a, &b)| u8::from(op.holds(a, b)))
+                .collect()
         }
         Elementwise::Lifted => Vec::new(),
         Elementwise::AddScalar { value } => return add_scalar_i64(be, *value, inputs, outputs),

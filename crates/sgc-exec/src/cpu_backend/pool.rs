@@ -5,7 +5,7 @@ use super::conv::Window;
 use super::{byte_path, f, idx, CpuBackend, Indices, Io, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
-use crate::ops::pool::{adaptive_window, Pool};
+use crate::ops::pool::{adaptive_window, AvgDivisor, Pool};
 
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
 pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -136,9 +136,28 @@ pub(crate) fn max_pool2d_indices_backward(
     Ok(())
 }
 
-/// `avg_pool2d` with `count_include_pad`: each window's sum over `k*k`.
-pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
-    let div = (g.kh * g.kw) as f32;
+/// What window `(oi, oj)`'s sum is divided by (ATen's rule, [`AvgDivisor`]): the extent
+/// of the window clipped to the padded input (`count_pad`), or to the input itself.
+fn avg_divisor(g: &Window, oi: usize, oj: usize, d: AvgDivisor) -> f32 {
+    if let Some(v) = d.value {
+        return v as f32;
+    }
+    let extent = |o: usize, k: usize, len: usize, pad: usize| {
+        let start = (o * g.stride) as i64 - pad as i64;
+        let end = (start + k as i64).min((len + pad) as i64);
+        if d.count_pad {
+            end - start
+        } else {
+            end.min(len as i64) - start.max(0)
+        }
+    };
+    let rows = extent(oi, g.kh, g.h, g.pad[0]);
+    let cols = extent(oj, g.kw, g.w, g.pad[1]);
+    (rows * cols).max(1) as f32
+}
+
+/// `avg_pool2d`: each window's sum over its divisor.
+pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window, d: AvgDivisor) {
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
@@ -146,20 +165,19 @@ pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
                 for (i, j) in taps(g, oi, oj) {
                     s += x[(plane * g.h + i) * g.w + j];
                 }
-                y[(plane * g.ho + oi) * g.wo + oj] = s / div;
+                y[(plane * g.ho + oi) * g.wo + oj] = s / avg_divisor(g, oi, oj, d);
             }
         }
     }
 }
 
-/// `avg_pool2d_backward`: each window's gradient over `k*k` spread on its taps.
-pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window) {
+/// `avg_pool2d_backward`: each window's gradient over its divisor spread on its taps.
+pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window, d: AvgDivisor) {
     dx.fill(0.0);
-    let div = (g.kh * g.kw) as f32;
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
-                let grad = dy[(plane * g.ho + oi) * g.wo + oj] / div;
+                let grad = dy[(plane * g.ho + oi) * g.wo + oj] / avg_divisor(g, oi, oj, d);
                 for (i, j) in taps(g, oi, oj) {
                     dx[(plane * g.h + i) * g.w + j] += grad;
                 }
@@ -233,8 +251,8 @@ pub(super) fn run(k: &Pool, io: Io) -> R {
             Pool::MaxPool2dIndicesBackward { .. } => {
                 return max_pool2d_indices_backward(x, idx(&io.ins[2])?, out, &g)
             }
-            Pool::AvgPool2d { .. } => avg_pool2d(x, out, &g),
-            Pool::AvgPool2dBackward { .. } => avg_pool2d_backward(x, out, &g),
+            Pool::AvgPool2d { divisor, .. } => avg_pool2d(x, out, &g, *divisor),
+            Pool::AvgPool2dBackward { divisor, .. } => avg_pool2d_backward(x, out, &g, *divisor),
             _ => return Err(byte_path()),
         }
         return Ok(());

@@ -47,6 +47,7 @@ pub fn runs(kernel: &Kernel) -> bool {
         FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
         // `reduce_sum` views its operand as [outer, red, inner].
         FamilyKernel::Reduce(r) => r.adjacent(),
+        FamilyKernel::Pool(p) => p.on_cuda() && kernel.on_cuda(),
         _ => kernel.on_cuda(),
     }
 }

@@ -21,7 +21,9 @@ kinds! {
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
         AtenLiftFreshCopy;
-    cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar;
+    cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar
+        AtenLeScalar AtenGtScalar AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor
+        AtenGtTensor AtenGeTensor;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -126,6 +128,10 @@ pub enum Elementwise {
     CompareScalar {
         op: Cmp,
         other: f32,
+    },
+    /// `a op b` of two f32 tensors broadcast to the output, a bool tensor.
+    CompareTensor {
+        op: Cmp,
     },
     /// `lift_fresh_copy` of an empty constant (the exporter keeps no values): no inputs,
     /// an output of no elements.
@@ -286,14 +292,21 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
             dtype: dtype_of(cx, &[DType::F32, DType::Bool])?,
         },
         K::AtenWhere => E::Where,
-        K::AtenEqScalar | K::AtenNeScalar => E::CompareScalar {
-            op: if kind == K::AtenEqScalar {
-                Cmp::Eq
-            } else {
-                Cmp::Ne
-            },
+        K::AtenEqScalar
+        | K::AtenNeScalar
+        | K::AtenLtScalar
+        | K::AtenLeScalar
+        | K::AtenGtScalar
+        | K::AtenGeScalar => E::CompareScalar {
+            op: Cmp::of(kind),
             other: a.scalar_or("other", None)? as f32,
         },
+        K::AtenEqTensor
+        | K::AtenNeTensor
+        | K::AtenLtTensor
+        | K::AtenLeTensor
+        | K::AtenGtTensor
+        | K::AtenGeTensor => E::CompareTensor { op: Cmp::of(kind) },
         K::AtenLiftFreshCopy => E::Lifted,
         _ => return Ok(Unary::kernel_of(kind)),
     }))
@@ -364,7 +377,7 @@ impl Family for Elementwise {
             Elementwise::Constant { dtype, .. }
             | Elementwise::Arange { dtype, .. }
             | Elementwise::Tril { dtype, .. } => *dtype,
-            Elementwise::CompareScalar { .. } => DType::Bool,
+            Elementwise::CompareScalar { .. } | Elementwise::CompareTensor { .. } => DType::Bool,
             _ => DType::F32,
         }
     }
@@ -430,7 +443,7 @@ impl Family for Elementwise {
             }
             E::SgdUpdate { .. } => eq("gradient", s(1), s(0)),
             E::Zeros { .. } => Ok(()),
-            E::Broadcast { .. } => broadcast_shapes(s(0), s(1), o(0)),
+            E::Broadcast { .. } | E::CompareTensor { .. } => broadcast_shapes(s(0), s(1), o(0)),
         }
     }
 }
@@ -452,18 +465,40 @@ fn broadcast_shapes(a: &[usize], b: &[usize], y: &[usize]) -> Result<(), KernelE
     eq("output", y, &want)
 }
 
-/// The comparison of [`Elementwise::CompareScalar`].
+/// The comparison of [`Elementwise::CompareScalar`] and [`Elementwise::CompareTensor`]
+/// (IEEE: NaN compares false, except `ne`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cmp {
     Eq,
     Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
 }
 
 impl Cmp {
+    /// The comparison of op kind `kind` (one of the `eq`..`ge` kinds).
+    fn of(kind: OpKind) -> Cmp {
+        use OpKind as K;
+        match kind {
+            K::AtenEqScalar | K::AtenEqTensor => Cmp::Eq,
+            K::AtenNeScalar | K::AtenNeTensor => Cmp::Ne,
+            K::AtenLtScalar | K::AtenLtTensor => Cmp::Lt,
+            K::AtenLeScalar | K::AtenLeTensor => Cmp::Le,
+            K::AtenGtScalar | K::AtenGtTensor => Cmp::Gt,
+            _ => Cmp::Ge,
+        }
+    }
+
     pub fn holds(self, x: f32, other: f32) -> bool {
         match self {
             Cmp::Eq => x == other,
             Cmp::Ne => x != other,
+            Cmp::Lt => x < other,
+            Cmp::Le => x <= other,
+            Cmp::Gt => x > other,
+            Cmp::Ge => x >= other,
         }
     }
 }

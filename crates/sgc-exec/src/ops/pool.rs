@@ -49,17 +49,22 @@ pub enum Pool {
         padding: usize,
         ceil: bool,
     },
-    /// `count_include_pad` average pooling.
+    /// Average pooling; `ceil` as for max pooling, `divisor` what each window's sum is
+    /// divided by.
     AvgPool2d {
         kernel: usize,
         stride: usize,
         padding: usize,
+        ceil: bool,
+        divisor: AvgDivisor,
     },
     /// `(dy, x) -> dx`.
     AvgPool2dBackward {
         kernel: usize,
         stride: usize,
         padding: usize,
+        ceil: bool,
+        divisor: AvgDivisor,
     },
     Upsample2x,
     /// Sum over each 2x2 block.
@@ -71,6 +76,24 @@ pub enum Pool {
     },
     /// `(dy [N, C, ho, wo], x [N, C, H, W]) -> dx`.
     AdaptiveAvgPool2dBackward,
+}
+
+/// What an average window's sum is divided by (ATen's `avg_pool2d`): `value` when given
+/// (`divisor_override`); else with `count_pad` (`count_include_pad`) the window's extent
+/// clipped to the padded input, without it the taps inside the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvgDivisor {
+    pub count_pad: bool,
+    pub value: Option<usize>,
+}
+
+impl Default for AvgDivisor {
+    fn default() -> Self {
+        AvgDivisor {
+            count_pad: true,
+            value: None,
+        }
+    }
 }
 
 /// `[start, end)` of window `i` of `out` over an axis of `len` (ATen's adaptive windows:
@@ -133,21 +156,33 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Pool>, ExecError> {
         }
         K::AtenAdaptiveAvgPool2dBackward => Pool::AdaptiveAvgPool2dBackward,
         K::AtenAvgPool2d | K::AtenAvgPool2dBackward => {
-            a.flag("ceil_mode", false, "ceil_mode = false")?;
-            a.flag("count_include_pad", true, "count_include_pad = true")?;
-            a.require("divisor_override", Value::is_null, "no divisor_override")?;
+            let ceil = a.bool_or("ceil_mode", false)?;
+            let divisor = AvgDivisor {
+                count_pad: a.bool_or("count_include_pad", true)?,
+                value: match a.get("divisor_override") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => match a.usize("divisor_override")? {
+                        0 => return Err(a.err("`divisor_override` must be above 0".into())),
+                        d => Some(d),
+                    },
+                },
+            };
             let (kernel, stride, padding) = aten_window(cx)?;
             if kind == K::AtenAvgPool2d {
                 Pool::AvgPool2d {
                     kernel,
                     stride,
                     padding,
+                    ceil,
+                    divisor,
                 }
             } else {
                 Pool::AvgPool2dBackward {
                     kernel,
                     stride,
                     padding,
+                    ceil,
+                    divisor,
                 }
             }
         }
@@ -195,11 +230,13 @@ impl Pool {
                 kernel,
                 stride,
                 padding,
+                ..
             }
             | Pool::AvgPool2dBackward {
                 kernel,
                 stride,
                 padding,
+                ..
             } => Some((kernel, stride, padding)),
             _ => None,
         }
@@ -211,7 +248,21 @@ impl Pool {
             self,
             Pool::MaxPool2dIndices { ceil: true, .. }
                 | Pool::MaxPool2dIndicesBackward { ceil: true, .. }
+                | Pool::AvgPool2d { ceil: true, .. }
+                | Pool::AvgPool2dBackward { ceil: true, .. }
         )
+    }
+
+    /// Whether the CUDA kernels run it: average pooling there divides by `k * k` windows
+    /// that never pass the padding (`count_include_pad`, no `ceil_mode`, no override).
+    pub fn on_cuda(&self) -> bool {
+        match self {
+            Pool::AvgPool2d { ceil, divisor, .. }
+            | Pool::AvgPool2dBackward { ceil, divisor, .. } => {
+                !ceil && *divisor == AvgDivisor::default()
+            }
+            _ => true,
+        }
     }
 
     /// The slot of the pooled input: the forward's input, or the backward's `x` after `dy`.
