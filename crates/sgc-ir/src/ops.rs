@@ -513,6 +513,8 @@ vocabulary! {
     AtenTrunc = "aten.trunc.default" => pointwise();
     /// `x` clamped to `[min, max]`, either bound optional (scalars).
     AtenClamp = "aten.clamp.default" => pointwise();
+    AtenClampMin = "aten.clamp_min.default" => pointwise();
+    AtenClampMax = "aten.clamp_max.default" => pointwise();
     AtenMaximum = "aten.maximum.default" => pointwise();
     AtenMinimum = "aten.minimum.default" => pointwise();
     AtenPowTensor = "aten.pow.Tensor_Tensor" => pointwise();
@@ -528,6 +530,10 @@ vocabulary! {
     AtenFill = "aten.fill.Scalar" => map();
     AtenOnesLike = "aten.ones_like.default" => map();
     AtenEmptyLike = "aten.empty_like.default" => map();
+    AtenZerosLike = "aten.zeros_like.default" => map();
+    /// `zero(x)`: the functional form of `x.zero_()`.
+    AtenZero = "aten.zero.default" => map();
+    AtenFullLike = "aten.full_like.default" => map();
     AtenNewEmptyStrided = "aten.new_empty_strided.default" => map();
     AtenLiftFreshCopy = "aten.lift_fresh_copy.default" => map();
     AtenExpand = "aten.expand.default" => map();
@@ -602,6 +608,7 @@ vocabulary! {
     AtenSdpaBackward = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" => each(NotTrailing(2));
     AtenArange = "aten.arange.default" => rule(B::Source);
     AtenOnes = "aten.ones.default" => rule(B::Source);
+    AtenFull = "aten.full.default" => rule(B::Source);
     AtenZeros = "aten.zeros.default" => rule(B::Source);
     AtenEmpty = "aten.empty.memory_format" => rule(B::Source);
     AtenScalarTensor = "aten.scalar_tensor.default" => rule(B::Source);

@@ -20,7 +20,7 @@ kinds! {
         AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward AtenHardswish
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
-        AtenLiftFreshCopy;
+        AtenLiftFreshCopy AtenZerosLike AtenZero AtenFullLike AtenFull;
     cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar
         AtenLeScalar AtenGtScalar AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor
         AtenGtTensor AtenGeTensor;
@@ -263,6 +263,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         },
         K::AtenEmptyLike => E::Fill { value: 0.0 },
         K::AtenOnesLike => E::Fill { value: 1.0 },
+        K::AtenZerosLike | K::AtenZero => E::Fill { value: 0.0 },
+        K::AtenFullLike => E::Fill {
+            value: a.scalar_or("fill_value", None)? as f32,
+        },
+        K::AtenFull => E::Constant {
+            value: a.scalar_or("fill_value", None)?,
+            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+        },
         K::AtenFill => E::Fill {
             value: a.f64_of("value")? as f32,
         },

@@ -21,7 +21,8 @@ kinds! {
     cpu: AtenNeg AtenExp AtenExp2 AtenExpm1 AtenLog AtenLog2 AtenLog10 AtenLog1p AtenSqrt
         AtenRsqrt AtenReciprocal AtenAbs AtenSign AtenSin AtenCos AtenTan AtenAsin AtenAcos
         AtenAtan AtenSinh AtenCosh AtenAsinh AtenAcosh AtenAtanh AtenErf AtenFloor AtenCeil
-        AtenRound AtenTrunc AtenClamp AtenMaximum AtenMinimum AtenPowTensor;
+        AtenRound AtenTrunc AtenClamp AtenClampMin AtenClampMax AtenMaximum AtenMinimum
+        AtenPowTensor;
 }
 
 /// A math kernel with its attributes.
@@ -175,6 +176,14 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Math>, ExecError> {
     Ok(Some(match kind {
         K::AtenClamp => Math::Clamp {
             min: bound(cx, "min")?,
+            max: bound(cx, "max")?,
+        },
+        K::AtenClampMin => Math::Clamp {
+            min: bound(cx, "min")?,
+            max: None,
+        },
+        K::AtenClampMax => Math::Clamp {
+            min: None,
             max: bound(cx, "max")?,
         },
         K::AtenMaximum => Math::Binary(MathBin::Maximum),
