@@ -23,6 +23,11 @@ covered or a round changes nothing. What is left (a bf16 tensor, a random op wit
 kernel) is named at export: a warning and `meta.executor_gaps`, or with
 `executor_gaps="raise"` an `ExportError` naming the op, its type and the executor's
 reason, at export rather than at run time.
+
+Before the loop, a 0-dim tensor constant the step copies (`lift_fresh_copy` of a
+`get_attr`: torch 2.11 traces `mask[a:b] = count` so) becomes `scalar_tensor` of its value
+(`_inline_scalar_constants`): the graph holds no constant's values, so the copy would read
+nothing; the source op carries the value as an attribute.
 """
 
 from __future__ import annotations
@@ -217,6 +222,36 @@ def _runs_or_decomposes(sub: torch.fx.GraphModule, known: set[str], mode, depth:
     return True
 
 
+def _inline_scalar_constants(gm: torch.fx.GraphModule) -> int:
+    """Replaces each `lift_fresh_copy` of a real 0-dim tensor constant by `scalar_tensor`
+    of its value, dtype and device (the node's metadata kept); returns how many."""
+    from torch._subclasses.fake_tensor import FakeTensor  # noqa: PLC0415
+
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.lift_fresh_copy.default:
+            continue
+        src = node.args[0]
+        value = getattr(gm, src.target, None) if isinstance(src, torch.fx.Node) and src.op == "get_attr" else None
+        if not isinstance(value, torch.Tensor) or isinstance(value, FakeTensor) or value.dim() != 0:
+            continue
+        fake = node.meta.get("val")
+        device = fake.device if isinstance(fake, torch.Tensor) else value.device
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (value.item(),),
+                                         {"dtype": value.dtype, "device": device})
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        if not src.users:
+            gm.graph.erase_node(src)
+        count += 1
+    if count:
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
 def decompose_uncovered(convert: Callable[[dict], dict], gm: torch.fx.GraphModule, mode, keep_names: set[str],
                         coverage: Callable[[dict], list[dict]], known: set[str], on_gap: str = "warn",
                         renamed: Callable[[dict[str, str]], None] = lambda _: None,
@@ -229,6 +264,9 @@ def decompose_uncovered(convert: Callable[[dict], dict], gm: torch.fx.GraphModul
     `ExportError` instead. `renamed(old -> new)` is told of each FX name in `keep_names`
     whose node was replaced, before the next conversion."""
     decomposed: dict[str, int] = {}
+    inlined = _inline_scalar_constants(gm)
+    if inlined:
+        decomposed["aten.lift_fresh_copy.default"] = inlined
     for _ in range(MAX_ROUNDS):
         fx_nodes: dict = {}
         graph = convert(fx_nodes)
