@@ -7,7 +7,7 @@ float32 error where a tensor is that sensitive to rounding); every ATen op repla
 PyTorch on the values sgc gave its inputs; a sublinear plan's step bitwise equal to the
 unplanned one. alexnet: `_adaptive_avg_pool2d` whose windows repeat rows (2x2 -> 6x6) and
 dropout; mobilenet_v2: ReLU6 (`hardtanh`) and depthwise convolutions; resnet18: the
-corpus's staples. About 40 s on 2 cores.
+corpus's staples. About 90 s on 2 cores with the small Swin modules.
 """
 
 from __future__ import annotations

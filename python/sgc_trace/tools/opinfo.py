@@ -44,7 +44,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..errors import ExportError
 from ..exporter.api import export
 from ..exporter.trace import InputSpec
-from .execute import _tolerance, run_on_sgc
+from .execute import _UNDEFINED, _tolerance, run_on_sgc
 
 # The executor's floating dtype: what a sample must be to run.
 _RUNS = (torch.float32,)
@@ -316,6 +316,9 @@ def walk(names: list[str] | None = None, dtype: torch.dtype = torch.float32, max
         name = f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
         if progress:
             progress(name)
+        if info.name.split(".")[-1] in _UNDEFINED:
+            report.results.append(SampleResult(name, 0, "skipped", "its values are undefined (uninitialised memory)"))
+            continue
         if dtype not in info.supported_dtypes("cpu"):
             report.results.append(SampleResult(name, 0, "skipped", "PyTorch does not support the dtype"))
             continue
