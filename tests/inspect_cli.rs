@@ -109,16 +109,16 @@ fn device_coverage_lists_the_ops_a_backend_cannot_run() {
     let ops = r["ops"].as_u64().unwrap();
     let line = format!("all {ops} ops run on cuda");
     assert!(String::from_utf8_lossy(&text.stdout).contains(&line));
-    // A strided slice, which neither backend runs (every corpus graph runs everywhere).
+    // A cumulative sum, which neither backend runs (every corpus graph runs everywhere).
     let dir = std::env::temp_dir().join(format!("sgc-coverage-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let strided = dir.join("strided.json");
+    let strided = dir.join("cumsum.json");
     let graph = serde_json::json!({
         "format": "sgc-graph", "version": 1,
         "tensors": [{"name": "x", "dtype": "f32", "shape": [4, 6], "kind": "input"},
-                    {"name": "y", "dtype": "f32", "shape": [4, 3]}],
-        "ops": [{"name": "every_other", "op": "aten.slice.Tensor", "inputs": ["x"],
-                 "outputs": ["y"], "attrs": {"dim": 1, "start": 0, "end": 6, "step": 2}}],
+                    {"name": "y", "dtype": "f32", "shape": [4, 6]}],
+        "ops": [{"name": "running_total", "op": "aten.cumsum.default", "inputs": ["x"],
+                 "outputs": ["y"], "attrs": {"dim": 1}}],
         "outputs": ["y"]
     });
     std::fs::write(&strided, graph.to_string()).unwrap();
