@@ -120,7 +120,10 @@ fn nothing_recomputed_reads_one() {
 /// A one-off cost on the planned side (every launch of its first 7 steps 5 ms slower, as
 /// a first CUDA step pays library initialisation) stays out of the ratio when the warm-up
 /// covers it; the same measurement without warm-up sees it (in 7 of its 9 rounds, so in
-/// the median), so the first assertion can fail.
+/// the median), so the first assertion can fail. The warmed ratio is held to 25%, not the
+/// 10% of `nothing_recomputed_reads_one`: what this test tells apart is a ratio near 1 from
+/// one above 1.5 (a loaded CI machine measured 1.10 once, the two sides' arenas at other
+/// addresses), and the 10% rule has its own test.
 #[test]
 fn warm_up_keeps_one_off_costs_out() {
     let _one = exclusive();
@@ -130,7 +133,7 @@ fn warm_up_keeps_one_off_costs_out() {
     };
     let (ratio, times) = ratio_and_times(&mlp_compared(7, &warmed));
     assert!(
-        (ratio - 1.0).abs() <= 0.10,
+        (ratio - 1.0).abs() <= 0.25,
         "warmed up: {ratio:.3}x: {times}"
     );
     let cold = TimingOptions {
