@@ -118,6 +118,8 @@ pub fn step_times(
 
 /// The most host bytes the offloads hold at once: each holds its storage's bytes over its
 /// host instance (`copy_after + 1 ..= needed_at`). No pool is smaller.
+/// (The same sweep as the planner's `alloc::lower_bound`, kept here so that the verifier,
+/// which recomputes a plan's summary, shares no code with the planner it checks.)
 pub fn host_peak(graph: &Graph, offloads: &[Offload]) -> u64 {
     let mut events: Vec<(usize, bool, u64)> = Vec::with_capacity(2 * offloads.len());
     for o in offloads {

@@ -1,7 +1,7 @@
 //! Element-wise kernels, bias, scalar arithmetic, activations, comparisons and the SGD
 //! update.
 
-use super::shape::expand;
+use super::shape::{expand, expand_pair};
 use super::{f, CpuBackend, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
@@ -237,10 +237,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         }
         E::Broadcast { op } => {
             let y = &io.ops_out[0].shape;
-            let n = io.outs[0].len();
-            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
-            expand(f(&io.ins[0])?, &mut a, sh(0), y);
-            expand(f(&io.ins[1])?, &mut b, sh(1), y);
+            let (a, b) = expand_pair((f(&io.ins[0])?, sh(0)), (f(&io.ins[1])?, sh(1)), y);
             let op = |(a, b): (&f32, &f32)| match op {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
@@ -293,10 +290,8 @@ pub(super) fn launch_bytes(
             compare_scalar(&be.f32_of(&inputs[0])?, *op, *other)
         }
         Elementwise::CompareTensor { op } => {
-            let n = y.numel();
-            let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
-            expand(&be.f32_of(&inputs[0])?, &mut a, &inputs[0].shape, &y.shape);
-            expand(&be.f32_of(&inputs[1])?, &mut b, &inputs[1].shape, &y.shape);
+            let (a, b) = (be.f32_of(&inputs[0])?, be.f32_of(&inputs[1])?);
+            let (a, b) = expand_pair((&a, &inputs[0].shape), (&b, &inputs[1].shape), &y.shape);
             a.iter()
                 .zip(&b)
                 .map(|(&a, &b)| u8::from(op.holds(a, b)))

@@ -193,6 +193,19 @@ pub(crate) fn roll(x: &[f32], y: &mut [f32], shape: &[usize], shifts: &[i64]) {
     });
 }
 
+/// The two operands of a broadcasting binary op, each expanded to the output shape `ys`.
+pub(crate) fn expand_pair(
+    (a, a_shape): (&[f32], &[usize]),
+    (b, b_shape): (&[f32], &[usize]),
+    ys: &[usize],
+) -> (Vec<f32>, Vec<f32>) {
+    let n = ys.iter().product();
+    let (mut ea, mut eb) = (vec![0.0; n], vec![0.0; n]);
+    expand(a, &mut ea, a_shape, ys);
+    expand(b, &mut eb, b_shape, ys);
+    (ea, eb)
+}
+
 /// Broadcast `x` (shape `xs`) to `y` (shape `ys`), axes aligned on the right.
 pub(crate) fn expand<T: Copy>(x: &[T], y: &mut [T], xs: &[usize], ys: &[usize]) {
     let lead = ys.len() - xs.len();
