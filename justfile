@@ -85,7 +85,11 @@ torchvision PYTHON="python3":
 # Use the CI venv (it has expecttest) or set PYTHON.
 opinfo PYTHON="python3":
     cd python && {{PYTHON}} bench/opinfo_walk.py --out ../target/opinfo.md
+    cd python && {{PYTHON}} bench/opinfo_walk.py --dtype bfloat16 --out ../target/opinfo-bf16.md
+    cd python && {{PYTHON}} bench/opinfo_walk.py --dtype float16 --out ../target/opinfo-f16.md
     bash scripts/docs-section.sh docs/ops.md opinfo target/opinfo.md "just opinfo"
+    bash scripts/docs-section.sh docs/ops.md opinfo-bf16 target/opinfo-bf16.md "just opinfo"
+    bash scripts/docs-section.sh docs/ops.md opinfo-f16 target/opinfo-f16.md "just opinfo"
 
 # sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
 # measured beside sgc's prediction, and beside torch.compile's activation_memory_budget

@@ -2,8 +2,10 @@
 per graph and run on sgc's CPU backend against PyTorch (`sgc_trace.tools.opinfo`): the op's
 outputs element by element and every input's gradient through its backward.
 
-CI runs a fixed subset (the first four samples of each OpInfo below: about 20 s on 2 cores);
-`just opinfo` walks all of `op_db` and writes the table of docs/ops.md.
+CI runs a fixed subset: the first four samples of each OpInfo below in float32 (about 20 s
+on 2 cores) and the first three in bfloat16 and in float16 (about 15 s each), the executor
+computing those in f32 and rounding as PyTorch's CPU kernels do. `just opinfo` walks all of
+`op_db` in the three dtypes and writes the tables of docs/ops.md.
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ CI_OPINFOS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def report():
-    return walk(CI_OPINFOS, max_samples=4)
+# Samples per OpInfo in each dtype.
+SAMPLES = {"float32": 4, "bfloat16": 3, "float16": 3}
+
+
+@pytest.fixture(scope="module", params=sorted(SAMPLES))
+def report(request):
+    return walk(CI_OPINFOS, dtype=getattr(torch, request.param), max_samples=SAMPLES[request.param])
 
 
 def test_every_subset_opinfo_runs_on_the_executor(report):
@@ -40,14 +46,15 @@ def test_every_subset_opinfo_runs_on_the_executor(report):
     def named(opinfo: str, name: str) -> bool:  # the OpInfo or one of its variants
         return opinfo == name or opinfo.startswith(name + ".")
 
-    missing = [n for n in CI_OPINFOS if not any(named(r, n) for r in ran)]
+    unsupported = {r.opinfo for r in report.results if r.reason == "PyTorch does not support the dtype"}
+    missing = [n for n in CI_OPINFOS if not any(named(r, n) for r in ran | unsupported)]
     assert not missing, {n: [r.reason for r in report.results if named(r.opinfo, n)][:2] for n in missing}
 
 
 def test_pytorch_samples_pass_on_the_executor(report):
     failed = [(r.opinfo, r.index, r.reason) for r in report.results if r.status == "failed"]
     assert not failed, failed
-    assert report.counts()["passed"] >= 2 * len(CI_OPINFOS), report.markdown()
+    assert report.counts()["passed"] >= 1.5 * len(CI_OPINFOS), report.markdown()
 
 
 def test_the_comparison_holds_nan_and_infinity_to_their_places():

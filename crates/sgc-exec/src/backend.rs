@@ -18,8 +18,9 @@
 //!   overlap each other (the same tensor twice, a view and its base).
 //! - Kernels are deterministic: a fixed reduction order, so running an op twice
 //!   (recomputation) gives bitwise the same bytes.
-//! - Data is f32; index operands (`embedding` ids, `cross_entropy` labels) are i64 or i32,
-//!   little-endian.
+//! - Data is f32 (and, on a backend whose [`Backend::holds`] says so, f16 and bf16);
+//!   index operands (`embedding` ids, `cross_entropy` labels) are i64 or i32, masks bool,
+//!   all little-endian.
 //! - Offloads ([`HostCopy`]): [`Backend::alloc_host_pool`] makes one host allocation
 //!   (page-locked on CUDA), counted in [`Backend::host_pool_bytes`] and not in
 //!   [`Backend::memory`]. [`Backend::offload`] and [`Backend::fetch`] queue a copy between
@@ -34,8 +35,12 @@
 
 use crate::error::ExecError;
 use crate::kernel::{FamilyKernel, Kernel, Linalg};
+use sgc_ir::DType;
 
 pub use crate::operand::{BufferId, Operand, View, ViewStep};
+
+/// The dtypes every backend holds: f32 data, i64 and i32 indices, bool masks.
+pub const BASE_DTYPES: &[DType] = &[DType::F32, DType::I64, DType::I32, DType::Bool];
 
 /// What a backend's allocator has seen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -69,6 +74,12 @@ pub trait Backend {
     /// Whether this backend has a kernel for `kernel`; the executor asks for every op
     /// before the first step and refuses the graph by op name otherwise.
     fn supports(&self, kernel: &Kernel) -> bool;
+
+    /// Whether tensors of `dtype` can be operands of this backend's kernels; the executor
+    /// asks for every operand before the first step. By default [`BASE_DTYPES`].
+    fn holds(&self, dtype: DType) -> bool {
+        BASE_DTYPES.contains(&dtype)
+    }
 
     /// Makes one zero-filled allocation of `bytes` bytes.
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError>;

@@ -47,10 +47,14 @@ pub fn gaps(graph: &Graph, target: Target) -> Vec<Gap> {
         Target::Cpu => cpu.supports(k),
         Target::Cuda => crate::cuda_backend::runs(k),
     };
+    let holds = |d| match target {
+        Target::Cpu => cpu.holds(d),
+        Target::Cuda => crate::cuda_backend::holds(d),
+    };
     graph
         .op_ids()
         .filter_map(|id| {
-            let err = check_op_on(graph, id, target.name(), supports).err()?;
+            let err = check_op_on(graph, id, target.name(), supports, holds).err()?;
             let o = graph.op(id);
             Some(Gap {
                 op: o.name.clone(),

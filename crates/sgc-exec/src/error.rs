@@ -1,5 +1,6 @@
 //! The executor's error type: every variant names the op, tensor or device concerned.
 
+use sgc_ir::DType;
 use thiserror::Error;
 
 /// What a kernel found wrong: in its operands (checked before anything runs, see
@@ -131,9 +132,13 @@ pub enum ExecError {
     /// The schedule or layout given is inconsistent with the graph.
     #[error("layout: {0}")]
     Layout(String),
-    /// A dtype the kernels do not handle (f32 data, i64/i32 indices).
-    #[error("tensor `{tensor}` has dtype {dtype}; the executor runs f32 data and i64/i32 indices")]
-    UnsupportedDType { tensor: String, dtype: String },
+    /// A dtype the backend's kernels do not hold.
+    #[error("tensor `{tensor}` has dtype {detail}")]
+    UnsupportedDType {
+        tensor: String,
+        /// The dtype, the backend and the dtypes it holds.
+        detail: String,
+    },
     /// A backend operation failed (out of range access, driver error, ...).
     #[error("{backend} backend: {detail}")]
     Backend { backend: String, detail: String },
@@ -164,6 +169,19 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// Tensor `tensor` of `dtype`, which `backend` (holding `holds`) cannot hold.
+    pub(crate) fn dtype(tensor: &str, dtype: DType, backend: &str, holds: &[DType]) -> Self {
+        let names: Vec<&str> = holds.iter().map(|d| d.as_str()).collect();
+        ExecError::UnsupportedDType {
+            tensor: tensor.to_string(),
+            detail: format!(
+                "{}, which the {backend} backend does not hold (it holds {})",
+                dtype.as_str(),
+                names.join(", ")
+            ),
+        }
+    }
+
     pub(crate) fn backend(backend: &str, detail: impl Into<String>) -> Self {
         ExecError::Backend {
             backend: backend.to_string(),

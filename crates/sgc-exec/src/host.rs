@@ -1,11 +1,24 @@
 //! Host-side tensors: what is bound into an executor and read back out of it.
 
+use half::{bf16, f16};
 use sgc_ir::DType;
+
+/// The dtypes a [`HostTensor`] holds.
+pub const HOST_DTYPES: &[DType] = &[
+    DType::F32,
+    DType::F16,
+    DType::Bf16,
+    DType::I64,
+    DType::I32,
+    DType::Bool,
+];
 
 /// Elements of a host tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
     F32(Vec<f32>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
     I64(Vec<i64>),
     I32(Vec<i32>),
     /// A mask (`eq`'s result, `where`'s condition): one byte per element, 0 or 1.
@@ -37,6 +50,8 @@ impl HostTensor {
     pub fn dtype(&self) -> DType {
         match self.data {
             HostData::F32(_) => DType::F32,
+            HostData::F16(_) => DType::F16,
+            HostData::Bf16(_) => DType::Bf16,
             HostData::I64(_) => DType::I64,
             HostData::I32(_) => DType::I32,
             HostData::Bool(_) => DType::Bool,
@@ -47,6 +62,8 @@ impl HostTensor {
     pub fn len(&self) -> usize {
         match &self.data {
             HostData::F32(v) => v.len(),
+            HostData::F16(v) => v.len(),
+            HostData::Bf16(v) => v.len(),
             HostData::I64(v) => v.len(),
             HostData::I32(v) => v.len(),
             HostData::Bool(v) => v.len(),
@@ -65,10 +82,34 @@ impl HostTensor {
         }
     }
 
+    /// The elements widened to f32 (exactly), if this is a floating tensor.
+    pub fn to_f32(&self) -> Option<Vec<f32>> {
+        match &self.data {
+            HostData::F32(v) => Some(v.clone()),
+            HostData::F16(v) => Some(v.iter().map(|x| x.to_f32()).collect()),
+            HostData::Bf16(v) => Some(v.iter().map(|x| x.to_f32()).collect()),
+            _ => None,
+        }
+    }
+
+    /// `values` rounded to the floating `dtype` (to nearest, ties to even); `None` for a
+    /// dtype that is not f32, f16 or bf16.
+    pub fn floats(dtype: DType, shape: Vec<usize>, values: &[f32]) -> Option<Self> {
+        let data = match dtype {
+            DType::F32 => HostData::F32(values.to_vec()),
+            DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
+            DType::Bf16 => HostData::Bf16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
+            _ => return None,
+        };
+        Some(HostTensor { shape, data })
+    }
+
     /// Little-endian bytes of the elements.
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.data {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bool(v) => v.iter().map(|&x| u8::from(x)).collect(),
@@ -82,6 +123,18 @@ impl HostTensor {
                 bytes
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            DType::F16 => HostData::F16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
+            DType::Bf16 => HostData::Bf16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]))
                     .collect(),
             ),
             DType::I32 => HostData::I32(

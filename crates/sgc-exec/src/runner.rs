@@ -183,12 +183,14 @@ impl<B: Backend, S: Schedule<B>> Runner<B, S> {
             .ok_or_else(|| ExecError::NoSuchTensor("(the graph names no loss)".into()))?;
         let name = self.graph.tensor(t).name.clone();
         let v = self.read(&name)?;
-        v.as_f32()
-            .and_then(|s| s.first().copied())
-            .ok_or_else(|| ExecError::UnsupportedDType {
-                tensor: name,
-                dtype: v.dtype().as_str().to_string(),
-            })
+        v.to_f32().and_then(|s| s.first().copied()).ok_or_else(|| {
+            ExecError::dtype(
+                &name,
+                v.dtype(),
+                "host",
+                &[DType::F32, DType::F16, DType::Bf16],
+            )
+        })
     }
 }
 
@@ -235,10 +237,8 @@ fn host_tensor(
     shape: Vec<usize>,
     bytes: &[u8],
 ) -> Result<HostTensor, ExecError> {
-    HostTensor::from_bytes(d.dtype, shape, bytes).ok_or_else(|| ExecError::UnsupportedDType {
-        tensor: d.name.clone(),
-        dtype: d.dtype.as_str().to_string(),
-    })
+    HostTensor::from_bytes(d.dtype, shape, bytes)
+        .ok_or_else(|| ExecError::dtype(&d.name, d.dtype, "host", crate::host::HOST_DTYPES))
 }
 
 /// Parses and checks every op of `ops` before anything runs: its kernel (unknown types
@@ -262,7 +262,13 @@ pub(crate) fn check_ops<B: Backend>(
 }
 
 fn check_op<B: Backend>(graph: &Graph, op: OpId, backend: &B) -> Result<Kernel, ExecError> {
-    check_op_on(graph, op, &backend.name(), |k| backend.supports(k))
+    check_op_on(
+        graph,
+        op,
+        &backend.name(),
+        |k| backend.supports(k),
+        |d| backend.holds(d),
+    )
 }
 
 /// The checks of [`check_ops`] for one op, on a backend named `backend` that runs the
@@ -272,6 +278,7 @@ pub(crate) fn check_op_on(
     op: OpId,
     backend: &str,
     supports: impl Fn(&Kernel) -> bool,
+    holds: impl Fn(DType) -> bool,
 ) -> Result<Kernel, ExecError> {
     let o = graph.op(op);
     let k = Kernel::from_op(graph, op).map_err(|e| match e {
@@ -291,11 +298,9 @@ pub(crate) fn check_op_on(
     }
     for &t in o.inputs.iter().chain(&o.outputs) {
         let d = graph.tensor(t);
-        if !matches!(d.dtype, DType::F32 | DType::I64 | DType::I32 | DType::Bool) {
-            return Err(ExecError::UnsupportedDType {
-                tensor: d.name.clone(),
-                dtype: d.dtype.as_str().to_string(),
-            });
+        if !holds(d.dtype) {
+            let all: Vec<DType> = DType::ALL.into_iter().filter(|&d| holds(d)).collect();
+            return Err(ExecError::dtype(&d.name, d.dtype, backend, &all));
         }
     }
     let shape_only = |ts: &[TensorId]| {

@@ -10,6 +10,12 @@ use sgc_ir::DType;
 
 type R = Result<(), KernelError>;
 
+/// A floating dtype a data slot takes: f32, or f16/bf16 (which a backend that holds them
+/// computes in f32).
+fn is_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F16 | DType::Bf16)
+}
+
 fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
     if ok {
         return Ok(());
@@ -47,11 +53,11 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     if k.family().any_dtype() {
         let d = ins[0].dtype;
         for (i, o) in ins.iter().chain(outs).enumerate() {
-            let ok = matches!(d, DType::F32 | DType::I64) && o.dtype == d;
+            let ok = (is_float(d) || d == DType::I64) && o.dtype == d;
             dtype(
                 format!("operand {i}"),
                 ok,
-                "f32 like the others, or i64 like the others",
+                "a float like the others, or i64 like the others",
                 o.dtype,
             )?;
         }
@@ -61,6 +67,8 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
             if slot == Slot::Index {
                 let ok = matches!(o.dtype, DType::I64 | DType::I32);
                 dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
+            } else if slot == Slot::Any {
+                continue; // the backend's `holds` was asked for every operand
             } else if slot == Slot::Mask {
                 dtype(
                     format!("input {i}"),
@@ -69,17 +77,21 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
                     o.dtype,
                 )?;
             } else {
-                dtype(format!("input {i}"), o.dtype == DType::F32, "f32", o.dtype)?;
+                let what = format!("input {i}");
+                dtype(what, is_float(o.dtype), "f32, f16 or bf16", o.dtype)?;
             }
         }
         for (i, o) in outs.iter().enumerate() {
+            // Data (f32) outputs take any float: the kernel computes in f32 and the backend
+            // rounds to the output's dtype.
             let want = k.family().output_dtype(i);
-            dtype(
-                format!("output {i}"),
-                o.dtype == want,
-                want.as_str(),
-                o.dtype,
-            )?;
+            let ok = o.dtype == want || (want == DType::F32 && is_float(o.dtype));
+            let expected = if want == DType::F32 {
+                "f32, f16 or bf16"
+            } else {
+                want.as_str()
+            };
+            dtype(format!("output {i}"), ok, expected, o.dtype)?;
         }
     }
     k.family().check_shapes(ins, outs)

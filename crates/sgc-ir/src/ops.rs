@@ -523,6 +523,10 @@ vocabulary! {
     AtenDropout = "aten.native_dropout.default" => map().effect(Random);
     AtenDropoutBackward = "aten.native_dropout_backward.default" => pointwise();
     AtenBernoulli = "aten.bernoulli.p" => map().effect(Random);
+    /// `x` converted to the output's dtype (autocast's casts; `.float()`, `.long()`): floats
+    /// rounded to nearest even, floats to integers truncated toward zero, anything to bool
+    /// `!= 0`. Its attributes (`dtype`, `memory_format`) are the output's declaration.
+    AtenToCopy = "aten._to_copy.default" => map();
     AtenClone = "aten.clone.default" => map();
     AtenAlias = "aten.alias.default" => map();
     AtenCopy = "aten.copy.default" => map();

@@ -19,7 +19,8 @@ import torch
 from ..native import module
 
 # The executor's dtypes on the host and PyTorch's names for them.
-_DTYPES = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64,
+           "i32": torch.int32, "bool": torch.bool}
 
 
 def _bytes(t: torch.Tensor) -> bytes:
@@ -91,11 +92,13 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int) -> dict[str, torch.Tensor]:
+def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int,
+                  autocast: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     from ..exporter.trace import prediction  # noqa: PLC0415
 
     model.zero_grad(set_to_none=True)
-    loss = loss_fn(prediction(model(*inputs[:n])), *inputs[n:])
+    with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        loss = loss_fn(prediction(model(*inputs[:n])), *inputs[n:])
     loss.backward()
     out = {"loss": loss.detach()}
     out.update({f"{k}.grad": p.grad for k, p in model.named_parameters() if p.grad is not None})
@@ -104,19 +107,23 @@ def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int) -> dict
 
 def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[str, torch.Tensor],
                     num_model_inputs: int = 1, plan=None, floor: float = 1e-4,
-                    slack: float = 10.0, got: dict[str, torch.Tensor] | None = None) -> Comparison:
+                    slack: float = 10.0, got: dict[str, torch.Tensor] | None = None,
+                    autocast: torch.dtype | None = None) -> Comparison:
     """One step of `graph` on sgc's CPU backend against `loss_fn(model(*inputs[:n]), *rest)`
     (the model's output reduced as the exporter reduces it: its `logits`, else its first tensor)
     and its backward in PyTorch, in float32 and in float64, on the same values: the loss and
     every parameter's gradient. `model`'s weights and buffers are left as they were (the
     steps run on copies); sgc's outputs are compared by name. `got`: sgc's outputs of this
-    step when the caller already ran it (`run_on_sgc`), else it is run here."""
+    step when the caller already ran it (`run_on_sgc`), else it is run here. `autocast`: the
+    dtype a mixed-precision graph was traced under; PyTorch's own step (whose error sets
+    each tensor's tolerance) then runs under `torch.autocast("cpu", autocast)`, the
+    float64 one without it."""
     import copy  # noqa: PLC0415
 
     if got is None:
         got = run_on_sgc(graph, model, inputs, plan=plan)
     args = list(inputs.values())
-    f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs)
+    f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs, autocast)
     wide = [a.double() if a.is_floating_point() else a for a in args]
     f64 = _pytorch_step(copy.deepcopy(model).double(), loss_fn, wide, num_model_inputs)
     result = Comparison(floor=floor, slack=slack)

@@ -46,8 +46,12 @@ from ..exporter.api import export
 from ..exporter.trace import InputSpec
 from .execute import _UNDEFINED, _tolerance, run_on_sgc
 
-# The executor's floating dtype: what a sample must be to run.
-_RUNS = (torch.float32,)
+# The executor's floating dtypes: what a sample must be to run.
+_RUNS = (torch.float32, torch.bfloat16, torch.float16)
+# The least error a tensor of each dtype is held to (PyTorch's own `assert_close` relative
+# tolerances for the half-precision types): one rounding of the result, whatever PyTorch's
+# own error on the sample happened to be.
+_FLOORS = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3}
 # Ops that draw random numbers: sgc's generator is not PyTorch's, so their values differ.
 _RANDOM = re.compile(r"dropout|bernoulli|rand|multinomial|normal|uniform|exponential|geometric|cauchy")
 
@@ -323,7 +327,7 @@ def walk(names: list[str] | None = None, dtype: torch.dtype = torch.float32, max
             report.results.append(SampleResult(name, 0, "skipped", "PyTorch does not support the dtype"))
             continue
         if dtype not in _RUNS:
-            report.results.append(SampleResult(name, 0, "skipped", "the executor runs float32 only"))
+            report.results.append(SampleResult(name, 0, "skipped", "the executor runs float32, bfloat16 and float16 only"))
             continue
         torch.manual_seed(0)
         differentiable = bool(info.supports_autograd)
@@ -333,7 +337,7 @@ def walk(names: list[str] | None = None, dtype: torch.dtype = torch.float32, max
             report.results.append(SampleResult(name, 0, "skipped", f"no samples ({type(e).__name__})"))
             continue
         for i, sample in enumerate(samples[:max_samples]):
-            r = run_sample(name, i, info.op, sample, differentiable, floor=floor)
+            r = run_sample(name, i, info.op, sample, differentiable, floor=max(floor, _FLOORS.get(dtype, 0.0)))
             report.results.append(r)
             gaps = [x for x in report.of(name) if x.reason.startswith("not run by the executor")]
             if i == 2 and len(gaps) == 3:

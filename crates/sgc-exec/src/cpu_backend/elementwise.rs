@@ -257,6 +257,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         | E::Where
         | E::CompareScalar { .. }
         | E::CompareTensor { .. }
+        | E::Cast { .. }
         | E::Lifted => return Err(super::byte_path()),
     }
     Ok(())
@@ -298,11 +299,79 @@ pub(super) fn launch_bytes(
                 .collect()
         }
         Elementwise::Lifted => Vec::new(),
+        Elementwise::Cast { .. } => cast(be, &inputs[0], y)?,
         Elementwise::AddScalar { value } => return add_scalar_i64(be, *value, inputs, outputs),
         _ => return Ok(false),
     };
     be.write(y.buffer, y.offset, &bytes)?;
     Ok(true)
+}
+
+/// Elements of one dtype family: floats (f16 and bf16 arrive widened) or integers.
+enum Numbers {
+    Float(Vec<f32>),
+    Int(Vec<i64>),
+}
+
+/// `x` converted to `y`'s dtype (`_to_copy`): its bytes. Floats to integers truncate toward
+/// zero (saturating; NaN is 0), anything to bool is `!= 0` (NaN is true), as ATen casts.
+fn cast(be: &mut CpuBackend, x: &Operand, y: &Operand) -> Result<Vec<u8>, ExecError> {
+    let stored = |be: &mut CpuBackend, width: usize| -> Result<Vec<u8>, ExecError> {
+        if x.view.is_some() {
+            return Err(ExecError::backend(
+                NAME,
+                format!("a cast reads a view of a {} tensor", x.dtype.as_str()),
+            ));
+        }
+        let bytes = be.bytes(x)?;
+        debug_assert_eq!(bytes.len(), x.numel() * width);
+        Ok(bytes)
+    };
+    let numbers = match x.dtype {
+        DType::F32 => Numbers::Float(be.f32_of(x)?),
+        DType::I64 => Numbers::Int(be.i64_of(x)?),
+        DType::I32 => Numbers::Int(
+            stored(be, 4)?
+                .chunks_exact(4)
+                .map(|c| i64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+        ),
+        DType::Bool | DType::U8 => {
+            Numbers::Int(stored(be, 1)?.into_iter().map(i64::from).collect())
+        }
+        d => {
+            return Err(ExecError::backend(
+                NAME,
+                format!("a cast from {}", d.as_str()),
+            ))
+        }
+    };
+    Ok(match (numbers, y.dtype) {
+        (Numbers::Float(v), DType::F32) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        (Numbers::Int(v), DType::F32) => v.iter().flat_map(|&x| (x as f32).to_ne_bytes()).collect(),
+        (Numbers::Float(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0.0)).collect(),
+        (Numbers::Int(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0)).collect(),
+        (n, to) => {
+            let ints: Vec<i64> = match n {
+                Numbers::Float(v) => v.iter().map(|&x| x as i64).collect(),
+                Numbers::Int(v) => v,
+            };
+            match to {
+                DType::I64 => ints.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+                DType::I32 => ints
+                    .iter()
+                    .flat_map(|&x| (x as i32).to_ne_bytes())
+                    .collect(),
+                DType::U8 => ints.iter().map(|&x| x as u8).collect(),
+                d => {
+                    return Err(ExecError::backend(
+                        NAME,
+                        format!("a cast to {}", d.as_str()),
+                    ))
+                }
+            }
+        }
+    })
 }
 
 /// `where(cond, a, b)`, each broadcast to `y`: its bytes.

@@ -1,5 +1,6 @@
 //! The CPU reference backend: f32 kernels in plain Rust, matmul through
-//! `matrixmultiply::sgemm`, convolution through im2col + sgemm.
+//! `matrixmultiply::sgemm`, convolution through im2col + sgemm; f16 and bf16 operands are
+//! widened to f32 around each kernel and rounded back ([`widen`]).
 //!
 //! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
 //! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
@@ -23,6 +24,9 @@ mod pool;
 mod random;
 mod reduce;
 mod shape;
+mod widen;
+
+pub(crate) use widen::is_half;
 
 use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
@@ -180,6 +184,11 @@ impl Backend for CpuBackend {
         true
     }
 
+    /// Also f16 and bf16: widened to f32 around each kernel ([`Self::run_widened`]).
+    fn holds(&self, dtype: DType) -> bool {
+        crate::backend::BASE_DTYPES.contains(&dtype) || is_half(dtype)
+    }
+
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
         let words = usize::try_from(bytes.div_ceil(8))
             .map_err(|_| ExecError::backend(NAME, format!("cannot allocate {bytes} bytes")))?;
@@ -226,7 +235,9 @@ impl Backend for CpuBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        if self.launch_bytes(kernel, inputs, outputs)? {
+        if self.run_widened(kernel, inputs, outputs)?
+            || self.launch_bytes(kernel, inputs, outputs)?
+        {
             return Ok(());
         }
         let sgd = kernel.writes_first_input();

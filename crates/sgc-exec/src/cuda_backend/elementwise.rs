@@ -265,8 +265,8 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         E::Hardtanh { .. } | E::HardtanhBackward { .. } => Err(crate::error::KernelError::Operands(
             "hardtanh runs on the CPU backend only (its KINDS row says so)".to_string(),
         )),
-        E::CompareScalar { .. } | E::CompareTensor { .. } => Err(crate::error::KernelError::Operands(
-            "comparisons run on the CPU backend only (their KINDS rows say so)".to_string(),
+        E::CompareScalar { .. } | E::CompareTensor { .. } | E::Cast { .. } => Err(crate::error::KernelError::Operands(
+            "comparisons and casts run on the CPU backend only (their KINDS rows say so)".to_string(),
         )),
     }
 }

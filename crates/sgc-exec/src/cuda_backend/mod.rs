@@ -40,6 +40,13 @@ pub mod sources;
 
 use crate::kernel::{FamilyKernel, Kernel, Shape};
 
+/// Whether the CUDA kernels hold `dtype`: f32 data, i64/i32 indices and bool masks
+/// ([`crate::backend::BASE_DTYPES`]); f16 and bf16 run on the CPU backend only. Its
+/// `holds`, compiled into every build like [`runs`].
+pub fn holds(dtype: sgc_ir::DType) -> bool {
+    crate::backend::BASE_DTYPES.contains(&dtype)
+}
+
 /// Whether the CUDA backend runs `kernel`: its `supports`, compiled into every build so
 /// that [`crate::coverage`] answers as the device would.
 pub fn runs(kernel: &Kernel) -> bool {

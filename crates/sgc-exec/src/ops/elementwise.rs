@@ -23,7 +23,7 @@ kinds! {
         AtenLiftFreshCopy AtenZerosLike AtenZero AtenFullLike AtenFull;
     cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar
         AtenLeScalar AtenGtScalar AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor
-        AtenGtTensor AtenGeTensor;
+        AtenGtTensor AtenGeTensor AtenToCopy;
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -133,14 +133,22 @@ pub enum Elementwise {
     CompareTensor {
         op: Cmp,
     },
+    /// `x` converted to dtype `to` (`_to_copy`): see `sgc_ir::ops::OpKind::AtenToCopy`.
+    Cast {
+        to: DType,
+    },
     /// `lift_fresh_copy` of an empty constant (the exporter keeps no values): no inputs,
     /// an output of no elements.
     Lifted,
 }
 
-/// The dtypes the sources and `tril` write.
+/// The dtype the sources and `tril` write: the output's, f32 for f16 and bf16 (the
+/// backend computes those in f32 and rounds).
 fn dtype_of(cx: &Cx, allowed: &[DType]) -> Result<DType, ExecError> {
-    let d = cx.output_dtype(0);
+    let d = match cx.output_dtype(0) {
+        DType::F16 | DType::Bf16 => DType::F32,
+        d => d,
+    };
     if !allowed.contains(&d) {
         return Err(cx.a.err(format!(
             "its output is {}: only {allowed:?} run",
@@ -316,6 +324,9 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         | K::AtenGtTensor
         | K::AtenGeTensor => E::CompareTensor { op: Cmp::of(kind) },
         K::AtenLiftFreshCopy => E::Lifted,
+        K::AtenToCopy => E::Cast {
+            to: cx.output_dtype(0),
+        },
         _ => return Ok(Unary::kernel_of(kind)),
     }))
 }
@@ -361,6 +372,7 @@ impl Family for Elementwise {
             | E::PowScalar { .. }
             | E::Tril { .. }
             | E::CompareScalar { .. }
+            | E::Cast { .. }
             | E::Pointwise(_) => (Some(1), 1),
             _ => (Some(2), 1),
         }
@@ -373,6 +385,7 @@ impl Family for Elementwise {
     fn input(&self, i: usize) -> Slot {
         match self {
             Elementwise::Where if i == 0 => Slot::Mask,
+            Elementwise::Cast { .. } => Slot::Any,
             Elementwise::Tril {
                 dtype: DType::Bool, ..
             } => Slot::Mask,
@@ -385,6 +398,7 @@ impl Family for Elementwise {
             Elementwise::Constant { dtype, .. }
             | Elementwise::Arange { dtype, .. }
             | Elementwise::Tril { dtype, .. } => *dtype,
+            Elementwise::Cast { to } => *to,
             Elementwise::CompareScalar { .. } | Elementwise::CompareTensor { .. } => DType::Bool,
             _ => DType::F32,
         }
@@ -427,6 +441,7 @@ impl Family for Elementwise {
             | E::Fill { .. }
             | E::PowScalar { .. }
             | E::CompareScalar { .. }
+            | E::Cast { .. }
             | E::Pointwise(_) => eq("output", o(0), s(0)),
             E::Tril { .. } => {
                 expect(s(0).len() >= 2, || format!("tril of {:?}", s(0)))?;

@@ -49,6 +49,8 @@ pub enum Slot {
     Index,
     /// A bool mask.
     Mask,
+    /// Any dtype the backend holds (a cast's input).
+    Any,
 }
 
 /// What every family answers about one of its kernels.

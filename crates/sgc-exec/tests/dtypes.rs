@@ -1,0 +1,157 @@
+//! f16 and bf16 on the CPU backend: each kernel computes in f32 on exactly widened operands
+//! and rounds its result once to the output's dtype (to nearest, ties to even); casts
+//! (`_to_copy`) between floats, integers and bool; mixed operands promote; views and the
+//! in-place SGD update keep their meaning. The CUDA backend refuses half-precision tensors
+//! by name before the first step (its coverage says the same).
+
+mod common;
+
+use sgc_exec::coverage::{gaps, Target};
+use sgc_exec::{CpuBackend, Executor, HostData, HostTensor};
+use sgc_ir::DType;
+
+const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1,
+  "tensors": [
+    {"name": "x", "dtype": "bf16", "shape": [2, 3], "kind": "input"},
+    {"name": "w", "dtype": "bf16", "shape": [3, 2], "kind": "input"},
+    {"name": "y", "dtype": "f32", "shape": [2, 2], "kind": "input"},
+    {"name": "m", "dtype": "bf16", "shape": [2, 2]},
+    {"name": "mf", "dtype": "f32", "shape": [2, 2]},
+    {"name": "a", "dtype": "f32", "shape": [2, 2]},
+    {"name": "h", "dtype": "f16", "shape": [2, 2]},
+    {"name": "r", "dtype": "f16", "shape": [2, 2]},
+    {"name": "rt", "dtype": "f16", "shape": [2, 2], "alias_of": "r"},
+    {"name": "e", "dtype": "f16", "shape": [2, 2]},
+    {"name": "xi", "dtype": "i64", "shape": [2, 3]},
+    {"name": "rb", "dtype": "bool", "shape": [2, 2]},
+    {"name": "s", "dtype": "f32", "shape": [2, 2]}],
+  "ops": [
+    {"name": "mm", "op": "aten.mm.default", "inputs": ["x", "w"], "outputs": ["m"]},
+    {"name": "up", "op": "aten._to_copy.default", "inputs": ["m"], "outputs": ["mf"],
+     "attrs": {"dtype": "torch.float32"}},
+    {"name": "add", "op": "aten.add.Tensor", "inputs": ["mf", "y"], "outputs": ["a"]},
+    {"name": "down", "op": "aten._to_copy.default", "inputs": ["a"], "outputs": ["h"],
+     "attrs": {"dtype": "torch.float16"}},
+    {"name": "relu", "op": "aten.relu.default", "inputs": ["h"], "outputs": ["r"]},
+    {"name": "t", "op": "aten.t.default", "inputs": ["r"], "outputs": ["rt"]},
+    {"name": "exp", "op": "aten.exp.default", "inputs": ["rt"], "outputs": ["e"]},
+    {"name": "ids", "op": "aten._to_copy.default", "inputs": ["x"], "outputs": ["xi"],
+     "attrs": {"dtype": "torch.int64"}},
+    {"name": "mask", "op": "aten._to_copy.default", "inputs": ["r"], "outputs": ["rb"],
+     "attrs": {"dtype": "torch.bool"}},
+    {"name": "mixed", "op": "aten.add.Tensor", "inputs": ["m", "y"], "outputs": ["s"]}],
+  "outputs": ["m", "mf", "a", "h", "r", "e", "xi", "rb", "s"]}"#;
+
+/// `values` rounded to `dtype` and widened back.
+fn round(dtype: DType, values: &[f32]) -> Vec<f32> {
+    let t = HostTensor::floats(dtype, vec![values.len()], values).unwrap();
+    t.to_f32().unwrap()
+}
+
+fn floats(ex: &mut Executor<CpuBackend>, name: &str, dtype: DType) -> Vec<f32> {
+    let t = ex.read(name).unwrap();
+    assert_eq!(t.dtype(), dtype, "{name}");
+    t.to_f32().unwrap()
+}
+
+#[test]
+fn half_precision_kernels_compute_in_f32_and_round_once() {
+    let g = sgc_ir::format::from_str(GRAPH).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    // Values that bf16 holds exactly, so the product is the only rounding.
+    let x = [1.5, -2.0, 0.25, 3.0, 1.0, -0.75];
+    let w = [1.0 / 3.0, 2.0, -1.25, 0.5, 7.0, 0.1];
+    let (x, w) = (round(DType::Bf16, &x), round(DType::Bf16, &w));
+    let y = [0.001f32, -0.5, 100.0, 2.0];
+    ex.bind(
+        "x",
+        &HostTensor::floats(DType::Bf16, vec![2, 3], &x).unwrap(),
+    )
+    .unwrap();
+    ex.bind(
+        "w",
+        &HostTensor::floats(DType::Bf16, vec![3, 2], &w).unwrap(),
+    )
+    .unwrap();
+    ex.bind("y", &HostTensor::f32(vec![2, 2], y.to_vec()))
+        .unwrap();
+    ex.run(1).unwrap();
+
+    let mut product = [0f32; 4];
+    for (i, out) in product.iter_mut().enumerate() {
+        let (r, c) = (i / 2, i % 2);
+        *out = (0..3).map(|k| x[r * 3 + k] * w[k * 2 + c]).sum();
+    }
+    let m = round(DType::Bf16, &product);
+    assert_eq!(floats(&mut ex, "m", DType::Bf16), m);
+    assert_eq!(floats(&mut ex, "mf", DType::F32), m);
+    let a: Vec<f32> = m.iter().zip(&y).map(|(m, y)| m + y).collect();
+    assert_eq!(floats(&mut ex, "a", DType::F32), a);
+    // Promotion: bf16 + f32 is the f32 sum of the widened bf16 value.
+    assert_eq!(floats(&mut ex, "s", DType::F32), a);
+    let h = round(DType::F16, &a);
+    assert_eq!(floats(&mut ex, "h", DType::F16), h);
+    let r: Vec<f32> = h.iter().map(|&v| v.max(0.0)).collect();
+    assert_eq!(floats(&mut ex, "r", DType::F16), r);
+    // `exp` of the transposed view of an f16 tensor, rounded to f16.
+    let e: Vec<f32> = [0, 2, 1, 3].iter().map(|&i| r[i].exp()).collect();
+    assert_eq!(floats(&mut ex, "e", DType::F16), round(DType::F16, &e));
+    // Floats to integers truncate toward zero; anything to bool is `!= 0`.
+    let xi = ex.read("xi").unwrap();
+    assert_eq!(xi.data, HostData::I64(vec![1, -2, 0, 3, 1, 0]));
+    let rb = ex.read("rb").unwrap();
+    let want: Vec<bool> = r.iter().map(|&v| v != 0.0).collect();
+    assert_eq!(rb.data, HostData::Bool(want));
+}
+
+/// `param += alpha * grad` on a bf16 parameter: computed in f32, rounded once, in place.
+#[test]
+fn a_bf16_parameter_is_updated_in_place() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [
+        {"name": "p", "dtype": "bf16", "shape": [4], "kind": "param"},
+        {"name": "g", "dtype": "bf16", "shape": [4], "kind": "input"}],
+      "ops": [
+        {"name": "sgd", "op": "aten.add_.Tensor", "inputs": ["p", "g"], "outputs": [],
+         "recomputable": false,
+         "attrs": {"alpha": -0.1}}],
+      "outputs": []}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    let p = round(DType::Bf16, &[1.0, -3.0, 0.5, 250.0]);
+    let grad = round(DType::Bf16, &[0.3, 1.0, -2.0, 4.0]);
+    ex.bind("p", &HostTensor::floats(DType::Bf16, vec![4], &p).unwrap())
+        .unwrap();
+    ex.bind(
+        "g",
+        &HostTensor::floats(DType::Bf16, vec![4], &grad).unwrap(),
+    )
+    .unwrap();
+    ex.run(1).unwrap();
+    // The kernel subtracts `lr * grad` with lr = 0.1 (`alpha` negated exactly).
+    let want: Vec<f32> = p.iter().zip(&grad).map(|(p, g)| p - 0.1 * g).collect();
+    assert_eq!(floats(&mut ex, "p", DType::Bf16), round(DType::Bf16, &want));
+}
+
+/// The CUDA backend holds f32, i64, i32 and bool: a half-precision tensor is named before
+/// the first step, and the coverage check says the same without a device.
+#[test]
+fn cuda_refuses_half_precision_by_tensor_name() {
+    let g = sgc_ir::format::from_str(GRAPH).unwrap();
+    assert!(
+        gaps(&g, Target::Cpu).is_empty(),
+        "{:?}",
+        gaps(&g, Target::Cpu)
+    );
+    let missing = gaps(&g, Target::Cuda);
+    assert!(!missing.is_empty());
+    let first = &missing[0];
+    assert_eq!(first.op, "mm");
+    assert!(
+        first
+            .reason
+            .contains("tensor `x` has dtype bf16, which the cuda backend does not hold"),
+        "{}",
+        first.reason
+    );
+}
