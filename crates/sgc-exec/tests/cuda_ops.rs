@@ -1102,6 +1102,7 @@ fn exporter_transformer_cases(v: &mut Values, out: &mut Vec<Case>) {
             backward: false,
             scale: None,
             causal,
+            grouped: false,
         };
         let tag = format!("causal {causal}");
         let label = format!("_scaled_dot_product_flash_attention_for_cpu.default {tag}");
@@ -1123,6 +1124,7 @@ fn exporter_transformer_cases(v: &mut Values, out: &mut Vec<Case>) {
             backward: true,
             scale: Some(0.3),
             causal,
+            grouped: false,
         };
         let label = format!("_scaled_dot_product_flash_attention_for_cpu_backward {tag}");
         out.push(case(

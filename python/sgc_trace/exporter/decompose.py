@@ -167,11 +167,48 @@ def _splicable(node: torch.fx.Node, sub: torch.fx.GraphModule) -> bool:
     return isinstance(result, (tuple, list)) if takes_items else isinstance(result, torch.fx.Node)
 
 
+def _dense_strides(t: torch.Tensor) -> tuple:
+    """`t`'s strides on its axes longer than 1 (those of length 1 never decide a view)."""
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n != 1)
+
+
+def _restrided(g: torch.fx.Graph, out: torch.fx.Node, want: torch.Tensor, meta: dict, mode) -> torch.fx.Node:
+    """`out` laid out in memory as `want` (the value of the node it replaces), when the two
+    differ: `permute` to `want`'s order of axes by stride, a contiguous `clone`, `permute`
+    back. The ops after a replaced node were traced for its value's strides (a `view` of a
+    transposed attention output is legal only for the fused kernel's layout), so a
+    decomposition that lays its result out otherwise is made to match; `out` as it is when
+    it already matches or `want` is not a dense layout one permutation makes."""
+    have = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
+    if not isinstance(have, torch.Tensor) or not isinstance(want, torch.Tensor) or have.shape != want.shape:
+        return out
+    if _dense_strides(have) == _dense_strides(want) or want.dim() < 2:
+        return out
+    order = sorted(range(want.dim()), key=lambda d: -want.stride()[d])
+    back = sorted(range(want.dim()), key=order.__getitem__)
+    with mode:
+        value = have.permute(order).clone(memory_format=torch.contiguous_format).permute(back)
+    if _dense_strides(value) != _dense_strides(want):
+        return out
+    with g.inserting_after(out):
+        p = g.call_function(torch.ops.aten.permute.default, (out, order))
+    with g.inserting_after(p):
+        c = g.call_function(torch.ops.aten.clone.default, (p,), {"memory_format": torch.contiguous_format})
+    with g.inserting_after(c):
+        b = g.call_function(torch.ops.aten.permute.default, (c, back))
+    with mode:
+        p.meta = dict(meta, val=have.permute(order))
+        c.meta = dict(meta, val=p.meta["val"].clone(memory_format=torch.contiguous_format))
+        b.meta = dict(meta, val=c.meta["val"].permute(back))
+    return b
+
+
 def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, at: list[int], flat: list,
-            keep_names: set[str], renamed: dict[str, str]) -> None:
-    """Replaces `node` by `sub`'s ops (`_splicable`). A replaced node (or tuple element)
-    named in `keep_names` adds `old name -> new node's name` to `renamed` (FX never hands
-    a name out twice)."""
+            keep_names: set[str], renamed: dict[str, str], mode) -> None:
+    """Replaces `node` by `sub`'s ops (`_splicable`), each result laid out in memory as the
+    value it replaces (`_restrided`). A replaced node (or tuple element) named in
+    `keep_names` adds `old name -> new node's name` to `renamed` (FX never hands a name out
+    twice)."""
     g = gm.graph
     inputs = [n for n in sub.graph.nodes if n.op == "placeholder"]
     env = {p: flat[i] for p, i in zip(inputs, at)}
@@ -188,12 +225,13 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 result = torch.fx.map_arg(n.args[0], env.__getitem__)
     items = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
     for u in items:
-        out = result[u.args[1]]
+        out = _restrided(g, result[u.args[1]], u.meta.get("val"), meta, mode)
         u.replace_all_uses_with(out)
         if u.name in keep_names and isinstance(out, torch.fx.Node):
             renamed[u.name] = out.name
         g.erase_node(u)
     if not items:
+        result = _restrided(g, result, node.meta.get("val"), meta, mode)
         node.replace_all_uses_with(result)
         if node.name in keep_names:
             renamed[node.name] = result.name
@@ -285,7 +323,7 @@ def decompose_uncovered(convert: Callable[[dict], dict], gm: torch.fx.GraphModul
             if not _splicable(node, sub) or not _runs_or_decomposes(sub, known, mode):
                 continue
             names: dict[str, str] = {}
-            _splice(gm, node, sub, at, flat, keep_names, names)
+            _splice(gm, node, sub, at, flat, keep_names, names, mode)
             if names:
                 renamed(names)
                 keep_names = (keep_names - set(names)) | set(names.values())

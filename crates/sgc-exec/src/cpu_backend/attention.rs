@@ -46,9 +46,10 @@ pub(crate) fn sdpa(
 ) {
     let mut p = vec![0.0f32; z.l * z.s];
     for b in 0..z.batch {
+        let kv = b / z.group;
         let qb = &q[b * z.l * z.e..(b + 1) * z.l * z.e];
-        let kb = &k[b * z.s * z.e..(b + 1) * z.s * z.e];
-        let vb = &v[b * z.s * z.ev..(b + 1) * z.s * z.ev];
+        let kb = &k[kv * z.s * z.e..(kv + 1) * z.s * z.e];
+        let vb = &v[kv * z.s * z.ev..(kv + 1) * z.s * z.ev];
         let lb = &mut lse[b * z.l..(b + 1) * z.l];
         probabilities(z, qb, kb, lb, true, &mut p);
         let ob = &mut out[b * z.l * z.ev..(b + 1) * z.l * z.ev];
@@ -78,17 +79,40 @@ fn score_grad(z: &Sdpa, p: &[f32], dp: &mut [f32]) {
     }
 }
 
-/// The backward: `(d_out, q, k, v, lse) -> (dq, dk, dv)`.
+/// The backward: `(d_out, q, k, v, lse) -> (dq, dk, dv)`; a grouped attention's `dk` and
+/// `dv` are each group's sums, in head order.
 pub(crate) fn sdpa_backward(
     z: &Sdpa,
     [dout, q, k, v, lse]: [&[f32]; 5],
     [dq, dk, dv]: [&mut [f32]; 3],
 ) {
+    let (ke, ve) = (z.s * z.e, z.s * z.ev);
+    if z.group == 1 {
+        return problems_backward(z, [dout, q, k, v, lse], [dq, dk, dv]);
+    }
+    let (mut dkb, mut dvb) = (vec![0.0f32; z.batch * ke], vec![0.0f32; z.batch * ve]);
+    problems_backward(z, [dout, q, k, v, lse], [dq, &mut dkb, &mut dvb]);
+    for (sum, parts) in [(dk, (&dkb, ke)), (dv, (&dvb, ve))] {
+        let (parts, size) = parts;
+        sum.fill(0.0);
+        for (b, part) in parts.chunks(size).enumerate() {
+            let kv = b / z.group;
+            for (s, &x) in sum[kv * size..(kv + 1) * size].iter_mut().zip(part) {
+                *s += x;
+            }
+        }
+    }
+}
+
+/// The backward of each query problem: `dk` and `dv` per query problem (`z.batch` of
+/// them), keys and values read at `b / z.group`.
+fn problems_backward(z: &Sdpa, [dout, q, k, v, lse]: [&[f32]; 5], [dq, dk, dv]: [&mut [f32]; 3]) {
     let (mut p, mut dp) = (vec![0.0f32; z.l * z.s], vec![0.0f32; z.l * z.s]);
     let (qe, ke, ve, oe) = (z.l * z.e, z.s * z.e, z.s * z.ev, z.l * z.ev);
     for b in 0..z.batch {
-        let (qb, kb) = (&q[b * qe..(b + 1) * qe], &k[b * ke..(b + 1) * ke]);
-        let (vb, gb) = (&v[b * ve..(b + 1) * ve], &dout[b * oe..(b + 1) * oe]);
+        let kv = b / z.group;
+        let (qb, kb) = (&q[b * qe..(b + 1) * qe], &k[kv * ke..(kv + 1) * ke]);
+        let (vb, gb) = (&v[kv * ve..(kv + 1) * ve], &dout[b * oe..(b + 1) * oe]);
         let mut lb = lse[b * z.l..(b + 1) * z.l].to_vec();
         probabilities(z, qb, kb, &mut lb, false, &mut p);
         let mat = |d, cols, t| Mat::new(d, cols, t);
@@ -169,6 +193,7 @@ mod tests {
             ev: 2,
             scale: 0.7,
             causal,
+            group: 1,
         }
     }
 
@@ -211,6 +236,45 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Grouped-query attention is the ungrouped one on keys and values repeated for each
+    /// query head of their group (`repeat_interleave`), its `dk`/`dv` the group's sums.
+    #[test]
+    fn grouped_attention_is_attention_on_repeated_keys() {
+        let group = 3;
+        let flat = Sdpa {
+            batch: 6,
+            ..sizes(true)
+        };
+        let grouped = Sdpa { group, ..flat };
+        let (q, k, v) = (values(6 * 15, 8), values(2 * 20, 9), values(2 * 8, 10));
+        let repeat = |x: &[f32], size: usize| -> Vec<f32> {
+            (0..6)
+                .flat_map(|b| x[(b / group) * size..(b / group + 1) * size].to_vec())
+                .collect()
+        };
+        let (kr, vr) = (repeat(&k, 20), repeat(&v, 8));
+        let (out, lse) = forward(&flat, &q, &kr, &vr);
+        assert_eq!(forward(&grouped, &q, &k, &v), (out.clone(), lse.clone()));
+
+        let w = values(out.len(), 11);
+        let mut want = [vec![0.0; q.len()], vec![0.0; kr.len()], vec![0.0; vr.len()]];
+        let [dq, dk, dv] = &mut want;
+        sdpa_backward(&flat, [&w, &q, &kr, &vr, &lse], [dq, dk, dv]);
+        let mut got = [vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]];
+        let [gq, gk, gv] = &mut got;
+        sdpa_backward(&grouped, [&w, &q, &k, &v, &lse], [gq, gk, gv]);
+        assert_eq!(got[0], want[0]);
+        for (t, size) in [(1, 20), (2, 8)] {
+            let mut sums = vec![0.0f32; got[t].len()];
+            for (b, part) in want[t].chunks(size).enumerate() {
+                for (s, &x) in sums[(b / group) * size..].iter_mut().zip(part) {
+                    *s += x;
+                }
+            }
+            assert_eq!(got[t], sums, "input {t}");
         }
     }
 

@@ -55,6 +55,8 @@ pub fn runs(kernel: &Kernel) -> bool {
         // `reduce_sum` views its operand as [outer, red, inner].
         FamilyKernel::Reduce(r) => r.adjacent(),
         FamilyKernel::Pool(p) => p.on_cuda() && kernel.on_cuda(),
+        // Grouped-query attention runs on the CPU backend only.
+        FamilyKernel::Attention(a) => !a.grouped && kernel.on_cuda(),
         _ => kernel.on_cuda(),
     }
 }

@@ -8,6 +8,12 @@
 //! `dP = dO V^T`, `dS = P * (dP - rowsum(P * dP))`, then `dQ = scale * dS K`,
 //! `dK = scale * dS^T Q`, `dV = P^T dO`. Every row sum runs in a fixed order (f64), so a
 //! recomputation repeats its bits.
+//!
+//! Grouped-query attention (GQA, as Llama-style models trace it): keys and values with
+//! fewer heads (axis -3) than the queries, each key/value head serving `group` consecutive
+//! query heads. Query problem `b` reads key/value problem `b / group` (the problems are
+//! row-major over the leading axes, so this is `outer * kv_heads + head / group`); the
+//! backward sums the group's `dK` and `dV` in head order. CPU only.
 
 use super::check::{eq, expect};
 use super::{Cx, Family};
@@ -29,6 +35,8 @@ pub struct Attention {
     /// The scores' scale; `None`: `1 / sqrt(E)` (ATen's default).
     pub scale: Option<f32>,
     pub causal: bool,
+    /// Keys and values have fewer heads than the queries (grouped-query attention).
+    pub grouped: bool,
 }
 
 /// The sizes of one attention: `batch` problems of `l` queries and `s` keys, head size
@@ -42,6 +50,8 @@ pub struct Sdpa {
     pub ev: usize,
     pub scale: f32,
     pub causal: bool,
+    /// Query heads per key/value head (1 without grouped-query attention).
+    pub group: usize,
 }
 
 impl Sdpa {
@@ -65,10 +75,16 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Attention>, ExecErro
         None | Some(Value::Null) => None,
         Some(_) => Some(a.f32_or("scale", None)?),
     };
+    let at = usize::from(backward);
+    let heads = |i: usize| {
+        let s = cx.shape(i).unwrap_or(&[]);
+        (s.len() >= 3).then(|| s[s.len() - 3])
+    };
     Ok(Some(Attention {
         backward,
         scale,
         causal: a.bool_or("is_causal", false)?,
+        grouped: heads(at) != heads(at + 1),
     }))
 }
 
@@ -82,6 +98,11 @@ impl Attention {
         );
         let r = q.len();
         let e = q[r - 1];
+        let group = if r >= 3 {
+            q[r - 3] / k[r - 3].max(1)
+        } else {
+            1
+        };
         Sdpa {
             batch: q[..r - 2].iter().product(),
             l: q[r - 2],
@@ -90,6 +111,7 @@ impl Attention {
             ev: v[r - 1],
             scale: self.scale.unwrap_or(1.0 / (e as f32).sqrt()),
             causal: self.causal,
+            group: group.max(1),
         }
     }
 }
@@ -110,9 +132,20 @@ impl Family for Attention {
         expect(r >= 2 && k.len() == r && v.len() == r, || {
             format!("query {q:?}, key {k:?}, value {v:?}: one rank, at least 2")
         })?;
-        let lead = &q[..r - 2];
-        let fits = &k[..r - 2] == lead
-            && &v[..r - 2] == lead
+        // Every leading axis alike, but the heads (axis -3) of a grouped attention, whose
+        // key/value count divides the queries'.
+        let heads = r.saturating_sub(3);
+        let lead = |x: &[usize]| {
+            let mut l = x[..r - 2].to_vec();
+            if r >= 3 && self.grouped {
+                l[heads] = 0;
+            }
+            l
+        };
+        let groups = r < 3 || !self.grouped || (k[heads] > 0 && q[heads] % k[heads] == 0);
+        let fits = lead(k) == lead(q)
+            && k[..r - 2] == v[..r - 2]
+            && groups
             && k[r - 1] == q[r - 1]
             && v[r - 2] == k[r - 2];
         expect(fits, || {
