@@ -385,7 +385,7 @@ fn norm_cases(v: &mut Values, out: &mut Vec<Case>) {
         let ins = vec![v.f32(x), v.from(&[d], 0.5), v.f32(&[d])];
         out.push(case(
             "layer_norm",
-            LayerNorm { eps: 1e-5 },
+            LayerNorm { eps: 1e-5, axes: 1 },
             ins,
             &[x, &rows, &rows],
         ));
@@ -602,7 +602,10 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
     ];
     out.push(case(
         "native_layer_norm_backward",
-        LayerNormBackward { mask: [true; 3] },
+        LayerNormBackward {
+            mask: [true; 3],
+            axes: 1,
+        },
         ins,
         &[&x, &[d], &[d]],
     ));

@@ -573,3 +573,8 @@ fn byte_path() -> KernelError {
 fn last(s: &[usize]) -> usize {
     s.last().copied().unwrap_or(1)
 }
+
+/// The elements of the last `axes` axes of `s` (a row of a norm over them).
+fn trailing(s: &[usize], axes: usize) -> usize {
+    s[s.len().saturating_sub(axes)..].iter().product()
+}

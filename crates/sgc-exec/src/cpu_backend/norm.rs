@@ -1,7 +1,7 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
 use super::shape::transpose;
-use super::{f, last, Io, R};
+use super::{f, last, trailing, Io, R};
 use crate::error::KernelError;
 use crate::ops::norm::{axis_last, inverse, Norm};
 
@@ -232,9 +232,9 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
             )
         }
         Norm::BatchNormGrad => batch_norm_grad(five(&ins_f(5)?), bn_dims(sh(0)), io.outs),
-        Norm::LayerNorm { eps } => {
+        Norm::LayerNorm { eps, axes } => {
             let (x, g, b) = (f(&io.ins[0])?, f(&io.ins[1])?, f(&io.ins[2])?);
-            layer_norm(x, g, b, *eps, last(sh(0)), io.outs)
+            layer_norm(x, g, b, *eps, trailing(sh(0), *axes), io.outs)
         }
         Norm::LayerNormGrad => layer_norm_grad(five(&ins_f(5)?), last(sh(0)), io.outs),
         // ATen's backwards: the builder's grads on reordered inputs, absent results
@@ -247,9 +247,9 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
                 |all: &mut [&mut [f32]]| batch_norm_grad([x, gamma, mean, invstd, dy], d, all);
             with_masked(*mask, sizes, io.outs, grad)
         }
-        Norm::LayerNormBackward { mask } => {
+        Norm::LayerNormBackward { mask, axes } => {
             let [dy, x, mean, rstd, gamma] = five(&ins_f(5)?);
-            let feat = last(sh(1));
+            let feat = trailing(sh(1), *axes);
             let grad =
                 |all: &mut [&mut [f32]]| layer_norm_grad([x, gamma, mean, rstd, dy], feat, all);
             with_masked(*mask, [x.len(), feat, feat], io.outs, grad)

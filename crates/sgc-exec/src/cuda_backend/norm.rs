@@ -154,7 +154,7 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             batch_norm(d, three, *eps, bn_dims(x), out3(io.outs))
         }
         Norm::BatchNormGrad => batch_norm_grad(d, in5(io.ins), bn_dims(x), out3(io.outs)),
-        Norm::LayerNorm { eps } => {
+        Norm::LayerNorm { eps, .. } => {
             let three = [io.ins[0], io.ins[1], io.ins[2]];
             layer_norm(d, three, *eps, rows(), last(x), out3(io.outs))
         }
@@ -172,7 +172,7 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             let outs = masked(d, *mask, sizes, io.outs)?;
             batch_norm_grad(d, [x, gamma, mean, invstd, dy], s, outs)
         }
-        Norm::LayerNormBackward { mask } => {
+        Norm::LayerNormBackward { mask, .. } => {
             let [dy, x, mean, rstd, gamma] = in5(io.ins);
             let x_op = &io.ops_in[1];
             let feat = last(&x_op.shape);

@@ -21,8 +21,10 @@ pub enum Norm {
     BatchNorm { eps: f32 },
     /// `(x, gamma, mean, invstd, dy) -> (dx, dgamma, dbeta)`.
     BatchNormGrad,
-    /// `(x, gamma, beta) -> (y, mean, rstd)` over the last axis.
-    LayerNorm { eps: f32 },
+    /// `(x, gamma, beta) -> (y, mean, rstd)` over the last `axes` axes (ATen's
+    /// `normalized_shape`; gamma and beta have their shape). The CPU backend runs any
+    /// count, CUDA one.
+    LayerNorm { eps: f32, axes: usize },
     /// `(x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)`.
     LayerNormGrad,
     /// `aten.native_batch_norm_backward`: `(dy, x, gamma, mean, invstd)` -> the results
@@ -30,7 +32,7 @@ pub enum Norm {
     BatchNormBackward { mask: [bool; 3] },
     /// `native_layer_norm_backward`: `(dy, x, mean, rstd, gamma, beta)` -> the results
     /// `mask` asks for, of `(dx, dgamma, dbeta)`.
-    LayerNormBackward { mask: [bool; 3] },
+    LayerNormBackward { mask: [bool; 3], axes: usize },
     /// `sgc.batch_norm_update_stats`: `(running_mean, running_var, mean, invstd)` ->
     /// `(lerp(running_mean, mean, momentum), lerp(running_var, unbiased var, momentum))`.
     BatchNormUpdateStats { momentum: f32, eps: f32, count: u64 },
@@ -68,7 +70,10 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
     Ok(Some(match kind {
         K::BatchNorm | K::AtenBatchNorm => Norm::BatchNorm { eps: eps()? },
         K::BatchNormGrad => Norm::BatchNormGrad,
-        K::LayerNorm => Norm::LayerNorm { eps: eps()? },
+        K::LayerNorm => Norm::LayerNorm {
+            eps: eps()?,
+            axes: 1,
+        },
         K::LayerNormGrad => Norm::LayerNormGrad,
         K::Softmax => Norm::Softmax {
             scale: a.f32_or("scale", Some(1.0))?,
@@ -90,19 +95,18 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
                 .filter(|&c| c > 1)
                 .ok_or_else(|| a.err("`count` must be an integer above 1".into()))?,
         },
-        K::AtenLayerNorm => {
-            if normalized_axes(cx) != 1 {
-                return Err(a.err("`normalized_shape`: only a norm over the last axis runs".into()));
-            }
-            Norm::LayerNorm { eps: eps()? }
-        }
+        K::AtenLayerNorm => Norm::LayerNorm {
+            eps: eps()?,
+            axes: normalized_axes(cx)?,
+        },
         K::AtenLayerNormBackward => {
-            if normalized_axes(cx) != 1 || cx.inputs() != 6 {
-                return Err(
-                    a.err("only a norm over the last axis with weight and bias runs".into())
-                );
+            if cx.inputs() != 6 {
+                return Err(a.err("only a norm with weight and bias runs".into()));
             }
-            Norm::LayerNormBackward { mask: a.mask()? }
+            Norm::LayerNormBackward {
+                mask: a.mask()?,
+                axes: normalized_axes(cx)?,
+            }
         }
         K::AtenSoftmax | K::AtenSafeSoftmax => {
             a.last_axis(cx.rank(0))?;
@@ -128,11 +132,16 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
     }))
 }
 
-/// Axes of a layer norm's `normalized_shape` (1 when absent).
-fn normalized_axes(cx: &Cx) -> usize {
-    cx.a.get("normalized_shape")
-        .and_then(Value::as_array)
-        .map_or(1, Vec::len)
+/// Axes of a layer norm's `normalized_shape` (1 when absent), at least one.
+fn normalized_axes(cx: &Cx) -> Result<usize, ExecError> {
+    let n =
+        cx.a.get("normalized_shape")
+            .and_then(Value::as_array)
+            .map_or(1, Vec::len);
+    if n == 0 {
+        return Err(cx.a.err("`normalized_shape` is empty".into()));
+    }
+    Ok(n)
 }
 
 impl Family for Norm {
@@ -142,7 +151,7 @@ impl Family for Norm {
             Norm::BatchNorm { .. } | Norm::LayerNorm { .. } => (Some(3), 3),
             Norm::BatchNormGrad | Norm::LayerNormGrad => (Some(5), 3),
             Norm::BatchNormBackward { mask } => (Some(5), results(mask)),
-            Norm::LayerNormBackward { mask } => (Some(6), results(mask)),
+            Norm::LayerNormBackward { mask, .. } => (Some(6), results(mask)),
             Norm::BatchNormUpdateStats { .. } => (Some(4), 2),
             Norm::Softmax { .. } | Norm::LogSoftmax { .. } => (Some(1), 1),
             Norm::SoftmaxGrad { .. } | Norm::SoftmaxBackward | Norm::LogSoftmaxBackward { .. } => {
@@ -159,13 +168,13 @@ impl Family for Norm {
             Norm::BatchNormGrad | Norm::LayerNormGrad => {
                 let x = s(0);
                 let (feat, stat) = self.dims(x)?;
-                eq("gamma", s(1), &[feat])?;
+                eq("gamma", s(1), &feat)?;
                 eq("mean", s(2), &stat)?;
                 eq("spread", s(3), &stat)?;
                 eq("dy", s(4), x)?;
                 eq("dx", o(0), x)?;
-                eq("dgamma", o(1), &[feat])?;
-                eq("dbeta", o(2), &[feat])
+                eq("dgamma", o(1), &feat)?;
+                eq("dbeta", o(2), &feat)
             }
             Norm::BatchNormBackward { mask } => {
                 let x = s(1);
@@ -176,10 +185,13 @@ impl Family for Norm {
                 }
                 masked(mask, &[x, &[x[1]], &[x[1]]], outs)
             }
-            Norm::LayerNormBackward { mask } => {
+            Norm::LayerNormBackward { mask, axes } => {
                 let x = s(1);
-                expect(!x.is_empty(), || "layer norm of a scalar".into())?;
-                let d = x[x.len() - 1];
+                expect(x.len() >= *axes, || {
+                    format!("layer norm over {axes} axes of {x:?}")
+                })?;
+                let normed = &x[x.len() - axes..];
+                let d: usize = normed.iter().product();
                 let rows = x.iter().product::<usize>() / d.max(1);
                 eq("dy", s(0), x)?;
                 for (i, what) in [(2, "mean"), (3, "rstd")] {
@@ -187,9 +199,9 @@ impl Family for Norm {
                         format!("{what} {:?} needs one value per row of {x:?}", s(i))
                     })?;
                 }
-                eq("gamma", s(4), &[d])?;
-                eq("beta", s(5), &[d])?;
-                masked(mask, &[x, &[d], &[d]], outs)
+                eq("gamma", s(4), normed)?;
+                eq("beta", s(5), normed)?;
+                masked(mask, &[x, normed, normed], outs)
             }
             Norm::BatchNormUpdateStats { .. } => {
                 for i in 1..4 {
@@ -220,15 +232,21 @@ impl Family for Norm {
 }
 
 impl Norm {
-    /// (features, statistics shape) of a norm over `x`.
-    fn dims(&self, x: &[usize]) -> Result<(usize, Vec<usize>), KernelError> {
-        if matches!(self, Norm::BatchNorm { .. } | Norm::BatchNormGrad) {
-            expect(x.len() >= 2, || format!("batch norm of {x:?}"))?;
-            Ok((x[1], vec![x[1]]))
-        } else {
-            expect(!x.is_empty(), || "layer norm of a scalar".into())?;
-            Ok((x[x.len() - 1], x[..x.len() - 1].to_vec()))
-        }
+    /// (the shape of gamma and beta, the statistics' shape) of a norm over `x`.
+    fn dims(&self, x: &[usize]) -> Result<(Vec<usize>, Vec<usize>), KernelError> {
+        let axes = match self {
+            Norm::BatchNorm { .. } | Norm::BatchNormGrad => {
+                expect(x.len() >= 2, || format!("batch norm of {x:?}"))?;
+                return Ok((vec![x[1]], vec![x[1]]));
+            }
+            Norm::LayerNorm { axes, .. } => *axes,
+            _ => 1,
+        };
+        expect(x.len() >= axes && axes > 0, || {
+            format!("layer norm over {axes} axes of {x:?}")
+        })?;
+        let at = x.len() - axes;
+        Ok((x[at..].to_vec(), x[..at].to_vec()))
     }
 
     /// `(x, gamma, beta) -> (y, mean, spread)` of batch and layer norm.
@@ -237,11 +255,11 @@ impl Norm {
         let o = |i: usize| outs[i].shape.as_slice();
         let x = s(0);
         let (feat, stat) = self.dims(x)?;
-        eq("gamma", s(1), &[feat])?;
-        eq("beta", s(2), &[feat])?;
+        eq("gamma", s(1), &feat)?;
+        eq("beta", s(2), &feat)?;
         eq("output", o(0), x)?;
-        // ATen keeps the normalised axis as 1 (`[B, T, 1]`); the builder drops it.
-        let kept: Vec<usize> = [stat.as_slice(), &[1]].concat();
+        // ATen keeps the normalised axes as 1 (`[B, T, 1]`); the builder drops them.
+        let kept: Vec<usize> = [stat.clone(), vec![1; feat.len()]].concat();
         let stat_ok = |t: &[usize]| {
             t == stat.as_slice() || (matches!(self, Norm::LayerNorm { .. }) && t == kept.as_slice())
         };
