@@ -209,6 +209,7 @@ fn elementwise_cases(v: &mut Values, out: &mut Vec<Case>) {
         (Mul, "mul"),
         (ReluGrad, "relu_grad"),
         (GeluGrad, "gelu_grad"),
+        (GeluTanhBackward, "gelu_backward tanh"),
     ] {
         out.push(case(name, k.clone(), vec![v.f32(s), v.f32(s)], &[s]));
         out.push(case(

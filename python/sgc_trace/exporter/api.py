@@ -168,9 +168,62 @@ def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, met
                               stacklevel=3)
             if fx_nodes is not None:
                 fx_nodes.update(nodes)
+            if update == "none":
+                _sum_tied_gradients(graph, module)
     if traced is not None:
         traced.extend([trace, fx_nodes])
     return graph
+
+
+def _sum_tied_gradients(graph: dict, module: nn.Module) -> None:
+    """One gradient output per parameter, as `named_parameters()` lists them: a parameter
+    registered under several names (a language model's head tied to its embedding) gets
+    one gradient per name from AOTAutograd, each only that use's part; they are renamed
+    `<name>.grad.part` and summed by `add` ops right after the last of them into
+    `<first name>.grad`, the gradient PyTorch accumulates in `.grad`. Only for graphs the
+    executor runs (`sgc_trace.compile` hands the parts to PyTorch, which sums them)."""
+    groups: dict[int, list[str]] = {}
+    for fqn, p in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(fqn)
+    outputs = graph["outputs"]
+    tensors = {t["name"]: t for t in graph["tensors"]}
+    for names in groups.values():
+        parts = [f"{n}.grad" for n in names if f"{n}.grad" in outputs]
+        if len(parts) < 2:
+            continue
+        renamed = {old: _fresh(f"{old}.part", tensors) for old in parts}
+        for old, new in renamed.items():
+            tensors[new] = tensors.pop(old)
+            tensors[new]["name"] = new
+        for t in graph["tensors"]:
+            if t.get("alias_of") in renamed:
+                t["alias_of"] = renamed[t["alias_of"]]
+        for op in graph["ops"]:
+            op["inputs"] = [renamed.get(t, t) for t in op["inputs"]]
+            op["outputs"] = [renamed.get(t, t) for t in op["outputs"]]
+        last = max(i for i, op in enumerate(graph["ops"]) if set(op["outputs"]) & set(renamed.values()))
+        total = parts[0]
+        decl = tensors[renamed[total]]
+        sums, acc = [], renamed[parts[0]]
+        for k, part in enumerate(parts[1:]):
+            out = total if k == len(parts) - 2 else _fresh(f"{total}.sum{k}", tensors)
+            tensors[out] = {"name": out, "dtype": decl["dtype"], "shape": list(decl["shape"])}
+            graph["tensors"].append(tensors[out])
+            sums.append({"name": f"{names[0]}:grad_sum{k}", "op": "aten.add.Tensor", "inputs": [acc, renamed[part]],
+                         "outputs": [out], "phase": "backward", "flops": math.prod(decl["shape"])})
+            acc = out
+        graph["ops"][last + 1:last + 1] = sums
+        keep = [o for o in outputs if o not in parts or o == total]
+        graph["outputs"] = [total if o == total else o for o in keep]
+        outputs = graph["outputs"]
+
+
+def _fresh(want: str, taken: dict) -> str:
+    """`want`, or `want_<k>` for the first `k` that no tensor of `taken` is named."""
+    name, k = want, 1
+    while name in taken:
+        name, k = f"{want}_{k}", k + 1
+    return name
 
 
 def _named(joint) -> set[str]:

@@ -209,6 +209,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         E::ReluGrad => relu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
         E::Gelu => gelu(f(&io.ins[0])?, io.outs[0]),
         E::GeluGrad => gelu_grad(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0]),
+        E::GeluTanhBackward => gelu_grad(f(&io.ins[1])?, f(&io.ins[0])?, io.outs[0]),
         E::LeakyRelu { slope } => leaky_relu(f(&io.ins[0])?, io.outs[0], *slope),
         E::LeakyReluBackward { slope } => {
             leaky_relu_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *slope)

@@ -218,6 +218,7 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         E::ReluGrad => relu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
         E::Gelu => gelu(d, io.ins[0], io.outs[0], numel()),
         E::GeluGrad => gelu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
+        E::GeluTanhBackward => gelu_grad(d, io.ins[1], io.ins[0], io.outs[0], numel()),
         E::LeakyRelu { slope } => leaky_relu(d, io.ins[0], io.outs[0], *slope, numel()),
         E::LeakyReluBackward { slope } => {
             leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope, numel())

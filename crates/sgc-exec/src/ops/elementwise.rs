@@ -45,6 +45,9 @@ pub enum Elementwise {
     Gelu,
     /// `(x, dy) -> dy * gelu'(x)`.
     GeluGrad,
+    /// ATen's `gelu_backward(dy, x, approximate="tanh")`: [`Elementwise::GeluGrad`] with
+    /// its operands in ATen's order.
+    GeluTanhBackward,
     /// `x` where positive, else `slope * x`.
     LeakyRelu {
         slope: f32,
@@ -348,7 +351,7 @@ fn gelu(forward: bool, cx: &Cx) -> Result<Elementwise, ExecError> {
         (true, false) => Elementwise::Pointwise(Unary::GeluErf),
         (false, false) => Elementwise::PointwiseBackward(Unary::GeluErf),
         (true, true) => Elementwise::Gelu,
-        (false, true) => return Err(a.err("the tanh GELU's backward is not wired yet".into())),
+        (false, true) => Elementwise::GeluTanhBackward,
     })
 }
 
@@ -424,6 +427,7 @@ impl Family for Elementwise {
             | E::Mul
             | E::ReluGrad
             | E::GeluGrad
+            | E::GeluTanhBackward
             | E::LeakyReluBackward { .. }
             | E::HardtanhBackward { .. }
             | E::ThresholdBackward { .. }

@@ -1,9 +1,16 @@
-"""A Llama-style language model from transformers (RMSNorm, rotary embeddings, SiLU MLP,
-grouped-query attention: 4 query heads sharing 2 key/value heads) exported for the CPU
-backend with every op run (`executor_gaps="raise"`) and run by sgc's executor against
-PyTorch on the same weights and tokens: the loss and every gradient within 1e-4 of the
-tensor's largest magnitude of PyTorch's float64 step (or 10x PyTorch's own error), in
-float32 and under bf16 autocast (torch >= 2.15), and a sublinear plan's step bitwise the unplanned one.
+"""Decoder language models from transformers exported for the CPU backend with every op run
+(`executor_gaps="raise"`) and run by sgc's executor against PyTorch on the same weights and
+tokens: the loss and every gradient within 1e-4 of the tensor's largest magnitude of
+PyTorch's float64 step (or 10x PyTorch's own error), and a sublinear plan's step bitwise
+the unplanned one.
+
+- Llama: RMSNorm, rotary embeddings, a SiLU MLP, grouped-query attention (4 query heads
+  sharing 2 key/value heads); in float32 and under bf16 autocast (torch >= 2.15).
+- Gemma: one key/value head, the tanh GELU (its backward `gelu_backward(approximate="tanh")`),
+  and the head tied to the embedding: AOTAutograd gives one gradient per name of the tied
+  parameter, which the exporter sums into the first name's `.grad` as PyTorch accumulates
+  it (`api._sum_tied_gradients`); before, `model.embed_tokens.weight.grad` held the
+  embedding's part alone (69% off).
 
 The grouped attention's backward is a kernel of its own (`sgc_exec::ops::attention`);
 its forward, which the fused CPU kernel also computes, was decomposed at export before,
@@ -31,6 +38,13 @@ from sgc_trace.native import module  # noqa: E402
 from sgc_trace.tools.execute import against_pytorch, run_on_sgc  # noqa: E402
 
 VOCAB, SEQ = 64, 8
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+              max_position_embeddings=32)
+MODELS = {
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **COMMON)),
+    "gemma": lambda: transformers.GemmaForCausalLM(transformers.GemmaConfig(num_key_value_heads=1, head_dim=8,
+                                                                            **COMMON)),
+}
 
 
 def _loss(logits, target):
@@ -43,12 +57,11 @@ _OLD_AUTOCAST = pytest.mark.xfail(torch.__version__ < (2, 15), strict=True, rais
                                   reason="torch < 2.15 cannot trace Llama under autocast")
 
 
-@pytest.mark.parametrize("autocast", [None, pytest.param(torch.bfloat16, marks=_OLD_AUTOCAST)], ids=["f32", "bf16"])
-def test_a_grouped_query_llama_runs_on_sgc_as_pytorch_runs_it(autocast):
+@pytest.mark.parametrize(("name", "autocast"), [("llama", None), pytest.param("llama", torch.bfloat16, marks=_OLD_AUTOCAST),
+                                               ("gemma", None)], ids=["llama-f32", "llama-bf16", "gemma-f32"])
+def test_a_decoder_lm_runs_on_sgc_as_pytorch_runs_it(name, autocast):
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-    model = transformers.LlamaForCausalLM(config)
+    model = MODELS[name]()
     specs = [InputSpec("x", (2, SEQ), torch.int64, high=VOCAB), InputSpec("y", (2, SEQ), torch.int64, high=VOCAB)]
     graph = export(model, _loss, specs, autocast=autocast, executor_gaps="raise", mark_batch=False)
     attention = [o for o in graph["ops"] if "flash_attention" in o["op"]]
