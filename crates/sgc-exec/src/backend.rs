@@ -75,6 +75,12 @@ pub trait Backend {
     /// before the first step and refuses the graph by op name otherwise.
     fn supports(&self, kernel: &Kernel) -> bool;
 
+    /// Whether it runs `kernel` on inputs of `dtypes` (integer data in the kernels that
+    /// take it); asked with [`Backend::supports`]. By default yes.
+    fn supports_dtypes(&self, _kernel: &Kernel, _dtypes: &[DType]) -> bool {
+        true
+    }
+
     /// Whether tensors of `dtype` can be operands of this backend's kernels; the executor
     /// asks for every operand before the first step. By default [`BASE_DTYPES`].
     fn holds(&self, dtype: DType) -> bool {

@@ -8,7 +8,7 @@
 
 use crate::backend::Backend;
 use crate::cpu_backend::CpuBackend;
-use crate::runner::check_op_on;
+use crate::runner::{check_op_on, Support};
 use serde::Serialize;
 use sgc_ir::Graph;
 
@@ -43,18 +43,24 @@ pub struct Gap {
 /// Every op of `graph` that `target` cannot run, in graph order (empty: it runs them all).
 pub fn gaps(graph: &Graph, target: Target) -> Vec<Gap> {
     let cpu = CpuBackend::new();
-    let supports = |k: &crate::Kernel| match target {
-        Target::Cpu => cpu.supports(k),
-        Target::Cuda => crate::cuda_backend::runs(k),
-    };
-    let holds = |d| match target {
-        Target::Cpu => cpu.holds(d),
-        Target::Cuda => crate::cuda_backend::holds(d),
+    let support = || Support {
+        kernel: |k: &crate::Kernel| match target {
+            Target::Cpu => cpu.supports(k),
+            Target::Cuda => crate::cuda_backend::runs(k),
+        },
+        dtypes: |k: &crate::Kernel, d: &[sgc_ir::DType]| match target {
+            Target::Cpu => cpu.supports_dtypes(k, d),
+            Target::Cuda => crate::cuda_backend::runs_dtypes(k, d),
+        },
+        holds: |d| match target {
+            Target::Cpu => cpu.holds(d),
+            Target::Cuda => crate::cuda_backend::holds(d),
+        },
     };
     graph
         .op_ids()
         .filter_map(|id| {
-            let err = check_op_on(graph, id, target.name(), supports, holds).err()?;
+            let err = check_op_on(graph, id, target.name(), support()).err()?;
             let o = graph.op(id);
             Some(Gap {
                 op: o.name.clone(),

@@ -266,8 +266,11 @@ fn check_op<B: Backend>(graph: &Graph, op: OpId, backend: &B) -> Result<Kernel, 
         graph,
         op,
         &backend.name(),
-        |k| backend.supports(k),
-        |d| backend.holds(d),
+        Support {
+            kernel: |k: &Kernel| backend.supports(k),
+            dtypes: |k: &Kernel, d: &[DType]| backend.supports_dtypes(k, d),
+            holds: |d| backend.holds(d),
+        },
     )
 }
 
@@ -277,8 +280,11 @@ pub(crate) fn check_op_on(
     graph: &Graph,
     op: OpId,
     backend: &str,
-    supports: impl Fn(&Kernel) -> bool,
-    holds: impl Fn(DType) -> bool,
+    support: Support<
+        impl Fn(&Kernel) -> bool,
+        impl Fn(&Kernel, &[DType]) -> bool,
+        impl Fn(DType) -> bool,
+    >,
 ) -> Result<Kernel, ExecError> {
     let o = graph.op(op);
     let k = Kernel::from_op(graph, op).map_err(|e| match e {
@@ -289,17 +295,32 @@ pub(crate) fn check_op_on(
         },
         e => e,
     })?;
-    if !supports(&k) {
+    if !(support.kernel)(&k) {
         return Err(ExecError::UnknownOpType {
             op: o.name.clone(),
             op_type: o.op_type.clone(),
             backend: backend.to_string(),
         });
     }
+    let dtypes: Vec<DType> = o.inputs.iter().map(|&t| graph.tensor(t).dtype).collect();
+    if !(support.dtypes)(&k, &dtypes) {
+        let names: Vec<&str> = dtypes.iter().map(|d| d.as_str()).collect();
+        return Err(ExecError::BadOperands {
+            op: o.name.clone(),
+            op_type: o.op_type.clone(),
+            detail: Box::new(crate::error::KernelError::Operands(format!(
+                "the {backend} backend does not run it on inputs of {}",
+                names.join(", ")
+            ))),
+        });
+    }
     for &t in o.inputs.iter().chain(&o.outputs) {
         let d = graph.tensor(t);
-        if !holds(d.dtype) {
-            let all: Vec<DType> = DType::ALL.into_iter().filter(|&d| holds(d)).collect();
+        if !(support.holds)(d.dtype) {
+            let all: Vec<DType> = DType::ALL
+                .into_iter()
+                .filter(|&d| (support.holds)(d))
+                .collect();
             return Err(ExecError::dtype(&d.name, d.dtype, backend, &all));
         }
     }
@@ -316,6 +337,14 @@ pub(crate) fn check_op_on(
         }
     })?;
     Ok(k)
+}
+
+/// What a backend runs, asked of each op by [`check_op_on`]: the kernel, the kernel on its
+/// inputs' dtypes, and the dtypes it holds.
+pub(crate) struct Support<K, D, H> {
+    pub kernel: K,
+    pub dtypes: D,
+    pub holds: H,
 }
 
 /// Tensor `t` as an operand at `offset` in `buffer` (its dtype and shape, no view).

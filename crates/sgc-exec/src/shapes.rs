@@ -12,7 +12,7 @@ type R = Result<(), KernelError>;
 
 /// A floating dtype a data slot takes: f32, or f16/bf16 (which a backend that holds them
 /// computes in f32).
-fn is_float(d: DType) -> bool {
+pub(crate) fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::Bf16)
 }
 
@@ -50,21 +50,31 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
             });
         }
     }
-    if k.family().any_dtype() {
-        let d = ins[0].dtype;
-        for (i, o) in ins.iter().chain(outs).enumerate() {
-            let ok = (is_float(d) || d == DType::I64) && o.dtype == d;
-            dtype(
-                format!("operand {i}"),
-                ok,
-                "a float like the others, or i64 like the others",
-                o.dtype,
-            )?;
-        }
-    } else {
+    let ints = k.family().ints();
+    // The dtype of the first data operand: the others are floats with it, or alike.
+    let data = ins
+        .iter()
+        .enumerate()
+        .find(|(i, _)| k.family().input(*i) == Slot::Data)
+        .map(|(_, o)| o.dtype)
+        .or(outs.first().map(|o| o.dtype));
+    let integers = data.filter(|d| !is_float(*d) && !ints.is_empty());
+    if let Some(d) = integers {
+        let what = "a float like the others, or an integer like the others";
+        dtype("operand 0".into(), ints.contains(&d), what, d)?;
+    }
+    {
         for (i, o) in ins.iter().enumerate() {
             let slot = k.family().input(i);
-            if slot == Slot::Index {
+            if slot == Slot::Data && integers.is_some() {
+                let what = format!("input {i}");
+                dtype(
+                    what,
+                    Some(o.dtype) == integers,
+                    "an integer like the others",
+                    o.dtype,
+                )?;
+            } else if slot == Slot::Index {
                 let ok = matches!(o.dtype, DType::I64 | DType::I32);
                 dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
             } else if slot == Slot::Any {
@@ -85,6 +95,16 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
             // Data (f32) outputs take any float: the kernel computes in f32 and the backend
             // rounds to the output's dtype.
             let want = k.family().output_dtype(i);
+            if want == DType::F32 && integers.is_some() {
+                let what = format!("output {i}");
+                dtype(
+                    what,
+                    Some(o.dtype) == integers,
+                    "an integer like the inputs",
+                    o.dtype,
+                )?;
+                continue;
+            }
             let ok = o.dtype == want || (want == DType::F32 && is_float(o.dtype));
             let expected = if want == DType::F32 {
                 "f32, f16 or bf16"

@@ -155,3 +155,88 @@ fn cuda_refuses_half_precision_by_tensor_name() {
         first.reason
     );
 }
+
+/// Integer tensors as operands: comparisons (exact between integers, in f64 against a
+/// fractional number), wrapping `add`/`sub`/`mul` with broadcasting, and `gather` of f32
+/// data by an i64 index (a causal mask from positions, position ids from a mask).
+#[test]
+fn integer_comparisons_and_arithmetic() {
+    let text = r#"{"format": "sgc-graph", "version": 1,
+      "tensors": [
+        {"name": "p", "dtype": "i64", "shape": [3], "kind": "input"},
+        {"name": "q", "dtype": "i64", "shape": [3, 1], "kind": "input"},
+        {"name": "m", "dtype": "i32", "shape": [3], "kind": "input"},
+        {"name": "d", "dtype": "f32", "shape": [2, 3], "kind": "input"},
+        {"name": "le", "dtype": "bool", "shape": [3, 3]},
+        {"name": "ne", "dtype": "bool", "shape": [3]},
+        {"name": "lt", "dtype": "bool", "shape": [3]},
+        {"name": "sub", "dtype": "i64", "shape": [3, 3]},
+        {"name": "mul", "dtype": "i32", "shape": [3]},
+        {"name": "add", "dtype": "i64", "shape": [3]},
+        {"name": "idx", "dtype": "i64", "shape": [2, 3], "kind": "input"},
+        {"name": "g", "dtype": "f32", "shape": [2, 3]}],
+      "ops": [
+        {"name": "le", "op": "aten.le.Tensor", "inputs": ["p", "q"], "outputs": ["le"]},
+        {"name": "ne", "op": "aten.ne.Scalar", "inputs": ["p"], "outputs": ["ne"],
+         "attrs": {"other": 1}},
+        {"name": "lt", "op": "aten.lt.Scalar", "inputs": ["p"], "outputs": ["lt"],
+         "attrs": {"other": 1.5}},
+        {"name": "sub", "op": "aten.sub.Tensor", "inputs": ["q", "p"], "outputs": ["sub"]},
+        {"name": "mul", "op": "aten.mul.Tensor", "inputs": ["m", "m"], "outputs": ["mul"]},
+        {"name": "add", "op": "aten.add.Tensor", "inputs": ["p", "p"], "outputs": ["add"]},
+        {"name": "gather", "op": "aten.gather.default", "inputs": ["d", "idx"], "outputs": ["g"],
+         "attrs": {"dim": 1}}],
+      "outputs": ["le", "ne", "lt", "sub", "mul", "add", "g"]}"#;
+    let g = sgc_ir::format::from_str(text).unwrap();
+    assert!(
+        gaps(&g, Target::Cpu).is_empty(),
+        "{:?}",
+        gaps(&g, Target::Cpu)
+    );
+    // CUDA runs none of these on integers, and says so op by op.
+    let cuda = gaps(&g, Target::Cuda);
+    let add = cuda
+        .iter()
+        .find(|gap| gap.op == "add")
+        .expect("add on i64 is a CUDA gap");
+    assert!(
+        add.reason
+            .contains("the cuda backend does not run it on inputs of i64, i64"),
+        "{}",
+        add.reason
+    );
+    assert_eq!(cuda.len(), 7, "{cuda:?}");
+    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    let big = i64::MAX - 1;
+    ex.bind("p", &HostTensor::i64(vec![3], vec![0, 1, big]))
+        .unwrap();
+    ex.bind("q", &HostTensor::i64(vec![3, 1], vec![0, 1, 2]))
+        .unwrap();
+    let m = HostTensor {
+        shape: vec![3],
+        data: HostData::I32(vec![3, -4, 65536]),
+    };
+    ex.bind("m", &m).unwrap();
+    let d = HostTensor::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    ex.bind("d", &d).unwrap();
+    ex.bind("idx", &HostTensor::i64(vec![2, 3], vec![2, 0, 1, 1, 1, 0]))
+        .unwrap();
+    ex.run(1).unwrap();
+    let bools = |v: &[u8]| HostData::Bool(v.iter().map(|&b| b != 0).collect());
+    // le[i][j] = p[j] <= q[i]: i64::MAX - 1 is not <= 2 (in f32 or f64 it would round).
+    assert_eq!(
+        ex.read("le").unwrap().data,
+        bools(&[1, 0, 0, 1, 1, 0, 1, 1, 0])
+    );
+    assert_eq!(ex.read("ne").unwrap().data, bools(&[1, 0, 1]));
+    assert_eq!(ex.read("lt").unwrap().data, bools(&[1, 1, 0]));
+    let sub = ex.read("sub").unwrap();
+    let row = |q: i64| [q, q - 1, q.wrapping_sub(big)];
+    assert_eq!(sub.data, HostData::I64([row(0), row(1), row(2)].concat()));
+    // i32 products wrap as ATen's do: 65536^2 = 2^32 is 0 in i32.
+    assert_eq!(ex.read("mul").unwrap().data, HostData::I32(vec![9, 16, 0]));
+    let add = ex.read("add").unwrap();
+    assert_eq!(add.data, HostData::I64(vec![0, 2, big.wrapping_add(big)]));
+    let gathered = ex.read("g").unwrap();
+    assert_eq!(gathered.as_f32().unwrap(), &[3.0, 1.0, 2.0, 5.0, 5.0, 4.0]);
+}

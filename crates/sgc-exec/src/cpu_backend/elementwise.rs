@@ -288,16 +288,27 @@ pub(super) fn launch_bytes(
             tril(&x, dtype.size() as usize, &inputs[0].shape, *diagonal)
         }
         Elementwise::Where => where_select(be, inputs, y)?,
-        Elementwise::CompareScalar { op, other } => {
-            compare_scalar(&be.f32_of(&inputs[0])?, *op, *other)
-        }
-        Elementwise::CompareTensor { op } => {
-            let (a, b) = (be.f32_of(&inputs[0])?, be.f32_of(&inputs[1])?);
-            let (a, b) = expand_pair((&a, &inputs[0].shape), (&b, &inputs[1].shape), &y.shape);
-            a.iter()
-                .zip(&b)
-                .map(|(&a, &b)| u8::from(op.holds(a, b)))
-                .collect()
+        Elementwise::CompareScalar { op, other } => match numbers(be, &inputs[0])? {
+            Numbers::Float(x) => compare_scalar(&x, *op, *other as f32),
+            Numbers::Int(x) => x
+                .iter()
+                .map(|&v| u8::from(compare_int_scalar(*op, v, *other)))
+                .collect(),
+        },
+        Elementwise::CompareTensor { op } => compare(be, *op, (&inputs[0], &inputs[1]), y)?,
+        Elementwise::Add | Elementwise::Mul | Elementwise::Broadcast { .. }
+            if !matches!(inputs[0].dtype, DType::F32 | DType::F16 | DType::Bf16) =>
+        {
+            let op = match k {
+                Elementwise::Add => BinOp::Add,
+                Elementwise::Mul => BinOp::Mul,
+                Elementwise::Broadcast { op } => *op,
+                _ => return Ok(false),
+            };
+            match integer_arithmetic(be, op, inputs, y)? {
+                Some(bytes) => bytes,
+                None => return Ok(false),
+            }
         }
         Elementwise::Lifted => Vec::new(),
         Elementwise::Cast { .. } => cast(be, &inputs[0], y)?,
@@ -314,40 +325,41 @@ enum Numbers {
     Int(Vec<i64>),
 }
 
-/// `x` converted to `y`'s dtype (`_to_copy`): its bytes. Floats to integers truncate toward
-/// zero (saturating; NaN is 0), anything to bool is `!= 0` (NaN is true), as ATen casts.
-fn cast(be: &mut CpuBackend, x: &Operand, y: &Operand) -> Result<Vec<u8>, ExecError> {
-    let stored = |be: &mut CpuBackend, width: usize| -> Result<Vec<u8>, ExecError> {
-        if x.view.is_some() {
-            return Err(ExecError::backend(
-                NAME,
-                format!("a cast reads a view of a {} tensor", x.dtype.as_str()),
-            ));
-        }
-        let bytes = be.bytes(x)?;
-        debug_assert_eq!(bytes.len(), x.numel() * width);
-        Ok(bytes)
-    };
-    let numbers = match x.dtype {
+/// The elements of `x` (a view materialised for f32 and i64): floats (f16 and bf16 arrive
+/// widened) or integers (i64, i32, bool and u8 as i64).
+fn numbers(be: &mut CpuBackend, x: &Operand) -> Result<Numbers, ExecError> {
+    Ok(match x.dtype {
         DType::F32 => Numbers::Float(be.f32_of(x)?),
         DType::I64 => Numbers::Int(be.i64_of(x)?),
-        DType::I32 => Numbers::Int(
-            stored(be, 4)?
+        // An i32 view's elements are moved as f32 words: their bits are the i32's.
+        DType::I32 => Numbers::Int(match &x.view {
+            Some(view) => be
+                .materialize(x, view)?
+                .iter()
+                .map(|w| i64::from(w.to_bits() as i32))
+                .collect(),
+            None => be
+                .bytes(x)?
                 .chunks_exact(4)
                 .map(|c| i64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
                 .collect(),
-        ),
+        }),
         DType::Bool | DType::U8 => {
-            Numbers::Int(stored(be, 1)?.into_iter().map(i64::from).collect())
+            Numbers::Int(be.byte_elements(x)?.into_iter().map(i64::from).collect())
         }
         d => {
             return Err(ExecError::backend(
                 NAME,
-                format!("a cast from {}", d.as_str()),
+                format!("{} elements read as numbers", d.as_str()),
             ))
         }
-    };
-    Ok(match (numbers, y.dtype) {
+    })
+}
+
+/// `x` converted to `y`'s dtype (`_to_copy`): its bytes. Floats to integers truncate toward
+/// zero (saturating; NaN is 0), anything to bool is `!= 0` (NaN is true), as ATen casts.
+fn cast(be: &mut CpuBackend, x: &Operand, y: &Operand) -> Result<Vec<u8>, ExecError> {
+    Ok(match (numbers(be, x)?, y.dtype) {
         (Numbers::Float(v), DType::F32) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
         (Numbers::Int(v), DType::F32) => v.iter().flat_map(|&x| (x as f32).to_ne_bytes()).collect(),
         (Numbers::Float(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0.0)).collect(),
@@ -357,38 +369,119 @@ fn cast(be: &mut CpuBackend, x: &Operand, y: &Operand) -> Result<Vec<u8>, ExecEr
                 Numbers::Float(v) => v.iter().map(|&x| x as i64).collect(),
                 Numbers::Int(v) => v,
             };
-            match to {
-                DType::I64 => ints.iter().flat_map(|x| x.to_ne_bytes()).collect(),
-                DType::I32 => ints
-                    .iter()
-                    .flat_map(|&x| (x as i32).to_ne_bytes())
-                    .collect(),
-                DType::U8 => ints.iter().map(|&x| x as u8).collect(),
-                d => {
-                    return Err(ExecError::backend(
-                        NAME,
-                        format!("a cast to {}", d.as_str()),
-                    ))
-                }
-            }
+            encode_ints(&ints, to)?
         }
     })
 }
 
+/// `values` as bytes of the integer dtype `to` (wrapping, as ATen's integer arithmetic).
+fn encode_ints(values: &[i64], to: DType) -> Result<Vec<u8>, ExecError> {
+    Ok(match to {
+        DType::I64 => values.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        DType::I32 => values
+            .iter()
+            .flat_map(|&x| (x as i32).to_ne_bytes())
+            .collect(),
+        DType::U8 => values.iter().map(|&x| x as u8).collect(),
+        DType::Bool => values.iter().map(|&x| u8::from(x != 0)).collect(),
+        d => {
+            return Err(ExecError::backend(
+                NAME,
+                format!("integers written as {}", d.as_str()),
+            ))
+        }
+    })
+}
+
+/// `x op other` for an integer `x` and a number: exactly when `other` is an integer, else in
+/// f64.
+fn compare_int_scalar(op: Cmp, x: i64, other: f64) -> bool {
+    if other.fract() == 0.0 && other.abs() < 9.0e18 {
+        op.holds_exactly(x.cmp(&(other as i64)))
+    } else {
+        op.holds_f64(x as f64, other)
+    }
+}
+
+/// `a op b` of two tensors broadcast to `y`: two floats compare in f32 (f16 and bf16
+/// widened), two integers exactly, an integer and a float in f64. Its bytes.
+fn compare(
+    be: &mut CpuBackend,
+    op: Cmp,
+    (a, b): (&Operand, &Operand),
+    y: &Operand,
+) -> Result<Vec<u8>, ExecError> {
+    let n = y.numel();
+    let mut wide = |x: &Operand| -> Result<Numbers, ExecError> {
+        Ok(match numbers(be, x)? {
+            Numbers::Float(v) => {
+                let mut e = vec![0.0; n];
+                expand(&v, &mut e, &x.shape, &y.shape);
+                Numbers::Float(e)
+            }
+            Numbers::Int(v) => {
+                let mut e = vec![0; n];
+                expand(&v, &mut e, &x.shape, &y.shape);
+                Numbers::Int(e)
+            }
+        })
+    };
+    let (a, b) = (wide(a)?, wide(b)?);
+    let as_f64 = |x: &Numbers, e: usize| match x {
+        Numbers::Float(v) => f64::from(v[e]),
+        Numbers::Int(v) => v[e] as f64,
+    };
+    Ok((0..n)
+        .map(|e| {
+            u8::from(match (&a, &b) {
+                (Numbers::Float(a), Numbers::Float(b)) => op.holds(a[e], b[e]),
+                (Numbers::Int(a), Numbers::Int(b)) => op.holds_exactly(a[e].cmp(&b[e])),
+                _ => op.holds_f64(as_f64(&a, e), as_f64(&b, e)),
+            })
+        })
+        .collect())
+}
+
+/// `a op b` of two integer tensors (`add`, `sub`, `mul`) broadcast to `y`, wrapping as ATen
+/// does: its bytes; `None` when an operand is a float.
+fn integer_arithmetic(
+    be: &mut CpuBackend,
+    op: BinOp,
+    ins: &[Operand],
+    y: &Operand,
+) -> Result<Option<Vec<u8>>, ExecError> {
+    let n = y.numel();
+    let mut sides = [vec![0i64; n], vec![0i64; n]];
+    for (side, x) in sides.iter_mut().zip(ins) {
+        let Numbers::Int(v) = numbers(be, x)? else {
+            return Ok(None);
+        };
+        expand(&v, side, &x.shape, &y.shape);
+    }
+    let values: Vec<i64> = sides[0]
+        .iter()
+        .zip(&sides[1])
+        .map(|(&a, &b)| match op {
+            BinOp::Add => a.wrapping_add(b),
+            BinOp::Sub => a.wrapping_sub(b),
+            BinOp::Mul => a.wrapping_mul(b),
+            // Refused before the first step: `Elementwise::ints` lists no integer division.
+            BinOp::Div => 0,
+        })
+        .collect();
+    encode_ints(&values, y.dtype).map(Some)
+}
+
 /// `where(cond, a, b)`, each broadcast to `y`: its bytes.
 fn where_select(be: &mut CpuBackend, ins: &[Operand], y: &Operand) -> Result<Vec<u8>, ExecError> {
-    if ins
-        .iter()
-        .any(|o| o.view.is_some() && o.dtype == DType::Bool)
-    {
-        return Err(ExecError::backend(
-            NAME,
-            "a view of a bool mask is not supported",
-        ));
-    }
     let n = y.numel();
     let mut cond = vec![0u8; n];
-    expand(&be.bytes(&ins[0])?, &mut cond, &ins[0].shape, &y.shape);
+    expand(
+        &be.byte_elements(&ins[0])?,
+        &mut cond,
+        &ins[0].shape,
+        &y.shape,
+    );
     let mut sides = [vec![0.0f32; n], vec![0.0f32; n]];
     for (side, o) in sides.iter_mut().zip(&ins[1..]) {
         expand(&be.f32_of(o)?, side, &o.shape, &y.shape);

@@ -377,12 +377,12 @@ impl CpuBackend {
     /// [`View::widened`]).
     fn materialize(&mut self, o: &Operand, view: &View) -> Result<Vec<f32>, ExecError> {
         let words = match o.dtype {
-            DType::F32 => 1,
+            DType::F32 | DType::I32 | DType::Bool | DType::U8 => 1,
             DType::I64 => 2,
             _ => {
                 return Err(ExecError::backend(
                     NAME,
-                    "views of tensors other than f32 and i64 are not supported",
+                    format!("views of {} tensors are not supported", o.dtype.as_str()),
                 ))
             }
         };
@@ -393,7 +393,16 @@ impl CpuBackend {
             wide = view.widened(words);
             &wide
         };
-        let mut data = decode_f32(&self.bytes(o)?);
+        // Elements as 4-byte words whose bits are moved, never computed on: an i64 as two,
+        // a bool or u8 byte as the low bits of one.
+        let mut data = match o.dtype {
+            DType::Bool | DType::U8 => self
+                .bytes(o)?
+                .into_iter()
+                .map(|b| f32::from_bits(u32::from(b)))
+                .collect(),
+            _ => decode_f32(&self.bytes(o)?),
+        };
         let mut shape = view.base.clone();
         for step in &view.steps {
             if !step.fits(&shape) {
@@ -451,6 +460,26 @@ impl CpuBackend {
             return self.materialize(o, view);
         }
         Ok(decode_f32(&self.bytes(o)?))
+    }
+
+    /// The bytes of `o`'s elements, row-major in its shape (a view materialised; else its
+    /// stored bytes).
+    fn byte_elements(&mut self, o: &Operand) -> Result<Vec<u8>, ExecError> {
+        let Some(view) = &o.view else {
+            return self.bytes(o);
+        };
+        let words = self.materialize(o, view)?;
+        Ok(match o.dtype.size() {
+            1 => words.into_iter().map(|w| w.to_bits() as u8).collect(),
+            // f32, i32 (bits moved as f32 words), i64 (two words each).
+            4 | 8 => words.into_iter().flat_map(f32::to_ne_bytes).collect(),
+            _ => {
+                return Err(ExecError::backend(
+                    NAME,
+                    format!("a view of a {} tensor read as bytes", o.dtype.as_str()),
+                ))
+            }
+        })
     }
 
     /// The i64 elements of `o` (a view materialised), copied.

@@ -366,6 +366,23 @@ pub(super) fn launch_bytes(
             gather_any(be, inputs, &outputs[0], *axis)?;
             return Ok(true);
         }
+        Shape::Expand if inputs[0].dtype == DType::Bool => {
+            if inputs[0].view.is_some() {
+                return Err(ExecError::backend(NAME, "a view of a bool tensor expanded"));
+            }
+            let x = be.bytes(&inputs[0])?;
+            let mut y = vec![0u8; outputs[0].numel()];
+            expand(&x, &mut y, &inputs[0].shape, &outputs[0].shape);
+            be.write(outputs[0].buffer, outputs[0].offset, &y)?;
+            return Ok(true);
+        }
+        Shape::Transpose { perm } if wide => {
+            let x = be.i64_of(&inputs[0])?;
+            let mut y = vec![0i64; outputs[0].numel()];
+            transpose(&x, &mut y, &inputs[0].shape, perm);
+            be.write_i64(&outputs[0], &y)?;
+            return Ok(true);
+        }
         Shape::Expand | Shape::Slice { .. } | Shape::Select { .. } if wide => {
             let x = be.i64_of(&inputs[0])?;
             let mut y = vec![0i64; outputs[0].numel()];
@@ -386,8 +403,11 @@ pub(super) fn launch_bytes(
             return Ok(true);
         }
         Shape::CopyInto => (&inputs[1], &inputs[0]),
-        Shape::Reshape if inputs[0].dtype != DType::F32 && inputs[0].view.is_none() => {
-            (&inputs[0], &outputs[0])
+        // A reshape (or clone) of a non-f32 tensor, through its elements' bytes.
+        Shape::Reshape if inputs[0].dtype != DType::F32 => {
+            let bytes = be.byte_elements(&inputs[0])?;
+            be.write(outputs[0].buffer, outputs[0].offset, &bytes)?;
+            return Ok(true);
         }
         _ => return Ok(false),
     };
@@ -404,7 +424,14 @@ fn gather_any(
     axis: usize,
 ) -> Result<(), ExecError> {
     let shapes = (ins[0].shape.as_slice(), ins[1].shape.as_slice());
-    let index = be.i64_of(&ins[1])?;
+    let index = match ins[1].dtype {
+        DType::I32 if ins[1].view.is_none() => be
+            .bytes(&ins[1])?
+            .chunks_exact(4)
+            .map(|c| i64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        _ => be.i64_of(&ins[1])?,
+    };
     let index = Indices::I64(&index);
     let fail = |error| ExecError::Kernel {
         backend: NAME.to_string(),

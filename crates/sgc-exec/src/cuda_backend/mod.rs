@@ -47,6 +47,33 @@ pub fn holds(dtype: sgc_ir::DType) -> bool {
     crate::backend::BASE_DTYPES.contains(&dtype)
 }
 
+/// Whether the CUDA kernels run `kernel` on inputs of `dtypes`: integer data only where
+/// they always did (i64 byte copies, reshapes, broadcasts, slices and gathers of i64 data,
+/// an i64 counter); the integer arithmetic, comparisons, bool broadcasts and integer
+/// transposes of the CPU backend are not theirs. Its `runs_dtypes`, compiled into every
+/// build like [`runs`].
+pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
+    use crate::ops::Slot;
+    use sgc_ir::DType;
+    let family = kernel.family();
+    let int_data = dtypes
+        .iter()
+        .enumerate()
+        .any(|(i, &d)| family.input(i) == Slot::Data && !crate::shapes::is_float(d));
+    match kernel.op() {
+        FamilyKernel::Shape(
+            Shape::CopyInto
+            | Shape::Reshape
+            | Shape::Expand
+            | Shape::Slice { .. }
+            | Shape::Select { .. },
+        ) => dtypes.iter().all(|&d| matches!(d, DType::F32 | DType::I64)),
+        FamilyKernel::Shape(Shape::Gather { .. }) => dtypes.iter().all(|&d| d == DType::I64),
+        FamilyKernel::Elementwise(crate::kernel::Elementwise::AddScalar { .. }) => true,
+        _ => !int_data,
+    }
+}
+
 /// Whether the CUDA backend runs `kernel`: its `supports`, compiled into every build so
 /// that [`crate::coverage`] answers as the device would.
 pub fn runs(kernel: &Kernel) -> bool {

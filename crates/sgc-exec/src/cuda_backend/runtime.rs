@@ -154,6 +154,10 @@ impl Backend for CudaBackend {
         super::runs(kernel)
     }
 
+    fn supports_dtypes(&self, kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
+        super::runs_dtypes(kernel, dtypes)
+    }
+
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
         let size = usize::try_from(bytes)
             .map_err(|_| Self::err(format!("cannot allocate {bytes} bytes")))?;

@@ -130,7 +130,7 @@ pub enum Elementwise {
     /// ATen compares a float32 tensor with a Python number (`eq`, `ne`; NaN equals nothing).
     CompareScalar {
         op: Cmp,
-        other: f32,
+        other: f64,
     },
     /// `a op b` of two f32 tensors broadcast to the output, a bool tensor.
     CompareTensor {
@@ -318,7 +318,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         | K::AtenGtScalar
         | K::AtenGeScalar => E::CompareScalar {
             op: Cmp::of(kind),
-            other: a.scalar_or("other", None)? as f32,
+            other: a.scalar_or("other", None)?,
         },
         K::AtenEqTensor
         | K::AtenNeTensor
@@ -381,14 +381,24 @@ impl Family for Elementwise {
         }
     }
 
-    fn any_dtype(&self) -> bool {
-        matches!(self, Elementwise::AddScalar { .. })
+    fn ints(&self) -> &'static [DType] {
+        match self {
+            Elementwise::AddScalar { .. } => &[DType::I64],
+            Elementwise::Add
+            | Elementwise::Mul
+            | Elementwise::Broadcast {
+                op: BinOp::Add | BinOp::Sub | BinOp::Mul,
+            } => &[DType::I64, DType::I32],
+            _ => &[],
+        }
     }
 
     fn input(&self, i: usize) -> Slot {
         match self {
             Elementwise::Where if i == 0 => Slot::Mask,
-            Elementwise::Cast { .. } => Slot::Any,
+            Elementwise::Cast { .. }
+            | Elementwise::CompareScalar { .. }
+            | Elementwise::CompareTensor { .. } => Slot::Any,
             Elementwise::Tril {
                 dtype: DType::Bool, ..
             } => Slot::Mask,
@@ -515,6 +525,31 @@ impl Cmp {
             K::AtenLeScalar | K::AtenLeTensor => Cmp::Le,
             K::AtenGtScalar | K::AtenGtTensor => Cmp::Gt,
             _ => Cmp::Ge,
+        }
+    }
+
+    /// Whether the ordering of two integers satisfies the comparison.
+    pub fn holds_exactly(self, order: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering as O;
+        match self {
+            Cmp::Eq => order == O::Equal,
+            Cmp::Ne => order != O::Equal,
+            Cmp::Lt => order == O::Less,
+            Cmp::Le => order != O::Greater,
+            Cmp::Gt => order == O::Greater,
+            Cmp::Ge => order != O::Less,
+        }
+    }
+
+    /// The comparison in f64 (an integer against a float).
+    pub fn holds_f64(self, x: f64, other: f64) -> bool {
+        match self {
+            Cmp::Eq => x == other,
+            Cmp::Ne => x != other,
+            Cmp::Lt => x < other,
+            Cmp::Le => x <= other,
+            Cmp::Gt => x > other,
+            Cmp::Ge => x >= other,
         }
     }
 

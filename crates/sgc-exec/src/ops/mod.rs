@@ -69,9 +69,11 @@ pub trait Family {
         DType::F32
     }
 
-    /// Whether the operands may be of any dtype, all alike (byte copies, integer counters).
-    fn any_dtype(&self) -> bool {
-        false
+    /// The integer dtypes its data operands (data input slots, outputs of dtype f32) may
+    /// have besides floats, all of them alike (byte copies, integer counters, integer
+    /// arithmetic); empty: floats only.
+    fn ints(&self) -> &'static [DType] {
+        &[]
     }
 
     /// Checks the operand shapes (their counts and dtypes are checked already).

@@ -14,6 +14,7 @@ use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
+use sgc_ir::DType;
 
 kinds! {
     cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
@@ -363,16 +364,25 @@ impl Family for Shape {
         }
     }
 
-    fn any_dtype(&self) -> bool {
-        matches!(
-            self,
+    fn input(&self, i: usize) -> super::Slot {
+        match self {
+            Shape::Gather { .. } if i == 1 => super::Slot::Index,
+            _ => super::Slot::Data,
+        }
+    }
+
+    fn ints(&self) -> &'static [DType] {
+        match self {
+            // A bool mask broadcast (a causal mask expanded to the batch).
+            Shape::Expand => &[DType::I64, DType::Bool],
             Shape::CopyInto
-                | Shape::Reshape
-                | Shape::Expand
-                | Shape::Gather { .. }
-                | Shape::Slice { .. }
-                | Shape::Select { .. }
-        )
+            | Shape::Reshape
+            | Shape::Gather { .. }
+            | Shape::Slice { .. }
+            | Shape::Select { .. }
+            | Shape::Transpose { .. } => &[DType::I64],
+            _ => &[],
+        }
     }
 
     fn check_shapes(&self, ins: &[Operand], outs: &[Operand]) -> Result<(), KernelError> {
