@@ -37,7 +37,7 @@ fn host_value(g: &sgc::ir::Graph, name: &str, bytes: &[u8]) -> PyResult<HostTens
     let shape = decl.shape.iter().map(|&d| d as usize).collect();
     HostTensor::from_bytes(decl.dtype, shape, bytes).ok_or_else(|| {
         bad(format!(
-            "the executor holds no {} tensors on the host (f32, i32, i64 and bool only)",
+            "the executor holds no {} tensors on the host (f32, f16, bf16, i64, i32 and bool only)",
             decl.dtype.as_str()
         ))
     })
