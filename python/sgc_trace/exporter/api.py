@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .build import build, prepare
 from .convert import DTYPES, UPDATES, to_graph
 from .decompose import decompose_uncovered, describe_gaps
-from ..native import DeviceProfile, defaults, parse_profile
+from ..native import DeviceProfile, defaults, parse_profile, with_times
 from ..native import module as native_module
 from ..errors import ExportError, explain
 from .trace import InputSpec, LossFn, trace_joint
@@ -168,25 +168,27 @@ def _export_once(model, inputs, loss_fn, num_model_inputs, name, update, lr, met
                               stacklevel=3)
             if fx_nodes is not None:
                 fx_nodes.update(nodes)
-            if update == "none":
-                _sum_tied_gradients(graph, module)
+            if update == "none" and _sum_tied_gradients(graph, module):
+                with_times(graph, profile)  # the sums' time_us (every op's, as before)
     if traced is not None:
         traced.extend([trace, fx_nodes])
     return graph
 
 
-def _sum_tied_gradients(graph: dict, module: nn.Module) -> None:
+def _sum_tied_gradients(graph: dict, module: nn.Module) -> int:
     """One gradient output per parameter, as `named_parameters()` lists them: a parameter
     registered under several names (a language model's head tied to its embedding) gets
     one gradient per name from AOTAutograd, each only that use's part; they are renamed
     `<name>.grad.part` and summed by `add` ops right after the last of them into
     `<first name>.grad`, the gradient PyTorch accumulates in `.grad`. Only for graphs the
-    executor runs (`sgc_trace.compile` hands the parts to PyTorch, which sums them)."""
+    executor runs (`sgc_trace.compile` hands the parts to PyTorch, which sums them).
+    Returns how many `add` ops it made."""
     groups: dict[int, list[str]] = {}
     for fqn, p in module.named_parameters(remove_duplicate=False):
         groups.setdefault(id(p), []).append(fqn)
     outputs = graph["outputs"]
     tensors = {t["name"]: t for t in graph["tensors"]}
+    made = 0
     for names in groups.values():
         parts = [f"{n}.grad" for n in names if f"{n}.grad" in outputs]
         if len(parts) < 2:
@@ -213,9 +215,11 @@ def _sum_tied_gradients(graph: dict, module: nn.Module) -> None:
                          "outputs": [out], "phase": "backward", "flops": math.prod(decl["shape"])})
             acc = out
         graph["ops"][last + 1:last + 1] = sums
+        made += len(sums)
         keep = [o for o in outputs if o not in parts or o == total]
         graph["outputs"] = [total if o == total else o for o in keep]
         outputs = graph["outputs"]
+    return made
 
 
 def _fresh(want: str, taken: dict) -> str:
