@@ -63,56 +63,54 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
         let what = "a float like the others, or an integer like the others";
         dtype("operand 0".into(), ints.contains(&d), what, d)?;
     }
-    {
-        for (i, o) in ins.iter().enumerate() {
-            let slot = k.family().input(i);
-            if slot == Slot::Data && integers.is_some() {
-                let what = format!("input {i}");
-                dtype(
-                    what,
-                    Some(o.dtype) == integers,
-                    "an integer like the others",
-                    o.dtype,
-                )?;
-            } else if slot == Slot::Index {
-                let ok = matches!(o.dtype, DType::I64 | DType::I32);
-                dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
-            } else if slot == Slot::Any {
-                continue; // the backend's `holds` was asked for every operand
-            } else if slot == Slot::Mask {
-                dtype(
-                    format!("input {i}"),
-                    o.dtype == DType::Bool,
-                    "a bool mask",
-                    o.dtype,
-                )?;
-            } else {
-                let what = format!("input {i}");
-                dtype(what, is_float(o.dtype), "f32, f16 or bf16", o.dtype)?;
-            }
+    for (i, o) in ins.iter().enumerate() {
+        let slot = k.family().input(i);
+        if slot == Slot::Data && integers.is_some() {
+            let what = format!("input {i}");
+            dtype(
+                what,
+                Some(o.dtype) == integers,
+                "an integer like the others",
+                o.dtype,
+            )?;
+        } else if slot == Slot::Index {
+            let ok = matches!(o.dtype, DType::I64 | DType::I32);
+            dtype(format!("input {i}"), ok, "i64 or i32 indices", o.dtype)?;
+        } else if slot == Slot::Any {
+            continue; // the backend's `holds` was asked for every operand
+        } else if slot == Slot::Mask {
+            dtype(
+                format!("input {i}"),
+                o.dtype == DType::Bool,
+                "a bool mask",
+                o.dtype,
+            )?;
+        } else {
+            let what = format!("input {i}");
+            dtype(what, is_float(o.dtype), "f32, f16 or bf16", o.dtype)?;
         }
-        for (i, o) in outs.iter().enumerate() {
-            // Data (f32) outputs take any float: the kernel computes in f32 and the backend
-            // rounds to the output's dtype.
-            let want = k.family().output_dtype(i);
-            if want == DType::F32 && integers.is_some() {
-                let what = format!("output {i}");
-                dtype(
-                    what,
-                    Some(o.dtype) == integers,
-                    "an integer like the inputs",
-                    o.dtype,
-                )?;
-                continue;
-            }
-            let ok = o.dtype == want || (want == DType::F32 && is_float(o.dtype));
-            let expected = if want == DType::F32 {
-                "f32, f16 or bf16"
-            } else {
-                want.as_str()
-            };
-            dtype(format!("output {i}"), ok, expected, o.dtype)?;
+    }
+    for (i, o) in outs.iter().enumerate() {
+        // Data (f32) outputs take any float: the kernel computes in f32 and the backend
+        // rounds to the output's dtype.
+        let want = k.family().output_dtype(i);
+        if want == DType::F32 && integers.is_some() {
+            let what = format!("output {i}");
+            dtype(
+                what,
+                Some(o.dtype) == integers,
+                "an integer like the inputs",
+                o.dtype,
+            )?;
+            continue;
         }
+        let ok = o.dtype == want || (want == DType::F32 && is_float(o.dtype));
+        let expected = if want == DType::F32 {
+            "f32, f16 or bf16"
+        } else {
+            want.as_str()
+        };
+        dtype(format!("output {i}"), ok, expected, o.dtype)?;
     }
     k.family().check_shapes(ins, outs)
 }

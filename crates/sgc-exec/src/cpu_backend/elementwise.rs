@@ -397,9 +397,9 @@ fn encode_ints(values: &[i64], to: DType) -> Result<Vec<u8>, ExecError> {
 /// f64.
 fn compare_int_scalar(op: Cmp, x: i64, other: f64) -> bool {
     if other.fract() == 0.0 && other.abs() < 9.0e18 {
-        op.holds_exactly(x.cmp(&(other as i64)))
+        op.holds(x, other as i64)
     } else {
-        op.holds_f64(x as f64, other)
+        op.holds(x as f64, other)
     }
 }
 
@@ -435,8 +435,8 @@ fn compare(
         .map(|e| {
             u8::from(match (&a, &b) {
                 (Numbers::Float(a), Numbers::Float(b)) => op.holds(a[e], b[e]),
-                (Numbers::Int(a), Numbers::Int(b)) => op.holds_exactly(a[e].cmp(&b[e])),
-                _ => op.holds_f64(as_f64(&a, e), as_f64(&b, e)),
+                (Numbers::Int(a), Numbers::Int(b)) => op.holds(a[e], b[e]),
+                _ => op.holds(as_f64(&a, e), as_f64(&b, e)),
             })
         })
         .collect())

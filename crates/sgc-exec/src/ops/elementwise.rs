@@ -528,32 +528,9 @@ impl Cmp {
         }
     }
 
-    /// Whether the ordering of two integers satisfies the comparison.
-    pub fn holds_exactly(self, order: std::cmp::Ordering) -> bool {
-        use std::cmp::Ordering as O;
-        match self {
-            Cmp::Eq => order == O::Equal,
-            Cmp::Ne => order != O::Equal,
-            Cmp::Lt => order == O::Less,
-            Cmp::Le => order != O::Greater,
-            Cmp::Gt => order == O::Greater,
-            Cmp::Ge => order != O::Less,
-        }
-    }
-
-    /// The comparison in f64 (an integer against a float).
-    pub fn holds_f64(self, x: f64, other: f64) -> bool {
-        match self {
-            Cmp::Eq => x == other,
-            Cmp::Ne => x != other,
-            Cmp::Lt => x < other,
-            Cmp::Le => x <= other,
-            Cmp::Gt => x > other,
-            Cmp::Ge => x >= other,
-        }
-    }
-
-    pub fn holds(self, x: f32, other: f32) -> bool {
+    /// `x op other` for numbers of one type: f32 (as ATen compares a float32 tensor), f64
+    /// (an integer against a fraction), i64 (two integers, exactly).
+    pub fn holds<T: PartialOrd>(self, x: T, other: T) -> bool {
         match self {
             Cmp::Eq => x == other,
             Cmp::Ne => x != other,
