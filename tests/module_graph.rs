@@ -421,6 +421,54 @@ fn the_executor_does_not_depend_on_the_planner() {
     );
 }
 
+/// The CUDA backend's files (`crates/sgc-exec/src/cuda_backend/`), as named through
+/// `super::` and `crate::cuda_backend::`: no file reaches one that reaches it back (the op
+/// families share their launch helpers through `launch.rs`, not through each other), and
+/// only the device layer names `cudarc`: no op file knows which device runs it.
+#[test]
+fn cuda_backend_files_form_no_cycle_and_only_the_device_layer_names_cudarc() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/sgc-exec/src/cuda_backend");
+    let deps = deps_in(
+        &dir,
+        &["super::", "crate::cuda_backend::"],
+        &["mod.rs"],
+        ROOT,
+    );
+    assert!(deps.len() > 10, "found only {} files", deps.len());
+    let found: Vec<String> = cycles(&deps).iter().map(|c| describe(&deps, c)).collect();
+    assert!(
+        found.is_empty(),
+        "cuda_backend cycles:\n{}",
+        found.join("\n")
+    );
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|f| code(&std::fs::read_to_string(f).unwrap()).contains("cudarc"))
+        .filter_map(|f| Some(f.strip_prefix(&dir).ok()?.display().to_string()))
+        .filter(|f| {
+            !DEVICE_LAYER
+                .iter()
+                .any(|d| f == d || f.starts_with(&format!("{d}/")))
+        })
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "files outside the device layer {DEVICE_LAYER:?} name cudarc: {naming:?}"
+    );
+}
+
+/// The CUDA backend's device layer: the only files that may name `cudarc`.
+const DEVICE_LAYER: &[&str] = &[
+    "device.rs",
+    "device",
+    "loader.rs",
+    "host_pool.rs",
+    "runtime.rs",
+    "mod.rs",
+];
+
 #[test]
 fn sgc_plan_modules_use_only_lower_layers() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/sgc-plan/src");

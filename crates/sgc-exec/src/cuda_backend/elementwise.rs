@@ -3,8 +3,7 @@
 //! reference is `cpu_backend/elementwise.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, R};
-use super::launch::{with_ptrs, Io};
-use super::shape::{broadcast_strides, dims};
+use super::launch::{broadcast_strides, dims, fill, with_ptrs, Io};
 use crate::error::KernelError;
 use crate::ops::elementwise::{BinOp, Elementwise, Unary};
 use sgc_ir::DType;
@@ -121,12 +120,6 @@ fn scalar(d: &Device, name: &'static str, x: u64, y: u64, value: f32, len: usize
 pub(crate) fn threshold_backward(d: &Device, dy: u64, x: u64, dx: u64, t: f32, len: usize) -> R {
     let args = [Arg::Ptr(dy), Arg::Ptr(x), Arg::Ptr(dx), Arg::F32(t), n(len)];
     d.launch("threshold_backward", Grid::Elements(len), &args)
-}
-
-/// Every element of `y` set to `value`.
-pub(crate) fn fill(d: &Device, y: u64, value: f32, len: usize) -> R {
-    let args = [Arg::Ptr(y), Arg::F32(value), n(len)];
-    d.launch("fill", Grid::Elements(len), &args)
 }
 
 /// The kernels' code of `u`: its index in [`Unary::ALL`] (`U_*` in the source).

@@ -2,7 +2,7 @@
 //! `cpu_backend/embedding.rs`).
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::elementwise::fill;
+use super::launch::fill;
 use super::launch::{offset, Io};
 use crate::ops::embedding::Embedding;
 

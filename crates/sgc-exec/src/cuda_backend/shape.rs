@@ -3,12 +3,11 @@
 //! f32 words, [`crate::backend::View::widened`]), every strided read through the `transpose` kernel
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
-use super::device::{n, Arg, Device, DimsArg, Grid, Idx, R};
-use super::elementwise::fill;
-use super::launch::{offset, view_slot, Io};
-use super::sources::MAX_RANK;
+use super::device::{n, Arg, Device, Grid, Idx, R};
+use super::launch::{broadcast_strides, dims, fill, offset, view_slot, Io};
 use crate::backend::{Operand, ViewStep};
 use crate::error::KernelError;
+use crate::operand::strides as strides_of;
 use crate::ops::shape::{joins, Shape};
 use sgc_ir::DType;
 
@@ -19,27 +18,6 @@ pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
         Grid::Elements(len),
         &[Arg::Ptr(x), Arg::Ptr(y), n(len)],
     )
-}
-
-use crate::operand::strides as strides_of;
-
-/// The kernels' `Dims` of an output `out_shape` read at `src_strides` (per output axis).
-pub(crate) fn dims(out_shape: &[usize], src_strides: &[usize]) -> Result<DimsArg, KernelError> {
-    let r = out_shape.len();
-    if r > MAX_RANK {
-        return Err(KernelError::Operands(format!(
-            "rank {r} {out_shape:?}; at most {MAX_RANK} axes"
-        )));
-    }
-    let mut dims = DimsArg {
-        rank: r as i64,
-        ..DimsArg::default()
-    };
-    for (i, (&len, &stride)) in out_shape.iter().zip(src_strides).enumerate() {
-        dims.out_shape[i] = len as i64;
-        dims.src_strides[i] = stride as i64;
-    }
-    Ok(dims)
 }
 
 /// `y [out_shape]` at each index = `x` at `sum(index * src_strides)` (the `transpose`
@@ -67,19 +45,6 @@ pub(crate) fn transpose(d: &Device, x: u64, y: u64, shape: &[usize], perm: &[usi
     let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     let src: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
     strided(d, x, y, &out, &src)
-}
-
-/// The stride in `x [xs]` of each axis of `ys` when `x` broadcasts to it (axes aligned on
-/// the right; 0 where `x` repeats).
-pub(crate) fn broadcast_strides(xs: &[usize], ys: &[usize]) -> Vec<usize> {
-    let lead = ys.len() - xs.len();
-    let own = strides_of(xs);
-    (0..ys.len())
-        .map(|a| match a.checked_sub(lead) {
-            Some(d) if xs[d] != 1 => own[d],
-            _ => 0,
-        })
-        .collect()
 }
 
 /// `expand`: `x [xs]` broadcast to `y [ys]`.
