@@ -45,7 +45,7 @@ mod view;
 mod window;
 
 pub use backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
-pub use cpu_backend::CpuBackend;
+pub use cpu_backend::{CpuBackend, Products};
 pub use cuda_backend::CudaBackend;
 pub use dtr::{DtrExecutor, DtrOptions, DtrReport};
 pub use error::{ExecError, KernelError};

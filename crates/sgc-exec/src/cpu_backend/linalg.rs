@@ -1,7 +1,7 @@
-//! Matrix products through `matrixmultiply::sgemm` (single-threaded, fixed blocking: the
-//! same operands always give the same bits).
+//! Matrix products through `matrixmultiply::dgemm` on f64 copies of the operands, rounded
+//! once to f32 (fixed blocking: the same operands always give the same bits).
 
-use super::{f, last, Io, R};
+use super::{f, last, Io, Products, R};
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
 
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
@@ -31,8 +31,32 @@ impl<'a> Mat<'a> {
     }
 }
 
+thread_local! {
+    /// How the products of the kernel running on this thread sum ([`summing`]).
+    static PRODUCTS: std::cell::Cell<Products> = const { std::cell::Cell::new(Products::Exact) };
+}
+
+/// Runs `f` (one kernel) with its products summing as `products` says: the backend's
+/// setting, in force for exactly that kernel, so that the kernels' signatures need not
+/// carry it.
+pub(crate) fn summing<T>(products: Products, f: impl FnOnce() -> T) -> T {
+    let before = PRODUCTS.with(|p| p.replace(products));
+    let out = f();
+    PRODUCTS.with(|p| p.set(before));
+    out
+}
+
 /// `c[m, n] = a[m, k] @ b[k, n] + beta * c`, `c` contiguous. Shapes are checked before
 /// any kernel runs (`crate::shapes`), so the slices hold every element addressed.
+///
+/// The CPU backend is the reference the CUDA backend and PyTorch are held to, so by
+/// default ([`Products::Exact`]) its products are accurate rather than fast: the operands
+/// are widened to f64 (exactly), multiplied with `dgemm`, and each result is rounded to
+/// f32 once. An f32 sum over k
+/// terms carries an error that grows with k; at ResNet depth it was enough to move a ReLU
+/// input that lay within 5e-6 of zero to the other side, and the whole step's gradient
+/// with it. Rounded once, a product is within half an ulp of f32 of the float64 one (up to
+/// f64's own error, 2^29 times smaller).
 pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
     debug_assert!(c.len() >= m * n);
     if m == 0 || n == 0 {
@@ -44,6 +68,42 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &
         c[..m * n].iter_mut().for_each(scale);
         return;
     }
+    if PRODUCTS.with(|p| p.get()) == Products::F32 {
+        return sgemm(m, k, n, a, b, beta, c);
+    }
+    let (a64, b64) = (a.widened(m, k), b.widened(k, n));
+    let mut c64: Vec<f64> = if beta == 0.0 {
+        vec![0.0; m * n]
+    } else {
+        c[..m * n].iter().map(|&v| f64::from(v)).collect()
+    };
+    // SAFETY: a64 (m x k), b64 (k x n) and c64 (m x n) are contiguous row-major buffers of
+    // exactly those sizes, owned here, so nothing aliases.
+    unsafe {
+        matrixmultiply::dgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a64.as_ptr(),
+            k as isize,
+            1,
+            b64.as_ptr(),
+            n as isize,
+            1,
+            f64::from(beta),
+            c64.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+    for (out, v) in c[..m * n].iter_mut().zip(&c64) {
+        *out = *v as f32;
+    }
+}
+
+/// [`gemm`] summing in f32 (`matrixmultiply::sgemm`, fixed blocking), [`Products::F32`].
+fn sgemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
     // SAFETY: the checked shapes guarantee that a (m x k with strides rs/cs), b (k x n)
     // and c (m x n, row-major) lie inside their slices, and c does not alias a or b
     // (outputs never overlap inputs: `backend::check_disjoint`).
@@ -64,6 +124,18 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &
             n as isize,
             1,
         );
+    }
+}
+
+impl Mat<'_> {
+    /// The `rows x cols` matrix this view addresses, contiguous and row-major, in f64.
+    fn widened(&self, rows: usize, cols: usize) -> Vec<f64> {
+        let mut out = Vec::with_capacity(rows * cols);
+        for i in 0..rows {
+            let row = i * self.rs;
+            out.extend((0..cols).map(|j| f64::from(self.data[row + j * self.cs])));
+        }
+        out
     }
 }
 

@@ -98,11 +98,35 @@ pub struct CpuBackend {
     draws: std::collections::HashMap<u64, u64>,
     /// Where offloaded storages go ([`Backend::alloc_host_pool`]).
     host_pool: Vec<u8>,
+    /// How matrix products (and the convolutions and attention over them) sum.
+    products: Products,
+}
+
+/// How the CPU backend's matrix products sum their `k` terms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// In f64, each result rounded to f32 once (the default: the reference, within half an
+    /// ulp of the float64 product).
+    #[default]
+    Exact,
+    /// In f32, as cuBLAS's SGEMM (and the CUDA backend) sums: to compare another f32
+    /// device with the CPU backend on graphs so ill-conditioned that the two summations'
+    /// rounding alone moves a gradient (batch norm over two values, at batch 2 and 1x1
+    /// spatial, makes its input gradient zero analytically and rounding noise in practice).
+    F32,
 }
 
 impl CpuBackend {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A CPU backend whose matrix products sum as `products` says.
+    pub fn with_products(products: Products) -> Self {
+        CpuBackend {
+            products,
+            ..Self::default()
+        }
     }
 
     fn buffer(&self, id: BufferId) -> Result<&(Vec<u64>, u64), ExecError> {
@@ -284,7 +308,7 @@ impl Backend for CpuBackend {
             ops_in: inputs,
             ops_out: outputs,
         };
-        run(kernel, io).map_err(|error| ExecError::Kernel {
+        linalg::summing(self.products, || run(kernel, io)).map_err(|error| ExecError::Kernel {
             backend: NAME.to_string(),
             kernel: kernel.name(),
             error: Box::new(error),
