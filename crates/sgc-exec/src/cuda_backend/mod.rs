@@ -101,6 +101,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(attention conv device elementwise embedding host_pool launch linalg loader loss norm pool random reduce runtime shape);
+cuda_modules!(attention conv device elementwise embedding launch linalg loss norm pool random reduce runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

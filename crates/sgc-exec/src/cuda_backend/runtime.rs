@@ -9,25 +9,19 @@
 //! family's module (the CPU backend's names), which calls the launcher of the op type's
 //! name.
 
-use super::device::{Device, R};
-use super::host_pool::HostPool;
+use super::device::{Device, Event, R};
 use super::launch::Io;
 use super::{
-    attention, conv, elementwise, embedding, linalg, loader, loss, norm, pool, random, reduce,
-    shape,
+    attention, conv, elementwise, embedding, linalg, loss, norm, pool, random, reduce, shape,
 };
 use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand};
 use crate::error::{ExecError, KernelError};
 use crate::kernel::{FamilyKernel, Kernel};
-use cudarc::driver::result::memcpy_dtod_async;
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice};
 
 const NAME: &str = "cuda";
 
-/// One allocation: the device memory, its address and its requested size.
+/// One allocation: its device address and its requested size.
 struct Buffer {
-    mem: CudaSlice<u8>,
     ptr: u64,
     len: u64,
 }
@@ -37,36 +31,21 @@ pub struct CudaBackend {
     buffers: Vec<Buffer>,
     stats: AllocStats,
     name: String,
-    /// Offloads' pinned host pool and copy streams ([`Backend::alloc_host_pool`]).
-    host: Option<HostPool>,
     dev: Device,
 }
 
 impl CudaBackend {
-    /// Opens CUDA device `ordinal`: checks that the driver, NVRTC and cuBLAS load, that the
-    /// device exists, compiles the kernels for it. Any failure is
-    /// [`ExecError::CudaUnavailable`] saying why, never a panic.
+    /// Opens CUDA device `ordinal` (on the engine `SGC_CUDA` selects: a real device unless
+    /// it says `emulate`): checks that the driver, NVRTC and cuBLAS load, that the device
+    /// exists, compiles the kernels for it. Any failure is [`ExecError::CudaUnavailable`]
+    /// saying why, never a panic.
     pub fn new(ordinal: usize) -> Result<Self, ExecError> {
-        loader::check_libraries()?;
-        // cudarc panics on a symbol missing from an old driver; report it as an error too.
-        let opened = std::panic::catch_unwind(|| Device::open(ordinal)).map_err(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            ExecError::CudaUnavailable(format!("CUDA initialisation failed: {msg}"))
-        })??;
-        let device = opened
-            .ctx
-            .name()
-            .unwrap_or_else(|_| "unknown device".to_string());
+        let dev = Device::open(ordinal)?;
         Ok(CudaBackend {
             buffers: Vec::new(),
             stats: AllocStats::default(),
-            name: format!("{NAME}:{ordinal} ({device})"),
-            host: None,
-            dev: opened,
+            name: dev.label.clone(),
+            dev,
         })
     }
 
@@ -118,30 +97,23 @@ impl CudaBackend {
         Self::err(e.to_string())
     }
 
-    /// The pool and, for `copy`, its device address and host offset and length, checked
-    /// against the buffer and the pool.
-    fn host_copy(&self, copy: &HostCopy) -> Result<(&HostPool, u64, usize, usize), ExecError> {
+    /// For `copy`: its device address, host offset and length, checked against the buffer
+    /// and the pool.
+    fn host_copy(&self, copy: &HostCopy) -> Result<(u64, usize, usize), ExecError> {
         self.range(copy.buffer, copy.offset, copy.bytes)?;
-        let pool = self
-            .host
-            .as_ref()
-            .ok_or_else(|| Self::err("a copy to the host pool before the pool was made"))?;
+        let pool = self.dev.host_pool_bytes();
+        if pool == 0 {
+            return Err(Self::err("a copy to the host pool before the pool was made"));
+        }
         let end = copy.host_offset.checked_add(copy.bytes);
-        if end.is_none_or(|e| e > pool.len() as u64) {
+        if end.is_none_or(|e| e > pool as u64) {
             return Err(Self::err(format!(
-                "host bytes {}..+{} are outside the host pool ({} bytes)",
-                copy.host_offset,
-                copy.bytes,
-                pool.len()
+                "host bytes {}..+{} are outside the host pool ({pool} bytes)",
+                copy.host_offset, copy.bytes,
             )));
         }
         let address = self.buffers[copy.buffer.0].ptr + copy.offset;
-        Ok((
-            pool,
-            address,
-            copy.host_offset as usize,
-            copy.bytes as usize,
-        ))
+        Ok((address, copy.host_offset as usize, copy.bytes as usize))
     }
 }
 
@@ -161,18 +133,12 @@ impl Backend for CudaBackend {
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
         let size = usize::try_from(bytes)
             .map_err(|_| Self::err(format!("cannot allocate {bytes} bytes")))?;
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        let mem = self
+        let ptr = self
             .dev
-            .stream
-            .alloc_zeros::<u8>(size.max(1))
+            .engine()
+            .alloc(size, true)
             .map_err(|e| Self::err(format!("cannot allocate {bytes} bytes: {e}")))?;
-        let ptr = self.dev.address(&mem);
-        self.buffers.push(Buffer {
-            mem,
-            ptr,
-            len: bytes,
-        });
+        self.buffers.push(Buffer { ptr, len: bytes });
         self.stats.allocated_bytes += bytes;
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.allocated_bytes);
         self.stats.allocations += 1;
@@ -180,31 +146,21 @@ impl Backend for CudaBackend {
     }
 
     fn write(&mut self, buffer: BufferId, offset: u64, data: &[u8]) -> Result<(), ExecError> {
-        let (start, end) = self.range(buffer, offset, data.len() as u64)?;
+        let (start, _) = self.range(buffer, offset, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
         }
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        let mut dst = self.buffers[buffer.0].mem.slice_mut(start..end);
-        self.dev
-            .stream
-            .memcpy_htod(data, &mut dst)
-            .map_err(Self::sync_err)?;
-        self.dev.stream.synchronize().map_err(Self::sync_err)
+        let at = self.buffers[buffer.0].ptr + start as u64;
+        self.dev.engine().write(at, data).map_err(Self::sync_err)
     }
 
     fn read(&mut self, buffer: BufferId, offset: u64, out: &mut [u8]) -> Result<(), ExecError> {
-        let (start, end) = self.range(buffer, offset, out.len() as u64)?;
+        let (start, _) = self.range(buffer, offset, out.len() as u64)?;
         if out.is_empty() {
             return Ok(());
         }
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        let src = self.buffers[buffer.0].mem.slice(start..end);
-        self.dev
-            .stream
-            .memcpy_dtoh(&src, out)
-            .map_err(Self::sync_err)?;
-        self.dev.stream.synchronize().map_err(Self::sync_err)
+        let at = self.buffers[buffer.0].ptr + start as u64;
+        self.dev.engine().read(at, out).map_err(Self::sync_err)
     }
 
     /// A device-to-device copy on the stream; overlapping ranges (a compacting allocator
@@ -218,29 +174,15 @@ impl Backend for CudaBackend {
         }
         let n =
             usize::try_from(bytes).map_err(|_| Self::err(format!("cannot copy {bytes} bytes")))?;
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
         let base = self.buffers[buffer.0].ptr;
-        let stream = self.dev.stream.cu_stream();
-        let staged = if from.abs_diff(to) < bytes {
-            Some(self.dev.scratch(n).map_err(|e| Self::err(e.to_string()))?)
+        let (src, dst) = (base + from, base + to);
+        if from.abs_diff(to) < bytes {
+            let tmp = self.dev.scratch(n).map_err(|e| Self::err(e.to_string()))?;
+            self.dev.copy_bytes(tmp, src, n).map_err(Self::sync_err)?;
+            self.dev.copy_bytes(dst, tmp, n).map_err(Self::sync_err)
         } else {
-            None
-        };
-        // SAFETY: both ranges were checked to lie inside the buffer's allocation, which
-        // lives as long as the backend; the workspace holds at least `n` bytes; every copy
-        // is queued on the one stream, in order.
-        unsafe {
-            match staged {
-                Some(tmp) => {
-                    memcpy_dtod_async(tmp, base + from, n, stream).map_err(Self::sync_err)?;
-                    memcpy_dtod_async(base + to, tmp, n, stream).map_err(Self::sync_err)?;
-                }
-                None => {
-                    memcpy_dtod_async(base + to, base + from, n, stream).map_err(Self::sync_err)?
-                }
-            }
+            self.dev.copy_bytes(dst, src, n).map_err(Self::sync_err)
         }
-        Ok(())
     }
 
     fn run_kernel(
@@ -262,7 +204,6 @@ impl Backend for CudaBackend {
             .iter()
             .map(|o| self.address(o))
             .collect::<Result<Vec<_>, _>>()?;
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
         let mut ins = Vec::with_capacity(inputs.len());
         for (i, (o, &at)) in inputs.iter().zip(&stored).enumerate() {
             // A parameter written in place is never a view (its copy would be written).
@@ -283,24 +224,23 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
-        self.dev.stream.synchronize().map_err(Self::sync_err)
+        self.dev.engine().synchronize().map_err(Self::sync_err)
     }
 
-    type Mark = CudaEvent;
+    type Mark = Event;
 
     const CLOCK: &'static str = "CUDA events";
 
-    /// An event recorded on the stream, with timing on (cudarc's default disables it).
-    fn mark(&mut self) -> Result<CudaEvent, ExecError> {
-        self.dev
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(Self::sync_err)
+    /// An event recorded on the compute stream, with timing on.
+    fn mark(&mut self) -> Result<Event, ExecError> {
+        self.dev.engine().mark().map_err(Self::sync_err)
     }
 
-    fn seconds_between(&mut self, from: &CudaEvent, to: &CudaEvent) -> Result<f64, ExecError> {
-        let ms = from.elapsed_ms(to).map_err(Self::sync_err)?;
-        Ok(f64::from(ms) / 1e3)
+    fn seconds_between(&mut self, from: &Event, to: &Event) -> Result<f64, ExecError> {
+        self.dev
+            .engine()
+            .seconds_between(from, to)
+            .map_err(Self::sync_err)
     }
 
     fn memory(&self) -> AllocStats {
@@ -308,41 +248,42 @@ impl Backend for CudaBackend {
     }
 
     /// An event recorded on the copy's stream after it.
-    type CopyDone = CudaEvent;
+    type CopyDone = Event;
 
     fn alloc_host_pool(&mut self, bytes: u64) -> Result<(), ExecError> {
-        if self.host.is_some() {
+        if self.dev.host_pool_bytes() > 0 {
             return Err(Self::err("the host pool is made once"));
         }
         let size = usize::try_from(bytes)
             .map_err(|_| Self::err(format!("cannot allocate {bytes} host bytes")))?;
-        self.dev.ctx.bind_to_thread().map_err(Self::sync_err)?;
-        let pool = HostPool::new(&self.dev.ctx, size)
-            .map_err(|e| Self::err(format!("cannot allocate {bytes} pinned host bytes: {e}")))?;
-        self.host = Some(pool);
-        Ok(())
+        self.dev
+            .engine()
+            .alloc_host_pool(size)
+            .map_err(|e| Self::err(format!("cannot allocate {bytes} pinned host bytes: {e}")))
     }
 
     fn host_pool_bytes(&self) -> u64 {
-        self.host.as_ref().map_or(0, |h| h.len() as u64)
+        self.dev.host_pool_bytes() as u64
     }
 
-    fn offload(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
-        let (pool, src, host_offset, bytes) = self.host_copy(copy)?;
-        let stream = &self.dev.stream;
-        pool.copy(stream, true, src, host_offset, bytes)
+    fn offload(&mut self, copy: &HostCopy) -> Result<Event, ExecError> {
+        let (src, host_offset, bytes) = self.host_copy(copy)?;
+        self.dev
+            .engine()
+            .host_copy(true, src, host_offset, bytes)
             .map_err(Self::sync_err)
     }
 
-    fn fetch(&mut self, copy: &HostCopy) -> Result<CudaEvent, ExecError> {
-        let (pool, dst, host_offset, bytes) = self.host_copy(copy)?;
-        let stream = &self.dev.stream;
-        pool.copy(stream, false, dst, host_offset, bytes)
+    fn fetch(&mut self, copy: &HostCopy) -> Result<Event, ExecError> {
+        let (dst, host_offset, bytes) = self.host_copy(copy)?;
+        self.dev
+            .engine()
+            .host_copy(false, dst, host_offset, bytes)
             .map_err(Self::sync_err)
     }
 
-    fn wait_copy(&mut self, done: &CudaEvent) -> Result<(), ExecError> {
-        self.dev.stream.wait(done).map_err(Self::sync_err)
+    fn wait_copy(&mut self, done: &Event) -> Result<(), ExecError> {
+        self.dev.engine().wait(done).map_err(Self::sync_err)
     }
 }
 

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, PinnedHost
 use std::sync::Arc;
 
 /// The pinned pool and the two copy streams.
-pub(crate) struct HostPool {
+pub(super) struct HostPool {
     mem: PinnedHostSlice<u8>,
     /// Bytes asked for (the allocation has at least one).
     len: usize,
@@ -22,7 +22,7 @@ pub(crate) struct HostPool {
 
 impl HostPool {
     /// A pool of `bytes` page-locked bytes (at least one) and its copy streams.
-    pub(crate) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<HostPool, DriverError> {
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<HostPool, DriverError> {
         // SAFETY: the bytes are uninitialised until a copy writes them; nothing reads a
         // part of the pool that no copy to host has written (the plan's layout).
         let mem = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }?;
@@ -35,14 +35,14 @@ impl HostPool {
     }
 
     /// Bytes of the pool.
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.len
     }
 
     /// Queues the copy of `bytes` bytes between device address `device` and the pool at
     /// `host_offset` (to the host, or back), after the work queued so far on `compute`;
     /// the event of its end.
-    pub(crate) fn copy(
+    pub(super) fn copy(
         &self,
         compute: &CudaStream,
         to_host: bool,

@@ -1,22 +1,32 @@
-//! The device side: the context, stream, loaded kernels and cuBLAS handle, and the three
-//! primitives the op files build on: [`Device::launch`] (a kernel by name, its arguments
-//! checked against [`sources::signatures`]), [`Device::gemm`] (row-major strided-batched
-//! SGEMM through cuBLAS) and [`Device::scratch`] (an internal workspace, e.g. im2col).
+//! The device layer: everything the CUDA backend asks of a device, behind one type
+//! ([`Device`]) that the op files and `runtime.rs` use, over one of two engines:
 //!
-//! Everything is queued on one stream, so kernels run in launch order; with one stream and
-//! a fixed launch configuration, cuBLAS and the kernels give the same bits every run.
+//! - [`gpu`]: a real device through cudarc (the driver, NVRTC-compiled kernels, cuBLAS,
+//!   a pinned host pool and copy streams for offloads); the only place that names cudarc,
+//!   with [`loader`] (are the libraries there; the kernels' CUBIN) and [`host_pool`].
+//! - [`emu`]: the emulated device, a test tool selected by `SGC_CUDA=emulate` and never in
+//!   place of a missing GPU: the same kernel sources compiled for the host (build.rs,
+//!   `emu/grid.cpp`), cuBLAS's column-major SGEMM contract checked and computed on the
+//!   host, and streams that are hostile about ordering (see its docs).
+//!
+//! The primitives the op files build on are the same for both: [`Device::launch`] (a
+//! kernel by name, its arguments checked against [`sources::signatures`]),
+//! [`Device::gemm`] (row-major strided-batched SGEMM, turned here into cuBLAS's
+//! column-major call, so that a wrong argument fails on either engine) and
+//! [`Device::scratch`] / [`Device::staging`] (internal workspaces).
+//!
+//! Everything is queued on one compute stream, so kernels run in launch order; with one
+//! stream and a fixed launch configuration, the same launch gives the same bits.
 
-use super::{loader, sources};
-use crate::error::ExecError;
-use crate::error::KernelError;
-use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PushKernelArg,
-};
+mod emu;
+mod gpu;
+mod host_pool;
+mod loader;
+
+use super::sources;
+use crate::error::{ExecError, KernelError};
 use sources::{ParamKind, BLOCK, MAX_RANK};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Result of an op function: the error says what failed (the caller adds the kernel).
 pub(crate) type R = Result<(), KernelError>;
@@ -43,9 +53,6 @@ pub(crate) struct DimsArg {
     pub out_shape: [i64; MAX_RANK],
     pub src_strides: [i64; MAX_RANK],
 }
-
-// SAFETY: plain `repr(C)` integers, the layout of the C struct it is passed as.
-unsafe impl DeviceRepr for DimsArg {}
 
 impl Arg {
     fn kind(&self) -> ParamKind {
@@ -104,111 +111,149 @@ pub(crate) struct Gemm {
     pub stride_b: usize,
 }
 
-fn int(v: usize, what: &str) -> Result<i32, KernelError> {
-    i32::try_from(v)
-        .map_err(|_| KernelError::Operands(format!("{what} = {v} is too large for cuBLAS")))
+/// cuBLAS's `sgemmStridedBatched` arguments, column-major, as the engine receives them:
+/// `C = op(A) op(B) + beta * C` with `op(A)` `m x k`, leading dimensions and element
+/// strides between the batch's problems.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sgemm {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: u64,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: u64,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub beta: f32,
+    pub c: u64,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
 }
 
-fn op(t: bool) -> blas_sys::cublasOperation_t {
-    if t {
-        blas_sys::cublasOperation_t::CUBLAS_OP_T
-    } else {
-        blas_sys::cublasOperation_t::CUBLAS_OP_N
+/// A point in a stream: a timing mark on the compute stream, or the end of a copy on a
+/// copy stream ([`crate::backend::Backend::Mark`], [`crate::backend::Backend::CopyDone`]).
+pub struct Event(EventOf);
+
+enum EventOf {
+    Gpu(gpu::GpuEvent),
+    Emu(emu::EmuEvent),
+}
+
+/// What a device does for the backend. Addresses are device addresses (on the emulated
+/// device, host addresses of its allocations); every operation but `write`, `read` and
+/// `synchronize` is queued on a stream and may run later.
+pub(crate) trait Engine {
+    /// The device, in words.
+    fn describe(&self) -> String;
+    /// `bytes` (at least one) of device memory, zeroed when asked; its address.
+    fn alloc(&mut self, bytes: usize, zeroed: bool) -> Result<u64, KernelError>;
+    /// Frees the allocation at `ptr` once the work queued so far is done.
+    fn free(&mut self, ptr: u64) -> R;
+    /// Copies `data` to `dst` and waits for it.
+    fn write(&mut self, dst: u64, data: &[u8]) -> R;
+    /// Copies device bytes at `src` into `out` after the queued work, and waits for it.
+    fn read(&mut self, src: u64, out: &mut [u8]) -> R;
+    /// Queues a copy of `bytes` bytes between ranges that do not overlap.
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> R;
+    /// Queues kernel `name` over `blocks` blocks of [`BLOCK`] threads; `args` were checked
+    /// against its signature.
+    fn launch(&self, name: &'static str, blocks: u32, args: &[Arg]) -> R;
+    /// Queues one cuBLAS strided-batched SGEMM.
+    fn sgemm(&self, g: &Sgemm) -> R;
+    /// Waits for all queued work on every stream.
+    fn synchronize(&mut self) -> R;
+    /// A timing mark on the compute stream.
+    fn mark(&mut self) -> Result<Event, KernelError>;
+    /// Seconds between two marks.
+    fn seconds_between(&mut self, from: &Event, to: &Event) -> Result<f64, KernelError>;
+    /// Makes the offloads' host pool of `bytes` bytes and its copy streams (once).
+    fn alloc_host_pool(&mut self, bytes: usize) -> R;
+    /// Bytes of the host pool (0 before it is made).
+    fn host_pool_bytes(&self) -> usize;
+    /// Queues a copy between device address `device` and the pool at `host_offset` (to the
+    /// host, or back) on its copy stream, after the compute stream's work so far; its end.
+    fn host_copy(&mut self, to_host: bool, device: u64, host_offset: usize, bytes: usize)
+        -> Result<Event, KernelError>;
+    /// The compute stream waits for `done` before its later work.
+    fn wait(&mut self, done: &Event) -> R;
+}
+
+/// The engine `SGC_CUDA` asks for: `emulate` (the emulated device), unset or `gpu` (a
+/// real one); anything else is an error naming the values.
+fn emulated_requested() -> Result<bool, ExecError> {
+    match std::env::var("SGC_CUDA").as_deref() {
+        Err(_) | Ok("" | "gpu") => Ok(false),
+        Ok("emulate") => Ok(true),
+        Ok(other) => Err(ExecError::CudaUnavailable(format!(
+            "SGC_CUDA={other:?}: use `emulate` (the emulated CUDA device, a test tool) or `gpu` (the default)"
+        ))),
     }
 }
 
-/// One CUDA device with the compiled kernels.
+/// One CUDA device (real or emulated) with the compiled kernels.
 pub(crate) struct Device {
-    pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
-    blas: CudaBlas,
-    funcs: HashMap<&'static str, CudaFunction>,
-    scratch: Option<CudaSlice<u8>>,
-    staging: HashMap<usize, CudaSlice<u8>>,
+    engine: Box<dyn Engine>,
+    /// Device ordinal and engine, for the backend's name.
+    pub(crate) label: String,
+    scratch: Option<(u64, usize)>,
+    staging: HashMap<usize, (u64, usize)>,
     /// Runs so far of each random op (by its seed): the stream position of its next draw.
     pub(crate) draws: HashMap<u64, u64>,
-    flag: CudaSlice<i32>,
-    _module: Arc<CudaModule>,
-}
-
-fn driver(what: &str, e: impl std::fmt::Display) -> ExecError {
-    ExecError::CudaUnavailable(format!("{what}: {e}"))
+    flag: u64,
 }
 
 impl Device {
-    /// Opens device `ordinal` (the libraries were checked loadable), compiles and loads
-    /// the kernels, creates the cuBLAS handle.
+    /// Opens device `ordinal` on the engine `SGC_CUDA` selects: a real one (the libraries
+    /// checked loadable first, the kernels compiled for it), or the emulated one.
     pub(crate) fn open(ordinal: usize) -> Result<Device, ExecError> {
-        let count = CudaContext::device_count().map_err(|e| driver("CUDA driver", e))?;
-        if count <= 0 {
-            return Err(ExecError::CudaUnavailable("no CUDA device".to_string()));
-        }
-        if ordinal >= count as usize {
-            return Err(ExecError::CudaUnavailable(format!(
-                "no CUDA device {ordinal} ({count} present)"
-            )));
-        }
-        let ctx = CudaContext::new(ordinal).map_err(|e| driver("creating the context", e))?;
-        // SAFETY: one stream only, so cudarc's cross-stream event tracking is not needed;
-        // buffers are freed in stream order (or after a synchronize, see `scratch`).
-        unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| driver("compute capability", e))?;
-        let cubin = loader::cubin(major, minor)?;
-        let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-            .map_err(|e| driver("loading the kernels", e))?;
-        let mut funcs = HashMap::new();
-        for (name, _) in sources::signatures() {
-            let f = module
-                .load_function(name)
-                .map_err(|e| driver(&format!("kernel `{name}`"), e))?;
-            funcs.insert(name.as_str(), f);
-        }
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| driver("cuBLAS", e))?;
-        let flag = stream
-            .alloc_zeros::<i32>(1)
-            .map_err(|e| driver("allocating the error flag", e))?;
+        let (mut engine, label): (Box<dyn Engine>, String) = if emulated_requested()? {
+            let e = emu::Emu::new(ordinal)?;
+            let label = format!("cuda:{ordinal} ({}, SGC_CUDA=emulate)", e.describe());
+            (Box::new(e), label)
+        } else {
+            let g = gpu::Gpu::open(ordinal)?;
+            let label = format!("cuda:{ordinal} ({})", g.describe());
+            (Box::new(g), label)
+        };
+        let flag = engine
+            .alloc(4, true)
+            .map_err(|e| ExecError::CudaUnavailable(format!("allocating the error flag: {e}")))?;
         Ok(Device {
-            ctx,
-            stream,
-            blas,
-            funcs,
+            engine,
+            label,
             scratch: None,
             staging: HashMap::new(),
             draws: HashMap::new(),
             flag,
-            _module: module,
         })
     }
 
-    /// Device address of the first byte of `mem`.
-    pub(crate) fn address<T>(&self, mem: &CudaSlice<T>) -> u64 {
-        let (p, _sync) = mem.device_ptr(&self.stream);
-        p
+    /// Bytes of the offloads' host pool (0 before it is made).
+    pub(crate) fn host_pool_bytes(&self) -> usize {
+        self.engine.host_pool_bytes()
+    }
+
+    /// The engine, for `runtime.rs`'s buffers, copies and streams.
+    pub(crate) fn engine(&mut self) -> &mut dyn Engine {
+        self.engine.as_mut()
     }
 
     /// Device address of the index-error flag (an `int`, 0 while no kernel saw a bad index).
     pub(crate) fn flag(&self) -> Arg {
-        Arg::Ptr(self.address(&self.flag))
+        Arg::Ptr(self.flag)
     }
 
     /// Errors (and clears the flag) if a kernel since the last check saw an index out of
     /// range; waits for the queued kernels.
     pub(crate) fn check_flag(&mut self) -> R {
-        let v = self
-            .stream
-            .clone_dtoh(&self.flag)
-            .map_err(|e| KernelError::device("reading the index-error flag", e))?;
-        self.stream
-            .synchronize()
-            .map_err(|e| KernelError::device("synchronising", e))?;
-        if v.first().is_some_and(|&f| f != 0) {
-            self.stream
-                .memset_zeros(&mut self.flag)
-                .map_err(|e| KernelError::device("clearing the index-error flag", e))?;
+        let mut v = [0u8; 4];
+        self.engine.read(self.flag, &mut v)?;
+        if i32::from_ne_bytes(v) != 0 {
+            self.engine.write(self.flag, &[0; 4])?;
             return Err(KernelError::Operands(
                 "an index (id or label) is outside its range".to_string(),
             ));
@@ -229,35 +274,11 @@ impl Device {
                 sources::signature(name)
             )));
         }
-        let f = self
-            .funcs
-            .get(name)
-            .ok_or_else(|| KernelError::device(format!("kernel `{name}`"), "not loaded"))?;
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::Ptr(v) => b.arg(v),
-                Arg::I64(v) => b.arg(v),
-                Arg::I32(v) => b.arg(v),
-                Arg::F32(v) => b.arg(v),
-                Arg::Dims(v) => b.arg(v),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the arguments match the kernel's C parameters (checked above against
-        // its declaration in the sources); every
-        // pointer was bounds-checked by the backend for the extent the kernel addresses.
-        unsafe { b.launch(cfg) }
-            .map_err(|e| KernelError::device(format!("launching `{name}`"), e))?;
-        Ok(())
+        self.engine.launch(name, blocks as u32, args)
     }
 
-    /// Runs `g` through cuBLAS. cuBLAS is column-major: the row-major `C = op(A) op(B)` is
-    /// the column-major `C^T = op(B)^T op(A)^T`, so the operands swap and `m`, `n` swap.
+    /// Runs `g`. cuBLAS is column-major: the row-major `C = op(A) op(B)` is the
+    /// column-major `C^T = op(B)^T op(A)^T`, so the operands swap and `m`, `n` swap.
     pub(crate) fn gemm(&self, g: &Gemm) -> R {
         if g.m == 0 || g.n == 0 || g.batch == 0 {
             return Ok(());
@@ -271,35 +292,24 @@ impl Device {
             return Ok(());
         }
         let (m, nn, k) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?);
-        let lda = if g.trans_b { k } else { nn };
-        let ldb = if g.trans_a { m } else { k };
-        let (alpha, beta) = (1.0f32, g.beta);
-        // SAFETY: the caller passes pointers to operands whose bounds the backend checked
-        // for these dimensions and strides; alpha/beta are host scalars (the handle's
-        // default pointer mode).
-        unsafe {
-            blas::sgemm_strided_batched(
-                *self.blas.handle(),
-                op(g.trans_b),
-                op(g.trans_a),
-                nn,
-                m,
-                k,
-                &alpha,
-                g.b as *const f32,
-                lda,
-                g.stride_b as i64,
-                g.a as *const f32,
-                ldb,
-                g.stride_a as i64,
-                &beta,
-                g.c as *mut f32,
-                nn,
-                mn as i64,
-                int(g.batch, "batch")?,
-            )
-        }
-        .map_err(|e| KernelError::device("cuBLAS sgemm", e))
+        self.engine.sgemm(&Sgemm {
+            trans_a: g.trans_b,
+            trans_b: g.trans_a,
+            m: nn,
+            n: m,
+            k,
+            a: g.b,
+            lda: if g.trans_b { k } else { nn },
+            stride_a: g.stride_b as i64,
+            b: g.a,
+            ldb: if g.trans_a { m } else { k },
+            stride_b: g.stride_a as i64,
+            beta: g.beta,
+            c: g.c,
+            ldc: nn,
+            stride_c: mn as i64,
+            batch: int(g.batch, "batch")?,
+        })
     }
 
     /// Address of an internal workspace of at least `bytes` bytes (grown on demand, not
@@ -324,25 +334,25 @@ impl Device {
         grown
     }
 
-    /// Grows `mem` to at least `bytes` bytes; its address.
-    fn grow(&mut self, mem: &mut Option<CudaSlice<u8>>, bytes: usize) -> Result<u64, KernelError> {
-        let have = mem.as_ref().map_or(0, |s| s.len());
-        if have < bytes.max(1) {
-            // The old workspace may still be read by queued kernels.
-            self.stream
-                .synchronize()
-                .map_err(|e| KernelError::device("synchronising", e))?;
-            *mem = None;
-            // SAFETY: a workspace every user writes before reading.
-            let fresh = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| {
-                KernelError::device(format!("allocating a {bytes}-byte workspace"), e)
-            })?;
-            *mem = Some(fresh);
+    /// Grows `mem` to at least `bytes` bytes (uninitialised: every user writes before
+    /// reading); its address. The old one is freed in stream order: queued kernels may
+    /// still read it.
+    fn grow(&mut self, mem: &mut Option<(u64, usize)>, bytes: usize) -> Result<u64, KernelError> {
+        let want = bytes.max(1);
+        match *mem {
+            Some((ptr, have)) if have >= want => Ok(ptr),
+            old => {
+                if let Some((ptr, _)) = old {
+                    *mem = None;
+                    self.engine.free(ptr)?;
+                }
+                let ptr = self.engine.alloc(want, false).map_err(|e| {
+                    KernelError::device(format!("allocating a {bytes}-byte workspace"), e)
+                })?;
+                *mem = Some((ptr, want));
+                Ok(ptr)
+            }
         }
-        let m = mem
-            .as_ref()
-            .ok_or_else(|| KernelError::device("the workspace", "missing"))?;
-        Ok(self.address(m))
     }
 
     /// Copies `bytes` bytes from device address `src` to `dst` (ranges that do not overlap)
@@ -351,13 +361,13 @@ impl Device {
         if bytes == 0 || dst == src {
             return Ok(());
         }
-        // SAFETY: the caller passes ranges of `bytes` bytes inside live allocations (checked
-        // operands or workspaces); the copy is queued on the one stream, in order.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
-        }
-        .map_err(|e| KernelError::device("copying on the device", e))
+        self.engine.copy(dst, src, bytes)
     }
+}
+
+fn int(v: usize, what: &str) -> Result<i32, KernelError> {
+    i32::try_from(v)
+        .map_err(|_| KernelError::Operands(format!("{what} = {v} is too large for cuBLAS")))
 }
 
 /// An index operand: its address and whether it holds i64 (else i32).

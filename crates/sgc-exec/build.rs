@@ -1,0 +1,157 @@
+//! With the `cuda` feature: compiles the CUDA kernels for the host, for the emulated CUDA
+//! device (`src/cuda_backend/device/emu.rs`, selected by `SGC_CUDA=emulate`).
+//!
+//! The program is the one NVRTC compiles (`sources::program`), put after
+//! `emu/cuda_host.h` (the CUDA C it uses, for the host) inside a namespace, with a table
+//! that calls each kernel from its parameter array (`void**`, as `cuLaunchKernel` takes
+//! them) and says whether it reaches `__syncthreads` (directly or through a `__device__`
+//! function it calls: those run their threads as fibers, `emu/grid.cpp`).
+
+#[allow(dead_code)]
+#[path = "src/cuda_backend/sources.rs"]
+mod sources;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo::rerun-if-changed=src/cuda_backend/kernels");
+    println!("cargo::rerun-if-changed=src/cuda_backend/emu");
+    println!("cargo::rerun-if-changed=src/cuda_backend/sources.rs");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let generated = out.join("emu_kernels.cpp");
+    std::fs::write(&generated, host_program()).expect("writing emu_kernels.cpp");
+    let emu = PathBuf::from("src/cuda_backend/emu");
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .include(&emu)
+        .flag_if_supported("-ffp-contract=off")
+        .flag_if_supported("-Wno-unused-function")
+        .flag_if_supported("-Wno-unused-parameter")
+        .opt_level(2)
+        .file(emu.join("grid.cpp"))
+        .file(&generated)
+        .compile("sgc_emu_kernels");
+}
+
+/// The C++ type of a parameter declaration: the declaration without its name.
+fn param_type(decl: &str) -> String {
+    let decl = decl.trim();
+    let name_start = decl
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    decl[..name_start].trim().to_string()
+}
+
+/// The program cut at each function definition (`__device__` or a kernel, at the start of
+/// a line): each function's name and text, up to the next definition.
+fn functions(program: &str) -> Vec<(String, &str)> {
+    let starts: Vec<usize> = program
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .filter(|&i| {
+            let line = &program[i..];
+            line.starts_with("__device__ ") || line.starts_with(KERNEL)
+        })
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &at)| {
+            let text = &program[at..starts.get(k + 1).copied().unwrap_or(program.len())];
+            let head = &text[..text.find('(').unwrap_or(0)];
+            let name = head.split_whitespace().last().unwrap_or("").to_string();
+            (name, text)
+        })
+        .collect()
+}
+
+const KERNEL: &str = "extern \"C\" __global__ void ";
+
+/// The functions that reach `__syncthreads`, directly or through the functions they call.
+fn with_barriers(fns: &[(String, &str)]) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    loop {
+        let more: Vec<String> = fns
+            .iter()
+            .filter(|(name, _)| !found.contains(name))
+            .filter(|(_, text)| {
+                text.contains("__syncthreads") || found.iter().any(|f| calls(text, f))
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if more.is_empty() {
+            return found;
+        }
+        found.extend(more);
+    }
+}
+
+/// Whether `text` calls function `f` (its name, then `(`, not part of a longer name).
+fn calls(text: &str, f: &str) -> bool {
+    text.match_indices(&format!("{f}("))
+        .any(|(i, _)| !text[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+}
+
+/// Every kernel's name, parameter types and whether it reaches a barrier (then its threads
+/// run as fibers).
+fn kernels(program: &str) -> Vec<(String, Vec<String>, bool)> {
+    let fns = functions(program);
+    let barriers = with_barriers(&fns);
+    fns.iter()
+        .filter(|(_, text)| text.starts_with(KERNEL))
+        .map(|(name, text)| {
+            let open = text.find('(').expect("a kernel's parameter list");
+            let close = text.find(')').expect("a kernel's parameter list");
+            let params = text[open + 1..close]
+                .split(',')
+                .filter(|p| !p.trim().is_empty())
+                .map(param_type)
+                .collect();
+            (name.clone(), params, barriers.contains(name))
+        })
+        .collect()
+}
+
+fn host_program() -> String {
+    let program = sources::program();
+    let mut s = String::from("#include \"cuda_host.h\"\nnamespace sgc_k {\n");
+    s.push_str(&program.replace("extern \"C\" __global__", "__global__"));
+    s.push_str("\n}  // namespace sgc_k\n\n#include <cstring>\n");
+    s.push_str(
+        "extern \"C\" int sgc_emu_run_grid(void (*)(void**), void**, unsigned, unsigned, int);\n",
+    );
+    s.push_str("#line 1 \"emu_kernels.cpp (generated by build.rs)\"\nnamespace sgc_k {\n");
+    let table = kernels(&program);
+    for (name, params, _) in &table {
+        let args: Vec<String> = params
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("*({t}*)p[{i}]"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "void call_{name}(void** p) {{ {name}({}); }}",
+            args.join(", ")
+        );
+    }
+    s.push_str("struct Entry { const char* name; void (*body)(void**); int barriers; };\n");
+    s.push_str("const Entry TABLE[] = {\n");
+    for (name, _, shared) in &table {
+        let _ = writeln!(s, "    {{\"{name}\", call_{name}, {}}},", *shared as i32);
+    }
+    s.push_str("};\n}  // namespace sgc_k\n\n");
+    s.push_str(
+        "// Launches kernel `name` (3: no such kernel; else `sgc_emu_run_grid`'s result).\n\
+         extern \"C\" int sgc_emu_launch(const char* name, unsigned blocks, unsigned threads, void** params) {\n\
+         \x20   for (const sgc_k::Entry& e : sgc_k::TABLE)\n\
+         \x20       if (std::strcmp(e.name, name) == 0) return sgc_emu_run_grid(e.body, params, blocks, threads, e.barriers);\n\
+         \x20   return 3;\n\
+         }\n",
+    );
+    s
+}
