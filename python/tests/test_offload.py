@@ -202,6 +202,102 @@ class _Logged:
         return lambda *args: self.log.append((self.name, method, *(getattr(a, "name", a) for a in args)))
 
 
+class Hostile(CudaCalls):
+    """A fake CUDA on CPU tensors that is hostile about ordering, as the Rust executor's
+    emulated device is: the compute stream runs each operation when it is issued; a copy
+    issued on a side stream runs only when something waits for it (an event it precedes, or
+    `wait_stream` on its stream), as late as CUDA allows; pinned and freshly allocated
+    bytes are poison (0xff: NaN as floats). A missing wait leaves a copy undone, and the
+    step reads poison or stale bytes instead of passing by luck."""
+
+    def __init__(self):
+        self.compute = _FakeStream(self, "compute")
+        self.side: _FakeStream | None = None
+        self.ran = 0  # side-stream copies run
+
+    def pinned(self, nbytes):
+        return torch.full((nbytes,), 255, dtype=torch.uint8)
+
+    def empty(self, nbytes, device):
+        return torch.full((nbytes,), 255, dtype=torch.uint8)
+
+    def stream(self, device):
+        return _FakeStream(self, "side")
+
+    def event(self):
+        return _FakeEvent()
+
+    def current(self, device):
+        return self.compute
+
+    @contextlib.contextmanager
+    def on(self, stream):
+        self.side, before = stream, self.side
+        try:
+            yield
+        finally:
+            self.side = before
+
+    def copy(self, dst, src):
+        if self.side is None or self.side is self.compute:
+            dst.copy_(src)
+        else:
+            self.side.queue.append(lambda: dst.copy_(src))
+
+
+class _FakeStream:
+    def __init__(self, fake: Hostile, name: str):
+        self.fake, self.name, self.queue, self.done = fake, name, [], 0
+
+    def run_until(self, n: int) -> None:
+        """Runs this stream's copies up to the `n`-th issued."""
+        while self.done < n:
+            self.queue[self.done]()
+            self.queue[self.done] = None
+            self.done += 1
+            self.fake.ran += 1
+
+    def wait_stream(self, other: "_FakeStream") -> None:
+        other.run_until(len(other.queue))
+
+    def wait_event(self, event: "_FakeEvent") -> None:
+        event.stream.run_until(event.at)
+
+
+class _FakeEvent:
+    def record(self, stream: _FakeStream) -> None:
+        self.stream, self.at = stream, len(stream.queue)
+
+
+def test_a_hostile_fake_cuda_runs_the_offloads_bitwise_and_each_missing_wait_shows(monkeypatch):
+    """The CUDA path of the host pool (side streams, events, late copies) on the CPU, with
+    copies run as late as their events allow: bitwise the plan without offloads; without
+    the compute stream's wait in `release` (the copy to host) or in `ready` (the copy
+    back), the step differs."""
+    c = _compiled("mlp")
+
+    def hostile_step(plan):
+        step = c.again(plan)
+        step.partition.host_pool.cuda = Hostile()
+        return step
+
+    step = hostile_step(c.offl.plan)
+    same, why = _same(c.without, step, c.batch)
+    assert same, why
+    n = len(c.offl.partition.offloaded)
+    assert step.partition.host_pool.cuda.ran == 2 * 2 * n  # both copies of each offload, in each of two steps
+    expected = _run(c.without, c.batch)
+    for method, without_wait in (
+        ("release", lambda self, i, token, x: None),
+        ("ready", lambda self, i, token: self._back.pop(i)),
+    ):
+        with monkeypatch.context() as m:
+            m.setattr(HostPool, method, without_wait)
+            step = hostile_step(c.offl.plan)
+            ok = torch.equal(_run(step, c.batch), expected) and compare(step.model, c.without.model, exact=True)[0]
+            assert not ok, f"{method} without its wait gave the same step"
+
+
 def test_the_cuda_path_uses_side_streams_events_and_one_pinned_pool():
     c = _compiled("mlp")
     rec = Recorder()

@@ -18,7 +18,10 @@ use sgc_exec::{Backend, CpuBackend, CudaBackend, Executor, HostTensor, Products}
 use sgc_ir::Graph;
 
 fn main() {
-    device::run(on_device!(CudaBackend: the_small_corpus_matches_the_cpu_backend))
+    device::run(on_device!(CudaBackend:
+        the_coverage_check_agrees_with_a_run_on_the_device,
+        the_small_corpus_matches_the_cpu_backend,
+    ))
 }
 
 /// Loss and every gradient after one step from seeded values.
@@ -73,4 +76,89 @@ fn worst_relative(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -
         }
     }
     worst
+}
+
+/// The graphs the coverage check and a run on the device are held to agree on: the zoo's
+/// (`graphs/*.json`) and the exporter's graph fixture (`tests/fixtures/*.json`), each with
+/// the bytes of all its tensors together. The small real corpus runs above.
+fn zoo_and_fixtures() -> Vec<(String, Graph, u64)> {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut paths: Vec<_> = ["graphs", "tests/fixtures"]
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_dir(root.join(d))
+                .unwrap()
+                .filter_map(|e| e.ok())
+        })
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        // `torch_values_*`: PyTorch's values for the Python tests, not graphs.
+        .filter(|p| {
+            !p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("torch_values")
+        })
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let g = sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let bytes = g
+                .tensor_ids()
+                .map(|t| g.numel(t) * g.tensor(t).dtype.size())
+                .sum();
+            (p.display().to_string(), g, bytes)
+        })
+        .collect()
+}
+
+/// Graphs above this many tensor bytes are checked for coverage only: the emulated device
+/// runs at a few GFLOP/s (the zoo's ResNet-50, VGG-16 and GPT-2 are full-size steps).
+const RUN_BELOW: u64 = 256 << 20;
+
+/// No graph passes the coverage check (`sgc inspect --device cuda`) and then fails on the
+/// device: each graph it clears runs a step unplanned; each it does not clear is refused
+/// before the first step, naming an op it listed.
+fn the_coverage_check_agrees_with_a_run_on_the_device<D: Device>() {
+    use sgc_exec::coverage::{gaps, Target};
+    for name in REAL_SMALL.iter().chain(&REAL_SMALL_MORE) {
+        let missing = gaps(&real(name), Target::Cuda);
+        assert!(missing.is_empty(), "{name}: {missing:?}");
+    }
+    for (path, g, bytes) in zoo_and_fixtures() {
+        let missing = gaps(&g, Target::Cuda);
+        if bytes > RUN_BELOW {
+            println!(
+                "{path}: {} ops not covered; {} MiB of tensors, not run",
+                missing.len(),
+                bytes >> 20
+            );
+            continue;
+        }
+        let run = common::unplanned(&g, D::open()).and_then(|mut ex| {
+            ex.bind_seeded(SEED)?;
+            ex.run(1)
+        });
+        match (missing.first(), run) {
+            (None, Ok(_)) => println!("{path}: covered, runs"),
+            (None, Err(e)) => panic!("{path}: the coverage check lists nothing, yet: {e}"),
+            (Some(gap), Err(e)) => {
+                assert!(
+                    e.to_string().contains(&gap.op)
+                        || missing.iter().any(|m| e.to_string().contains(&m.op)),
+                    "{path}: refused with `{e}`, which names none of the ops listed: {missing:?}"
+                );
+                println!(
+                    "{path}: {} ops not covered, refused before the first step",
+                    missing.len()
+                );
+            }
+            (Some(gap), Ok(_)) => panic!(
+                "{path}: ran, though the coverage check lists `{}`: {}",
+                gap.op, gap.reason
+            ),
+        }
+    }
 }

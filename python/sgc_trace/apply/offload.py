@@ -52,6 +52,14 @@ class CudaCalls:
     def on(self, stream):
         return torch.cuda.stream(stream)
 
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """`dst <- src` on the current stream (inside `on(stream)`), not waiting for it."""
+        dst.copy_(src, non_blocking=True)
+
+    def empty(self, nbytes: int, device: torch.device) -> torch.Tensor:
+        """Device bytes a fetch copies into (uninitialised)."""
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -105,7 +113,7 @@ class HostPool:
             if j in self._fetched:
                 to_host.wait_event(self._fetched[j])
         with self.cuda.on(to_host):
-            host.copy_(src, non_blocking=True)
+            self.cuda.copy(host, src)
         self._copied[i] = _record(self.cuda, self._copied.get(i), to_host)
         return i
 
@@ -118,14 +126,15 @@ class HostPool:
     def fetch(self, i: int, token: int) -> int:
         """Starts the copy of offload `i` back to new device bytes."""
         host = self._host(i)
-        back = torch.empty(host.numel(), dtype=torch.uint8, device=self.device)
         if self.cuda is None:
+            back = torch.empty(host.numel(), dtype=torch.uint8, device=self.device)
             back.copy_(host)
         else:
+            back = self.cuda.empty(host.numel(), self.device)
             to_device = self._streams[1]
             to_device.wait_stream(self.cuda.current(self.device))
             with self.cuda.on(to_device):
-                back.copy_(host, non_blocking=True)
+                self.cuda.copy(back, host)
             self._fetched[i] = _record(self.cuda, self._fetched.get(i), to_device)
         self._back[i] = back
         return i
