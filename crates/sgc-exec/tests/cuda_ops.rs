@@ -1154,7 +1154,60 @@ fn cases() -> Vec<Case> {
     exporter_shape_cases(&mut v, &mut out);
     exporter_random_and_view_cases(&mut v, &mut out);
     exporter_transformer_cases(&mut v, &mut out);
+    math_cases(&mut v, &mut out);
     out
+}
+
+/// Every math function (each on inputs inside its domain, so that both backends give
+/// finite values), `round` on ties, the clamps, and the broadcasting binary ones.
+fn math_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Math, MathBin, MathFn};
+    let s: &[usize] = &[3, 5, 7];
+    for &(f, kind) in MathFn::ALL {
+        let x = match f {
+            MathFn::Log | MathFn::Log2 | MathFn::Log10 | MathFn::Sqrt | MathFn::Rsqrt => {
+                v.from(s, 0.1)
+            }
+            MathFn::Reciprocal => v.from(s, 0.5),
+            MathFn::Acosh => v.from(s, 1.0),
+            MathFn::Log1p | MathFn::Atanh => v.from(s, -0.5),
+            _ => v.f32(s),
+        };
+        let name = kind.name().trim_start_matches("aten.");
+        out.push(case(name, Math::Of(f), vec![x], &[s]));
+    }
+    let halves = Input::F32(vec![6], vec![0.5, 1.5, 2.5, -0.5, -2.5, 3.25]);
+    out.push(case(
+        "round.default ties",
+        Math::Of(MathFn::Round),
+        vec![halves],
+        &[&[6]],
+    ));
+    for (name, min, max) in [
+        ("clamp.default", Some(-0.25), Some(0.5)),
+        ("clamp.default min > max", Some(0.5), Some(-0.25)),
+        ("clamp_min.default", Some(0.0), None),
+        ("clamp_max.default", None, Some(0.1)),
+    ] {
+        out.push(case(name, Math::Clamp { min, max }, vec![v.f32(s)], &[s]));
+    }
+    for (name, op) in [
+        ("maximum.default", MathBin::Maximum),
+        ("minimum.default", MathBin::Minimum),
+        ("pow.Tensor_Tensor", MathBin::Pow),
+    ] {
+        let a = if op == MathBin::Pow {
+            v.from(&[4, 1, 6], 0.2)
+        } else {
+            v.f32(&[4, 1, 6])
+        };
+        out.push(case(
+            name,
+            Math::Binary(op),
+            vec![a, v.f32(&[3, 1])],
+            &[&[4, 3, 6]],
+        ));
+    }
 }
 
 /// Runs `c` on `b`: operands packed in one allocation at 8-byte aligned offsets (as the

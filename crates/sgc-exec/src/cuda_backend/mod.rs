@@ -8,8 +8,8 @@
 //!   ([`crate::ops`]), each kernel named after the op type it runs. [`sources`]
 //!   assembles them into one program, compiled by NVRTC when the backend is created, for
 //!   the device's own architecture, and loaded as one module.
-//! - `<family>.rs` (`elementwise`, `linalg`, `conv`, `pool`, `norm`, `loss`, `embedding`,
-//!   `shape`, `reduce`, `random`, `attention`): the family's `run` and its launchers, one function per op type with the
+//! - `<family>.rs` (`elementwise`, `math`, `linalg`, `conv`, `pool`, `norm`, `loss`,
+//!   `embedding`, `shape`, `reduce`, `random`, `attention`): the family's `run` and its launchers, one function per op type with the
 //!   CPU backend's names. Matrix products (`matmul`,
 //!   `matmul_tn`, `batched_matmul`, and convolutions through im2col) run on cuBLAS SGEMM.
 //! - `device.rs`: context, stream, kernel launch (arguments checked against
@@ -101,6 +101,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(attention conv device elementwise embedding launch linalg loss norm pool random reduce runtime shape);
+cuda_modules!(attention conv device elementwise embedding launch linalg loss math norm pool random reduce runtime shape);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

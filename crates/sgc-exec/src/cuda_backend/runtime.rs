@@ -12,7 +12,7 @@
 use super::device::{Device, Event, R};
 use super::launch::Io;
 use super::{
-    attention, conv, elementwise, embedding, linalg, loss, norm, pool, random, reduce, shape,
+    attention, conv, elementwise, embedding, linalg, loss, math, norm, pool, random, reduce, shape,
 };
 use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand};
 use crate::error::{ExecError, KernelError};
@@ -292,9 +292,7 @@ fn run(k: &Kernel, d: &mut Device, io: Io) -> R {
     match k.op() {
         FamilyKernel::Linalg(k) => linalg::run(k, d, io),
         FamilyKernel::Elementwise(k) => elementwise::run(k, d, io),
-        FamilyKernel::Math(_) => Err(crate::error::KernelError::Operands(
-            "the math functions run on the CPU backend only (their KINDS rows say so)".to_string(),
-        )),
+        FamilyKernel::Math(k) => math::run(k, d, io),
         FamilyKernel::Conv(k) => conv::run(k, d, io),
         FamilyKernel::Pool(k) => pool::run(k, d, io),
         FamilyKernel::Norm(k) => norm::run(k, d, io),

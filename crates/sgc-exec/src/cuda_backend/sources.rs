@@ -14,6 +14,7 @@ pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
 /// after the family (`ops/<family>.rs`, `cpu_backend/<family>.rs`).
 pub const FILES: &[(&str, &str)] = &[
     ("elementwise.cu", include_str!("kernels/elementwise.cu")),
+    ("math.cu", include_str!("kernels/math.cu")),
     ("conv.cu", include_str!("kernels/conv.cu")),
     ("pool.cu", include_str!("kernels/pool.cu")),
     ("norm.cu", include_str!("kernels/norm.cu")),

@@ -7,7 +7,9 @@
 //! round within an ulp or two of ATen's vectorised ones: values match PyTorch within
 //! float32 tolerance, not bit for bit. NaN propagates as in ATen: `maximum`, `minimum`
 //! and `clamp` return NaN for a NaN operand; `sign(NaN)` is NaN; `round` rounds half to
-//! even. CPU backend only for now (`sgc inspect --device cuda` lists them as missing).
+//! even. The CUDA kernels (`kernels/math.cu`) number the functions by their index in
+//! [`MathFn::ALL`] and use CUDA's f32 functions: the same values within float32
+//! tolerance (`tests/cuda_ops.rs`).
 
 use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family};
@@ -17,12 +19,12 @@ use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: ;
-    cpu: AtenNeg AtenExp AtenExp2 AtenExpm1 AtenLog AtenLog2 AtenLog10 AtenLog1p AtenSqrt
+    cuda: AtenNeg AtenExp AtenExp2 AtenExpm1 AtenLog AtenLog2 AtenLog10 AtenLog1p AtenSqrt
         AtenRsqrt AtenReciprocal AtenAbs AtenSign AtenSin AtenCos AtenTan AtenAsin AtenAcos
         AtenAtan AtenSinh AtenCosh AtenAsinh AtenAcosh AtenAtanh AtenErf AtenFloor AtenCeil
         AtenRound AtenTrunc AtenClamp AtenClampMin AtenClampMax AtenMaximum AtenMinimum
         AtenPowTensor;
+    cpu: ;
 }
 
 /// A math kernel with its attributes.
@@ -72,7 +74,7 @@ pub enum MathFn {
 
 impl MathFn {
     /// Every function with its op kind.
-    const ALL: &'static [(MathFn, OpKind)] = &[
+    pub const ALL: &'static [(MathFn, OpKind)] = &[
         (MathFn::Neg, OpKind::AtenNeg),
         (MathFn::Exp, OpKind::AtenExp),
         (MathFn::Exp2, OpKind::AtenExp2),
@@ -103,6 +105,11 @@ impl MathFn {
         (MathFn::Round, OpKind::AtenRound),
         (MathFn::Trunc, OpKind::AtenTrunc),
     ];
+
+    /// Its index in the table: the CUDA kernels' number for it (`kernels/math.cu`).
+    pub fn index(self) -> usize {
+        Self::ALL.iter().position(|&(f, _)| f == self).unwrap_or(0)
+    }
 
     pub fn apply(self, x: f32) -> f32 {
         use MathFn as M;
