@@ -1155,7 +1155,47 @@ fn cases() -> Vec<Case> {
     exporter_random_and_view_cases(&mut v, &mut out);
     exporter_transformer_cases(&mut v, &mut out);
     math_cases(&mut v, &mut out);
+    hardtanh_and_compare_cases(&mut v, &mut out);
     out
+}
+
+/// ReLU6 and its gradient (on small integers: values on the bounds, where the gradient is
+/// 0), and the comparisons with a number and with a broadcast tensor (bool outputs).
+fn hardtanh_and_compare_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{Cmp, Elementwise as E};
+    let s: &[usize] = &[3, 5, 7];
+    let (min, max) = (0.0, 1.0);
+    out.push(case(
+        "hardtanh",
+        E::Hardtanh { min, max },
+        vec![v.ties(s)],
+        &[s],
+    ));
+    out.push(case(
+        "hardtanh_backward",
+        E::HardtanhBackward { min, max },
+        vec![v.f32(s), v.ties(s)],
+        &[s],
+    ));
+    for (name, op) in [
+        ("eq", Cmp::Eq),
+        ("ne", Cmp::Ne),
+        ("lt", Cmp::Lt),
+        ("le", Cmp::Le),
+        ("gt", Cmp::Gt),
+        ("ge", Cmp::Ge),
+    ] {
+        let scalar = E::CompareScalar { op, other: 1.0 };
+        out.push(
+            case(&format!("{name}.Scalar"), scalar, vec![v.ties(s)], &[s]).typed(0, DType::Bool),
+        );
+        let tensor = E::CompareTensor { op };
+        let (a, b) = (v.ties(&[4, 1, 6]), v.ties(&[3, 1]));
+        out.push(
+            case(&format!("{name}.Tensor"), tensor, vec![a, b], &[&[4, 3, 6]])
+                .typed(0, DType::Bool),
+        );
+    }
 }
 
 /// Every math function (each on inputs inside its domain, so that both backends give

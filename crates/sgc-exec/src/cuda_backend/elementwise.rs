@@ -5,7 +5,7 @@
 use super::device::{n, Arg, Device, Grid, R};
 use super::launch::{broadcast_strides, dims, fill, with_ptrs, Io};
 use crate::error::KernelError;
-use crate::ops::elementwise::{BinOp, Elementwise, Unary};
+use crate::ops::elementwise::{BinOp, Cmp, Elementwise, Unary};
 use sgc_ir::DType;
 
 /// `(dim, inner)` of broadcasting along `axis` of `shape`, both at least 1.
@@ -150,6 +150,35 @@ fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
     d.launch("broadcast_binary", Grid::Elements(len), &args)
 }
 
+/// The kernels' code of a comparison (`cmp_holds` in the source).
+fn cmp_code(op: Cmp) -> i32 {
+    match op {
+        Cmp::Eq => 0,
+        Cmp::Ne => 1,
+        Cmp::Lt => 2,
+        Cmp::Le => 3,
+        Cmp::Gt => 4,
+        Cmp::Ge => 5,
+    }
+}
+
+/// `a op b` of two f32 tensors broadcast to the bool output.
+fn compare_tensor(d: &Device, op: Cmp, io: Io) -> R {
+    let ys = io.ops_out[0].shape.as_slice();
+    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
+    let len: usize = ys.iter().product();
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::Ptr(io.ins[1]),
+        Arg::Ptr(io.outs[0]),
+        Arg::I32(cmp_code(op)),
+        n(len),
+        Arg::Dims(side(0)?),
+        Arg::Dims(side(1)?),
+    ];
+    d.launch("compare_tensor", Grid::Elements(len), &args)
+}
+
 /// `where(cond, a, b)`, each broadcast to the output.
 fn where_select(d: &Device, io: Io) -> R {
     let ys = io.ops_out[0].shape.as_slice();
@@ -256,11 +285,28 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             d.launch("tril", Grid::Elements(numel()), &args)
         }
         E::Where => where_select(d, io),
-        E::Hardtanh { .. } | E::HardtanhBackward { .. } => Err(crate::error::KernelError::Operands(
-            "hardtanh runs on the CPU backend only (its KINDS row says so)".to_string(),
-        )),
-        E::CompareScalar { .. } | E::CompareTensor { .. } | E::Cast { .. } => Err(crate::error::KernelError::Operands(
-            "comparisons and casts run on the CPU backend only (their KINDS rows say so)".to_string(),
+        E::Hardtanh { min, max } => {
+            let args = [Arg::Ptr(x()), Arg::Ptr(y()), Arg::F32(*min), Arg::F32(*max), n(numel())];
+            d.launch("hardtanh", Grid::Elements(numel()), &args)
+        }
+        E::HardtanhBackward { min, max } => {
+            let (lo, hi) = (Arg::F32(*min), Arg::F32(*max));
+            let args = with_ptrs(&[io.ins[0], io.ins[1], y()], [lo, hi, n(numel())]);
+            d.launch("hardtanh_backward", Grid::Elements(numel()), &args)
+        }
+        E::CompareScalar { op, other } => {
+            let args = [
+                Arg::Ptr(x()),
+                Arg::Ptr(y()),
+                Arg::I32(cmp_code(*op)),
+                Arg::F32(*other as f32),
+                n(numel()),
+            ];
+            d.launch("compare_scalar", Grid::Elements(numel()), &args)
+        }
+        E::CompareTensor { op } => compare_tensor(d, *op, io),
+        E::Cast { .. } => Err(crate::error::KernelError::Operands(
+            "casts run on the CPU backend only (their KINDS row says so)".to_string(),
         )),
     }
 }

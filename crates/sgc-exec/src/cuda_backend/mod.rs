@@ -70,6 +70,11 @@ pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
         ) => dtypes.iter().all(|&d| matches!(d, DType::F32 | DType::I64)),
         FamilyKernel::Shape(Shape::Gather { .. }) => dtypes.iter().all(|&d| d == DType::I64),
         FamilyKernel::Elementwise(crate::kernel::Elementwise::AddScalar { .. }) => true,
+        // The CUDA comparisons read f32 operands (the CPU backend's also integers).
+        FamilyKernel::Elementwise(
+            crate::kernel::Elementwise::CompareScalar { .. }
+            | crate::kernel::Elementwise::CompareTensor { .. },
+        ) => dtypes.iter().all(|&d| d == DType::F32),
         _ => !int_data,
     }
 }

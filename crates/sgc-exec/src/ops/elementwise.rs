@@ -20,10 +20,11 @@ kinds! {
         AtenMish AtenMishBackward AtenSoftplus AtenSoftplusBackward AtenHardswish
         AtenHardswishBackward AtenHardsigmoid AtenHardsigmoidBackward AtenGelu
         AtenGeluBackward AtenPow AtenOnes AtenScalarTensor AtenArange AtenTril AtenWhere
-        AtenLiftFreshCopy AtenZerosLike AtenZero AtenFullLike AtenFull;
-    cpu: AtenHardtanh AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar
-        AtenLeScalar AtenGtScalar AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor
-        AtenGtTensor AtenGeTensor AtenToCopy;
+        AtenLiftFreshCopy AtenZerosLike AtenZero AtenFullLike AtenFull AtenHardtanh
+        AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar AtenLeScalar AtenGtScalar
+        AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor AtenGtTensor
+        AtenGeTensor;
+    cpu: AtenToCopy;
 }
 
 #[derive(Clone, Debug, PartialEq)]

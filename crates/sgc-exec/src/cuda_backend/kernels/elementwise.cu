@@ -236,3 +236,43 @@ extern "C" __global__ void where_select(const unsigned char* cond, const float* 
         y[e] = cond[strided_offset(e, dc)] ? a[strided_offset(e, da)] : b[strided_offset(e, db)];
     }
 }
+
+// x clamped to [lo, hi] (ReLU6: [0, 6]); NaN stays NaN.
+extern "C" __global__ void hardtanh(const float* x, float* y, float lo, float hi, i64 n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        y[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+}
+
+// (dy, x) -> dy where lo < x < hi, else 0.
+extern "C" __global__ void hardtanh_backward(const float* dy, const float* x, float* dx, float lo,
+                                             float hi, i64 n) {
+    GRID_STRIDE(i, n) { dx[i] = (x[i] > lo && x[i] < hi) ? dy[i] : 0.0f; }
+}
+
+// u op v as IEEE compares (NaN: false, except ne); op 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge.
+__device__ bool cmp_holds(int op, float u, float v) {
+    switch (op) {
+        case 0: return u == v;
+        case 1: return u != v;
+        case 2: return u < v;
+        case 3: return u <= v;
+        case 4: return u > v;
+        default: return u >= v;
+    }
+}
+
+// The bool tensor x op other (bytes 1 and 0).
+extern "C" __global__ void compare_scalar(const float* x, unsigned char* y, int op, float other,
+                                          i64 n) {
+    GRID_STRIDE(i, n) { y[i] = cmp_holds(op, x[i], other) ? 1 : 0; }
+}
+
+// The bool tensor a op b, each read through its broadcast strides.
+extern "C" __global__ void compare_tensor(const float* a, const float* b, unsigned char* y, int op,
+                                          i64 n, Dims da, Dims db) {
+    GRID_STRIDE(e, n) {
+        y[e] = cmp_holds(op, a[strided_offset(e, da)], b[strided_offset(e, db)]) ? 1 : 0;
+    }
+}
