@@ -1156,7 +1156,27 @@ fn cases() -> Vec<Case> {
     exporter_transformer_cases(&mut v, &mut out);
     math_cases(&mut v, &mut out);
     hardtanh_and_compare_cases(&mut v, &mut out);
+    adaptive_pool_cases(&mut v, &mut out);
     out
+}
+
+/// Adaptive average pooling down (windows that overlap: 7 rows into 3) and up (5 columns
+/// into 7: windows of one repeated), and its backward.
+fn adaptive_pool_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Pool;
+    for (x, o) in [([2usize, 3, 7, 5], [3usize, 2]), ([1, 2, 3, 5], [4, 7])] {
+        let y = [x[0], x[1], o[0], o[1]];
+        let label = format!("_adaptive_avg_pool2d {x:?} -> {o:?}");
+        out.push(case(
+            &label,
+            Pool::AdaptiveAvgPool2d { out: o },
+            vec![v.f32(&x)],
+            &[&y],
+        ));
+        let label = format!("_adaptive_avg_pool2d_backward {x:?} -> {o:?}");
+        let k = Pool::AdaptiveAvgPool2dBackward;
+        out.push(case(&label, k, vec![v.f32(&y), v.f32(&x)], &[&x]));
+    }
 }
 
 /// ReLU6 and its gradient (on small integers: values on the bounds, where the gradient is

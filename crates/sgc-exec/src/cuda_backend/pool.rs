@@ -150,9 +150,17 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
                 &args,
             )
         }
-        (Pool::AdaptiveAvgPool2d { .. } | Pool::AdaptiveAvgPool2dBackward, _) => Err(KernelError::Operands(
-            "adaptive average pooling runs on the CPU backend only (its KINDS row says so)".to_string(),
-        )),
+        (Pool::AdaptiveAvgPool2d { .. }, _) => {
+            let sizes = [n(x[0] * x[1]), n(x[2]), n(x[3]), n(y[2]), n(y[3])];
+            let args = with_ptrs(&[ins[0], outs[0]], sizes);
+            d.launch("adaptive_avg_pool2d", Grid::Elements(y.iter().product()), &args)
+        }
+        // `(dy, x)`: the input's sizes are the output's.
+        (Pool::AdaptiveAvgPool2dBackward, _) => {
+            let sizes = [n(x[0] * x[1]), n(y[2]), n(y[3]), n(x[2]), n(x[3])];
+            let args = with_ptrs(&[ins[0], outs[0]], sizes);
+            d.launch("adaptive_avg_pool2d_backward", Grid::Elements(y.iter().product()), &args)
+        }
         _ => Err(KernelError::Operands("no pooling window".to_string())),
     }
 }

@@ -13,8 +13,9 @@ use sgc_ir::DType;
 
 kinds! {
     cuda: MaxPool2d MaxPool2dGrad GlobalAvgPool GlobalAvgPoolGrad Upsample2x Upsample2xGrad
-        AtenMaxPool2d AtenMaxPool2dBackward AtenAvgPool2d AtenAvgPool2dBackward;
-    cpu: AtenAdaptiveAvgPool2d AtenAdaptiveAvgPool2dBackward;
+        AtenMaxPool2d AtenMaxPool2dBackward AtenAvgPool2d AtenAvgPool2dBackward
+        AtenAdaptiveAvgPool2d AtenAdaptiveAvgPool2dBackward;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

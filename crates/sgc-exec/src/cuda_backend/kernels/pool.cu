@@ -169,3 +169,47 @@ extern "C" __global__ void avg_pool2d_backward(const float* dy, float* dx, i64 p
         dx[e] = s;
     }
 }
+
+// ATen's adaptive window of output position o: [o * len / out, ceil((o + 1) * len / out)).
+__device__ void adaptive_window(i64 o, i64 out, i64 len, i64* lo, i64* hi) {
+    *lo = o * len / out;
+    *hi = ((o + 1) * len + out - 1) / out;
+}
+
+// The mean over each adaptive window of x [planes, h, w] into y [planes, ho, wo], summed
+// in (row, column) order and divided by the height then the width, as the CPU reference.
+extern "C" __global__ void adaptive_avg_pool2d(const float* x, float* y, i64 planes, i64 h, i64 w,
+                                               i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * ho * wo) {
+        i64 oj = e % wo, oi = (e / wo) % ho, plane = e / (wo * ho);
+        i64 i0, i1, j0, j1;
+        adaptive_window(oi, ho, h, &i0, &i1);
+        adaptive_window(oj, wo, w, &j0, &j1);
+        float s = 0.0f;
+        for (i64 i = i0; i < i1; i++)
+            for (i64 j = j0; j < j1; j++) s += x[(plane * h + i) * w + j];
+        y[e] = s / (float)(i1 - i0) / (float)(j1 - j0);
+    }
+}
+
+// Its backward, one thread per dx element: the share of every window covering it, added
+// in (row, column) order of the windows, as the CPU reference scatters them.
+extern "C" __global__ void adaptive_avg_pool2d_backward(const float* dy, float* dx, i64 planes,
+                                                        i64 h, i64 w, i64 ho, i64 wo) {
+    GRID_STRIDE(e, planes * h * w) {
+        i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
+        float s = 0.0f;
+        for (i64 oi = 0; oi < ho; oi++) {
+            i64 i0, i1;
+            adaptive_window(oi, ho, h, &i0, &i1);
+            if (i < i0 || i >= i1) continue;
+            for (i64 oj = 0; oj < wo; oj++) {
+                i64 j0, j1;
+                adaptive_window(oj, wo, w, &j0, &j1);
+                if (j < j0 || j >= j1) continue;
+                s += dy[(plane * ho + oi) * wo + oj] / (float)(i1 - i0) / (float)(j1 - j0);
+            }
+        }
+        dx[e] = s;
+    }
+}
