@@ -1157,7 +1157,35 @@ fn cases() -> Vec<Case> {
     math_cases(&mut v, &mut out);
     hardtanh_and_compare_cases(&mut v, &mut out);
     adaptive_pool_cases(&mut v, &mut out);
+    layer_norm_over_axes_cases(&mut v, &mut out);
     out
+}
+
+/// Layer norm over the last two axes (ATen's `normalized_shape` of two), and its backward.
+fn layer_norm_over_axes_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Norm::{LayerNorm, LayerNormBackward};
+    let (x, feat, stat): (&[usize], &[usize], &[usize]) = (&[3, 4, 37], &[4, 37], &[3, 1, 1]);
+    let ins = vec![v.f32(x), v.from(feat, 0.5), v.f32(feat)];
+    let k = LayerNorm { eps: 1e-5, axes: 2 };
+    out.push(case("native_layer_norm 2 axes", k, ins, &[x, stat, stat]));
+    let ins = vec![
+        v.f32(x),
+        v.f32(x),
+        v.f32(stat),
+        v.from(stat, 0.5),
+        v.from(feat, 0.5),
+        v.f32(feat),
+    ];
+    let k = LayerNormBackward {
+        mask: [true; 3],
+        axes: 2,
+    };
+    out.push(case(
+        "native_layer_norm_backward 2 axes",
+        k,
+        ins,
+        &[x, feat, feat],
+    ));
 }
 
 /// Adaptive average pooling down (windows that overlap: 7 rows into 3) and up (5 columns

@@ -38,7 +38,7 @@
 
 pub mod sources;
 
-use crate::kernel::{FamilyKernel, Kernel, Norm, Shape};
+use crate::kernel::{FamilyKernel, Kernel, Shape};
 
 /// Whether the CUDA kernels hold `dtype`: f32 data, i64/i32 indices and bool masks
 /// ([`crate::backend::BASE_DTYPES`]); f16 and bf16 run on the CPU backend only. Its
@@ -87,10 +87,6 @@ pub fn runs(kernel: &Kernel) -> bool {
         // `reduce_sum` views its operand as [outer, red, inner].
         FamilyKernel::Reduce(r) => r.adjacent(),
         FamilyKernel::Pool(p) => p.on_cuda() && kernel.on_cuda(),
-        // A layer norm over more than the last axis runs on the CPU backend only.
-        FamilyKernel::Norm(Norm::LayerNorm { axes, .. } | Norm::LayerNormBackward { axes, .. }) => {
-            *axes == 1 && kernel.on_cuda()
-        }
         // Grouped-query attention runs on the CPU backend only.
         FamilyKernel::Attention(a) => !a.grouped && kernel.on_cuda(),
         _ => kernel.on_cuda(),

@@ -144,6 +144,11 @@ fn along(
     transpose(d, out, y, &moved_shape, &inverse(&perm))
 }
 
+/// Elements of the last `axes` axes of `shape` (1 for none).
+fn trailing(shape: &[usize], axes: usize) -> usize {
+    shape[shape.len().saturating_sub(axes)..].iter().product()
+}
+
 /// Runs a kernel of the family.
 pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
@@ -154,9 +159,12 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             batch_norm(d, three, *eps, bn_dims(x), out3(io.outs))
         }
         Norm::BatchNormGrad => batch_norm_grad(d, in5(io.ins), bn_dims(x), out3(io.outs)),
-        Norm::LayerNorm { eps, .. } => {
+        // Over the last `axes` axes: rows of their product (the operands are contiguous).
+        Norm::LayerNorm { eps, axes } => {
             let three = [io.ins[0], io.ins[1], io.ins[2]];
-            layer_norm(d, three, *eps, rows(), last(x), out3(io.outs))
+            let feat = trailing(x, *axes);
+            let rows = io.ops_in[0].numel().checked_div(feat).unwrap_or(0);
+            layer_norm(d, three, *eps, rows, feat, out3(io.outs))
         }
         Norm::LayerNormGrad => layer_norm_grad(d, in5(io.ins), rows(), last(x), out3(io.outs)),
         Norm::Softmax { scale, causal } => {
@@ -172,12 +180,13 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             let outs = masked(d, *mask, sizes, io.outs)?;
             batch_norm_grad(d, [x, gamma, mean, invstd, dy], s, outs)
         }
-        Norm::LayerNormBackward { mask, .. } => {
+        Norm::LayerNormBackward { mask, axes } => {
             let [dy, x, mean, rstd, gamma] = in5(io.ins);
             let x_op = &io.ops_in[1];
-            let feat = last(&x_op.shape);
+            let feat = trailing(&x_op.shape, *axes);
+            let rows = x_op.numel().checked_div(feat).unwrap_or(0);
             let outs = masked(d, *mask, [x_op.numel(), feat, feat], io.outs)?;
-            layer_norm_grad(d, [x, gamma, mean, rstd, dy], rows_of(x_op), feat, outs)
+            layer_norm_grad(d, [x, gamma, mean, rstd, dy], rows, feat, outs)
         }
         Norm::BatchNormUpdateStats {
             momentum,
