@@ -566,6 +566,7 @@ fn exporter_norm_cases(v: &mut Values, out: &mut Vec<Case>) {
             end,
             axes,
             mean,
+            rank: 3,
         };
         out.push(case(
             &format!("{} {start}..{end}", if mean { "mean" } else { "sum" }),
@@ -1158,7 +1159,31 @@ fn cases() -> Vec<Case> {
     hardtanh_and_compare_cases(&mut v, &mut out);
     adaptive_pool_cases(&mut v, &mut out);
     layer_norm_over_axes_cases(&mut v, &mut out);
+    strided_reduce_cases(&mut v, &mut out);
     out
+}
+
+/// Sums and means over axes that are not adjacent (ConvNeXt's `sum.dim_IntList` over
+/// `[0, 2, 3]`), with the kept axes inside and around them.
+fn strided_reduce_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Reduce;
+    let x: &[usize] = &[3, 4, 5, 6];
+    for (axes, mean, y) in [
+        (vec![0usize, 2, 3], false, vec![4usize]),
+        (vec![0, 2], true, vec![4, 6]),
+        (vec![1, 3], false, vec![3, 5]),
+    ] {
+        let (start, end) = (axes[0], axes[axes.len() - 1] + 1);
+        let label = format!("{} {axes:?}", if mean { "mean" } else { "sum" });
+        let k = Reduce {
+            start,
+            end,
+            axes,
+            mean,
+            rank: 4,
+        };
+        out.push(case(&label, k, vec![v.f32(x)], &[&y]));
+    }
 }
 
 /// Layer norm over the last two axes (ATen's `normalized_shape` of two), and its backward.

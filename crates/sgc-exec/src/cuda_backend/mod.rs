@@ -84,8 +84,12 @@ pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
 pub fn runs(kernel: &Kernel) -> bool {
     match kernel.op() {
         FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
-        // `reduce_sum` views its operand as [outer, red, inner].
-        FamilyKernel::Reduce(r) => r.adjacent(),
+        // Over axes that are not adjacent, the kept and the reduced axes are read through
+        // their strides: at most `MAX_RANK` of each.
+        FamilyKernel::Reduce(r) => {
+            let kept = r.rank.saturating_sub(r.axes.len());
+            r.adjacent() || r.axes.len().max(kept) <= sources::MAX_RANK
+        }
         FamilyKernel::Pool(p) => p.on_cuda() && kernel.on_cuda(),
         // Grouped-query attention runs on the CPU backend only.
         FamilyKernel::Attention(a) => !a.grouped && kernel.on_cuda(),

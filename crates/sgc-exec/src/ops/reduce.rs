@@ -23,6 +23,8 @@ pub struct Reduce {
     /// The reduced axes, ascending, without repeats.
     pub axes: Vec<usize>,
     pub mean: bool,
+    /// The operand's rank (the kept axes are the others).
+    pub rank: usize,
 }
 
 impl Reduce {
@@ -68,6 +70,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Reduce>, ExecError> 
         end,
         axes,
         mean: kind == OpKind::AtenMean,
+        rank: r,
     }))
 }
 
