@@ -1160,7 +1160,43 @@ fn cases() -> Vec<Case> {
     adaptive_pool_cases(&mut v, &mut out);
     layer_norm_over_axes_cases(&mut v, &mut out);
     strided_reduce_cases(&mut v, &mut out);
+    scatter_pad_roll_cases(&mut v, &mut out);
     out
+}
+
+/// `slice_scatter` with a step, `constant_pad_nd` padding and cropping, `roll` per axis
+/// (shifts of both signs, beyond the length) and flat.
+fn scatter_pad_roll_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Shape;
+    let k = Shape::SliceScatter {
+        axis: 1,
+        start: 1,
+        end: 5,
+        step: 2,
+    };
+    let ins = vec![v.f32(&[4, 6, 5]), v.f32(&[4, 2, 5])];
+    out.push(case("slice_scatter", k, ins, &[&[4, 6, 5]]));
+    let k = Shape::Pad {
+        before: vec![0, 1, -1],
+        after: vec![0, 2, 2],
+        value: 0.5,
+    };
+    out.push(case(
+        "constant_pad_nd",
+        k,
+        vec![v.f32(&[2, 3, 4])],
+        &[&[2, 6, 5]],
+    ));
+    let k = Shape::Roll {
+        shifts: vec![1, -2, 7],
+        flat: false,
+    };
+    out.push(case("roll", k, vec![v.f32(&[3, 4, 5])], &[&[3, 4, 5]]));
+    let k = Shape::Roll {
+        shifts: vec![-3],
+        flat: true,
+    };
+    out.push(case("roll flat", k, vec![v.f32(&[3, 4, 5])], &[&[3, 4, 5]]));
 }
 
 /// Sums and means over axes that are not adjacent (ConvNeXt's `sum.dim_IntList` over

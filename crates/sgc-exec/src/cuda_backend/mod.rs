@@ -84,6 +84,10 @@ pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
 pub fn runs(kernel: &Kernel) -> bool {
     match kernel.op() {
         FamilyKernel::Shape(Shape::Transpose { perm }) => perm.len() <= sources::MAX_RANK,
+        // One offset per axis of the operand.
+        FamilyKernel::Shape(Shape::Pad { before: o, .. } | Shape::Roll { shifts: o, .. }) => {
+            o.len() <= sources::MAX_RANK
+        }
         // Over axes that are not adjacent, the kept and the reduced axes are read through
         // their strides: at most `MAX_RANK` of each.
         FamilyKernel::Reduce(r) => {

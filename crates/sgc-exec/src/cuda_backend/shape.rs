@@ -4,7 +4,7 @@
 //! (`kernels/shape.cu`; the CPU reference is `cpu_backend/shape.rs`, same names).
 
 use super::device::{n, Arg, Device, Grid, Idx, R};
-use super::launch::{broadcast_strides, dims, fill, offset, view_slot, Io};
+use super::launch::{broadcast_strides, dims, fill, offset, view_slot, with_ptrs, Io};
 use crate::backend::{Operand, ViewStep};
 use crate::error::KernelError;
 use crate::operand::strides as strides_of;
@@ -126,6 +126,33 @@ pub(crate) fn materialize(
         )));
     }
     Ok(at)
+}
+
+/// `constant_pad_nd` (`wrap` false: `value` outside `x`) and `roll` (`wrap` true): `y [ys]`
+/// at index `i` reads `x [xs]` at `i - offsets` along each axis.
+fn shifted(
+    d: &Device,
+    (x, y): (u64, u64),
+    (xs, ys): (&[usize], &[usize]),
+    offsets: &[i64],
+    (value, wrap): (f32, bool),
+) -> R {
+    let len: usize = ys.iter().product();
+    let geo = dims(ys, &strides_of(xs))?;
+    let mut shift = dims(xs, &vec![0; xs.len()])?;
+    for (a, &o) in offsets.iter().enumerate().take(xs.len()) {
+        shift.src_strides[a] = o;
+    }
+    let args = [
+        Arg::Ptr(x),
+        Arg::Ptr(y),
+        Arg::F32(value),
+        Arg::I32(wrap as i32),
+        n(len),
+        Arg::Dims(geo),
+        Arg::Dims(shift),
+    ];
+    d.launch("shifted", Grid::Elements(len), &args)
 }
 
 /// `(outer, inner)` around `axis` of `shape`.
@@ -304,11 +331,23 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
         Shape::Select { axis, index } => {
             slice(d, (io.ins[0], io.outs[0]), x, *axis, (*index, index + 1, 1))
         }
-        Shape::SliceScatter { .. } | Shape::Pad { .. } | Shape::Roll { .. } => {
-            Err(KernelError::Operands(
-                "slice_scatter, constant_pad_nd and roll run on the CPU backend only (their KINDS rows say so)"
-                    .to_string(),
-            ))
+        Shape::SliceScatter {
+            axis, start, step, ..
+        } => {
+            d.copy_bytes(io.outs[0], io.ins[0], bytes(&io.ops_in[0]))?;
+            let (outer, inner) = around(x, *axis);
+            let count = io.ops_in[1].shape.get(*axis).copied().unwrap_or(0);
+            let sizes = [n(outer), n(count), n(inner), n(x[*axis]), n(*start), n(*step)];
+            let args = with_ptrs(&[io.ins[1], io.outs[0]], sizes);
+            d.launch("slice_scatter_into", Grid::Elements(outer * count * inner), &args)
+        }
+        Shape::Pad { before, value, .. } => {
+            shifted(d, (io.ins[0], io.outs[0]), (x, y()), before, (*value, false))
+        }
+        Shape::Roll { shifts, flat } => {
+            let flat_shape = [io.ops_in[0].numel()];
+            let s = if *flat { &flat_shape[..] } else { x };
+            shifted(d, (io.ins[0], io.outs[0]), (s, s), shifts, (0.0, true))
         }
         Shape::SelectBackward { axis, index } => {
             select_backward(d, io.ins[0], io.outs[0], y(), *axis, *index)

@@ -20,8 +20,8 @@ kinds! {
     cuda: Reshape Transpose Concat Slice AtenView AtenUnsafeView AtenAlias AtenClone
         AtenUnsqueeze AtenSqueezeDim AtenT AtenTranspose AtenPermute AtenCat AtenSlice
         AtenExpand AtenSplit AtenUnbind AtenStack AtenCopy AtenCopyInPlace AtenSelect
-        AtenSelectBackward AtenGather;
-    cpu: AtenSliceScatter AtenConstantPadNd AtenRoll;
+        AtenSelectBackward AtenGather AtenSliceScatter AtenConstantPadNd AtenRoll;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

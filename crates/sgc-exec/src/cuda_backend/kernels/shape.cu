@@ -45,3 +45,37 @@ extern "C" __global__ void gather(const float* x, const void* ids, int idx64, fl
         }
     }
 }
+
+// slice_scatter's second half (the first copies x into y): src [outer, count, inner] over
+// positions start, start + step, ... of the middle axis of y [outer, len, inner].
+extern "C" __global__ void slice_scatter_into(const float* src, float* y, i64 outer, i64 count,
+                                              i64 inner, i64 len, i64 start, i64 step) {
+    GRID_STRIDE(e, outer * count * inner) {
+        i64 i = e % inner, k = (e / inner) % count, o = e / (inner * count);
+        y[(o * len + start + k * step) * inner + i] = src[e];
+    }
+}
+
+// constant_pad_nd and roll: y [geo.out_shape] at index i reads x at i - offset along each
+// axis (x's lengths and offsets in `shift`: out_shape and src_strides; x's strides in
+// geo.src_strides); with `wrap` the index wraps around x's length (roll), else an index
+// outside x reads `value` (pad; a negative offset crops).
+extern "C" __global__ void shifted(const float* x, float* y, float value, int wrap, i64 n, Dims geo,
+                                   Dims shift) {
+    GRID_STRIDE(e, n) {
+        i64 rest = e, src = 0;
+        bool inside = true;
+        for (i64 a = geo.rank - 1; a >= 0; a--) {
+            i64 len = geo.out_shape[a], xlen = shift.out_shape[a];
+            i64 s = rest % len - shift.src_strides[a];
+            rest /= len;
+            if (wrap) {
+                s = ((s % xlen) + xlen) % xlen;
+            } else if (s < 0 || s >= xlen) {
+                inside = false;
+            }
+            src += s * geo.src_strides[a];
+        }
+        y[e] = inside ? x[src] : value;
+    }
+}
