@@ -22,7 +22,7 @@ pub use crate::ops::linalg::Linalg;
 pub use crate::ops::loss::Loss;
 pub use crate::ops::math::{Math, MathBin, MathFn};
 pub use crate::ops::norm::Norm;
-pub use crate::ops::pool::Pool;
+pub use crate::ops::pool::{AvgDivisor, Pool};
 pub use crate::ops::random::Random;
 pub use crate::ops::reduce::Reduce;
 pub use crate::ops::shape::Shape;

@@ -1161,7 +1161,40 @@ fn cases() -> Vec<Case> {
     layer_norm_over_axes_cases(&mut v, &mut out);
     strided_reduce_cases(&mut v, &mut out);
     scatter_pad_roll_cases(&mut v, &mut out);
+    avg_pool_variant_cases(&mut v, &mut out);
     out
+}
+
+/// Average pooling with `ceil_mode` (a last column window that ends past the padded
+/// image), without counting the padding, and with a divisor override; and backwards.
+fn avg_pool_variant_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{AvgDivisor, Pool};
+    let (x, y): (&[usize], &[usize]) = (&[2, 3, 7, 6], &[2, 3, 4, 4]);
+    for (tag, count_pad, value) in [
+        ("ceil", true, None),
+        ("ceil, padding not counted", false, None),
+        ("ceil, divisor 5", true, Some(5)),
+    ] {
+        let divisor = AvgDivisor { count_pad, value };
+        let (kernel, stride, padding, ceil) = (3, 2, 1, true);
+        let k = Pool::AvgPool2d {
+            kernel,
+            stride,
+            padding,
+            ceil,
+            divisor,
+        };
+        out.push(case(&format!("avg_pool2d {tag}"), k, vec![v.f32(x)], &[y]));
+        let k = Pool::AvgPool2dBackward {
+            kernel,
+            stride,
+            padding,
+            ceil,
+            divisor,
+        };
+        let ins = vec![v.f32(y), v.f32(x)];
+        out.push(case(&format!("avg_pool2d_backward {tag}"), k, ins, &[x]));
+    }
 }
 
 /// `slice_scatter` with a step, `constant_pad_nd` padding and cropping, `roll` per axis

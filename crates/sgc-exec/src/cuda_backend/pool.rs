@@ -8,7 +8,7 @@ use super::device::{n, Arg, Device, Grid, R};
 use super::launch::with_ptrs;
 use super::launch::Io;
 use crate::error::KernelError;
-use crate::ops::pool::Pool;
+use crate::ops::pool::{AvgDivisor, Pool};
 use crate::window::Window;
 
 impl Window {
@@ -25,6 +25,11 @@ impl Window {
             n(self.wo),
         ]
     }
+}
+
+/// The divisor arguments of the average pools: `count_pad`, and the override (0: none).
+fn avg(d: AvgDivisor) -> [Arg; 2] {
+    [Arg::I32(d.count_pad as i32), n(d.value.unwrap_or(0))]
 }
 
 /// `max_pool2d` (padding counts as -infinity).
@@ -137,13 +142,13 @@ pub(super) fn run(k: &Pool, d: &mut Device, io: Io) -> R {
             )?;
             d.check_flag()
         }
-        (Pool::AvgPool2d { .. }, Some(g)) => {
+        (Pool::AvgPool2d { divisor, .. }, Some(g)) => {
             let total = g.n * g.c * g.ho * g.wo;
-            let args = with_ptrs(&[ins[0], outs[0]], g.pool_args());
+            let args = [&with_ptrs(&[ins[0], outs[0]], g.pool_args())[..], &avg(*divisor)].concat();
             d.launch("avg_pool2d", Grid::Elements(total), &args)
         }
-        (Pool::AvgPool2dBackward { .. }, Some(g)) => {
-            let args = with_ptrs(&[ins[0], outs[0]], g.pool_args());
+        (Pool::AvgPool2dBackward { divisor, .. }, Some(g)) => {
+            let args = [&with_ptrs(&[ins[0], outs[0]], g.pool_args())[..], &avg(*divisor)].concat();
             d.launch(
                 "avg_pool2d_backward",
                 Grid::Elements(g.n * g.image()),

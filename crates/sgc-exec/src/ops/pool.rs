@@ -254,18 +254,6 @@ impl Pool {
         )
     }
 
-    /// Whether the CUDA kernels run it: average pooling there divides by `k * k` windows
-    /// that never pass the padding (`count_include_pad`, no `ceil_mode`, no override).
-    pub fn on_cuda(&self) -> bool {
-        match self {
-            Pool::AvgPool2d { ceil, divisor, .. }
-            | Pool::AvgPool2dBackward { ceil, divisor, .. } => {
-                !ceil && *divisor == AvgDivisor::default()
-            }
-            _ => true,
-        }
-    }
-
     /// The slot of the pooled input: the forward's input, or the backward's `x` after `dy`.
     fn input_slot(&self) -> usize {
         match self {

@@ -138,9 +138,24 @@ extern "C" __global__ void max_pool2d_indices_backward(const float* dy, const vo
     }
 }
 
-// avg_pool2d with count_include_pad: each window's sum (taps in (ki, kj) order) over k*k.
+// ATen's divisor of window (oi, oj) (cpu_backend/pool.rs `avg_divisor`): `value` when
+// given (divisor_override > 0); else the window's extent clipped to the padded image
+// (count_include_pad) or to the image itself, at least 1.
+__device__ float avg_divisor(i64 oi, i64 oj, i64 h, i64 w, i64 k, i64 stride, i64 pad,
+                             int count_pad, i64 value) {
+    if (value > 0) return (float)value;
+    i64 r0 = oi * stride - pad, c0 = oj * stride - pad;
+    i64 r1 = min(r0 + k, h + pad), c1 = min(c0 + k, w + pad);
+    i64 rows = count_pad ? r1 - r0 : min(r1, h) - max(r0, (i64)0);
+    i64 cols = count_pad ? c1 - c0 : min(c1, w) - max(c0, (i64)0);
+    return (float)max(rows * cols, (i64)1);
+}
+
+// avg_pool2d: each window's sum (taps in (ki, kj) order) over its divisor; ho and wo may
+// hold a last window that starts inside the image but ends past it (ceil_mode).
 extern "C" __global__ void avg_pool2d(const float* x, float* y, i64 planes, i64 h, i64 w, i64 k,
-                                      i64 stride, i64 pad, i64 ho, i64 wo) {
+                                      i64 stride, i64 pad, i64 ho, i64 wo, int count_pad,
+                                      i64 divisor) {
     GRID_STRIDE(e, planes * ho * wo) {
         i64 oj = e % wo, oi = (e / wo) % ho, plane = e / (wo * ho);
         float s = 0.0f;
@@ -152,18 +167,20 @@ extern "C" __global__ void avg_pool2d(const float* x, float* y, i64 planes, i64 
                 if (sj >= 0) s += x[(plane * h + si) * w + sj];
             }
         }
-        y[e] = s / (float)(k * k);
+        y[e] = s / avg_divisor(oi, oj, h, w, k, stride, pad, count_pad, divisor);
     }
 }
 
-// avg_pool2d_backward: each dx element gathers dy / (k*k) of the windows covering it, in
-// (oi, oj) order.
+// avg_pool2d_backward: each dx element gathers dy over the divisor of each window covering
+// it, in (oi, oj) order.
 extern "C" __global__ void avg_pool2d_backward(const float* dy, float* dx, i64 planes, i64 h, i64 w,
-                                               i64 k, i64 stride, i64 pad, i64 ho, i64 wo) {
+                                               i64 k, i64 stride, i64 pad, i64 ho, i64 wo,
+                                               int count_pad, i64 divisor) {
     GRID_STRIDE(e, planes * h * w) {
         i64 j = e % w, i = (e / w) % h, plane = e / (w * h);
-        float div = (float)(k * k), s = 0.0f;
+        float s = 0.0f;
         COVERING_WINDOWS(oi, oj, i, j) {
+            float div = avg_divisor(oi, oj, h, w, k, stride, pad, count_pad, divisor);
             s += dy[(plane * ho + oi) * wo + oj] / div;
         }
         dx[e] = s;
