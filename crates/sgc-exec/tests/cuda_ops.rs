@@ -1162,7 +1162,35 @@ fn cases() -> Vec<Case> {
     strided_reduce_cases(&mut v, &mut out);
     scatter_pad_roll_cases(&mut v, &mut out);
     avg_pool_variant_cases(&mut v, &mut out);
+    grouped_attention_cases(&mut v, &mut out);
     out
+}
+
+/// Grouped-query attention: six query heads over two key/value heads (groups of three),
+/// causal, forward and backward (`dK`, `dV` summed over each group).
+fn grouped_attention_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Attention;
+    let (q, k, val): (&[usize], &[usize], &[usize]) = (&[2, 6, 5, 8], &[2, 2, 7, 8], &[2, 2, 7, 4]);
+    let (o, lse): (&[usize], &[usize]) = (&[2, 6, 5, 4], &[2, 6, 5]);
+    let at = |backward| Attention {
+        backward,
+        scale: None,
+        causal: true,
+        grouped: true,
+    };
+    let label = "_scaled_dot_product_flash_attention_for_cpu.default grouped";
+    let ins = vec![v.f32(q), v.f32(k), v.f32(val)];
+    out.push(case(label, at(false), ins, &[o, lse]));
+    let ins = vec![
+        v.f32(o),
+        v.f32(q),
+        v.f32(k),
+        v.f32(val),
+        v.f32(o),
+        v.from(lse, 1.0),
+    ];
+    let label = "_scaled_dot_product_flash_attention_for_cpu_backward grouped";
+    out.push(case(label, at(true), ins, &[q, k, val]));
 }
 
 /// Average pooling with `ceil_mode` (a last column window that ends past the padded

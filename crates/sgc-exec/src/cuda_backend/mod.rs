@@ -94,8 +94,6 @@ pub fn runs(kernel: &Kernel) -> bool {
             let kept = r.rank.saturating_sub(r.axes.len());
             r.adjacent() || r.axes.len().max(kept) <= sources::MAX_RANK
         }
-        // Grouped-query attention runs on the CPU backend only.
-        FamilyKernel::Attention(a) => !a.grouped && kernel.on_cuda(),
         _ => kernel.on_cuda(),
     }
 }

@@ -13,7 +13,8 @@
 //! fewer heads (axis -3) than the queries, each key/value head serving `group` consecutive
 //! query heads. Query problem `b` reads key/value problem `b / group` (the problems are
 //! row-major over the leading axes, so this is `outer * kv_heads + head / group`); the
-//! backward sums the group's `dK` and `dV` in head order. CPU only.
+//! backward sums the group's `dK` and `dV` in head order. Both backends (CUDA through
+//! repeated keys and values, `cuda_backend/attention.rs`).
 
 use super::check::{eq, expect};
 use super::{Cx, Family};
