@@ -1,14 +1,34 @@
 //! f16 and bf16 on the CPU backend: each kernel computes in f32 on exactly widened operands
 //! and rounds its result once to the output's dtype (to nearest, ties to even); casts
 //! (`_to_copy`) between floats, integers and bool; mixed operands promote; views and the
-//! in-place SGD update keep their meaning. The CUDA backend refuses half-precision tensors
-//! by name before the first step (its coverage says the same).
+//! in-place SGD update keep their meaning. The same on the CUDA backend (on a GPU, or on
+//! the emulated device in CI), which widens and rounds with its own kernels: the same bits.
 
 mod common;
 
+use common::device::{self, every_device, Device};
 use sgc_exec::coverage::{gaps, Target};
 use sgc_exec::{CpuBackend, Executor, HostData, HostTensor};
 use sgc_ir::DType;
+
+fn main() {
+    let mut tests = every_device!(
+        half_precision_kernels_compute_in_f32_and_round_once,
+        a_bf16_parameter_is_updated_in_place,
+        casts_to_half_precision_round_as_the_half_crate_does,
+    );
+    tests.extend(device::plain(&[
+        (
+            "both_backends_cover_half_precision",
+            both_backends_cover_half_precision,
+        ),
+        (
+            "integer_comparisons_and_arithmetic",
+            integer_comparisons_and_arithmetic,
+        ),
+    ]));
+    device::run(tests)
+}
 
 const GRAPH: &str = r#"{"format": "sgc-graph", "version": 1,
   "tensors": [
@@ -48,16 +68,15 @@ fn round(dtype: DType, values: &[f32]) -> Vec<f32> {
     t.to_f32().unwrap()
 }
 
-fn floats(ex: &mut Executor<CpuBackend>, name: &str, dtype: DType) -> Vec<f32> {
+fn floats<D: Device>(ex: &mut Executor<D>, name: &str, dtype: DType) -> Vec<f32> {
     let t = ex.read(name).unwrap();
     assert_eq!(t.dtype(), dtype, "{name}");
     t.to_f32().unwrap()
 }
 
-#[test]
-fn half_precision_kernels_compute_in_f32_and_round_once() {
+fn half_precision_kernels_compute_in_f32_and_round_once<D: Device>() {
     let g = sgc_ir::format::from_str(GRAPH).unwrap();
-    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, D::open()).unwrap();
     // Values that bf16 holds exactly, so the product is the only rounding.
     let x = [1.5, -2.0, 0.25, 3.0, 1.0, -0.75];
     let w = [1.0 / 3.0, 2.0, -1.25, 0.5, 7.0, 0.1];
@@ -105,8 +124,7 @@ fn half_precision_kernels_compute_in_f32_and_round_once() {
 }
 
 /// `param += alpha * grad` on a bf16 parameter: computed in f32, rounded once, in place.
-#[test]
-fn a_bf16_parameter_is_updated_in_place() {
+fn a_bf16_parameter_is_updated_in_place<D: Device>() {
     let text = r#"{"format": "sgc-graph", "version": 1,
       "tensors": [
         {"name": "p", "dtype": "bf16", "shape": [4], "kind": "param"},
@@ -117,7 +135,7 @@ fn a_bf16_parameter_is_updated_in_place() {
          "attrs": {"alpha": -0.1}}],
       "outputs": []}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    let mut ex = common::unplanned(&g, D::open()).unwrap();
     let p = round(DType::Bf16, &[1.0, -3.0, 0.5, 250.0]);
     let grad = round(DType::Bf16, &[0.3, 1.0, -2.0, 4.0]);
     ex.bind("p", &HostTensor::floats(DType::Bf16, vec![4], &p).unwrap())
@@ -133,33 +151,75 @@ fn a_bf16_parameter_is_updated_in_place() {
     assert_eq!(floats(&mut ex, "p", DType::Bf16), round(DType::Bf16, &want));
 }
 
-/// The CUDA backend holds f32, i64, i32 and bool: a half-precision tensor is named before
-/// the first step, and the coverage check says the same without a device.
-#[test]
-fn cuda_refuses_half_precision_by_tensor_name() {
+/// `_to_copy` from f32 to f16 and to bf16 on the edge cases of rounding (ties to even,
+/// subnormals, the largest finite values and overflow, signed zero, infinities, NaN): the
+/// bits of the `half` crate's conversions (what the CPU backend uses).
+fn casts_to_half_precision_round_as_the_half_crate_does<D: Device>() {
+    let values: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        1.0 + 2f32.powi(-11),       // f16 tie: to even (1)
+        1.0 + 3.0 * 2f32.powi(-11), // f16 tie: to even (up)
+        1.0 + 2f32.powi(-8),        // bf16 tie
+        65504.0,
+        65519.0,
+        65520.0,              // rounds to f16 infinity
+        2f32.powi(-25),       // half the smallest f16 subnormal: to 0
+        3.0 * 2f32.powi(-25), // between subnormals
+        6.0e-8,
+        2f32.powi(-14) * 0.999, // just below the smallest normal f16
+        -1.5e-5,
+        1.0e30,
+        3.0e38,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ];
+    let n = values.len();
+    let text = format!(
+        r#"{{"format": "sgc-graph", "version": 1,
+      "tensors": [
+        {{"name": "x", "dtype": "f32", "shape": [{n}], "kind": "input"}},
+        {{"name": "h", "dtype": "f16", "shape": [{n}]}},
+        {{"name": "b", "dtype": "bf16", "shape": [{n}]}}],
+      "ops": [
+        {{"name": "h", "op": "aten._to_copy.default", "inputs": ["x"], "outputs": ["h"],
+         "attrs": {{"dtype": "torch.float16"}}}},
+        {{"name": "b", "op": "aten._to_copy.default", "inputs": ["x"], "outputs": ["b"],
+         "attrs": {{"dtype": "torch.bfloat16"}}}}],
+      "outputs": ["h", "b"]}}"#
+    );
+    let g = sgc_ir::format::from_str(&text).unwrap();
+    let mut ex = common::unplanned(&g, D::open()).unwrap();
+    ex.bind("x", &HostTensor::f32(vec![n], values.clone()))
+        .unwrap();
+    ex.run(1).unwrap();
+    for (name, dtype) in [("h", DType::F16), ("b", DType::Bf16)] {
+        let want = HostTensor::floats(dtype, vec![n], &values).unwrap();
+        let got = ex.read(name).unwrap();
+        assert!(
+            got.bits_eq(&want),
+            "{name}: {:?} != {:?}",
+            got.data,
+            want.data
+        );
+    }
+}
+
+/// Both backends hold f16 and bf16 and run every op of the half-precision graph (casts
+/// included); the coverage check says so without a device.
+fn both_backends_cover_half_precision() {
     let g = sgc_ir::format::from_str(GRAPH).unwrap();
-    assert!(
-        gaps(&g, Target::Cpu).is_empty(),
-        "{:?}",
-        gaps(&g, Target::Cpu)
-    );
-    let missing = gaps(&g, Target::Cuda);
-    assert!(!missing.is_empty());
-    let first = &missing[0];
-    assert_eq!(first.op, "mm");
-    assert!(
-        first
-            .reason
-            .contains("tensor `x` has dtype bf16, which the cuda backend does not hold"),
-        "{}",
-        first.reason
-    );
+    for target in [Target::Cpu, Target::Cuda] {
+        let missing = gaps(&g, target);
+        assert!(missing.is_empty(), "{target:?}: {missing:?}");
+    }
 }
 
 /// Integer tensors as operands: comparisons (exact between integers, in f64 against a
 /// fractional number), wrapping `add`/`sub`/`mul` with broadcasting, and `gather` of f32
 /// data by an i64 index (a causal mask from positions, position ids from a mask).
-#[test]
 fn integer_comparisons_and_arithmetic() {
     let text = r#"{"format": "sgc-graph", "version": 1,
       "tensors": [

@@ -305,8 +305,19 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             d.launch("compare_scalar", Grid::Elements(numel()), &args)
         }
         E::CompareTensor { op } => compare_tensor(d, *op, io),
-        E::Cast { .. } => Err(crate::error::KernelError::Operands(
-            "casts run on the CPU backend only (their KINDS row says so)".to_string(),
-        )),
+        // f16 and bf16 operands arrive as f32 (`widen.rs`): the operands' own dtypes.
+        E::Cast { .. } => {
+            let code = |d: DType| match d {
+                DType::F32 => Ok(0),
+                DType::I64 => Ok(1),
+                DType::I32 => Ok(2),
+                DType::Bool => Ok(3),
+                DType::U8 => Ok(4),
+                d => Err(KernelError::Operands(format!("a cast of {}", d.as_str()))),
+            };
+            let (from, to) = (code(io.ops_in[0].dtype)?, code(io.ops_out[0].dtype)?);
+            let args = [Arg::Ptr(x()), Arg::I32(from), Arg::Ptr(y()), Arg::I32(to), n(numel())];
+            d.launch("cast", Grid::Elements(numel()), &args)
+        }
     }
 }

@@ -40,11 +40,12 @@ pub mod sources;
 
 use crate::kernel::{FamilyKernel, Kernel, Shape};
 
-/// Whether the CUDA kernels hold `dtype`: f32 data, i64/i32 indices and bool masks
-/// ([`crate::backend::BASE_DTYPES`]); f16 and bf16 run on the CPU backend only. Its
+/// Whether the CUDA backend holds `dtype`: f32 data, i64/i32 indices and bool masks
+/// ([`crate::backend::BASE_DTYPES`]), and f16 and bf16 (computed in f32, `widen.rs`). Its
 /// `holds`, compiled into every build like [`runs`].
 pub fn holds(dtype: sgc_ir::DType) -> bool {
-    crate::backend::BASE_DTYPES.contains(&dtype)
+    use sgc_ir::DType;
+    crate::backend::BASE_DTYPES.contains(&dtype) || matches!(dtype, DType::F16 | DType::Bf16)
 }
 
 /// Whether the CUDA kernels run `kernel` on inputs of `dtypes`: integer data only where
@@ -107,6 +108,6 @@ pub use stand_in::{CudaBackend, NOT_BUILT};
 macro_rules! cuda_modules {
     ($($m:ident)*) => { $(#[cfg(feature = "cuda")] mod $m;)* };
 }
-cuda_modules!(attention conv device elementwise embedding launch linalg loss math norm pool random reduce runtime shape);
+cuda_modules!(attention conv device elementwise embedding launch linalg loss math norm pool random reduce runtime shape widen);
 #[cfg(feature = "cuda")]
 pub use runtime::CudaBackend;

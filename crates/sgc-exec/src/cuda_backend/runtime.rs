@@ -21,17 +21,17 @@ use crate::kernel::{FamilyKernel, Kernel};
 const NAME: &str = "cuda";
 
 /// One allocation: its device address and its requested size.
-struct Buffer {
-    ptr: u64,
-    len: u64,
+pub(super) struct Buffer {
+    pub(super) ptr: u64,
+    pub(super) len: u64,
 }
 
 /// A CUDA device running the executor's kernels; see the [module docs](self).
 pub struct CudaBackend {
-    buffers: Vec<Buffer>,
+    pub(super) buffers: Vec<Buffer>,
     stats: AllocStats,
     name: String,
-    dev: Device,
+    pub(super) dev: Device,
 }
 
 impl CudaBackend {
@@ -49,7 +49,7 @@ impl CudaBackend {
         })
     }
 
-    fn kernel_err(kernel: &Kernel, error: KernelError) -> ExecError {
+    pub(super) fn kernel_err(kernel: &Kernel, error: KernelError) -> ExecError {
         ExecError::Kernel {
             backend: NAME.to_string(),
             kernel: kernel.name(),
@@ -57,7 +57,7 @@ impl CudaBackend {
         }
     }
 
-    fn err(detail: impl Into<String>) -> ExecError {
+    pub(super) fn err(detail: impl Into<String>) -> ExecError {
         ExecError::backend(NAME, detail)
     }
 
@@ -81,7 +81,7 @@ impl CudaBackend {
     }
 
     /// Device address of `op`, after checking bounds and alignment.
-    fn address(&self, op: &Operand) -> Result<u64, ExecError> {
+    pub(super) fn address(&self, op: &Operand) -> Result<u64, ExecError> {
         self.range(op.buffer, op.offset, op.bytes())?;
         if op.offset % op.dtype.size().max(1) != 0 {
             return Err(Self::err(format!(
@@ -128,6 +128,10 @@ impl Backend for CudaBackend {
 
     fn supports_dtypes(&self, kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
         super::runs_dtypes(kernel, dtypes)
+    }
+
+    fn holds(&self, dtype: sgc_ir::DType) -> bool {
+        super::holds(dtype)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
@@ -196,6 +200,9 @@ impl Backend for CudaBackend {
         // device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
             .map_err(|error| Self::kernel_err(kernel, error))?;
+        if self.run_widened(kernel, inputs, outputs)? {
+            return Ok(());
+        }
         let stored = inputs
             .iter()
             .map(|o| self.address(o))

@@ -23,8 +23,8 @@ kinds! {
         AtenLiftFreshCopy AtenZerosLike AtenZero AtenFullLike AtenFull AtenHardtanh
         AtenHardtanhBackward AtenEqScalar AtenNeScalar AtenLtScalar AtenLeScalar AtenGtScalar
         AtenGeScalar AtenEqTensor AtenNeTensor AtenLtTensor AtenLeTensor AtenGtTensor
-        AtenGeTensor;
-    cpu: AtenToCopy;
+        AtenGeTensor AtenToCopy;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

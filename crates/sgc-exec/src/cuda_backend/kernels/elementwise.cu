@@ -276,3 +276,102 @@ extern "C" __global__ void compare_tensor(const float* a, const float* b, unsign
         y[e] = cmp_holds(op, a[strided_offset(e, da)], b[strided_offset(e, db)]) ? 1 : 0;
     }
 }
+
+// Half precision (cuda_backend/widen.rs): f16 or bf16 bits <-> f32, computed with integer
+// operations so that the device and the emulated device agree bit for bit, and with the
+// CPU backend's `half` crate (NaNs come back quiet, payload kept). Widening is exact;
+// narrowing rounds to nearest, ties to even.
+__device__ float half_bits_to_f32(unsigned int h, int bf16) {
+    unsigned int bits;
+    if (bf16) {
+        if ((h & 0x7fffu) > 0x7f80u) h |= 0x40u;  // a NaN comes back quiet
+        bits = h << 16;
+    } else {
+        unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+        if (exp == 0x1f) {
+            bits = sign | 0x7f800000u | (man ? 0x400000u : 0u) | (man << 13);
+        } else if (exp != 0) {
+            bits = sign | ((exp + 112) << 23) | (man << 13);
+        } else if (man == 0) {
+            bits = sign;
+        } else {
+            // A subnormal: normalise it.
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while ((man & 0x400u) == 0);
+            bits = sign | ((unsigned int)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    }
+    return __int_as_float((int)bits);
+}
+
+__device__ unsigned int f32_to_half_bits(float f, int bf16) {
+    unsigned int x = (unsigned int)__float_as_int(f);
+    if (bf16) {
+        if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40u;  // a quiet NaN
+        return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    }
+    unsigned int sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u | ((a & 0x7fffffu) >> 13);  // NaN, quiet
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity (65520 and up)
+    if (a >= 0x38800000u) {                        // a normal f16
+        unsigned int r = a - 0x38000000u;          // rebias 127 -> 15
+        return sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
+    }
+    if (a < 0x33000000u) return sign;  // below half the smallest subnormal: zero
+    // A subnormal f16: shift the 24-bit significand, rounding to nearest even.
+    unsigned int e = a >> 23, man = (a & 0x7fffffu) | 0x800000u;
+    unsigned int shift = 126 - e;  // 14..24 bits dropped
+    unsigned int half_way = 1u << (shift - 1), dropped = man & ((1u << shift) - 1);
+    unsigned int q = man >> shift;
+    if (dropped > half_way || (dropped == half_way && (q & 1u))) q++;
+    return sign | q;
+}
+
+// x (f16 or bf16 bits) widened into y (f32).
+extern "C" __global__ void half_to_f32(const unsigned short* x, float* y, int bf16, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = half_bits_to_f32(x[i], bf16); }
+}
+
+// x (f32) rounded into y (f16 or bf16 bits).
+extern "C" __global__ void f32_to_half(const float* x, unsigned short* y, int bf16, i64 n) {
+    GRID_STRIDE(i, n) { y[i] = (unsigned short)f32_to_half_bits(x[i], bf16); }
+}
+
+// `_to_copy` between f32, i64, i32, bool and u8 (codes 0..4), as the CPU reference casts:
+// floats to integers truncate toward zero and saturate (NaN to 0), integers narrow by
+// wrapping, anything to bool is `!= 0`.
+extern "C" __global__ void cast(const void* x, int from, void* y, int to, i64 n) {
+    GRID_STRIDE(i, n) {
+        bool is_float = from == 0;
+        float f = 0.0f;
+        long long v = 0;
+        if (is_float) {
+            f = ((const float*)x)[i];
+        } else if (from == 1) {
+            v = ((const long long*)x)[i];
+        } else if (from == 2) {
+            v = ((const int*)x)[i];
+        } else {
+            v = ((const unsigned char*)x)[i];
+        }
+        if (to == 0) {
+            ((float*)y)[i] = is_float ? f : (float)v;
+        } else if (to == 3) {
+            ((unsigned char*)y)[i] = (is_float ? f != 0.0f : v != 0) ? 1 : 0;
+        } else {
+            long long w = v;
+            if (is_float) {
+                if (f != f) w = 0;
+                else if (f >= 9.223372036854775807e18f) w = 0x7fffffffffffffffLL;
+                else if (f <= -9.223372036854775807e18f) w = (long long)(-0x7fffffffffffffffLL - 1);
+                else w = (long long)f;
+            }
+            if (to == 1) ((long long*)y)[i] = w;
+            else if (to == 2) ((int*)y)[i] = (int)(unsigned int)(unsigned long long)w;
+            else ((unsigned char*)y)[i] = (unsigned char)(unsigned long long)w;
+        }
+    }
+}
