@@ -119,11 +119,13 @@ def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[s
     each tensor's tolerance) then runs under `torch.autocast("cpu", autocast)`, the
     float64 one without it."""
     import copy  # noqa: PLC0415
+    import gc  # noqa: PLC0415
 
     if got is None:
         got = run_on_sgc(graph, model, inputs, plan=plan)
     args = list(inputs.values())
     f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs, autocast)
+    gc.collect()  # the f32 copy's parameters go before the float64 copy is made
     wide = [a.double() if a.is_floating_point() else a for a in args]
     f64 = _pytorch_step(copy.deepcopy(model).double(), loss_fn, wide, num_model_inputs)
     result = Comparison(floor=floor, slack=slack)
