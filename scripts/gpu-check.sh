@@ -2,7 +2,8 @@
 # The GPU check, on a machine with an NVIDIA GPU, its preinstalled torch (with torchvision and
 # transformers) and no internet, from a checkout that carries target/gpu-carry
 # (scripts/gpu-prepare.sh). Writes into $OUT (default target/gpu-check):
-#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_kernels, and the cuda:: tests of tiny, dtr, offload)
+#   rust-cuda.log   the CUDA tests of sgc-exec (cuda_ops, cuda_kernels, corpus_cuda, and the cuda:: tests of tiny, dtr, offload, dtypes)
+#   rust-emulated.log  the same binaries with SGC_CUDA=emulate (the emulated device), to compare
 #   trace.md        tracing time per phase, CPU and CUDA fakes (python/bench/trace_time.py)
 #   trace-profile.txt  where each trace spends its time (cProfile)
 #   gpu-table.md    eager, sgc and torch.compile steps on the GPU (python/bench/gpu_table.py)
@@ -62,17 +63,20 @@ rust_tests() {  # every carried CUDA test binary; the log in rust-cuda.log, the 
       echo "-- $(basename "$t")"
       # tiny, dtr and offload run every test on every device: only their cuda:: tests here.
       local only=
-      case $(basename "$t") in tiny|dtr|offload) only=cuda:: ;; esac
+      case $(basename "$t") in tiny|dtr|offload|dtypes) only=cuda:: ;; esac
       SGC_REQUIRE_CUDA_TOOLS=$require "$t" --test-threads 1 $only || rc=1
     done
-  } > "$out/rust-cuda.log" 2>&1
-  grep -E "^-- |test result|^skipped" "$out/rust-cuda.log"
+  } > "$out/${OUT_LOG:-rust-cuda.log}" 2>&1
+  grep -E "^-- |test result|^skipped" "$out/${OUT_LOG:-rust-cuda.log}"
   # On a GPU machine a test skipped for want of a device tested nothing.
-  if [ "$require" = 1 ] && grep -q "^skipped" "$out/rust-cuda.log"; then
+  if [ "$require" = 1 ] && grep -q "^skipped" "$out/${OUT_LOG:-rust-cuda.log}"; then
     echo "error: CUDA tests were skipped on a machine with a GPU (see above)"
     rc=1
   fi
   return $rc
+}
+emulated_tests() {
+  SGC_CUDA=emulate OUT_LOG=rust-emulated.log rust_tests 0
 }
 if [ $dry = 1 ]; then
   part "rust cuda tests (dry run: they skip without a GPU)" rust_tests 0
@@ -84,6 +88,9 @@ if [ $dry = 1 ]; then
     --small --only "${CORPUS_ONLY:-resnet18}" --steps 2 --warmup 1 --out "$out/corpus-cuda.md"
 else
   part "rust cuda tests" rust_tests 1
+  # The same binaries on the emulated device (the kernels compiled for the host, linked in):
+  # a test that passes on one and fails on the other is a bug in one of them.
+  part "rust cuda tests, emulated" emulated_tests
   part "trace time" timeout 300 "$python" python/bench/trace_time.py --check 60 --out "$out/trace.md" \
     --profile "$out/trace-profile.txt"
   part "gpu table" timeout 420 "$python" python/bench/gpu_table.py --device cuda --out "$out/gpu-table.md"

@@ -14,7 +14,8 @@ cp target/release/sgc "$carry/sgc"
 # The CUDA integration tests of sgc-exec, built as they run in CI (debug assertions on,
 # optimised: --release keeps them fast on the device).
 cargo test --release --features cuda -p sgc-exec --no-run --message-format=json \
-  --test cuda_ops --test tiny --test dtr --test cuda_kernels --test offload 2>/dev/null |
+  --test cuda_ops --test tiny --test dtr --test cuda_kernels --test offload --test corpus_cuda \
+  --test dtypes 2>/dev/null |
   python3 -c '
 import json, sys
 for line in sys.stdin:
