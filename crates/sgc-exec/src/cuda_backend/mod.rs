@@ -68,7 +68,9 @@ pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
             | Shape::Expand
             | Shape::Slice { .. }
             | Shape::Select { .. },
-        ) => dtypes.iter().all(|&d| matches!(d, DType::F32 | DType::I64)),
+        ) => dtypes
+            .iter()
+            .all(|&d| matches!(d, DType::F32 | DType::I64 | DType::F16 | DType::Bf16)),
         FamilyKernel::Shape(Shape::Gather { .. }) => dtypes.iter().all(|&d| d == DType::I64),
         FamilyKernel::Elementwise(crate::kernel::Elementwise::AddScalar { .. }) => true,
         // The CUDA comparisons read f32 operands (the CPU backend's also integers).
