@@ -51,7 +51,7 @@ pub(super) struct EmuEvent {
     at: Instant,
 }
 
-/// One allocation: its layout (for freeing), the bytes asked for, and whether it is freed.
+/// One allocation: its layout (for freeing) and the bytes asked for.
 struct Allocation {
     layout: Layout,
     bytes: usize,
