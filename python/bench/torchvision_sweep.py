@@ -7,8 +7,9 @@ For each model of `torchvision.models.list_models(module=torchvision.models)` (r
 weights, nothing downloaded), at batch 2 and 96x96 (224x224 for the models that need it):
 
 1. export the training step with `sgc_trace.export` (cross-entropy over 1000 classes);
-2. ask the CPU backend which of its ops it cannot run (`sgc inspect --device cpu`, the
-   executor's own pre-run checks): the op types missing and how many ops they are;
+2. ask the CPU and the CUDA backend which of their ops they cannot run (`sgc inspect
+   --device cpu|cuda`, the executor's own pre-run checks, which need no GPU): the op types
+   missing and how many ops they are;
 3. with `--run`, for a model the CPU backend covers, with dropout and stochastic depth
    off (sgc's random numbers are not PyTorch's), on the same weights and inputs:
    - the step against PyTorch's (`sgc_trace.tools.execute.against_pytorch`): the loss and
@@ -137,6 +138,19 @@ def plans_run(results: list, graph: dict, path: Path, model, inputs: dict, unpla
     return "; ".join(results)
 
 
+def lacks(path: Path, device: str) -> tuple:
+    """What `sgc inspect --device DEVICE` says the backend cannot run: its coverage record
+    (None when inspect failed) and the op types missing, in a few words."""
+    out = sgc("inspect", str(path), "--device", device, "--json")
+    coverage = json.loads(out.stdout)["coverage"] if out.returncode == 0 else None
+    if coverage is None:
+        return None, f"inspect failed: {first_line(RuntimeError(out.stderr), 120)}"
+    if not coverage["missing"]:
+        return coverage, "none"
+    kinds = coverage["missing_per_type"]
+    return coverage, ", ".join(f"`{op.removeprefix('aten.')}` x{n}" for op, n in kinds[:6]) + (" ..." if len(kinds) > 6 else "")
+
+
 def one(name: str, folder: Path, run: bool) -> str:
     import torchvision
 
@@ -149,29 +163,22 @@ def one(name: str, folder: Path, run: bool) -> str:
                        [InputSpec("x", (2, 3, size, size)), InputSpec("y", (2,), torch.int64, high=1000)],
                        name=name)
     except Exception as e:
-        return f"| {name} | {size}x{size} | | | | export failed: {first_line(e, 160)} | |"
+        return f"| {name} | {size}x{size} | | | | export failed: {first_line(e, 160)} | | |"
     path = folder / f"{name}.json.gz"
     save(graph, path)
     print(f"{name}: exported in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     sgc_mod = module()
     un = sgc_mod.plan(str(path), strategy="none").summary
     sub = sgc_mod.plan(str(path), genetic_iters=2).summary
-    out = sgc("inspect", str(path), "--device", "cpu", "--json")
-    coverage = json.loads(out.stdout)["coverage"] if out.returncode == 0 else None
-    if coverage is None:
-        missing = f"inspect failed: {first_line(RuntimeError(out.stderr), 120)}"
-    elif coverage["missing"]:
-        kinds = coverage["missing_per_type"]
-        missing = ", ".join(f"`{op.removeprefix('aten.')}` x{n}" for op, n in kinds[:6]) + (" ..." if len(kinds) > 6 else "")
-    else:
-        missing = "none"
+    coverage, missing = lacks(path, "cpu")
+    missing_cuda = lacks(path, "cuda")[1]
     result = ""
     if run and coverage is not None and not coverage["missing"]:
         inputs = {"x": torch.randn(2, 3, size, size), "y": torch.randint(0, 1000, (2,))}
         result = run_step(graph, path, model, inputs)
     mib = 1 << 20
     return (f"| {name} | {size}x{size} | {len(graph['ops'])} | {un['planned_peak'] / mib:.1f} MiB | "
-            f"{sub['planned_peak'] / mib:.1f} MiB | {missing} | {result or ('not run' if run else '')} |")
+            f"{sub['planned_peak'] / mib:.1f} MiB | {missing} | {missing_cuda} | {result or ('not run' if run else '')} |")
 
 
 def main(argv=None) -> int:
@@ -185,8 +192,8 @@ def main(argv=None) -> int:
     names = torchvision.models.list_models(module=torchvision.models)
     if a.only:
         names = [n for n in names if n in a.only.split(",")]
-    head = ["| model | input | ops | unplanned peak | sublinear peak | ops the CPU backend lacks | run: sgc vs PyTorch, planned vs "
-            "unplanned |", "|---|---|---:|---:|---:|---|---|"]
+    head = ["| model | input | ops | unplanned peak | sublinear peak | ops the CPU backend lacks | ops the CUDA backend lacks "
+            "| run: sgc vs PyTorch, planned vs unplanned |", "|---|---|---:|---:|---:|---|---|---|"]
     rows = []
     out = Path(a.out)
     start = time.time()
@@ -195,8 +202,10 @@ def main(argv=None) -> int:
             rows.append(one(name, Path(tmp), a.run))
             print(rows[-1], flush=True)
             out.write_text("\n".join(head + rows) + "\n")
-    covered = sum(1 for r in rows if "| none |" in r)
-    summary = (f"\n{covered} of {len(rows)} models: every op runs on the CPU backend "
+    cells = [r.split(" | ") for r in rows]
+    cpu = sum(1 for c in cells if len(c) > 6 and c[5] == "none")
+    cuda = sum(1 for c in cells if len(c) > 6 and c[6] == "none")
+    summary = (f"\n{cpu} of {len(rows)} models: every op runs on the CPU backend; {cuda}: on the CUDA backend "
                f"(torch {torch.__version__}, torchvision {torchvision.__version__}; {time.time() - start:.0f} s)\n")
     out.write_text("\n".join(head + rows) + "\n" + summary)
     print(summary)

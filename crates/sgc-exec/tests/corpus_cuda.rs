@@ -1,8 +1,9 @@
 //! The real corpus at its small size (tests/fixtures/real_small: ResNet-18/50, DenseNet-121,
 //! MobileNetV3-Large, EfficientNet-B0, the LSTM LM, the transformer LM, ViT-B/16, the
 //! U-Net) on the CUDA backend: one step unplanned and one under the sublinear plan, each
-//! loss and gradient within 1e-5 of its largest magnitude of the CPU backend's step, and
-//! the planned step bit for bit the unplanned one. The CPU backend's products sum in f32
+//! loss and gradient within 1e-5 of its largest magnitude (counted as at least 1e-3 of the
+//! step's largest, [`NOISE_FLOOR`]) of the CPU backend's step, and the planned step bit for
+//! bit the unplanned one; `SGC_CORPUS_CUDA_EXTRA=a.json.gz,b.json.gz` adds graphs. The CPU backend's products sum in f32
 //! here, as cuBLAS's do ([`Products::F32`]): at these sizes (batch 2, 64x64 images) batch
 //! norm runs over as few as two values per channel in the last stages, where its input
 //! gradient is zero analytically and rounding noise in practice, so f32 and f64 sums alone
@@ -34,18 +35,26 @@ fn step<B: Backend, S: Schedule<B>>(g: &Graph, ex: &mut Runner<B, S>) -> Vec<(St
         .collect()
 }
 
+/// The small corpus, then the graph files `SGC_CORPUS_CUDA_EXTRA` names (comma-separated:
+/// a model exported by hand, checked the same way).
+/// The small corpus, then the graph files `SGC_CORPUS_CUDA_EXTRA` names (comma-separated:
+/// models exported by hand, checked the same way).
 fn the_small_corpus_matches_the_cpu_backend<D: Device>() {
     println!("running on {}", D::open().name());
-    for name in REAL_SMALL.iter().chain(&REAL_SMALL_MORE) {
-        let g = real(name);
+    let mut graphs: Vec<(String, Graph)> = REAL_SMALL
+        .iter()
+        .chain(&REAL_SMALL_MORE)
+        .map(|name| (name.to_string(), real(name)))
+        .collect();
+    let extra = std::env::var("SGC_CORPUS_CUDA_EXTRA").unwrap_or_default();
+    for path in extra.split(',').filter(|p| !p.is_empty()) {
+        let g = sgc_ir::load_any(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        graphs.push((path.to_string(), g));
+    }
+    for (name, g) in graphs {
         let cpu = CpuBackend::with_products(Products::F32);
         let want = step(&g, &mut common::unplanned(&g, cpu).unwrap());
         let unplanned = step(&g, &mut common::unplanned(&g, D::open()).unwrap());
-        let (worst, at) = worst_relative(&want, &unplanned);
-        assert!(
-            worst <= 1e-5,
-            "{name} / unplanned: `{at}` is {worst:.2e} of its largest magnitude from the CPU backend's"
-        );
         let plan = common::plan(&g, sgc_plan::Strategy::Sublinear);
         let mut ex = Executor::from_plan(&g, &plan, D::open()).unwrap_or_else(|e| panic!("{e}"));
         let planned = step(&g, &mut ex);
@@ -55,16 +64,32 @@ fn the_small_corpus_matches_the_cpu_backend<D: Device>() {
             &planned,
             None,
         );
+        let (worst, at) = worst_relative(&want, &unplanned);
         println!("{name}: unplanned within {worst:.1e} of the CPU backend (at `{at}`), sublinear bitwise");
+        assert!(
+            worst <= 1e-5,
+            "{name} / unplanned: `{at}` is {worst:.2e} of its largest magnitude from the CPU backend's"
+        );
     }
 }
 
 /// The largest difference of any tensor, over that tensor's largest magnitude, and where.
+/// A tensor's magnitude counts as at least [`NOISE_FLOOR`] of the step's largest, so a
+/// difference below 1e-8 of the step's largest (a twelfth of f32's epsilon at that scale)
+/// always passes: a gradient that is zero analytically is rounding noise on both backends
+/// (Swin's relative-position bias table, whose position index binds as zeros here, so
+/// each softmax row's gradient sums into one entry, and to zero: about 1e-9 against a
+/// step whose largest value is 6.8).
 fn worst_relative(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -> (f32, String) {
+    let largest = |v: &[f32]| v.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
+    let step = want
+        .iter()
+        .map(|(_, a)| largest(a.as_f32().unwrap()))
+        .fold(0.0f32, f32::max);
     let mut worst = (0.0f32, String::new());
     for ((n, a), (_, b)) in want.iter().zip(got) {
         let (a, b) = (a.as_f32().unwrap(), b.as_f32().unwrap());
-        let scale = a.iter().fold(f32::MIN_POSITIVE, |m, v| m.max(v.abs()));
+        let scale = largest(a).max(NOISE_FLOOR * step);
         let d = a
             .iter()
             .zip(b)
@@ -77,6 +102,9 @@ fn worst_relative(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -
     }
     worst
 }
+
+/// The smallest magnitude a tensor is compared at, as a share of the step's largest.
+const NOISE_FLOOR: f32 = 1e-3;
 
 /// The graphs the coverage check and a run on the device are held to agree on: the zoo's
 /// (`graphs/*.json`) and the exporter's graph fixture (`tests/fixtures/*.json`), each with

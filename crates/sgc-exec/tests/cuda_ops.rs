@@ -1163,7 +1163,133 @@ fn cases() -> Vec<Case> {
     scatter_pad_roll_cases(&mut v, &mut out);
     avg_pool_variant_cases(&mut v, &mut out);
     grouped_attention_cases(&mut v, &mut out);
+    index_cases(&mut v, &mut out);
+    integer_cases(&mut v, &mut out);
     out
+}
+
+/// Small integers of `dtype` (i64, i32 or bool): `-5..=5` (bools: odd ones true).
+fn ints(v: &mut Values, shape: &[usize], dtype: DType) -> Input {
+    let n: usize = shape.iter().product();
+    let k: Vec<i64> = (0..n).map(|_| (v.next() * 5.0).round() as i64).collect();
+    let shape = shape.to_vec();
+    match dtype {
+        DType::I64 => Input::I64(shape, k),
+        DType::I32 => Input::I32(shape, k.iter().map(|&x| x as i32).collect()),
+        _ => Input::Bool(shape, k.iter().map(|&x| x % 2 != 0).collect()),
+    }
+}
+
+/// Integer and bool data as GPT-J's causal mask and rotary positions use them: integer
+/// arithmetic (broadcast, wrapping), comparisons of integers with integers, floats and
+/// numbers (whole and fractional), and data movement of i64, i32 and bool tensors
+/// (permute, expand, slice by a step, select, views), gathers of f32 rows by i64 and i32
+/// positions.
+fn integer_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::{BinOp, Cmp, Elementwise as E, Shape};
+    let (a, b): (&[usize], &[usize]) = (&[4, 1, 6], &[3, 1]);
+    let y: &[usize] = &[4, 3, 6];
+    for dtype in [DType::I64, DType::I32] {
+        for (name, op) in [
+            ("add", BinOp::Add),
+            ("sub", BinOp::Sub),
+            ("mul", BinOp::Mul),
+        ] {
+            let ins = vec![ints(v, a, dtype), ints(v, b, dtype)];
+            let label = format!("{name}.Tensor {}", dtype.as_str());
+            out.push(case(&label, E::Broadcast { op }, ins, &[y]).typed(0, dtype));
+        }
+        let ins = vec![ints(v, y, dtype), ints(v, y, dtype)];
+        out.push(case("add", E::Add, ins, &[y]).typed(0, dtype));
+    }
+    for (name, op) in [("eq", Cmp::Eq), ("le", Cmp::Le), ("gt", Cmp::Gt)] {
+        for (da, db) in [(DType::I64, DType::I64), (DType::I32, DType::Bool)] {
+            let ins = vec![ints(v, a, da), ints(v, b, db)];
+            let label = format!("{name}.Tensor {} {}", da.as_str(), db.as_str());
+            let k = E::CompareTensor { op };
+            out.push(case(&label, k, ins, &[y]).typed(0, DType::Bool));
+        }
+        // An integer against floats: compared in f64 (`2 <= 2.4`, `-3 > -3.5`).
+        let ins = vec![ints(v, a, DType::I64), v.ties(b)];
+        let label = format!("{name}.Tensor i64 f32");
+        out.push(case(&label, E::CompareTensor { op }, ins, &[y]).typed(0, DType::Bool));
+        for other in [2.0, -2.5] {
+            let k = E::CompareScalar { op, other };
+            let label = format!("{name}.Scalar i64 {other}");
+            let ins = vec![ints(v, y, DType::I64)];
+            out.push(case(&label, k, ins, &[y]).typed(0, DType::Bool));
+        }
+    }
+    // Data movement of the integer dtypes the kernels' contract names (`Family::ints`).
+    let perm = Shape::Transpose {
+        perm: vec![2, 0, 1],
+    };
+    let ins = vec![ints(v, &[2, 3, 4], DType::I64)];
+    out.push(case("permute i64", perm, ins, &[&[4, 2, 3]]).typed(0, DType::I64));
+    let ins = vec![ints(v, &[1, 3, 1], DType::Bool)];
+    let label = "expand bool";
+    out.push(case(label, Shape::Expand, ins, &[&[2, 3, 4]]).typed(0, DType::Bool));
+    let sl = Shape::Slice {
+        axis: 1,
+        start: 1,
+        end: 7,
+        step: 2,
+    };
+    let ins = vec![ints(v, &[2, 7, 3], DType::I64)];
+    out.push(case("slice i64 by 2", sl, ins, &[&[2, 3, 3]]).typed(0, DType::I64));
+    // Views read by a kernel: a mask or positions permuted and broadcast, then compared.
+    for dtype in [DType::I64, DType::I32, DType::Bool] {
+        let k = E::CompareScalar {
+            op: Cmp::Ne,
+            other: 0.0,
+        };
+        let steps = vec![
+            ViewStep::Permute(vec![1, 0]),
+            ViewStep::Expand(vec![2, 4, 3]),
+        ];
+        let ins = vec![ints(v, &[3, 4], dtype)];
+        let label = format!("ne.Scalar of a view {}", dtype.as_str());
+        out.push(
+            case(&label, k, ins, &[&[2, 4, 3]])
+                .typed(0, DType::Bool)
+                .viewed(0, steps),
+        );
+    }
+    for i64s in [true, false] {
+        let ins = vec![v.f32(&[2, 7, 3]), v.ids(&[2, 4, 3], 7, i64s)];
+        let label = format!("gather f32 by {}", if i64s { "i64" } else { "i32" });
+        out.push(case(&label, Shape::Gather { axis: 1 }, ins, &[&[2, 4, 3]]));
+    }
+}
+
+/// ATen's `index` and `index_put` on axis 0 (Swin's relative position bias and its
+/// gradient): rows of more than one axis, ids of both widths, repeated ids set and
+/// accumulated.
+fn index_cases(v: &mut Values, out: &mut Vec<Case>) {
+    use sgc_exec::kernel::Embedding as E;
+    for i64s in [true, false] {
+        let ins = vec![v.f32(&[7, 3, 5]), v.ids(&[4, 6], 7, i64s)];
+        out.push(case("index", E::IndexRows, ins, &[&[4, 6, 3, 5]]));
+        for accumulate in [false, true] {
+            let ins = vec![
+                v.f32(&[7, 3, 5]),
+                v.ids(&[4, 6], 7, i64s),
+                v.f32(&[4, 6, 3, 5]),
+            ];
+            let k = E::IndexPutRows { accumulate };
+            let label = format!("index_put accumulate={accumulate}");
+            out.push(case(&label, k, ins, &[&[7, 3, 5]]));
+        }
+    }
+    // Swin's bias table gradient: the values a permuted view, `[heads, 7, 7]` read as
+    // `[49, heads]`.
+    let ins = vec![v.f32(&[13, 6]), v.ids(&[49], 13, true), v.f32(&[6, 7, 7])];
+    let k = E::IndexPutRows { accumulate: true };
+    let steps = vec![
+        ViewStep::Permute(vec![1, 2, 0]),
+        ViewStep::Reshape(vec![49, 6]),
+    ];
+    out.push(case("index_put of a view", k, ins, &[&[13, 6]]).viewed(2, steps));
 }
 
 /// Grouped-query attention: six query heads over two key/value heads (groups of three),

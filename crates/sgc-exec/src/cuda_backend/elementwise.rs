@@ -162,21 +162,107 @@ fn cmp_code(op: Cmp) -> i32 {
     }
 }
 
-/// `a op b` of two f32 tensors broadcast to the bool output.
+/// `a op b` broadcast to the bool output: two f32 tensors in f32 (`compare_tensor`), any
+/// other pair as the CPU reference compares them (`compare_numbers`: two integers exactly,
+/// an integer and a float in f64).
 fn compare_tensor(d: &Device, op: Cmp, io: Io) -> R {
     let ys = io.ops_out[0].shape.as_slice();
     let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
     let len: usize = ys.iter().product();
-    let args = [
-        Arg::Ptr(io.ins[0]),
-        Arg::Ptr(io.ins[1]),
+    let floats = io.ops_in.iter().all(|o| o.dtype == DType::F32);
+    let mut args = Vec::with_capacity(9);
+    for i in 0..2 {
+        args.push(Arg::Ptr(io.ins[i]));
+        if !floats {
+            args.push(Arg::I32(dtype_code(io.ops_in[i].dtype)?));
+        }
+    }
+    args.extend([
         Arg::Ptr(io.outs[0]),
         Arg::I32(cmp_code(op)),
         n(len),
         Arg::Dims(side(0)?),
         Arg::Dims(side(1)?),
+    ]);
+    let name = if floats {
+        "compare_tensor"
+    } else {
+        "compare_numbers"
+    };
+    d.launch(name, Grid::Elements(len), &args)
+}
+
+/// `x op other` of an integer tensor (i64, i32, bool, u8): exactly when `other` is a whole
+/// number within i64, else in f64, as the CPU reference.
+fn compare_int_scalar(d: &Device, op: Cmp, other: f64, io: Io) -> R {
+    let whole = other.fract() == 0.0 && other.abs() < 9.0e18;
+    let len = io.ops_in[0].numel();
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::I32(dtype_code(io.ops_in[0].dtype)?),
+        Arg::Ptr(io.outs[0]),
+        Arg::I32(cmp_code(op)),
+        Arg::I32(whole as i32),
+        Arg::I64(if whole { other as i64 } else { 0 }),
+        Arg::F64(other),
+        n(len),
     ];
-    d.launch("compare_tensor", Grid::Elements(len), &args)
+    d.launch("compare_scalar_int", Grid::Elements(len), &args)
+}
+
+/// `a op b` of integer tensors broadcast to the integer output, wrapping (`int_binary`).
+fn int_binary(d: &Device, op: BinOp, io: Io) -> R {
+    let ys = io.ops_out[0].shape.as_slice();
+    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
+    let code = match op {
+        BinOp::Add => 0,
+        BinOp::Sub => 1,
+        BinOp::Mul => 2,
+        BinOp::Div => {
+            return Err(KernelError::Operands(
+                "true division of integer tensors".into(),
+            ))
+        }
+    };
+    let len: usize = ys.iter().product();
+    let args = [
+        Arg::Ptr(io.ins[0]),
+        Arg::I32(dtype_code(io.ops_in[0].dtype)?),
+        Arg::Ptr(io.ins[1]),
+        Arg::I32(dtype_code(io.ops_in[1].dtype)?),
+        Arg::Ptr(io.outs[0]),
+        Arg::I32(dtype_code(io.ops_out[0].dtype)?),
+        Arg::I32(code),
+        n(len),
+        Arg::Dims(side(0)?),
+        Arg::Dims(side(1)?),
+    ];
+    d.launch("int_binary", Grid::Elements(len), &args)
+}
+
+/// The kernels' code of a numeric dtype (`cast`, `int_at`): f32 0, i64 1, i32 2, bool 3,
+/// u8 4 (f16 and bf16 arrive widened to f32, `widen.rs`).
+fn dtype_code(d: DType) -> Result<i32, KernelError> {
+    match d {
+        DType::F32 => Ok(0),
+        DType::I64 => Ok(1),
+        DType::I32 => Ok(2),
+        DType::Bool => Ok(3),
+        DType::U8 => Ok(4),
+        d => Err(KernelError::Operands(format!("{} numbers", d.as_str()))),
+    }
+}
+
+/// Whether `k` is integer arithmetic: an `add`, `mul` or broadcast binary op of integers.
+fn integer_arithmetic(k: &Elementwise, io: &Io) -> Option<BinOp> {
+    let op = match k {
+        Elementwise::Add => BinOp::Add,
+        Elementwise::Mul => BinOp::Mul,
+        Elementwise::Broadcast { op } => *op,
+        _ => return None,
+    };
+    let floats = io.ops_in.iter().chain(io.ops_out).any(|o| o.dtype == DType::F32);
+    (!floats).then_some(op)
 }
 
 /// `where(cond, a, b)`, each broadcast to the output.
@@ -231,6 +317,9 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
     let shape = || io.ops_in[0].shape.as_slice();
     let numel = || io.ops_in[0].numel();
     let (x, y) = (|| io.ins[0], || io.outs[0]);
+    if let Some(op) = integer_arithmetic(k, &io) {
+        return int_binary(d, op, io);
+    }
     match k {
         E::BiasAdd { axis } => bias_add(d, io.ins[0], io.ins[1], io.outs[0], shape(), *axis),
         E::BiasAddGrad { axis } => bias_add_grad(d, io.ins[0], io.outs[0], shape(), *axis),
@@ -294,6 +383,9 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             let args = with_ptrs(&[io.ins[0], io.ins[1], y()], [lo, hi, n(numel())]);
             d.launch("hardtanh_backward", Grid::Elements(numel()), &args)
         }
+        E::CompareScalar { op, other } if io.ops_in[0].dtype != DType::F32 => {
+            compare_int_scalar(d, *op, *other, io)
+        }
         E::CompareScalar { op, other } => {
             let args = [
                 Arg::Ptr(x()),
@@ -307,15 +399,7 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         E::CompareTensor { op } => compare_tensor(d, *op, io),
         // f16 and bf16 operands arrive as f32 (`widen.rs`): the operands' own dtypes.
         E::Cast { .. } => {
-            let code = |d: DType| match d {
-                DType::F32 => Ok(0),
-                DType::I64 => Ok(1),
-                DType::I32 => Ok(2),
-                DType::Bool => Ok(3),
-                DType::U8 => Ok(4),
-                d => Err(KernelError::Operands(format!("a cast of {}", d.as_str()))),
-            };
-            let (from, to) = (code(io.ops_in[0].dtype)?, code(io.ops_out[0].dtype)?);
+            let (from, to) = (dtype_code(io.ops_in[0].dtype)?, dtype_code(io.ops_out[0].dtype)?);
             let args = [Arg::Ptr(x()), Arg::I32(from), Arg::Ptr(y()), Arg::I32(to), n(numel())];
             d.launch("cast", Grid::Elements(numel()), &args)
         }

@@ -48,12 +48,14 @@ pub fn holds(dtype: sgc_ir::DType) -> bool {
     crate::backend::BASE_DTYPES.contains(&dtype) || matches!(dtype, DType::F16 | DType::Bf16)
 }
 
-/// Whether the CUDA kernels run `kernel` on inputs of `dtypes`: integer data only where
-/// they always did (i64 byte copies, reshapes, broadcasts, slices and gathers of i64 data,
-/// an i64 counter); the integer arithmetic, comparisons, bool broadcasts and integer
-/// transposes of the CPU backend are not theirs. Its `runs_dtypes`, compiled into every
-/// build like [`runs`].
+/// Whether the CUDA kernels run `kernel` on inputs of `dtypes`, as the CPU backend does:
+/// data movement (copies, reshapes, broadcasts, slices, selects, permutations) of every
+/// dtype, gathers of f32 or i64 data, integer `add`/`sub`/`mul` (wrapping), comparisons of
+/// any two numbers, casts; every other kernel reads float data only. Its `runs_dtypes`,
+/// compiled into every build like [`runs`].
 pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
+    use crate::kernel::Elementwise as E;
+    use crate::ops::elementwise::BinOp;
     use crate::ops::Slot;
     use sgc_ir::DType;
     let family = kernel.family();
@@ -61,23 +63,26 @@ pub fn runs_dtypes(kernel: &Kernel, dtypes: &[sgc_ir::DType]) -> bool {
         .iter()
         .enumerate()
         .any(|(i, &d)| family.input(i) == Slot::Data && !crate::shapes::is_float(d));
+    let integer = |d: &DType| matches!(d, DType::I64 | DType::I32 | DType::Bool | DType::U8);
     match kernel.op() {
         FamilyKernel::Shape(
             Shape::CopyInto
             | Shape::Reshape
             | Shape::Expand
             | Shape::Slice { .. }
-            | Shape::Select { .. },
-        ) => dtypes
-            .iter()
-            .all(|&d| matches!(d, DType::F32 | DType::I64 | DType::F16 | DType::Bf16)),
-        FamilyKernel::Shape(Shape::Gather { .. }) => dtypes.iter().all(|&d| d == DType::I64),
-        FamilyKernel::Elementwise(crate::kernel::Elementwise::AddScalar { .. }) => true,
-        // The CUDA comparisons read f32 operands (the CPU backend's also integers).
+            | Shape::Select { .. }
+            | Shape::Transpose { .. },
+        ) => dtypes.iter().all(|&d| holds(d)),
+        FamilyKernel::Shape(Shape::Gather { .. }) => {
+            matches!(dtypes.first(), Some(DType::F32 | DType::I64))
+        }
         FamilyKernel::Elementwise(
-            crate::kernel::Elementwise::CompareScalar { .. }
-            | crate::kernel::Elementwise::CompareTensor { .. },
-        ) => dtypes.iter().all(|&d| d == DType::F32),
+            E::AddScalar { .. } | E::CompareScalar { .. } | E::CompareTensor { .. },
+        ) => true,
+        FamilyKernel::Elementwise(E::Add | E::Mul) if int_data => dtypes.iter().all(integer),
+        FamilyKernel::Elementwise(E::Broadcast { op }) if int_data => {
+            *op != BinOp::Div && dtypes.iter().all(integer)
+        }
         _ => !int_data,
     }
 }

@@ -33,6 +33,54 @@ pub(crate) fn strided(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strid
     d.launch("transpose", Grid::Elements(len), &args)
 }
 
+/// [`strided`] over single bytes (bool and u8 elements: `transpose_bytes`).
+fn strided_bytes(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &[usize]) -> R {
+    let len: usize = out_shape.iter().product();
+    let args = [
+        Arg::Ptr(x),
+        Arg::Ptr(y),
+        n(len),
+        Arg::Dims(dims(out_shape, src_strides)?),
+    ];
+    d.launch("transpose_bytes", Grid::Elements(len), &args)
+}
+
+/// A permutation, broadcast, slice or select of a bool or u8 tensor, as one strided read
+/// of single bytes; `None` for any other kernel or dtype.
+fn byte_move(k: &Shape, d: &Device, io: Io) -> Option<R> {
+    if !matches!(io.ops_in[0].dtype, DType::Bool | DType::U8) {
+        return None;
+    }
+    let (x, y) = (io.ops_in[0].shape.as_slice(), io.ops_out[0].shape.as_slice());
+    let strides = strides_of(x);
+    // (output shape, source strides, first source element).
+    let (to, src, first) = match k {
+        Shape::Expand => (y.to_vec(), broadcast_strides(x, y), 0),
+        Shape::Transpose { perm } if perm.len() == x.len() => (
+            perm.iter().map(|&p| x[p]).collect(),
+            perm.iter().map(|&p| strides[p]).collect(),
+            0,
+        ),
+        Shape::Slice {
+            axis, start, step, ..
+        } => {
+            let mut src = strides.clone();
+            src[*axis] *= step;
+            let mut to = x.to_vec();
+            to[*axis] = y[*axis];
+            (to, src, start * strides[*axis])
+        }
+        Shape::Select { axis, index } => {
+            let mut to = x.to_vec();
+            to[*axis] = 1;
+            (to, strides.clone(), index * strides[*axis])
+        }
+        _ => return None,
+    };
+    let at = offset(io.ins[0], first, 1);
+    Some(strided_bytes(d, at, io.outs[0], &to, &src))
+}
+
 /// `transpose`: `y.shape[i] = x.shape[perm[i]]`.
 pub(crate) fn transpose(d: &Device, x: u64, y: u64, shape: &[usize], perm: &[usize]) -> R {
     if perm.len() != shape.len() {
@@ -64,20 +112,27 @@ pub(crate) fn materialize(
     let Some(view) = &op.view else {
         return Ok(base);
     };
-    let (words, wide);
+    // Elements moved as 4-byte words (an i64 as two, on an extra trailing axis) or as
+    // single bytes (`unit`: the bytes of one moved element).
+    let (words, unit, wide);
     let view = match op.dtype {
-        DType::F32 => {
-            words = 1;
+        DType::F32 | DType::I32 => {
+            (words, unit) = (1, 4);
             &**view
         }
         DType::I64 => {
-            (words, wide) = (2, view.widened(2));
+            (words, unit, wide) = (2, 4, view.widened(2));
             &wide
         }
-        _ => {
-            return Err(KernelError::Operands(
-                "views of tensors other than f32 and i64 are not supported".into(),
-            ))
+        DType::Bool | DType::U8 => {
+            (words, unit) = (1, 1);
+            &**view
+        }
+        d => {
+            return Err(KernelError::Operands(format!(
+                "views of {} tensors are not supported",
+                d.as_str()
+            )))
         }
     };
     let (mut at, mut shape, mut k) = (base, view.base.clone(), 0);
@@ -107,13 +162,17 @@ pub(crate) fn materialize(
                 ..
             } => {
                 let mut strides = strides_of(&shape);
-                at = offset(at, start * strides[*axis], 4);
+                at = offset(at, start * strides[*axis], unit);
                 strides[*axis] *= by;
                 (step.sliced(&shape), strides)
             }
         };
-        let y = d.staging(view_slot(i, k), 4 * to.iter().product::<usize>())?;
-        strided(d, at, y, &to, &src)?;
+        let y = d.staging(view_slot(i, k), unit * to.iter().product::<usize>())?;
+        if unit == 1 {
+            strided_bytes(d, at, y, &to, &src)?;
+        } else {
+            strided(d, at, y, &to, &src)?;
+        }
         (at, shape, k) = (y, to, 1 - k);
     }
     // Read as the operand's shape: the same elements, in the same order (every step but a
@@ -261,8 +320,11 @@ fn bytes(o: &Operand) -> usize {
 pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
     let x = io.ops_in[0].shape.as_slice();
     let y = || io.ops_out[0].shape.as_slice();
+    if let Some(r) = byte_move(k, d, io) {
+        return r;
+    }
     match k {
-        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. }
+        Shape::Expand | Shape::Slice { .. } | Shape::Select { .. } | Shape::Transpose { .. }
             if io.ops_in[0].dtype == DType::I64 =>
         {
             // Pairs of f32 words: the f32 copies move the bits.
@@ -276,6 +338,10 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
                     step,
                 } => slice(d, (a, b), &xw, *axis, (*start, *end, *step)),
                 Shape::Select { axis, index } => slice(d, (a, b), &xw, *axis, (*index, index + 1, 1)),
+                Shape::Transpose { perm } => {
+                    let perm: Vec<usize> = perm.iter().copied().chain([x.len()]).collect();
+                    transpose(d, a, b, &xw, &perm)
+                }
                 _ => expand(d, a, b, &xw, &wide(y())),
             }
         }

@@ -67,12 +67,14 @@ pub enum ParamKind {
     I32,
     /// `float`.
     F32,
+    /// `double`.
+    F64,
     /// The `Dims` struct of the prelude, by value.
     Dims,
 }
 
 use std::sync::OnceLock;
-use ParamKind::{Dims, Ptr, F32, I32, I64};
+use ParamKind::{Dims, Ptr, F32, F64, I32, I64};
 
 /// Every kernel of [`program`] with its parameters, in declaration order, read from the
 /// sources' `extern "C" __global__` declarations: a kernel's signature is written once,
@@ -107,6 +109,7 @@ pub fn param_kind(decl: &str) -> Option<ParamKind> {
         Some("i64" | "long long") => Some(I64),
         Some("int") => Some(I32),
         Some("float") => Some(F32),
+        Some("double") => Some(F64),
         Some("Dims") => Some(Dims),
         _ => None,
     }

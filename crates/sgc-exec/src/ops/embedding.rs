@@ -8,8 +8,8 @@ use crate::operand::Operand;
 use sgc_ir::ops::OpKind;
 
 kinds! {
-    cuda: Embedding EmbeddingGrad AtenEmbedding AtenEmbeddingBackward;
-    cpu: AtenIndex AtenIndexPut;
+    cuda: Embedding EmbeddingGrad AtenEmbedding AtenEmbeddingBackward AtenIndex AtenIndexPut;
+    cpu: ;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -168,6 +168,7 @@ union Value {
     i: i64,
     i32: i32,
     f: f32,
+    d: f64,
     dims: super::DimsArg,
 }
 
@@ -238,6 +239,7 @@ impl Engine for Emu {
                 Arg::I64(i) => Value { i },
                 Arg::I32(i32) => Value { i32 },
                 Arg::F32(f) => Value { f },
+                Arg::F64(d) => Value { d },
                 Arg::Dims(dims) => Value { dims },
             })
             .collect();

@@ -188,6 +188,7 @@ impl Engine for Gpu {
                 Arg::I64(v) => b.arg(v),
                 Arg::I32(v) => b.arg(v),
                 Arg::F32(v) => b.arg(v),
+                Arg::F64(v) => b.arg(v),
                 Arg::Dims(v) => b.arg(v),
             };
         }

@@ -42,6 +42,7 @@ pub(crate) enum Arg {
     I64(i64),
     I32(i32),
     F32(f32),
+    F64(f64),
     Dims(DimsArg),
 }
 
@@ -61,6 +62,7 @@ impl Arg {
             Arg::I64(_) => ParamKind::I64,
             Arg::I32(_) => ParamKind::I32,
             Arg::F32(_) => ParamKind::F32,
+            Arg::F64(_) => ParamKind::F64,
             Arg::Dims(_) => ParamKind::Dims,
         }
     }

@@ -277,6 +277,88 @@ extern "C" __global__ void compare_tensor(const float* a, const float* b, unsign
     }
 }
 
+// Numbers of any dtype the cast codes name (0 f32, 1 i64, 2 i32, 3 bool, 4 u8): element i
+// of x as an integer, or as a double (exact for every f32 and every integer below 2^53).
+__device__ long long int_at(const void* x, int code, i64 i) {
+    switch (code) {
+        case 1: return ((const long long*)x)[i];
+        case 2: return ((const int*)x)[i];
+        case 0: return (long long)((const float*)x)[i];
+        default: return ((const unsigned char*)x)[i];
+    }
+}
+
+__device__ double number_at(const void* x, int code, i64 i) {
+    return code == 0 ? (double)((const float*)x)[i] : (double)int_at(x, code, i);
+}
+
+__device__ bool holds_int(int op, long long u, long long v) {
+    switch (op) {
+        case 0: return u == v;
+        case 1: return u != v;
+        case 2: return u < v;
+        case 3: return u <= v;
+        case 4: return u > v;
+        default: return u >= v;
+    }
+}
+
+__device__ bool holds_double(int op, double u, double v) {
+    switch (op) {
+        case 0: return u == v;
+        case 1: return u != v;
+        case 2: return u < v;
+        case 3: return u <= v;
+        case 4: return u > v;
+        default: return u >= v;
+    }
+}
+
+// The bool tensor x op other for an integer x (code 1..4): exactly when `other` is a whole
+// number within i64 (`is_int`, its value `whole`), else in double, as the CPU reference.
+extern "C" __global__ void compare_scalar_int(const void* x, int code, unsigned char* y, int op,
+                                              int is_int, long long whole, double other, i64 n) {
+    GRID_STRIDE(i, n) {
+        bool h = is_int ? holds_int(op, int_at(x, code, i), whole)
+                        : holds_double(op, (double)int_at(x, code, i), other);
+        y[i] = h ? 1 : 0;
+    }
+}
+
+// The bool tensor a op b of any two numeric dtypes, each read through its broadcast
+// strides: two integers compare exactly, anything else in double (two f32 compare as f32
+// would: widening is exact).
+extern "C" __global__ void compare_numbers(const void* a, int ca, const void* b, int cb,
+                                           unsigned char* y, int op, i64 n, Dims da, Dims db) {
+    GRID_STRIDE(e, n) {
+        i64 i = strided_offset(e, da), j = strided_offset(e, db);
+        bool h = (ca != 0 && cb != 0) ? holds_int(op, int_at(a, ca, i), int_at(b, cb, j))
+                                       : holds_double(op, number_at(a, ca, i), number_at(b, cb, j));
+        y[e] = h ? 1 : 0;
+    }
+}
+
+// a op b (0 add, 1 sub, 2 mul) of two integer tensors (codes 1..4) broadcast to y (code
+// 1..4), in i64 with wrapping, then narrowed by wrapping (bool: != 0), as ATen's integer
+// arithmetic.
+extern "C" __global__ void int_binary(const void* a, int ca, const void* b, int cb, void* y, int cy,
+                                      int op, i64 n, Dims da, Dims db) {
+    GRID_STRIDE(e, n) {
+        unsigned long long u = (unsigned long long)int_at(a, ca, strided_offset(e, da));
+        unsigned long long v = (unsigned long long)int_at(b, cb, strided_offset(e, db));
+        long long r = (long long)(op == 0 ? u + v : op == 1 ? u - v : u * v);
+        if (cy == 1) {
+            ((long long*)y)[e] = r;
+        } else if (cy == 2) {
+            ((int*)y)[e] = (int)r;
+        } else if (cy == 3) {
+            ((unsigned char*)y)[e] = r != 0;
+        } else {
+            ((unsigned char*)y)[e] = (unsigned char)r;
+        }
+    }
+}
+
 // Half precision (cuda_backend/widen.rs): f16 or bf16 bits <-> f32, computed with integer
 // operations so that the device and the emulated device agree bit for bit, and with the
 // CPU backend's `half` crate (NaNs come back quiet, payload kept). Widening is exact;

@@ -31,3 +31,21 @@ extern "C" __global__ void embedding_grad(const void* ids, int idx64, const floa
         }
     }
 }
+
+// y[ids[r]] = values[r] (accumulate: y[ids[r]] += values[r]) over y [V, D], already a copy of
+// x: one thread per column j takes the rows in order, so repeated ids end as on the CPU.
+extern "C" __global__ void index_put_rows(const void* ids, int idx64, const float* values,
+                                          float* y, i64 rows, i64 v, i64 d, int accumulate,
+                                          int* err) {
+    GRID_STRIDE(j, d) {
+        for (i64 r = 0; r < rows; r++) {
+            i64 id = load_index(ids, idx64, r);
+            if (id < 0 || id >= v) {
+                *err = 1;
+                continue;
+            }
+            float src = values[r * d + j];
+            y[id * d + j] = accumulate ? y[id * d + j] + src : src;
+        }
+    }
+}

@@ -79,3 +79,10 @@ extern "C" __global__ void shifted(const float* x, float* y, float value, int wr
         y[e] = inside ? x[src] : value;
     }
 }
+
+// `transpose` over single bytes (bool and u8 tensors): y at output index (i_0..i_r) = x at
+// sum_k i_k * src_strides[k].
+extern "C" __global__ void transpose_bytes(const unsigned char* x, unsigned char* y, i64 n,
+                                           Dims dims) {
+    GRID_STRIDE(e, n) { y[e] = x[strided_offset(e, dims)]; }
+}
