@@ -42,6 +42,7 @@ pub mod runner;
 pub mod shapes;
 pub mod timing;
 mod view;
+mod widening;
 mod window;
 
 pub use backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};

@@ -8,7 +8,7 @@ mod common;
 
 use common::device::{self, every_device, Device};
 use sgc_exec::coverage::{gaps, Target};
-use sgc_exec::{CpuBackend, Executor, HostData, HostTensor};
+use sgc_exec::{Executor, HostData, HostTensor};
 use sgc_ir::DType;
 
 fn main() {
@@ -16,17 +16,12 @@ fn main() {
         half_precision_kernels_compute_in_f32_and_round_once,
         a_bf16_parameter_is_updated_in_place,
         casts_to_half_precision_round_as_the_half_crate_does,
+        integer_comparisons_and_arithmetic,
     );
-    tests.extend(device::plain(&[
-        (
-            "both_backends_cover_half_precision",
-            both_backends_cover_half_precision,
-        ),
-        (
-            "integer_comparisons_and_arithmetic",
-            integer_comparisons_and_arithmetic,
-        ),
-    ]));
+    tests.extend(device::plain(&[(
+        "both_backends_cover_half_precision",
+        both_backends_cover_half_precision,
+    )]));
     device::run(tests)
 }
 
@@ -219,8 +214,9 @@ fn both_backends_cover_half_precision() {
 
 /// Integer tensors as operands: comparisons (exact between integers, in f64 against a
 /// fractional number), wrapping `add`/`sub`/`mul` with broadcasting, and `gather` of f32
-/// data by an i64 index (a causal mask from positions, position ids from a mask).
-fn integer_comparisons_and_arithmetic() {
+/// data by an i64 index (a causal mask from positions, position ids from a mask), on
+/// every device; the coverage check says both backends run them.
+fn integer_comparisons_and_arithmetic<D: Device>() {
     let text = r#"{"format": "sgc-graph", "version": 1,
       "tensors": [
         {"name": "p", "dtype": "i64", "shape": [3], "kind": "input"},
@@ -248,25 +244,11 @@ fn integer_comparisons_and_arithmetic() {
          "attrs": {"dim": 1}}],
       "outputs": ["le", "ne", "lt", "sub", "mul", "add", "g"]}"#;
     let g = sgc_ir::format::from_str(text).unwrap();
-    assert!(
-        gaps(&g, Target::Cpu).is_empty(),
-        "{:?}",
-        gaps(&g, Target::Cpu)
-    );
-    // CUDA runs none of these on integers, and says so op by op.
-    let cuda = gaps(&g, Target::Cuda);
-    let add = cuda
-        .iter()
-        .find(|gap| gap.op == "add")
-        .expect("add on i64 is a CUDA gap");
-    assert!(
-        add.reason
-            .contains("the cuda backend does not run it on inputs of i64, i64"),
-        "{}",
-        add.reason
-    );
-    assert_eq!(cuda.len(), 7, "{cuda:?}");
-    let mut ex = common::unplanned(&g, CpuBackend::new()).unwrap();
+    for target in [Target::Cpu, Target::Cuda] {
+        let missing = gaps(&g, target);
+        assert!(missing.is_empty(), "{target:?}: {missing:?}");
+    }
+    let mut ex = common::unplanned(&g, D::open()).unwrap();
     let big = i64::MAX - 1;
     ex.bind("p", &HostTensor::i64(vec![3], vec![0, 1, big]))
         .unwrap();

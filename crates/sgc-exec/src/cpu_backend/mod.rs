@@ -26,7 +26,7 @@ mod reduce;
 mod shape;
 mod widen;
 
-pub(crate) use widen::is_half;
+pub(crate) use crate::widening::is_half;
 
 use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
@@ -208,7 +208,7 @@ impl Backend for CpuBackend {
         true
     }
 
-    /// Also f16 and bf16: widened to f32 around each kernel ([`Self::run_widened`]).
+    /// Also f16 and bf16: widened to f32 around each kernel ([`crate::widening`]).
     fn holds(&self, dtype: DType) -> bool {
         crate::backend::BASE_DTYPES.contains(&dtype) || is_half(dtype)
     }
@@ -259,7 +259,7 @@ impl Backend for CpuBackend {
         inputs: &[Operand],
         outputs: &[Operand],
     ) -> Result<(), ExecError> {
-        if self.run_widened(kernel, inputs, outputs)?
+        if crate::widening::run_widened(self, kernel, inputs, outputs)?
             || self.launch_bytes(kernel, inputs, outputs)?
         {
             return Ok(());

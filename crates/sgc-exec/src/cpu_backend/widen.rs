@@ -1,31 +1,14 @@
-//! f16 and bf16 on the CPU backend: every kernel computes in f32, as PyTorch's CPU kernels
-//! compute half-precision tensors in their `opmath` type (float) and round once at the end.
-//!
-//! An op with a half-precision operand runs on f32 copies. Each such operand, its whole
-//! stored tensor (so a view keeps its steps, element for element), is widened exactly into
-//! a scratch buffer; the kernel runs on the scratch operands through the ordinary path; each
-//! operand it wrote is rounded back to its dtype, to nearest with ties to even. An input
-//! that is exactly an output (an in-place pair, or the parameter `sgd_update` writes) shares
-//! one scratch buffer, so it is updated in place as on f32. The scratch buffers are freed
-//! before the launch returns and are not counted in [`crate::backend::AllocStats`]: they
-//! are this backend's way of computing, not memory of the plan.
-//!
-//! So a kernel is written once, over f32, and runs for f32, f16 and bf16 alike; mixed
-//! operands (a bf16 product added to an f32 bias, as autocast traces) promote as ATen's
-//! type promotion does, since the f32 result of exactly widened operands is what ATen
-//! computes for an f32 output.
+//! f16 and bf16 on the CPU backend: the [`Widening`] hooks (`crate::widening` holds the
+//! method), with the `half` crate's conversions: widening is exact, narrowing rounds to
+//! nearest with ties to even.
 
 use super::{decode_f32, CpuBackend};
 use crate::backend::{Backend, BufferId, Operand};
 use crate::error::ExecError;
 use crate::kernel::Kernel;
+use crate::widening::Widening;
 use half::{bf16, f16};
 use sgc_ir::DType;
-
-/// Whether `d` is a half-precision float (f16 or bf16).
-pub(crate) fn is_half(d: DType) -> bool {
-    matches!(d, DType::F16 | DType::Bf16)
-}
 
 /// The f32 values of the little-endian `bytes` of `dtype` (f16 or bf16), widened exactly.
 pub(crate) fn widen(bytes: &[u8], dtype: DType) -> Vec<f32> {
@@ -51,70 +34,17 @@ pub(crate) fn narrow(values: &[f32], dtype: DType) -> Vec<u8> {
     }
 }
 
-impl CpuBackend {
-    /// Runs `kernel` on f32 copies of its half-precision operands (see the module docs);
-    /// `false` when it has none, for the caller to run it as it is.
-    pub(super) fn run_widened(
-        &mut self,
-        kernel: &Kernel,
-        inputs: &[Operand],
-        outputs: &[Operand],
-    ) -> Result<bool, ExecError> {
-        if !inputs.iter().chain(outputs).any(|o| is_half(o.dtype)) {
-            return Ok(false);
-        }
-        let mark = self.buffers.len();
-        let done = self.widened(kernel, inputs, outputs);
-        self.buffers.truncate(mark);
-        done.map(|()| true)
+impl Widening for CpuBackend {
+    fn scratch_mark(&self) -> usize {
+        self.buffers.len()
     }
 
-    fn widened(
-        &mut self,
-        kernel: &Kernel,
-        inputs: &[Operand],
-        outputs: &[Operand],
-    ) -> Result<(), ExecError> {
-        let mut scratch: Vec<(Operand, Operand)> = Vec::new();
-        let ins = inputs
-            .iter()
-            .map(|o| self.scratch_of(o, &mut scratch))
-            .collect::<Result<Vec<_>, _>>()?;
-        let outs = outputs
-            .iter()
-            .map(|o| self.scratch_of(o, &mut scratch))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run_kernel(kernel, &ins, &outs)?;
-        let written = if kernel.writes_first_input() {
-            &inputs[..1]
-        } else {
-            outputs
-        };
-        for o in written.iter().filter(|o| is_half(o.dtype)) {
-            let wide = scratch
-                .iter()
-                .find(|(k, _)| k == o)
-                .map(|(_, w)| w.clone())
-                .ok_or_else(|| ExecError::backend(super::NAME, "a written operand lost"))?;
-            let values = decode_f32(&self.bytes(&wide)?);
-            self.write(o.buffer, o.offset, &narrow(&values, o.dtype))?;
-        }
+    fn release_scratch(&mut self, mark: usize) -> Result<(), ExecError> {
+        self.buffers.truncate(mark);
         Ok(())
     }
 
-    /// `o` itself, or for a half-precision operand its f32 copy in a scratch buffer (one per
-    /// distinct operand).
-    fn scratch_of(
-        &mut self,
-        o: &Operand,
-        scratch: &mut Vec<(Operand, Operand)>,
-    ) -> Result<Operand, ExecError> {
-        if !is_half(o.dtype) {
-            return Ok(o.clone());
-        }
-        if let Some((_, w)) = scratch.iter().find(|(k, _)| k == o) {
-            return Ok(w.clone());
-        }
+    fn widen_copy(&mut self, _: &Kernel, o: &Operand) -> Result<Operand, ExecError> {
         let values = widen(&self.bytes(o)?, o.dtype);
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
@@ -127,14 +57,17 @@ impl CpuBackend {
             )
         };
         self.buffers.push((words, bytes.len() as u64));
-        let wide = Operand {
+        Ok(Operand {
             buffer: BufferId(self.buffers.len() - 1),
             offset: 0,
             dtype: DType::F32,
             ..o.clone()
-        };
-        scratch.push((o.clone(), wide.clone()));
-        Ok(wide)
+        })
+    }
+
+    fn narrow_into(&mut self, _: &Kernel, wide: &Operand, o: &Operand) -> Result<(), ExecError> {
+        let values = decode_f32(&self.bytes(wide)?);
+        self.write(o.buffer, o.offset, &narrow(&values, o.dtype))
     }
 }
 

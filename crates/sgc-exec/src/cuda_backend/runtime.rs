@@ -200,7 +200,7 @@ impl Backend for CudaBackend {
         // device, not a panic. (The executor checked them too.)
         crate::shapes::check(kernel, inputs, outputs)
             .map_err(|error| Self::kernel_err(kernel, error))?;
-        if self.run_widened(kernel, inputs, outputs)? {
+        if crate::widening::run_widened(self, kernel, inputs, outputs)? {
             return Ok(());
         }
         let stored = inputs
