@@ -91,7 +91,7 @@ pub enum GraphError {
         field: String,
         value: String,
     },
-    #[error("op `{op}` (type `{op_type}`) {effect} but is recomputable (its `recomputable` is true or absent, and absent means true): a planner would run it again; set \"recomputable\": false on it")]
+    #[error("op `{op}` (type `{op_type}`) {effect} but is marked recomputable (\"recomputable\": true): a planner would run it again; leave the field out (the op table's default) or set it to false")]
     EffectfulRecomputable {
         op: String,
         op_type: String,

@@ -13,6 +13,7 @@
 use crate::error::{GraphError, LoadError};
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};
 use crate::ids::{DType, Phase, TensorKind};
+use crate::ops::OpKind;
 use serde_json::{Map, Number, Value};
 use std::path::Path;
 
@@ -270,10 +271,13 @@ fn op_def(v: &Value, index: usize) -> Result<OpDef, GraphError> {
         None => Vec::new(),
         Some(v) => inplace_pairs(v, &ctx)?,
     };
-    let recomputable =
-        optional(obj, &ctx, "recomputable", "true or false", Value::as_bool)?.unwrap_or(true);
+    let op = required_string(obj, &ctx, "op")?;
+    // Absent: the op table's answer (an op that writes state or draws random numbers is
+    // not recomputable; a type the table does not know is).
+    let recomputable = optional(obj, &ctx, "recomputable", "true or false", Value::as_bool)?
+        .unwrap_or_else(|| OpKind::parse(&op).is_none_or(|k| k.spec().recomputable()));
     Ok(OpDef {
-        op: required_string(obj, &ctx, "op")?,
+        op,
         inputs: string_list(obj, &ctx, "inputs")?,
         outputs: string_list(obj, &ctx, "outputs")?,
         phase,

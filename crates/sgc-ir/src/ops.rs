@@ -8,8 +8,9 @@
 //!   input (element-wise ops);
 //! - [`Effect`]: whether running it again gives the same result and changes nothing else
 //!   (`Pure`), draws random numbers (`Random`: a recomputation would draw others) or writes
-//!   state (`Writes`: it must run once per step); a graph file that leaves such an op
-//!   `recomputable` is refused on load ([`crate::GraphError::EffectfulRecomputable`]);
+//!   state (`Writes`: it must run once per step); such an op is not recomputable unless a
+//!   graph file says `"recomputable": true`, which is refused on load
+//!   ([`crate::GraphError::EffectfulRecomputable`]);
 //! - [`Init`]: how a parameter it reads is initialised for a run (fan-in, ones, zeros), and
 //!   which integer input indexes which axis of which operand (class ids, token ids);
 //! - [`Flops`]: its cost rule, the flop count from its shapes (the builder's formulas, the
