@@ -312,3 +312,29 @@ fn subcommands_share_their_planning_defaults() {
         Some(lib.pool_size.to_string())
     );
 }
+
+/// A count given as a negative or fractional number, or a zero where at least one is
+/// needed, is one error naming the flag and what it takes (clap's own said "invalid digit
+/// found in string", and "0 is not in 1..18446744073709551615").
+#[test]
+fn counts_out_of_range_say_what_the_flag_takes() {
+    let tiny = zoo("tiny_mlp");
+    for (args, want) in [
+        (
+            vec!["plan", &tiny, "--genetic-iters=-5"],
+            "invalid value '-5' for '--genetic-iters <GENETIC_ITERS>': expected a whole number >= 0, got `-5`",
+        ),
+        (
+            vec!["plan", &tiny, "--thresh-tries", "1.5"],
+            "expected a whole number >= 0, got `1.5`",
+        ),
+        (
+            vec!["run", &tiny, "--warmup", "0"],
+            "invalid value '0' for '--warmup <WARMUP>': expected a whole number >= 1, got `0`",
+        ),
+    ] {
+        let out = sgc(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}

@@ -220,6 +220,16 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
     with pytest.raises(TypeError):
         sgc.plan(TINY, budget=True)
     assert sgc.plan(TINY, budget="1.5GB").to_dict()["options"]["budget"] == 1_500_000_000
+    # Counts: a negative one is a ValueError naming the argument (pyo3's own conversion
+    # raised `OverflowError: can't convert negative int to unsigned`, naming nothing).
+    with pytest.raises(ValueError, match=r"genetic_iters=-5: expected a whole number >= 0"):
+        sgc.plan(TINY, genetic_iters=-5)
+    with pytest.raises(ValueError, match=r"seed=-1: expected a whole number >= 0"):
+        sgc.fit(TINY, memory="1MiB", seed=-1)
+    with pytest.raises(TypeError, match="thresh_tries must be an int, not bool"):
+        sgc.plan(TINY, thresh_tries=True)
+    with pytest.raises(TypeError, match="pool_size must be an int, not str"):
+        sgc.plan(TINY, pool_size="3")
 
 
 def test_inspect_and_fit_are_the_cli_json():

@@ -28,16 +28,16 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES.map(StrategyArg::from))]
     strategy: Vec<StrategyArg>,
     /// sublinear: generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
     genetic_iters: usize,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = defaults::thresh_tries())]
+    #[arg(long, default_value_t = defaults::thresh_tries(), value_parser = super::whole::<usize>)]
     thresh_tries: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed())]
+    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
     seed: u64,
     /// Arena offsets are multiples of this many bytes.
-    #[arg(long, default_value_t = defaults::ALIGN)]
+    #[arg(long, default_value_t = defaults::ALIGN, value_parser = super::whole::<u64>)]
     align: u64,
     /// Arena allocator effort: fast (heuristics only), default or thorough.
     #[arg(long, default_value = "fast")]
@@ -121,7 +121,32 @@ pub fn run(args: Args) -> CliResult {
         }
         print!("{}", table(&file, &report));
     }
-    Ok(())
+    nothing_fits(&report).map_or(Ok(()), |why| Err(format!("{file}: {why}").into()))
+}
+
+/// Why no strategy fits even batch 1, if none does: the persistent bytes alone, or the
+/// per-op lower bound, or every strategy's plans above the limit.
+fn nothing_fits(r: &FitReport) -> Option<String> {
+    if r.strategies.iter().any(|f| f.batch > 0) {
+        return None;
+    }
+    let limit = human_bytes(r.limit);
+    Some(if r.persistent_bytes > r.limit {
+        format!(
+            "no batch fits: the persistent bytes alone ({}, what lives across steps) exceed the limit {limit}; give --memory more than that plus one sample's activations",
+            human_bytes(r.persistent_bytes)
+        )
+    } else if r.lower_bound_batch == 0 {
+        format!(
+            "no batch fits: at batch 1 the per-op lower bound alone is {} (limit {limit}); give --memory at least that",
+            human_bytes(r.lower_bound_next)
+        )
+    } else {
+        format!(
+            "no strategy fits batch 1 within the limit {limit} (the per-op lower bound would allow batch {}; every plan tried needs more, or recomputes more than --max-recompute): give more --memory, a larger --max-recompute, or another --strategy",
+            r.lower_bound_batch
+        )
+    })
 }
 
 /// What the graph planned is: one rank's, with its persistent terms.
@@ -179,12 +204,13 @@ fn table(file: &str, r: &FitReport) -> String {
         human_bytes(r.limit),
         human_bytes(r.persistent_bytes)
     );
+    s += "a batch fits when its arena plus the persistent bytes are within the limit (peak: the memory model's, for reference)";
     s += &match r.max_recompute {
         Some(m) => format!(
-            "a batch fits when its plan also recomputes at most {:.1}% of a step (--max-recompute; none: no limit)\n",
+            " and its plan recomputes at most {:.1}% of a step (--max-recompute; none: no limit)\n",
             100.0 * m
         ),
-        None => "no recompute limit (--max-recompute none): the largest batch whatever it recomputes\n".into(),
+        None => ", whatever its plan recomputes (--max-recompute none)\n".into(),
     };
     s += &format!(
         "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",

@@ -73,7 +73,7 @@ pub struct DeviceProfileArg {
 pub struct DistributionArg {
     /// Ranks the step runs on (with --shard fsdp2: parameters, gradients and optimizer
     /// state are split over them, and every figure is one rank's).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = positive)]
     pub world_size: u64,
     /// How the ranks hold the model: none (every rank all of it: one process, or DDP) or
     /// fsdp2 (fully_shard per block and on the root; see docs/method.md).
@@ -176,6 +176,21 @@ impl From<GoalArg> for sgc::plan::Goal {
 
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A count on the command line (steps, iterations, a seed): a whole number >= 0, with a
+/// message that says so (clap's own for `-5` is "invalid digit found in string").
+pub(crate) fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("expected a whole number >= 0, got `{text}`"))
+}
+
+/// A count that must be at least 1 (a world size, warm-up steps).
+pub(crate) fn positive(text: &str) -> Result<u64, String> {
+    match whole::<u64>(text)? {
+        0 => Err("expected a whole number >= 1, got `0`".into()),
+        v => Ok(v),
+    }
+}
 
 #[derive(Parser)]
 #[command(

@@ -43,16 +43,16 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "lowest-peak")]
     goal: GoalArg,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = defaults::thresh_tries())]
+    #[arg(long, default_value_t = defaults::thresh_tries(), value_parser = super::whole::<usize>)]
     thresh_tries: usize,
     /// sublinear: generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
     genetic_iters: usize,
     /// sublinear: survivors per generation.
-    #[arg(long, default_value_t = defaults::pool_size())]
+    #[arg(long, default_value_t = defaults::pool_size(), value_parser = super::whole::<usize>)]
     pool_size: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed())]
+    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
     seed: u64,
     /// Worker threads for the search (default: all cores); the plan does not depend on it.
     #[arg(long)]

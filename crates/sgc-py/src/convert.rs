@@ -68,6 +68,44 @@ pub fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     )))
 }
 
+/// A count argument (`genetic_iters=20`): an int >= 0. A bool or another type is a
+/// `TypeError`, a negative or too large int a `ValueError`, each naming the argument
+/// (pyo3's own conversion raises `OverflowError: can't convert negative int to unsigned`).
+pub fn count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if obj.cast::<PyBool>().is_ok() || obj.cast::<PyInt>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not {}",
+            type_name(obj)
+        )));
+    }
+    obj.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what}={obj}: expected a whole number >= 0 (at most {})",
+            u64::MAX
+        ))
+    })
+}
+
+/// The count arguments, each by its name (for `#[pyo3(from_py_with = ...)]`).
+pub mod counts {
+    use super::count;
+    use pyo3::prelude::*;
+
+    macro_rules! named_counts {
+        ($($name:ident: $t:ty),*) => {$(
+            pub fn $name(obj: &Bound<'_, PyAny>) -> PyResult<$t> {
+                let n = count(obj, stringify!($name))?;
+                <$t>::try_from(n).map_err(|_| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "{}={n}: too large here", stringify!($name)
+                    ))
+                })
+            }
+        )*};
+    }
+    named_counts!(genetic_iters: usize, thresh_tries: usize, pool_size: usize, seed: u64, steps: usize);
+}
+
 /// An optional size.
 pub fn opt_size(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u64>> {
     obj.filter(|o| !o.is_none())

@@ -56,7 +56,7 @@ pub fn execute<'py>(
     graph: &Bound<'py, PyAny>,
     values: &Bound<'py, PyDict>,
     plan: Option<&Bound<'py, PyAny>>,
-    steps: usize,
+    #[pyo3(from_py_with = crate::convert::counts::steps)] steps: usize,
     seed: Option<u64>,
     read: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
