@@ -78,12 +78,8 @@ pub fn count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
             type_name(obj)
         )));
     }
-    obj.extract::<u64>().map_err(|_| {
-        PyValueError::new_err(format!(
-            "{what}={obj}: expected a whole number >= 0 (at most {})",
-            u64::MAX
-        ))
-    })
+    obj.extract::<u64>()
+        .map_err(|_| PyValueError::new_err(format!("{what}={obj}: expected a whole number >= 0")))
 }
 
 /// The count arguments, each by its name (for `#[pyo3(from_py_with = ...)]`).

@@ -127,22 +127,26 @@ fn code(u: Unary) -> i32 {
     Unary::ALL.iter().position(|&v| v == u).unwrap_or(0) as i32
 }
 
-/// `a op b`, both broadcast to `y [ys]`.
-fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
-    let ys = io.ops_out[0].shape.as_slice();
-    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
-    let code = match op {
+/// The kernels' code of a binary op (`broadcast_binary`, `int_binary`).
+fn binop_code(op: BinOp) -> i32 {
+    match op {
         BinOp::Add => 0,
         BinOp::Sub => 1,
         BinOp::Mul => 2,
         BinOp::Div => 3,
-    };
+    }
+}
+
+/// `a op b`, both broadcast to `y [ys]`.
+fn broadcast(d: &Device, op: BinOp, io: Io) -> R {
+    let ys = io.ops_out[0].shape.as_slice();
+    let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
     let len: usize = ys.iter().product();
     let args = [
         Arg::Ptr(io.ins[0]),
         Arg::Ptr(io.ins[1]),
         Arg::Ptr(io.outs[0]),
-        Arg::I32(code),
+        Arg::I32(binop_code(op)),
         n(len),
         Arg::Dims(side(0)?),
         Arg::Dims(side(1)?),
@@ -214,16 +218,11 @@ fn compare_int_scalar(d: &Device, op: Cmp, other: f64, io: Io) -> R {
 fn int_binary(d: &Device, op: BinOp, io: Io) -> R {
     let ys = io.ops_out[0].shape.as_slice();
     let side = |i: usize| dims(ys, &broadcast_strides(&io.ops_in[i].shape, ys));
-    let code = match op {
-        BinOp::Add => 0,
-        BinOp::Sub => 1,
-        BinOp::Mul => 2,
-        BinOp::Div => {
-            return Err(KernelError::Operands(
-                "true division of integer tensors".into(),
-            ))
-        }
-    };
+    if op == BinOp::Div {
+        return Err(KernelError::Operands(
+            "true division of integer tensors".into(),
+        ));
+    }
     let len: usize = ys.iter().product();
     let args = [
         Arg::Ptr(io.ins[0]),
@@ -232,7 +231,7 @@ fn int_binary(d: &Device, op: BinOp, io: Io) -> R {
         Arg::I32(dtype_code(io.ops_in[1].dtype)?),
         Arg::Ptr(io.outs[0]),
         Arg::I32(dtype_code(io.ops_out[0].dtype)?),
-        Arg::I32(code),
+        Arg::I32(binop_code(op)),
         n(len),
         Arg::Dims(side(0)?),
         Arg::Dims(side(1)?),

@@ -44,8 +44,7 @@ use crate::kernel::{FamilyKernel, Kernel, Shape};
 /// ([`crate::backend::BASE_DTYPES`]), and f16 and bf16 (computed in f32, `widen.rs`). Its
 /// `holds`, compiled into every build like [`runs`].
 pub fn holds(dtype: sgc_ir::DType) -> bool {
-    use sgc_ir::DType;
-    crate::backend::BASE_DTYPES.contains(&dtype) || matches!(dtype, DType::F16 | DType::Bf16)
+    crate::backend::BASE_DTYPES.contains(&dtype) || crate::widening::is_half(dtype)
 }
 
 /// Whether the CUDA kernels run `kernel` on inputs of `dtypes`, as the CPU backend does:

@@ -21,20 +21,20 @@ pub(crate) fn reshape(d: &Device, x: u64, y: u64, len: usize) -> R {
 }
 
 /// `y [out_shape]` at each index = `x` at `sum(index * src_strides)` (the `transpose`
-/// kernel: a permutation, a broadcast, a slice).
+/// kernel: a permutation, a broadcast, a slice), over 4-byte words.
 pub(crate) fn strided(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &[usize]) -> R {
-    let len: usize = out_shape.iter().product();
-    let args = [
-        Arg::Ptr(x),
-        Arg::Ptr(y),
-        n(len),
-        Arg::Dims(dims(out_shape, src_strides)?),
-    ];
-    d.launch("transpose", Grid::Elements(len), &args)
+    strided_of(d, 4, (x, y), out_shape, src_strides)
 }
 
-/// [`strided`] over single bytes (bool and u8 elements: `transpose_bytes`).
-fn strided_bytes(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &[usize]) -> R {
+/// [`strided`] over elements of `unit` bytes: 4 (`transpose`) or 1 (bool and u8 elements,
+/// `transpose_bytes`).
+fn strided_of(
+    d: &Device,
+    unit: usize,
+    (x, y): (u64, u64),
+    out_shape: &[usize],
+    src_strides: &[usize],
+) -> R {
     let len: usize = out_shape.iter().product();
     let args = [
         Arg::Ptr(x),
@@ -42,7 +42,12 @@ fn strided_bytes(d: &Device, x: u64, y: u64, out_shape: &[usize], src_strides: &
         n(len),
         Arg::Dims(dims(out_shape, src_strides)?),
     ];
-    d.launch("transpose_bytes", Grid::Elements(len), &args)
+    let kernel = if unit == 1 {
+        "transpose_bytes"
+    } else {
+        "transpose"
+    };
+    d.launch(kernel, Grid::Elements(len), &args)
 }
 
 /// A permutation, broadcast, slice or select of a bool or u8 tensor, as one strided read
@@ -78,7 +83,7 @@ fn byte_move(k: &Shape, d: &Device, io: Io) -> Option<R> {
         _ => return None,
     };
     let at = offset(io.ins[0], first, 1);
-    Some(strided_bytes(d, at, io.outs[0], &to, &src))
+    Some(strided_of(d, 1, (at, io.outs[0]), &to, &src))
 }
 
 /// `transpose`: `y.shape[i] = x.shape[perm[i]]`.
@@ -168,11 +173,7 @@ pub(crate) fn materialize(
             }
         };
         let y = d.staging(view_slot(i, k), unit * to.iter().product::<usize>())?;
-        if unit == 1 {
-            strided_bytes(d, at, y, &to, &src)?;
-        } else {
-            strided(d, at, y, &to, &src)?;
-        }
+        strided_of(d, unit, (at, y), &to, &src)?;
         (at, shape, k) = (y, to, 1 - k);
     }
     // Read as the operand's shape: the same elements, in the same order (every step but a

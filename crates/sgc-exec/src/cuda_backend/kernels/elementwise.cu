@@ -251,8 +251,10 @@ extern "C" __global__ void hardtanh_backward(const float* dy, const float* x, fl
     GRID_STRIDE(i, n) { dx[i] = (x[i] > lo && x[i] < hi) ? dy[i] : 0.0f; }
 }
 
-// u op v as IEEE compares (NaN: false, except ne); op 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge.
-__device__ bool cmp_holds(int op, float u, float v) {
+// u op v (floats as IEEE compares: NaN false, except ne); op 0 eq, 1 ne, 2 lt, 3 le, 4 gt,
+// 5 ge. One body for f32, f64 and i64 operands.
+template <typename T>
+__device__ bool cmp_holds(int op, T u, T v) {
     switch (op) {
         case 0: return u == v;
         case 1: return u != v;
@@ -266,14 +268,14 @@ __device__ bool cmp_holds(int op, float u, float v) {
 // The bool tensor x op other (bytes 1 and 0).
 extern "C" __global__ void compare_scalar(const float* x, unsigned char* y, int op, float other,
                                           i64 n) {
-    GRID_STRIDE(i, n) { y[i] = cmp_holds(op, x[i], other) ? 1 : 0; }
+    GRID_STRIDE(i, n) { y[i] = cmp_holds<float>(op, x[i], other) ? 1 : 0; }
 }
 
 // The bool tensor a op b, each read through its broadcast strides.
 extern "C" __global__ void compare_tensor(const float* a, const float* b, unsigned char* y, int op,
                                           i64 n, Dims da, Dims db) {
     GRID_STRIDE(e, n) {
-        y[e] = cmp_holds(op, a[strided_offset(e, da)], b[strided_offset(e, db)]) ? 1 : 0;
+        y[e] = cmp_holds<float>(op, a[strided_offset(e, da)], b[strided_offset(e, db)]) ? 1 : 0;
     }
 }
 
@@ -292,35 +294,13 @@ __device__ double number_at(const void* x, int code, i64 i) {
     return code == 0 ? (double)((const float*)x)[i] : (double)int_at(x, code, i);
 }
 
-__device__ bool holds_int(int op, long long u, long long v) {
-    switch (op) {
-        case 0: return u == v;
-        case 1: return u != v;
-        case 2: return u < v;
-        case 3: return u <= v;
-        case 4: return u > v;
-        default: return u >= v;
-    }
-}
-
-__device__ bool holds_double(int op, double u, double v) {
-    switch (op) {
-        case 0: return u == v;
-        case 1: return u != v;
-        case 2: return u < v;
-        case 3: return u <= v;
-        case 4: return u > v;
-        default: return u >= v;
-    }
-}
-
 // The bool tensor x op other for an integer x (code 1..4): exactly when `other` is a whole
 // number within i64 (`is_int`, its value `whole`), else in double, as the CPU reference.
 extern "C" __global__ void compare_scalar_int(const void* x, int code, unsigned char* y, int op,
                                               int is_int, long long whole, double other, i64 n) {
     GRID_STRIDE(i, n) {
-        bool h = is_int ? holds_int(op, int_at(x, code, i), whole)
-                        : holds_double(op, (double)int_at(x, code, i), other);
+        bool h = is_int ? cmp_holds<long long>(op, int_at(x, code, i), whole)
+                        : cmp_holds<double>(op, (double)int_at(x, code, i), other);
         y[i] = h ? 1 : 0;
     }
 }
@@ -332,8 +312,8 @@ extern "C" __global__ void compare_numbers(const void* a, int ca, const void* b,
                                            unsigned char* y, int op, i64 n, Dims da, Dims db) {
     GRID_STRIDE(e, n) {
         i64 i = strided_offset(e, da), j = strided_offset(e, db);
-        bool h = (ca != 0 && cb != 0) ? holds_int(op, int_at(a, ca, i), int_at(b, cb, j))
-                                       : holds_double(op, number_at(a, ca, i), number_at(b, cb, j));
+        bool h = (ca != 0 && cb != 0) ? cmp_holds<long long>(op, int_at(a, ca, i), int_at(b, cb, j))
+                                       : cmp_holds<double>(op, number_at(a, ca, i), number_at(b, cb, j));
         y[e] = h ? 1 : 0;
     }
 }
