@@ -338,3 +338,54 @@ fn counts_out_of_range_say_what_the_flag_takes() {
         assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `--bound` says how far from optimal the plan can be, with the method that proves it;
+/// `--strategy optimal` needs a budget, and a binary built without its solver says how to
+/// build one.
+#[test]
+fn bound_and_optimal_say_what_they_prove_or_need() {
+    let cnn = zoo("tiny_cnn");
+    let out = sgc(&["plan", &cnn, "--bound", "-q"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("optimality         within ") && text.contains("(cut bound at op `"),
+        "{text}"
+    );
+    let json = sgc(&["plan", &cnn, "--bound", "-q", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let gap = report["bound"]["gap"].as_f64().unwrap();
+    let share = report["recompute_share"].as_f64().unwrap();
+    assert!((0.0..=share).contains(&gap), "gap {gap}, recompute {share}");
+    let out = sgc(&["plan", &cnn, "--strategy", "optimal", "-q"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs --budget"),
+        "{err}"
+    );
+    let budgeted = [
+        "plan",
+        &cnn,
+        "--strategy",
+        "optimal",
+        "--budget",
+        "1MiB",
+        "-q",
+    ];
+    let out = sgc(&budgeted);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "optimal") {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("proven optimal"),
+            "{err}{text}"
+        );
+    } else {
+        let want = "cargo build --release --features optimal";
+        assert!(!out.status.success() && err.contains(want), "{err}");
+    }
+}

@@ -105,7 +105,11 @@ fn plan_files_hold_exactly_the_fields_the_spec_names() {
             ],
         ),
         written_plan("graphs/tiny_transformer.json", &["--arena-effort", "fast"]),
-        written_plan("graphs/tiny_mlp.json", &["--strategy", "dtr"]),
+        // `--time-limit` is the `optimal` strategy's; any plan records the options given.
+        written_plan(
+            "graphs/tiny_mlp.json",
+            &["--strategy", "dtr", "--time-limit", "5"],
+        ),
         // Offloads, their host pool and summary: at the lowest recompute plan's device
         // bytes, over a link fast enough for the tiny graph's sub-microsecond ops.
         written_plan(

@@ -203,7 +203,7 @@ def test_a_tampered_plan_is_rejected():
 
 
 def test_bad_arguments_are_value_errors_naming_the_python_arguments():
-    with pytest.raises(ValueError, match='unknown strategy "fastest": use none, chen-sqrt, sublinear, dtr or partition'):
+    with pytest.raises(ValueError, match='unknown strategy "fastest": use none, chen-sqrt, sublinear, dtr, partition or optimal'):
         sgc.plan(TINY, strategy="fastest")
     with pytest.raises(ValueError, match=r'invalid size "abc"'):
         sgc.plan(TINY, budget="abc")

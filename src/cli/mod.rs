@@ -27,6 +27,7 @@ pub enum StrategyArg {
     Sublinear,
     Dtr,
     Partition,
+    Optimal,
 }
 
 impl From<StrategyArg> for sgc::plan::Strategy {
@@ -38,6 +39,7 @@ impl From<StrategyArg> for sgc::plan::Strategy {
             StrategyArg::Sublinear => Strategy::Sublinear,
             StrategyArg::Dtr => Strategy::Dtr,
             StrategyArg::Partition => Strategy::Partition,
+            StrategyArg::Optimal => Strategy::Optimal,
         }
     }
 }
@@ -51,6 +53,7 @@ impl From<sgc::plan::Strategy> for StrategyArg {
             Strategy::Sublinear => StrategyArg::Sublinear,
             Strategy::Dtr => StrategyArg::Dtr,
             Strategy::Partition => StrategyArg::Partition,
+            Strategy::Optimal => StrategyArg::Optimal,
         }
     }
 }

@@ -98,6 +98,15 @@ pub struct Args {
     /// Offload: the most pinned host memory the plan may hold at once (default: unbounded).
     #[arg(long, value_parser = parse_size, conflicts_with = "no_offload")]
     host_memory: Option<u64>,
+    /// optimal: seconds the solver may run; stopped by it, the plan is the best found and
+    /// the report gives the proven bound next to it.
+    #[arg(long, value_parser = super::positive)]
+    time_limit: Option<u64>,
+    /// Also prove how far from optimal the plan can be: a lower bound on the recompute of
+    /// any plan within its peak (the cut bound; for small graphs with the `optimal` feature,
+    /// the integer program's linear relaxation too), printed as "within X of optimal".
+    #[arg(long)]
+    bound: bool,
     /// Write the plan to this file.
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -145,6 +154,7 @@ pub fn run(args: Args) -> CliResult {
         device_profile: args.device.device_profile.clone(),
         host_link: None,
         host_memory: None,
+        time_limit_s: args.time_limit,
     };
     let options =
         defaults::with_offload(options, args.host_link, args.host_memory, !args.no_offload);
@@ -173,8 +183,20 @@ pub fn run(args: Args) -> CliResult {
     }
     let workers = workers_used(args.workers.map(|w| w as usize));
     let written_to = args.output.as_ref().map(|p| p.display().to_string());
-    let mut report = PlanReport::new(&plan, &graph, Some(&stats), file, workers, secs, written_to);
+    let mut report = PlanReport::new(
+        &plan,
+        &graph,
+        Some(&stats),
+        file.clone(),
+        workers,
+        secs,
+        written_to,
+    );
     report.per_rank = per_rank;
+    if args.bound {
+        let b = sgc::plan::bound(&graph, &plan).map_err(|e| format!("{file}: {e}"))?;
+        report.with_bound(&graph, &b);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

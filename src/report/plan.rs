@@ -53,11 +53,59 @@ pub struct PlanReport<'a> {
     pub fallback: Option<String>,
     /// A `sublinear` budget was met by an eviction plan (strategy `dtr`).
     pub met_by_eviction: bool,
+    /// How far from optimal the plan can be: a proven lower bound on the recompute of any
+    /// plan within its peak (`--bound`, and always for `optimal`).
+    pub bound: Option<BoundReport>,
+    /// What the `optimal` strategy's solver did.
+    pub solver: Option<SolverReport>,
     pub verified: bool,
     pub written_to: Option<String>,
     /// One rank's terms when the graph planned is a rank's (`--world-size`, `--shard`,
     /// `--optimizer`: `sgc_ir::distributed`); every byte figure above is then that rank's.
     pub per_rank: Option<crate::ir::distributed::PerRank>,
+}
+
+/// A proven lower bound next to the plan's recompute.
+#[derive(Serialize)]
+pub struct BoundReport {
+    /// No plan within the peak recomputes less than this share of a step.
+    pub recompute_share: f64,
+    /// The plan's recompute share minus the bound: the most it can be above optimal.
+    pub gap: f64,
+    pub method: &'static str,
+    /// The op at whose first run the cut bound is reached.
+    pub at_op: Option<String>,
+}
+
+/// What the `optimal` strategy's solver did.
+#[derive(Serialize)]
+pub struct SolverReport {
+    /// The plan is optimal (HiGHS closed the gap to 1e-4 of it).
+    pub proven: bool,
+    /// The heuristic plan it started from, its recompute share.
+    pub warm_start_recompute_share: Option<f64>,
+    pub columns: usize,
+    pub rows: usize,
+    pub seconds: f64,
+}
+
+impl<'a> PlanReport<'a> {
+    /// Adds a bound, keeping the larger when there is one already.
+    pub fn with_bound(&mut self, graph: &Graph, b: &crate::plan::Bound) {
+        if self
+            .bound
+            .as_ref()
+            .is_some_and(|old| old.recompute_share >= b.recompute)
+        {
+            return;
+        }
+        self.bound = Some(BoundReport {
+            recompute_share: b.recompute,
+            gap: self.recompute_share - b.recompute,
+            method: b.method.as_str(),
+            at_op: b.at_op.map(|o| graph.op(o).name.clone()),
+        });
+    }
 }
 
 /// What the sublinear search did.
@@ -156,6 +204,21 @@ impl<'a> PlanReport<'a> {
             report.arena_time_s = stats.arena_secs;
             report.fallback = stats.fallback.clone();
             report.met_by_eviction = stats.met_by_eviction;
+            if let Some(o) = &stats.optimal {
+                report.solver = Some(SolverReport {
+                    proven: o.proven,
+                    warm_start_recompute_share: o.warm_start,
+                    columns: o.columns,
+                    rows: o.rows,
+                    seconds: o.seconds,
+                });
+                let solver = crate::plan::Bound {
+                    recompute: o.bound,
+                    method: crate::plan::BoundMethod::Solver,
+                    at_op: None,
+                };
+                report.with_bound(graph, &solver);
+            }
         }
         report
     }
@@ -220,6 +283,8 @@ fn build<'a>(
         search: None,
         fallback: None,
         met_by_eviction: false,
+        bound: None,
+        solver: None,
         verified: true,
         written_to,
         per_rank: None,
@@ -401,6 +466,42 @@ fn render(r: &PlanReport<'_>) -> String {
         let _ = writeln!(
             s,
             "budget             met by static DTR (eviction): it recomputes least of the plans whose device bytes fit"
+        );
+    }
+    if let Some(x) = &r.solver {
+        let start =
+            x.warm_start_recompute_share
+                .map_or("no heuristic plan fitted".to_string(), |w| {
+                    format!(
+                        "started from a heuristic plan recomputing {:.3}%",
+                        100.0 * w
+                    )
+                });
+        let _ = writeln!(
+            s,
+            "solver             HiGHS, {:.1}s, {} columns, {} rows; {}; {}",
+            x.seconds,
+            x.columns,
+            x.rows,
+            start,
+            if x.proven {
+                "proven optimal (gap within 1e-4)"
+            } else {
+                "stopped by its time limit: the best plan found"
+            }
+        );
+    }
+    if let Some(b) = &r.bound {
+        let at = b
+            .at_op
+            .as_ref()
+            .map_or(String::new(), |o| format!(" at op `{o}`"));
+        let _ = writeln!(
+            s,
+            "optimality         within {:.3}% of a step of optimal: no plan in the traced order within this peak recomputes less than {:.3}% ({}{at})",
+            100.0 * b.gap.max(0.0),
+            100.0 * b.recompute_share,
+            b.method
         );
     }
     if let Some(x) = &r.search {

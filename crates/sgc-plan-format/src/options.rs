@@ -23,9 +23,14 @@ pub enum Strategy {
     /// of its tensors is kept for the backward and the rest is recomputed there, the set
     /// chosen by parametric minimum cut over bytes kept and recompute cost.
     Partition,
+    /// The least recompute within the budget, proven by an integer program (Checkmate's
+    /// stage model, solved by HiGHS) for graphs small enough for one.
+    Optimal,
 }
 
 impl Strategy {
+    /// The strategies that plan any graph, with or without a budget (`optimal` needs a
+    /// budget, a small graph and the `optimal` feature).
     pub const ALL: [Strategy; 5] = [
         Strategy::None,
         Strategy::ChenSqrt,
@@ -35,12 +40,13 @@ impl Strategy {
     ];
 }
 
-names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr or partition", {
+names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr, partition or optimal", {
     None => "none",
     ChenSqrt => "chen-sqrt",
     Sublinear => "sublinear",
     Dtr => "dtr",
     Partition => "partition",
+    Optimal => "optimal",
 });
 
 impl std::fmt::Display for Strategy {
@@ -123,6 +129,10 @@ pub struct PlanOptions {
     /// Offload: the most pinned host bytes a plan may hold at once (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<u64>,
+    /// `optimal`: seconds the solver may run (`None`: 60). A solver stopped by it returns
+    /// its best plan and bound, so the plan then depends on the machine's speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -157,6 +167,7 @@ impl Default for PlanOptions {
             device_profile: None,
             host_link: None,
             host_memory: None,
+            time_limit_s: None,
         }
     }
 }

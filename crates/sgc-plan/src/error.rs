@@ -41,6 +41,8 @@ pub enum PlanError {
     Workers { workers: usize, message: String },
     #[error("internal error: the {strategy} planner made a schedule the memory model rejects: {message}")]
     Internal { strategy: String, message: String },
+    #[error("--strategy optimal: {0}")]
+    Solver(String),
     #[error("cannot place the plan's tensors in an arena: {0}")]
     Arena(String),
     #[error("the schedule does not run: {0}")]

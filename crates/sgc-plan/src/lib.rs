@@ -45,6 +45,7 @@
 
 pub mod alloc;
 pub mod arena;
+pub mod bound;
 mod budget;
 mod context;
 mod device;
@@ -54,6 +55,7 @@ pub mod fit;
 mod maxflow;
 pub mod offload;
 mod offload_search;
+pub mod optimal;
 mod options;
 mod partition;
 mod planner;
@@ -63,13 +65,15 @@ mod sublinear;
 
 pub use error::{OffloadReach, PlanError};
 // The plan format and its verifier (`sgc-plan-format`): what this crate makes.
+pub use bound::{Bound, BoundMethod};
+pub use optimal::OptimalStats;
 pub use options::{
     ArenaEffort, BudgetOf, Goal, PlanOptions, Progress, ProgressFn, RunConfig, Strategy,
     DEFAULT_ALIGN,
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
-    plan, plan_budgets, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
+    bound, plan, plan_budgets, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
 };
 pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};

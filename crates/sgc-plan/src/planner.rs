@@ -3,6 +3,7 @@
 //! summary, its arena (checked against the budget) and the verifier's verdict. Every plan
 //! that leaves this module has passed [`verify`].
 
+use crate::bound::{Bound, BoundMethod};
 use crate::budget;
 use crate::context::Context;
 use crate::device;
@@ -76,6 +77,8 @@ pub struct PlanStats {
     /// A `sublinear` budget was met by a static DTR plan, the candidate recomputing least
     /// whose device bytes fit (the plan's strategy is then `dtr`).
     pub met_by_eviction: bool,
+    /// What the solver proved (`optimal` only).
+    pub optimal: Option<crate::optimal::OptimalStats>,
 }
 
 /// [`plan()`], with what the planner did and how long its phases took.
@@ -115,6 +118,11 @@ pub fn plan_with_stats(
         Strategy::Partition => {
             let (steps, offloaded) = run::partition(&ctx, options, run)?;
             offloads = offloaded;
+            steps
+        }
+        Strategy::Optimal => {
+            let (steps, optimal) = run::optimal(&ctx, options, run)?;
+            stats.optimal = Some(optimal);
             steps
         }
     };
@@ -164,6 +172,41 @@ pub fn plan_budgets(
             )
         })
         .collect())
+}
+
+/// The best lower bound sgc can prove on the recompute of any plan of `graph` within the
+/// peak of `plan` (ops costed as in it): the cut bound ([`crate::bound`]) and, for a graph
+/// small enough for the `optimal` strategy's program (and with its solver built), that
+/// program's linear relaxation, solved within 5 s; the larger. It covers plans that keep
+/// or recompute with first runs in the traced order, which is every plan sgc makes without
+/// offloads; a plan with offloads or another order is refused.
+pub fn bound(graph: &Graph, plan: &Plan) -> Result<Bound, PlanError> {
+    if !plan.offloads.is_empty() {
+        return Err(PlanError::InvalidOption(
+            "--bound covers plans that keep or recompute; this plan offloads (plan with --no-offload for one it covers)".into(),
+        ));
+    }
+    for (next, s) in plan.steps.iter().filter(|s| !s.recompute).enumerate() {
+        if s.op.index() != next {
+            return Err(PlanError::InvalidOption(format!(
+                "--bound covers plans whose ops first run in the traced order; this plan runs `{}` first where the graph has `{}`",
+                graph.op(s.op).name,
+                graph.op(OpId::new(next)).name
+            )));
+        }
+    }
+    let ctx = Context::with_profile(graph, plan.options.device_profile.as_ref());
+    let peak = plan.summary.planned_peak;
+    let cut = crate::bound::cut(&ctx, peak);
+    let relaxed = crate::optimal::relaxation(&ctx, peak, 5);
+    Ok(match relaxed {
+        Some(r) if r > cut.recompute => Bound {
+            recompute: r,
+            method: BoundMethod::Relaxation,
+            at_op: None,
+        },
+        _ => cut,
+    })
 }
 
 /// A budget below the per-op lower bound, refused with the op that sets the bound.

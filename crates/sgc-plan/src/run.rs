@@ -100,6 +100,80 @@ pub(crate) fn partition(
     Ok((chosen.steps, offloads))
 }
 
+/// The `optimal` strategy ([`crate::optimal`]): the least recompute whose peak (or device
+/// bytes) fits the budget, started from the sublinear or the static DTR plan at the same
+/// peak, whichever recomputes less. For device
+/// bytes the program bounds the peak, so when the arena of its plan comes out above the
+/// budget the peak cap is lowered by the excess and the program solved again (up to four
+/// times); the proof is then about the peak cap it ran at. Its plans keep or recompute;
+/// they never offload (a host link is ignored).
+pub(crate) fn optimal(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<(Vec<(OpId, bool)>, crate::optimal::OptimalStats), PlanError> {
+    let Some(budget) = options.budget else {
+        return Err(PlanError::InvalidOption(
+            "--strategy optimal needs --budget (the memory its plan must fit; it minimises recompute under it)".into(),
+        ));
+    };
+    let limit = options
+        .time_limit_s
+        .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S);
+    let mut cap = budget;
+    for _ in 0..4 {
+        let heuristic = PlanOptions {
+            strategy: Strategy::Sublinear,
+            budget: Some(cap),
+            budget_of: BudgetOf::Peak,
+            host_link: None,
+            ..options.clone()
+        };
+        let mut starts: Vec<Vec<(OpId, bool)>> = sublinear(ctx, &heuristic, run)
+            .map(|(chosen, _, _)| chosen.steps)
+            .into_iter()
+            .collect();
+        starts.extend(evicting_starts(ctx, &heuristic, cap));
+        let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, limit)?;
+        if options.budget_of != BudgetOf::Device {
+            return Ok((steps, stats));
+        }
+        let device = device::device_bytes(ctx, options, &steps)?;
+        if device <= budget {
+            return Ok((steps, stats));
+        }
+        cap = cap.saturating_sub(device - budget);
+    }
+    Err(PlanError::InvalidOption(format!(
+        "--strategy optimal: the arenas of its plans stayed above the device budget of {budget} bytes after four lower peak caps; give the budget as a peak (--budget-of peak) or raise it"
+    )))
+}
+
+/// Static DTR schedules whose peak is within `cap`, for the `optimal` strategy to start
+/// from: any tensor may be evicted, and the threshold is lowered by the overshoot of the
+/// peak until it fits (up to eight tries).
+fn evicting_starts(ctx: &Context<'_>, options: &PlanOptions, cap: u64) -> Vec<Vec<(OpId, bool)>> {
+    let mut threshold = cap;
+    for _ in 0..8 {
+        let evicting = PlanOptions {
+            strategy: Strategy::Dtr,
+            eviction_threshold: Some(threshold),
+            evictee_min_size: 0,
+            ..options.clone()
+        };
+        let steps = dtr(ctx, &evicting).0;
+        let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
+        let Ok(profile) = sgc_ir::simulate(ctx.g, &ops) else {
+            break;
+        };
+        if profile.peak <= cap {
+            return vec![steps];
+        }
+        threshold = threshold.saturating_sub(profile.peak - cap);
+    }
+    Vec::new()
+}
+
 /// The traced order, unchanged.
 pub(crate) fn original(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
     (0..ctx.n).map(|i| (OpId::new(i), false)).collect()

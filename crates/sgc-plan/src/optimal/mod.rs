@@ -1,0 +1,128 @@
+//! The `optimal` strategy: the least recompute under a memory cap, proven, for graphs small
+//! enough for an integer program.
+//!
+//! [`model`] writes Checkmate's stage model over sgc's memory model (every schedule whose
+//! first runs follow the traced order, each stage's recomputations in traced order before
+//! its own op) as a mixed-integer program; `solve` hands it to HiGHS (the `optimal` feature),
+//! warm-started from a heuristic schedule (the sublinear plan at the same cap), under a time
+//! limit. HiGHS returns its best schedule and a proven lower bound on the objective (the
+//! dual bound of its branch and bound): when they meet within the relative gap the plan is
+//! optimal; when the time limit stops it first, the plan is the best found and the bound
+//! says how far from optimal it can be. Either way the schedule becomes a normal plan,
+//! checked by the verifier.
+//!
+//! The program has about `n^2` columns for `n` ops (each op may run in each later stage,
+//! each storage may be present at each stage), so it is built only up to [`MAX_COLUMNS`];
+//! above that the strategy says so and names `sublinear`.
+
+pub(crate) mod model;
+#[cfg(feature = "optimal")]
+mod solve;
+
+use crate::context::Context;
+use crate::error::PlanError;
+use sgc_ir::OpId;
+
+/// The most columns the program is built with. At this size HiGHS solves the Checkmate
+/// graphs in `benches/data/checkmate/` within the default time limit on 2 cores (measured:
+/// docs/benchmarks.md, "How far from optimal").
+pub const MAX_COLUMNS: usize = 400_000;
+
+/// The most columns of a program whose linear relaxation `--bound` solves: HiGHS's simplex
+/// takes about 10 s for 90,000 (MobileNet of the Checkmate graphs), and `--bound` must
+/// finish within seconds.
+pub const MAX_RELAXED_COLUMNS: usize = 40_000;
+
+/// The default time limit of the solver, in seconds.
+pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
+
+/// What the solver proved about a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OptimalStats {
+    /// Recompute cost of the plan, as a share of one step.
+    pub recompute: f64,
+    /// The proven lower bound on any stage-form plan's recompute within the cap.
+    pub bound: f64,
+    /// Whether the solver proved the plan optimal (within its relative gap, 1e-4).
+    pub proven: bool,
+    /// The heuristic plan it started from, its recompute (`None`: none fitted the cap).
+    pub warm_start: Option<f64>,
+    /// Size of the program.
+    pub columns: usize,
+    pub rows: usize,
+    /// Seconds the solver ran.
+    pub seconds: f64,
+}
+
+/// The least-recompute stage-form schedule whose memory-model peak (persistent bytes
+/// included) is at most `peak`, starting from the best of `starts` (heuristic schedules)
+/// that is a point of the program within the cap.
+pub(crate) fn solve(
+    ctx: &Context<'_>,
+    peak: u64,
+    starts: &[Vec<(OpId, bool)>],
+    time_limit_s: u64,
+) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
+    let cap = peak.saturating_sub(ctx.persistent_bytes);
+    let m = model::Model::build(ctx, cap, MAX_COLUMNS).map_err(|e| match e {
+        model::Unmodelled::TooLarge { columns, limit } => PlanError::InvalidOption(format!(
+            "--strategy optimal: this graph ({} ops) needs an integer program of about {columns} \
+             columns, above the {limit} it solves in reasonable time; plan it with \
+             --strategy sublinear (and --bound for how far that plan can be from optimal)",
+            ctx.n
+        )),
+    })?;
+    let warm = starts
+        .iter()
+        .filter_map(|s| m.point_of(s))
+        .filter(|x| m.violated(x, 1e-6).is_empty())
+        .min_by(|a, b| m.objective(a).total_cmp(&m.objective(b)));
+    run_solver(&m, warm, time_limit_s)
+}
+
+/// The optimum of the program's linear relaxation at `peak`: a lower bound on the recompute
+/// of any stage-form schedule within it (`None`: the program is too large, the solver is
+/// not built, or it did not finish within `time_limit_s`).
+pub(crate) fn relaxation(ctx: &Context<'_>, peak: u64, time_limit_s: u64) -> Option<f64> {
+    let cap = peak.saturating_sub(ctx.persistent_bytes);
+    let mut m = model::Model::build(ctx, cap, MAX_RELAXED_COLUMNS).ok()?;
+    for c in &mut m.columns {
+        c.integer = false;
+    }
+    relax_solver(&m, time_limit_s)
+}
+
+#[cfg(feature = "optimal")]
+fn relax_solver(m: &model::Model, time_limit_s: u64) -> Option<f64> {
+    solve::relaxation(m, time_limit_s)
+}
+
+#[cfg(not(feature = "optimal"))]
+fn relax_solver(_: &model::Model, _: u64) -> Option<f64> {
+    None
+}
+
+#[cfg(feature = "optimal")]
+fn run_solver(
+    m: &model::Model,
+    warm: Option<Vec<f64>>,
+    time_limit_s: u64,
+) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
+    solve::solve(m, warm, time_limit_s)
+}
+
+#[cfg(not(feature = "optimal"))]
+fn run_solver(
+    _: &model::Model,
+    _: Option<Vec<f64>>,
+    _: u64,
+) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
+    Err(PlanError::InvalidOption(
+        "--strategy optimal needs sgc built with the `optimal` feature (HiGHS, built from \
+         source: needs cmake and libclang): cargo build --release --features optimal"
+            .into(),
+    ))
+}
+
+/// Whether this build can solve the program.
+pub const AVAILABLE: bool = cfg!(feature = "optimal");

@@ -1,0 +1,797 @@
+//! The stage model of Checkmate (Jain et al., MLSys 2020) over sgc's memory model, as a
+//! mixed-integer program, without a solver: columns, rows and the maps between a schedule
+//! and a point of the program.
+//!
+//! A schedule in *stage form* runs stage `t = 0..n` in order: stage `t` recomputes some ops
+//! `i < t`, in traced order, then runs op `t` for the first time. Variables:
+//! - `R[t][i]`: op `i` runs in stage `t` (`R[t][t] = 1`; `i < t` only for an op that may be
+//!   recomputed there: rerunnable, and not after a hazard, see `context.rs`);
+//! - `P[t][x]`: value `x` is present when stage `t` starts. A value is a storage (an
+//!   activation root or a graph input, with its bytes) or a view (an alias tensor, no
+//!   bytes): a view is valid only while its base is present, and a reader of a view needs the
+//!   view's op to have run since the base was made;
+//! - `F[t][x][k]`: storage `x` is freed after op `k` of stage `t`: `k` touches it (reads it,
+//!   reads a view of it or makes it), no later op of the stage touches it, and it is not
+//!   present at stage `t + 1`;
+//! - `A[t][k]`: non-persistent bytes resident while op `k` of stage `t` runs, `<=` the cap.
+//!
+//! Rows: an op that runs has its inputs (each made earlier in the stage or present at its
+//! start); a value present at `t + 1` was present at `t` or made in stage `t`; no op runs
+//! while one of its values is present (its readers all come after it in the stage, so the
+//! old copy would be dead: sgc's memory model ends it before the new one starts); graph
+//! outputs are present at the end (one may be freed and made again in between, as in
+//! sgc's memory model); the `A` chain adds the bytes an op
+//! makes and subtracts the bytes freed after the previous op. The objective is the cost of
+//! every run with `i < t`, as a share of one step.
+//!
+//! The program's bytes are at least the memory model's at every step (a present value no
+//! op of the stage touches is still counted), and equal for the schedule's own frees, so a
+//! point within the cap is a schedule whose peak is within it, and every stage-form
+//! schedule whose peak is within the cap is a point ([`Model::point_of`]). The optimum is
+//! therefore the least recompute over stage-form schedules, which is what every strategy
+//! of sgc makes: first runs in the traced order.
+
+use crate::context::{Context, NO_HAZARD};
+use sgc_ir::OpId;
+
+/// One column: bounds, objective coefficient, whether it is integer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Column {
+    pub lo: f64,
+    pub hi: f64,
+    pub cost: f64,
+    pub integer: bool,
+}
+
+/// One row: `lo <= sum(coef * column) <= hi`.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    pub lo: f64,
+    pub hi: f64,
+    pub terms: Vec<(usize, f64)>,
+}
+
+/// A value of the model (see the module doc).
+#[derive(Clone, Debug)]
+struct Value {
+    bytes: u64,
+    /// The op that makes it (`None`: a graph input, present from the start).
+    producer: Option<usize>,
+    /// For a view: the value it is a view of (`None`: a storage, or a view of persistent
+    /// storage).
+    base: Option<usize>,
+    /// Present at the end of the step (a graph output).
+    kept: bool,
+    /// The first and last stage at which `P` is a variable.
+    first: usize,
+    last: usize,
+    /// Where its `P` columns start (`first..=last`).
+    p_at: usize,
+}
+
+/// The program and the tables to read a point of it.
+pub(crate) struct Model {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Row>,
+    n: usize,
+    values: Vec<Value>,
+    /// Per op: the last stage at which it may be recomputed (`< i + 1`: never).
+    last_rerun: Vec<usize>,
+    /// Per op: where its `R` columns start (stages `i + 1..=last_rerun[i]`).
+    r_at: Vec<usize>,
+    /// Per op: the values it reads, the storages it touches, the values it makes.
+    reads: Vec<Vec<usize>>,
+    touches: Vec<Vec<usize>>,
+    makes: Vec<Vec<usize>>,
+    /// Per stage: the ops that may run in it, in order (the last is the stage's own op).
+    runnable: Vec<Vec<usize>>,
+    /// `(stage, storage, op)` of every `F` column, and its column, in order.
+    frees: Vec<(usize, usize, usize, usize)>,
+    /// Per stage: where its `A` columns start (one per runnable op).
+    a_at: Vec<usize>,
+    /// Bytes per unit of the memory rows: the cap is a million units, so that HiGHS's
+    /// absolute tolerances (1e-6) are far below one byte.
+    unit: f64,
+}
+
+/// What the program refuses to model.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Unmodelled {
+    /// The program would have more columns than this.
+    TooLarge { columns: usize, limit: usize },
+}
+
+impl Model {
+    /// The program for `ctx` with `cap` non-persistent bytes, or why it is not built.
+    pub fn build(ctx: &Context<'_>, cap: u64, max_columns: usize) -> Result<Model, Unmodelled> {
+        let n = ctx.n;
+        let mut m = Model {
+            columns: Vec::new(),
+            rows: Vec::new(),
+            n,
+            values: Vec::new(),
+            last_rerun: vec![0; n],
+            r_at: vec![0; n],
+            reads: vec![Vec::new(); n],
+            touches: vec![Vec::new(); n],
+            makes: vec![Vec::new(); n],
+            runnable: vec![Vec::new(); n],
+            frees: Vec::new(),
+            a_at: vec![0; n],
+            unit: 1.0,
+        };
+        m.collect_values(ctx);
+        let size = m.size_estimate();
+        if size > max_columns {
+            return Err(Unmodelled::TooLarge {
+                columns: size,
+                limit: max_columns,
+            });
+        }
+        m.add_columns(ctx);
+        m.add_rows(cap);
+        Ok(m)
+    }
+
+    /// Values, reads, touches and makes; the stages at which each is a variable and the
+    /// ops each stage may run.
+    fn collect_values(&mut self, ctx: &Context<'_>) {
+        let g = ctx.g;
+        let n = self.n;
+        let mut value_of = vec![usize::MAX; g.num_tensors()];
+        let mut outputs = vec![false; g.num_tensors()];
+        for &t in g.outputs() {
+            outputs[t.index()] = true;
+        }
+        for t in g.tensor_ids() {
+            let tensor = g.tensor(t);
+            let storage = ctx.root[t.index()] == t && !g.is_persistent(t);
+            if !(storage || tensor.alias_of.is_some()) {
+                continue;
+            }
+            value_of[t.index()] = self.values.len();
+            self.values.push(Value {
+                bytes: if storage { ctx.bytes[t.index()] } else { 0 },
+                producer: g.producer(t).map(|o| o.index()),
+                base: None,
+                kept: outputs[t.index()] || (storage && ctx.kept[t.index()]),
+                first: 0,
+                last: 0,
+                p_at: 0,
+            });
+        }
+        for t in g.tensor_ids() {
+            let (v, Some(of)) = (value_of[t.index()], g.tensor(t).alias_of) else {
+                continue;
+            };
+            if v != usize::MAX && value_of[of.index()] != usize::MAX {
+                self.values[v].base = Some(value_of[of.index()]);
+            }
+        }
+        for i in 0..n {
+            let mut reads: Vec<usize> = ctx
+                .inputs(i)
+                .iter()
+                .map(|t| value_of[t.index()])
+                .filter(|&v| v != usize::MAX)
+                .collect();
+            reads.sort_unstable();
+            reads.dedup();
+            self.reads[i] = reads;
+            let mut touches: Vec<usize> = ctx.in_roots[i]
+                .iter()
+                .chain(&ctx.out_roots[i])
+                .map(|r| value_of[r.index()])
+                .filter(|&v| v != usize::MAX)
+                .collect();
+            touches.sort_unstable();
+            touches.dedup();
+            self.touches[i] = touches;
+            self.makes[i] = ctx
+                .outputs(i)
+                .iter()
+                .map(|t| value_of[t.index()])
+                .filter(|&v| v != usize::MAX)
+                .collect();
+        }
+        self.stage_ranges(ctx);
+    }
+
+    /// The last stage each op may be recomputed at, and each value's stages.
+    fn stage_ranges(&mut self, ctx: &Context<'_>) {
+        let n = self.n;
+        let rerun_limit = |i: usize| -> usize {
+            if !ctx.rerunnable[i] {
+                return i;
+            }
+            let h = ctx.hazard[i];
+            if h == NO_HAZARD {
+                n - 1
+            } else {
+                (h as usize).clamp(i, n - 1)
+            }
+        };
+        let mut limit: Vec<usize> = (0..n).map(rerun_limit).collect();
+        // A value is needed at the last stage any op touching or reading it may run; an op
+        // is worth recomputing only up to the last stage one of its values is needed, so
+        // iterate to a fixpoint from the end (ops later in the order first).
+        let mut needed = vec![0usize; self.values.len()];
+        loop {
+            let mut changed = false;
+            needed.fill(0);
+            for (i, &l) in limit.iter().enumerate() {
+                for &x in self.reads[i].iter().chain(&self.touches[i]) {
+                    needed[x] = needed[x].max(l);
+                }
+            }
+            for (x, v) in self.values.iter().enumerate() {
+                if v.kept {
+                    needed[x] = n - 1;
+                }
+            }
+            for (i, l) in limit.iter_mut().enumerate() {
+                let worth = self.makes[i].iter().map(|&x| needed[x]).max().unwrap_or(i);
+                let lower = (*l).min(worth.max(i));
+                changed |= lower != *l;
+                *l = lower;
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.last_rerun = limit;
+        for (x, v) in self.values.iter_mut().enumerate() {
+            v.first = v.producer.map_or(0, |p| p + 1);
+            v.last = needed[x];
+        }
+        for i in 0..n {
+            for t in i + 1..=self.last_rerun[i] {
+                self.runnable[t].push(i);
+            }
+        }
+        for (t, ops) in self.runnable.iter_mut().enumerate() {
+            ops.sort_unstable();
+            ops.push(t);
+        }
+    }
+
+    /// Columns the program will have, before it is built.
+    fn size_estimate(&self) -> usize {
+        let r: usize = self.runnable.iter().map(|s| s.len()).sum();
+        let p: usize = self
+            .values
+            .iter()
+            .map(|v| (v.last + 1).saturating_sub(v.first))
+            .sum();
+        let f: usize = self
+            .runnable
+            .iter()
+            .map(|s| s.iter().map(|&k| self.touches[k].len()).sum::<usize>())
+            .sum();
+        2 * r + p + f
+    }
+
+    fn column(&mut self, lo: f64, hi: f64, cost: f64, integer: bool) -> usize {
+        self.columns.push(Column {
+            lo,
+            hi,
+            cost,
+            integer,
+        });
+        self.columns.len() - 1
+    }
+
+    fn add_columns(&mut self, ctx: &Context<'_>) {
+        let step: f64 = ctx.cost.iter().sum::<f64>();
+        let share = |c: f64| if step > 0.0 { c / step } else { 0.0 };
+        for i in 0..self.n {
+            self.r_at[i] = self.columns.len();
+            for _ in i + 1..=self.last_rerun[i] {
+                self.column(0.0, 1.0, share(ctx.cost[i]), true);
+            }
+        }
+        for x in 0..self.values.len() {
+            self.values[x].p_at = self.columns.len();
+            let v = self.values[x].clone();
+            for t in v.first..=v.last {
+                let fixed = v.producer.is_none() && t == 0;
+                self.column(if fixed { 1.0 } else { 0.0 }, 1.0, 0.0, true);
+            }
+        }
+        for t in 0..self.n {
+            self.a_at[t] = self.columns.len();
+            for _ in 0..self.runnable[t].len() {
+                self.column(0.0, f64::INFINITY, 0.0, false);
+            }
+        }
+        for t in 0..self.n {
+            let ops = self.runnable[t].clone();
+            for (at, &k) in ops.iter().enumerate() {
+                for x in self.touches[k].clone() {
+                    if self.values[x].bytes == 0 || !self.may_free(t, x, &ops[at + 1..]) {
+                        continue;
+                    }
+                    let c = self.column(0.0, 1.0, 0.0, true);
+                    self.frees.push((t, x, k, c));
+                }
+            }
+        }
+    }
+
+    /// Whether storage `x` may be freed in stage `t` after an op followed by `later`: not
+    /// a graph output in the last stage, and not touched by the stage's own op after it.
+    fn may_free(&self, t: usize, x: usize, later: &[usize]) -> bool {
+        let kept_to_the_end = self.values[x].kept && t + 1 == self.n;
+        let touched_by_own_op = later
+            .iter()
+            .any(|&u| u == t && self.touches[u].contains(&x));
+        !(kept_to_the_end || touched_by_own_op)
+    }
+
+    /// `R[t][i]`: a column, the constant 1 (`i == t`) or the constant 0 (`None`).
+    fn r(&self, t: usize, i: usize) -> Option<Term> {
+        if i == t {
+            Some(Term::One)
+        } else if i < t && t <= self.last_rerun[i] {
+            Some(Term::Col(self.r_at[i] + (t - i - 1)))
+        } else {
+            None
+        }
+    }
+
+    /// `P[t][x]`: a column, or `None` (0) outside the value's stages.
+    fn p(&self, t: usize, x: usize) -> Option<usize> {
+        let v = &self.values[x];
+        (v.first..=v.last)
+            .contains(&t)
+            .then(|| v.p_at + (t - v.first))
+    }
+
+    fn add_rows(&mut self, cap: u64) {
+        self.dependency_rows();
+        self.presence_rows();
+        self.unit = (cap as f64 / 1e6).max(1.0);
+        self.memory_rows(cap as f64 / self.unit);
+        self.free_rows();
+    }
+
+    /// An op that runs has each value it reads: made earlier in the stage or present.
+    fn dependency_rows(&mut self) {
+        for t in 0..self.n {
+            for &k in &self.runnable[t].clone() {
+                for &x in &self.reads[k].clone() {
+                    let mut row = Lin::default();
+                    row.add(self.r(t, k), 1.0);
+                    if let Some(p) = self.values[x].producer {
+                        row.add(self.r(t, p), -1.0);
+                    }
+                    row.add(self.p(t, x).map(Term::Col), -1.0);
+                    self.push(row, f64::NEG_INFINITY, 0.0);
+                }
+            }
+        }
+    }
+
+    /// Presence carries over or is made; views need their base; nothing is remade while
+    /// present.
+    fn presence_rows(&mut self) {
+        for x in 0..self.values.len() {
+            let v = self.values[x].clone();
+            for t in v.first..=v.last {
+                if t > v.first {
+                    let mut row = Lin::default();
+                    row.add(self.p(t, x).map(Term::Col), 1.0);
+                    row.add(self.p(t - 1, x).map(Term::Col), -1.0);
+                    if let Some(p) = v.producer {
+                        row.add(self.r(t - 1, p), -1.0);
+                    }
+                    self.push(row, f64::NEG_INFINITY, 0.0);
+                }
+                if let Some(b) = v.base {
+                    let mut row = Lin::default();
+                    row.add(self.p(t, x).map(Term::Col), 1.0);
+                    row.add(self.p(t, b).map(Term::Col), -1.0);
+                    self.push(row, f64::NEG_INFINITY, 0.0);
+                }
+                if v.kept && t + 1 == self.n {
+                    // A graph output is present at the end: kept through the last stage
+                    // or made in it.
+                    let mut row = Lin::default();
+                    row.add(self.p(t, x).map(Term::Col), 1.0);
+                    if let Some(p) = v.producer {
+                        row.add(self.r(t, p), 1.0);
+                    }
+                    self.push(row, 1.0, f64::INFINITY);
+                }
+                if let Some(p) = v.producer {
+                    if let Some(Term::Col(r)) = self.r(t, p) {
+                        let mut row = Lin::default();
+                        row.add(Some(Term::Col(r)), 1.0);
+                        row.add(self.p(t, x).map(Term::Col), 1.0);
+                        self.push(row, f64::NEG_INFINITY, 1.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `A` chain of each stage, each within the cap.
+    fn memory_rows(&mut self, cap: f64) {
+        let mut freed_after: std::collections::HashMap<(usize, usize), Vec<(usize, f64)>> =
+            Default::default();
+        for &(t, x, k, c) in &self.frees {
+            freed_after
+                .entry((t, k))
+                .or_default()
+                .push((c, self.weight(x)));
+        }
+        for t in 0..self.n {
+            let ops = self.runnable[t].clone();
+            for (at, &k) in ops.iter().enumerate() {
+                let a = self.a_at[t] + at;
+                let mut row = Lin::default();
+                row.add(Some(Term::Col(a)), 1.0);
+                let made: f64 = self.makes[k].iter().map(|&x| self.weight(x)).sum();
+                row.add(self.r(t, k), -made);
+                if at == 0 {
+                    for x in 0..self.values.len() {
+                        let b = self.weight(x);
+                        if b > 0.0 {
+                            row.add(self.p(t, x).map(Term::Col), -b);
+                        }
+                    }
+                } else {
+                    row.add(Some(Term::Col(a - 1)), -1.0);
+                    for &(c, b) in freed_after.get(&(t, ops[at - 1])).into_iter().flatten() {
+                        row.add(Some(Term::Col(c)), b);
+                    }
+                }
+                self.push(row, 0.0, 0.0);
+                self.columns[a].hi = cap;
+            }
+        }
+    }
+
+    /// A free after op `k` needs `k` to run, no later op of the stage touching the storage,
+    /// and the storage absent at the next stage.
+    fn free_rows(&mut self) {
+        for f in 0..self.frees.len() {
+            let (t, x, k, c) = self.frees[f];
+            let only = |other: Option<Term>, coef: f64, hi: f64| {
+                let mut row = Lin::default();
+                row.add(Some(Term::Col(c)), 1.0);
+                row.add(other, coef);
+                (row, hi)
+            };
+            let mut rows = Vec::new();
+            if k < t {
+                rows.push(only(self.r(t, k), -1.0, 0.0));
+            }
+            if let Some(p) = self.p(t + 1, x) {
+                rows.push(only(Some(Term::Col(p)), 1.0, 1.0));
+            }
+            for &u in self.runnable[t].iter().filter(|&&u| u > k) {
+                if self.touches[u].contains(&x) {
+                    rows.push(only(self.r(t, u), 1.0, 1.0));
+                }
+            }
+            for (row, hi) in rows {
+                self.push(row, f64::NEG_INFINITY, hi);
+            }
+        }
+    }
+
+    /// A value's bytes in the memory rows' unit.
+    fn weight(&self, x: usize) -> f64 {
+        self.values[x].bytes as f64 / self.unit
+    }
+
+    fn push(&mut self, row: Lin, lo: f64, hi: f64) {
+        self.rows.push(Row {
+            lo: lo - row.constant,
+            hi: hi - row.constant,
+            terms: row.terms,
+        });
+    }
+
+    /// The schedule of a point: each stage's runs in order, recomputations flagged.
+    #[cfg_attr(not(feature = "optimal"), allow(dead_code))]
+    pub fn schedule_of(&self, x: &[f64]) -> Vec<(OpId, bool)> {
+        let mut steps = Vec::new();
+        for t in 0..self.n {
+            for &i in &self.runnable[t] {
+                let runs = match self.r(t, i) {
+                    Some(Term::One) => true,
+                    Some(Term::Col(c)) => x[c] > 0.5,
+                    None => false,
+                };
+                if runs {
+                    steps.push((OpId::new(i), i != t));
+                }
+            }
+        }
+        steps
+    }
+
+    /// The point of a stage-form schedule (`None` when `steps` is not one, or runs an op
+    /// at a stage the program does not allow), with every value present at a stage start
+    /// exactly when the schedule still needs it there.
+    pub fn point_of(&self, steps: &[(OpId, bool)]) -> Option<Vec<f64>> {
+        let mut x: Vec<f64> = self.columns.iter().map(|c| c.lo).collect();
+        let stages = self.stages_of(steps)?;
+        for (t, ops) in stages.iter().enumerate() {
+            for &i in ops {
+                match self.r(t, i)? {
+                    Term::One => {}
+                    Term::Col(c) => x[c] = 1.0,
+                }
+            }
+        }
+        self.fill_presence(&stages, &mut x)?;
+        self.fill_frees(&stages, &mut x);
+        Some(x)
+    }
+
+    /// The runs of each stage, in order; `None` unless first runs follow the traced
+    /// order and no op is recomputed twice in one stage. A stage's recomputations are put
+    /// in traced order (still an order that runs: the traced order is topological), which
+    /// may change its memory: the caller checks the point against the rows.
+    fn stages_of(&self, steps: &[(OpId, bool)]) -> Option<Vec<Vec<usize>>> {
+        let mut stages = vec![Vec::new(); self.n];
+        let mut t = 0;
+        for &(op, recompute) in steps {
+            let i = op.index();
+            if t >= self.n || (!recompute && i != t) {
+                return None;
+            }
+            stages[t].push(i);
+            if !recompute {
+                let len = stages[t].len();
+                stages[t][..len - 1].sort_unstable();
+                if stages[t].windows(2).any(|w| w[0] >= w[1]) {
+                    return None;
+                }
+                t += 1;
+            }
+        }
+        (t == self.n).then_some(stages)
+    }
+
+    /// `P` of every value: present at stage `t` when it was present or made before and
+    /// some later run (at or after `t`) reads or touches it before it is made again; views
+    /// only while their base is and their op ran since the base was made.
+    fn fill_presence(&self, stages: &[Vec<usize>], x: &mut [f64]) -> Option<()> {
+        // Runs as (stage, op), in order.
+        let runs: Vec<(usize, usize)> = stages
+            .iter()
+            .enumerate()
+            .flat_map(|(t, ops)| ops.iter().map(move |&i| (t, i)))
+            .collect();
+        for (v, value) in self.values.iter().enumerate() {
+            for t in value.first..=value.last {
+                let start = runs.iter().position(|&(s, _)| s == t)?;
+                let next = runs[start..]
+                    .iter()
+                    .find(|&&(_, i)| {
+                        Some(i) == value.producer
+                            || self.reads[i].contains(&v)
+                            || self.touches[i].contains(&v)
+                    })
+                    .map(|&(_, i)| Some(i) != value.producer);
+                // Present when its next event is a read, or, for a graph output, when
+                // it is never made again (it stays to the end).
+                let present = next == Some(true) || (value.kept && next.is_none());
+                if let Some(c) = self.p(t, v) {
+                    if present && self.columns[c].hi < 0.5 {
+                        return None;
+                    }
+                    x[c] = if present || self.columns[c].lo > 0.5 {
+                        1.0
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        // A view is present only while its base is (a reader after a remade base remakes
+        // the view first, so the stricter value is the schedule's own).
+        for (v, value) in self.values.iter().enumerate() {
+            if let Some(b) = value.base {
+                for t in value.first..=value.last {
+                    if let (Some(c), Some(cb)) = (self.p(t, v), self.p(t, b)) {
+                        x[c] = x[c].min(x[cb]);
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// `F` of every free the schedule makes, and the `A` chain.
+    fn fill_frees(&self, stages: &[Vec<usize>], x: &mut [f64]) {
+        for &(t, v, k, c) in &self.frees {
+            let runs = &stages[t];
+            let Some(at) = runs.iter().position(|&i| i == k) else {
+                continue;
+            };
+            let later = runs[at + 1..].iter().any(|&u| self.touches[u].contains(&v));
+            let next = self.p(t + 1, v).is_some_and(|p| x[p] > 0.5);
+            x[c] = if !later && !next { 1.0 } else { 0.0 };
+        }
+        for t in 0..self.n {
+            let ops = &self.runnable[t];
+            let mut a = 0.0;
+            for (at, &k) in ops.iter().enumerate() {
+                if at == 0 {
+                    a = (0..self.values.len())
+                        .filter_map(|v| self.p(t, v).map(|c| x[c] * self.weight(v)))
+                        .sum();
+                } else {
+                    let prev = ops[at - 1];
+                    a -= self
+                        .frees
+                        .iter()
+                        .filter(|f| f.0 == t && f.2 == prev)
+                        .map(|f| x[f.3] * self.weight(f.1))
+                        .sum::<f64>();
+                }
+                let runs = match self.r(t, k) {
+                    Some(Term::One) => 1.0,
+                    Some(Term::Col(c)) => x[c],
+                    None => 0.0,
+                };
+                a += runs * self.makes[k].iter().map(|&v| self.weight(v)).sum::<f64>();
+                x[self.a_at[t] + at] = a;
+            }
+        }
+    }
+
+    /// The rows a point breaks (by more than `tol`), for tests and the warm start.
+    pub fn violated(&self, x: &[f64], tol: f64) -> Vec<usize> {
+        let mut bad: Vec<usize> = (0..self.rows.len())
+            .filter(|&r| {
+                let row = &self.rows[r];
+                let s: f64 = row.terms.iter().map(|&(c, a)| a * x[c]).sum();
+                s < row.lo - tol || s > row.hi + tol
+            })
+            .collect();
+        bad.extend(
+            self.columns
+                .iter()
+                .zip(x)
+                .enumerate()
+                .filter(|(_, (c, &v))| v < c.lo - tol || v > c.hi + tol)
+                .map(|(i, _)| usize::MAX - i),
+        );
+        bad
+    }
+
+    /// The objective at a point.
+    pub fn objective(&self, x: &[f64]) -> f64 {
+        self.columns.iter().zip(x).map(|(c, v)| c.cost * v).sum()
+    }
+}
+
+/// A term of a row: a column or the constant 1.
+#[derive(Clone, Copy, Debug)]
+enum Term {
+    One,
+    Col(usize),
+}
+
+/// A linear expression being built: terms and a constant.
+#[derive(Default)]
+struct Lin {
+    terms: Vec<(usize, f64)>,
+    constant: f64,
+}
+
+impl Lin {
+    fn add(&mut self, term: Option<Term>, coef: f64) {
+        match term {
+            Some(Term::Col(c)) => self.terms.push((c, coef)),
+            Some(Term::One) => self.constant += coef,
+            None => {}
+        }
+    }
+}
+
+/// The program admits what sgc plans: every stage-form plan of the other strategies is a
+/// point of it, within the cap of its own peak, at the plan's own recompute.
+#[cfg(test)]
+mod tests {
+    use super::Model;
+    use crate::context::Context;
+    use crate::options::{BudgetOf, PlanOptions, Strategy};
+    use sgc_ir::{Graph, OpId};
+
+    fn load(rel: &str) -> Graph {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel);
+        sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    const GRAPHS: &[&str] = &[
+        "graphs/tiny_mlp.json",
+        "graphs/tiny_cnn.json",
+        "graphs/mlp.json",
+        "graphs/tiny_transformer.json",
+        "benches/data/checkmate/vgg16_b256_train.json",
+        "benches/data/checkmate/random_layered_n100.json",
+    ];
+
+    /// Plans of `graph` by the other strategies at budgets between its lower bound and its
+    /// unplanned peak, as schedules.
+    fn plans(g: &Graph) -> Vec<(String, Vec<(OpId, bool)>)> {
+        let lb = g.lower_bound().bytes;
+        let peak = g.memory_profile().peak;
+        let mut out = Vec::new();
+        for strategy in [
+            Strategy::Sublinear,
+            Strategy::Dtr,
+            Strategy::ChenSqrt,
+            Strategy::None,
+        ] {
+            for q in [1.0, 0.8, 0.6, 0.4] {
+                let budget = lb + ((peak - lb) as f64 * q) as u64;
+                let options = PlanOptions {
+                    strategy,
+                    budget: (strategy != Strategy::ChenSqrt && strategy != Strategy::None)
+                        .then_some(budget),
+                    budget_of: BudgetOf::Peak,
+                    arena: false,
+                    ..PlanOptions::default()
+                };
+                if let Ok(plan) = crate::plan(g, &options, &Default::default()) {
+                    let steps = plan.steps.iter().map(|s| (s.op, s.recompute)).collect();
+                    out.push((format!("{strategy} at {q}"), steps));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_stage_form_plan_is_a_point_within_its_own_peak() {
+        for rel in GRAPHS {
+            let g = load(rel);
+            let ctx = Context::new(&g);
+            let mut points = 0;
+            for (what, steps) in plans(&g) {
+                let profile =
+                    sgc_ir::simulate(&g, &steps.iter().map(|s| s.0).collect::<Vec<_>>()).unwrap();
+                let cap = profile.peak - profile.persistent_bytes;
+                let m = Model::build(&ctx, cap, usize::MAX).unwrap();
+                let Some(x) = m.point_of(&steps) else {
+                    continue;
+                };
+                let sorted = m.schedule_of(&x) == steps;
+                if !sorted {
+                    // Recomputations put in traced order: a point when still within the cap.
+                    continue;
+                }
+                points += 1;
+                let bad = m.violated(&x, 1e-6);
+                assert!(
+                    bad.is_empty(),
+                    "{rel}, {what}: the point breaks {} rows",
+                    bad.len()
+                );
+                let summary = crate::plan::summarize(&g, &steps, &profile, 0, None);
+                assert!(
+                    (m.objective(&x) - summary.recompute_share).abs() < 1e-9,
+                    "{rel}, {what}: objective {} against the plan's recompute {}",
+                    m.objective(&x),
+                    summary.recompute_share
+                );
+                // One byte less is too little for this very schedule.
+                let tight = Model::build(&ctx, cap - 1, usize::MAX).unwrap();
+                let x = tight.point_of(&steps).unwrap();
+                assert!(!tight.violated(&x, 1e-6).is_empty(), "{rel}, {what}");
+            }
+            eprintln!("{rel}: {points} of {} in stage form", plans(&g).len());
+            assert!(points > 0, "{rel}: no plan was in stage form");
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The program of [`super::model`] solved by HiGHS: one thread, a fixed seed, the relative
+//! gap at HiGHS's default (1e-4), the warm start passed as a first incumbent.
+//! `SGC_HIGHS_LOG=1` prints HiGHS's own log.
+
+use super::model::Model;
+use super::OptimalStats;
+use crate::error::PlanError;
+use highs::{HighsModelStatus, RowProblem, Sense};
+use sgc_ir::OpId;
+
+/// What a bound HiGHS reports gives up to its tolerances (a share of one step): its
+/// optimality and feasibility tolerances (1e-7) may put a relaxation's or a dual bound's
+/// value that far above the true one.
+const TOLERANCE: f64 = 1e-6;
+
+/// The program as HiGHS's, its options set.
+fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
+    let mut pb = RowProblem::default();
+    let cols: Vec<highs::Col> = m
+        .columns
+        .iter()
+        .map(|c| pb.add_column_with_integrality(c.cost, c.lo..=c.hi, c.integer))
+        .collect();
+    for row in &m.rows {
+        let terms = row.terms.iter().map(|&(c, a)| (cols[c], a));
+        pb.add_row(row.lo..=row.hi, terms);
+    }
+    let mut model = pb.optimise(Sense::Minimise);
+    if std::env::var_os("SGC_HIGHS_LOG").is_none() {
+        model.make_quiet();
+    } else {
+        model.set_option("output_flag", true);
+        model.set_option("log_to_console", true);
+    }
+    model.set_option("time_limit", time_limit_s as f64);
+    model.set_option("threads", 1);
+    model.set_option("random_seed", 0);
+    model.set_option("mip_rel_gap", 1e-4);
+    model
+}
+
+/// The optimum of a relaxed program (`None` unless HiGHS proves it within the time).
+pub(super) fn relaxation(m: &Model, time_limit_s: u64) -> Option<f64> {
+    let solved = highs_model(m, time_limit_s).try_solve().ok()?;
+    (solved.status() == HighsModelStatus::Optimal)
+        .then(|| (solved.objective_value() - TOLERANCE).max(0.0))
+}
+
+pub(super) fn solve(
+    m: &Model,
+    warm: Option<Vec<f64>>,
+    time_limit_s: u64,
+) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
+    let mut model = highs_model(m, time_limit_s);
+    let warm_objective = warm.as_ref().map(|x| m.objective(x));
+    if let Some(x) = &warm {
+        // A start HiGHS finds infeasible is dropped by it; the plan is then searched from
+        // scratch.
+        let _ = model.try_set_solution(Some(x), None, None, None);
+    }
+    let start = std::time::Instant::now();
+    let solved = model
+        .try_solve()
+        .map_err(|e| PlanError::Solver(format!("HiGHS failed: {e:?}")))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let status = solved.status();
+    let proven = status == HighsModelStatus::Optimal;
+    let feasible = matches!(
+        status,
+        HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit
+    ) && solved.primal_solution_status() == highs::HighsSolutionStatus::Feasible;
+    if status == HighsModelStatus::Infeasible {
+        return Err(PlanError::Solver(
+            "HiGHS proved that no schedule with first runs in the traced order fits this \
+             budget; raise the budget"
+                .into(),
+        ));
+    }
+    if !feasible {
+        return Err(PlanError::Solver(format!(
+            "HiGHS stopped ({status:?}) after {seconds:.1} s without a schedule within the \
+             budget, and no heuristic plan fitted it to start from; raise --time-limit or \
+             the budget"
+        )));
+    }
+    let x = solved.get_solution().columns().to_vec();
+    let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) - TOLERANCE).max(0.0);
+    let steps = m.schedule_of(&x);
+    let recompute = m.objective(&x);
+    Ok((
+        steps,
+        OptimalStats {
+            recompute,
+            bound: if proven { bound.min(recompute) } else { bound },
+            proven,
+            warm_start: warm_objective,
+            columns: m.columns.len(),
+            rows: m.rows.len(),
+            seconds,
+        },
+    ))
+}

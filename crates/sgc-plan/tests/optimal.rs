@@ -1,0 +1,244 @@
+//! The `optimal` strategy and the bounds: on graphs small enough for the integer program,
+//! bound <= optimum <= every other strategy's plan at the same peak, the optimum is a
+//! verified plan within the budget, and the solver proves it. Without the `optimal` feature
+//! the strategy is a clear error and the bounds still hold against the other strategies.
+
+use sgc_ir::Graph;
+use sgc_plan::{plan, BudgetOf, PlanOptions, Strategy};
+#[cfg(feature = "optimal")]
+use sgc_plan::{plan_with_stats, PlanError};
+
+fn load(rel: &str) -> Graph {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn at_peak(strategy: Strategy, peak: u64) -> PlanOptions {
+    PlanOptions {
+        strategy,
+        budget: Some(peak),
+        budget_of: BudgetOf::Peak,
+        evictee_min_size: 0,
+        ..PlanOptions::default()
+    }
+}
+
+/// Graphs and budgets (shares of the way from the per-op lower bound to the unplanned peak)
+/// at which HiGHS proves the optimum, or that there is none, within seconds (release: 0.2 s
+/// to 2.6 s each). At other budgets the same graphs can take it minutes: tiny_cnn at 0.95
+/// 22 s, tiny_mlp at 0.9 more than 60 s (docs/benchmarks.md, "How far from optimal").
+#[cfg(feature = "optimal")]
+const SMALL: &[(&str, &[f64])] = &[
+    ("graphs/tiny_mlp.json", &[0.95, 0.8]),
+    ("graphs/tiny_cnn.json", &[0.6]),
+    ("graphs/mlp.json", &[1.0, 0.6]),
+    ("benches/data/checkmate/vgg16_b256_train.json", &[0.6, 0.3]),
+];
+
+#[cfg(feature = "optimal")]
+#[test]
+fn the_optimum_lies_between_every_bound_and_every_other_plan() {
+    let mut checked = 0;
+    for &(rel, shares) in SMALL {
+        let g = load(rel);
+        let lb = g.lower_bound().bytes;
+        let unplanned = g.memory_profile().peak;
+        for &q in shares {
+            let budget = lb + ((unplanned - lb) as f64 * q) as u64;
+            let others: Vec<(Strategy, f64)> =
+                [Strategy::Sublinear, Strategy::Dtr, Strategy::ChenSqrt]
+                    .into_iter()
+                    .filter_map(|s| {
+                        let o = PlanOptions {
+                            budget: (s != Strategy::ChenSqrt).then_some(budget),
+                            ..at_peak(s, budget)
+                        };
+                        let p = plan(&g, &o, &Default::default()).ok()?;
+                        (p.summary.planned_peak <= budget).then_some((s, p.summary.recompute_share))
+                    })
+                    .collect();
+            let result =
+                plan_with_stats(&g, &at_peak(Strategy::Optimal, budget), &Default::default());
+            let (opt, stats) = match result {
+                Err(PlanError::Solver(why)) if others.is_empty() => {
+                    assert!(why.contains("proved"), "{rel} at {q}: {why}");
+                    continue;
+                }
+                r => r.unwrap_or_else(|e| panic!("{rel} at {q}: {e}")),
+            };
+            let solver = stats.optimal.expect("optimal reports its solver");
+            assert!(solver.proven, "{rel} at {q}: not proven in the time limit");
+            assert!(opt.summary.planned_peak <= budget, "{rel} at {q}");
+            let optimum = opt.summary.recompute_share;
+            assert!((solver.recompute - optimum).abs() < 1e-9, "{rel} at {q}");
+            assert!(solver.bound <= optimum + 1e-12, "{rel} at {q}");
+            let cut = sgc_plan::bound(&g, &opt).unwrap();
+            assert!(
+                cut.recompute <= optimum + 1e-9,
+                "{rel} at {q}: {} bound {} above the optimum {optimum}",
+                cut.method.as_str(),
+                cut.recompute
+            );
+            // The optimum within the budget is at most any plan within it.
+            for (s, share) in others {
+                assert!(
+                    optimum <= share + 1e-9,
+                    "{rel} at {q}: {s} recomputes {share} < optimum {optimum}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "only {checked} budgets had a plan");
+}
+
+#[cfg(feature = "optimal")]
+#[test]
+fn optimal_without_a_budget_or_below_every_schedule_says_what_to_do() {
+    let g = load("graphs/tiny_cnn.json");
+    let o = PlanOptions {
+        strategy: Strategy::Optimal,
+        ..PlanOptions::default()
+    };
+    let e = plan(&g, &o, &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("needs --budget"), "{e}");
+    let lb = g.lower_bound().bytes;
+    match plan(&g, &at_peak(Strategy::Optimal, lb), &Default::default()) {
+        Ok(p) => assert!(p.summary.planned_peak <= lb),
+        Err(e) => assert!(matches!(e, PlanError::Solver(_)), "{e}"),
+    }
+}
+
+#[cfg(not(feature = "optimal"))]
+#[test]
+fn optimal_without_the_feature_names_it() {
+    let g = load("graphs/tiny_cnn.json");
+    let e = plan(
+        &g,
+        &at_peak(Strategy::Optimal, u64::MAX),
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--features optimal"), "{e}");
+}
+
+/// The bound of every real graph's default plan is proven quickly and is never above the
+/// plan (`--bound`'s gap is never negative).
+#[test]
+fn the_bound_of_every_real_graph_is_at_most_its_plan() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../graphs/real");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 12);
+    for f in files {
+        let g = sgc_ir::load_any(&f).unwrap();
+        let o = PlanOptions {
+            strategy: Strategy::Dtr,
+            ..PlanOptions::default()
+        };
+        let p = plan(&g, &o, &Default::default()).unwrap();
+        let b = sgc_plan::bound(&g, &p).unwrap();
+        assert!(
+            b.recompute <= p.summary.recompute_share + 1e-12,
+            "{}: bound {} above the plan's {}",
+            f.display(),
+            b.recompute,
+            p.summary.recompute_share
+        );
+    }
+}
+
+mod random {
+    //! On random graphs (chains, diamonds, skips, views, multi-output and non-recomputable
+    //! ops, update phases: `sgc_ir::testgen`), every strategy's plan at a budget recomputes
+    //! at least the cut bound at its own peak; with the solver, the optimum at that peak lies
+    //! between the bounds and the plan, and is a verified plan.
+
+    use super::*;
+    use proptest::prelude::{any, prop_assert, proptest, ProptestConfig, TestCaseError};
+    use sgc_ir::testgen::{random_graph, GenConfig};
+
+    fn options(strategy: Strategy, seed: u64, budget: u64) -> PlanOptions {
+        PlanOptions {
+            strategy,
+            seed,
+            budget: Some(budget),
+            budget_of: BudgetOf::Peak,
+            thresh_tries: 4,
+            genetic_iters: 3,
+            pool_size: 6,
+            evictee_min_size: 0,
+            ..PlanOptions::default()
+        }
+    }
+
+    fn bounded(g: &Graph, seed: u64, q: f64) -> Result<(), TestCaseError> {
+        let lb = g.lower_bound().bytes;
+        let unplanned = g.memory_profile().peak;
+        let budget = lb + ((unplanned - lb) as f64 * q) as u64;
+        for s in [Strategy::Sublinear, Strategy::Dtr, Strategy::Partition] {
+            let Ok(p) = plan(g, &options(s, seed, budget), &Default::default()) else {
+                continue;
+            };
+            let b = sgc_plan::bound(g, &p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(
+                b.recompute <= p.summary.recompute_share + 1e-9,
+                "{}: {} {} above the plan's {}",
+                s,
+                b.method.as_str(),
+                b.recompute,
+                p.summary.recompute_share
+            );
+            optimum_between(g, seed, &p, b.recompute)?;
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "optimal")]
+    fn optimum_between(
+        g: &Graph,
+        seed: u64,
+        p: &sgc_plan::Plan,
+        cut: f64,
+    ) -> Result<(), TestCaseError> {
+        let peak = p.summary.planned_peak;
+        let o = PlanOptions {
+            time_limit_s: Some(20),
+            ..options(Strategy::Optimal, seed, peak)
+        };
+        let (opt, stats) = plan_with_stats(g, &o, &Default::default()).map_err(|e| {
+            TestCaseError::fail(format!(
+                "optimal at a peak {} meets: {e}",
+                p.options.strategy
+            ))
+        })?;
+        let s = stats.optimal.unwrap();
+        prop_assert!(opt.summary.planned_peak <= peak);
+        prop_assert!(opt.summary.recompute_share <= p.summary.recompute_share + 1e-9);
+        if s.proven {
+            prop_assert!(cut <= opt.summary.recompute_share + 1e-9);
+        }
+        prop_assert!(s.bound <= opt.summary.recompute_share + 1e-9);
+        Ok(())
+    }
+
+    #[cfg(not(feature = "optimal"))]
+    fn optimum_between(_: &Graph, _: u64, _: &sgc_plan::Plan, _: f64) -> Result<(), TestCaseError> {
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_plan_lies_above_its_bound(seed in any::<u64>(), q in 0.0f64..1.0) {
+            let g = random_graph(seed, &GenConfig::small());
+            bounded(&g, seed, q)?;
+        }
+    }
+}
