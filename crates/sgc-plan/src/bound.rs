@@ -21,7 +21,7 @@
 //! set ([`crate::optimal`]), often much closer.
 
 use crate::context::{Context, NO_HAZARD};
-use sgc_ir::{Graph, OpId};
+use sgc_ir::OpId;
 
 /// A proven lower bound on the recompute of any stage-form plan within a peak.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,13 +56,6 @@ impl BoundMethod {
             BoundMethod::Solver => "HiGHS's dual bound",
         }
     }
-}
-
-/// The cut bound of `graph` (ops costed as by the plan: `device` is its profile) at a peak
-/// of `peak` bytes (the memory model's, persistent bytes included).
-pub fn cut_bound(graph: &Graph, device: Option<&sgc_ir::DeviceProfile>, peak: u64) -> Bound {
-    let ctx = Context::with_profile(graph, device);
-    cut(&ctx, peak)
 }
 
 /// One storage alive at a moment: bytes, its producer (`None`: a graph input), the last
@@ -165,13 +158,6 @@ mod tests {
     use super::*;
     use crate::options::{BudgetOf, PlanOptions, Strategy};
 
-    fn load(rel: &str) -> Graph {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(rel);
-        sgc_ir::load_any(&p).unwrap()
-    }
-
     /// The bound is never above a plan's own recompute, at the plan's own peak, and it is
     /// positive below the unplanned peak where something must be recomputed.
     #[test]
@@ -184,7 +170,8 @@ mod tests {
             "benches/data/checkmate/vgg16_b256_train.json",
             "benches/data/checkmate/random_layered_n100.json",
         ] {
-            let g = load(rel);
+            let g = crate::testing::load(rel);
+            let ctx = Context::new(&g);
             let unplanned = g.memory_profile().peak;
             let lb = g.lower_bound().bytes;
             let (mut positive, mut recomputing) = (0, 0);
@@ -202,7 +189,7 @@ mod tests {
                     let Ok(plan) = crate::plan(&g, &options, &Default::default()) else {
                         continue;
                     };
-                    let b = cut_bound(&g, None, plan.summary.planned_peak);
+                    let b = cut(&ctx, plan.summary.planned_peak);
                     assert!(
                         b.recompute <= plan.summary.recompute_share + 1e-12,
                         "{rel}, {strategy} at {q}: bound {} above the plan's {}",
@@ -211,13 +198,9 @@ mod tests {
                     );
                     positive += usize::from(b.recompute > 0.0);
                     recomputing += usize::from(plan.summary.recompute_share > 0.0);
-                    eprintln!(
-                        "{rel} {strategy} {q}: plan {:.4} bound {:.4}",
-                        plan.summary.recompute_share, b.recompute
-                    );
                 }
             }
-            assert_eq!(cut_bound(&g, None, unplanned).recompute, 0.0, "{rel}");
+            assert_eq!(cut(&ctx, unplanned).recompute, 0.0, "{rel}");
             assert!(
                 recomputing == 0 || positive > 0,
                 "{rel}: the bound was 0 at every budget"

@@ -892,10 +892,7 @@ mod tests {
     use super::*;
 
     fn load(name: &str) -> sgc_ir::Graph {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../graphs")
-            .join(name);
-        sgc_ir::load_any(&p).unwrap()
+        crate::testing::load(&format!("graphs/{name}"))
     }
 
     /// Every victim the index finds is checked against a scan over every candidate (the

@@ -79,3 +79,15 @@ pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};
 pub use sublinear::{NEAR_PEAK_SPAN, PEAK_WORTH};
 pub use verify::{check, CheckError, VerifiedPeak, Violation, ViolationKind};
+
+/// What the crate's unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// A graph of this repository, by its path from the repository root.
+    pub fn load(rel: &str) -> sgc_ir::Graph {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel);
+        sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+}

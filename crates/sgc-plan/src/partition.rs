@@ -933,10 +933,7 @@ mod tests {
     }
 
     fn load(name: &str) -> sgc_ir::Graph {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../graphs")
-            .join(name);
-        sgc_ir::load_any(&p).unwrap()
+        crate::testing::load(&format!("graphs/{name}"))
     }
 
     /// The objective of keeping `kept` by exhaustive rules, independent of the network:

@@ -32,7 +32,7 @@
 //! of sgc makes: first runs in the traced order.
 
 use crate::context::{Context, NO_HAZARD};
-use sgc_ir::OpId;
+use sgc_ir::{OpId, TensorId};
 
 /// One column: bounds, objective coefficient, whether it is integer.
 #[derive(Clone, Copy, Debug)]
@@ -85,8 +85,9 @@ pub(crate) struct Model {
     makes: Vec<Vec<usize>>,
     /// Per stage: the ops that may run in it, in order (the last is the stage's own op).
     runnable: Vec<Vec<usize>>,
-    /// `(stage, storage, op)` of every `F` column, and its column, in order.
-    frees: Vec<(usize, usize, usize, usize)>,
+    /// The `F` columns: per stage, per position in `runnable[t]`, the storages that may be
+    /// freed after that op, each with its column.
+    frees: Vec<Vec<Vec<Free>>>,
     /// Per stage: where its `A` columns start (one per runnable op).
     a_at: Vec<usize>,
     /// Bytes per unit of the memory rows: the cap is a million units, so that HiGHS's
@@ -116,7 +117,7 @@ impl Model {
             touches: vec![Vec::new(); n],
             makes: vec![Vec::new(); n],
             runnable: vec![Vec::new(); n],
-            frees: Vec::new(),
+            frees: vec![Vec::new(); n],
             a_at: vec![0; n],
             unit: 1.0,
         };
@@ -169,24 +170,18 @@ impl Model {
             }
         }
         for i in 0..n {
-            let mut reads: Vec<usize> = ctx
-                .inputs(i)
-                .iter()
-                .map(|t| value_of[t.index()])
-                .filter(|&v| v != usize::MAX)
-                .collect();
-            reads.sort_unstable();
-            reads.dedup();
-            self.reads[i] = reads;
-            let mut touches: Vec<usize> = ctx.in_roots[i]
-                .iter()
-                .chain(&ctx.out_roots[i])
-                .map(|r| value_of[r.index()])
-                .filter(|&v| v != usize::MAX)
-                .collect();
-            touches.sort_unstable();
-            touches.dedup();
-            self.touches[i] = touches;
+            // The distinct values of some tensors (those that are values).
+            let distinct = |tensors: &mut dyn Iterator<Item = &TensorId>| -> Vec<usize> {
+                let mut v: Vec<usize> = tensors
+                    .map(|t| value_of[t.index()])
+                    .filter(|&v| v != usize::MAX)
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            self.reads[i] = distinct(&mut ctx.inputs(i).iter());
+            self.touches[i] = distinct(&mut ctx.in_roots[i].iter().chain(&ctx.out_roots[i]));
             self.makes[i] = ctx
                 .outputs(i)
                 .iter()
@@ -212,9 +207,9 @@ impl Model {
             }
         };
         let mut limit: Vec<usize> = (0..n).map(rerun_limit).collect();
-        // A value is needed at the last stage any op touching or reading it may run; an op
-        // is worth recomputing only up to the last stage one of its values is needed, so
-        // iterate to a fixpoint from the end (ops later in the order first).
+        // A value is needed up to the last stage any op touching or reading it may run; an
+        // op is worth recomputing only up to the last stage one of its values is needed.
+        // The two depend on each other: lower both until neither changes.
         let mut needed = vec![0usize; self.values.len()];
         loop {
             let mut changed = false;
@@ -307,15 +302,24 @@ impl Model {
         for t in 0..self.n {
             let ops = self.runnable[t].clone();
             for (at, &k) in ops.iter().enumerate() {
+                let mut frees = Vec::new();
                 for x in self.touches[k].clone() {
-                    if self.values[x].bytes == 0 || !self.may_free(t, x, &ops[at + 1..]) {
-                        continue;
+                    if self.values[x].bytes > 0 && self.may_free(t, x, &ops[at + 1..]) {
+                        let col = self.column(0.0, 1.0, 0.0, true);
+                        frees.push(Free { value: x, col });
                     }
-                    let c = self.column(0.0, 1.0, 0.0, true);
-                    self.frees.push((t, x, k, c));
                 }
+                self.frees[t].push(frees);
             }
         }
+    }
+
+    /// Bytes freed after the op at position `at` of stage `t`, in the rows' unit, at `x`.
+    fn freed(&self, t: usize, at: usize, x: &[f64]) -> f64 {
+        self.frees[t][at]
+            .iter()
+            .map(|f| x[f.col] * self.weight(f.value))
+            .sum()
     }
 
     /// Whether storage `x` may be freed in stage `t` after an op followed by `later`: not
@@ -417,14 +421,6 @@ impl Model {
 
     /// The `A` chain of each stage, each within the cap.
     fn memory_rows(&mut self, cap: f64) {
-        let mut freed_after: std::collections::HashMap<(usize, usize), Vec<(usize, f64)>> =
-            Default::default();
-        for &(t, x, k, c) in &self.frees {
-            freed_after
-                .entry((t, k))
-                .or_default()
-                .push((c, self.weight(x)));
-        }
         for t in 0..self.n {
             let ops = self.runnable[t].clone();
             for (at, &k) in ops.iter().enumerate() {
@@ -442,8 +438,8 @@ impl Model {
                     }
                 } else {
                     row.add(Some(Term::Col(a - 1)), -1.0);
-                    for &(c, b) in freed_after.get(&(t, ops[at - 1])).into_iter().flatten() {
-                        row.add(Some(Term::Col(c)), b);
+                    for f in &self.frees[t][at - 1] {
+                        row.add(Some(Term::Col(f.col)), self.weight(f.value));
                     }
                 }
                 self.push(row, 0.0, 0.0);
@@ -455,8 +451,14 @@ impl Model {
     /// A free after op `k` needs `k` to run, no later op of the stage touching the storage,
     /// and the storage absent at the next stage.
     fn free_rows(&mut self) {
-        for f in 0..self.frees.len() {
-            let (t, x, k, c) = self.frees[f];
+        let frees: Vec<(usize, usize, Free)> = (0..self.n)
+            .flat_map(|t| {
+                let stage = &self.frees[t];
+                (0..stage.len()).flat_map(move |at| stage[at].iter().map(move |&f| (t, at, f)))
+            })
+            .collect();
+        for (t, at, Free { value: x, col: c }) in frees {
+            let k = self.runnable[t][at];
             let only = |other: Option<Term>, coef: f64, hi: f64| {
                 let mut row = Lin::default();
                 row.add(Some(Term::Col(c)), 1.0);
@@ -470,7 +472,7 @@ impl Model {
             if let Some(p) = self.p(t + 1, x) {
                 rows.push(only(Some(Term::Col(p)), 1.0, 1.0));
             }
-            for &u in self.runnable[t].iter().filter(|&&u| u > k) {
+            for &u in &self.runnable[t][at + 1..] {
                 if self.touches[u].contains(&x) {
                     rows.push(only(self.r(t, u), 1.0, 1.0));
                 }
@@ -567,10 +569,13 @@ impl Model {
             .enumerate()
             .flat_map(|(t, ops)| ops.iter().map(move |&i| (t, i)))
             .collect();
+        let mut stage_start = vec![0; self.n + 1];
+        for t in 0..self.n {
+            stage_start[t + 1] = stage_start[t] + stages[t].len();
+        }
         for (v, value) in self.values.iter().enumerate() {
             for t in value.first..=value.last {
-                let start = runs.iter().position(|&(s, _)| s == t)?;
-                let next = runs[start..]
+                let next = runs[stage_start[t]..]
                     .iter()
                     .find(|&&(_, i)| {
                         Some(i) == value.producer
@@ -609,14 +614,19 @@ impl Model {
 
     /// `F` of every free the schedule makes, and the `A` chain.
     fn fill_frees(&self, stages: &[Vec<usize>], x: &mut [f64]) {
-        for &(t, v, k, c) in &self.frees {
-            let runs = &stages[t];
-            let Some(at) = runs.iter().position(|&i| i == k) else {
-                continue;
-            };
-            let later = runs[at + 1..].iter().any(|&u| self.touches[u].contains(&v));
-            let next = self.p(t + 1, v).is_some_and(|p| x[p] > 0.5);
-            x[c] = if !later && !next { 1.0 } else { 0.0 };
+        for (t, runs) in stages.iter().enumerate() {
+            for (at, &k) in self.runnable[t].iter().enumerate() {
+                let Some(pos) = runs.iter().position(|&i| i == k) else {
+                    continue;
+                };
+                for f in &self.frees[t][at] {
+                    let later = runs[pos + 1..]
+                        .iter()
+                        .any(|&u| self.touches[u].contains(&f.value));
+                    let next = self.p(t + 1, f.value).is_some_and(|p| x[p] > 0.5);
+                    x[f.col] = if !later && !next { 1.0 } else { 0.0 };
+                }
+            }
         }
         for t in 0..self.n {
             let ops = &self.runnable[t];
@@ -627,13 +637,7 @@ impl Model {
                         .filter_map(|v| self.p(t, v).map(|c| x[c] * self.weight(v)))
                         .sum();
                 } else {
-                    let prev = ops[at - 1];
-                    a -= self
-                        .frees
-                        .iter()
-                        .filter(|f| f.0 == t && f.2 == prev)
-                        .map(|f| x[f.3] * self.weight(f.1))
-                        .sum::<f64>();
+                    a -= self.freed(t, at - 1, x);
                 }
                 let runs = match self.r(t, k) {
                     Some(Term::One) => 1.0,
@@ -672,6 +676,13 @@ impl Model {
     }
 }
 
+/// A storage that may be freed after an op of a stage, and its `F` column.
+#[derive(Clone, Copy, Debug)]
+struct Free {
+    value: usize,
+    col: usize,
+}
+
 /// A term of a row: a column or the constant 1.
 #[derive(Clone, Copy, Debug)]
 enum Term {
@@ -704,13 +715,6 @@ mod tests {
     use crate::context::Context;
     use crate::options::{BudgetOf, PlanOptions, Strategy};
     use sgc_ir::{Graph, OpId};
-
-    fn load(rel: &str) -> Graph {
-        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(rel);
-        sgc_ir::load_any(&p).unwrap_or_else(|e| panic!("{rel}: {e}"))
-    }
 
     const GRAPHS: &[&str] = &[
         "graphs/tiny_mlp.json",
@@ -755,7 +759,7 @@ mod tests {
     #[test]
     fn every_stage_form_plan_is_a_point_within_its_own_peak() {
         for rel in GRAPHS {
-            let g = load(rel);
+            let g = crate::testing::load(rel);
             let ctx = Context::new(&g);
             let mut points = 0;
             for (what, steps) in plans(&g) {
@@ -790,7 +794,6 @@ mod tests {
                 let x = tight.point_of(&steps).unwrap();
                 assert!(!tight.violated(&x, 1e-6).is_empty(), "{rel}, {what}");
             }
-            eprintln!("{rel}: {points} of {} in stage form", plans(&g).len());
             assert!(points > 0, "{rel}: no plan was in stage form");
         }
     }
