@@ -206,6 +206,12 @@ def defaults() -> dict[str, Any]:
     seed, thresh_tries, pool_size, evictee_min_size, align, max_recompute, and
     device_profile (the profile exported graphs are costed on)."""
 
+def strategies() -> list[dict[str, Any]]:
+    """The strategies `plan(strategy=...)` takes, in order: name, about, reads (the keywords
+    of `plan` each reads beyond the common ones), needs_budget, budget_of (the budget kinds
+    it plans for), can_offload. The command line's `--strategy` help comes from the same
+    registry."""
+
 def device_profiles() -> dict[str, dict[str, Any]]:
     """The named device profiles, in order: name -> {name, f32_tflops, half_tflops,
     bandwidth_gbps}."""

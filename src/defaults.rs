@@ -53,7 +53,7 @@ pub const FIT_MAX_RECOMPUTE: f64 = 1.0 / 3.0;
 pub const FIT_MAX_RECOMPUTE_TEXT: &str = "1/3";
 
 /// The options with offload turned on where it can apply: a budget, a strategy that
-/// offloads (sublinear, partition), a host link (`host_link`, else the device profile's),
+/// offloads (`Strategy::can_offload`: sublinear, partition), a host link (`host_link`, else the device profile's),
 /// and `offload` allowed. Everywhere else the options stay as they were before offload
 /// (`sgc plan --no-offload` and `sgc.plan(offload=False)`: byte-identical plans).
 pub fn with_offload(
@@ -69,7 +69,7 @@ pub fn with_offload(
             .and_then(|d| HostLink::named(d.name()))
     });
     let applies = options.budget.is_some()
-        && matches!(options.strategy, Strategy::Sublinear | Strategy::Partition)
+        && crate::plan::strategies::of(options.strategy).can_offload()
         && offload;
     PlanOptions {
         host_link: link.filter(|_| applies),

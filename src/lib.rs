@@ -18,8 +18,10 @@ pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 pub use sgc_plan::fit;
 
+pub mod chart;
 pub mod compare;
 pub mod defaults;
+pub mod pareto;
 pub mod plot;
 pub mod report;
 pub mod runner;

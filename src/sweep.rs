@@ -14,6 +14,7 @@
 //! [`markdown`] prints the table; [`svg`] draws the two curves of MegEngine's DTR guide,
 //! step cost and peak against the threshold, with the static plans as points.
 
+use crate::chart::{escape, legend, line, panel, points, GAP, LEFT, PANEL_H, RIGHT, TOP, W};
 use crate::exec::dtr::{DtrOptions, DtrReport, Simulator};
 use crate::ir::{DeviceProfile, Graph};
 use crate::plan::{PlanOptions, Strategy};
@@ -359,13 +360,6 @@ pub fn verdicts(s: &Sweep) -> Vec<(u64, Result<(), String>)> {
         .collect()
 }
 
-const W: f64 = 960.0;
-const LEFT: f64 = 90.0;
-const RIGHT: f64 = 20.0;
-const PANEL_H: f64 = 260.0;
-const TOP: f64 = 70.0;
-const GAP: f64 = 90.0;
-
 /// The two curves of MegEngine's guide as a self-contained SVG: step cost (over the
 /// unplanned step) and peak bytes against the threshold; the static plan at each threshold
 /// as a point; out-of-memory thresholds marked.
@@ -572,78 +566,6 @@ pub fn svg(s: &Sweep) -> String {
     );
     o.push_str("</svg>\n");
     o
-}
-
-/// Axes of one panel; `ticks` are (fraction of the height, label).
-fn panel(o: &mut String, y0: f64, ylabel: &str, ticks: &[(f64, String)]) {
-    let yb = y0 + PANEL_H;
-    let x1 = W - RIGHT;
-    let _ = write!(
-        o,
-        r##"<line x1="{LEFT}" y1="{y0}" x2="{LEFT}" y2="{yb}" stroke="#333"/><line x1="{LEFT}" y1="{yb}" x2="{x1}" y2="{yb}" stroke="#333"/>"##
-    );
-    for (f, label) in ticks {
-        let yy = yb - f * PANEL_H;
-        let _ = write!(
-            o,
-            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT - 6.0,
-            yy + 4.0,
-            escape(label)
-        );
-    }
-    let _ = write!(
-        o,
-        r##"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#333">{}</text>"##,
-        y0 + PANEL_H / 2.0,
-        y0 + PANEL_H / 2.0,
-        escape(ylabel)
-    );
-}
-
-fn line(o: &mut String, pts: &[(f64, f64)], color: &str) {
-    if pts.is_empty() {
-        return;
-    }
-    let d: String = pts
-        .iter()
-        .enumerate()
-        .map(|(i, (x, y))| format!("{}{x:.1},{y:.1}", if i == 0 { 'M' } else { 'L' }))
-        .collect();
-    let _ = write!(
-        o,
-        r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="2"/>"#
-    );
-    points(o, pts, color);
-}
-
-fn points(o: &mut String, pts: &[(f64, f64)], color: &str) {
-    for (x, y) in pts {
-        let _ = write!(
-            o,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="{color}"/>"#
-        );
-    }
-}
-
-fn legend(o: &mut String, y: f64, items: &[(&str, &str)]) {
-    let mut lx = LEFT;
-    for (color, label) in items {
-        let _ = write!(
-            o,
-            r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="4" fill="{color}"/><text x="{:.1}" y="{y:.1}">{}</text>"#,
-            y - 5.0,
-            lx + 16.0,
-            escape(label)
-        );
-        lx += 24.0 + 6.6 * label.len() as f64;
-    }
-}
-
-fn escape(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

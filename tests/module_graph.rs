@@ -307,8 +307,8 @@ const FORMAT_LAYERS: &[&[&str]] = &[
 ];
 
 /// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
-/// per-graph context, the arena, the strategies, the choice under a budget, one function
-/// per strategy, the entry points, and the batch fit on top. (The plan itself and its
+/// per-graph context, the arena, the methods, the choice under a budget, the strategies
+/// (one file each, behind one trait), the entry points, and the batch fit on top. (The plan itself and its
 /// verifier are sgc-plan-format's, below all of them.)
 const PLAN_LAYERS: &[&[&str]] = &[
     &["alloc", "maxflow", "options"],
@@ -319,7 +319,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["sublinear"],
     &["partition", "budget", "optimal"],
     &["offload_search"],
-    &["run"],
+    &["strategies"],
     &["planner"],
     &["fit"],
 ];

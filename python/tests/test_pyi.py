@@ -93,3 +93,21 @@ def test_class_members_are_the_modules():
                 continue
             assert [n for n, _ in _native_params(getattr(native, fn.name))] == [n for n, _ in _stub_params(fn)], \
                 f"{cls.name}.{fn.name}: parameters differ"
+
+
+def test_strategies_come_from_one_registry_and_plan_reads_what_they_say():
+    """`sgc.strategies()` is the registry the command line's `--strategy` help is made from:
+    every name plans (or says it needs a budget), and every option a strategy reads is a
+    keyword of `sgc.plan`."""
+    import inspect
+
+    keywords = {name for name, _ in _native_params(sgc.plan)}
+    entries = sgc.strategies()
+    names = [s["name"] for s in entries]
+    assert names[:3] == ["none", "chen-sqrt", "sublinear"], names
+    assert len(set(names)) == len(names)
+    for s in entries:
+        missing = set(s["reads"]) - keywords
+        assert not missing, f"{s['name']} reads {missing}, which sgc.plan does not take"
+        assert s["budget_of"], s
+    assert inspect.isbuiltin(sgc.strategies)

@@ -3,7 +3,7 @@
 //! per-op lower bound alone exceeds it. The method is in `sgc::fit`.
 
 use super::defaults;
-use super::{CliResult, DeviceProfileArg, StrategyArg};
+use super::{CliResult, DeviceProfileArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
 use sgc::plan::alloc::Effort;
 use sgc::plan::PlanOptions;
@@ -25,8 +25,8 @@ pub struct Args {
     #[arg(long, value_parser = parse_share, default_value = defaults::FIT_MAX_RECOMPUTE_TEXT)]
     max_recompute: Share,
     /// Strategies to search, comma-separated or repeated, in this order.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES.map(StrategyArg::from))]
-    strategy: Vec<StrategyArg>,
+    #[arg(long, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES, value_parser = super::strategy_parser())]
+    strategy: Vec<sgc::plan::Strategy>,
     /// sublinear: generations of genetic refinement (0 = off).
     #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
     genetic_iters: usize,
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> CliResult {
         .strategy
         .iter()
         .map(|&s| PlanOptions {
-            strategy: s.into(),
+            strategy: s,
             seed: args.seed,
             genetic_iters: args.genetic_iters,
             thresh_tries: args.thresh_tries,

@@ -7,6 +7,7 @@ mod dtr;
 mod fit;
 mod inspect;
 mod output;
+mod pareto;
 mod plan;
 mod plot;
 mod profile;
@@ -19,43 +20,37 @@ use clap::{Parser, Subcommand};
 use sgc::defaults;
 use std::process::ExitCode;
 
-/// `--strategy` values, shared by `plan`, `run` and `fit`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
-pub enum StrategyArg {
-    None,
-    ChenSqrt,
-    Sublinear,
-    Dtr,
-    Partition,
-    Optimal,
+/// `--strategy`, shared by `plan`, `run` and `fit`: the name of a registered strategy
+/// (`sgc::plan::strategies::REGISTRY`, which also gives each value's help).
+pub fn strategy_parser() -> impl clap::builder::TypedValueParser<Value = sgc::plan::Strategy> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = sgc::plan::strategies::REGISTRY
+        .iter()
+        .map(|s| PossibleValue::new(s.name().as_str()).help(strategy_help(*s)));
+    PossibleValuesParser::new(values).map(|name| {
+        name.parse::<sgc::plan::Strategy>()
+            .expect("every registered strategy parses by its name")
+    })
 }
 
-impl From<StrategyArg> for sgc::plan::Strategy {
-    fn from(s: StrategyArg) -> Self {
-        use sgc::plan::Strategy;
-        match s {
-            StrategyArg::None => Strategy::None,
-            StrategyArg::ChenSqrt => Strategy::ChenSqrt,
-            StrategyArg::Sublinear => Strategy::Sublinear,
-            StrategyArg::Dtr => Strategy::Dtr,
-            StrategyArg::Partition => Strategy::Partition,
-            StrategyArg::Optimal => Strategy::Optimal,
-        }
+/// A strategy's line of `--strategy` help: what it does, whether it needs a budget, and
+/// the options it reads beyond the common ones, as flags.
+fn strategy_help(s: &dyn sgc::plan::strategies::Strategy) -> String {
+    let mut help = s.about().to_string();
+    if s.needs_budget() {
+        help.push_str("; needs --budget");
     }
+    if !s.reads().is_empty() {
+        let flags: Vec<String> = s.reads().iter().map(|f| flag_of(f)).collect();
+        help.push_str(&format!("; reads {}", flags.join(", ")));
+    }
+    help
 }
 
-impl From<sgc::plan::Strategy> for StrategyArg {
-    fn from(s: sgc::plan::Strategy) -> Self {
-        use sgc::plan::Strategy;
-        match s {
-            Strategy::None => StrategyArg::None,
-            Strategy::ChenSqrt => StrategyArg::ChenSqrt,
-            Strategy::Sublinear => StrategyArg::Sublinear,
-            Strategy::Dtr => StrategyArg::Dtr,
-            Strategy::Partition => StrategyArg::Partition,
-            Strategy::Optimal => StrategyArg::Optimal,
-        }
-    }
+/// The command-line flag of a `PlanOptions` field (its Python keyword).
+pub fn flag_of(field: &str) -> String {
+    let name = field.strip_suffix("_s").unwrap_or(field);
+    format!("--{}", name.replace('_', "-"))
 }
 
 /// `--device-profile`, shared by `plan`, `inspect`, `compare` and `fit` (flattened into
@@ -236,6 +231,8 @@ enum Command {
     Run(run::Args),
     /// Run-time DTR simulated at a range of eviction thresholds, beside the static plan at the same bytes.
     DtrSweep(dtr::SweepArgs),
+    /// Every strategy's plans across budgets: device bytes against recompute, each with how far from optimal it can be.
+    Pareto(pareto::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -254,6 +251,7 @@ pub fn main() -> ExitCode {
         Command::Plot(a) => plot::run(a),
         Command::Compare(a) => compare::run(a),
         Command::DtrSweep(a) => dtr::sweep(a),
+        Command::Pareto(a) => pareto::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

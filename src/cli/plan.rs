@@ -4,7 +4,7 @@
 //! the graph instead (and refuses a plan made for another graph).
 
 use super::{defaults, output};
-use super::{CliResult, DeviceProfileArg, GoalArg, StrategyArg};
+use super::{CliResult, DeviceProfileArg, GoalArg};
 use sgc::plan::streams::HostLink;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::report::plan::{workers_used, PlanReport};
@@ -17,8 +17,8 @@ pub struct Args {
     /// A version-1 graph file or a Checkmate node-link file.
     file: PathBuf,
     /// Checkpointing strategy.
-    #[arg(long, value_enum, default_value = "sublinear")]
-    strategy: StrategyArg,
+    #[arg(long, default_value = "sublinear", value_parser = super::strategy_parser())]
+    strategy: sgc::plan::Strategy,
     /// Device memory the plan must fit (e.g. 5GB, 5GiB, 512MiB): its arena plus persistent
     /// bytes, what `sgc run` allocates; the plan that recomputes least wins, and a larger
     /// budget never recomputes more.
@@ -136,7 +136,7 @@ pub fn run(args: Args) -> CliResult {
         return check(&graph, path);
     }
     let options = PlanOptions {
-        strategy: args.strategy.into(),
+        strategy: args.strategy,
         seed: args.seed,
         budget: args.budget,
         budget_of: args.budget_of.into(),

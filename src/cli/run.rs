@@ -6,7 +6,7 @@
 //! the unplanned schedule and prints both, with whether their loss curves are bitwise
 //! equal.
 
-use super::{CliResult, StrategyArg};
+use super::CliResult;
 use sgc::exec::timing::{self, Timed, TimingOptions};
 use sgc::exec::{Backend, CpuBackend, CudaBackend, Executor, RunReport};
 use sgc::ir::Graph;
@@ -29,8 +29,8 @@ pub struct Args {
     #[arg(long, conflicts_with = "strategy")]
     plan: Option<PathBuf>,
     /// Plan the graph now with this strategy (neither --plan nor --strategy: unplanned).
-    #[arg(long, value_enum)]
-    strategy: Option<StrategyArg>,
+    #[arg(long, value_parser = super::strategy_parser())]
+    strategy: Option<sgc::plan::Strategy>,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
@@ -84,7 +84,7 @@ pub fn run(args: Args) -> CliResult {
         (None, Some(s)) => {
             // The same search `sgc plan` runs by default.
             let options = PlanOptions {
-                strategy: s.into(),
+                strategy: s,
                 seed: args.seed,
                 genetic_iters: super::defaults::GENETIC_ITERS,
                 ..Default::default()

@@ -8,6 +8,9 @@
 macro_rules! names {
     ($ty:ident, $what:literal, $choices:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
         impl $ty {
+            /// Every value, in the table's order.
+            pub const EVERY: &'static [$ty] = &[$($ty::$variant),+];
+
             /// The name used on the command line and in plan files.
             pub fn as_str(self) -> &'static str {
                 match self {

@@ -49,6 +49,38 @@ names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr, partition or opti
     Optimal => "optimal",
 });
 
+/// What the verifier holds a strategy's plans to, beyond what it checks of every plan (a
+/// plan file is verified without the planner, so this lives with the name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Promises {
+    /// The most times an op runs (`None`: any number).
+    pub max_runs: Option<u32>,
+    /// Recompute at most one forward pass's cost.
+    pub recompute_within_forward: bool,
+}
+
+impl Strategy {
+    /// What its plans promise: the split-based strategies run an op at most twice (once,
+    /// and once again for the backward), and Chen's segments recompute at most one forward.
+    pub const fn promises(self) -> Promises {
+        let split = Promises {
+            max_runs: Some(2),
+            recompute_within_forward: false,
+        };
+        match self {
+            Strategy::Sublinear | Strategy::Partition => split,
+            Strategy::ChenSqrt => Promises {
+                recompute_within_forward: true,
+                ..split
+            },
+            Strategy::None | Strategy::Dtr | Strategy::Optimal => Promises {
+                max_runs: None,
+                recompute_within_forward: false,
+            },
+        }
+    }
+}
+
 impl std::fmt::Display for Strategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

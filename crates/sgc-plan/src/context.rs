@@ -17,17 +17,19 @@ use sgc_ir::{DeviceProfile, Graph, LowerBound, OpId, TensorId, TensorKind};
 
 pub(crate) const NO_HAZARD: u32 = u32::MAX;
 
-pub(crate) struct Context<'g> {
-    pub g: &'g Graph,
-    pub n: usize,
-    pub cost: Vec<f64>,
+/// The per-graph facts a strategy plans from (what a strategy outside this crate sees: the
+/// accessors below).
+pub struct Context<'g> {
+    pub(crate) g: &'g Graph,
+    pub(crate) n: usize,
+    pub(crate) cost: Vec<f64>,
     /// Per storage root (indexed by tensor id; empty for non-roots and persistent roots).
-    pub accesses: Vec<Vec<u32>>,
-    pub freeable: Vec<bool>,
+    pub(crate) accesses: Vec<Vec<u32>>,
+    pub(crate) freeable: Vec<bool>,
     /// Roots of graph outputs (resident to the end).
-    pub kept: Vec<bool>,
+    pub(crate) kept: Vec<bool>,
     /// Freeable roots, in id order.
-    pub freeable_roots: Vec<TensorId>,
+    pub(crate) freeable_roots: Vec<TensorId>,
     /// Every op's inputs, outputs and input roots, flat (see [`Context::inputs`]), for
     /// the walks' hot loops: the graph's own op records and per-op lists are scattered.
     io: Vec<TensorId>,
@@ -35,27 +37,27 @@ pub(crate) struct Context<'g> {
     /// start and where they end in `io`.
     io_at: Vec<IoAt>,
     /// Per tensor: its storage root.
-    pub root: Vec<TensorId>,
+    pub(crate) root: Vec<TensorId>,
     /// The state every split walk starts from ([`start_state`]).
-    pub walk_start: Vec<Slot>,
+    pub(crate) walk_start: Vec<Slot>,
     /// Walk states along the plan-independent prefix, made by the first walk that needs
     /// them ([`crate::sublinear::recompute`]).
-    pub prefixes: std::sync::OnceLock<Prefixes>,
+    pub(crate) prefixes: std::sync::OnceLock<Prefixes>,
     /// Per op: whether it is a forward op (every op when the graph has no phases).
-    pub forward: Vec<bool>,
+    pub(crate) forward: Vec<bool>,
     /// The freeable roots by the traced position of their last access (see
     /// [`Context::last_of`]), flat: position `i`'s are `last_roots[last_at[i]..last_at[i + 1]]`.
     last_roots: Vec<TensorId>,
     last_at: Vec<u32>,
     /// Per op: [`OP_RERUNNABLE`], [`OP_FORWARD`].
-    pub op_bits: Vec<u8>,
+    pub(crate) op_bits: Vec<u8>,
     /// Per op: the first traced position of a non-recomputable op that reads one of its
     /// persistent inputs ([`NO_HAZARD`]: none). A recomputation of the op after that position
     /// could read state written in place.
-    pub dirty_at: Vec<u32>,
+    pub(crate) dirty_at: Vec<u32>,
     /// Freeable roots with the position of the op that makes them and of their last
     /// access, by the first (then id).
-    pub freeable_by_made: Vec<(u32, u32, TensorId)>,
+    pub(crate) freeable_by_made: Vec<(u32, u32, TensorId)>,
     /// The discard plan's tables ([`crate::sublinear::discard`]), one entry per `freeable_by_made`
     /// entry, flat: entry `j`'s accesses are `gap_acc[gap_at[j]..gap_at[j + 1]]`, and at the
     /// same offsets `gap_best[.. + i]` is the gap (index of its opening access) that a
@@ -63,47 +65,67 @@ pub(crate) struct Context<'g> {
     /// (longer than the closing reader's activation inputs), the earliest on ties, or
     /// [`NO_GAP`]. These depend on the graph only, so a discard plan reads them instead of
     /// scanning every storage's accesses for every candidate.
-    pub gap_acc: Vec<u32>,
-    pub gap_best: Vec<u32>,
-    pub gap_at: Vec<u32>,
+    pub(crate) gap_acc: Vec<u32>,
+    pub(crate) gap_best: Vec<u32>,
+    pub(crate) gap_at: Vec<u32>,
     /// The indices `j` of the `freeable_by_made` entries that some genome may discard (a
     /// gap worth discarding over exists), in order: a discard plan skips the others (often
     /// a large share of the freeable storages).
-    pub discardable: Vec<u32>,
-    pub rerunnable: Vec<bool>,
+    pub(crate) discardable: Vec<u32>,
+    pub(crate) rerunnable: Vec<bool>,
     /// Per op.
-    pub hazard: Vec<u32>,
+    pub(crate) hazard: Vec<u32>,
     /// Per op: its distinct non-persistent output roots.
-    pub out_roots: Vec<Vec<TensorId>>,
+    pub(crate) out_roots: Vec<Vec<TensorId>>,
     /// Per op: its distinct non-persistent input roots.
-    pub in_roots: Vec<Vec<TensorId>>,
+    pub(crate) in_roots: Vec<Vec<TensorId>>,
     /// Per op: its distinct persistent input roots.
-    pub persistent_in: Vec<Vec<TensorId>>,
+    pub(crate) persistent_in: Vec<Vec<TensorId>>,
     /// Per tensor: its size in bytes.
-    pub bytes: Vec<u64>,
+    pub(crate) bytes: Vec<u64>,
     /// Per tensor: how its validity is decided (see [`Validity`]).
-    pub validity: Vec<Validity>,
+    pub(crate) validity: Vec<Validity>,
     /// Per tensor: whether it is an activation (it must be produced before it is read).
-    pub activation: Vec<bool>,
+    pub(crate) activation: Vec<bool>,
     /// Roots of graph inputs (resident from the start).
-    pub input_roots: Vec<TensorId>,
-    pub unplanned_peak: u64,
-    pub persistent_bytes: u64,
-    pub lower_bound: LowerBound,
+    pub(crate) input_roots: Vec<TensorId>,
+    pub(crate) unplanned_peak: u64,
+    pub(crate) persistent_bytes: u64,
+    pub(crate) lower_bound: LowerBound,
     /// Per op: its cost in integer units (see [`cost_units`]), so that recompute costs add
     /// up exactly in any grouping and an incremental evaluation equals a full one.
-    pub cost_units: Vec<u64>,
+    pub(crate) cost_units: Vec<u64>,
     /// Cost units of one step: every op once (at least 1).
-    pub step_units: u64,
+    pub(crate) step_units: u64,
     /// The most recompute cost units a schedule may spend
     /// ([`MAX_RECOMPUTE_STEPS`] steps).
-    pub max_recompute_units: u64,
+    pub(crate) max_recompute_units: u64,
     /// Per op: whether exactly one of its outputs is read by some op (a storage made by
     /// such an op is not discarded right after it is made: see [`crate::sublinear::discard`]).
-    pub single_output: Vec<bool>,
+    pub(crate) single_output: Vec<bool>,
 }
 
 impl<'g> Context<'g> {
+    /// The graph.
+    pub fn graph(&self) -> &'g Graph {
+        self.g
+    }
+
+    /// The cost of one run of `op` (the plan's cost rule).
+    pub fn op_cost(&self, op: OpId) -> f64 {
+        self.cost[op.index()]
+    }
+
+    /// Whether `op` may run again: recomputable, with every view of its outputs remade too.
+    pub fn rerunnable(&self, op: OpId) -> bool {
+        self.rerunnable[op.index()]
+    }
+
+    /// The peak of the traced order, every storage freed after its last use.
+    pub fn unplanned_peak(&self) -> u64 {
+        self.unplanned_peak
+    }
+
     /// The context with the format's cost rule (no device profile).
     #[cfg(test)]
     pub fn new(g: &'g Graph) -> Self {

@@ -248,10 +248,7 @@ pub fn probe(
     // A budget-aware planner answers the limit itself, in device bytes (its arena at the
     // fit's alignment plus persistent bytes); the others plan without one (in-place
     // sharing can pack an arena below the live peak) and are placed here.
-    let budget_aware = matches!(
-        plan_opts.strategy,
-        crate::options::Strategy::Sublinear | crate::options::Strategy::Dtr
-    );
+    let budget_aware = crate::strategies::of(plan_opts.strategy).searches_budget();
     let o = PlanOptions {
         budget: budget_aware.then_some(limit),
         align: opts.align,

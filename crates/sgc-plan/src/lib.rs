@@ -9,11 +9,12 @@
 //! - `planner`: [`plan()`], [`plan_with_stats`], [`plan_budgets`], [`plan_schedule`]: check
 //!   the options, run a strategy, and make the plan of its schedule (summary, arena,
 //!   verifier);
-//! - `run`: one function per strategy, from the options to a schedule: `chen-sqrt`,
-//!   `sublinear`, `dtr`, `partition`, and with a budget the choice among candidates
-//!   (`budget`); with a budget and a host link, `offload_search` chooses for each
-//!   activation to keep it, recompute it or offload it to host memory;
-//! - the strategies: `sublinear/` (the split-point search, a folder with one file per
+//! - [`strategies`]: one file per strategy behind one trait ([`strategies::Strategy`]: its
+//!   name, the options it reads, what it needs, its schedule), listed once in
+//!   [`strategies::REGISTRY`]; with a budget, the choice among candidates (`budget`); with a
+//!   budget and a host link, `offload_search` chooses for each activation to keep it,
+//!   recompute it or offload it to host memory;
+//! - the methods the strategies use: `sublinear/` (the split-point search, a folder with one file per
 //!   phase; its module doc walks them in order), `dtr` (static DTR over `schedule`'s
 //!   eviction walk), `partition` (a forward/backward partition, as `torch.compile` makes,
 //!   chosen by parametric minimum cut: `maxflow`);
@@ -59,8 +60,8 @@ pub mod optimal;
 mod options;
 mod partition;
 mod planner;
-mod run;
 mod schedule;
+pub mod strategies;
 mod sublinear;
 
 pub use error::{OffloadReach, PlanError};
@@ -73,7 +74,8 @@ pub use options::{
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
-    bound, plan, plan_budgets, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
+    bound, plan, plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded, plan_with_stats,
+    PlanStats,
 };
 pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};

@@ -11,7 +11,7 @@ use crate::error::PlanError;
 use crate::offload;
 use crate::offload_search;
 use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
-use crate::run;
+use crate::strategies;
 use crate::sublinear::search::SearchStats;
 use sgc_ir::{Graph, MemoryProfile, Offload, OpId};
 use sgc_plan_format::plan::{self, Plan};
@@ -87,7 +87,22 @@ pub fn plan_with_stats(
     options: &PlanOptions,
     run: &RunConfig<'_>,
 ) -> Result<(Plan, PlanStats), PlanError> {
-    check_options(options)?;
+    plan_by(graph, strategies::of(options.strategy), options, run)
+}
+
+/// [`plan_with_stats`] by `strategy`, registered or not (`options.strategy` is ignored; the
+/// plan records the strategy's name): every strategy's schedule is made into a plan here.
+pub fn plan_by(
+    graph: &Graph,
+    strategy: &dyn strategies::Strategy,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Result<(Plan, PlanStats), PlanError> {
+    let options = &PlanOptions {
+        strategy: strategy.name(),
+        ..options.clone()
+    };
+    check_options(strategy, options)?;
     let mut stats = PlanStats::default();
     let start = std::time::Instant::now();
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
@@ -97,35 +112,13 @@ pub fn plan_with_stats(
     {
         below_bound(&ctx, budget)?;
     }
-    let mut strategy = options.strategy;
-    let mut offloads = Vec::new();
-    let steps = match options.strategy {
-        Strategy::None => run::original(&ctx),
-        Strategy::ChenSqrt => run::chen(&ctx),
-        Strategy::Sublinear => {
-            let (chosen, offloaded, search) = run::sublinear(&ctx, options, run)?;
-            stats.search = Some(search);
-            stats.met_by_eviction = chosen.strategy == Strategy::Dtr;
-            strategy = chosen.strategy;
-            offloads = offloaded;
-            chosen.steps
-        }
-        Strategy::Dtr => {
-            let (steps, fallback) = run::dtr_budgeted(&ctx, options)?;
-            stats.fallback = fallback;
-            steps
-        }
-        Strategy::Partition => {
-            let (steps, offloaded) = run::partition(&ctx, options, run)?;
-            offloads = offloaded;
-            steps
-        }
-        Strategy::Optimal => {
-            let (steps, optimal) = run::optimal(&ctx, options, run)?;
-            stats.optimal = Some(optimal);
-            steps
-        }
-    };
+    let made = strategy.schedule(&ctx, options, run)?;
+    stats.search = made.search;
+    stats.fallback = made.fallback;
+    stats.optimal = made.optimal;
+    stats.met_by_eviction = made.follows == Some(Strategy::Dtr);
+    let strategy = made.follows.unwrap_or(options.strategy);
+    let (steps, offloads) = (made.steps, made.offloads);
     stats.schedule_secs = start.elapsed().as_secs_f64();
     let plan = finish_plan(&ctx, options, strategy, &steps, &offloads, &mut stats)?;
     Ok((plan, stats))
@@ -143,7 +136,7 @@ pub fn plan_budgets(
     budgets: &[u64],
     run: &RunConfig<'_>,
 ) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
-    check_options(options)?;
+    check_options(strategies::of(options.strategy), options)?;
     if options.strategy != Strategy::Sublinear {
         return Err(PlanError::InvalidOption(format!(
             "a sweep of budgets plans with sublinear, not {}",
@@ -151,7 +144,7 @@ pub fn plan_budgets(
         )));
     }
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
-    let cands = run::sublinear_candidates(&ctx, options, run)?;
+    let cands = strategies::sublinear_candidates(&ctx, options, run)?;
     Ok(budgets
         .iter()
         .map(|&b| {
@@ -280,10 +273,23 @@ fn finish_plan(
     Ok(plan)
 }
 
-fn check_options(o: &PlanOptions) -> Result<(), PlanError> {
-    if o.budget_of == BudgetOf::Saved && o.strategy != Strategy::Partition {
+fn check_options(strategy: &dyn strategies::Strategy, o: &PlanOptions) -> Result<(), PlanError> {
+    if !strategy.budget_kinds().contains(&o.budget_of) {
+        let with: Vec<&str> = strategies::REGISTRY
+            .iter()
+            .filter(|s| s.budget_kinds().contains(&o.budget_of))
+            .map(|s| s.name().as_str())
+            .collect();
         return Err(PlanError::InvalidOption(format!(
-            "--budget-of saved (bytes kept for the backward) plans with --strategy partition, not {}",
+            "--budget-of {} plans with --strategy {}, not {}",
+            o.budget_of.as_str(),
+            with.join(" or "),
+            o.strategy
+        )));
+    }
+    if o.budget.is_none() && strategy.needs_budget() {
+        return Err(PlanError::InvalidOption(format!(
+            "--strategy {} needs --budget (the memory its plan must fit; it minimises recompute under it)",
             o.strategy
         )));
     }

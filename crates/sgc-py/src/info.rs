@@ -108,6 +108,27 @@ pub fn option_defaults(py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(out.into_any().unbind())
 }
 
+/// The strategies `plan(strategy=...)` takes, in order, each a dict: `name`, `about`,
+/// `reads` (the keywords of `plan` it reads beyond the common ones), `needs_budget`,
+/// `budget_of` (the budget kinds it plans for), `can_offload`; the command line's
+/// `--strategy` help is made from the same registry.
+#[pyfunction]
+pub fn strategies(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let out = pyo3::types::PyList::empty(py);
+    for s in sgc::plan::strategies::REGISTRY {
+        let d = PyDict::new(py);
+        d.set_item("name", s.name().as_str())?;
+        d.set_item("about", s.about())?;
+        d.set_item("reads", s.reads().to_vec())?;
+        d.set_item("needs_budget", s.needs_budget())?;
+        let kinds: Vec<&str> = s.budget_kinds().iter().map(|k| k.as_str()).collect();
+        d.set_item("budget_of", kinds)?;
+        d.set_item("can_offload", s.can_offload())?;
+        out.append(d)?;
+    }
+    Ok(out.into_any().unbind())
+}
+
 /// A plan's figures in the terms PyTorch measures a step in (the plan verified first):
 /// `step_peak` (the most bytes its storages hold at once, the graph's inputs excluded: a
 /// step's allocations beyond parameters, state and the batch), `saved_bytes` (what its

@@ -172,6 +172,7 @@ fn sgc_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info::dtype_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(info::executor_ops, m)?)?;
     m.add_function(wrap_pyfunction!(info::option_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(info::strategies, m)?)?;
     m.add_function(wrap_pyfunction!(info::figures, m)?)?;
     m.add_function(wrap_pyfunction!(info::storage_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(info::storage_sizes, m)?)?;

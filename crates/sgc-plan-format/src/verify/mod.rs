@@ -435,24 +435,20 @@ impl<'g> Replay<'g> {
         }
     }
 
-    /// What the split-based strategies promise (see the module doc).
+    /// What the plan's strategy promises ([`crate::options::Strategy::promises`]; see the
+    /// module doc).
     fn check_promises(&mut self, plan: &Plan) {
-        use crate::options::Strategy;
         let g = self.g;
-        let strategy = plan.options.strategy;
-        if !matches!(
-            strategy,
-            Strategy::Sublinear | Strategy::ChenSqrt | Strategy::Partition
-        ) {
-            return;
-        }
-        for op in g.op_ids() {
-            let runs = self.runs[op.index()];
-            if runs > 2 {
-                self.violation(None, Some(op), None, ViolationKind::RunsTooOften { runs });
+        let promises = plan.options.strategy.promises();
+        if let Some(max) = promises.max_runs {
+            for op in g.op_ids() {
+                let runs = self.runs[op.index()];
+                if runs > max {
+                    self.violation(None, Some(op), None, ViolationKind::RunsTooOften { runs });
+                }
             }
         }
-        if strategy == Strategy::ChenSqrt {
+        if promises.recompute_within_forward {
             let forward = forward_cost(g, self.device.as_ref());
             let recompute = self.recompute_cost;
             if recompute > forward * (1.0 + 1e-9) {
