@@ -36,6 +36,7 @@ fn the_check_sees_recomputation_and_refusals() {
         total.recomputing += t.recomputing;
         total.refused += t.refused;
     }
+    println!("seeds 0..16: {total:?}");
     assert!(total.recomputing > 0 && total.refused > 0, "{total:?}");
 }
 
