@@ -21,8 +21,15 @@
 //! `loss`, or absent; `meta` and `attrs` keys come in shuffled order. Everything is drawn
 //! from [`SplitMix64`] seeded by the caller, so a seed always gives the same graph.
 //!
+//! [`random_train_graph`] (module `train`) builds training steps the CPU backend runs, for
+//! checks that compare a planned run with the unplanned one.
+//!
 //! [`mutate_bytes`] and [`mutate_json`] damage a valid graph text for loader property tests;
 //! [`check_error_locates`] is what those tests and the fuzz target ask of every error.
+
+mod train;
+
+pub use train::{random_train_graph, TrainGenConfig};
 
 use crate::error::GraphError;
 use crate::graph::{Graph, GraphDef, OpDef, TensorDef};

@@ -288,6 +288,10 @@ fn shape_errors_name_the_op() {
         b.reshape("r", x, &[5, 5]),
         Err(TrainError::Shape { .. })
     ));
+    assert!(matches!(
+        b.dropout("drop", x, 1.0),
+        Err(TrainError::Shape { .. })
+    ));
 }
 
 #[test]

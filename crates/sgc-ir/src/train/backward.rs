@@ -157,6 +157,12 @@ impl TrainBuilder {
                 let op = self.single(rec, OpKind::Upsample2xGrad, vec![dy], flops);
                 self.one(rec, op)
             }
+            Rule::Dropout { scale } => {
+                let flops = numel(self.shape(dy)) as f64;
+                let mask = rec.outputs[1];
+                let op = self.single(rec, OpKind::AtenDropoutBackward, vec![dy, mask], flops);
+                self.one(rec, op.attrs(json!({ "scale": scale })))
+            }
             Rule::CrossEntropy => self.cross_entropy_backward(rec),
         }
     }

@@ -119,6 +119,10 @@ enum Rule {
         axis: usize,
     },
     Upsample2x,
+    /// Inverted dropout: the backward scales the kept entries by `1 / (1 - p)`.
+    Dropout {
+        scale: f64,
+    },
     CrossEntropy,
 }
 

@@ -403,6 +403,26 @@ impl TrainBuilder {
         Ok(y)
     }
 
+    /// `dropout` in training mode (`aten.native_dropout`): each entry kept with probability
+    /// `1 - p` and scaled by `1 / (1 - p)`, the mask as a second output `<name>.mask`
+    /// (bool). It draws random numbers, so it is never recomputed (the op table's `Random`
+    /// effect); the backward reads the mask.
+    pub fn dropout(&mut self, name: &str, x: Var, p: f64) -> R<Var> {
+        self.expect_float(name, x)?;
+        if !(0.0..1.0).contains(&p) {
+            return Err(TrainError::shape(name, format!("p {p} is not in [0, 1)")));
+        }
+        let y = self.activation_like(name, x)?;
+        let shape = self.shape(x).to_vec();
+        let mask = self.activation(&format!("{name}.mask"), DType::Bool, shape)?;
+        let flops = 2.0 * numel(self.shape(x)) as f64;
+        let op = NewOp::new(name, OpKind::AtenDropout, vec![x], vec![y, mask], flops)
+            .attrs(json!({ "p": p, "train": true }));
+        let scale = 1.0 / (1.0 - p);
+        self.forward(op, Rule::Dropout { scale })?;
+        Ok(y)
+    }
+
     /// `embedding`: rows of `weight [V, D]` picked by integer `ids [*]` -> `[*, D]`.
     pub fn embedding(&mut self, name: &str, ids: Var, weight: Var) -> R<Var> {
         let int = matches!(self.dtype(ids), DType::I64 | DType::I32);
