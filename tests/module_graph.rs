@@ -317,7 +317,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["arena", "schedule", "bound"],
     &["device", "dtr"],
     &["sublinear"],
-    &["partition", "budget", "optimal"],
+    &["partition", "budget", "optimal", "rotor"],
     &["offload_search"],
     &["run"],
     &["planner"],

@@ -28,6 +28,7 @@ pub enum StrategyArg {
     Dtr,
     Partition,
     Optimal,
+    Rotor,
 }
 
 impl From<StrategyArg> for sgc::plan::Strategy {
@@ -40,6 +41,7 @@ impl From<StrategyArg> for sgc::plan::Strategy {
             StrategyArg::Dtr => Strategy::Dtr,
             StrategyArg::Partition => Strategy::Partition,
             StrategyArg::Optimal => Strategy::Optimal,
+            StrategyArg::Rotor => Strategy::Rotor,
         }
     }
 }
@@ -54,6 +56,7 @@ impl From<sgc::plan::Strategy> for StrategyArg {
             Strategy::Dtr => StrategyArg::Dtr,
             Strategy::Partition => StrategyArg::Partition,
             Strategy::Optimal => StrategyArg::Optimal,
+            Strategy::Rotor => StrategyArg::Rotor,
         }
     }
 }

@@ -16,7 +16,8 @@
 //! - the strategies: `sublinear/` (the split-point search, a folder with one file per
 //!   phase; its module doc walks them in order), `dtr` (static DTR over `schedule`'s
 //!   eviction walk), `partition` (a forward/backward partition, as `torch.compile` makes,
-//!   chosen by parametric minimum cut: `maxflow`);
+//!   chosen by parametric minimum cut: `maxflow`), [`rotor`] (Rotor's dynamic program for
+//!   chains);
 //! - `device`: a schedule's device bytes (its arena placed, or the arena's floor);
 //! - `context` (private): per-graph facts every strategy reuses (accesses, gaps, what may be
 //!   recomputed and until when);
@@ -59,6 +60,7 @@ pub mod optimal;
 mod options;
 mod partition;
 mod planner;
+pub mod rotor;
 mod run;
 mod schedule;
 mod sublinear;

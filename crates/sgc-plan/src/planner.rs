@@ -125,6 +125,7 @@ pub fn plan_with_stats(
             stats.optimal = Some(optimal);
             steps
         }
+        Strategy::Rotor => crate::rotor::schedule(&ctx, options)?,
     };
     stats.schedule_secs = start.elapsed().as_secs_f64();
     let plan = finish_plan(&ctx, options, strategy, &steps, &offloads, &mut stats)?;
