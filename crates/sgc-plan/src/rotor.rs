@@ -72,7 +72,7 @@ pub const MAX_STAGES: usize = 200;
 /// Why a graph is not a chain in Rotor's sense.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotAChain {
-    /// No op is a forward op followed by a backward one.
+    /// The traced order is not forward ops followed by backward ones.
     NoBackward,
     /// A non-forward op comes before a forward op in the traced order.
     Interleaved { op: String, before: String },
@@ -91,7 +91,7 @@ pub enum NotAChain {
 impl std::fmt::Display for NotAChain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NotAChain::NoBackward => write!(f, "the graph has no backward op after its forward"),
+            NotAChain::NoBackward => write!(f, "the traced order does not start with forward ops followed by backward ones"),
             NotAChain::Interleaved { op, before } => write!(f, "op `{op}` is not a forward op and comes before forward op `{before}`"),
             NotAChain::NotRerunnable { op } => write!(f, "forward op `{op}` may not run again"),
             NotAChain::OutputMidChain { op } => write!(f, "forward op `{op}` makes a graph output before the last stage"),
@@ -255,7 +255,7 @@ fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
 /// The length of the forward prefix; every forward op may run again.
 fn forward_len(ctx: &Context<'_>) -> Result<usize, NotAChain> {
     let nf = ctx.forward.iter().take_while(|&&f| f).count();
-    if nf == ctx.n {
+    if nf == 0 || nf == ctx.n {
         return Err(NotAChain::NoBackward);
     }
     if let Some(i) = (nf..ctx.n).find(|&i| ctx.forward[i]) {
