@@ -119,8 +119,9 @@ def plan(
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released); sizes
     left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB).
-    strategy: none, chen-sqrt, sublinear, dtr, partition or optimal (needs a budget and a
-    module built with the `optimal` feature; the wheel is not); goal: lowest-peak or balanced;
+    strategy: none, chen-sqrt, sublinear, dtr, partition, optimal (needs a budget and a
+    module built with the `optimal` feature; the wheel is not) or rotor (needs a budget and a
+    chain; `strategies()` lists them); goal: lowest-peak or balanced;
     budget_of: device (arena + persistent), peak (the memory model's, as MegEngine's) or
     saved (bytes kept from the forward for the backward, as torch.compile's
     activation_memory_budget; strategy partition);

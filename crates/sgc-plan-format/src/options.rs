@@ -26,11 +26,15 @@ pub enum Strategy {
     /// The least recompute within the budget, proven by an integer program (Checkmate's
     /// stage model, solved by HiGHS) for graphs small enough for one.
     Optimal,
+    /// Rotor's dynamic program for chains (Beaumont et al. 2019): the least recompute
+    /// within the budget among its checkpointing schedules, for graphs whose forward is a
+    /// sequence of stages.
+    Rotor,
 }
 
 impl Strategy {
     /// The strategies that plan any graph, with or without a budget (`optimal` needs a
-    /// budget, a small graph and the `optimal` feature).
+    /// budget, a small graph and the `optimal` feature; `rotor` a budget and a chain).
     pub const ALL: [Strategy; 5] = [
         Strategy::None,
         Strategy::ChenSqrt,
@@ -40,13 +44,14 @@ impl Strategy {
     ];
 }
 
-names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr, partition or optimal", {
+names!(Strategy, "strategy", "none, chen-sqrt, sublinear, dtr, partition, optimal or rotor", {
     None => "none",
     ChenSqrt => "chen-sqrt",
     Sublinear => "sublinear",
     Dtr => "dtr",
     Partition => "partition",
     Optimal => "optimal",
+    Rotor => "rotor",
 });
 
 /// What the verifier holds a strategy's plans to, beyond what it checks of every plan (a
@@ -73,7 +78,7 @@ impl Strategy {
                 recompute_within_forward: true,
                 ..split
             },
-            Strategy::None | Strategy::Dtr | Strategy::Optimal => Promises {
+            Strategy::None | Strategy::Dtr | Strategy::Optimal | Strategy::Rotor => Promises {
                 max_runs: None,
                 recompute_within_forward: false,
             },

@@ -26,6 +26,7 @@ mod dtr;
 mod none;
 mod optimal;
 mod partition;
+mod rotor;
 mod sublinear;
 
 pub use crate::context::Context;
@@ -84,13 +85,14 @@ pub const COMMON_OPTIONS: [&str; 7] = [
 ];
 
 /// Every strategy, once.
-pub static REGISTRY: [&dyn Strategy; 6] = [
+pub static REGISTRY: [&dyn Strategy; 7] = [
     &none::None,
     &chen::ChenSqrt,
     &sublinear::Sublinear,
     &dtr::Dtr,
     &partition::Partition,
     &optimal::Optimal,
+    &rotor::Rotor,
 ];
 
 /// The registered strategy of a name.
