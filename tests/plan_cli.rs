@@ -315,27 +315,51 @@ fn subcommands_share_their_planning_defaults() {
 
 /// A count given as a negative or fractional number, or a zero where at least one is
 /// needed, is one error naming the flag and what it takes (clap's own said "invalid digit
-/// found in string", and "0 is not in 1..18446744073709551615").
+/// found in string", and "0 is not in 1..18446744073709551615"), for every integer option
+/// of every command, `--flag=-5` and `--flag -5` alike.
 #[test]
 fn counts_out_of_range_say_what_the_flag_takes() {
     let tiny = zoo("tiny_mlp");
     for (args, want) in [
         (
             vec!["plan", &tiny, "--genetic-iters=-5"],
-            "invalid value '-5' for '--genetic-iters <GENETIC_ITERS>': expected a whole number >= 0, got `-5`",
+            "error: --genetic-iters must be a whole number of 0 or more, got -5\n",
+        ),
+        (
+            vec!["plan", &tiny, "--genetic-iters", "-5"],
+            "error: --genetic-iters must be a whole number of 0 or more, got -5\n",
         ),
         (
             vec!["plan", &tiny, "--thresh-tries", "1.5"],
-            "expected a whole number >= 0, got `1.5`",
+            "error: --thresh-tries must be a whole number of 0 or more, got 1.5\n",
+        ),
+        (
+            vec!["fit", &tiny, "--memory", "1GiB", "--seed=-1"],
+            "error: --seed must be a whole number of 0 or more, got -1\n",
+        ),
+        (
+            vec!["inspect", &tiny, "--top", "-3"],
+            "error: --top must be a whole number of 0 or more, got -3\n",
         ),
         (
             vec!["run", &tiny, "--warmup", "0"],
-            "invalid value '0' for '--warmup <WARMUP>': expected a whole number >= 1, got `0`",
+            "error: --warmup must be a whole number of 1 or more, got 0\n",
+        ),
+        (
+            vec!["plan", &tiny, "--world-size", "-2"],
+            "error: --world-size must be a whole number of 1 or more, got -2\n",
+        ),
+        (
+            vec!["fit", &tiny, "--memory", "1GiB", "--workers", "0"],
+            "error: --workers must be a whole number from 1 to 1024, got 0\n",
         ),
     ] {
         let out = sgc(&args);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(
+            out.status.code() == Some(2) && err.starts_with(want),
+            "{args:?}: {err}"
+        );
     }
 }
 

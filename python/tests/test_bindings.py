@@ -222,10 +222,18 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
     assert sgc.plan(TINY, budget="1.5GB").to_dict()["options"]["budget"] == 1_500_000_000
     # Counts: a negative one is a ValueError naming the argument (pyo3's own conversion
     # raised `OverflowError: can't convert negative int to unsigned`, naming nothing).
-    with pytest.raises(ValueError, match=r"genetic_iters=-5: expected a whole number >= 0"):
-        sgc.plan(TINY, genetic_iters=-5)
-    with pytest.raises(ValueError, match=r"seed=-1: expected a whole number >= 0"):
-        sgc.fit(TINY, memory="1MiB", seed=-1)
+    # Each says what it takes as the CLI's flag does.
+    for call, want in [
+        (lambda: sgc.plan(TINY, genetic_iters=-5), "genetic_iters must be a whole number of 0 or more, got -5"),
+        (lambda: sgc.fit(TINY, memory="1MiB", seed=-1), "seed must be a whole number of 0 or more, got -1"),
+        (lambda: sgc.inspect(TINY, top=-3), "top must be a whole number of 0 or more, got -3"),
+        (lambda: sgc.plan(TINY, workers=-1), "workers must be a whole number from 1 to 1024, got -1"),
+        (lambda: sgc.fit(TINY, memory="1MiB", world_size=0), "world_size must be a whole number of 1 or more, got 0"),
+        (lambda: sgc.plan(TINY, pool_size=2**70), f"pool_size must be a whole number of 0 or more, got {2**70}"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            call()
+        assert str(caught.value) == want
     with pytest.raises(TypeError, match="thresh_tries must be an int, not bool"):
         sgc.plan(TINY, thresh_tries=True)
     with pytest.raises(TypeError, match="pool_size must be an int, not str"):

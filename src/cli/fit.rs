@@ -28,23 +28,23 @@ pub struct Args {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES.map(StrategyArg::from))]
     strategy: Vec<StrategyArg>,
     /// sublinear: generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = defaults::thresh_tries(), value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::thresh_tries(), allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     thresh_tries: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Arena offsets are multiples of this many bytes.
-    #[arg(long, default_value_t = defaults::ALIGN, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::ALIGN, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     align: u64,
     /// Arena allocator effort: fast (heuristics only), default or thorough.
     #[arg(long, default_value = "fast")]
     alloc_effort: String,
     /// Planner worker threads (default: all cores); results do not depend on it.
     #[arg(long)]
-    #[arg(value_parser = clap::value_parser!(u64).range(defaults::WORKERS))]
+    #[arg(allow_negative_numbers = true, value_parser = super::within::<u64>(defaults::WORKERS))]
     workers: Option<u64>,
     /// Print every probe to stderr as it completes.
     #[arg(long, short)]

@@ -32,7 +32,7 @@ use sgc::report::inspect::InspectReport;
 fn inspect(
     py: Python<'_>,
     graph: &Bound<'_, PyAny>,
-    top: usize,
+    #[pyo3(from_py_with = crate::convert::counts::top)] top: usize,
     align: Option<&Bound<'_, PyAny>>,
     device_profile: Option<&str>,
     device: Option<&str>,
@@ -103,10 +103,10 @@ fn fit(
     #[pyo3(from_py_with = crate::convert::counts::seed)] seed: u64,
     align: Option<&Bound<'_, PyAny>>,
     alloc_effort: &str,
-    workers: Option<u64>,
+    #[pyo3(from_py_with = crate::convert::counts::workers)] workers: Option<usize>,
     device_profile: Option<&str>,
     max_recompute: Option<f64>,
-    world_size: u64,
+    #[pyo3(from_py_with = crate::convert::counts::world_size)] world_size: u64,
     shard: &str,
     optimizer: &str,
 ) -> PyResult<Py<PyAny>> {
@@ -134,7 +134,7 @@ fn fit(
     opts.reserve = opt_size(reserve, "reserve")?.unwrap_or(0);
     opts.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
     opts.effort = Effort::by_name(alloc_effort).map_err(pyo3::exceptions::PyValueError::new_err)?;
-    opts.workers = convert::workers(workers)?;
+    opts.workers = workers;
     opts.max_recompute = max_recompute;
     let graph = Graph::of(graph)?;
     let graph = graph.get();

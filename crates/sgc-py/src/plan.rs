@@ -191,7 +191,7 @@ pub fn plan(
     #[pyo3(from_py_with = crate::convert::counts::genetic_iters)] genetic_iters: usize,
     budget: Option<&Bound<'_, PyAny>>,
     #[pyo3(from_py_with = crate::convert::counts::seed)] seed: u64,
-    workers: Option<u64>,
+    #[pyo3(from_py_with = crate::convert::counts::workers)] workers: Option<usize>,
     arena: bool,
     align: Option<&Bound<'_, PyAny>>,
     goal: Option<&str>,
@@ -207,7 +207,7 @@ pub fn plan(
     host_link: Option<&str>,
     host_memory: Option<&Bound<'_, PyAny>>,
     offload: bool,
-    world_size: u64,
+    #[pyo3(from_py_with = crate::convert::counts::world_size)] world_size: u64,
     shard: &str,
     optimizer: &str,
 ) -> PyResult<Plan> {
@@ -236,7 +236,6 @@ pub fn plan(
     let link = host_link.map(convert::host_link).transpose()?;
     let host_memory = opt_size(host_memory, "host_memory")?;
     let options = defaults::with_offload(options, link, host_memory, offload);
-    let workers = convert::workers(workers)?;
     let graph = Graph::of(graph)?;
     let graph = graph.get();
     let (file, path) = file_of(graph);
