@@ -199,7 +199,9 @@ def fit(
     """What `sgc fit --json` reports: the largest batch that fits, per strategy (None: none,
     chen-sqrt and sublinear), whose plan recomputes at most `max_recompute` of a step
     (None: no limit); with world_size, shard
-    and optimizer, one rank's batch (`per_rank` holds the rank's terms)."""
+    and optimizer, one rank's batch (`per_rank` holds the rank's terms). Raises
+    BudgetNotMet (budget: memory - reserve, lower_bound: the persistent bytes) when the
+    persistent bytes alone exceed memory - reserve."""
 
 def defaults() -> dict[str, Any]:
     """The command line's defaults a Python caller leaves out: strategy, genetic_iters,

@@ -240,6 +240,18 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
         sgc.plan(TINY, pool_size="3")
 
 
+def test_fit_below_the_persistent_bytes_raises_naming_memory():
+    graph = str(REPO / "graphs" / "tiny_cnn.json")
+    with pytest.raises(sgc.BudgetNotMet) as caught:
+        sgc.fit(graph, memory="1KiB")
+    assert str(caught.value) == (
+        f"{graph}: no batch fits: the persistent bytes alone (1.82 KiB, what lives across steps) "
+        "exceed the limit 1.00 KiB; give memory more than that (plus reserve) plus one sample's activations"
+    )
+    assert caught.value.budget == 1024
+    assert caught.value.lower_bound == sgc.plan(graph, strategy="none").summary["persistent_bytes"]
+
+
 def test_inspect_and_fit_are_the_cli_json():
     assert sgc.inspect(RESNET18) == json.loads(cli("inspect", RESNET18, "--json").stdout)
     assert sgc.inspect(RESNET18, top=3, device_profile="h100") == json.loads(

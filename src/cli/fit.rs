@@ -124,19 +124,14 @@ pub fn run(args: Args) -> CliResult {
     nothing_fits(&report).map_or(Ok(()), |why| Err(format!("{file}: {why}").into()))
 }
 
-/// Why no strategy fits even batch 1, if none does: the persistent bytes alone, or the
-/// per-op lower bound, or every strategy's plans above the limit.
+/// Why no strategy fits even batch 1, if none does: the per-op lower bound, or every
+/// strategy's plans above the limit (persistent bytes above it are the library's error).
 fn nothing_fits(r: &FitReport) -> Option<String> {
     if r.strategies.iter().any(|f| f.batch > 0) {
         return None;
     }
     let limit = human_bytes(r.limit);
-    Some(if r.persistent_bytes > r.limit {
-        format!(
-            "no batch fits: the persistent bytes alone ({}, what lives across steps) exceed the limit {limit}; give --memory more than that plus one sample's activations",
-            human_bytes(r.persistent_bytes)
-        )
-    } else if r.lower_bound_batch == 0 {
+    Some(if r.lower_bound_batch == 0 {
         format!(
             "no batch fits: at batch 1 the per-op lower bound alone is {} (limit {limit}); give --memory at least that",
             human_bytes(r.lower_bound_next)

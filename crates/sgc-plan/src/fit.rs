@@ -89,6 +89,14 @@ pub enum FitError {
         strategy: String,
         source: PlanError,
     },
+    /// The persistent bytes (what lives across steps: parameters, optimizer state) alone
+    /// exceed the limit: no batch fits, whatever the strategy, and none is searched.
+    #[error(
+        "no batch fits: the persistent bytes alone ({}, what lives across steps) exceed the limit {}; give --memory more than that (plus --reserve) plus one sample's activations",
+        sgc_ir::human_bytes(*persistent),
+        sgc_ir::human_bytes(*limit)
+    )]
+    PersistentAboveLimit { persistent: u64, limit: u64 },
 }
 
 /// One batch tried under one strategy.
@@ -158,6 +166,13 @@ pub fn fit(
     observe: &mut dyn FnMut(&str, &Probe),
 ) -> Result<FitReport, FitError> {
     let graph_batch = rescale::batch_size(graph)?;
+    let persistent = graph.persistent_bytes();
+    if persistent > opts.limit() {
+        return Err(FitError::PersistentAboveLimit {
+            persistent,
+            limit: opts.limit(),
+        });
+    }
     let (lower_bound_batch, lower_bound_next) = lower_bound_limit(graph, opts.limit())?;
     let mut start = 1;
     let mut results = Vec::new();
@@ -180,7 +195,7 @@ pub fn fit(
         reserve: opts.reserve,
         limit: opts.limit(),
         max_recompute: opts.max_recompute,
-        persistent_bytes: graph.persistent_bytes(),
+        persistent_bytes: persistent,
         lower_bound_batch,
         lower_bound_next,
         strategies: results,

@@ -83,7 +83,9 @@ fn strategies(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Strategy>> {
 
 /// What `sgc fit` reports, as data (`sgc fit --json`): the largest batch whose arena plus
 /// persistent bytes fit `memory - reserve` and whose plan recomputes at most
-/// `max_recompute` of a step (`None`: no limit), unplanned and per strategy.
+/// `max_recompute` of a step (`None`: no limit), unplanned and per strategy. When the
+/// persistent bytes alone exceed `memory - reserve`, `BudgetNotMet` (`budget`: that limit,
+/// `lower_bound`: the persistent bytes).
 #[pyfunction]
 #[pyo3(signature = (
     graph, memory, reserve=None, strategy=None, genetic_iters=defaults::GENETIC_ITERS,
