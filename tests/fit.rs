@@ -340,3 +340,27 @@ fn the_cli_fails_when_the_persistent_bytes_alone_exceed_the_limit() {
         );
     }
 }
+
+/// The table says which of its two byte columns `--memory` limits: the arena (with the
+/// persistent bytes), not the memory model's peak, shown for reference.
+#[test]
+fn the_table_says_which_column_is_held_against_the_limit() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "-q", "--memory", "64KiB", "--strategy", "none"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].starts_with("a batch fits when its arena plus the persistent bytes are within the limit and its plan"),
+        "{out}"
+    );
+    assert_eq!(lines[2], "arena: held against the limit (plus the persistent bytes); model peak: the memory model's peak (persistent bytes included), for reference, not compared");
+    assert!(
+        lines[3].starts_with("strategy      batch  vs none  model peak       arena  recompute"),
+        "{out}"
+    );
+}

@@ -199,7 +199,7 @@ fn table(file: &str, r: &FitReport) -> String {
         human_bytes(r.limit),
         human_bytes(r.persistent_bytes)
     );
-    s += "a batch fits when its arena plus the persistent bytes are within the limit (peak: the memory model's, for reference)";
+    s += "a batch fits when its arena plus the persistent bytes are within the limit";
     s += &match r.max_recompute {
         Some(m) => format!(
             " and its plan recomputes at most {:.1}% of a step (--max-recompute; none: no limit)\n",
@@ -207,12 +207,13 @@ fn table(file: &str, r: &FitReport) -> String {
         ),
         None => ", whatever its plan recomputes (--max-recompute none)\n".into(),
     };
+    s += "arena: held against the limit (plus the persistent bytes); model peak: the memory model's peak (persistent bytes included), for reference, not compared\n";
     s += &format!(
         "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",
         "strategy",
         "batch",
         "vs none",
-        "peak",
+        "model peak",
         "arena",
         "recompute",
         "plan time",
