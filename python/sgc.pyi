@@ -188,20 +188,23 @@ def fit(
     thresh_tries: int = 10,
     seed: int = 0,
     align: _Size | None = None,
-    alloc_effort: str = "fast",
+    arena_effort: str = "fast",
     workers: int | None = None,
     device_profile: str | None = None,
     max_recompute: float | None = 1 / 3,
     world_size: int = 1,
     shard: str = "none",
     optimizer: str = "none",
+    alloc_effort: str | None = None,
 ) -> dict[str, Any]:
     """What `sgc fit --json` reports: the largest batch that fits, per strategy (None: none,
     chen-sqrt and sublinear), whose plan recomputes at most `max_recompute` of a step
     (None: no limit); with world_size, shard
     and optimizer, one rank's batch (`per_rank` holds the rank's terms). Raises
     BudgetNotMet (budget: memory - reserve, lower_bound: the persistent bytes) when the
-    persistent bytes alone exceed memory - reserve."""
+    persistent bytes alone exceed memory - reserve. arena_effort takes plan's values (fast,
+    plan, default, thorough; fit's default is fast); alloc_effort is its old name
+    (deprecated: a DeprecationWarning)."""
 
 def defaults() -> dict[str, Any]:
     """The command line's defaults a Python caller leaves out: strategy, genetic_iters,

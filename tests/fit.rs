@@ -364,3 +364,57 @@ fn the_table_says_which_column_is_held_against_the_limit() {
         "{out}"
     );
 }
+
+/// `fit --arena-effort` takes plan's values (one type); `--alloc-effort`, its old name, is
+/// hidden and still works, with a warning; the two together are refused.
+#[test]
+fn fit_takes_plans_arena_effort_and_its_old_name() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
+    let fit = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sgc"))
+            .args([
+                "fit",
+                "-q",
+                "--json",
+                "--memory",
+                "64KiB",
+                "--strategy",
+                "none",
+            ])
+            .args(extra)
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let batch = |out: &std::process::Output| {
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        r["strategies"][0]["batch"].as_u64().unwrap()
+    };
+    for effort in ["fast", "plan", "default", "thorough"] {
+        let new = fit(&["--arena-effort", effort]);
+        assert!(new.status.success(), "{effort}: {:?}", new);
+        assert!(new.stderr.is_empty(), "{effort}");
+        if effort != "plan" {
+            let old = fit(&["--alloc-effort", effort]);
+            assert_eq!(batch(&old), batch(&new), "{effort}");
+            let err = String::from_utf8_lossy(&old.stderr);
+            assert_eq!(
+                err,
+                "warning: --alloc-effort is deprecated: use --arena-effort (the same values)\n"
+            );
+        }
+    }
+    let both = fit(&["--alloc-effort", "fast", "--arena-effort", "default"]);
+    assert_eq!(both.status.code(), Some(2));
+    let help = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("The default here is `fast`")
+            && help.contains("[possible values: fast, plan, default, thorough]")
+            && !help.contains("alloc-effort"),
+        "{help}"
+    );
+}

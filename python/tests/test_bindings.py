@@ -278,8 +278,26 @@ def test_inspect_and_fit_are_the_cli_json():
         "fit", graph, "--memory", "64KiB", "--strategy", "none,sublinear", "--genetic-iters", "2",
         "--max-recompute", "none", "--json", "-q").stdout))
     assert unlimited["max_recompute"] is None
-    with pytest.raises(ValueError, match="--alloc-effort"):
-        sgc.fit(graph, memory="64KiB", alloc_effort="max")
+    with pytest.raises(ValueError, match='unknown arena effort "max": use plan, default, thorough or fast'):
+        sgc.fit(graph, memory="64KiB", arena_effort="max")
+
+
+def test_fit_takes_plans_arena_effort_and_its_old_name():
+    graph = str(REPO / "graphs" / "tiny_cnn.json")
+    args = dict(memory="64KiB", strategy="none", genetic_iters=2)
+
+    def batch(report):
+        return report["strategies"][0]["batch"]
+
+    plan_effort = sgc.fit(graph, arena_effort="plan", **args)
+    assert batch(plan_effort) == json.loads(cli(
+        "fit", graph, "--memory", "64KiB", "--strategy", "none", "--arena-effort", "plan",
+        "--json", "-q").stdout)["strategies"][0]["batch"]
+    with pytest.warns(DeprecationWarning, match="alloc_effort is deprecated: use arena_effort"):
+        old = sgc.fit(graph, alloc_effort="default", **args)
+    assert batch(old) == batch(sgc.fit(graph, arena_effort="default", **args))
+    with pytest.raises(TypeError, match="alloc_effort is the old name of arena_effort"):
+        sgc.fit(graph, arena_effort="thorough", alloc_effort="default", **args)
 
 
 def test_planning_releases_the_gil():

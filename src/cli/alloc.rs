@@ -106,11 +106,10 @@ fn parse_effort(text: &str) -> Result<Effort, String> {
         .parse::<f64>()
         .ok()
         .filter(|w| w.is_finite() && *w >= 0.0);
+    if let Ok(named) = text.parse::<sgc::plan::alloc::ArenaEffort>() {
+        return Ok(named.into());
+    }
     Ok(match (text, work) {
-        ("fast", _) => Effort::FAST,
-        ("default", _) => Effort::DEFAULT,
-        ("thorough", _) => Effort::THOROUGH,
-        ("plan", _) => Effort::PLAN,
         (_, Some(w)) => Effort {
             search_work: w as u64,
             ..Effort::DEFAULT

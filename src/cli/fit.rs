@@ -5,7 +5,7 @@
 use super::defaults;
 use super::{CliResult, DeviceProfileArg, StrategyArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
-use sgc::plan::alloc::Effort;
+use sgc::plan::alloc::ArenaEffort;
 use sgc::plan::PlanOptions;
 use sgc::units::{human_bytes, parse_size};
 use std::path::PathBuf;
@@ -39,9 +39,15 @@ pub struct Args {
     /// Arena offsets are multiples of this many bytes.
     #[arg(long, default_value_t = defaults::ALIGN, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     align: u64,
-    /// Arena allocator effort: fast (heuristics only), default or thorough.
-    #[arg(long, default_value = "fast")]
-    alloc_effort: String,
+    /// How hard to search the arenas fit places itself, one per batch probed, for the
+    /// strategies planned without a budget (all but sublinear and dtr): the values of `sgc
+    /// plan --arena-effort`. The default here is `fast` (heuristics only), not plan's `plan`;
+    /// sublinear and dtr place theirs while planning, at plan's default.
+    #[arg(long, value_parser = super::arena_effort(), default_value = "fast")]
+    arena_effort: ArenaEffort,
+    /// Deprecated: the old name of --arena-effort (same values).
+    #[arg(long, hide = true, value_parser = super::arena_effort(), conflicts_with = "arena_effort")]
+    alloc_effort: Option<ArenaEffort>,
     /// Planner worker threads (default: all cores); results do not depend on it.
     #[arg(long)]
     #[arg(allow_negative_numbers = true, value_parser = super::within::<u64>(defaults::WORKERS))]
@@ -62,7 +68,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let effort = Effort::by_name(&args.alloc_effort)?;
+    if args.alloc_effort.is_some() {
+        eprintln!("warning: --alloc-effort is deprecated: use --arena-effort (the same values)");
+    }
+    let effort = args.alloc_effort.unwrap_or(args.arena_effort);
     let file = args.file.display().to_string();
     let graph = sgc::ir::load_any(&args.file)?;
     let (graph, per_rank) = args.distribution.apply(graph, &file)?;

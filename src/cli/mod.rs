@@ -129,25 +129,17 @@ pub enum GoalArg {
     Balanced,
 }
 
-/// `--arena-effort` values of `plan`.
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum ArenaEffortArg {
-    Fast,
-    Plan,
-    Default,
-    Thorough,
-}
-
-impl From<ArenaEffortArg> for sgc::plan::alloc::ArenaEffort {
-    fn from(e: ArenaEffortArg) -> Self {
-        use sgc::plan::alloc::ArenaEffort as E;
-        match e {
-            ArenaEffortArg::Fast => E::Fast,
-            ArenaEffortArg::Plan => E::Plan,
-            ArenaEffortArg::Default => E::Default,
-            ArenaEffortArg::Thorough => E::Thorough,
-        }
-    }
+/// `--arena-effort` of `plan` and `fit`: the library's one [`ArenaEffort`] by its names,
+/// listed in help.
+///
+/// [`ArenaEffort`]: sgc::plan::alloc::ArenaEffort
+pub(crate) fn arena_effort(
+) -> impl clap::builder::TypedValueParser<Value = sgc::plan::alloc::ArenaEffort> {
+    use clap::builder::TypedValueParser;
+    use sgc::plan::alloc::ArenaEffort as E;
+    let names = [E::Fast, E::Plan, E::Default, E::Thorough].map(E::as_str);
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name| name.parse::<E>().expect("a possible value is a name"))
 }
 
 /// What `--budget` bounds.

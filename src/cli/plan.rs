@@ -79,8 +79,8 @@ pub struct Args {
     /// seconds: most real plans reach their aligned live peak), `thorough`, or `fast`
     /// (heuristics only). Under --budget it places every candidate, so it also decides
     /// which plans fit.
-    #[arg(long, value_enum, default_value = "plan")]
-    arena_effort: super::ArenaEffortArg,
+    #[arg(long, value_parser = super::arena_effort(), default_value = "plan")]
+    arena_effort: sgc::plan::alloc::ArenaEffort,
     #[command(flatten)]
     device: DeviceProfileArg,
     #[command(flatten)]
@@ -149,7 +149,7 @@ pub fn run(args: Args) -> CliResult {
         evictee_min_size: args.evictee_min_size,
         sqrt_sampling: args.sqrt_sampling,
         arena: !args.no_arena,
-        arena_effort: args.arena_effort.into(),
+        arena_effort: args.arena_effort,
         align: args.align,
         device_profile: args.device.device_profile.clone(),
         host_link: None,
