@@ -413,3 +413,59 @@ fn bound_and_optimal_say_what_they_prove_or_need() {
         assert!(!out.status.success() && err.contains(want), "{err}");
     }
 }
+
+/// A hand-written graph whose `sgd_update` ops leave `recomputable` out loads (the op
+/// table's default: not recomputable) and plans exactly as the zoo file, which says
+/// `false`: the same graph (fingerprint) and plan; an explicit `true` is refused.
+#[test]
+fn sgd_update_without_recomputable_takes_the_op_tables_default() {
+    let mut graph: Value =
+        serde_json::from_str(&std::fs::read_to_string(zoo("mlp")).unwrap()).unwrap();
+    let ops = graph["ops"].as_array_mut().unwrap();
+    let mut stripped = 0;
+    for op in ops.iter_mut().filter(|o| o["op"] == "sgd_update") {
+        assert_eq!(op["recomputable"], false);
+        op.as_object_mut().unwrap().remove("recomputable");
+        stripped += 1;
+    }
+    assert!(stripped > 0);
+    let dir = std::env::temp_dir().join(format!("sgc-recomputable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mlp_no_flag.json");
+    std::fs::write(&path, serde_json::to_string(&graph).unwrap()).unwrap();
+    let plan = |file: &str| {
+        let out = sgc(&["plan", file, "--json", "-q"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v = json(&out);
+        let map = v.as_object_mut().unwrap();
+        map.retain(|k, _| k != "file" && !k.ends_with("_s"));
+        map["search"]
+            .as_object_mut()
+            .unwrap()
+            .remove("candidates_per_s");
+        v
+    };
+    let ours = plan(path.to_str().unwrap());
+    let zoo_plan = plan(&zoo("mlp"));
+    assert_eq!(ours, zoo_plan);
+    let sgd = graph["ops"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|o| o["op"] == "sgd_update")
+        .unwrap();
+    sgd["recomputable"] = Value::Bool(true);
+    std::fs::write(&path, serde_json::to_string(&graph).unwrap()).unwrap();
+    let out = sgc(&["plan", path.to_str().unwrap(), "-q"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("writes state but is marked recomputable (\"recomputable\": true)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
