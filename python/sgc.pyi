@@ -116,6 +116,7 @@ def plan(
     world_size: int = 1,
     shard: str = "none",
     optimizer: str = "none",
+    time_limit_s: int | None = None,
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released); sizes
     left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB).
@@ -132,7 +133,8 @@ def plan(
     `sgc plan --no-offload`);
     world_size, shard (none or fsdp2) and optimizer (none, sgd, momentum or adam): plan
     one rank's graph, as `sgc plan --world-size --shard --optimizer` (summary["per_rank"]
-    has its terms)."""
+    has its terms); time_limit_s: strategy optimal, the seconds the solver may run (None:
+    60), as `sgc plan --time-limit`."""
 
 def plan_schedule(
     graph: _GraphLike,

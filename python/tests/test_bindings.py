@@ -240,6 +240,16 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
         sgc.plan(TINY, pool_size="3")
 
 
+def test_plan_takes_time_limit_s_as_the_cli_its_time_limit():
+    theirs = json.loads(cli("plan", TINY, "--time-limit", "5", "--json", "-q").stdout)
+    assert theirs["options"]["time_limit_s"] == 5
+    assert sgc.plan(TINY, time_limit_s=5).to_dict()["options"]["time_limit_s"] == 5
+    assert "time_limit_s" not in sgc.plan(TINY).to_dict()["options"]
+    with pytest.raises(ValueError) as caught:
+        sgc.plan(TINY, time_limit_s=0)
+    assert str(caught.value) == "time_limit_s must be a whole number of 1 or more, got 0"
+
+
 def test_fit_below_the_persistent_bytes_raises_naming_memory():
     graph = str(REPO / "graphs" / "tiny_cnn.json")
     with pytest.raises(sgc.BudgetNotMet) as caught:

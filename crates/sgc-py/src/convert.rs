@@ -135,6 +135,7 @@ pub mod counts {
     );
     optional_counts!(
         workers: usize = sgc::defaults::WORKERS,
+        time_limit_s: u64 = 1..=u64::MAX,
     );
     /// `execute`'s seed (None: the graph's own values).
     pub fn opt_seed(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
