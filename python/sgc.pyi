@@ -116,6 +116,7 @@ def plan(
     world_size: int = 1,
     shard: str = "none",
     optimizer: str = "none",
+    time_limit_s: int | None = None,
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released); sizes
     left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB).
@@ -133,7 +134,8 @@ def plan(
     `sgc plan --no-offload`);
     world_size, shard (none or fsdp2) and optimizer (none, sgd, momentum or adam): plan
     one rank's graph, as `sgc plan --world-size --shard --optimizer` (summary["per_rank"]
-    has its terms)."""
+    has its terms); time_limit_s: strategy optimal, the seconds the solver may run (None:
+    60), as `sgc plan --time-limit`."""
 
 def plan_schedule(
     graph: _GraphLike,
@@ -189,18 +191,23 @@ def fit(
     thresh_tries: int = 10,
     seed: int = 0,
     align: _Size | None = None,
-    alloc_effort: str = "fast",
+    arena_effort: str = "fast",
     workers: int | None = None,
     device_profile: str | None = None,
     max_recompute: float | None = 1 / 3,
     world_size: int = 1,
     shard: str = "none",
     optimizer: str = "none",
+    alloc_effort: str | None = None,
 ) -> dict[str, Any]:
     """What `sgc fit --json` reports: the largest batch that fits, per strategy (None: none,
     chen-sqrt and sublinear), whose plan recomputes at most `max_recompute` of a step
     (None: no limit); with world_size, shard
-    and optimizer, one rank's batch (`per_rank` holds the rank's terms)."""
+    and optimizer, one rank's batch (`per_rank` holds the rank's terms). Raises
+    BudgetNotMet (budget: memory - reserve, lower_bound: the persistent bytes) when the
+    persistent bytes alone exceed memory - reserve. arena_effort takes plan's values (fast,
+    plan, default, thorough; fit's default is fast); alloc_effort is its old name
+    (deprecated: a DeprecationWarning)."""
 
 def defaults() -> dict[str, Any]:
     """The command line's defaults a Python caller leaves out: strategy, genetic_iters,

@@ -2,6 +2,16 @@
 
 pub use sgc_ir::human_bytes;
 
+/// What a count option takes, in words, for the CLI's and Python's messages alike ("a
+/// whole number of 0 or more", "a whole number from 1 to 1024").
+pub fn count_takes(range: &std::ops::RangeInclusive<u64>) -> String {
+    if *range.end() == u64::MAX {
+        format!("a whole number of {} or more", range.start())
+    } else {
+        format!("a whole number from {} to {}", range.start(), range.end())
+    }
+}
+
 /// Parses a size: a number with an optional unit, decimal (`kB`, `MB`, `GB`, `TB`) or
 /// binary (`KiB`, `MiB`, `GiB`, `TiB`), case-insensitive; `B` or no unit means bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {

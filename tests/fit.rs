@@ -96,18 +96,28 @@ fn the_lower_bound_limit_is_exact() {
     assert!(next > limit);
 }
 
+/// Memory below the persistent bytes alone is an error of its own (typed, with the figures),
+/// not a report of batch 0 for every strategy.
 #[test]
-fn memory_below_the_persistent_bytes_fits_nothing() {
+fn memory_below_the_persistent_bytes_is_an_error() {
     let g = zoo_file("tiny_mlp");
-    let opts = FitOptions::new(g.persistent_bytes() / 2);
-    let report = run_fit(&g, &opts);
-    assert_eq!(report.lower_bound_batch, 0);
-    for sf in &report.strategies {
-        assert_eq!(sf.batch, 0, "{}", sf.strategy);
-        assert!(sf.fitting.is_none());
-        assert_eq!(sf.next.batch, 1);
-        assert!(!sf.next.fits);
-    }
+    let persistent = g.persistent_bytes();
+    let mut opts = FitOptions::new(persistent + 100);
+    opts.reserve = 200;
+    let err = fit(&g, &strategies(), &opts, &mut |_, _| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            sgc::fit::FitError::PersistentAboveLimit { persistent: p, limit }
+                if p == persistent && limit == persistent - 100
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("no batch fits: the persistent bytes alone ("),
+        "{err}"
+    );
 }
 
 #[test]
@@ -273,17 +283,38 @@ fn the_cli_limits_recompute_to_a_third_by_default_and_shows_the_trade() {
     assert!(share(row) <= 33.3, "{row}");
 }
 
-/// `sgc fit` where nothing fits prints its table and then fails, saying why: the
-/// persistent bytes alone above the limit, or the per-op lower bound at batch 1.
+/// `sgc fit` where nothing fits prints its table and then fails, saying why: the per-op
+/// lower bound at batch 1.
 #[test]
 fn the_cli_fails_when_no_batch_fits_and_says_why() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
-    for (memory, why) in [
-        ("1KiB", "the persistent bytes alone (1.82 KiB, what lives across steps) exceed the limit 1.00 KiB"),
-        ("3KiB", "at batch 1 the per-op lower bound alone is 4.88 KiB (limit 3.00 KiB)"),
-    ] {
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "-q", "--memory", "3KiB"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert_eq!(run.status.code(), Some(1), "{out}{err}");
+    let why = "no batch fits: at batch 1 the per-op lower bound alone is 4.88 KiB (limit 3.00 KiB)";
+    assert!(err.contains(why), "{err}");
+    assert!(
+        out.contains("a batch fits when its arena plus the persistent bytes"),
+        "{out}"
+    );
+}
+
+/// `sgc fit` under the persistent bytes alone fails at once (no table of batch 0 for every
+/// strategy), saying so in the units of the report and what to do, with or without --json.
+#[test]
+fn the_cli_fails_when_the_persistent_bytes_alone_exceed_the_limit() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
+    for json in [false, true] {
         let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
-            .args(["fit", "-q", "--memory", memory])
+            .args(["fit", "--memory", "1KiB"])
+            .args(json.then_some("--json"))
             .arg(&path)
             .output()
             .unwrap();
@@ -291,8 +322,92 @@ fn the_cli_fails_when_no_batch_fits_and_says_why() {
             String::from_utf8_lossy(&run.stdout),
             String::from_utf8_lossy(&run.stderr),
         );
-        assert_eq!(run.status.code(), Some(1), "{memory}: {out}{err}");
-        assert!(err.contains("no batch fits") && err.contains(why), "{memory}: {err}");
-        assert!(out.contains("a batch fits when its arena plus the persistent bytes"), "{out}");
+        assert_eq!(run.status.code(), Some(1), "{out}{err}");
+        assert!(out.is_empty(), "{out}");
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "error: {}: no batch fits: the persistent bytes alone (1.82 KiB, what lives across steps) exceed the limit 1.00 KiB; give --memory more than that (plus --reserve) plus one sample's activations",
+                path.display()
+            )
+        );
     }
+}
+
+/// The table says which of its two byte columns `--memory` limits: the arena (with the
+/// persistent bytes), not the memory model's peak, shown for reference.
+#[test]
+fn the_table_says_which_column_is_held_against_the_limit() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "-q", "--memory", "64KiB", "--strategy", "none"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].starts_with("a batch fits when its arena plus the persistent bytes are within the limit and its plan"),
+        "{out}"
+    );
+    assert_eq!(lines[2], "arena: held against the limit (plus the persistent bytes); model peak: the memory model's peak (persistent bytes included), for reference, not compared");
+    assert!(
+        lines[3].starts_with("strategy      batch  vs none  model peak       arena  recompute"),
+        "{out}"
+    );
+}
+
+/// `fit --arena-effort` takes plan's values (one type); `--alloc-effort`, its old name, is
+/// hidden and still works, with a warning; the two together are refused.
+#[test]
+fn fit_takes_plans_arena_effort_and_its_old_name() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_cnn.json");
+    let fit = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sgc"))
+            .args([
+                "fit",
+                "-q",
+                "--json",
+                "--memory",
+                "64KiB",
+                "--strategy",
+                "none",
+            ])
+            .args(extra)
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let batch = |out: &std::process::Output| {
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        r["strategies"][0]["batch"].as_u64().unwrap()
+    };
+    for effort in ["fast", "plan", "default", "thorough"] {
+        let new = fit(&["--arena-effort", effort]);
+        assert!(new.status.success(), "{effort}: {:?}", new);
+        assert!(new.stderr.is_empty(), "{effort}");
+        if effort != "plan" {
+            let old = fit(&["--alloc-effort", effort]);
+            assert_eq!(batch(&old), batch(&new), "{effort}");
+            let err = String::from_utf8_lossy(&old.stderr);
+            assert_eq!(
+                err,
+                "warning: --alloc-effort is deprecated: use --arena-effort (the same values)\n"
+            );
+        }
+    }
+    let both = fit(&["--alloc-effort", "fast", "--arena-effort", "default"]);
+    assert_eq!(both.status.code(), Some(2));
+    let help = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("The default here is `fast`")
+            && help.contains("[possible values: fast, plan, default, thorough]")
+            && !help.contains("alloc-effort"),
+        "{help}"
+    );
 }

@@ -315,27 +315,51 @@ fn subcommands_share_their_planning_defaults() {
 
 /// A count given as a negative or fractional number, or a zero where at least one is
 /// needed, is one error naming the flag and what it takes (clap's own said "invalid digit
-/// found in string", and "0 is not in 1..18446744073709551615").
+/// found in string", and "0 is not in 1..18446744073709551615"), for every integer option
+/// of every command, `--flag=-5` and `--flag -5` alike.
 #[test]
 fn counts_out_of_range_say_what_the_flag_takes() {
     let tiny = zoo("tiny_mlp");
     for (args, want) in [
         (
             vec!["plan", &tiny, "--genetic-iters=-5"],
-            "invalid value '-5' for '--genetic-iters <GENETIC_ITERS>': expected a whole number >= 0, got `-5`",
+            "error: --genetic-iters must be a whole number of 0 or more, got -5\n",
+        ),
+        (
+            vec!["plan", &tiny, "--genetic-iters", "-5"],
+            "error: --genetic-iters must be a whole number of 0 or more, got -5\n",
         ),
         (
             vec!["plan", &tiny, "--thresh-tries", "1.5"],
-            "expected a whole number >= 0, got `1.5`",
+            "error: --thresh-tries must be a whole number of 0 or more, got 1.5\n",
+        ),
+        (
+            vec!["fit", &tiny, "--memory", "1GiB", "--seed=-1"],
+            "error: --seed must be a whole number of 0 or more, got -1\n",
+        ),
+        (
+            vec!["inspect", &tiny, "--top", "-3"],
+            "error: --top must be a whole number of 0 or more, got -3\n",
         ),
         (
             vec!["run", &tiny, "--warmup", "0"],
-            "invalid value '0' for '--warmup <WARMUP>': expected a whole number >= 1, got `0`",
+            "error: --warmup must be a whole number of 1 or more, got 0\n",
+        ),
+        (
+            vec!["plan", &tiny, "--world-size", "-2"],
+            "error: --world-size must be a whole number of 1 or more, got -2\n",
+        ),
+        (
+            vec!["fit", &tiny, "--memory", "1GiB", "--workers", "0"],
+            "error: --workers must be a whole number from 1 to 1024, got 0\n",
         ),
     ] {
         let out = sgc(&args);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(
+            out.status.code() == Some(2) && err.starts_with(want),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -388,4 +412,60 @@ fn bound_and_optimal_say_what_they_prove_or_need() {
         let want = "cargo build --release --features optimal";
         assert!(!out.status.success() && err.contains(want), "{err}");
     }
+}
+
+/// A hand-written graph whose `sgd_update` ops leave `recomputable` out loads (the op
+/// table's default: not recomputable) and plans exactly as the zoo file, which says
+/// `false`: the same graph (fingerprint) and plan; an explicit `true` is refused.
+#[test]
+fn sgd_update_without_recomputable_takes_the_op_tables_default() {
+    let mut graph: Value =
+        serde_json::from_str(&std::fs::read_to_string(zoo("mlp")).unwrap()).unwrap();
+    let ops = graph["ops"].as_array_mut().unwrap();
+    let mut stripped = 0;
+    for op in ops.iter_mut().filter(|o| o["op"] == "sgd_update") {
+        assert_eq!(op["recomputable"], false);
+        op.as_object_mut().unwrap().remove("recomputable");
+        stripped += 1;
+    }
+    assert!(stripped > 0);
+    let dir = std::env::temp_dir().join(format!("sgc-recomputable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mlp_no_flag.json");
+    std::fs::write(&path, serde_json::to_string(&graph).unwrap()).unwrap();
+    let plan = |file: &str| {
+        let out = sgc(&["plan", file, "--json", "-q"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v = json(&out);
+        let map = v.as_object_mut().unwrap();
+        map.retain(|k, _| k != "file" && !k.ends_with("_s"));
+        map["search"]
+            .as_object_mut()
+            .unwrap()
+            .remove("candidates_per_s");
+        v
+    };
+    let ours = plan(path.to_str().unwrap());
+    let zoo_plan = plan(&zoo("mlp"));
+    assert_eq!(ours, zoo_plan);
+    let sgd = graph["ops"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|o| o["op"] == "sgd_update")
+        .unwrap();
+    sgd["recomputable"] = Value::Bool(true);
+    std::fs::write(&path, serde_json::to_string(&graph).unwrap()).unwrap();
+    let out = sgc(&["plan", path.to_str().unwrap(), "-q"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("writes state but is marked recomputable (\"recomputable\": true)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

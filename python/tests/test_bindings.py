@@ -222,14 +222,44 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
     assert sgc.plan(TINY, budget="1.5GB").to_dict()["options"]["budget"] == 1_500_000_000
     # Counts: a negative one is a ValueError naming the argument (pyo3's own conversion
     # raised `OverflowError: can't convert negative int to unsigned`, naming nothing).
-    with pytest.raises(ValueError, match=r"genetic_iters=-5: expected a whole number >= 0"):
-        sgc.plan(TINY, genetic_iters=-5)
-    with pytest.raises(ValueError, match=r"seed=-1: expected a whole number >= 0"):
-        sgc.fit(TINY, memory="1MiB", seed=-1)
+    # Each says what it takes as the CLI's flag does.
+    for call, want in [
+        (lambda: sgc.plan(TINY, genetic_iters=-5), "genetic_iters must be a whole number of 0 or more, got -5"),
+        (lambda: sgc.fit(TINY, memory="1MiB", seed=-1), "seed must be a whole number of 0 or more, got -1"),
+        (lambda: sgc.inspect(TINY, top=-3), "top must be a whole number of 0 or more, got -3"),
+        (lambda: sgc.plan(TINY, workers=-1), "workers must be a whole number from 1 to 1024, got -1"),
+        (lambda: sgc.fit(TINY, memory="1MiB", world_size=0), "world_size must be a whole number of 1 or more, got 0"),
+        (lambda: sgc.plan(TINY, pool_size=2**70), f"pool_size must be a whole number of 0 or more, got {2**70}"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            call()
+        assert str(caught.value) == want
     with pytest.raises(TypeError, match="thresh_tries must be an int, not bool"):
         sgc.plan(TINY, thresh_tries=True)
     with pytest.raises(TypeError, match="pool_size must be an int, not str"):
         sgc.plan(TINY, pool_size="3")
+
+
+def test_plan_takes_time_limit_s_as_the_cli_its_time_limit():
+    theirs = json.loads(cli("plan", TINY, "--time-limit", "5", "--json", "-q").stdout)
+    assert theirs["options"]["time_limit_s"] == 5
+    assert sgc.plan(TINY, time_limit_s=5).to_dict()["options"]["time_limit_s"] == 5
+    assert "time_limit_s" not in sgc.plan(TINY).to_dict()["options"]
+    with pytest.raises(ValueError) as caught:
+        sgc.plan(TINY, time_limit_s=0)
+    assert str(caught.value) == "time_limit_s must be a whole number of 1 or more, got 0"
+
+
+def test_fit_below_the_persistent_bytes_raises_naming_memory():
+    graph = str(REPO / "graphs" / "tiny_cnn.json")
+    with pytest.raises(sgc.BudgetNotMet) as caught:
+        sgc.fit(graph, memory="1KiB")
+    assert str(caught.value) == (
+        f"{graph}: no batch fits: the persistent bytes alone (1.82 KiB, what lives across steps) "
+        "exceed the limit 1.00 KiB; give memory more than that (plus reserve) plus one sample's activations"
+    )
+    assert caught.value.budget == 1024
+    assert caught.value.lower_bound == sgc.plan(graph, strategy="none").summary["persistent_bytes"]
 
 
 def test_inspect_and_fit_are_the_cli_json():
@@ -258,8 +288,26 @@ def test_inspect_and_fit_are_the_cli_json():
         "fit", graph, "--memory", "64KiB", "--strategy", "none,sublinear", "--genetic-iters", "2",
         "--max-recompute", "none", "--json", "-q").stdout))
     assert unlimited["max_recompute"] is None
-    with pytest.raises(ValueError, match="--alloc-effort"):
-        sgc.fit(graph, memory="64KiB", alloc_effort="max")
+    with pytest.raises(ValueError, match='unknown arena effort "max": use plan, default, thorough or fast'):
+        sgc.fit(graph, memory="64KiB", arena_effort="max")
+
+
+def test_fit_takes_plans_arena_effort_and_its_old_name():
+    graph = str(REPO / "graphs" / "tiny_cnn.json")
+    args = dict(memory="64KiB", strategy="none", genetic_iters=2)
+
+    def batch(report):
+        return report["strategies"][0]["batch"]
+
+    plan_effort = sgc.fit(graph, arena_effort="plan", **args)
+    assert batch(plan_effort) == json.loads(cli(
+        "fit", graph, "--memory", "64KiB", "--strategy", "none", "--arena-effort", "plan",
+        "--json", "-q").stdout)["strategies"][0]["batch"]
+    with pytest.warns(DeprecationWarning, match="alloc_effort is deprecated: use arena_effort"):
+        old = sgc.fit(graph, alloc_effort="default", **args)
+    assert batch(old) == batch(sgc.fit(graph, arena_effort="default", **args))
+    with pytest.raises(TypeError, match="alloc_effort is the old name of arena_effort"):
+        sgc.fit(graph, arena_effort="thorough", alloc_effort="default", **args)
 
 
 def test_planning_releases_the_gil():

@@ -15,7 +15,7 @@ pub struct Args {
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// Offsets are multiples of this many bytes; sizes are padded to it.
-    #[arg(long, default_value_t = 1, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     align: u64,
     /// How hard to search: fast (heuristics only), default, thorough, plan (what `sgc plan`
     /// spends on an arena), or a search work budget such as 5e8 (about 10^8 to 10^9 a
@@ -106,11 +106,10 @@ fn parse_effort(text: &str) -> Result<Effort, String> {
         .parse::<f64>()
         .ok()
         .filter(|w| w.is_finite() && *w >= 0.0);
+    if let Ok(named) = text.parse::<sgc::plan::alloc::ArenaEffort>() {
+        return Ok(named.into());
+    }
     Ok(match (text, work) {
-        ("fast", _) => Effort::FAST,
-        ("default", _) => Effort::DEFAULT,
-        ("thorough", _) => Effort::THOROUGH,
-        ("plan", _) => Effort::PLAN,
         (_, Some(w)) => Effort {
             search_work: w as u64,
             ..Effort::DEFAULT

@@ -12,10 +12,10 @@ pub struct Args {
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// Generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// Seed of the search.
-    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Do not execute the tiny graphs on the CPU backend.
     #[arg(long)]

@@ -230,7 +230,7 @@ pub struct SweepArgs {
     #[arg(long)]
     sqrt_sampling: bool,
     /// Seed of the sampling and of the static planner
-    #[arg(long, default_value_t = 0, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     #[command(flatten)]
     profile: super::DeviceProfileArg,
@@ -238,7 +238,7 @@ pub struct SweepArgs {
     #[arg(long)]
     no_static: bool,
     /// Generations of the static planner's genetic refinement
-    #[arg(long, default_value_t = super::defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = super::defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// Draw step cost and peak against the threshold (SVG)
     #[arg(long, value_name = "SVG")]

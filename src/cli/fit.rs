@@ -5,7 +5,7 @@
 use super::defaults;
 use super::{CliResult, DeviceProfileArg};
 use sgc::fit::{fit, FitOptions, FitReport, Probe};
-use sgc::plan::alloc::Effort;
+use sgc::plan::alloc::ArenaEffort;
 use sgc::plan::PlanOptions;
 use sgc::units::{human_bytes, parse_size};
 use std::path::PathBuf;
@@ -28,23 +28,29 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = defaults::FIT_STRATEGIES, value_parser = super::strategy_parser())]
     strategy: Vec<sgc::plan::Strategy>,
     /// sublinear: generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = defaults::thresh_tries(), value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::thresh_tries(), allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     thresh_tries: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Arena offsets are multiples of this many bytes.
-    #[arg(long, default_value_t = defaults::ALIGN, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::ALIGN, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     align: u64,
-    /// Arena allocator effort: fast (heuristics only), default or thorough.
-    #[arg(long, default_value = "fast")]
-    alloc_effort: String,
+    /// How hard to search the arenas fit places itself, one per batch probed, for the
+    /// strategies planned without a budget (all but sublinear and dtr): the values of `sgc
+    /// plan --arena-effort`. The default here is `fast` (heuristics only), not plan's `plan`;
+    /// sublinear and dtr place theirs while planning, at plan's default.
+    #[arg(long, value_parser = super::arena_effort(), default_value = "fast")]
+    arena_effort: ArenaEffort,
+    /// Deprecated: the old name of --arena-effort (same values).
+    #[arg(long, hide = true, value_parser = super::arena_effort(), conflicts_with = "arena_effort")]
+    alloc_effort: Option<ArenaEffort>,
     /// Planner worker threads (default: all cores); results do not depend on it.
     #[arg(long)]
-    #[arg(value_parser = clap::value_parser!(u64).range(defaults::WORKERS))]
+    #[arg(allow_negative_numbers = true, value_parser = super::within::<u64>(defaults::WORKERS))]
     workers: Option<u64>,
     /// Print every probe to stderr as it completes.
     #[arg(long, short)]
@@ -62,7 +68,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let effort = Effort::by_name(&args.alloc_effort)?;
+    if args.alloc_effort.is_some() {
+        eprintln!("warning: --alloc-effort is deprecated: use --arena-effort (the same values)");
+    }
+    let effort = args.alloc_effort.unwrap_or(args.arena_effort);
     let file = args.file.display().to_string();
     let graph = sgc::ir::load_any(&args.file)?;
     let (graph, per_rank) = args.distribution.apply(graph, &file)?;
@@ -124,19 +133,14 @@ pub fn run(args: Args) -> CliResult {
     nothing_fits(&report).map_or(Ok(()), |why| Err(format!("{file}: {why}").into()))
 }
 
-/// Why no strategy fits even batch 1, if none does: the persistent bytes alone, or the
-/// per-op lower bound, or every strategy's plans above the limit.
+/// Why no strategy fits even batch 1, if none does: the per-op lower bound, or every
+/// strategy's plans above the limit (persistent bytes above it are the library's error).
 fn nothing_fits(r: &FitReport) -> Option<String> {
     if r.strategies.iter().any(|f| f.batch > 0) {
         return None;
     }
     let limit = human_bytes(r.limit);
-    Some(if r.persistent_bytes > r.limit {
-        format!(
-            "no batch fits: the persistent bytes alone ({}, what lives across steps) exceed the limit {limit}; give --memory more than that plus one sample's activations",
-            human_bytes(r.persistent_bytes)
-        )
-    } else if r.lower_bound_batch == 0 {
+    Some(if r.lower_bound_batch == 0 {
         format!(
             "no batch fits: at batch 1 the per-op lower bound alone is {} (limit {limit}); give --memory at least that",
             human_bytes(r.lower_bound_next)
@@ -204,7 +208,7 @@ fn table(file: &str, r: &FitReport) -> String {
         human_bytes(r.limit),
         human_bytes(r.persistent_bytes)
     );
-    s += "a batch fits when its arena plus the persistent bytes are within the limit (peak: the memory model's, for reference)";
+    s += "a batch fits when its arena plus the persistent bytes are within the limit";
     s += &match r.max_recompute {
         Some(m) => format!(
             " and its plan recomputes at most {:.1}% of a step (--max-recompute; none: no limit)\n",
@@ -212,12 +216,13 @@ fn table(file: &str, r: &FitReport) -> String {
         ),
         None => ", whatever its plan recomputes (--max-recompute none)\n".into(),
     };
+    s += "arena: held against the limit (plus the persistent bytes); model peak: the memory model's peak (persistent bytes included), for reference, not compared\n";
     s += &format!(
         "{:<11} {:>7} {:>8} {:>11} {:>11} {:>10} {:>10} {:>7} {:>9}\n",
         "strategy",
         "batch",
         "vs none",
-        "peak",
+        "model peak",
         "arena",
         "recompute",
         "plan time",

@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// How many of the largest tensors to list.
-    #[arg(long, default_value_t = 10, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     top: usize,
     /// Alignment of the unplanned arena (offsets are multiples of it, sizes padded).
     #[arg(long, value_parser = sgc::units::parse_size, default_value_t = super::defaults::ALIGN)]

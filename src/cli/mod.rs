@@ -71,7 +71,7 @@ pub struct DeviceProfileArg {
 pub struct DistributionArg {
     /// Ranks the step runs on (with --shard fsdp2: parameters, gradients and optimizer
     /// state are split over them, and every figure is one rank's).
-    #[arg(long, default_value_t = 1, value_parser = positive)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = positive::<u64>())]
     pub world_size: u64,
     /// How the ranks hold the model: none (every rank all of it: one process, or DDP) or
     /// fsdp2 (fully_shard per block and on the root; see docs/method.md).
@@ -124,25 +124,17 @@ pub enum GoalArg {
     Balanced,
 }
 
-/// `--arena-effort` values of `plan`.
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum ArenaEffortArg {
-    Fast,
-    Plan,
-    Default,
-    Thorough,
-}
-
-impl From<ArenaEffortArg> for sgc::plan::alloc::ArenaEffort {
-    fn from(e: ArenaEffortArg) -> Self {
-        use sgc::plan::alloc::ArenaEffort as E;
-        match e {
-            ArenaEffortArg::Fast => E::Fast,
-            ArenaEffortArg::Plan => E::Plan,
-            ArenaEffortArg::Default => E::Default,
-            ArenaEffortArg::Thorough => E::Thorough,
-        }
-    }
+/// `--arena-effort` of `plan` and `fit`: the library's one [`ArenaEffort`] by its names,
+/// listed in help.
+///
+/// [`ArenaEffort`]: sgc::plan::alloc::ArenaEffort
+pub(crate) fn arena_effort(
+) -> impl clap::builder::TypedValueParser<Value = sgc::plan::alloc::ArenaEffort> {
+    use clap::builder::TypedValueParser;
+    use sgc::plan::alloc::ArenaEffort as E;
+    let names = [E::Fast, E::Plan, E::Default, E::Thorough].map(E::as_str);
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name| name.parse::<E>().expect("a possible value is a name"))
 }
 
 /// What `--budget` bounds.
@@ -175,18 +167,69 @@ impl From<GoalArg> for sgc::plan::Goal {
 /// Error of a subcommand: one readable message (file, op or tensor, what to do).
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 
-/// A count on the command line (steps, iterations, a seed): a whole number >= 0, with a
-/// message that says so (clap's own for `-5` is "invalid digit found in string").
-pub(crate) fn whole<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.parse()
-        .map_err(|_| format!("expected a whole number >= 0, got `{text}`"))
+/// A count on the command line (steps, iterations, a seed, workers): a whole number in
+/// a range, with a message that names the flag and says so ("--genetic-iters must be a
+/// whole number of 0 or more, got -5"; clap's own for `-5` is "invalid digit found in
+/// string"). The one value parser of every integer option.
+#[derive(Clone)]
+pub(crate) struct Count<T> {
+    range: std::ops::RangeInclusive<u64>,
+    into: std::marker::PhantomData<fn() -> T>,
 }
 
-/// A count that must be at least 1 (a world size, warm-up steps).
-pub(crate) fn positive(text: &str) -> Result<u64, String> {
-    match whole::<u64>(text)? {
-        0 => Err("expected a whole number >= 1, got `0`".into()),
-        v => Ok(v),
+/// A count >= 0.
+pub(crate) fn whole<T>() -> Count<T> {
+    within(0..=u64::MAX)
+}
+
+/// A count >= 1 (a world size, warm-up steps).
+pub(crate) fn positive<T>() -> Count<T> {
+    within(1..=u64::MAX)
+}
+
+/// A count in `range`.
+pub(crate) fn within<T>(range: std::ops::RangeInclusive<u64>) -> Count<T> {
+    Count {
+        range,
+        into: std::marker::PhantomData,
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for Count<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let text = value.to_string_lossy();
+        let parsed = text
+            .parse::<u64>()
+            .ok()
+            .filter(|v| self.range.contains(v))
+            .and_then(|v| T::try_from(v).ok());
+        parsed.ok_or_else(|| {
+            let flag = arg.map_or_else(
+                || "the value".to_string(),
+                |a| match a.get_long() {
+                    Some(long) => format!("--{long}"),
+                    None => a.get_id().to_string(),
+                },
+            );
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "{flag} must be {}, got {text}\n",
+                    sgc::units::count_takes(&self.range)
+                ),
+            )
+            .with_cmd(cmd)
+        })
     }
 }
 

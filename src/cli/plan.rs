@@ -43,20 +43,20 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "lowest-peak")]
     goal: GoalArg,
     /// sublinear: evenly spaced thresholds to try.
-    #[arg(long, default_value_t = defaults::thresh_tries(), value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::thresh_tries(), allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     thresh_tries: usize,
     /// sublinear: generations of genetic refinement (0 = off).
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// sublinear: survivors per generation.
-    #[arg(long, default_value_t = defaults::pool_size(), value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::pool_size(), allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     pool_size: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Worker threads for the search (default: all cores); the plan does not depend on it.
     #[arg(long)]
-    #[arg(value_parser = clap::value_parser!(u64).range(defaults::WORKERS))]
+    #[arg(allow_negative_numbers = true, value_parser = super::within::<u64>(defaults::WORKERS))]
     workers: Option<u64>,
     /// dtr: resident memory above which tensors are evicted (default: the budget, else
     /// halfway between the lower bound and the unplanned peak).
@@ -79,8 +79,8 @@ pub struct Args {
     /// seconds: most real plans reach their aligned live peak), `thorough`, or `fast`
     /// (heuristics only). Under --budget it places every candidate, so it also decides
     /// which plans fit.
-    #[arg(long, value_enum, default_value = "plan")]
-    arena_effort: super::ArenaEffortArg,
+    #[arg(long, value_parser = super::arena_effort(), default_value = "plan")]
+    arena_effort: sgc::plan::alloc::ArenaEffort,
     #[command(flatten)]
     device: DeviceProfileArg,
     #[command(flatten)]
@@ -100,7 +100,7 @@ pub struct Args {
     host_memory: Option<u64>,
     /// optimal: seconds the solver may run; stopped by it, the plan is the best found and
     /// the report gives the proven bound next to it.
-    #[arg(long, value_parser = super::positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     time_limit: Option<u64>,
     /// Also prove how far from optimal the plan can be: a lower bound on the recompute of
     /// any plan within its peak (the cut bound; for small graphs with the `optimal` feature,
@@ -149,7 +149,7 @@ pub fn run(args: Args) -> CliResult {
         evictee_min_size: args.evictee_min_size,
         sqrt_sampling: args.sqrt_sampling,
         arena: !args.no_arena,
-        arena_effort: args.arena_effort.into(),
+        arena_effort: args.arena_effort,
         align: args.align,
         device_profile: args.device.device_profile.clone(),
         host_link: None,

@@ -24,13 +24,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
     /// Timed steps; each op's time is its median over them.
-    #[arg(long, default_value_t = 5, value_parser = super::positive)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     steps: u64,
     /// Untimed steps first (first steps pay one-off costs).
-    #[arg(long, default_value_t = 2, value_parser = super::positive)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     warmup: u64,
     /// Seed of the inputs and parameters.
-    #[arg(long, default_value_t = 0, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Write the graph with measured times here (gzip when it ends in .gz).
     #[arg(short, long)]

@@ -12,7 +12,7 @@ pub struct Args {
     /// A version-1 graph file whose data inputs declare `batch_dim`.
     file: PathBuf,
     /// The new batch size.
-    #[arg(long, value_parser = super::positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     batch: u64,
     /// Write the rescaled graph here.
     #[arg(short, long)]

@@ -35,13 +35,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     device: Device,
     /// Timed training steps to run (after the warm-up).
-    #[arg(long, default_value_t = 10, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     steps: usize,
     /// Untimed steps before the timed ones (first steps pay one-off costs; not with --dtr).
-    #[arg(long, default_value_t = 2, value_parser = super::positive, conflicts_with = "dtr")]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = super::positive::<u64>(), conflicts_with = "dtr")]
     warmup: u64,
     /// Seed of the inputs and parameters.
-    #[arg(long, default_value_t = 0, value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// Also run the unplanned schedule and print both (with --plan, --strategy or --dtr).
     #[arg(long)]

@@ -30,9 +30,8 @@
 //! are deterministic (same graph, options and seed give the same plan), so each batch is
 //! planned once per strategy.
 
-use crate::alloc::Effort;
 use crate::error::PlanError;
-use crate::options::{PlanOptions, RunConfig};
+use crate::options::{ArenaEffort, PlanOptions, RunConfig};
 use serde::Serialize;
 use sgc_ir::rescale::{self, RescaleError};
 use sgc_ir::Graph;
@@ -49,8 +48,9 @@ pub struct FitOptions {
     pub reserve: u64,
     /// Arena offsets are multiples of this (bytes).
     pub align: u64,
-    /// Effort of the arena allocator.
-    pub effort: Effort,
+    /// How hard the arenas placed here are searched (those of strategies planned without
+    /// a budget; budget-aware ones place theirs at their `PlanOptions::arena_effort`).
+    pub effort: ArenaEffort,
     /// Planner worker threads (`None`: all cores); results do not depend on it.
     pub workers: Option<usize>,
     /// The most a fitting plan may recompute, as a share of one step's cost (`None`: no
@@ -60,13 +60,13 @@ pub struct FitOptions {
 }
 
 impl FitOptions {
-    /// Heuristic allocation, 256-byte alignment, no reserve.
+    /// Heuristic allocation (`ArenaEffort::Fast`), 256-byte alignment, no reserve.
     pub fn new(memory: u64) -> FitOptions {
         FitOptions {
             memory,
             reserve: 0,
             align: 256,
-            effort: Effort::FAST,
+            effort: ArenaEffort::Fast,
             workers: None,
             max_recompute: None,
         }
@@ -89,6 +89,14 @@ pub enum FitError {
         strategy: String,
         source: PlanError,
     },
+    /// The persistent bytes (what lives across steps: parameters, optimizer state) alone
+    /// exceed the limit: no batch fits, whatever the strategy, and none is searched.
+    #[error(
+        "no batch fits: the persistent bytes alone ({}, what lives across steps) exceed the limit {}; give --memory more than that (plus --reserve) plus one sample's activations",
+        sgc_ir::human_bytes(*persistent),
+        sgc_ir::human_bytes(*limit)
+    )]
+    PersistentAboveLimit { persistent: u64, limit: u64 },
 }
 
 /// One batch tried under one strategy.
@@ -158,6 +166,13 @@ pub fn fit(
     observe: &mut dyn FnMut(&str, &Probe),
 ) -> Result<FitReport, FitError> {
     let graph_batch = rescale::batch_size(graph)?;
+    let persistent = graph.persistent_bytes();
+    if persistent > opts.limit() {
+        return Err(FitError::PersistentAboveLimit {
+            persistent,
+            limit: opts.limit(),
+        });
+    }
     let (lower_bound_batch, lower_bound_next) = lower_bound_limit(graph, opts.limit())?;
     let mut start = 1;
     let mut results = Vec::new();
@@ -180,7 +195,7 @@ pub fn fit(
         reserve: opts.reserve,
         limit: opts.limit(),
         max_recompute: opts.max_recompute,
-        persistent_bytes: graph.persistent_bytes(),
+        persistent_bytes: persistent,
         lower_bound_batch,
         lower_bound_next,
         strategies: results,
@@ -287,7 +302,7 @@ pub fn probe(
         Some(layout) => layout.size,
         None => {
             let ops: Vec<_> = plan.steps.iter().map(|s| s.op).collect();
-            crate::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort)
+            crate::arena::assign(&g, &ops, &plan.lifetimes, opts.align, opts.effort.into())
                 .map_err(plan_err)?
                 .size
         }

@@ -68,38 +68,82 @@ pub fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     )))
 }
 
-/// A count argument (`genetic_iters=20`): an int >= 0. A bool or another type is a
-/// `TypeError`, a negative or too large int a `ValueError`, each naming the argument
-/// (pyo3's own conversion raises `OverflowError: can't convert negative int to unsigned`).
-pub fn count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+/// A count argument (`genetic_iters=20`): an int in `range`, taken signed. A bool or
+/// another type is a `TypeError`; an int out of range a `ValueError` naming the argument as
+/// the CLI names its flag ("genetic_iters must be a whole number of 0 or more, got -5";
+/// pyo3's own conversion raised `OverflowError: can't convert negative int to unsigned`).
+pub fn count(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    range: std::ops::RangeInclusive<u64>,
+) -> PyResult<u64> {
     if obj.cast::<PyBool>().is_ok() || obj.cast::<PyInt>().is_err() {
         return Err(PyTypeError::new_err(format!(
             "{what} must be an int, not {}",
             type_name(obj)
         )));
     }
-    obj.extract::<u64>()
-        .map_err(|_| PyValueError::new_err(format!("{what}={obj}: expected a whole number >= 0")))
+    obj.extract::<i128>()
+        .ok()
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{what} must be {}, got {obj}",
+                sgc::units::count_takes(&range)
+            ))
+        })
 }
 
-/// The count arguments, each by its name (for `#[pyo3(from_py_with = ...)]`).
+/// The count arguments, each by its name and range (for `#[pyo3(from_py_with = ...)]`);
+/// an optional one (`workers=None`) is None when given None.
 pub mod counts {
     use super::count;
     use pyo3::prelude::*;
 
+    fn to<T: TryFrom<u64>>(n: u64, what: &str) -> PyResult<T> {
+        T::try_from(n).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!("{what}={n}: too large here"))
+        })
+    }
+
     macro_rules! named_counts {
-        ($($name:ident: $t:ty),*) => {$(
+        ($($name:ident: $t:ty = $range:expr),* $(,)?) => {$(
             pub fn $name(obj: &Bound<'_, PyAny>) -> PyResult<$t> {
-                let n = count(obj, stringify!($name))?;
-                <$t>::try_from(n).map_err(|_| {
-                    pyo3::exceptions::PyValueError::new_err(format!(
-                        "{}={n}: too large here", stringify!($name)
-                    ))
-                })
+                to(count(obj, stringify!($name), $range)?, stringify!($name))
             }
         )*};
     }
-    named_counts!(genetic_iters: usize, thresh_tries: usize, pool_size: usize, seed: u64, steps: usize);
+    macro_rules! optional_counts {
+        ($($name:ident: $t:ty = $range:expr),* $(,)?) => {$(
+            pub fn $name(obj: &Bound<'_, PyAny>) -> PyResult<Option<$t>> {
+                if obj.is_none() {
+                    return Ok(None);
+                }
+                to(count(obj, stringify!($name), $range)?, stringify!($name)).map(Some)
+            }
+        )*};
+    }
+    named_counts!(
+        genetic_iters: usize = 0..=u64::MAX,
+        thresh_tries: usize = 0..=u64::MAX,
+        pool_size: usize = 0..=u64::MAX,
+        seed: u64 = 0..=u64::MAX,
+        steps: usize = 0..=u64::MAX,
+        top: usize = 0..=u64::MAX,
+        world_size: u64 = 1..=u64::MAX,
+    );
+    optional_counts!(
+        workers: usize = sgc::defaults::WORKERS,
+        time_limit_s: u64 = 1..=u64::MAX,
+    );
+    /// `execute`'s seed (None: the graph's own values).
+    pub fn opt_seed(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        if obj.is_none() {
+            return Ok(None);
+        }
+        seed(obj).map(Some)
+    }
 }
 
 /// An optional size.
@@ -117,18 +161,6 @@ where
 {
     text.parse::<T>()
         .map_err(|e| PyValueError::new_err(e.to_string()))
-}
-
-/// Worker threads, as `--workers` accepts them.
-pub fn workers(workers: Option<u64>) -> PyResult<Option<usize>> {
-    match workers {
-        Some(w) if !sgc::defaults::WORKERS.contains(&w) => Err(PyValueError::new_err(format!(
-            "invalid value {w} for workers: {w} is not in {}..={}",
-            sgc::defaults::WORKERS.start(),
-            sgc::defaults::WORKERS.end()
-        ))),
-        w => Ok(w.map(|w| w as usize)),
-    }
 }
 
 /// Serde data as the Python object `json.loads` makes of its JSON.

@@ -208,6 +208,9 @@ pub fn fit_error(py: Python<'_>, e: FitError, file: Option<&str>) -> PyErr {
             let file = located(file, format!("batch {batch}, strategy {strategy}"));
             plan_error(py, source, Some(&file))
         }
+        FitError::PersistentAboveLimit { persistent, limit } => {
+            unreached(py, located(file, &e), limit, persistent)
+        }
     }
 }
 

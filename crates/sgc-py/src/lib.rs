@@ -21,7 +21,6 @@ use graph::Graph;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use sgc::defaults;
-use sgc::plan::alloc::Effort;
 use sgc::plan::{PlanOptions, Strategy};
 use sgc::report::inspect::InspectReport;
 
@@ -32,7 +31,7 @@ use sgc::report::inspect::InspectReport;
 fn inspect(
     py: Python<'_>,
     graph: &Bound<'_, PyAny>,
-    top: usize,
+    #[pyo3(from_py_with = crate::convert::counts::top)] top: usize,
     align: Option<&Bound<'_, PyAny>>,
     device_profile: Option<&str>,
     device: Option<&str>,
@@ -83,13 +82,17 @@ fn strategies(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Strategy>> {
 
 /// What `sgc fit` reports, as data (`sgc fit --json`): the largest batch whose arena plus
 /// persistent bytes fit `memory - reserve` and whose plan recomputes at most
-/// `max_recompute` of a step (`None`: no limit), unplanned and per strategy.
+/// `max_recompute` of a step (`None`: no limit), unplanned and per strategy. When the
+/// persistent bytes alone exceed `memory - reserve`, `BudgetNotMet` (`budget`: that limit,
+/// `lower_bound`: the persistent bytes). `arena_effort` takes the values of `plan`'s
+/// (`fit`'s default is `fast`); `alloc_effort`, its old name, still works (deprecated).
 #[pyfunction]
 #[pyo3(signature = (
     graph, memory, reserve=None, strategy=None, genetic_iters=defaults::GENETIC_ITERS,
     thresh_tries=defaults::thresh_tries(), seed=defaults::seed(), align=None,
-    alloc_effort="fast", workers=None, device_profile=None,
+    arena_effort="fast", workers=None, device_profile=None,
     max_recompute=Some(defaults::FIT_MAX_RECOMPUTE), world_size=1, shard="none", optimizer="none",
+    alloc_effort=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn fit(
@@ -102,13 +105,14 @@ fn fit(
     #[pyo3(from_py_with = crate::convert::counts::thresh_tries)] thresh_tries: usize,
     #[pyo3(from_py_with = crate::convert::counts::seed)] seed: u64,
     align: Option<&Bound<'_, PyAny>>,
-    alloc_effort: &str,
-    workers: Option<u64>,
+    arena_effort: &str,
+    #[pyo3(from_py_with = crate::convert::counts::workers)] workers: Option<usize>,
     device_profile: Option<&str>,
     max_recompute: Option<f64>,
-    world_size: u64,
+    #[pyo3(from_py_with = crate::convert::counts::world_size)] world_size: u64,
     shard: &str,
     optimizer: &str,
+    alloc_effort: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     let distribution = plan::distribution(world_size, shard, optimizer)?;
     if let Some(m) = max_recompute.filter(|m| !m.is_finite() || *m < 0.0) {
@@ -133,8 +137,24 @@ fn fit(
     let mut opts = sgc::fit::FitOptions::new(size(memory, "memory")?);
     opts.reserve = opt_size(reserve, "reserve")?.unwrap_or(0);
     opts.align = opt_size(align, "align")?.unwrap_or(defaults::ALIGN);
-    opts.effort = Effort::by_name(alloc_effort).map_err(pyo3::exceptions::PyValueError::new_err)?;
-    opts.workers = convert::workers(workers)?;
+    opts.effort = match alloc_effort {
+        None => named(arena_effort)?,
+        Some(_) if arena_effort != "fast" => {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "alloc_effort is the old name of arena_effort: give one of them",
+            ))
+        }
+        Some(old) => {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+                c"alloc_effort is deprecated: use arena_effort (the same values)",
+                1,
+            )?;
+            named(old)?
+        }
+    };
+    opts.workers = workers;
     opts.max_recompute = max_recompute;
     let graph = Graph::of(graph)?;
     let graph = graph.get();

@@ -173,7 +173,8 @@ fn file_of(graph: &Graph) -> (String, Option<String>) {
 }
 
 /// Plans checkpointing (and the arena) for a graph and verifies the plan; the options and
-/// defaults are those of `sgc plan`. Sizes take ints or strings such as `"10GiB"`.
+/// defaults are those of `sgc plan`. Sizes take ints or strings such as `"10GiB"`;
+/// `time_limit_s` is `--time-limit` (strategy `optimal`: the solver's seconds, None: 60).
 #[pyfunction]
 #[pyo3(signature = (
     graph, strategy="sublinear", genetic_iters=defaults::GENETIC_ITERS, budget=None,
@@ -181,7 +182,7 @@ fn file_of(graph: &Graph) -> (String, Option<String>) {
     thresh_tries=defaults::thresh_tries(), pool_size=defaults::pool_size(),
     eviction_threshold=None, evictee_min_size=None, sqrt_sampling=false, device_profile=None,
     budget_of="device", arena_effort="plan", host_link=None, host_memory=None, offload=true,
-    world_size=1, shard="none", optimizer="none",
+    world_size=1, shard="none", optimizer="none", time_limit_s=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
@@ -191,7 +192,7 @@ pub fn plan(
     #[pyo3(from_py_with = crate::convert::counts::genetic_iters)] genetic_iters: usize,
     budget: Option<&Bound<'_, PyAny>>,
     #[pyo3(from_py_with = crate::convert::counts::seed)] seed: u64,
-    workers: Option<u64>,
+    #[pyo3(from_py_with = crate::convert::counts::workers)] workers: Option<usize>,
     arena: bool,
     align: Option<&Bound<'_, PyAny>>,
     goal: Option<&str>,
@@ -207,9 +208,10 @@ pub fn plan(
     host_link: Option<&str>,
     host_memory: Option<&Bound<'_, PyAny>>,
     offload: bool,
-    world_size: u64,
+    #[pyo3(from_py_with = crate::convert::counts::world_size)] world_size: u64,
     shard: &str,
     optimizer: &str,
+    #[pyo3(from_py_with = crate::convert::counts::time_limit_s)] time_limit_s: Option<u64>,
 ) -> PyResult<Plan> {
     let distribution = distribution(world_size, shard, optimizer)?;
     let mut options = PlanOptions {
@@ -219,6 +221,7 @@ pub fn plan(
         thresh_tries,
         pool_size,
         sqrt_sampling,
+        time_limit_s,
         ..PlanOptions::default()
     };
     options.strategy = named(strategy)?;
@@ -236,7 +239,6 @@ pub fn plan(
     let link = host_link.map(convert::host_link).transpose()?;
     let host_memory = opt_size(host_memory, "host_memory")?;
     let options = defaults::with_offload(options, link, host_memory, offload);
-    let workers = convert::workers(workers)?;
     let graph = Graph::of(graph)?;
     let graph = graph.get();
     let (file, path) = file_of(graph);

@@ -57,7 +57,7 @@ pub fn execute<'py>(
     values: &Bound<'py, PyDict>,
     plan: Option<&Bound<'py, PyAny>>,
     #[pyo3(from_py_with = crate::convert::counts::steps)] steps: usize,
-    seed: Option<u64>,
+    #[pyo3(from_py_with = crate::convert::counts::opt_seed)] seed: Option<u64>,
     read: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let graph = Graph::of(graph)?;

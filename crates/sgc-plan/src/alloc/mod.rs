@@ -138,19 +138,6 @@ impl Effort {
         time_cap: Some(Duration::from_secs(120)),
         greedy_work: Effort::DEFAULT.greedy_work * 10,
     };
-
-    /// An effort by the name `sgc fit --alloc-effort` takes: `fast`, `default` or
-    /// `thorough`.
-    pub fn by_name(name: &str) -> Result<Effort, String> {
-        match name {
-            "fast" => Ok(Effort::FAST),
-            "default" => Ok(Effort::DEFAULT),
-            "thorough" => Ok(Effort::THOROUGH),
-            other => Err(format!(
-                "unknown --alloc-effort {other:?}: use fast, default or thorough"
-            )),
-        }
-    }
 }
 
 impl Default for Effort {
