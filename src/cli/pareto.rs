@@ -15,16 +15,16 @@ pub struct Args {
     strategy: Vec<sgc::plan::Strategy>,
     /// Budgets, evenly spaced in device bytes from the lowest the default planner reaches
     /// to the unplanned step's.
-    #[arg(long, default_value_t = 8, value_parser = super::positive)]
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     budgets: u64,
     /// sublinear: generations of genetic refinement.
-    #[arg(long, default_value_t = defaults::GENETIC_ITERS, value_parser = super::whole::<usize>)]
+    #[arg(long, default_value_t = defaults::GENETIC_ITERS, allow_negative_numbers = true, value_parser = super::whole::<usize>())]
     genetic_iters: usize,
     /// Seed of every random choice.
-    #[arg(long, default_value_t = defaults::seed(), value_parser = super::whole::<u64>)]
+    #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
     /// optimal: seconds the solver may run at each budget.
-    #[arg(long, value_parser = super::positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     time_limit: Option<u64>,
     /// Skip the lower bound beside each plan.
     #[arg(long)]
