@@ -287,11 +287,8 @@ fn check_options(strategy: &dyn strategies::Strategy, o: &PlanOptions) -> Result
             o.strategy
         )));
     }
-    if o.budget.is_none() && strategy.needs_budget() {
-        return Err(PlanError::InvalidOption(format!(
-            "--strategy {} needs --budget (the memory its plan must fit; it minimises recompute under it)",
-            o.strategy
-        )));
+    if strategy.needs_budget() {
+        strategies::needed_budget(o)?;
     }
     if o.align == 0 {
         return Err(PlanError::InvalidOption(

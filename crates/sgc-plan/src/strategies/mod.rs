@@ -131,6 +131,17 @@ impl Scheduled {
     }
 }
 
+/// The budget of a strategy that needs one, or the error that says so (the planner checks
+/// it before any strategy runs; a strategy reads its budget through it).
+pub(crate) fn needed_budget(options: &PlanOptions) -> Result<u64, PlanError> {
+    options.budget.ok_or_else(|| {
+        PlanError::InvalidOption(format!(
+            "--strategy {} needs --budget (the memory its plan must fit; it minimises recompute under it)",
+            options.strategy
+        ))
+    })
+}
+
 /// The traced order, unchanged.
 pub(crate) fn original(ctx: &Context<'_>) -> Vec<(OpId, bool)> {
     (0..ctx.n).map(|i| (OpId::new(i), false)).collect()

@@ -58,11 +58,7 @@ fn plan(
     options: &PlanOptions,
     run: &RunConfig<'_>,
 ) -> Result<(Vec<(OpId, bool)>, crate::optimal::OptimalStats), PlanError> {
-    let Some(budget) = options.budget else {
-        return Err(PlanError::InvalidOption(
-            "--strategy optimal needs --budget (the memory its plan must fit; it minimises recompute under it)".into(),
-        ));
-    };
+    let budget = super::needed_budget(options)?;
     let limit = options
         .time_limit_s
         .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S);

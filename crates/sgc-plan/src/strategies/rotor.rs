@@ -179,11 +179,7 @@ impl Strategy for Rotor {
 /// The `rotor` strategy: the least-recompute schedule of Rotor's program whose peak (or
 /// device bytes, per `options.budget_of`) fits `options.budget`.
 fn schedule(ctx: &Context<'_>, options: &PlanOptions) -> Result<Vec<(OpId, bool)>, PlanError> {
-    let Some(budget) = options.budget else {
-        return Err(PlanError::InvalidOption(
-            "--strategy rotor needs --budget (the memory its plan must fit; it minimises recompute under it)".into(),
-        ));
-    };
+    let budget = super::needed_budget(options)?;
     let chain = chain_of(ctx).map_err(|e| {
         PlanError::InvalidOption(format!(
             "--strategy rotor plans chains only: {e}; use --strategy sublinear"
