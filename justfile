@@ -8,6 +8,13 @@ test:
 ci:
     bash .ci/run
 
+# The property tests with fresh random cases, CASES each (CI draws a fixed set, 24 to 256 each):
+# minutes at 2,000; a failure is saved in the test's .proptest-regressions file to commit.
+proptest-sweep CASES="2000":
+    PROPTEST_CASES={{CASES}} cargo test --release -p sgc-plan --features optimal --test optimal --test plan_properties --test alloc --test csv_props
+    PROPTEST_CASES={{CASES}} cargo test --release -p sgc-exec --test plan_fuzz
+    PROPTEST_CASES={{CASES}} cargo test --release -p sgc-ir --test loader_props
+
 # Format and lint.
 lint:
     cargo fmt --all

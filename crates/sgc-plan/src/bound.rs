@@ -4,11 +4,12 @@
 //! **The cut bound.** Every plan sgc makes runs each op for the first time in the traced
 //! order (recomputations come in between). Take the moment op `t` first runs. Every storage
 //! made before it (a graph input, or the output of an op before `t`) that an op after `t`
-//! still reads is, at that moment, either resident or made again later; making it again
-//! runs its producer once more, after the moment. The storages op `t` touches, graph
-//! outputs, graph inputs and storages whose producer may not run again after `t` (it is
-//! not recomputable, or a recomputation after `t` would read state already written in
-//! place) must be resident. So if the peak is `P`, the storages that are not resident at
+//! still reads, or that is a graph output, is at that moment either resident or made again
+//! later; making it again runs its producer once more, after the moment (a graph output
+//! too may be dropped and made again before the step ends). The storages op `t` touches,
+//! graph inputs and storages whose producer may not run again after `t` (it is not
+//! recomputable, or a recomputation after `t` would read state already written in place)
+//! must be resident. So if the peak is `P`, the storages that are not resident at
 //! that moment weigh at least `resident_if_all_kept - P` bytes, and each byte of a storage
 //! made by op `p` costs at least `cost(p) / bytes made by p` to make again (a producer runs
 //! once for all its outputs). Taking the cheapest bytes first (a fractional knapsack) gives
@@ -94,7 +95,7 @@ pub(crate) fn cut(ctx: &Context<'_>, peak: u64) -> Bound {
         born[producer.map_or(0, |p| p + 1)].push(live);
     }
     let may_rerun_after = |p: usize, t: usize| {
-        ctx.rerunnable[p] && (ctx.hazard[p] == NO_HAZARD || ctx.hazard[p] as usize > t)
+        ctx.rerunnable[p] && (ctx.dirty_at[p] == NO_HAZARD || ctx.dirty_at[p] as usize > t)
     };
     let mut alive: Vec<Live> = Vec::new();
     let mut best = Bound {
@@ -117,7 +118,7 @@ pub(crate) fn cut(ctx: &Context<'_>, peak: u64) -> Bound {
         let mut optional: Vec<(f64, u64, f64)> = Vec::new();
         for l in alive.iter().filter(|l| !touched[l.root]) {
             total += l.bytes;
-            if let Some(p) = l.producer.filter(|&p| !l.kept && may_rerun_after(p, t)) {
+            if let Some(p) = l.producer.filter(|&p| may_rerun_after(p, t)) {
                 let per_byte = ctx.cost[p] / made_bytes[p].max(1) as f64;
                 optional.push((per_byte, l.bytes, ctx.cost[p]));
             }

@@ -4,12 +4,12 @@
 //! [`model`] writes Checkmate's stage model over sgc's memory model (every schedule whose
 //! first runs follow the traced order, each stage's recomputations in traced order before
 //! its own op) as a mixed-integer program; `solve` hands it to HiGHS (the `optimal` feature),
-//! warm-started from a heuristic schedule (the sublinear plan at the same cap), under a time
-//! limit. HiGHS returns its best schedule and a proven lower bound on the objective (the
-//! dual bound of its branch and bound): when they meet within the relative gap the plan is
-//! optimal; when the time limit stops it first, the plan is the best found and the bound
-//! says how far from optimal it can be. Either way the schedule becomes a normal plan,
-//! checked by the verifier.
+//! warm-started from the best heuristic schedule at the same cap (sublinear, static DTR or
+//! partition), under a time limit, and never answers worse than that start. HiGHS returns
+//! its best schedule and a proven lower bound on the objective (the dual bound of its branch
+//! and bound): when they meet within the relative gap the plan is optimal; when the time
+//! limit stops it first, the plan is the best found and the bound says how far from optimal
+//! it can be. Either way the schedule becomes a normal plan, checked by the verifier.
 //!
 //! The program has about `n^2` columns for `n` ops (each op may run in each later stage,
 //! each storage may be present at each stage), so it is built only up to [`MAX_COLUMNS`];

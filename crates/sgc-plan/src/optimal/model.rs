@@ -5,7 +5,8 @@
 //! A schedule in *stage form* runs stage `t = 0..n` in order: stage `t` recomputes some ops
 //! `i < t`, in traced order, then runs op `t` for the first time. Variables:
 //! - `R[t][i]`: op `i` runs in stage `t` (`R[t][t] = 1`; `i < t` only for an op that may be
-//!   recomputed there: rerunnable, and not after a hazard, see `context.rs`);
+//!   recomputed there: rerunnable, and not after a non-recomputable op that reads one of its
+//!   persistent inputs has run, the verifier's rule, `Context::dirty_at`);
 //! - `P[t][x]`: value `x` is present when stage `t` starts. A value is a storage (an
 //!   activation root or a graph input, with its bytes) or a view (an alias tensor, no
 //!   bytes): a view is valid only while its base is present, and a reader of a view needs the
@@ -199,7 +200,10 @@ impl Model {
             if !ctx.rerunnable[i] {
                 return i;
             }
-            let h = ctx.hazard[i];
+            // The verifier's rule: a recomputation may not read persistent state after a
+            // non-recomputable op that reads it has run (it may have written it in place).
+            // Its inputs made by other ops are the schedule's to keep or remake.
+            let h = ctx.dirty_at[i];
             if h == NO_HAZARD {
                 n - 1
             } else {
@@ -734,6 +738,7 @@ mod tests {
         for strategy in [
             Strategy::Sublinear,
             Strategy::Dtr,
+            Strategy::Partition,
             Strategy::ChenSqrt,
             Strategy::None,
         ] {

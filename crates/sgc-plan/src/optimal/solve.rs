@@ -83,7 +83,14 @@ pub(super) fn solve(
              the budget"
         )));
     }
-    let x = solved.get_solution().columns().to_vec();
+    // Within its gaps HiGHS may return a schedule a little worse than the start it was
+    // given (a pointless recomputation of an op costing 1e-9 of a step); the start is then
+    // the better answer, and every bound below still holds.
+    let found = solved.get_solution().columns().to_vec();
+    let x = match warm {
+        Some(w) if m.objective(&w) <= m.objective(&found) => w,
+        _ => found,
+    };
     let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) - TOLERANCE).max(0.0);
     let steps = m.schedule_of(&x);
     let recompute = m.objective(&x);

@@ -47,12 +47,12 @@ impl Strategy for Optimal {
 }
 
 /// The `optimal` strategy ([`crate::optimal`]): the least recompute whose peak (or device
-/// bytes) fits the budget, started from the sublinear or the static DTR plan at the same
-/// peak, whichever recomputes less. For device
-/// bytes the program bounds the peak, so when the arena of its plan comes out above the
-/// budget the peak cap is lowered by the excess and the program solved again (up to four
-/// times); the proof is then about the peak cap it ran at. Its plans keep or recompute;
-/// they never offload (a host link is ignored).
+/// bytes) fits the budget, started from the sublinear, the static DTR or the partition plan
+/// at the same peak, whichever recomputes least. For device bytes the program bounds the
+/// peak, so when the arena of its plan comes out above the budget the peak cap is lowered
+/// by the excess and the program solved again (up to four times); the proof is then about
+/// the peak cap it ran at. Its plans keep or recompute; they never offload (a host link is
+/// ignored).
 fn plan(
     ctx: &Context<'_>,
     options: &PlanOptions,
@@ -76,6 +76,7 @@ fn plan(
             .into_iter()
             .collect();
         starts.extend(evicting_starts(ctx, &heuristic, cap));
+        starts.extend(partition_start(ctx, &heuristic, run));
         let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, limit)?;
         if options.budget_of != BudgetOf::Device {
             return Ok((steps, stats));
@@ -89,6 +90,23 @@ fn plan(
     Err(PlanError::InvalidOption(format!(
         "--strategy optimal: the arenas of its plans stayed above the device budget of {budget} bytes after four lower peak caps; give the budget as a peak (--budget-of peak) or raise it"
     )))
+}
+
+/// Partition's schedule at the same peak cap, for the `optimal` strategy to start from (none
+/// when the graph has no backward to partition or no candidate fits).
+fn partition_start(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    run: &RunConfig<'_>,
+) -> Option<Vec<(OpId, bool)>> {
+    let options = PlanOptions {
+        strategy: Name::Partition,
+        ..options.clone()
+    };
+    let s = super::partition::Partition
+        .schedule(ctx, &options, run)
+        .ok()?;
+    s.offloads.is_empty().then_some(s.steps)
 }
 
 /// Static DTR schedules whose peak is within `cap`, for the `optimal` strategy to start
