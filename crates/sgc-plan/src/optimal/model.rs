@@ -9,8 +9,8 @@
 //!   persistent inputs has run, the verifier's rule, `Context::dirty_at`);
 //! - `P[t][x]`: value `x` is present when stage `t` starts. A value is a storage (an
 //!   activation root or a graph input, with its bytes) or a view (an alias tensor, no
-//!   bytes): a view is valid only while its base is present, and a reader of a view needs the
-//!   view's op to have run since the base was made;
+//!   bytes): a view is valid only while its storage is present, and a reader of a view needs
+//!   the view's op to have run since the storage was made;
 //! - `F[t][x][k]`: storage `x` is freed after op `k` of stage `t`: `k` touches it (reads it,
 //!   reads a view of it or makes it), no later op of the stage touches it, and it is not
 //!   present at stage `t + 1`;
@@ -58,7 +58,7 @@ struct Value {
     bytes: u64,
     /// The op that makes it (`None`: a graph input, present from the start).
     producer: Option<usize>,
-    /// For a view: the value it is a view of (`None`: a storage, or a view of persistent
+    /// For a view: the storage it is a view of (`None`: a storage, or a view of persistent
     /// storage).
     base: Option<usize>,
     /// Present at the end of the step (a graph output).
@@ -162,12 +162,18 @@ impl Model {
                 p_at: 0,
             });
         }
+        // A view's base is its storage root, not the tensor it was taken from: a view of a
+        // view stays valid while the storage is not made again, whether or not the view
+        // between them is still held (the verifier's rule: a view is stale only when its
+        // storage's version changed).
         for t in g.tensor_ids() {
-            let (v, Some(of)) = (value_of[t.index()], g.tensor(t).alias_of) else {
+            let v = value_of[t.index()];
+            if v == usize::MAX || g.tensor(t).alias_of.is_none() {
                 continue;
-            };
-            if v != usize::MAX && value_of[of.index()] != usize::MAX {
-                self.values[v].base = Some(value_of[of.index()]);
+            }
+            let root = value_of[g.storage_root(t).index()];
+            if root != usize::MAX {
+                self.values[v].base = Some(root);
             }
         }
         for i in 0..n {
