@@ -28,10 +28,9 @@ fn at_peak(strategy: Strategy, peak: u64) -> PlanOptions {
 /// Graphs and budgets (shares of the way from the per-op lower bound to the unplanned peak)
 /// at which HiGHS proves the optimum, or that there is none, within seconds (release: 0.2 s
 /// to 2.6 s each). At other budgets the same graphs can take it minutes: tiny_cnn at 0.95
-/// 22 s, tiny_mlp at 0.9 more than 60 s, and at 0.8 and 0.7 more than 60 s to prove that no
-/// plan fits (its in-place updates leave most backward ops free to run again, since a
-/// recomputation may not read an updated weight but may read what an updated weight's
-/// readers made; docs/benchmarks.md, "How far from optimal").
+/// 22 s, tiny_mlp at 0.9 more than 60 s; tiny_mlp at 0.8 gives neither a plan nor a proof
+/// that none fits within 120 s, and at 0.7 proving that none fits takes more than 60 s
+/// (docs/benchmarks.md, "How far from optimal").
 #[cfg(feature = "optimal")]
 const SMALL: &[(&str, &[f64])] = &[
     ("graphs/tiny_mlp.json", &[0.95]),
