@@ -106,6 +106,19 @@ pub(crate) enum Unmodelled {
 impl Model {
     /// The program for `ctx` with `cap` non-persistent bytes, or why it is not built.
     pub fn build(ctx: &Context<'_>, cap: u64, max_columns: usize) -> Result<Model, Unmodelled> {
+        Self::build_below(ctx, cap, max_columns, f64::INFINITY)
+    }
+
+    /// The program with no recomputation of an op whose one run costs more than `dearest`
+    /// (a share of one step). Given a schedule within the cap that recomputes `dearest` in
+    /// all, this keeps every schedule that recomputes no more: any run of a dearer op alone
+    /// costs more. Its optimum, when at most `dearest`, is the whole program's.
+    pub fn build_below(
+        ctx: &Context<'_>,
+        cap: u64,
+        max_columns: usize,
+        dearest: f64,
+    ) -> Result<Model, Unmodelled> {
         let n = ctx.n;
         let mut m = Model {
             columns: Vec::new(),
@@ -122,7 +135,7 @@ impl Model {
             a_at: vec![0; n],
             unit: 1.0,
         };
-        m.collect_values(ctx);
+        m.collect_values(ctx, dearest);
         let size = m.size_estimate();
         if size > max_columns {
             return Err(Unmodelled::TooLarge {
@@ -137,7 +150,7 @@ impl Model {
 
     /// Values, reads, touches and makes; the stages at which each is a variable and the
     /// ops each stage may run.
-    fn collect_values(&mut self, ctx: &Context<'_>) {
+    fn collect_values(&mut self, ctx: &Context<'_>, dearest: f64) {
         let g = ctx.g;
         let n = self.n;
         let mut value_of = vec![usize::MAX; g.num_tensors()];
@@ -196,14 +209,15 @@ impl Model {
                 .filter(|&v| v != usize::MAX)
                 .collect();
         }
-        self.stage_ranges(ctx);
+        self.stage_ranges(ctx, dearest);
     }
 
     /// The last stage each op may be recomputed at, and each value's stages.
-    fn stage_ranges(&mut self, ctx: &Context<'_>) {
+    fn stage_ranges(&mut self, ctx: &Context<'_>, dearest: f64) {
         let n = self.n;
+        let step: f64 = ctx.cost.iter().sum();
         let rerun_limit = |i: usize| -> usize {
-            if !ctx.rerunnable[i] {
+            if !ctx.rerunnable[i] || share(ctx.cost[i], step) > dearest {
                 return i;
             }
             // The verifier's rule: a recomputation may not read persistent state after a
@@ -288,11 +302,10 @@ impl Model {
 
     fn add_columns(&mut self, ctx: &Context<'_>) {
         let step: f64 = ctx.cost.iter().sum::<f64>();
-        let share = |c: f64| if step > 0.0 { c / step } else { 0.0 };
         for i in 0..self.n {
             self.r_at[i] = self.columns.len();
             for _ in i + 1..=self.last_rerun[i] {
-                self.column(0.0, 1.0, share(ctx.cost[i]), true);
+                self.column(0.0, 1.0, share(ctx.cost[i], step), true);
             }
         }
         for x in 0..self.values.len() {
@@ -686,6 +699,15 @@ impl Model {
     }
 }
 
+/// One run's cost as a share of the step's, the objective's unit.
+fn share(cost: f64, step: f64) -> f64 {
+    if step > 0.0 {
+        cost / step
+    } else {
+        0.0
+    }
+}
+
 /// A storage that may be freed after an op of a stage, and its `F` column.
 #[derive(Clone, Copy, Debug)]
 struct Free {
@@ -800,6 +822,14 @@ mod tests {
                     m.objective(&x),
                     summary.recompute_share
                 );
+                // Without the ops dearer than the whole plan, it is still a point, at the
+                // same cost.
+                let dearest = m.objective(&x) * (1.0 + 1e-9);
+                let below = Model::build_below(&ctx, cap, usize::MAX, dearest).unwrap();
+                let y = below.point_of(&steps).unwrap();
+                assert!(below.violated(&y, 1e-6).is_empty(), "{rel}, {what}: below");
+                assert!((below.objective(&y) - m.objective(&x)).abs() < 1e-12);
+                assert!(below.columns.len() <= m.columns.len());
                 // One byte less is too little for this very schedule.
                 let tight = Model::build(&ctx, cap - 1, usize::MAX).unwrap();
                 let x = tight.point_of(&steps).unwrap();

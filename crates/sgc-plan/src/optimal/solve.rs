@@ -91,7 +91,12 @@ pub(super) fn solve(
         Some(w) if m.objective(&w) <= m.objective(&found) => w,
         _ => found,
     };
-    let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) - TOLERANCE).max(0.0);
+    // The program may leave out runs dearer than the start, so its dual bound holds for
+    // the schedules that recompute no more than the start; every other one recomputes
+    // more, so the smaller of the two bounds them all.
+    let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) - TOLERANCE)
+        .max(0.0)
+        .min(warm_objective.unwrap_or(f64::INFINITY));
     let steps = m.schedule_of(&x);
     let recompute = m.objective(&x);
     Ok((
