@@ -302,6 +302,7 @@ fn refusal(
         best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,
         offload: None,
+        retry: crate::strategies::when_refused(opts),
     }
 }
 

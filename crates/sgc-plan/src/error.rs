@@ -14,7 +14,7 @@ pub enum PlanError {
         lower_bound: u64,
         op: String,
     },
-    #[error("no plan fits the budget of {} {}; {}{}; the per-op lower bound is {}: raise the budget, or try more --genetic-iters / --thresh-tries or another --strategy", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), offloaded(.offload.as_ref(), *.budget), bytes(*.lower_bound))]
+    #[error("no plan fits the budget of {} {}; {}{}; the per-op lower bound is {}: raise the budget, or {retry}", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), offloaded(.offload.as_ref(), *.budget), bytes(*.lower_bound))]
     BudgetNotMet {
         budget: u64,
         /// What the budget bounds.
@@ -26,6 +26,8 @@ pub enum PlanError {
         lower_bound: u64,
         /// What schedules made to fit by offloads reached, when a host link was given.
         offload: Option<OffloadReach>,
+        /// What to try besides a larger budget.
+        retry: Retry,
     },
     #[error("no plan keeps at most {} for the backward; the least kept is {} (graph inputs read by the backward and outputs of ops that may not run again are always kept): raise the budget", bytes(*.budget), bytes(*.lowest))]
     SavedBudgetNotMet { budget: u64, lowest: u64 },
@@ -74,6 +76,34 @@ fn bytes(b: u64) -> String {
         format!("{b} B")
     } else {
         format!("{b} B ({})", sgc_ir::human_bytes(b))
+    }
+}
+
+/// What to try, besides a larger budget, when a strategy's plans do not fit it: the
+/// refusing strategy's own options that reach lower, or another strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Search longer (sublinear).
+    Search,
+    /// Evict smaller tensors (static DTR; `least` is `--evictee-min-size`).
+    SmallerEvictees { least: u64 },
+    /// Another strategy.
+    Strategy,
+}
+
+impl std::fmt::Display for Retry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Retry::Search => {
+                write!(f, "try more --genetic-iters / --thresh-tries or another --strategy")
+            }
+            Retry::SmallerEvictees { least } => write!(
+                f,
+                "lower --evictee-min-size (now {}: smaller tensors are never evicted) or try another --strategy",
+                sgc_ir::human_bytes(*least)
+            ),
+            Retry::Strategy => write!(f, "try another --strategy"),
+        }
     }
 }
 

@@ -64,7 +64,7 @@ mod schedule;
 pub mod strategies;
 mod sublinear;
 
-pub use error::{OffloadReach, PlanError};
+pub use error::{OffloadReach, PlanError, Retry};
 // The plan format and its verifier (`sgc-plan-format`): what this crate makes.
 pub use bound::{Bound, BoundMethod};
 pub use optimal::OptimalStats;

@@ -121,6 +121,7 @@ fn best(
             best_device,
             lower_bound,
             offload: None,
+            retry,
         }) => Err(PlanError::BudgetNotMet {
             budget,
             of,
@@ -128,6 +129,7 @@ fn best(
             best_device,
             lower_bound,
             offload: search.closest,
+            retry,
         }),
         other => other,
     }

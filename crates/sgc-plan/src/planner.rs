@@ -258,9 +258,12 @@ fn finish_plan(
                 budget,
                 of: options.budget_of,
                 best_peak: profile.peak,
-                best_device: Some(device),
+                // Device bytes say how far a device budget is; beside a peak budget they
+                // would read as the figure held against it.
+                best_device: (options.budget_of == BudgetOf::Device).then_some(device),
                 lower_bound: ctx.lower_bound.bytes,
                 offload: None,
+                retry: crate::strategies::when_refused(options),
             });
         }
         plan.arena = options.arena.then_some(layout);

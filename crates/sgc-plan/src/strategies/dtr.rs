@@ -5,7 +5,7 @@
 use super::{original, Name, Scheduled, Strategy};
 use crate::context::Context;
 use crate::device;
-use crate::error::PlanError;
+use crate::error::{PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
 use crate::sublinear::evaluate::fitness_of;
 use sgc_ir::OpId;
@@ -27,6 +27,13 @@ impl Strategy for Dtr {
 
     fn searches_budget(&self) -> bool {
         true
+    }
+
+    fn when_refused(&self, options: &PlanOptions) -> Retry {
+        match options.evictee_min_size {
+            0 => Retry::Strategy,
+            least => Retry::SmallerEvictees { least },
+        }
     }
 
     fn schedule(

@@ -30,7 +30,7 @@ mod rotor;
 mod sublinear;
 
 pub use crate::context::Context;
-use crate::error::PlanError;
+use crate::error::{PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
 use crate::sublinear::search::SearchStats;
 use sgc_ir::OpId;
@@ -63,6 +63,11 @@ pub trait Strategy: Sync {
     /// Whether its plans may offload storages to host memory (with a budget and a host link).
     fn can_offload(&self) -> bool {
         false
+    }
+    /// What to try, besides a larger budget, when none of its plans fits one: the options
+    /// of its own that reach lower, else another strategy.
+    fn when_refused(&self, _options: &PlanOptions) -> Retry {
+        Retry::Strategy
     }
     /// The schedule for `ctx` under `options`.
     fn schedule(
@@ -129,6 +134,11 @@ impl Scheduled {
             ..Scheduled::default()
         }
     }
+}
+
+/// What to try when no plan of the strategy `options` names fits its budget.
+pub(crate) fn when_refused(options: &PlanOptions) -> Retry {
+    of(options.strategy).when_refused(options)
 }
 
 /// The budget of a strategy that needs one, or the error that says so (the planner checks

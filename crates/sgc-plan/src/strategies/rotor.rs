@@ -230,6 +230,7 @@ fn choose(
         best_device: None,
         lower_bound: ctx.lower_bound.bytes,
         offload: None,
+        retry: super::when_refused(options),
     })
 }
 

@@ -6,7 +6,7 @@
 use super::{original, pool, unbudgeted, Name, Scheduled, Strategy};
 use crate::budget;
 use crate::context::Context;
-use crate::error::PlanError;
+use crate::error::{PlanError, Retry};
 use crate::offload_search;
 use crate::options::{Goal, PlanOptions, RunConfig};
 use crate::sublinear::evaluate::{self, schedule};
@@ -21,6 +21,10 @@ impl Strategy for Sublinear {
 
     fn about(&self) -> &'static str {
         "threshold search plus genetic refinement over split points (MegEngine's method)"
+    }
+
+    fn when_refused(&self, _options: &PlanOptions) -> Retry {
+        Retry::Search
     }
 
     fn reads(&self) -> &'static [&'static str] {
