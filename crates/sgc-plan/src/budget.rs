@@ -36,7 +36,7 @@
 use crate::context::Context;
 use crate::device::device_bytes;
 use crate::dtr;
-use crate::error::PlanError;
+use crate::error::{PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, Strategy};
 use crate::sublinear::evaluate::{fitness_of, schedule, Fitness};
 use crate::sublinear::genome::Genome;
@@ -302,7 +302,8 @@ fn refusal(
         best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,
         offload: None,
-        retry: crate::strategies::when_refused(opts),
+        // The planner names the refusing strategy's own options (PlanError::retrying).
+        retry: Retry::Strategy,
     }
 }
 

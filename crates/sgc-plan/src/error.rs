@@ -79,6 +79,33 @@ fn bytes(b: u64) -> String {
     }
 }
 
+impl PlanError {
+    /// The same error; a refused budget then names `retry` as what to try (the strategy's
+    /// own options, which the modules below the strategies do not know).
+    pub(crate) fn retrying(self, retry: Retry) -> PlanError {
+        match self {
+            PlanError::BudgetNotMet {
+                budget,
+                of,
+                best_peak,
+                best_device,
+                lower_bound,
+                offload,
+                ..
+            } => PlanError::BudgetNotMet {
+                budget,
+                of,
+                best_peak,
+                best_device,
+                lower_bound,
+                offload,
+                retry,
+            },
+            other => other,
+        }
+    }
+}
+
 /// What to try, besides a larger budget, when a strategy's plans do not fit it: the
 /// refusing strategy's own options that reach lower, or another strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

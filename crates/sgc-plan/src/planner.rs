@@ -112,7 +112,9 @@ pub fn plan_by(
     {
         below_bound(&ctx, budget)?;
     }
-    let made = strategy.schedule(&ctx, options, run)?;
+    let made = strategy
+        .schedule(&ctx, options, run)
+        .map_err(|e| e.retrying(strategy.when_refused(options)))?;
     stats.search = made.search;
     stats.fallback = made.fallback;
     stats.optimal = made.optimal;
@@ -154,7 +156,8 @@ pub fn plan_budgets(
             };
             below_bound(&ctx, b)?;
             let choose = |level: u64| budget::choose(&ctx, &o, &cands, level);
-            let (chosen, offloads) = offload_search::choose_with_offloads(&ctx, &o, choose, b)?;
+            let (chosen, offloads) = offload_search::choose_with_offloads(&ctx, &o, choose, b)
+                .map_err(|e| e.retrying(strategies::when_refused(&o)))?;
             finish_plan(
                 &ctx,
                 &o,

@@ -55,7 +55,7 @@
 use super::{Name, Scheduled, Strategy};
 use crate::context::Context;
 use crate::device;
-use crate::error::PlanError;
+use crate::error::{PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
 use sgc_ir::{OpId, TensorId};
 use std::collections::BTreeSet;
@@ -230,7 +230,7 @@ fn choose(
         best_device: None,
         lower_bound: ctx.lower_bound.bytes,
         offload: None,
-        retry: super::when_refused(options),
+        retry: Retry::Strategy,
     })
 }
 
