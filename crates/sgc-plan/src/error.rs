@@ -82,27 +82,11 @@ fn bytes(b: u64) -> String {
 impl PlanError {
     /// The same error; a refused budget then names `retry` as what to try (the strategy's
     /// own options, which the modules below the strategies do not know).
-    pub(crate) fn retrying(self, retry: Retry) -> PlanError {
-        match self {
-            PlanError::BudgetNotMet {
-                budget,
-                of,
-                best_peak,
-                best_device,
-                lower_bound,
-                offload,
-                ..
-            } => PlanError::BudgetNotMet {
-                budget,
-                of,
-                best_peak,
-                best_device,
-                lower_bound,
-                offload,
-                retry,
-            },
-            other => other,
+    pub(crate) fn retrying(mut self, retry: Retry) -> PlanError {
+        if let PlanError::BudgetNotMet { retry: r, .. } = &mut self {
+            *r = retry;
         }
+        self
     }
 }
 
