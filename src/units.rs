@@ -43,6 +43,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     if int.is_empty() && frac.is_empty() || frac.contains('.') {
         return Err(bad());
     }
+    if scale == 1 && !frac.trim_end_matches('0').is_empty() {
+        // `--budget 0.7` meant as a share would otherwise be read as one byte.
+        return Err(format!(
+            "invalid size {text:?}: a count of bytes is a whole number; give bytes (e.g. \
+             32423, 31.7KiB), not a share of the peak"
+        ));
+    }
     let too_large = || {
         format!(
             "invalid size {text:?}: too large (at most {} bytes)",
@@ -83,6 +90,11 @@ mod tests {
         assert_eq!(parse_size("0.0005KB").unwrap(), 1);
         assert!(parse_size("1.2.3GB").is_err());
         assert!(parse_size(".").is_err());
+        assert_eq!(parse_size("12.00").unwrap(), 12);
+        for share in ["0.7", "0.7B", "1.5 b"] {
+            let e = parse_size(share).unwrap_err();
+            assert!(e.contains("whole number") && e.contains(share), "{e}");
+        }
     }
 
     #[test]

@@ -363,6 +363,25 @@ fn counts_out_of_range_say_what_the_flag_takes() {
     }
 }
 
+/// A size without a unit is bytes, a whole number: `--budget 0.7`, meant as a share of the
+/// peak, was read as one byte and refused as below the lower bound.
+#[test]
+fn a_fractional_byte_count_is_refused_naming_the_flag() {
+    let tiny = zoo("tiny_mlp");
+    for args in [
+        vec!["plan", &tiny, "--budget", "0.7"],
+        vec!["fit", &tiny, "--memory", "0.5"],
+    ] {
+        let out = sgc(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(args[2]) && err.contains("whole number") && err.contains(args[3]),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// `--bound` says how far from optimal the plan can be, with the method that proves it;
 /// `--strategy optimal` needs a budget, and a binary built without its solver says how to
 /// build one.
