@@ -2,8 +2,8 @@
 //! are, on the Checkmate graphs (`benches/data/checkmate`) at budgets of 0.9 down to 0.4 of
 //! the unplanned peak (the memory model's, `--budget-of peak`, as Checkmate counts).
 //!
-//! Per (graph, budget): the `optimal` strategy's recompute, whether HiGHS proved it (gap
-//! within 1e-4) within its time limit, HiGHS's dual bound, and its time; the default
+//! Per (graph, budget): the `optimal` strategy's recompute, whether HiGHS proved it (relative
+//! gap within `sgc_plan::optimal::GAP`, 1e-3) within its time limit, HiGHS's dual bound, and its time; the default
 //! strategy (`sublinear`, 20 generations) at the same budget, its excess over the optimum,
 //! and the cut bound (`sgc plan --bound` without the solver) at its peak. Budgets below the
 //! per-op lower bound are skipped; a budget no plan meets says so.

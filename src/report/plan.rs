@@ -80,7 +80,7 @@ pub struct BoundReport {
 /// What the `optimal` strategy's solver did.
 #[derive(Serialize)]
 pub struct SolverReport {
-    /// The plan is optimal (HiGHS closed the gap to 1e-4 of it).
+    /// The plan is optimal (HiGHS closed the relative gap to `sgc_plan::optimal::GAP`).
     pub proven: bool,
     /// The heuristic plan it started from, its recompute share.
     pub warm_start_recompute_share: Option<f64>,
@@ -485,9 +485,12 @@ fn render(r: &PlanReport<'_>) -> String {
             x.rows,
             start,
             if x.proven {
-                "proven optimal (gap within 1e-4)"
+                format!(
+                    "proven optimal (relative gap within {})",
+                    crate::plan::optimal::GAP
+                )
             } else {
-                "stopped by its time limit: the best plan found"
+                "stopped by its time limit: the best plan found".to_string()
             }
         );
     }

@@ -244,3 +244,133 @@ mod random {
         }
     }
 }
+
+/// On graphs small enough to list every stage-form schedule (each stage recomputes any
+/// subset of the earlier ops, in traced order, before its own op), the `optimal` strategy
+/// answers what the list does: the least recompute among the schedules the verifier accepts
+/// within the budget (within the solver's relative gap), its bound at most that, and a
+/// refusal exactly when none fits. This checks the program against the verifier, not
+/// against itself: its columns, rows and which of them are integer.
+#[cfg(feature = "optimal")]
+mod exhaustive {
+    use super::*;
+    use sgc_ir::testgen::{random_graph, GenConfig};
+    use sgc_ir::OpId;
+    use sgc_plan::optimal;
+
+    /// The most schedules listed per graph.
+    const MAX_SCHEDULES: u64 = 1 << 12;
+
+    /// Every stage-form schedule of `g`, or `None` when there are more than the limit.
+    fn schedules(g: &Graph) -> Option<Vec<Vec<OpId>>> {
+        let n = g.num_ops();
+        let rerunnable: Vec<bool> = g.op_ids().map(|o| g.op(o).recomputable).collect();
+        let choices: Vec<Vec<usize>> = (0..n)
+            .map(|t| (0..t).filter(|&i| rerunnable[i]).collect())
+            .collect();
+        let bits: u32 = choices.iter().map(|c| c.len() as u32).sum();
+        if bits > MAX_SCHEDULES.trailing_zeros() {
+            return None;
+        }
+        let mut out = Vec::new();
+        for mask in 0u64..1 << bits {
+            let mut order = Vec::new();
+            let mut bit = 0;
+            for (t, c) in choices.iter().enumerate() {
+                for &i in c {
+                    if mask >> bit & 1 == 1 {
+                        order.push(OpId::new(i));
+                    }
+                    bit += 1;
+                }
+                order.push(OpId::new(t));
+            }
+            out.push(order);
+        }
+        Some(out)
+    }
+
+    /// The peak and recompute share of every listed schedule the verifier accepts.
+    fn accepted(g: &Graph, listed: &[Vec<OpId>]) -> Vec<(u64, f64)> {
+        let o = PlanOptions {
+            arena: false,
+            ..at_peak(Strategy::Optimal, u64::MAX)
+        };
+        listed
+            .iter()
+            .filter_map(|ops| sgc_plan::plan_schedule(g, &o, ops).ok())
+            .map(|p| (p.summary.planned_peak, p.summary.recompute_share))
+            .collect()
+    }
+
+    /// The least recompute share among `accepted` within `budget` (`None`: none fits).
+    fn least(accepted: &[(u64, f64)], budget: u64) -> Option<f64> {
+        accepted
+            .iter()
+            .filter(|&&(peak, _)| peak <= budget)
+            .map(|&(_, share)| share)
+            .min_by(f64::total_cmp)
+    }
+
+    #[test]
+    fn the_optimal_plan_is_the_least_of_every_listed_schedule() {
+        let cfg = GenConfig {
+            max_layers: 3,
+            update_prob: 0.2,
+            ..GenConfig::small()
+        };
+        let mut compared = 0;
+        let mut refused = 0;
+        let mut recomputing = 0;
+        for seed in 0..600u64 {
+            let g = random_graph(seed, &cfg);
+            let Some(listed) = schedules(&g) else {
+                continue;
+            };
+            let accepted = accepted(&g, &listed);
+            let lb = g.lower_bound().bytes;
+            let unplanned = g.memory_profile().peak;
+            for q in [0.0, 0.1, 0.2, 0.35, 0.6] {
+                let budget = lb + ((unplanned - lb) as f64 * q) as u64;
+                let best = least(&accepted, budget);
+                let result =
+                    plan_with_stats(&g, &at_peak(Strategy::Optimal, budget), &Default::default());
+                match (best, result) {
+                    (None, Err(_)) => refused += 1,
+                    (None, Ok((p, _))) => panic!(
+                        "seed {seed} at {q}: optimal planned {:?} within {budget} B, which no \
+                         listed schedule fits",
+                        p.steps
+                    ),
+                    (Some(b), Err(e)) => {
+                        panic!(
+                            "seed {seed} at {q}: a schedule recomputing {b} fits, optimal says {e}"
+                        )
+                    }
+                    (Some(b), Ok((p, stats))) => {
+                        let s = stats.optimal.unwrap();
+                        let got = p.summary.recompute_share;
+                        assert!(s.proven, "seed {seed} at {q}: not proven");
+                        assert!(p.summary.planned_peak <= budget, "seed {seed} at {q}");
+                        assert!(
+                            got >= b - 1e-12
+                                && got <= b * (1.0 + optimal::GAP) + optimal::ABS_GAP + 1e-12,
+                            "seed {seed} at {q}: optimal recomputes {got}, the least listed {b}"
+                        );
+                        assert!(
+                            s.bound <= b + 1e-9,
+                            "seed {seed} at {q}: bound {} above {b}",
+                            s.bound
+                        );
+                        compared += 1;
+                        recomputing += usize::from(b > 0.0);
+                    }
+                }
+            }
+        }
+        assert!(
+            compared >= 150 && recomputing >= 50,
+            "only {compared} budgets compared, {recomputing} of them recomputing ({refused} refused)"
+        );
+    }
+}

@@ -38,6 +38,15 @@ pub const MAX_COLUMNS: usize = 400_000;
 /// finish within seconds.
 pub const MAX_RELAXED_COLUMNS: usize = 40_000;
 
+/// The relative gap at which HiGHS stops and calls its plan optimal: `(plan - bound) / plan`,
+/// the gap HiGHS reports. At 1e-3 a plan recomputing 1% of a step is within 1e-5 of a step
+/// of the optimum.
+pub const GAP: f64 = 1e-3;
+
+/// The absolute gap at which HiGHS also stops (its default), in shares of one step: plans
+/// recomputing less than a millionth of a step are not told apart.
+pub const ABS_GAP: f64 = 1e-6;
+
 /// The default time limit of the solver, in seconds.
 pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
 
@@ -48,7 +57,7 @@ pub struct OptimalStats {
     pub recompute: f64,
     /// The proven lower bound on any stage-form plan's recompute within the cap.
     pub bound: f64,
-    /// Whether the solver proved the plan optimal (within its relative gap, 1e-4).
+    /// Whether the solver proved the plan optimal (within the relative gap [`GAP`]).
     pub proven: bool,
     /// The heuristic plan it started from, its recompute (`None`: none fitted the cap).
     pub warm_start: Option<f64>,

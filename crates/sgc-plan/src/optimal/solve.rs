@@ -1,5 +1,5 @@
 //! The program of [`super::model`] solved by HiGHS: one thread, a fixed seed, the relative
-//! gap at HiGHS's default (1e-4), the warm start passed as a first incumbent.
+//! gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed as a first incumbent.
 //! `SGC_HIGHS_LOG=1` prints HiGHS's own log.
 
 use super::model::Model;
@@ -35,7 +35,8 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     model.set_option("time_limit", time_limit_s as f64);
     model.set_option("threads", 1);
     model.set_option("random_seed", 0);
-    model.set_option("mip_rel_gap", 1e-4);
+    model.set_option("mip_rel_gap", super::GAP);
+    model.set_option("mip_abs_gap", super::ABS_GAP);
     model
 }
 
