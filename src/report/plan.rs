@@ -528,13 +528,16 @@ fn render(r: &PlanReport<'_>) -> String {
             );
         }
     }
-    let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
+    let reads = crate::plan::strategies::of(o.strategy).reads();
+    let goal = if reads.contains(&"goal") {
+        format!(", goal {}", o.goal.as_str())
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "strategy           {} (seed {}, goal {})",
-        r.strategy,
-        o.seed,
-        o.goal.as_str()
+        "strategy           {} (seed {}{goal})",
+        r.strategy, o.seed
     );
     if let Some(d) = &o.device_profile {
         let _ = writeln!(
@@ -546,23 +549,55 @@ fn render(r: &PlanReport<'_>) -> String {
             d.bandwidth_gbps()
         );
     }
-    let _ = writeln!(
-        s,
-        "options            budget {}, lb-memory {}, thresh-tries {}, genetic-iters {}, pool-size {}, eviction-threshold {}, evictee-min-size {}, sqrt-sampling {}, arena-effort {}",
-        budget_text(o),
-        size(o.lb_memory),
-        o.thresh_tries,
-        o.genetic_iters,
-        o.pool_size,
-        size(o.eviction_threshold),
-        human_bytes(o.evictee_min_size),
-        o.sqrt_sampling,
-        o.arena_effort.as_str()
-    );
+    let _ = writeln!(s, "options            {}", options_text(o, reads));
     if let Some(w) = &r.written_to {
         let _ = writeln!(s, "plan written to    {w}");
     }
     s
+}
+
+/// The options line: the budget, the options the strategy reads (`reads`: its
+/// [`Strategy::reads`](crate::plan::strategies::Strategy::reads)), and the arena's effort.
+fn options_text(o: &PlanOptions, reads: &[&str]) -> String {
+    let size = |b: Option<u64>| b.map_or("-".to_string(), human_bytes);
+    let time_limit = o
+        .time_limit_s
+        .unwrap_or(sgc_plan::optimal::DEFAULT_TIME_LIMIT_S);
+    let specific = [
+        ("lb_memory", "lb-memory", size(o.lb_memory)),
+        ("thresh_tries", "thresh-tries", o.thresh_tries.to_string()),
+        (
+            "genetic_iters",
+            "genetic-iters",
+            o.genetic_iters.to_string(),
+        ),
+        ("pool_size", "pool-size", o.pool_size.to_string()),
+        (
+            "eviction_threshold",
+            "eviction-threshold",
+            size(o.eviction_threshold),
+        ),
+        (
+            "evictee_min_size",
+            "evictee-min-size",
+            human_bytes(o.evictee_min_size),
+        ),
+        (
+            "sqrt_sampling",
+            "sqrt-sampling",
+            o.sqrt_sampling.to_string(),
+        ),
+        ("time_limit_s", "time-limit", format!("{time_limit} s")),
+    ];
+    let mut parts = vec![format!("budget {}", budget_text(o))];
+    parts.extend(
+        specific
+            .into_iter()
+            .filter(|(field, _, _)| reads.contains(field))
+            .map(|(_, flag, value)| format!("{flag} {value}")),
+    );
+    parts.push(format!("arena-effort {}", o.arena_effort.as_str()));
+    parts.join(", ")
 }
 
 /// The budget and, when it is not device bytes, what it bounds.
@@ -573,5 +608,44 @@ fn budget_text(o: &PlanOptions) -> String {
             format!("{} (kept for the backward)", human_bytes(b))
         }
         (b, _) => b.map_or("-".to_string(), human_bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::options_text;
+    use crate::plan::strategies::REGISTRY;
+    use crate::plan::PlanOptions;
+
+    /// A DTR plan's report listed `genetic-iters 20`, an option only sublinear reads: each
+    /// strategy's line names its own options, whatever the others are set to.
+    #[test]
+    fn the_options_line_names_only_what_the_strategy_reads() {
+        let flags = [
+            ("lb_memory", "lb-memory"),
+            ("thresh_tries", "thresh-tries"),
+            ("genetic_iters", "genetic-iters"),
+            ("pool_size", "pool-size"),
+            ("eviction_threshold", "eviction-threshold"),
+            ("evictee_min_size", "evictee-min-size"),
+            ("sqrt_sampling", "sqrt-sampling"),
+            ("time_limit_s", "time-limit"),
+        ];
+        for s in REGISTRY {
+            let o = PlanOptions {
+                strategy: s.name(),
+                ..PlanOptions::default()
+            };
+            let line = options_text(&o, s.reads());
+            assert!(line.starts_with("budget ") && line.ends_with("arena-effort plan"));
+            for (field, flag) in flags {
+                assert_eq!(
+                    line.contains(flag),
+                    s.reads().contains(&field),
+                    "{}: {line}",
+                    s.name()
+                );
+            }
+        }
     }
 }
