@@ -46,8 +46,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     if scale == 1 && !frac.trim_end_matches('0').is_empty() {
         // `--budget 0.7` meant as a share would otherwise be read as one byte.
         return Err(format!(
-            "invalid size {text:?}: a count of bytes is a whole number; give bytes (e.g. \
-             32423, 31.7KiB), not a share of the peak"
+            "invalid size {text:?}: a count of bytes is a whole number (e.g. 32423, or \
+             31.7KiB with a unit)"
         ));
     }
     let too_large = || {

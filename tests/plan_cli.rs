@@ -382,6 +382,47 @@ fn a_fractional_byte_count_is_refused_naming_the_flag() {
     }
 }
 
+/// `--budget 80%` is 80% of the unplanned figure that `--budget-of` names, rounded down to a
+/// byte: the unplanned device bytes (what `--strategy none` reports), the memory model's
+/// unplanned peak, or the bytes the traced order keeps for the backward.
+#[test]
+fn a_budget_share_is_of_the_unplanned_figure_it_bounds() {
+    let mlp = zoo("tiny_mlp");
+    let none = json(&sgc(&["plan", &mlp, "--strategy", "none", "--json", "-q"]));
+    let of = |v: &Value| v.as_u64().unwrap();
+    for (budget_of, strategy, unplanned) in [
+        ("device", "sublinear", of(&none["arena"]["device_bytes"])),
+        ("peak", "sublinear", of(&none["unplanned_peak_bytes"])),
+        ("saved", "partition", of(&none["unplanned_saved_bytes"])),
+    ] {
+        let out = sgc(&[
+            "plan",
+            &mlp,
+            "--strategy",
+            strategy,
+            "--budget",
+            "80%",
+            "--budget-of",
+            budget_of,
+            "--json",
+            "-q",
+        ]);
+        let want = unplanned * 8 / 10;
+        if out.status.success() {
+            assert_eq!(of(&json(&out)["options"]["budget"]), want, "{budget_of}");
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(&format!("{want} B")), "{budget_of}: {err}");
+        }
+    }
+    let out = sgc(&["plan", &mlp, "--budget=-5%"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2) && err.contains("above 0"),
+        "{err}"
+    );
+}
+
 /// `--bound` says how far from optimal the plan can be, with the method that proves it;
 /// `--strategy optimal` needs a budget, and a binary built without its solver says how to
 /// build one.
