@@ -95,7 +95,7 @@ def plan(
     graph: _GraphLike,
     strategy: str = "sublinear",
     genetic_iters: int = 20,
-    budget: _Size | None = None,
+    budget: _Size | str | None = None,
     seed: int = 0,
     workers: int | None = None,
     arena: bool = True,
@@ -119,7 +119,8 @@ def plan(
     time_limit_s: int | None = None,
 ) -> Plan:
     """Plans and verifies, as `sgc plan` does with the same options (GIL released); sizes
-    left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB).
+    left None are `defaults()`' (align 256 B, evictee_min_size 1 MiB); budget may also be a
+    share of the unplanned figure that budget_of names, as a string: "70%".
     strategy: none, chen-sqrt, sublinear, dtr, partition, optimal (needs a budget and a
     module built with the `optimal` feature; the wheel is not) or rotor (needs a budget and a
     chain; `strategies()` lists them); goal: lowest-peak or balanced;

@@ -18,6 +18,7 @@ pub use sgc_ir as ir;
 pub use sgc_plan as plan;
 pub use sgc_plan::fit;
 
+pub mod budget;
 pub mod chart;
 pub mod compare;
 pub mod defaults;

@@ -65,6 +65,9 @@ CASES = [
      ["--goal", "balanced", "--device-profile", "a100", "--seed", "3"]),
     (RESNET18, {"strategy": "partition", "budget": "300MiB", "budget_of": "saved"},
      ["--strategy", "partition", "--budget", "300MiB", "--budget-of", "saved"]),
+    (RESNET18, {"budget": "80%", "genetic_iters": 5}, ["--budget", "80%", "--genetic-iters", "5"]),
+    (RESNET18, {"budget": "70%", "budget_of": "peak", "genetic_iters": 5},
+     ["--budget", "70%", "--budget-of", "peak", "--genetic-iters", "5"]),
 ]
 
 
@@ -209,6 +212,8 @@ def test_bad_arguments_are_value_errors_naming_the_python_arguments():
         sgc.plan(TINY, strategy="fastest")
     with pytest.raises(ValueError, match=r'invalid size "abc"'):
         sgc.plan(TINY, budget="abc")
+    with pytest.raises(ValueError, match=r'budget: invalid share "0%"'):
+        sgc.plan(TINY, budget="0%")
     with pytest.raises(ValueError, match="unknown goal"):
         sgc.plan(TINY, goal="fast")
     with pytest.raises(ValueError, match="workers"):

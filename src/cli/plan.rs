@@ -5,6 +5,7 @@
 
 use super::{defaults, output};
 use super::{CliResult, DeviceProfileArg, GoalArg};
+use sgc::budget::Budget;
 use sgc::plan::streams::HostLink;
 use sgc::plan::{Plan, PlanOptions, Progress, RunConfig};
 use sgc::report::plan::{workers_used, PlanReport};
@@ -23,8 +24,8 @@ pub struct Args {
     /// bytes, what `sgc run` allocates; the plan that recomputes least wins, and a larger
     /// budget never recomputes more. A share such as `70%` is of the unplanned figure that
     /// --budget-of names (device bytes, peak or saved bytes), rounded down to a byte.
-    #[arg(long, value_name = "SIZE|SHARE%", value_parser = parse_budget)]
-    budget: Option<BudgetArg>,
+    #[arg(long, value_name = "SIZE|SHARE%", value_parser = Budget::parse)]
+    budget: Option<Budget>,
     /// What --budget bounds: `device` bytes (arena + persistent, what `sgc run` allocates),
     /// the memory model's `peak` (unaligned live bytes plus persistent: what MegEngine's
     /// and Checkmate's budgets bound, to compare plans with theirs; the arena may need up to
@@ -122,61 +123,6 @@ pub struct Args {
     quiet: bool,
 }
 
-/// `--budget`: bytes, or a share of the unplanned figure (`70%`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum BudgetArg {
-    Bytes(u64),
-    Share(f64),
-}
-
-fn parse_budget(text: &str) -> Result<BudgetArg, String> {
-    let Some(percent) = text.trim().strip_suffix('%') else {
-        return parse_size(text)
-            .map(BudgetArg::Bytes)
-            .map_err(|e| format!("{e}; or a share of the unplanned figure, e.g. 70%"));
-    };
-    match percent.trim().parse::<f64>() {
-        Ok(p) if p.is_finite() && p > 0.0 => Ok(BudgetArg::Share(p / 100.0)),
-        _ => Err(format!(
-            "invalid share {text:?}: a share of the unplanned figure is a number above 0 \
-             followed by %, e.g. 70%"
-        )),
-    }
-}
-
-/// The budget in bytes: a share is of what the unplanned schedule (strategy `none`, placed
-/// as `options` say) has of what the budget bounds.
-fn budget_bytes(
-    graph: &sgc::ir::Graph,
-    budget: Option<BudgetArg>,
-    options: &PlanOptions,
-) -> Result<Option<u64>, String> {
-    let share = match budget {
-        None => return Ok(None),
-        Some(BudgetArg::Bytes(b)) => return Ok(Some(b)),
-        Some(BudgetArg::Share(q)) => q,
-    };
-    let traced: Vec<(sgc::ir::OpId, bool)> = graph.op_ids().map(|op| (op, false)).collect();
-    let unplanned = match options.budget_of {
-        sgc::plan::BudgetOf::Peak => graph.memory_profile().peak,
-        sgc::plan::BudgetOf::Saved => sgc::plan::plan::saved_bytes(graph, &traced),
-        sgc::plan::BudgetOf::Device => {
-            let none = PlanOptions {
-                strategy: sgc::plan::Strategy::None,
-                budget: None,
-                arena: true,
-                host_link: None,
-                ..options.clone()
-            };
-            let plan = sgc::plan::plan(graph, &none, &RunConfig::default())
-                .map_err(|e| format!("the unplanned schedule, to take a share of: {e}"))?;
-            let arena = plan.arena.as_ref().map_or(0, |a| a.size);
-            arena + plan.summary.persistent_bytes
-        }
-    };
-    Ok(Some((unplanned as f64 * share).floor() as u64))
-}
-
 fn parse_link(text: &str) -> Result<HostLink, String> {
     HostLink::parse(text)
 }
@@ -212,8 +158,11 @@ pub fn run(args: Args) -> CliResult {
         host_memory: None,
         time_limit_s: args.time_limit,
     };
-    options.budget =
-        budget_bytes(&graph, args.budget, &options).map_err(|e| format!("{file}: {e}"))?;
+    options.budget = args
+        .budget
+        .map(|b| b.bytes(&graph, &options))
+        .transpose()
+        .map_err(|e| format!("{file}: {e}"))?;
     let options =
         defaults::with_offload(options, args.host_link, args.host_memory, !args.no_offload);
     let bar = super::progress::bar(args.quiet, 1, "{msg:>26} [{bar:30}] {pos}/{len} {elapsed}");

@@ -153,6 +153,21 @@ pub fn opt_size(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u
         .transpose()
 }
 
+/// `budget=`: a size ([`size`]), or a string share of the unplanned figure (`"70%"`,
+/// [`sgc::budget::Budget::parse`]); `None` stays `None`.
+pub fn budget(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<sgc::budget::Budget>> {
+    let Some(o) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(s) = o.cast::<PyString>() {
+        let text: String = s.extract()?;
+        return sgc::budget::Budget::parse(&text)
+            .map(Some)
+            .map_err(|e| PyValueError::new_err(format!("budget: {e}")));
+    }
+    size(o, "budget").map(|b| Some(sgc::budget::Budget::Bytes(b)))
+}
+
 /// A value parsed from its command-line name (`FromStr` with the CLI's message).
 pub fn named<T>(text: &str) -> PyResult<T>
 where

@@ -226,7 +226,7 @@ pub fn plan(
     };
     options.strategy = named(strategy)?;
     options.goal = goal.map(named).transpose()?.unwrap_or_default();
-    options.budget = opt_size(budget, "budget")?;
+    let budget = convert::budget(budget)?;
     options.budget_of = named(budget_of)?;
     options.arena_effort = named(arena_effort)?;
     options.lb_memory = opt_size(lb_memory, "lb_memory")?;
@@ -248,6 +248,11 @@ pub fn plan(
     };
     let (g, per_rank) = rank_graph(py, &graph.graph, &distribution, path.as_deref())?;
     let g = &g;
+    let mut options = options;
+    options.budget = budget
+        .map(|b| py.detach(|| b.bytes(g, &options)))
+        .transpose()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{file}: {e}")))?;
     let (result, secs) = py.detach(|| {
         let start = Instant::now();
         let result = sgc::plan::plan_with_stats(g, &options, &run);
