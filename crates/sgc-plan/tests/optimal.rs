@@ -336,7 +336,16 @@ mod exhaustive {
                 let result =
                     plan_with_stats(&g, &at_peak(Strategy::Optimal, budget), &Default::default());
                 match (best, result) {
-                    (None, Err(_)) => refused += 1,
+                    (None, Err(e)) => {
+                        // Below the per-op lower bound, or HiGHS's proof that none fits: not
+                        // a time limit.
+                        let why = e.to_string();
+                        assert!(
+                            why.contains("lower bound") || why.contains("proved"),
+                            "seed {seed} at {q}: no listed schedule fits, and optimal says {why}"
+                        );
+                        refused += 1
+                    }
                     (None, Ok((p, _))) => panic!(
                         "seed {seed} at {q}: optimal planned {:?} within {budget} B, which no \
                          listed schedule fits",
