@@ -238,7 +238,6 @@ pub fn plan(
     options.device_profile = device_profile.map(named).transpose()?;
     let link = host_link.map(convert::host_link).transpose()?;
     let host_memory = opt_size(host_memory, "host_memory")?;
-    let options = defaults::with_offload(options, link, host_memory, offload);
     let graph = Graph::of(graph)?;
     let graph = graph.get();
     let (file, path) = file_of(graph);
@@ -248,11 +247,12 @@ pub fn plan(
     };
     let (g, per_rank) = rank_graph(py, &graph.graph, &distribution, path.as_deref())?;
     let g = &g;
-    let mut options = options;
+    // The budget first: offload applies only under one.
     options.budget = budget
         .map(|b| py.detach(|| b.bytes(g, &options)))
         .transpose()
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("{file}: {e}")))?;
+    let options = defaults::with_offload(options, link, host_memory, offload);
     let (result, secs) = py.detach(|| {
         let start = Instant::now();
         let result = sgc::plan::plan_with_stats(g, &options, &run);
