@@ -95,7 +95,7 @@ def plan(
     graph: _GraphLike,
     strategy: str = "sublinear",
     genetic_iters: int = 20,
-    budget: _Size | str | None = None,
+    budget: _Size | None = None,
     seed: int = 0,
     workers: int | None = None,
     arena: bool = True,

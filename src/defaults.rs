@@ -9,6 +9,13 @@
 use crate::plan::streams::HostLink;
 use crate::plan::{PlanOptions, Strategy};
 
+/// The command-line flag of a `PlanOptions` field (its Python keyword): `genetic_iters`
+/// is `--genetic-iters`, `time_limit_s` is `--time-limit`.
+pub fn flag_of(field: &str) -> String {
+    let name = field.strip_suffix("_s").unwrap_or(field);
+    format!("--{}", name.replace('_', "-"))
+}
+
 /// Generations of genetic refinement of `sgc plan`, `sgc fit` and `sgc compare`.
 pub const GENETIC_ITERS: usize = 20;
 

@@ -47,11 +47,7 @@ fn strategy_help(s: &dyn sgc::plan::strategies::Strategy) -> String {
     help
 }
 
-/// The command-line flag of a `PlanOptions` field (its Python keyword).
-pub fn flag_of(field: &str) -> String {
-    let name = field.strip_suffix("_s").unwrap_or(field);
-    format!("--{}", name.replace('_', "-"))
-}
+pub use sgc::defaults::flag_of;
 
 /// `--device-profile`, shared by `plan`, `inspect`, `compare` and `fit` (flattened into
 /// their arguments): ops without `time_us` are costed by their roofline estimate on this

@@ -564,37 +564,21 @@ fn options_text(o: &PlanOptions, reads: &[&str]) -> String {
         .time_limit_s
         .unwrap_or(sgc_plan::optimal::DEFAULT_TIME_LIMIT_S);
     let specific = [
-        ("lb_memory", "lb-memory", size(o.lb_memory)),
-        ("thresh_tries", "thresh-tries", o.thresh_tries.to_string()),
-        (
-            "genetic_iters",
-            "genetic-iters",
-            o.genetic_iters.to_string(),
-        ),
-        ("pool_size", "pool-size", o.pool_size.to_string()),
-        (
-            "eviction_threshold",
-            "eviction-threshold",
-            size(o.eviction_threshold),
-        ),
-        (
-            "evictee_min_size",
-            "evictee-min-size",
-            human_bytes(o.evictee_min_size),
-        ),
-        (
-            "sqrt_sampling",
-            "sqrt-sampling",
-            o.sqrt_sampling.to_string(),
-        ),
-        ("time_limit_s", "time-limit", format!("{time_limit} s")),
+        ("lb_memory", size(o.lb_memory)),
+        ("thresh_tries", o.thresh_tries.to_string()),
+        ("genetic_iters", o.genetic_iters.to_string()),
+        ("pool_size", o.pool_size.to_string()),
+        ("eviction_threshold", size(o.eviction_threshold)),
+        ("evictee_min_size", human_bytes(o.evictee_min_size)),
+        ("sqrt_sampling", o.sqrt_sampling.to_string()),
+        ("time_limit_s", format!("{time_limit} s")),
     ];
     let mut parts = vec![format!("budget {}", budget_text(o))];
     parts.extend(
         specific
             .into_iter()
-            .filter(|(field, _, _)| reads.contains(field))
-            .map(|(_, flag, value)| format!("{flag} {value}")),
+            .filter(|(field, _)| reads.contains(field))
+            .map(|(field, value)| format!("{} {value}", &crate::defaults::flag_of(field)[2..])),
     );
     parts.push(format!("arena-effort {}", o.arena_effort.as_str()));
     parts.join(", ")
@@ -621,15 +605,15 @@ mod tests {
     /// strategy's line names its own options, whatever the others are set to.
     #[test]
     fn the_options_line_names_only_what_the_strategy_reads() {
-        let flags = [
-            ("lb_memory", "lb-memory"),
-            ("thresh_tries", "thresh-tries"),
-            ("genetic_iters", "genetic-iters"),
-            ("pool_size", "pool-size"),
-            ("eviction_threshold", "eviction-threshold"),
-            ("evictee_min_size", "evictee-min-size"),
-            ("sqrt_sampling", "sqrt-sampling"),
-            ("time_limit_s", "time-limit"),
+        let fields = [
+            "lb_memory",
+            "thresh_tries",
+            "genetic_iters",
+            "pool_size",
+            "eviction_threshold",
+            "evictee_min_size",
+            "sqrt_sampling",
+            "time_limit_s",
         ];
         for s in REGISTRY {
             let o = PlanOptions {
@@ -638,9 +622,10 @@ mod tests {
             };
             let line = options_text(&o, s.reads());
             assert!(line.starts_with("budget ") && line.ends_with("arena-effort plan"));
-            for (field, flag) in flags {
+            for field in fields {
+                let flag = crate::defaults::flag_of(field);
                 assert_eq!(
-                    line.contains(flag),
+                    line.contains(&format!(" {} ", &flag[2..])),
                     s.reads().contains(&field),
                     "{}: {line}",
                     s.name()
