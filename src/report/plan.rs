@@ -87,6 +87,8 @@ pub struct SolverReport {
     pub columns: usize,
     pub rows: usize,
     pub seconds: f64,
+    /// Branch-and-bound nodes explored (0: settled at the root).
+    pub nodes: u64,
 }
 
 impl<'a> PlanReport<'a> {
@@ -211,6 +213,7 @@ impl<'a> PlanReport<'a> {
                     columns: o.columns,
                     rows: o.rows,
                     seconds: o.seconds,
+                    nodes: o.nodes,
                 });
                 let solver = crate::plan::Bound {
                     recompute: o.bound,
@@ -479,10 +482,11 @@ fn render(r: &PlanReport<'_>) -> String {
                 });
         let _ = writeln!(
             s,
-            "solver             HiGHS, {:.1}s, {} columns, {} rows; {}; {}",
+            "solver             HiGHS, {:.1}s, {} columns, {} rows, {} nodes; {}; {}",
             x.seconds,
             x.columns,
             x.rows,
+            x.nodes,
             start,
             if x.proven {
                 format!(

@@ -27,3 +27,14 @@ pub struct RunConfig<'a> {
     /// Called as the search advances.
     pub progress: Option<ProgressFn<'a>>,
 }
+
+impl RunConfig<'_> {
+    /// The threads a run may use: `workers`, or all cores (rayon's default, which
+    /// `RAYON_NUM_THREADS` sets).
+    pub fn threads(&self) -> usize {
+        match self.workers {
+            Some(w) if w > 0 => w,
+            _ => rayon::current_num_threads(),
+        }
+    }
+}

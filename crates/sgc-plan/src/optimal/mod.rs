@@ -50,6 +50,26 @@ pub const ABS_GAP: f64 = 1e-6;
 /// The default time limit of the solver, in seconds.
 pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
 
+/// Workers of HiGHS's branch and bound: its parallel tree search, whose workers exchange
+/// bounds, cuts and incumbents only at fixed synchronisation points, so the search (and the
+/// plan) depends on their number and not on timing. The number is fixed here, not taken
+/// from the machine, so that every machine searches the same tree: with fewer threads than
+/// workers the same search runs serially (HiGHS's `mip_search_simulate_concurrency`).
+/// Two workers on two cores prove random_layered_n100 at 0.9 of its peak in 38 s where one
+/// takes 75 s; run serially, the two-worker search takes 51 s; four workers on two cores
+/// take 56 s (docs/benchmarks.md, "How far from optimal").
+pub const SEARCH_WORKERS: usize = 2;
+
+/// How the solver may run: how long, and on how many threads. Neither changes the program
+/// it solves, and the threads do not change its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Effort {
+    /// Seconds before HiGHS stops with the best plan and bound found so far.
+    pub time_limit_s: u64,
+    /// Threads the planner may use; below [`SEARCH_WORKERS`] the search runs serially.
+    pub threads: usize,
+}
+
 /// What the solver proved about a plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OptimalStats {
@@ -66,6 +86,9 @@ pub struct OptimalStats {
     pub rows: usize,
     /// Seconds the solver ran.
     pub seconds: f64,
+    /// Branch-and-bound nodes HiGHS explored (0: settled at the root). The same for any
+    /// number of threads ([`SEARCH_WORKERS`]).
+    pub nodes: u64,
 }
 
 /// The least-recompute stage-form schedule whose memory-model peak (persistent bytes
@@ -75,7 +98,7 @@ pub(crate) fn solve(
     ctx: &Context<'_>,
     peak: u64,
     starts: &[Vec<(OpId, bool)>],
-    time_limit_s: u64,
+    effort: Effort,
 ) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
     let cap = peak.saturating_sub(ctx.persistent_bytes);
     let m = model::Model::build(ctx, cap, MAX_COLUMNS).map_err(|e| match e {
@@ -92,7 +115,7 @@ pub(crate) fn solve(
         .filter(|(_, x)| m.violated(x, 1e-6).is_empty())
         .min_by(|a, b| m.objective(&a.1).total_cmp(&m.objective(&b.1)));
     let Some((start, x)) = warm else {
-        return run_solver(&m, None, time_limit_s);
+        return run_solver(&m, None, effort);
     };
     // No op dearer than the whole start is worth recomputing: the program without those
     // runs has the same optimum and is smaller (MobileNet of the Checkmate graphs at 0.6 of
@@ -106,8 +129,8 @@ pub(crate) fn solve(
             b.violated(&y, 1e-6).is_empty().then_some((b, y))
         });
     match below {
-        Some((b, y)) => run_solver(&b, Some(y), time_limit_s),
-        None => run_solver(&m, Some(x), time_limit_s),
+        Some((b, y)) => run_solver(&b, Some(y), effort),
+        None => run_solver(&m, Some(x), effort),
     }
 }
 
@@ -137,16 +160,16 @@ fn relax_solver(_: &model::Model, _: u64) -> Option<f64> {
 fn run_solver(
     m: &model::Model,
     warm: Option<Vec<f64>>,
-    time_limit_s: u64,
+    effort: Effort,
 ) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
-    solve::solve(m, warm, time_limit_s)
+    solve::solve(m, warm, effort)
 }
 
 #[cfg(not(feature = "optimal"))]
 fn run_solver(
     _: &model::Model,
     _: Option<Vec<f64>>,
-    _: u64,
+    _: Effort,
 ) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
     Err(PlanError::InvalidOption(
         "--strategy optimal needs sgc built with the `optimal` feature (HiGHS, built from \

@@ -1,9 +1,11 @@
-//! The program of [`super::model`] solved by HiGHS: one thread, a fixed seed, the relative
-//! gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed as a first incumbent.
+//! The program of [`super::model`] solved by HiGHS: its deterministic parallel tree search
+//! with [`super::SEARCH_WORKERS`] workers (run serially on fewer threads), a fixed seed, the
+//! relative gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed
+//! as a first incumbent.
 //! `SGC_HIGHS_LOG=1` prints HiGHS's own log.
 
 use super::model::Model;
-use super::OptimalStats;
+use super::{Effort, OptimalStats, SEARCH_WORKERS};
 use crate::error::PlanError;
 use highs::{HighsModelStatus, RowProblem, Sense};
 use sgc_ir::OpId;
@@ -13,7 +15,8 @@ use sgc_ir::OpId;
 /// value that far above the true one.
 const TOLERANCE: f64 = 1e-6;
 
-/// The program as HiGHS's, its options set.
+/// The program as HiGHS's, its options set. HiGHS's threads are the same number on every
+/// call (its scheduler, one per calling thread, is made once with that many).
 fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     let mut pb = RowProblem::default();
     let cols: Vec<highs::Col> = m
@@ -33,7 +36,7 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
         model.set_option("log_to_console", true);
     }
     model.set_option("time_limit", time_limit_s as f64);
-    model.set_option("threads", 1);
+    model.set_option("threads", SEARCH_WORKERS as i32);
     model.set_option("random_seed", 0);
     model.set_option("mip_rel_gap", super::GAP);
     model.set_option("mip_abs_gap", super::ABS_GAP);
@@ -50,9 +53,14 @@ pub(super) fn relaxation(m: &Model, time_limit_s: u64) -> Option<f64> {
 pub(super) fn solve(
     m: &Model,
     warm: Option<Vec<f64>>,
-    time_limit_s: u64,
+    effort: Effort,
 ) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
-    let mut model = highs_model(m, time_limit_s);
+    let mut model = highs_model(m, effort.time_limit_s);
+    model.set_option("parallel", "on");
+    model.set_option(
+        "mip_search_simulate_concurrency",
+        effort.threads < SEARCH_WORKERS,
+    );
     let warm_objective = warm.as_ref().map(|x| m.objective(x));
     if let Some(x) = &warm {
         // A start HiGHS finds infeasible is dropped by it; the plan is then searched from
@@ -110,6 +118,23 @@ pub(super) fn solve(
             columns: m.columns.len(),
             rows: m.rows.len(),
             seconds,
+            nodes: node_count(&solved),
         },
     ))
+}
+
+/// The branch-and-bound nodes HiGHS explored (`mip_node_count`, a 64-bit info value, which
+/// the `highs` crate does not read).
+fn node_count(solved: &highs::SolvedModel) -> u64 {
+    let mut nodes: i64 = 0;
+    // SAFETY: `solved` owns a live HiGHS instance; the name is a NUL-terminated string and
+    // `nodes` a valid i64 for HiGHS to write.
+    let status = unsafe {
+        highs_sys::Highs_getInt64InfoValue(solved.as_ptr(), c"mip_node_count".as_ptr(), &mut nodes)
+    };
+    if status == highs_sys::STATUS_OK {
+        u64::try_from(nodes).unwrap_or(0)
+    } else {
+        0
+    }
 }

@@ -59,9 +59,12 @@ fn plan(
     run: &RunConfig<'_>,
 ) -> Result<(Vec<(OpId, bool)>, crate::optimal::OptimalStats), PlanError> {
     let budget = super::needed_budget(options)?;
-    let limit = options
-        .time_limit_s
-        .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S);
+    let effort = crate::optimal::Effort {
+        time_limit_s: options
+            .time_limit_s
+            .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S),
+        threads: run.threads(),
+    };
     let mut cap = budget;
     for _ in 0..4 {
         let heuristic = PlanOptions {
@@ -77,7 +80,7 @@ fn plan(
             .collect();
         starts.extend(evicting_starts(ctx, &heuristic, cap));
         starts.extend(partition_start(ctx, &heuristic, run));
-        let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, limit)?;
+        let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, effort)?;
         if options.budget_of != BudgetOf::Device {
             return Ok((steps, stats));
         }
