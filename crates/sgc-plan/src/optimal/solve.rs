@@ -15,6 +15,16 @@ use sgc_ir::OpId;
 /// value that far above the true one.
 const TOLERANCE: f64 = 1e-6;
 
+/// HiGHS's objective is the recompute in ten-thousandths of one step (each cost, a share of
+/// a step, times this; the objective and the bounds read back divided by it). HiGHS's
+/// tolerances are absolute (1e-7 on reduced costs), and a recomputation's cost as a share
+/// of a step is as small as 8e-5 (random_layered_n100; HiGHS warns of "excessively small
+/// costs"); in this unit the Checkmate graphs' costs run from about 1 to 200. The same
+/// program, scaled: on MobileNet at 0.9 to 0.6 of its peak HiGHS proves the optimum in
+/// 12.9, 15.3, 30.7 and 48.9 s where shares took 16.2, 32.1, 39.4 and 59.0 s, with no pair
+/// slower to prove and no dual bound lower (docs/benchmarks.md, "How far from optimal").
+const SCALE: f64 = 1e4;
+
 /// The program as HiGHS's, its options set. HiGHS's threads are the same number on every
 /// call (its scheduler, one per calling thread, is made once with that many).
 fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
@@ -22,7 +32,7 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     let cols: Vec<highs::Col> = m
         .columns
         .iter()
-        .map(|c| pb.add_column_with_integrality(c.cost, c.lo..=c.hi, c.integer))
+        .map(|c| pb.add_column_with_integrality(c.cost * SCALE, c.lo..=c.hi, c.integer))
         .collect();
     for row in &m.rows {
         let terms = row.terms.iter().map(|&(c, a)| (cols[c], a));
@@ -39,7 +49,7 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     model.set_option("threads", SEARCH_WORKERS as i32);
     model.set_option("random_seed", 0);
     model.set_option("mip_rel_gap", super::GAP);
-    model.set_option("mip_abs_gap", super::ABS_GAP);
+    model.set_option("mip_abs_gap", super::ABS_GAP * SCALE);
     model
 }
 
@@ -47,7 +57,7 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
 pub(super) fn relaxation(m: &Model, time_limit_s: u64) -> Option<f64> {
     let solved = highs_model(m, time_limit_s).try_solve().ok()?;
     (solved.status() == HighsModelStatus::Optimal)
-        .then(|| (solved.objective_value() - TOLERANCE).max(0.0))
+        .then(|| (solved.objective_value() / SCALE - TOLERANCE).max(0.0))
 }
 
 pub(super) fn solve(
@@ -103,7 +113,7 @@ pub(super) fn solve(
     // The program may leave out runs dearer than the start, so its dual bound holds for
     // the schedules that recompute no more than the start; every other one recomputes
     // more, so the smaller of the two bounds them all.
-    let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) - TOLERANCE)
+    let bound = (solved.double_info_value(c"mip_dual_bound").unwrap_or(0.0) / SCALE - TOLERANCE)
         .max(0.0)
         .min(warm_objective.unwrap_or(f64::INFINITY));
     let steps = m.schedule_of(&x);
