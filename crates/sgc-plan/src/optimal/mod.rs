@@ -55,9 +55,8 @@ pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
 /// plan) depends on their number and not on timing. The number is fixed here, not taken
 /// from the machine, so that every machine searches the same tree: with fewer threads than
 /// workers the same search runs serially (HiGHS's `mip_search_simulate_concurrency`).
-/// Two workers on two cores prove random_layered_n100 at 0.9 of its peak in 38 s where one
-/// takes 75 s; run serially, the two-worker search takes 51 s; four workers on two cores
-/// take 56 s (docs/benchmarks.md, "How far from optimal").
+/// Two, for the two cores sgc is measured on: docs/benchmarks.md, "How far from optimal",
+/// compares one, two and four.
 pub const SEARCH_WORKERS: usize = 2;
 
 /// How the solver may run: how long, and on how many threads. Neither changes the program

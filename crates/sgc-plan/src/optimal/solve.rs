@@ -19,10 +19,8 @@ const TOLERANCE: f64 = 1e-6;
 /// a step, times this; the objective and the bounds read back divided by it). HiGHS's
 /// tolerances are absolute (1e-7 on reduced costs), and a recomputation's cost as a share
 /// of a step is as small as 8e-5 (random_layered_n100; HiGHS warns of "excessively small
-/// costs"); in this unit the Checkmate graphs' costs run from about 1 to 200. The same
-/// program, scaled: on MobileNet at 0.9 to 0.6 of its peak HiGHS proves the optimum in
-/// 12.9, 15.3, 30.7 and 48.9 s where shares took 16.2, 32.1, 39.4 and 59.0 s, with no pair
-/// slower to prove and no dual bound lower (docs/benchmarks.md, "How far from optimal").
+/// costs"); in this unit the Checkmate graphs' costs run from about 1 to 200. The effect on
+/// solve times: docs/benchmarks.md, "How far from optimal".
 const SCALE: f64 = 1e4;
 
 /// The program as HiGHS's, its options set. HiGHS's threads are the same number on every
