@@ -87,6 +87,14 @@ torchvision PYTHON="python3":
     cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/torchvision_sweep.py --run --out ../target/torchvision.md
     bash scripts/docs-section.sh docs/benchmarks.md torchvision target/torchvision.md "just torchvision"
 
+# The same sweep in float64 (`model.double()`; the CPU backend computes every op in f64),
+# compared with PyTorch's float64 step, where rounding cannot move a ReLU input across zero;
+# the table into docs/benchmarks.md. ONLY: a comma-separated subset.
+torchvision-f64 PYTHON="python3" ONLY="":
+    cargo build --release
+    cd python && SGC_BIN=../target/release/sgc {{PYTHON}} bench/torchvision_sweep.py --dtype float64 --run --only "{{ONLY}}" --out ../target/torchvision-f64.md
+    bash scripts/docs-section.sh docs/benchmarks.md torchvision-f64 target/torchvision-f64.md "just torchvision-f64"
+
 # PyTorch's OpInfo samples (op_db) of every op the executor runs, each sample a graph run on
 # the CPU backend against PyTorch (about 10 minutes on 2 cores); the table into docs/ops.md.
 # Use the CI venv (it has expecttest) or set PYTHON.
@@ -94,9 +102,11 @@ opinfo PYTHON="python3":
     cd python && {{PYTHON}} bench/opinfo_walk.py --out ../target/opinfo.md
     cd python && {{PYTHON}} bench/opinfo_walk.py --dtype bfloat16 --out ../target/opinfo-bf16.md
     cd python && {{PYTHON}} bench/opinfo_walk.py --dtype float16 --out ../target/opinfo-f16.md
+    cd python && {{PYTHON}} bench/opinfo_walk.py --dtype float64 --out ../target/opinfo-f64.md
     bash scripts/docs-section.sh docs/ops.md opinfo target/opinfo.md "just opinfo"
     bash scripts/docs-section.sh docs/ops.md opinfo-bf16 target/opinfo-bf16.md "just opinfo"
     bash scripts/docs-section.sh docs/ops.md opinfo-f16 target/opinfo-f16.md "just opinfo"
+    bash scripts/docs-section.sh docs/ops.md opinfo-f64 target/opinfo-f64.md "just opinfo"
 
 # sgc plans applied in PyTorch (sgc_trace.compile) on six corpus models at small batches:
 # measured beside sgc's prediction, and beside torch.compile's activation_memory_budget

@@ -2,7 +2,7 @@
 against PyTorch (`sgc_trace.tools.opinfo`): the table of docs/ops.md (`just opinfo`).
 
     python bench/opinfo_walk.py --out ../target/opinfo.md [--max-samples 8] [--only exp,sum]
-    python bench/opinfo_walk.py --dtype bfloat16   # the samples in bf16 (float32, bfloat16, float16)
+    python bench/opinfo_walk.py --dtype bfloat16   # the samples in bf16 (float32, float64, bfloat16, float16)
     python bench/opinfo_walk.py --check 0.95   # exit 1 below a 95% pass rate
 """
 
@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the markdown table here (default: stdout)")
     ap.add_argument("--max-samples", type=int, default=8, help="samples per OpInfo, the first ones (default 8)")
     ap.add_argument("--only", help="comma-separated OpInfo names (default: all of op_db)")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
                     help="the samples' dtype (default float32)")
     ap.add_argument("--check", type=float, help="exit 1 when the pass rate is below this fraction, or a sample crashed")
     args = ap.parse_args()

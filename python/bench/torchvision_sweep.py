@@ -2,6 +2,7 @@
 
     python bench/torchvision_sweep.py --out ../target/torchvision.md            # all 80
     python bench/torchvision_sweep.py --only resnet18,alexnet --run --out t.md  # and run them
+    python bench/torchvision_sweep.py --dtype float64 --run --out t64.md        # in float64
 
 For each model of `torchvision.models.list_models(module=torchvision.models)` (random
 weights, nothing downloaded), at batch 2 and 96x96 (224x224 for the models that need it):
@@ -19,6 +20,13 @@ weights, nothing downloaded), at batch 2 and 96x96 (224x224 for the models that 
    - every ATen op replayed by PyTorch on the values sgc gave its inputs (`replay_ops`),
      each within 1e-5, or 10x PyTorch's own float32 error;
    - the `none`, `sublinear` and `dtr` plans' steps against the unplanned one, bitwise.
+
+With `--dtype float64` the model runs in `.double()`: it is exported in f64, sgc's CPU
+backend computes every op in f64, and the step is compared with PyTorch's float64 step,
+where rounding (about 1e-16 per op) cannot move a ReLU input across zero as float32's can:
+what is left of a difference is the kernels' own. PyTorch's own error is then its float64
+rounding (its step on the batch in reverse order against its step), and each replayed op
+is held to 1e-5 of the larger of its output's and its inputs' magnitudes.
 
 Columns: the model, its input, ops in the traced step, the unplanned and the sublinear
 plan's peak (memory model), what the CPU backend lacks, and the run's results.
@@ -79,17 +87,24 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
                                                                   b.reshape(-1).view(torch.uint8)))
 
 
-def describe(c) -> str:
+def describe(c, own: str = "f32") -> str:
     """A comparison with PyTorch in a few words: pass or fail, the largest error of the
-    tensors held to the floor, and how many were held to PyTorch's own rounding instead."""
+    tensors held to the floor, and how many were held to PyTorch's own rounding instead
+    (`own`: its float32 error, or in a float64 run its float64 rounding, measured on the
+    batch in reverse order: `against_pytorch`)."""
     plain = [e for k, e in c.errors.items() if c.tolerance(k) == c.floor]
     loose = len(c.errors) - len(plain)
-    held = f", {loose} at {c.slack:g}x PyTorch's f32 error" if loose else ""
+    held = f", {loose} at {c.slack:g}x PyTorch's {own} error" if loose else ""
     if c.failed:
         k = c.worst_tensor
         return (f"vs PyTorch: {len(c.failed)} of {len(c.errors)} off ({k}: {c.errors[k]:.1e}, "
-                f"PyTorch f32 {c.torch_errors[k]:.1e})")
+                f"PyTorch {own} {c.torch_errors[k]:.1e})")
     return f"vs PyTorch: {len(plain)} within {max(plain, default=0):.1e}{held}"
+
+
+def graph_is_double(graph: dict) -> bool:
+    """Whether the step was traced from a float64 model."""
+    return any(t["dtype"] == "f64" for t in graph["tensors"] if t.get("kind") == "param")
 
 
 def run_step(graph: dict, path: Path, model: torch.nn.Module, inputs: dict) -> str:
@@ -99,7 +114,8 @@ def run_step(graph: dict, path: Path, model: torch.nn.Module, inputs: dict) -> s
         compared = against_pytorch(model, F.cross_entropy, graph, inputs, floor=TOLERANCE, got=unplanned)
     except Exception as e:
         return f"failed: {first_line(e, 100)}"
-    results = [describe(compared)]
+    double = graph_is_double(graph)
+    results = [describe(compared, "f64" if double else "f32")]
     del compared
     gc.collect()
     params = sum(p.numel() for p in model.parameters())
@@ -151,16 +167,16 @@ def lacks(path: Path, device: str) -> tuple:
     return coverage, ", ".join(f"`{op.removeprefix('aten.')}` x{n}" for op, n in kinds[:6]) + (" ..." if len(kinds) > 6 else "")
 
 
-def one(name: str, folder: Path, run: bool) -> str:
+def one(name: str, folder: Path, run: bool, dtype: torch.dtype = torch.float32) -> str:
     import torchvision
 
     size = size_of(name)
     started = time.perf_counter()
     torch.manual_seed(0)
     try:
-        model = without_randomness(torchvision.models.get_model(name, weights=None))
+        model = without_randomness(torchvision.models.get_model(name, weights=None)).to(dtype)
         graph = export(model, F.cross_entropy,
-                       [InputSpec("x", (2, 3, size, size)), InputSpec("y", (2,), torch.int64, high=1000)],
+                       [InputSpec("x", (2, 3, size, size), dtype), InputSpec("y", (2,), torch.int64, high=1000)],
                        name=name)
     except Exception as e:
         return f"| {name} | {size}x{size} | | | | export failed: {first_line(e, 160)} | | |"
@@ -171,10 +187,11 @@ def one(name: str, folder: Path, run: bool) -> str:
     un = sgc_mod.plan(str(path), strategy="none").summary
     sub = sgc_mod.plan(str(path), genetic_iters=2).summary
     coverage, missing = lacks(path, "cpu")
-    missing_cuda = lacks(path, "cuda")[1]
+    # The CUDA backend does not hold f64: every op of a float64 step would be listed.
+    missing_cuda = "does not hold f64" if dtype == torch.float64 else lacks(path, "cuda")[1]
     result = ""
     if run and coverage is not None and not coverage["missing"]:
-        inputs = {"x": torch.randn(2, 3, size, size), "y": torch.randint(0, 1000, (2,))}
+        inputs = {"x": torch.randn(2, 3, size, size).to(dtype), "y": torch.randint(0, 1000, (2,))}
         result = run_step(graph, path, model, inputs)
     mib = 1 << 20
     return (f"| {name} | {size}x{size} | {len(graph['ops'])} | {un['planned_peak'] / mib:.1f} MiB | "
@@ -188,7 +205,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--only", default="", help="comma-separated model names (default: all)")
     p.add_argument("--run", action="store_true", help="also run the covered models' plans on the CPU backend")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="the model's dtype (float64: exported, run and compared in float64)")
     a = p.parse_args(argv)
+    dtype = getattr(torch, a.dtype)
     names = torchvision.models.list_models(module=torchvision.models)
     if a.only:
         names = [n for n in names if n in a.only.split(",")]
@@ -199,14 +219,15 @@ def main(argv=None) -> int:
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="sgc-torchvision-") as tmp:
         for name in names:
-            rows.append(one(name, Path(tmp), a.run))
+            rows.append(one(name, Path(tmp), a.run, dtype))
             print(rows[-1], flush=True)
             out.write_text("\n".join(head + rows) + "\n")
     cells = [r.split(" | ") for r in rows]
     cpu = sum(1 for c in cells if len(c) > 6 and c[5] == "none")
     cuda = sum(1 for c in cells if len(c) > 6 and c[6] == "none")
     summary = (f"\n{cpu} of {len(rows)} models: every op runs on the CPU backend; {cuda}: on the CUDA backend "
-               f"(torch {torch.__version__}, torchvision {torchvision.__version__}; {time.time() - start:.0f} s)\n")
+               f"(torch {torch.__version__}, torchvision {torchvision.__version__}, {a.dtype}; "
+               f"{time.time() - start:.0f} s)\n")
     out.write_text("\n".join(head + rows) + "\n" + summary)
     print(summary)
     return 0

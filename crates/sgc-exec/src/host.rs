@@ -5,6 +5,7 @@ use sgc_ir::DType;
 
 /// The dtypes a [`HostTensor`] holds.
 pub const HOST_DTYPES: &[DType] = &[
+    DType::F64,
     DType::F32,
     DType::F16,
     DType::Bf16,
@@ -16,6 +17,7 @@ pub const HOST_DTYPES: &[DType] = &[
 /// Elements of a host tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HostData {
+    F64(Vec<f64>),
     F32(Vec<f32>),
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
@@ -49,6 +51,7 @@ impl HostTensor {
 
     pub fn dtype(&self) -> DType {
         match self.data {
+            HostData::F64(_) => DType::F64,
             HostData::F32(_) => DType::F32,
             HostData::F16(_) => DType::F16,
             HostData::Bf16(_) => DType::Bf16,
@@ -61,6 +64,7 @@ impl HostTensor {
     /// Number of elements held.
     pub fn len(&self) -> usize {
         match &self.data {
+            HostData::F64(v) => v.len(),
             HostData::F32(v) => v.len(),
             HostData::F16(v) => v.len(),
             HostData::Bf16(v) => v.len(),
@@ -82,9 +86,11 @@ impl HostTensor {
         }
     }
 
-    /// The elements widened to f32 (exactly), if this is a floating tensor.
+    /// The elements as f32, if this is a floating tensor: widened exactly from f16 and
+    /// bf16, rounded from f64.
     pub fn to_f32(&self) -> Option<Vec<f32>> {
         match &self.data {
+            HostData::F64(v) => Some(v.iter().map(|&x| x as f32).collect()),
             HostData::F32(v) => Some(v.clone()),
             HostData::F16(v) => Some(v.iter().map(|x| x.to_f32()).collect()),
             HostData::Bf16(v) => Some(v.iter().map(|x| x.to_f32()).collect()),
@@ -92,10 +98,11 @@ impl HostTensor {
         }
     }
 
-    /// `values` rounded to the floating `dtype` (to nearest, ties to even); `None` for a
-    /// dtype that is not f32, f16 or bf16.
+    /// `values` in the floating `dtype` (rounded to nearest, ties to even; exact for f64);
+    /// `None` for a dtype that is not f64, f32, f16 or bf16.
     pub fn floats(dtype: DType, shape: Vec<usize>, values: &[f32]) -> Option<Self> {
         let data = match dtype {
+            DType::F64 => HostData::F64(values.iter().map(|&x| f64::from(x)).collect()),
             DType::F32 => HostData::F32(values.to_vec()),
             DType::F16 => HostData::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
             DType::Bf16 => HostData::Bf16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
@@ -107,6 +114,7 @@ impl HostTensor {
     /// Little-endian bytes of the elements.
     pub fn to_bytes(&self) -> Vec<u8> {
         match &self.data {
+            HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -119,6 +127,12 @@ impl HostTensor {
     /// Decodes little-endian bytes; `None` for a dtype the executor does not hold.
     pub fn from_bytes(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Option<Self> {
         let data = match dtype {
+            DType::F64 => HostData::F64(
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            ),
             DType::F32 => HostData::F32(
                 bytes
                     .chunks_exact(4)

@@ -72,9 +72,10 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
             param_values(graph, t, &shape, rng),
         )),
         (_, DType::F32) => Ok(HostTensor::f32(shape, vec![0.0; n])),
-        // Half-precision inputs and parameters: the f32 values rounded, so a graph traced
-        // in f16 or bf16 starts from the same numbers as its f32 twin.
-        (TensorKind::Input | TensorKind::Param, DType::F16 | DType::Bf16) => {
+        // f64 and half-precision inputs and parameters: the f32 values widened or
+        // rounded, so a graph traced in f64, f16 or bf16 starts from the same numbers as
+        // its f32 twin.
+        (TensorKind::Input | TensorKind::Param, DType::F64 | DType::F16 | DType::Bf16) => {
             let wide = if d.kind == TensorKind::Input {
                 (0..n).map(|_| 2.0 * rng.next_f32() - 1.0).collect()
             } else {
@@ -82,7 +83,7 @@ fn value(graph: &Graph, t: TensorId, rng: &mut SplitMix64) -> Result<HostTensor,
             };
             HostTensor::floats(d.dtype, shape, &wide).ok_or_else(|| err("not a float"))
         }
-        (_, DType::F16 | DType::Bf16) => {
+        (_, DType::F64 | DType::F16 | DType::Bf16) => {
             HostTensor::floats(d.dtype, shape, &vec![0.0; n]).ok_or_else(|| err("not a float"))
         }
         // A counter kept across steps (BatchNorm's `num_batches_tracked`).

@@ -38,6 +38,7 @@ mod left_out;
 mod offload;
 pub mod operand;
 pub mod ops;
+pub mod real;
 pub mod runner;
 pub mod shapes;
 pub mod timing;

@@ -10,10 +10,10 @@ use sgc_ir::DType;
 
 type R = Result<(), KernelError>;
 
-/// A floating dtype a data slot takes: f32, or f16/bf16 (which a backend that holds them
-/// computes in f32).
+/// A floating dtype a data slot takes: f32, f64, or f16/bf16 (which a backend that holds
+/// them computes in f32).
 pub(crate) fn is_float(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F16 | DType::Bf16)
+    matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::Bf16)
 }
 
 fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
@@ -87,7 +87,7 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
             )?;
         } else {
             let what = format!("input {i}");
-            dtype(what, is_float(o.dtype), "f32, f16 or bf16", o.dtype)?;
+            dtype(what, is_float(o.dtype), "f32, f64, f16 or bf16", o.dtype)?;
         }
     }
     for (i, o) in outs.iter().enumerate() {
@@ -106,11 +106,40 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
         }
         let ok = o.dtype == want || (want == DType::F32 && is_float(o.dtype));
         let expected = if want == DType::F32 {
-            "f32, f16 or bf16"
+            "f32, f64, f16 or bf16"
         } else {
             want.as_str()
         };
         dtype(format!("output {i}"), ok, expected, o.dtype)?;
     }
+    same_width(k, ins, outs)?;
     k.family().check_shapes(ins, outs)
+}
+
+/// A kernel computes in f64 when one of its float data operands is f64, and then every
+/// one must be (PyTorch promotes; an f64 graph from PyTorch has no mixed op).
+fn same_width(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
+    let data_in = ins
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| k.family().input(*i) == Slot::Data)
+        .map(|(_, o)| o);
+    let data_out = outs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| k.family().output_dtype(*i) == DType::F32)
+        .map(|(_, o)| o);
+    let floats: Vec<DType> = data_in
+        .chain(data_out)
+        .map(|o| o.dtype)
+        .filter(|&d| is_float(d))
+        .collect();
+    match floats.iter().find(|&&d| d != DType::F64) {
+        Some(&other) if floats.contains(&DType::F64) => Err(KernelError::DType {
+            what: "a float operand beside an f64 one".to_string(),
+            expected: "f64 (a kernel with an f64 operand computes in f64)",
+            found: other.as_str(),
+        }),
+        _ => Ok(()),
+    }
 }

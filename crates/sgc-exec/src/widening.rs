@@ -1,4 +1,5 @@
-//! f16 and bf16 on every backend: each kernel is written once, over f32, and computes
+//! f16 and bf16 on every backend: each kernel is written once, over the float types it
+//! computes in (f32, and f64 on the CPU backend: `crate::real`), and computes
 //! half-precision tensors in f32, as PyTorch's CPU kernels compute them in their `opmath`
 //! type (float) and round once at the end.
 //!

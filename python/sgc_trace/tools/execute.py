@@ -19,8 +19,8 @@ import torch
 from ..native import module
 
 # The executor's dtypes on the host and PyTorch's names for them.
-_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i64": torch.int64,
-           "i32": torch.int32, "bool": torch.bool}
+_DTYPES = {"f64": torch.float64, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+           "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
 
 
 def _bytes(t: torch.Tensor) -> bytes:
@@ -105,6 +105,17 @@ def _pytorch_step(model: torch.nn.Module, loss_fn, inputs: list, n: int,
     return out
 
 
+def _is_double(model: torch.nn.Module) -> bool:
+    """Whether `model` holds float64 parameters (a graph traced from it is float64)."""
+    return any(p.dtype == torch.float64 for p in model.parameters())
+
+
+def _batch_reversed(args: list) -> list:
+    """`args` with every tensor of the first one's leading size flipped along that axis."""
+    n = args[0].shape[0] if args and args[0].dim() else None
+    return [a.flip(0) if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n else a for a in args]
+
+
 def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[str, torch.Tensor],
                     num_model_inputs: int = 1, plan=None, floor: float = 1e-4,
                     slack: float = 10.0, got: dict[str, torch.Tensor] | None = None,
@@ -117,14 +128,25 @@ def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[s
     step when the caller already ran it (`run_on_sgc`), else it is run here. `autocast`: the
     dtype a mixed-precision graph was traced under; PyTorch's own step (whose error sets
     each tensor's tolerance) then runs under `torch.autocast("cpu", autocast)`, the
-    float64 one without it."""
+    float64 one without it.
+
+    A float64 model (`model.double()`) gives a graph that sgc runs in float64. PyTorch's own
+    rounding is then its float64 step's: measured as the difference between its step and its
+    step on the batch in reverse order (`inputs` flipped along their first axis), which is
+    the same step mathematically (a loss averaged over the batch) rounded along other paths.
+    That is what sets the tolerance of a gradient that is zero analytically (the bias of a
+    batch norm feeding another through a 1x1 convolution): rounding noise of about 1e-17 in
+    both steps, whose difference is as large as the noise itself."""
     import copy  # noqa: PLC0415
     import gc  # noqa: PLC0415
 
     if got is None:
         got = run_on_sgc(graph, model, inputs, plan=plan)
     args = list(inputs.values())
-    f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs, autocast)
+    if _is_double(model):
+        f32 = _pytorch_step(copy.deepcopy(model), loss_fn, _batch_reversed(args), num_model_inputs)
+    else:
+        f32 = _pytorch_step(copy.deepcopy(model), loss_fn, args, num_model_inputs, autocast)
     gc.collect()  # the f32 copy's parameters go before the float64 copy is made
     wide = [a.double() if a.is_floating_point() else a for a in args]
     f64 = _pytorch_step(copy.deepcopy(model).double(), loss_fn, wide, num_model_inputs)
@@ -139,7 +161,9 @@ def against_pytorch(model: torch.nn.Module, loss_fn, graph: dict, inputs: dict[s
 @dataclass
 class OpReplay:
     """Every ATen op of a step replayed by PyTorch on the values sgc's executor gave its
-    inputs, in float32 and in float64; each floating output of sgc against the float64
+    inputs, in float32 and in float64 (a float64 graph: in float64, each output held to
+    `floor` of the larger of its own and its inputs' magnitudes); each floating output of
+    sgc against the float64
     replay (largest absolute difference over the float64 output's largest magnitude), held
     to `max(floor, slack * PyTorch's float32 error)` as in `Comparison`; each bool output
     (a mask from `eq`, `ne`) against the float32 replay exactly (its error: the share of
@@ -241,10 +265,20 @@ def replay_ops(graph: dict, model: torch.nn.Module, inputs: dict[str, torch.Tens
                     result.failed.append((op["name"], name, err, 0.0))
                     w, at = float("inf"), f"{op['name']} -> {name}"
                 continue
-            if not want.is_floating_point() or declared[name]["dtype"] != "f32":
+            if not want.is_floating_point() or declared[name]["dtype"] not in ("f32", "f64"):
                 continue
-            err = relative_error(got[name], want)
-            tol = _tolerance(floor, slack, relative_error(ref32, want))
+            if declared[name]["dtype"] == "f64":
+                # Both sides float64: the difference over the larger of the output's and the
+                # inputs' magnitudes (an output that is zero analytically, a batch norm's bias
+                # gradient summing to 0, is noise of the inputs' scale in both).
+                scale = max([want.abs().max().item() if want.numel() else 0.0] +
+                            [v.abs().max().item() for v in values
+                             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()])
+                diff = (got[name].double() - want).abs().max().item() if want.numel() else 0.0
+                err, tol = (diff / scale if scale > 0 else diff), floor
+            else:
+                err = relative_error(got[name], want)
+                tol = _tolerance(floor, slack, relative_error(ref32, want))
             if err > tol:
                 result.failed.append((op["name"], name, err, tol))
             if err / tol > w:

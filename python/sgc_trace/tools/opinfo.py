@@ -47,7 +47,7 @@ from ..exporter.trace import InputSpec
 from .execute import _UNDEFINED, _tolerance, run_on_sgc
 
 # The executor's floating dtypes: what a sample must be to run.
-_RUNS = (torch.float32, torch.bfloat16, torch.float16)
+_RUNS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 # The least error a tensor of each dtype is held to (PyTorch's own `assert_close` relative
 # tolerances for the half-precision types): one rounding of the result, whatever PyTorch's
 # own error on the sample happened to be.
@@ -327,7 +327,7 @@ def walk(names: list[str] | None = None, dtype: torch.dtype = torch.float32, max
             report.results.append(SampleResult(name, 0, "skipped", "PyTorch does not support the dtype"))
             continue
         if dtype not in _RUNS:
-            report.results.append(SampleResult(name, 0, "skipped", "the executor runs float32, bfloat16 and float16 only"))
+            report.results.append(SampleResult(name, 0, "skipped", "the executor runs float32, float64, bfloat16 and float16 only"))
             continue
         torch.manual_seed(0)
         differentiable = bool(info.supports_autograd)

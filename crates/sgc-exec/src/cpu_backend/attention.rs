@@ -2,13 +2,14 @@
 //! [`gemm`], the row softmax and its gradient in f64 sums of a fixed order.
 
 use super::linalg::{gemm, Mat};
-use super::{f, Io, R};
+use super::{f, Host, Io, R};
 use crate::error::KernelError;
 use crate::ops::attention::{Attention, Sdpa};
+use crate::real::Real;
 
 /// `P = exp(scale * Q K^T - lse)` of one problem into `p [l, s]`: the scores, then each
 /// row's log-sum-exp written to `lse` (`fresh`) or read from it (a recomputation).
-fn probabilities(z: &Sdpa, q: &[f32], k: &[f32], lse: &mut [f32], fresh: bool, p: &mut [f32]) {
+fn probabilities<T: Real>(z: &Sdpa, q: &[T], k: &[T], lse: &mut [T], fresh: bool, p: &mut [T]) {
     gemm(
         z.l,
         z.e,
@@ -21,15 +22,15 @@ fn probabilities(z: &Sdpa, q: &[f32], k: &[f32], lse: &mut [f32], fresh: bool, p
     for (i, row) in p.chunks_mut(z.s).enumerate() {
         for (j, v) in row.iter_mut().enumerate() {
             *v = if z.masked(i, j) {
-                f32::NEG_INFINITY
+                T::neg_infinity()
             } else {
-                *v * z.scale
+                *v * z.scale_in::<T>()
             };
         }
         if fresh {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
-            lse[i] = max + sum.ln() as f32;
+            let max = row.iter().copied().fold(T::neg_infinity(), T::max);
+            let sum: f64 = row.iter().map(|&v| (v - max).exp().f64()).sum();
+            lse[i] = max + T::of(sum.ln());
         }
         for v in row.iter_mut() {
             *v = (*v - lse[i]).exp();
@@ -38,13 +39,8 @@ fn probabilities(z: &Sdpa, q: &[f32], k: &[f32], lse: &mut [f32], fresh: bool, p
 }
 
 /// The forward: `(q, k, v) -> (out, lse)`.
-pub(crate) fn sdpa(
-    z: &Sdpa,
-    (q, k, v): (&[f32], &[f32], &[f32]),
-    out: &mut [f32],
-    lse: &mut [f32],
-) {
-    let mut p = vec![0.0f32; z.l * z.s];
+pub(crate) fn sdpa<T: Real>(z: &Sdpa, (q, k, v): (&[T], &[T], &[T]), out: &mut [T], lse: &mut [T]) {
+    let mut p = vec![T::zero(); z.l * z.s];
     for b in 0..z.batch {
         let kv = b / z.group;
         let qb = &q[b * z.l * z.e..(b + 1) * z.l * z.e];
@@ -66,35 +62,31 @@ pub(crate) fn sdpa(
 }
 
 /// `dS = P * (dP - rowsum(P * dP)) * scale`, in place of `dp`.
-fn score_grad(z: &Sdpa, p: &[f32], dp: &mut [f32]) {
+fn score_grad<T: Real>(z: &Sdpa, p: &[T], dp: &mut [T]) {
     for (pr, dr) in p.chunks(z.s).zip(dp.chunks_mut(z.s)) {
-        let dot: f64 = pr
-            .iter()
-            .zip(dr.iter())
-            .map(|(&a, &b)| f64::from(a * b))
-            .sum();
+        let dot: f64 = pr.iter().zip(dr.iter()).map(|(&a, &b)| (a * b).f64()).sum();
         for (d, &pv) in dr.iter_mut().zip(pr) {
-            *d = pv * (*d - dot as f32) * z.scale;
+            *d = pv * (*d - T::of(dot)) * z.scale_in::<T>();
         }
     }
 }
 
 /// The backward: `(d_out, q, k, v, lse) -> (dq, dk, dv)`; a grouped attention's `dk` and
 /// `dv` are each group's sums, in head order.
-pub(crate) fn sdpa_backward(
+pub(crate) fn sdpa_backward<T: Real>(
     z: &Sdpa,
-    [dout, q, k, v, lse]: [&[f32]; 5],
-    [dq, dk, dv]: [&mut [f32]; 3],
+    [dout, q, k, v, lse]: [&[T]; 5],
+    [dq, dk, dv]: [&mut [T]; 3],
 ) {
     let (ke, ve) = (z.s * z.e, z.s * z.ev);
     if z.group == 1 {
         return problems_backward(z, [dout, q, k, v, lse], [dq, dk, dv]);
     }
-    let (mut dkb, mut dvb) = (vec![0.0f32; z.batch * ke], vec![0.0f32; z.batch * ve]);
+    let (mut dkb, mut dvb) = (vec![T::zero(); z.batch * ke], vec![T::zero(); z.batch * ve]);
     problems_backward(z, [dout, q, k, v, lse], [dq, &mut dkb, &mut dvb]);
     for (sum, parts) in [(dk, (&dkb, ke)), (dv, (&dvb, ve))] {
         let (parts, size) = parts;
-        sum.fill(0.0);
+        sum.fill(T::zero());
         for (b, part) in parts.chunks(size).enumerate() {
             let kv = b / z.group;
             for (s, &x) in sum[kv * size..(kv + 1) * size].iter_mut().zip(part) {
@@ -106,8 +98,12 @@ pub(crate) fn sdpa_backward(
 
 /// The backward of each query problem: `dk` and `dv` per query problem (`z.batch` of
 /// them), keys and values read at `b / z.group`.
-fn problems_backward(z: &Sdpa, [dout, q, k, v, lse]: [&[f32]; 5], [dq, dk, dv]: [&mut [f32]; 3]) {
-    let (mut p, mut dp) = (vec![0.0f32; z.l * z.s], vec![0.0f32; z.l * z.s]);
+fn problems_backward<T: Real>(
+    z: &Sdpa,
+    [dout, q, k, v, lse]: [&[T]; 5],
+    [dq, dk, dv]: [&mut [T]; 3],
+) {
+    let (mut p, mut dp) = (vec![T::zero(); z.l * z.s], vec![T::zero(); z.l * z.s]);
     let (qe, ke, ve, oe) = (z.l * z.e, z.s * z.e, z.s * z.ev, z.l * z.ev);
     for b in 0..z.batch {
         let kv = b / z.group;
@@ -116,7 +112,7 @@ fn problems_backward(z: &Sdpa, [dout, q, k, v, lse]: [&[f32]; 5], [dq, dk, dv]: 
         let mut lb = lse[b * z.l..(b + 1) * z.l].to_vec();
         probabilities(z, qb, kb, &mut lb, false, &mut p);
         let mat = |d, cols, t| Mat::new(d, cols, t);
-        let prod = |(m, k, n), a, b, c: &mut [f32]| gemm(m, k, n, a, b, 0.0, c);
+        let prod = |(m, k, n), a, b, c: &mut [T]| gemm(m, k, n, a, b, 0.0, c);
         prod(
             (z.l, z.ev, z.s),
             mat(gb, z.ev, false),
@@ -149,7 +145,7 @@ fn outputs(n: usize) -> KernelError {
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Attention, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Attention, io: Io<T>) -> R {
     let z = k.sizes(io.ops_in);
     let x = |i: usize| f(&io.ins[i]);
     if k.backward {
@@ -191,7 +187,7 @@ mod tests {
             s: 4,
             e: 5,
             ev: 2,
-            scale: 0.7,
+            scale: Some(0.7),
             causal,
             group: 1,
         }
@@ -220,7 +216,7 @@ mod tests {
                                 f64::from(q[(b * z.l + i) * z.e + c] * k[(b * z.s + j) * z.e + c])
                             })
                             .sum();
-                        dot * f64::from(z.scale)
+                        dot * f64::from(z.scale_in::<f32>())
                     };
                     let seen: Vec<usize> = (0..z.s).filter(|&j| !z.masked(i, j)).collect();
                     let sum: f64 = seen.iter().map(|&j| score(j).exp()).sum();

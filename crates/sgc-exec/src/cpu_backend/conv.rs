@@ -2,8 +2,9 @@
 //! `convolution_backward` (per group, over the plain kernels).
 
 use super::linalg::{gemm, Mat};
-use super::{f, Io, R};
+use super::{f, Host, Io, R};
 use crate::ops::conv::Conv;
+use crate::real::Real;
 use crate::window::Groups;
 
 pub(crate) use crate::window::Window;
@@ -43,13 +44,15 @@ fn taps(g: &Window, mut f: impl FnMut(usize, Option<usize>)) {
 }
 
 /// Unfolds image `x` (`[C, H, W]`) into `col` (`[C*kh*kw, Ho*Wo]`), zeros for padding.
-fn im2col(x: &[f32], g: &Window, col: &mut [f32]) {
-    taps(g, |entry, pixel| col[entry] = pixel.map_or(0.0, |p| x[p]));
+fn im2col<T: Real>(x: &[T], g: &Window, col: &mut [T]) {
+    taps(g, |entry, pixel| {
+        col[entry] = pixel.map_or(T::zero(), |p| x[p])
+    });
 }
 
 /// Folds `col` back onto image `dx` (`[C, H, W]`), summing overlaps in a fixed order.
-fn col2im(col: &[f32], g: &Window, dx: &mut [f32]) {
-    dx.fill(0.0);
+fn col2im<T: Real>(col: &[T], g: &Window, dx: &mut [T]) {
+    dx.fill(T::zero());
     taps(g, |entry, pixel| {
         if let Some(p) = pixel {
             dx[p] += col[entry];
@@ -58,9 +61,9 @@ fn col2im(col: &[f32], g: &Window, dx: &mut [f32]) {
 }
 
 /// `conv2d`: per image, `y[n] [O, Ho*Wo] = w [O, C*kh*kw] @ im2col(x[n])`.
-pub(crate) fn conv2d(x: &[f32], w: &[f32], y: &mut [f32], g: &Window, o: usize) {
+pub(crate) fn conv2d<T: Real>(x: &[T], w: &[T], y: &mut [T], g: &Window, o: usize) {
     let (rows, cols) = (g.col_rows(), g.col_cols());
-    let mut col = vec![0.0; rows * cols];
+    let mut col = vec![T::zero(); rows * cols];
     for n in 0..g.n {
         im2col(&x[n * g.image()..], g, &mut col);
         let yn = &mut y[n * o * cols..(n + 1) * o * cols];
@@ -77,9 +80,9 @@ pub(crate) fn conv2d(x: &[f32], w: &[f32], y: &mut [f32], g: &Window, o: usize) 
 }
 
 /// `conv2d_grad_input`: per image, `col = w^T @ dy[n]`, folded back with col2im.
-pub(crate) fn conv2d_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], g: &Window, o: usize) {
+pub(crate) fn conv2d_grad_input<T: Real>(dy: &[T], w: &[T], dx: &mut [T], g: &Window, o: usize) {
     let (rows, cols) = (g.col_rows(), g.col_cols());
-    let mut col = vec![0.0; rows * cols];
+    let mut col = vec![T::zero(); rows * cols];
     let img = g.image();
     for n in 0..g.n {
         let dyn_ = &dy[n * o * cols..(n + 1) * o * cols];
@@ -97,10 +100,10 @@ pub(crate) fn conv2d_grad_input(dy: &[f32], w: &[f32], dx: &mut [f32], g: &Windo
 }
 
 /// `conv2d_grad_weight`: `dw = sum over n of dy[n] @ im2col(x[n])^T`, images in order.
-pub(crate) fn conv2d_grad_weight(x: &[f32], dy: &[f32], dw: &mut [f32], g: &Window, o: usize) {
+pub(crate) fn conv2d_grad_weight<T: Real>(x: &[T], dy: &[T], dw: &mut [T], g: &Window, o: usize) {
     let (rows, cols) = (g.col_rows(), g.col_cols());
-    let mut col = vec![0.0; rows * cols];
-    dw.fill(0.0);
+    let mut col = vec![T::zero(); rows * cols];
+    dw.fill(T::zero());
     for n in 0..g.n {
         im2col(&x[n * g.image()..], g, &mut col);
         let dyn_ = &dy[n * o * cols..(n + 1) * o * cols];
@@ -119,7 +122,7 @@ pub(crate) fn conv2d_grad_weight(x: &[f32], dy: &[f32], dw: &mut [f32], g: &Wind
 
 /// Channels `[grp * c, (grp + 1) * c)` of every image of `x` (`[n, total, plane]`),
 /// contiguous.
-fn gather(x: &[f32], n: usize, total: usize, c: usize, grp: usize, plane: usize) -> Vec<f32> {
+fn gather<T: Real>(x: &[T], n: usize, total: usize, c: usize, grp: usize, plane: usize) -> Vec<T> {
     let mut out = Vec::with_capacity(n * c * plane);
     for img in 0..n {
         let start = (img * total + grp * c) * plane;
@@ -129,9 +132,9 @@ fn gather(x: &[f32], n: usize, total: usize, c: usize, grp: usize, plane: usize)
 }
 
 /// The inverse of [`gather`]: `part` written back into its channels of `y`.
-fn scatter(
-    y: &mut [f32],
-    part: &[f32],
+fn scatter<T: Real>(
+    y: &mut [T],
+    part: &[T],
     n: usize,
     total: usize,
     c: usize,
@@ -145,24 +148,24 @@ fn scatter(
 }
 
 /// Group `grp`'s weights.
-fn weights<'w>(p: &Groups, w: &'w [f32], grp: usize) -> &'w [f32] {
+fn weights<'w, T: Real>(p: &Groups, w: &'w [T], grp: usize) -> &'w [T] {
     &w[grp * p.wlen..(grp + 1) * p.wlen]
 }
 
 /// Per group: `f(grp, its channels of src, its result)`, the result written into the
 /// group's channels of `dst`; a side is (channels in all, per group, plane size).
-fn map_groups(
+fn map_groups<T: Real>(
     p: &Groups,
-    src: &[f32],
+    src: &[T],
     (s_all, s_c, s_plane): (usize, usize, usize),
-    dst: &mut [f32],
+    dst: &mut [T],
     (d_all, d_c, d_plane): (usize, usize, usize),
-    f: impl Fn(usize, &[f32], &mut [f32]),
+    f: impl Fn(usize, &[T], &mut [T]),
 ) {
     let n = p.g.n;
     for grp in 0..p.groups {
         let part = gather(src, n, s_all, s_c, grp, s_plane);
-        let mut out = vec![0.0; n * d_c * d_plane];
+        let mut out = vec![T::zero(); n * d_c * d_plane];
         f(grp, &part, &mut out);
         scatter(dst, &out, n, d_all, d_c, grp, d_plane);
     }
@@ -171,7 +174,7 @@ fn map_groups(
 /// `convolution` with `groups` (each group's output channels see only its input
 /// channels; depthwise when `groups` is the channel count) and an optional bias: per group,
 /// the builder's `conv2d` over that group's channels.
-pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [f32], p: &Groups) {
+pub(crate) fn conv_grouped<T: Real>(x: &[T], w: &[T], bias: Option<&[T]>, y: &mut [T], p: &Groups) {
     map_groups(p, x, p.inputs(), y, p.outputs(), |grp, xs, ys| {
         conv2d(xs, weights(p, w, grp), ys, &p.gw, p.og)
     });
@@ -181,7 +184,7 @@ pub(crate) fn conv_grouped(x: &[f32], w: &[f32], bias: Option<&[f32]>, y: &mut [
 }
 
 /// `y [N, C, plane] += b [C]`.
-fn add_bias(y: &mut [f32], b: &[f32], plane: usize) {
+fn add_bias<T: Real>(y: &mut [T], b: &[T], plane: usize) {
     for (i, ys) in y.chunks_mut(plane.max(1)).enumerate() {
         let v = b[i % b.len().max(1)];
         for y in ys {
@@ -191,7 +194,7 @@ fn add_bias(y: &mut [f32], b: &[f32], plane: usize) {
 }
 
 /// `db [C]` = `dy [N, C, plane]` summed per channel, in f64, images in order.
-fn bias_grad(dy: &[f32], db: &mut [f32], n: usize, plane: usize) {
+fn bias_grad<T: Real>(dy: &[T], db: &mut [T], n: usize, plane: usize) {
     let o = db.len();
     for (c, db) in db.iter_mut().enumerate() {
         let mut s = 0.0f64;
@@ -199,21 +202,21 @@ fn bias_grad(dy: &[f32], db: &mut [f32], n: usize, plane: usize) {
             let start = (n * o + c) * plane;
             s += dy[start..start + plane]
                 .iter()
-                .map(|&v| f64::from(v))
+                .map(|&v| v.f64())
                 .sum::<f64>();
         }
-        *db = s as f32;
+        *db = T::of(s);
     }
 }
 
 /// Transposed convolution: `x` is the output gradient of the plain convolution (window
 /// `g`, `o = Ci` output channels) of `y`, so `y` is that convolution's input gradient,
 /// plus a bias per channel of `y`.
-pub(crate) fn conv_transposed(
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
+pub(crate) fn conv_transposed<T: Real>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    y: &mut [T],
     g: &Window,
     o: usize,
 ) {
@@ -226,9 +229,9 @@ pub(crate) fn conv_transposed(
 /// Its backward, `(dy, x, w)` -> the masked `(dx, dw, dbias)`: the plain convolution of
 /// `dy` gives `dx`, and the plain weight gradient with `dy` as the image and `x` as the
 /// output gradient gives `dw`.
-pub(crate) fn conv_transposed_backward(
-    [dy, x, w]: [&[f32]; 3],
-    outs: &mut [&mut [f32]],
+pub(crate) fn conv_transposed_backward<T: Real>(
+    [dy, x, w]: [&[T]; 3],
+    outs: &mut [&mut [T]],
     mask: [bool; 3],
     g: &Window,
     o: usize,
@@ -248,11 +251,11 @@ pub(crate) fn conv_transposed_backward(
 
 /// `convolution_backward`: `(dy, x, w)` -> the masked results of `(dx, dw, dbias)`, per
 /// group when `groups > 1`.
-pub(crate) fn conv_backward(
-    dy: &[f32],
-    x: &[f32],
-    w: &[f32],
-    outs: &mut [&mut [f32]],
+pub(crate) fn conv_backward<T: Real>(
+    dy: &[T],
+    x: &[T],
+    w: &[T],
+    outs: &mut [&mut [T]],
     mask: [bool; 3],
     p: &Groups,
 ) {
@@ -294,7 +297,7 @@ pub(crate) fn conv_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Conv, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Conv, io: Io<T>) -> R {
     let g = k.window(io.ops_in, io.ops_out);
     let backward = matches!(
         k,

@@ -2,10 +2,11 @@
 //! update.
 
 use super::shape::{expand, expand_pair};
-use super::{f, CpuBackend, Io, NAME, R};
+use super::{f, CpuBackend, Host, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
 use crate::ops::elementwise::{BinOp, Cmp, Elementwise};
+use crate::real::{c, Real};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
@@ -16,90 +17,102 @@ fn axis_split(shape: &[usize], axis: usize) -> (usize, usize) {
 
 /// `x + bias` along `axis`: rows of `inner` elements share one bias value (no division
 /// per element).
-pub(crate) fn bias_add(x: &[f32], bias: &[f32], y: &mut [f32], shape: &[usize], axis: usize) {
+pub(crate) fn bias_add<T: Real>(x: &[T], bias: &[T], y: &mut [T], shape: &[usize], axis: usize) {
     let (dim, inner) = axis_split(shape, axis);
     let rows = y.chunks_mut(inner.max(1)).zip(x.chunks(inner.max(1)));
     for (r, (yr, xr)) in rows.enumerate() {
         let b = bias[r % dim.max(1)];
         for (y, x) in yr.iter_mut().zip(xr) {
-            *y = x + b;
+            *y = *x + b;
         }
     }
 }
 
 /// `dy` summed over every axis but `axis`, in f64 (a sum over the batch: f32 drifts from
 /// PyTorch by 100x on millions of rows), rounded once.
-pub(crate) fn bias_add_grad(dy: &[f32], db: &mut [f32], shape: &[usize], axis: usize) {
+pub(crate) fn bias_add_grad<T: Real>(dy: &[T], db: &mut [T], shape: &[usize], axis: usize) {
     let (dim, inner) = axis_split(shape, axis);
     let mut acc = vec![0.0f64; db.len()];
     for (r, row) in dy.chunks(inner.max(1)).enumerate() {
-        acc[r % dim.max(1)] += row.iter().map(|&g| f64::from(g)).sum::<f64>();
+        acc[r % dim.max(1)] += row.iter().map(|&g| g.f64()).sum::<f64>();
     }
     for (d, a) in db.iter_mut().zip(acc) {
-        *d = a as f32;
+        *d = T::of(a);
     }
 }
 
-pub(crate) fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
-    for ((y, a), b) in y.iter_mut().zip(a).zip(b) {
+pub(crate) fn add<T: Real>(a: &[T], b: &[T], y: &mut [T]) {
+    for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
         *y = a + b;
     }
 }
 
-pub(crate) fn mul(a: &[f32], b: &[f32], y: &mut [f32]) {
-    for ((y, a), b) in y.iter_mut().zip(a).zip(b) {
+pub(crate) fn mul<T: Real>(a: &[T], b: &[T], y: &mut [T]) {
+    for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
         *y = a * b;
     }
 }
 
-pub(crate) fn relu(x: &[f32], y: &mut [f32]) {
+pub(crate) fn relu<T: Real>(x: &[T], y: &mut [T]) {
     for (y, x) in y.iter_mut().zip(x) {
-        *y = x.max(0.0);
+        *y = x.max(T::zero());
     }
 }
 
 /// `(y, dy)`: the gradient passes where the output is positive.
-pub(crate) fn relu_grad(y: &[f32], dy: &[f32], dx: &mut [f32]) {
+pub(crate) fn relu_grad<T: Real>(y: &[T], dy: &[T], dx: &mut [T]) {
     for ((dx, y), g) in dx.iter_mut().zip(y).zip(dy) {
-        *dx = if *y > 0.0 { *g } else { 0.0 };
+        *dx = if *y > T::zero() { *g } else { T::zero() };
     }
 }
 
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-const GELU_C: f32 = 0.044_715;
+/// sqrt(2 / pi), in f32 the float of the literal 0.797_884_6.
+fn sqrt_2_over_pi<T: Real>() -> T {
+    c(0.797_884_560_802_865_4)
+}
 
-pub(crate) fn gelu(x: &[f32], y: &mut [f32]) {
+/// The tanh approximation's cubic coefficient.
+fn gelu_c<T: Real>() -> T {
+    c(0.044_715)
+}
+
+pub(crate) fn gelu<T: Real>(x: &[T], y: &mut [T]) {
+    let (k, g, half, one) = (sqrt_2_over_pi::<T>(), gelu_c::<T>(), c::<T>(0.5), T::one());
     for (y, &x) in y.iter_mut().zip(x) {
-        let t = (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh();
-        *y = 0.5 * x * (1.0 + t);
+        let t = (k * (x + g * x * x * x)).tanh();
+        *y = half * x * (one + t);
     }
 }
 
 /// `(x, dy)`: `dy * d/dx [0.5 x (1 + tanh(c (x + 0.044715 x^3)))]`.
-pub(crate) fn gelu_grad(x: &[f32], dy: &[f32], dx: &mut [f32]) {
-    for ((dx, &x), g) in dx.iter_mut().zip(x).zip(dy) {
-        let t = (SQRT_2_OVER_PI * (x + GELU_C * x * x * x)).tanh();
-        let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
-        *dx = g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du);
+pub(crate) fn gelu_grad<T: Real>(x: &[T], dy: &[T], dx: &mut [T]) {
+    let (k, g3, half, one) = (sqrt_2_over_pi::<T>(), gelu_c::<T>(), c::<T>(0.5), T::one());
+    for ((dx, &x), &g) in dx.iter_mut().zip(x).zip(dy) {
+        let t = (k * (x + g3 * x * x * x)).tanh();
+        let du = k * (one + c::<T>(3.0) * g3 * x * x);
+        *dx = g * (half * (one + t) + half * x * (one - t * t) * du);
     }
 }
 
 /// `leaky_relu`: `x` where positive, else `slope * x`.
-pub(crate) fn leaky_relu(x: &[f32], y: &mut [f32], slope: f32) {
+pub(crate) fn leaky_relu<T: Real>(x: &[T], y: &mut [T], slope: f64) {
+    let slope = T::of(slope);
     for (y, &x) in y.iter_mut().zip(x) {
-        *y = if x > 0.0 { x } else { x * slope };
+        *y = if x > T::zero() { x } else { x * slope };
     }
 }
 
 /// `leaky_relu_backward`: `(dy, x) -> dy` where `x` is positive, else `slope * dy`.
-pub(crate) fn leaky_relu_backward(dy: &[f32], x: &[f32], dx: &mut [f32], slope: f32) {
+pub(crate) fn leaky_relu_backward<T: Real>(dy: &[T], x: &[T], dx: &mut [T], slope: f64) {
+    let slope = T::of(slope);
     for ((d, &g), &x) in dx.iter_mut().zip(dy).zip(x) {
-        *d = if x > 0.0 { g } else { g * slope };
+        *d = if x > T::zero() { g } else { g * slope };
     }
 }
 
 /// `hardtanh`: `x` clamped to `[min, max]`, as ATen's `min(max(x, min), max)` (NaN stays).
-pub(crate) fn hardtanh(x: &[f32], y: &mut [f32], min: f32, max: f32) {
+pub(crate) fn hardtanh<T: Real>(x: &[T], y: &mut [T], min: f64, max: f64) {
+    let (min, max) = (T::of(min), T::of(max));
     for (y, &x) in y.iter_mut().zip(x) {
         *y = if x < min {
             min
@@ -112,60 +125,66 @@ pub(crate) fn hardtanh(x: &[f32], y: &mut [f32], min: f32, max: f32) {
 }
 
 /// `hardtanh_backward`: `(dy, x) -> dy` where `min < x < max`, else 0.
-pub(crate) fn hardtanh_backward(dy: &[f32], x: &[f32], dx: &mut [f32], min: f32, max: f32) {
+pub(crate) fn hardtanh_backward<T: Real>(dy: &[T], x: &[T], dx: &mut [T], min: f64, max: f64) {
+    let (min, max) = (T::of(min), T::of(max));
     for ((d, &g), &x) in dx.iter_mut().zip(dy).zip(x) {
-        *d = if x > min && x < max { g } else { 0.0 };
+        *d = if x > min && x < max { g } else { T::zero() };
     }
 }
 
 /// `param -= lr * grad`, in place.
-pub(crate) fn sgd_update(param: &mut [f32], grad: &[f32], lr: f32) {
-    for (p, g) in param.iter_mut().zip(grad) {
+pub(crate) fn sgd_update<T: Real>(param: &mut [T], grad: &[T], lr: f64) {
+    let lr = T::of(lr);
+    for (p, &g) in param.iter_mut().zip(grad) {
         *p -= lr * g;
     }
 }
 
-pub(crate) fn add_scalar(x: &[f32], y: &mut [f32], v: f32) {
-    for (y, x) in y.iter_mut().zip(x) {
+pub(crate) fn add_scalar<T: Real>(x: &[T], y: &mut [T], v: f64) {
+    let v = T::of(v);
+    for (y, &x) in y.iter_mut().zip(x) {
         *y = x + v;
     }
 }
 
-pub(crate) fn mul_scalar(x: &[f32], y: &mut [f32], v: f32) {
-    for (y, x) in y.iter_mut().zip(x) {
+pub(crate) fn mul_scalar<T: Real>(x: &[T], y: &mut [T], v: f64) {
+    let v = T::of(v);
+    for (y, &x) in y.iter_mut().zip(x) {
         *y = x * v;
     }
 }
 
-pub(crate) fn div_scalar(x: &[f32], y: &mut [f32], v: f32) {
-    for (y, x) in y.iter_mut().zip(x) {
+pub(crate) fn div_scalar<T: Real>(x: &[T], y: &mut [T], v: f64) {
+    let v = T::of(v);
+    for (y, &x) in y.iter_mut().zip(x) {
         *y = x / v;
     }
 }
 
 /// `threshold_backward`: `dy` where `x > threshold`, else 0.
-pub(crate) fn threshold_backward(dy: &[f32], x: &[f32], dx: &mut [f32], threshold: f32) {
+pub(crate) fn threshold_backward<T: Real>(dy: &[T], x: &[T], dx: &mut [T], threshold: f64) {
+    let threshold = T::of(threshold);
     for ((d, &g), &v) in dx.iter_mut().zip(dy).zip(x) {
-        *d = if v > threshold { g } else { 0.0 };
+        *d = if v > threshold { g } else { T::zero() };
     }
 }
 
 /// `x ^ e`: `x * x` and `x * x * x` for 2 and 3 (ATen's special cases), else `powf`.
-pub(crate) fn pow_scalar(x: &[f32], y: &mut [f32], e: f32) {
+pub(crate) fn pow_scalar<T: Real>(x: &[T], y: &mut [T], e: f64) {
     for (y, &x) in y.iter_mut().zip(x) {
         *y = if e == 2.0 {
             x * x
         } else if e == 3.0 {
             x * x * x
         } else {
-            x.powf(e)
+            x.powf(T::of(e))
         };
     }
 }
 
 /// `arange`: `start + i * step`, computed in f64.
-pub(crate) fn arange(start: f32, step: f32, len: usize) -> impl Iterator<Item = f64> {
-    (0..len).map(move |i| f64::from(start) + f64::from(step) * i as f64)
+pub(crate) fn arange(start: f64, step: f64, len: usize) -> impl Iterator<Item = f64> {
+    (0..len).map(move |i| start + step * i as f64)
 }
 
 /// `tril` of elements of `size` bytes: `x [.., rows, cols]` with zero bytes where
@@ -182,22 +201,25 @@ pub(crate) fn tril(x: &[u8], size: usize, shape: &[usize], diagonal: i64) -> Vec
     y
 }
 
-/// `values` as bytes of `dtype` (f32, i64, or bool: nonzero is true).
-/// `eq.Scalar`, `ne.Scalar`: the bytes of the bool tensor `x op other` (1 true, 0 false).
-pub(crate) fn compare_scalar(x: &[f32], op: Cmp, other: f32) -> Vec<u8> {
+/// `eq.Scalar`, `ne.Scalar`: the bytes of the bool tensor `x op other` (1 true, 0 false),
+/// `other` in `x`'s type first, as ATen compares a float tensor with a number.
+pub(crate) fn compare_scalar<T: Real>(x: &[T], op: Cmp, other: f64) -> Vec<u8> {
+    let other = T::of(other);
     x.iter().map(|&v| u8::from(op.holds(v, other))).collect()
 }
 
+/// `values` as bytes of `dtype` (f64, i64, bool: nonzero is true; else f32).
 fn encode(values: impl Iterator<Item = f64>, dtype: DType) -> Vec<u8> {
     match dtype {
         DType::I64 => values.flat_map(|v| (v as i64).to_ne_bytes()).collect(),
         DType::Bool => values.map(|v| u8::from(v != 0.0)).collect(),
+        DType::F64 => values.flat_map(|v| v.to_ne_bytes()).collect(),
         _ => values.flat_map(|v| (v as f32).to_ne_bytes()).collect(),
     }
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(k: &Elementwise, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Elementwise, io: Io<T>) -> R {
     use Elementwise as E;
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
@@ -219,7 +241,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
             hardtanh_backward(f(&io.ins[0])?, f(&io.ins[1])?, io.outs[0], *min, *max)
         }
         E::SgdUpdate { lr } => sgd_update(io.outs[0], f(&io.ins[0])?, *lr),
-        E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value as f32),
+        E::AddScalar { value } => add_scalar(f(&io.ins[0])?, io.outs[0], *value),
         E::MulScalar { value } => mul_scalar(f(&io.ins[0])?, io.outs[0], *value),
         E::DivScalar { value } => div_scalar(f(&io.ins[0])?, io.outs[0], *value),
         E::ThresholdBackward { threshold } => {
@@ -239,7 +261,7 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
         E::Broadcast { op } => {
             let y = &io.ops_out[0].shape;
             let (a, b) = expand_pair((f(&io.ins[0])?, sh(0)), (f(&io.ins[1])?, sh(1)), y);
-            let op = |(a, b): (&f32, &f32)| match op {
+            let op = |(&a, &b): (&T, &T)| match op {
                 BinOp::Add => a + b,
                 BinOp::Sub => a - b,
                 BinOp::Mul => a * b,
@@ -249,8 +271,8 @@ pub(super) fn run(k: &Elementwise, io: Io) -> R {
                 *o = v;
             }
         }
-        E::Fill { value } => io.outs[0].fill(*value),
-        E::Zeros { .. } => io.outs[0].fill(0.0),
+        E::Fill { value } => io.outs[0].fill(T::of(*value)),
+        E::Zeros { .. } => io.outs[0].fill(T::zero()),
         E::PowScalar { exponent } => pow_scalar(f(&io.ins[0])?, io.outs[0], *exponent),
         E::Constant { .. }
         | E::Arange { .. }
@@ -289,7 +311,8 @@ pub(super) fn launch_bytes(
         }
         Elementwise::Where => where_select(be, inputs, y)?,
         Elementwise::CompareScalar { op, other } => match numbers(be, &inputs[0])? {
-            Numbers::Float(x) => compare_scalar(&x, *op, *other as f32),
+            Numbers::Float(x) => compare_scalar(&x, *op, *other),
+            Numbers::Double(x) => compare_scalar(&x, *op, *other),
             Numbers::Int(x) => x
                 .iter()
                 .map(|&v| u8::from(compare_int_scalar(*op, v, *other)))
@@ -297,7 +320,10 @@ pub(super) fn launch_bytes(
         },
         Elementwise::CompareTensor { op } => compare(be, *op, (&inputs[0], &inputs[1]), y)?,
         Elementwise::Add | Elementwise::Mul | Elementwise::Broadcast { .. }
-            if !matches!(inputs[0].dtype, DType::F32 | DType::F16 | DType::Bf16) =>
+            if !matches!(
+                inputs[0].dtype,
+                DType::F32 | DType::F64 | DType::F16 | DType::Bf16
+            ) =>
         {
             let op = match k {
                 Elementwise::Add => BinOp::Add,
@@ -319,17 +345,31 @@ pub(super) fn launch_bytes(
     Ok(true)
 }
 
-/// Elements of one dtype family: floats (f16 and bf16 arrive widened) or integers.
+/// Elements of one dtype family: f32 floats (f16 and bf16 arrive widened), f64 floats or
+/// integers.
 enum Numbers {
     Float(Vec<f32>),
+    Double(Vec<f64>),
     Int(Vec<i64>),
 }
 
-/// The elements of `x` (a view materialised for f32 and i64): floats (f16 and bf16 arrive
-/// widened) or integers (i64, i32, bool and u8 as i64).
+impl Numbers {
+    /// Element `e` in f64 (exact for floats; integers beyond 2^53 round).
+    fn f64(&self, e: usize) -> f64 {
+        match self {
+            Numbers::Float(v) => f64::from(v[e]),
+            Numbers::Double(v) => v[e],
+            Numbers::Int(v) => v[e] as f64,
+        }
+    }
+}
+
+/// The elements of `x` (a view materialised): floats (f16 and bf16 arrive widened) or
+/// integers (i64, i32, bool and u8 as i64).
 fn numbers(be: &mut CpuBackend, x: &Operand) -> Result<Numbers, ExecError> {
     Ok(match x.dtype {
         DType::F32 => Numbers::Float(be.f32_of(x)?),
+        DType::F64 => Numbers::Double(be.f64_of(x)?),
         DType::I64 => Numbers::Int(be.i64_of(x)?),
         // An i32 view's elements are moved as f32 words: their bits are the i32's.
         DType::I32 => Numbers::Int(match &x.view {
@@ -361,12 +401,20 @@ fn numbers(be: &mut CpuBackend, x: &Operand) -> Result<Numbers, ExecError> {
 fn cast(be: &mut CpuBackend, x: &Operand, y: &Operand) -> Result<Vec<u8>, ExecError> {
     Ok(match (numbers(be, x)?, y.dtype) {
         (Numbers::Float(v), DType::F32) => v.iter().flat_map(|x| x.to_ne_bytes()).collect(),
+        (Numbers::Double(v), DType::F32) => {
+            v.iter().flat_map(|&x| (x as f32).to_ne_bytes()).collect()
+        }
         (Numbers::Int(v), DType::F32) => v.iter().flat_map(|&x| (x as f32).to_ne_bytes()).collect(),
+        (n, DType::F64) => (0..x.numel())
+            .flat_map(|e| n.f64(e).to_ne_bytes())
+            .collect(),
         (Numbers::Float(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0.0)).collect(),
+        (Numbers::Double(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0.0)).collect(),
         (Numbers::Int(v), DType::Bool) => v.iter().map(|&x| u8::from(x != 0)).collect(),
         (n, to) => {
             let ints: Vec<i64> = match n {
                 Numbers::Float(v) => v.iter().map(|&x| x as i64).collect(),
+                Numbers::Double(v) => v.iter().map(|&x| x as i64).collect(),
                 Numbers::Int(v) => v,
             };
             encode_ints(&ints, to)?
@@ -403,8 +451,8 @@ fn compare_int_scalar(op: Cmp, x: i64, other: f64) -> bool {
     }
 }
 
-/// `a op b` of two tensors broadcast to `y`: two floats compare in f32 (f16 and bf16
-/// widened), two integers exactly, an integer and a float in f64. Its bytes.
+/// `a op b` of two tensors broadcast to `y`: two f32 floats compare in f32 (f16 and bf16
+/// widened), two integers exactly, anything else in f64. Its bytes.
 fn compare(
     be: &mut CpuBackend,
     op: Cmp,
@@ -419,6 +467,11 @@ fn compare(
                 expand(&v, &mut e, &x.shape, &y.shape);
                 Numbers::Float(e)
             }
+            Numbers::Double(v) => {
+                let mut e = vec![0.0; n];
+                expand(&v, &mut e, &x.shape, &y.shape);
+                Numbers::Double(e)
+            }
             Numbers::Int(v) => {
                 let mut e = vec![0; n];
                 expand(&v, &mut e, &x.shape, &y.shape);
@@ -427,16 +480,12 @@ fn compare(
         })
     };
     let (a, b) = (wide(a)?, wide(b)?);
-    let as_f64 = |x: &Numbers, e: usize| match x {
-        Numbers::Float(v) => f64::from(v[e]),
-        Numbers::Int(v) => v[e] as f64,
-    };
     Ok((0..n)
         .map(|e| {
             u8::from(match (&a, &b) {
                 (Numbers::Float(a), Numbers::Float(b)) => op.holds(a[e], b[e]),
                 (Numbers::Int(a), Numbers::Int(b)) => op.holds(a[e], b[e]),
-                _ => op.holds(as_f64(&a, e), as_f64(&b, e)),
+                _ => op.holds(a.f64(e), b.f64(e)),
             })
         })
         .collect())
@@ -482,18 +531,27 @@ fn where_select(be: &mut CpuBackend, ins: &[Operand], y: &Operand) -> Result<Vec
         &ins[0].shape,
         &y.shape,
     );
-    let mut sides = [vec![0.0f32; n], vec![0.0f32; n]];
-    for (side, o) in sides.iter_mut().zip(&ins[1..]) {
-        expand(&be.f32_of(o)?, side, &o.shape, &y.shape);
+    if y.dtype == DType::F64 {
+        return Ok(f64::bytes_of(&pick::<f64>(be, &cond, &ins[1..], y)?));
     }
-    let picked = (0..n).map(|e| {
-        if cond[e] != 0 {
-            sides[0][e]
-        } else {
-            sides[1][e]
-        }
-    });
-    Ok(picked.flat_map(f32::to_ne_bytes).collect())
+    Ok(f32::bytes_of(&pick::<f32>(be, &cond, &ins[1..], y)?))
+}
+
+/// `cond ? a : b` elementwise, `a` and `b` broadcast to `y`.
+fn pick<T: Host>(
+    be: &mut CpuBackend,
+    cond: &[u8],
+    sides: &[Operand],
+    y: &Operand,
+) -> Result<Vec<T>, ExecError> {
+    let n = y.numel();
+    let mut both = [vec![T::zero(); n], vec![T::zero(); n]];
+    for (side, o) in both.iter_mut().zip(sides) {
+        expand(&T::read(be, o)?, side, &o.shape, &y.shape);
+    }
+    Ok((0..n)
+        .map(|e| if cond[e] != 0 { both[0][e] } else { both[1][e] })
+        .collect())
 }
 
 /// `add_scalar` of an i64 tensor; `false` for an f32 one.
@@ -553,8 +611,8 @@ mod tests {
         let x = [0.0f32, -0.0, 1.0, -100.0, f32::NAN];
         assert_eq!(compare_scalar(&x, Cmp::Eq, 0.0), [1, 1, 0, 0, 0]);
         assert_eq!(compare_scalar(&x, Cmp::Ne, 0.0), [0, 0, 1, 1, 1]);
-        assert_eq!(compare_scalar(&x, Cmp::Eq, f32::NAN), [0; 5]);
-        assert_eq!(compare_scalar(&x, Cmp::Ne, f32::NAN), [1; 5]);
+        assert_eq!(compare_scalar(&x, Cmp::Eq, f64::NAN), [0; 5]);
+        assert_eq!(compare_scalar(&x, Cmp::Ne, f64::NAN), [1; 5]);
     }
 
     #[test]
@@ -577,7 +635,7 @@ mod tests {
     fn leaky_relu_gradient_matches_finite_differences() {
         let xs: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.1 + 0.013).collect();
         let h = 1e-3f32;
-        for slope in [0.01f32, 0.2] {
+        for slope in [0.01f64, 0.2] {
             let shifted = |d: f32| {
                 let x: Vec<f32> = xs.iter().map(|v| v + d).collect();
                 let mut y = vec![0.0; x.len()];

@@ -1,10 +1,11 @@
 //! Embedding lookups and their gradient (rows accumulated in id order).
 
-use super::{f, idx, Indices, Io, R};
+use super::{f, idx, Host, Indices, Io, R};
 use crate::ops::embedding::Embedding;
+use crate::real::Real;
 
 /// `embedding`: row `ids[r]` of `w [V, D]` into row `r` of the output.
-pub(crate) fn embedding(ids: &Indices, w: &[f32], y: &mut [f32], v: usize, d: usize) -> R {
+pub(crate) fn embedding<T: Real>(ids: &Indices, w: &[T], y: &mut [T], v: usize, d: usize) -> R {
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;
         y[r * d..(r + 1) * d].copy_from_slice(&w[id * d..(id + 1) * d]);
@@ -13,8 +14,14 @@ pub(crate) fn embedding(ids: &Indices, w: &[f32], y: &mut [f32], v: usize, d: us
 }
 
 /// `embedding_grad`: `dw[ids[r]] += dy[r]`, rows in order.
-pub(crate) fn embedding_grad(ids: &Indices, dy: &[f32], dw: &mut [f32], v: usize, d: usize) -> R {
-    dw.fill(0.0);
+pub(crate) fn embedding_grad<T: Real>(
+    ids: &Indices,
+    dy: &[T],
+    dw: &mut [T],
+    v: usize,
+    d: usize,
+) -> R {
+    dw.fill(T::zero());
     for r in 0..ids.len() {
         let id = ids.get(r, v)?;
         for j in 0..d {
@@ -25,7 +32,7 @@ pub(crate) fn embedding_grad(ids: &Indices, dy: &[f32], dw: &mut [f32], v: usize
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Embedding, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Embedding, io: Io<T>) -> R {
     let dw = io.ops_out[0].shape.as_slice();
     match k {
         Embedding::Embedding => {
@@ -53,7 +60,7 @@ pub(super) fn run(k: &Embedding, io: Io) -> R {
                 let at = ids.get(r, x[0])? * d;
                 let (row, src) = (&mut io.outs[0][at..at + d], &values[r * d..(r + 1) * d]);
                 if *accumulate {
-                    row.iter_mut().zip(src).for_each(|(y, v)| *y += v);
+                    row.iter_mut().zip(src).for_each(|(y, &v)| *y += v);
                 } else {
                     row.copy_from_slice(src);
                 }
@@ -63,7 +70,7 @@ pub(super) fn run(k: &Embedding, io: Io) -> R {
         Embedding::EmbeddingDenseBackward { padding_idx } => {
             embedding_grad(idx(&io.ins[1])?, f(&io.ins[0])?, io.outs[0], dw[0], dw[1])?;
             if let Some(p) = padding_idx {
-                io.outs[0][p * dw[1]..(p + 1) * dw[1]].fill(0.0);
+                io.outs[0][p * dw[1]..(p + 1) * dw[1]].fill(T::zero());
             }
             Ok(())
         }

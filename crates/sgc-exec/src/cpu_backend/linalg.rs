@@ -1,20 +1,21 @@
 //! Matrix products through `matrixmultiply::dgemm` on f64 copies of the operands, rounded
-//! once to f32 (fixed blocking: the same operands always give the same bits).
+//! once to the operands' type (fixed blocking: the same operands always give the same bits).
 
-use super::{f, last, Io, Products, R};
+use super::{f, last, Host, Io, Products, R};
 use crate::ops::linalg::{inner_cols, Bmm, Linalg};
+use crate::real::Real;
 
 /// A row-major matrix view: element `(i, j)` is at `i * rs + j * cs`.
 #[derive(Clone, Copy)]
-pub(crate) struct Mat<'a> {
-    pub data: &'a [f32],
+pub(crate) struct Mat<'a, T> {
+    pub data: &'a [T],
     pub rs: usize,
     pub cs: usize,
 }
 
-impl<'a> Mat<'a> {
+impl<'a, T: Real> Mat<'a, T> {
     /// A contiguous `rows x cols` matrix, transposed when `t`.
-    pub fn new(data: &'a [f32], cols: usize, t: bool) -> Self {
+    pub fn new(data: &'a [T], cols: usize, t: bool) -> Self {
         if t {
             Mat {
                 data,
@@ -52,30 +53,56 @@ pub(crate) fn summing<T>(products: Products, f: impl FnOnce() -> T) -> T {
 /// The CPU backend is the reference the CUDA backend and PyTorch are held to, so by
 /// default ([`Products::Exact`]) its products are accurate rather than fast: the operands
 /// are widened to f64 (exactly), multiplied with `dgemm`, and each result is rounded to
-/// f32 once. An f32 sum over k
+/// f32 once (an f64 product is dgemm's own). An f32 sum over k
 /// terms carries an error that grows with k; at ResNet depth it was enough to move a ReLU
 /// input that lay within 5e-6 of zero to the other side, and the whole step's gradient
 /// with it. Rounded once, a product is within half an ulp of f32 of the float64 one (up to
 /// f64's own error, 2^29 times smaller).
-pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
+pub(crate) fn gemm<T: Real>(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<T>,
+    b: Mat<T>,
+    beta: f64,
+    c: &mut [T],
+) {
     debug_assert!(c.len() >= m * n);
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         // An empty sum: C = beta * C, and exactly 0 for beta = 0 (C may hold stale NaNs).
-        let scale = |v: &mut f32| *v = if beta == 0.0 { 0.0 } else { *v * beta };
+        let scale = |v: &mut T| {
+            *v = if beta == 0.0 {
+                T::zero()
+            } else {
+                *v * T::of(beta)
+            }
+        };
         c[..m * n].iter_mut().for_each(scale);
         return;
     }
     if PRODUCTS.with(|p| p.get()) == Products::F32 {
-        return sgemm(m, k, n, a, b, beta, c);
+        if let (Some(a32), Some(b32), Some(c32)) = (f32s(a.data), f32s(b.data), f32s_mut(c)) {
+            let a = Mat {
+                data: a32,
+                rs: a.rs,
+                cs: a.cs,
+            };
+            let b = Mat {
+                data: b32,
+                rs: b.rs,
+                cs: b.cs,
+            };
+            return sgemm(m, k, n, a, b, beta as f32, c32);
+        }
     }
     let (a64, b64) = (a.widened(m, k), b.widened(k, n));
     let mut c64: Vec<f64> = if beta == 0.0 {
-        vec![0.0; m * n]
+        vec![0.0f64; m * n]
     } else {
-        c[..m * n].iter().map(|&v| f64::from(v)).collect()
+        c[..m * n].iter().map(|&v| v.f64()).collect()
     };
     // SAFETY: a64 (m x k), b64 (k x n) and c64 (m x n) are contiguous row-major buffers of
     // exactly those sizes, owned here, so nothing aliases.
@@ -91,19 +118,33 @@ pub(crate) fn gemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &
             b64.as_ptr(),
             n as isize,
             1,
-            f64::from(beta),
+            beta,
             c64.as_mut_ptr(),
             n as isize,
             1,
         );
     }
     for (out, v) in c[..m * n].iter_mut().zip(&c64) {
-        *out = *v as f32;
+        *out = T::of(*v);
     }
 }
 
+/// `s` as f32s when `T` is f32 (for [`Products::F32`], which only f32 products have).
+fn f32s<T: Real>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: `T` is f32 (same type id), so the slice is reinterpreted as itself.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr() as *const f32, s.len()) })
+}
+
+/// [`f32s`], mutable.
+fn f32s_mut<T: Real>(s: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: as in `f32s`; the one mutable borrow moves into the result.
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut f32, s.len()) })
+}
+
 /// [`gemm`] summing in f32 (`matrixmultiply::sgemm`, fixed blocking), [`Products::F32`].
-fn sgemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
+fn sgemm(m: usize, k: usize, n: usize, a: Mat<f32>, b: Mat<f32>, beta: f32, c: &mut [f32]) {
     // SAFETY: the checked shapes guarantee that a (m x k with strides rs/cs), b (k x n)
     // and c (m x n, row-major) lie inside their slices, and c does not alias a or b
     // (outputs never overlap inputs: `backend::check_disjoint`).
@@ -127,20 +168,27 @@ fn sgemm(m: usize, k: usize, n: usize, a: Mat, b: Mat, beta: f32, c: &mut [f32])
     }
 }
 
-impl Mat<'_> {
+impl<T: Real> Mat<'_, T> {
     /// The `rows x cols` matrix this view addresses, contiguous and row-major, in f64.
     fn widened(&self, rows: usize, cols: usize) -> Vec<f64> {
         let mut out = Vec::with_capacity(rows * cols);
         for i in 0..rows {
             let row = i * self.rs;
-            out.extend((0..cols).map(|j| f64::from(self.data[row + j * self.cs])));
+            out.extend((0..cols).map(|j| self.data[row + j * self.cs].f64()));
         }
         out
     }
 }
 
 /// `matmul`: `a [rows, k] @ b` with `b [k, n]`, or `b [n, k]` transposed.
-pub(crate) fn matmul(a: &[f32], b: &[f32], y: &mut [f32], k: usize, n: usize, transpose_b: bool) {
+pub(crate) fn matmul<T: Real>(
+    a: &[T],
+    b: &[T],
+    y: &mut [T],
+    k: usize,
+    n: usize,
+    transpose_b: bool,
+) {
     // Rows from the output: with k = 0, `a` is empty but `y` still has rows to zero.
     let rows = y.len().checked_div(n).unwrap_or(0);
     let bm = Mat::new(b, if transpose_b { k } else { n }, transpose_b);
@@ -148,7 +196,7 @@ pub(crate) fn matmul(a: &[f32], b: &[f32], y: &mut [f32], k: usize, n: usize, tr
 }
 
 /// `matmul_tn`: `p [rows, m]^T @ q [rows, n]` -> `[m, n]`.
-pub(crate) fn matmul_tn(p: &[f32], q: &[f32], y: &mut [f32], m: usize, n: usize) {
+pub(crate) fn matmul_tn<T: Real>(p: &[T], q: &[T], y: &mut [T], m: usize, n: usize) {
     let rows = p.len().checked_div(m).unwrap_or(0);
     gemm(
         m,
@@ -162,7 +210,7 @@ pub(crate) fn matmul_tn(p: &[f32], q: &[f32], y: &mut [f32], m: usize, n: usize)
 }
 
 /// `batched_matmul`: one product per leading index.
-pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
+pub(crate) fn batched_matmul<T: Real>(a: &[T], b: &[T], y: &mut [T], d: &Bmm) {
     let (sa, sb, sy) = (d.m * d.k, d.k * d.n, d.m * d.n);
     for i in 0..d.batch {
         let ai = &a[i * sa..(i + 1) * sa];
@@ -174,25 +222,25 @@ pub(crate) fn batched_matmul(a: &[f32], b: &[f32], y: &mut [f32], d: &Bmm) {
 }
 
 /// `addmm`: `a [M, K] @ b [K, N] + bias [N]` (`b [N, K]` when `transpose_b`).
-pub(crate) fn addmm(
-    bias: &[f32],
-    a: &[f32],
-    b: &[f32],
-    y: &mut [f32],
+pub(crate) fn addmm<T: Real>(
+    bias: &[T],
+    a: &[T],
+    b: &[T],
+    y: &mut [T],
     k: usize,
     n: usize,
     transpose_b: bool,
 ) {
     matmul(a, b, y, k, n, transpose_b);
     for row in y.chunks_mut(n.max(1)) {
-        for (v, b) in row.iter_mut().zip(bias) {
+        for (v, &b) in row.iter_mut().zip(bias) {
             *v += b;
         }
     }
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Linalg, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Linalg, io: Io<T>) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Linalg::MatMul { transpose_b } => {

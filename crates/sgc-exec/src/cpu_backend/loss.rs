@@ -1,40 +1,51 @@
 //! Losses: cross-entropy over logits, negative log-likelihood over log-probabilities;
 //! sums in f64, in row order.
 
-use super::{f, idx, last, Indices, Io, R};
+use super::{f, idx, last, Host, Indices, Io, R};
 use crate::ops::loss::{classes, Loss};
+use crate::real::Real;
 
 /// Log-sum-exp of one row and its maximum.
-fn lse(row: &[f32]) -> (f32, f64) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let s: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();
-    (max, s.ln() + max as f64)
+fn lse<T: Real>(row: &[T]) -> (T, f64) {
+    let max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+    let s: f64 = row.iter().map(|&v| (v - max).f64().exp()).sum();
+    (max, s.ln() + max.f64())
 }
 
 /// `cross_entropy`: mean over rows of `lse(row) - row[label]`.
-pub(crate) fn cross_entropy(logits: &[f32], labels: &Indices, loss: &mut [f32], c: usize) -> R {
+pub(crate) fn cross_entropy<T: Real>(
+    logits: &[T],
+    labels: &Indices,
+    loss: &mut [T],
+    c: usize,
+) -> R {
     let rows = labels.len();
     let mut total = 0f64;
     for r in 0..rows {
         let row = &logits[r * c..(r + 1) * c];
         let l = labels.get(r, c)?;
-        total += lse(row).1 - row[l] as f64;
+        total += lse(row).1 - row[l].f64();
     }
-    loss[0] = (total / rows.max(1) as f64) as f32;
+    loss[0] = T::of(total / rows.max(1) as f64);
     Ok(())
 }
 
 /// `cross_entropy_grad`: `(softmax(row) - onehot(label)) / rows`.
-pub(crate) fn cross_entropy_grad(logits: &[f32], labels: &Indices, dx: &mut [f32], c: usize) -> R {
+pub(crate) fn cross_entropy_grad<T: Real>(
+    logits: &[T],
+    labels: &Indices,
+    dx: &mut [T],
+    c: usize,
+) -> R {
     let rows = labels.len();
     for r in 0..rows {
         let row = &logits[r * c..(r + 1) * c];
         let l = labels.get(r, c)?;
         let (_, lse) = lse(row);
         for j in 0..c {
-            let p = ((row[j] as f64) - lse).exp();
+            let p = (row[j].f64() - lse).exp();
             let t = if j == l { 1.0 } else { 0.0 };
-            dx[r * c + j] = ((p - t) / rows as f64) as f32;
+            dx[r * c + j] = T::of((p - t) / rows as f64);
         }
     }
     Ok(())
@@ -46,10 +57,10 @@ fn at((c, inner): (usize, usize), r: usize, l: usize) -> usize {
 }
 
 /// `nll_loss_forward`, mean reduction: `(loss, total_weight)`.
-pub(crate) fn nll_loss(
-    logp: &[f32],
+pub(crate) fn nll_loss<T: Real>(
+    logp: &[T],
     t: &Indices,
-    outs: &mut [&mut [f32]],
+    outs: &mut [&mut [T]],
     (c, inner): (usize, usize),
     ignore: i64,
 ) -> R {
@@ -58,24 +69,24 @@ pub(crate) fn nll_loss(
         if t.raw(r) == ignore {
             continue;
         }
-        s -= f64::from(logp[at((c, inner), r, t.get(r, c)?)]);
+        s -= logp[at((c, inner), r, t.get(r, c)?)].f64();
         count += 1;
     }
-    outs[0][0] = (s / count as f64) as f32;
-    outs[1][0] = count as f32;
+    outs[0][0] = T::of(s / count as f64);
+    outs[1][0] = T::of(count as f64);
     Ok(())
 }
 
 /// `nll_loss_backward`, mean reduction: `-dloss / total_weight` at each target.
-pub(crate) fn nll_loss_backward(
-    dloss: &[f32],
+pub(crate) fn nll_loss_backward<T: Real>(
+    dloss: &[T],
     t: &Indices,
-    total: &[f32],
-    dx: &mut [f32],
+    total: &[T],
+    dx: &mut [T],
     (c, inner): (usize, usize),
     ignore: i64,
 ) -> R {
-    dx.fill(0.0);
+    dx.fill(T::zero());
     let g = -dloss[0] / total[0];
     for r in 0..t.len() {
         if t.raw(r) != ignore {
@@ -86,7 +97,7 @@ pub(crate) fn nll_loss_backward(
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Loss, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Loss, io: Io<T>) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Loss::CrossEntropy => {

@@ -2,10 +2,10 @@
 //! over both operands broadcast to the output first.
 
 use super::shape::expand_pair;
-use super::{f, Io, R};
+use super::{f, Host, Io, R};
 use crate::ops::math::{clamp, Math};
 
-pub(super) fn run(k: &Math, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Math, io: Io<T>) -> R {
     match k {
         Math::Of(func) => {
             for (y, &x) in io.outs[0].iter_mut().zip(f(&io.ins[0])?) {

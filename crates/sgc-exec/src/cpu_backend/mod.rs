@@ -1,6 +1,8 @@
-//! The CPU reference backend: f32 kernels in plain Rust, matmul through
-//! `matrixmultiply::sgemm`, convolution through im2col + sgemm; f16 and bf16 operands are
-//! widened to f32 around each kernel and rounded back ([`widen`]).
+//! The CPU reference backend: kernels in plain Rust, each written once over f32 and f64
+//! ([`Real`]), matmul through `matrixmultiply` (f64 sums), convolution through im2col and
+//! the same products; f16 and bf16 operands are widened to f32 around each kernel and
+//! rounded back ([`widen`]). A kernel with an f64 operand runs in f64; every float operand
+//! of it must then be f64, as PyTorch promotes.
 //!
 //! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
 //! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
@@ -31,6 +33,7 @@ pub(crate) use crate::widening::is_half;
 use crate::backend::{AllocStats, Backend, BufferId, HostCopy, Operand, View, ViewStep};
 use crate::error::{ExecError, KernelError};
 use crate::kernel::{FamilyKernel, Kernel};
+use crate::real::Real;
 use sgc_ir::DType;
 
 /// What a kernel returns: `Ok`, or the error naming what its operands got wrong.
@@ -80,13 +83,62 @@ impl Indices<'_> {
 /// A read operand copied out of its buffer (a materialised view, an in-place input).
 enum Owned {
     F32(Vec<f32>),
+    F64(Vec<f64>),
     I64(Vec<i64>),
 }
 
 /// An operand resolved to host memory.
-enum Slice<'a> {
+pub(crate) enum Slice<'a> {
     F32(&'a [f32]),
+    F64(&'a [f64]),
     Idx(Indices<'a>),
+}
+
+/// A float type the CPU backend's kernels run in ([`Real`]), with how its operands are
+/// read and written.
+pub(crate) trait Host: Real {
+    /// The elements of `s`, if it holds this type.
+    fn of_slice<'a>(s: &Slice<'a>) -> Option<&'a [Self]>;
+
+    /// The elements of `o` (a view materialised), copied.
+    fn read(be: &mut CpuBackend, o: &Operand) -> Result<Vec<Self>, ExecError>;
+
+    /// Native-endian bytes of `v`.
+    fn bytes_of(v: &[Self]) -> Vec<u8>;
+}
+
+impl Host for f32 {
+    fn of_slice<'a>(s: &Slice<'a>) -> Option<&'a [Self]> {
+        match s {
+            Slice::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn read(be: &mut CpuBackend, o: &Operand) -> Result<Vec<Self>, ExecError> {
+        be.f32_of(o)
+    }
+
+    fn bytes_of(v: &[Self]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+}
+
+impl Host for f64 {
+    fn of_slice<'a>(s: &Slice<'a>) -> Option<&'a [Self]> {
+        match s {
+            Slice::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn read(be: &mut CpuBackend, o: &Operand) -> Result<Vec<Self>, ExecError> {
+        be.f64_of(o)
+    }
+
+    fn bytes_of(v: &[Self]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
 }
 
 /// The CPU device: host buffers and allocation counters.
@@ -172,6 +224,7 @@ impl CpuBackend {
         Ok(unsafe {
             match op.dtype {
                 DType::F32 => Slice::F32(std::slice::from_raw_parts(p as *const f32, n)),
+                DType::F64 => Slice::F64(std::slice::from_raw_parts(p as *const f64, n)),
                 DType::I64 => {
                     Slice::Idx(Indices::I64(std::slice::from_raw_parts(p as *const i64, n)))
                 }
@@ -188,14 +241,21 @@ impl CpuBackend {
         })
     }
 
-    fn write_slice<'a>(&mut self, op: &Operand) -> Result<&'a mut [f32], ExecError> {
-        if op.dtype != DType::F32 {
-            return Err(ExecError::backend(NAME, "written operands must be f32"));
+    fn write_slice<'a, T: Host>(&mut self, op: &Operand) -> Result<&'a mut [T], ExecError> {
+        if op.dtype != T::DTYPE {
+            return Err(ExecError::backend(
+                NAME,
+                format!(
+                    "a kernel computing in {} writes a {} operand (every float operand of a kernel with an f64 operand must be f64)",
+                    T::DTYPE.as_str(),
+                    op.dtype.as_str()
+                ),
+            ));
         }
         let p = self.ptr(op)?;
         // SAFETY: as in `read_slice`; written operands are pairwise disjoint and disjoint
-        // from every read operand.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut f32, op.numel()) })
+        // from every read operand; `range` checked the alignment for `T`'s dtype.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut T, op.numel()) })
     }
 }
 
@@ -208,9 +268,9 @@ impl Backend for CpuBackend {
         true
     }
 
-    /// Also f16 and bf16: widened to f32 around each kernel ([`crate::widening`]).
+    /// Also f16 and bf16 (widened to f32 around each kernel: [`crate::widening`]), and f64.
     fn holds(&self, dtype: DType) -> bool {
-        crate::backend::BASE_DTYPES.contains(&dtype) || is_half(dtype)
+        crate::backend::BASE_DTYPES.contains(&dtype) || is_half(dtype) || dtype == DType::F64
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<BufferId, ExecError> {
@@ -264,55 +324,11 @@ impl Backend for CpuBackend {
         {
             return Ok(());
         }
-        let sgd = kernel.writes_first_input();
-        let (read, written) = if sgd {
-            (&inputs[1..], &inputs[..1])
+        if inputs.iter().chain(outputs).any(|o| o.dtype == DType::F64) {
+            self.launch::<f64>(kernel, inputs, outputs)
         } else {
-            (inputs, outputs)
-        };
-        // An input that an output exactly is (an in-place pair) is read from a copy, so no
-        // shared and mutable slice ever alias.
-        let copies: Vec<Option<Owned>> = read
-            .iter()
-            .map(|o| {
-                if o.view.is_some() && o.dtype == DType::I64 {
-                    self.i64_of(o).map(|v| Some(Owned::I64(v)))
-                } else if let Some(view) = &o.view {
-                    self.materialize(o, view).map(|v| Some(Owned::F32(v)))
-                } else if written.iter().any(|w| w == o) {
-                    match self.read_slice(o)? {
-                        Slice::F32(v) => Ok(Some(Owned::F32(v.to_vec()))),
-                        Slice::Idx(_) => Err(ExecError::backend(NAME, "in-place index operand")),
-                    }
-                } else {
-                    Ok(None)
-                }
-            })
-            .collect::<Result<_, ExecError>>()?;
-        let ins = read
-            .iter()
-            .zip(&copies)
-            .map(|(o, c)| match c {
-                Some(Owned::F32(v)) => Ok(Slice::F32(v.as_slice())),
-                Some(Owned::I64(v)) => Ok(Slice::Idx(Indices::I64(v.as_slice()))),
-                None => self.read_slice(o),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut outs = written
-            .iter()
-            .map(|o| self.write_slice(o))
-            .collect::<Result<Vec<_>, _>>()?;
-        let io = Io {
-            ins: &ins,
-            outs: &mut outs,
-            ops_in: inputs,
-            ops_out: outputs,
-        };
-        linalg::summing(self.products, || run(kernel, io)).map_err(|error| ExecError::Kernel {
-            backend: NAME.to_string(),
-            kernel: kernel.name(),
-            error: Box::new(error),
-        })
+            self.launch::<f32>(kernel, inputs, outputs)
+        }
     }
 
     fn synchronize(&mut self) -> Result<(), ExecError> {
@@ -377,6 +393,76 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// Runs `kernel` on plain slices, computing in `T`.
+    fn launch<T: Host>(
+        &mut self,
+        kernel: &Kernel,
+        inputs: &[Operand],
+        outputs: &[Operand],
+    ) -> Result<(), ExecError> {
+        let sgd = kernel.writes_first_input();
+        let (read, written) = if sgd {
+            (&inputs[1..], &inputs[..1])
+        } else {
+            (inputs, outputs)
+        };
+        // An input that an output exactly is (an in-place pair) is read from a copy, so no
+        // shared and mutable slice ever alias.
+        let copies: Vec<Option<Owned>> = read
+            .iter()
+            .map(|o| {
+                if let Some(view) = &o.view {
+                    self.owned_view(o, view).map(Some)
+                } else if written.iter().any(|w| w == o) {
+                    match self.read_slice(o)? {
+                        Slice::F32(v) => Ok(Some(Owned::F32(v.to_vec()))),
+                        Slice::F64(v) => Ok(Some(Owned::F64(v.to_vec()))),
+                        Slice::Idx(_) => Err(ExecError::backend(NAME, "in-place index operand")),
+                    }
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<_, ExecError>>()?;
+        let ins = read
+            .iter()
+            .zip(&copies)
+            .map(|(o, c)| match c {
+                Some(Owned::F32(v)) => Ok(Slice::F32(v.as_slice())),
+                Some(Owned::F64(v)) => Ok(Slice::F64(v.as_slice())),
+                Some(Owned::I64(v)) => Ok(Slice::Idx(Indices::I64(v.as_slice()))),
+                None => self.read_slice(o),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outs = written
+            .iter()
+            .map(|o| self.write_slice::<T>(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let io = Io {
+            ins: &ins,
+            outs: &mut outs,
+            ops_in: inputs,
+            ops_out: outputs,
+        };
+        linalg::summing(self.products, || run(kernel, io)).map_err(|error| ExecError::Kernel {
+            backend: NAME.to_string(),
+            kernel: kernel.name(),
+            error: Box::new(error),
+        })
+    }
+
+    /// A view operand's elements, materialised: i64 and f64 as such, anything else as f32
+    /// words.
+    fn owned_view(&mut self, o: &Operand, view: &View) -> Result<Owned, ExecError> {
+        Ok(match o.dtype {
+            DType::I64 => Owned::I64(self.i64_of(o)?),
+            DType::F64 => Owned::F64(self.f64_of(o)?),
+            _ => Owned::F32(self.materialize(o, view)?),
+        })
+    }
+}
+
+impl CpuBackend {
     /// The host pool's bytes of `copy`, checked to lie inside the pool.
     fn host_range(&self, copy: &HostCopy) -> Result<std::ops::Range<usize>, ExecError> {
         let end = copy.host_offset.checked_add(copy.bytes);
@@ -402,7 +488,7 @@ impl CpuBackend {
     fn materialize(&mut self, o: &Operand, view: &View) -> Result<Vec<f32>, ExecError> {
         let words = match o.dtype {
             DType::F32 | DType::I32 | DType::Bool | DType::U8 => 1,
-            DType::I64 => 2,
+            DType::I64 | DType::F64 => 2,
             _ => {
                 return Err(ExecError::backend(
                     NAME,
@@ -495,7 +581,7 @@ impl CpuBackend {
         let words = self.materialize(o, view)?;
         Ok(match o.dtype.size() {
             1 => words.into_iter().map(|w| w.to_bits() as u8).collect(),
-            // f32, i32 (bits moved as f32 words), i64 (two words each).
+            // f32, i32 (bits moved as f32 words), i64 and f64 (two words each).
             4 | 8 => words.into_iter().flat_map(f32::to_ne_bytes).collect(),
             _ => {
                 return Err(ExecError::backend(
@@ -517,6 +603,20 @@ impl CpuBackend {
         };
         let word = |c: &[u8]| i64::from_ne_bytes(c.try_into().unwrap_or([0; 8]));
         Ok(bytes.chunks_exact(8).map(word).collect())
+    }
+
+    /// The f64 elements of `o` (a view materialised), copied.
+    fn f64_of(&mut self, o: &Operand) -> Result<Vec<f64>, ExecError> {
+        Ok(self
+            .i64_of(o)?
+            .into_iter()
+            .map(|v| f64::from_bits(v as u64))
+            .collect())
+    }
+
+    /// Writes float values at `o`.
+    fn write_floats<T: Host>(&mut self, o: &Operand, values: &[T]) -> Result<(), ExecError> {
+        self.write(o.buffer, o.offset, &T::bytes_of(values))
     }
 
     /// Writes i64 values at `o`.
@@ -568,17 +668,23 @@ fn byte_operand(buffer: BufferId, offset: u64, len: usize) -> Operand {
     Operand::new(buffer, offset, DType::U8, vec![len])
 }
 
-fn f<'a>(s: &'a Slice<'a>) -> Result<&'a [f32], KernelError> {
-    match s {
-        Slice::F32(v) => Ok(v),
-        Slice::Idx(_) => Err(wrong_dtype("f32 data", "integer indices")),
-    }
+/// The float elements of `s`, of the type the kernel computes in.
+fn f<'a, T: Host>(s: &'a Slice<'a>) -> Result<&'a [T], KernelError> {
+    T::of_slice(s).ok_or_else(|| wrong_dtype(T::DTYPE.as_str(), found(s)))
 }
 
 fn idx<'a>(s: &'a Slice) -> Result<&'a Indices<'a>, KernelError> {
     match s {
         Slice::Idx(v) => Ok(v),
-        Slice::F32(_) => Err(wrong_dtype("integer indices", "f32")),
+        _ => Err(wrong_dtype("integer indices", found(s))),
+    }
+}
+
+fn found(s: &Slice) -> &'static str {
+    match s {
+        Slice::F32(_) => "f32",
+        Slice::F64(_) => "f64",
+        Slice::Idx(_) => "integer indices",
     }
 }
 
@@ -592,15 +698,15 @@ fn wrong_dtype(expected: &'static str, found: &'static str) -> KernelError {
 
 /// One launch's operands: their memory (`ins`, `outs`) and the operands themselves (for
 /// shapes).
-pub(crate) struct Io<'s, 'a> {
+pub(crate) struct Io<'s, 'a, T> {
     ins: &'s [Slice<'a>],
-    outs: &'s mut [&'a mut [f32]],
+    outs: &'s mut [&'a mut [T]],
     ops_in: &'s [Operand],
     ops_out: &'s [Operand],
 }
 
 /// The dispatch: each family's kernels run in the module of the family's name.
-fn run(k: &Kernel, io: Io) -> R {
+fn run<T: Host>(k: &Kernel, io: Io<T>) -> R {
     match k.op() {
         FamilyKernel::Linalg(k) => linalg::run(k, io),
         FamilyKernel::Elementwise(k) => elementwise::run(k, io),

@@ -1,9 +1,10 @@
 //! Normalisations, softmax and log-softmax: reductions in f64, in a fixed order.
 
 use super::shape::transpose;
-use super::{f, last, trailing, Io, R};
+use super::{f, last, trailing, Host, Io, R};
 use crate::error::KernelError;
 use crate::ops::norm::{axis_last, inverse, Norm};
+use crate::real::Real;
 
 /// Layout of a norm: `outer x feat x inner` for batch norm (features on axis 1, stats over
 /// outer and inner), `rows x feat` with `inner = 1` per row for layer norm.
@@ -14,14 +15,16 @@ pub(crate) struct NormDims {
     pub inner: usize,
 }
 
-/// `batch_norm`: per channel `c`, statistics over `outer * inner` values.
-pub(crate) fn batch_norm(
-    x: &[f32],
-    gamma: &[f32],
-    beta: &[f32],
-    eps: f32,
+/// `batch_norm`: per channel `c`, statistics over `outer * inner` values. `eps` (here and
+/// in the other norms) is rounded to the kernel's type first, as ATen's float kernels take
+/// it, then added in f64.
+pub(crate) fn batch_norm<T: Real>(
+    x: &[T],
+    gamma: &[T],
+    beta: &[T],
+    eps: f64,
     d: NormDims,
-    out: &mut [&mut [f32]],
+    out: &mut [&mut [T]],
 ) {
     let m = (d.outer * d.inner) as f64;
     for c in 0..d.feat {
@@ -29,10 +32,10 @@ pub(crate) fn batch_norm(
             (0..d.outer)
                 .flat_map(move |o| (0..d.inner).map(move |i| (o * d.feat + c) * d.inner + i))
         };
-        let mean = vals().map(|i| x[i] as f64).sum::<f64>() / m;
-        let var = vals().map(|i| (x[i] as f64 - mean).powi(2)).sum::<f64>() / m;
-        let invstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-        let mean = mean as f32;
+        let mean = vals().map(|i| x[i].f64()).sum::<f64>() / m;
+        let var = vals().map(|i| (x[i].f64() - mean).powi(2)).sum::<f64>() / m;
+        let invstd = T::of(1.0 / (var + T::of(eps).f64()).sqrt());
+        let mean = T::of(mean);
         for i in vals() {
             out[0][i] = (x[i] - mean) * invstd * gamma[c] + beta[c];
         }
@@ -42,7 +45,7 @@ pub(crate) fn batch_norm(
 }
 
 /// `batch_norm_grad`: `dx = gamma*invstd/M * (M*dy - sum dy - xhat * sum dy*xhat)`.
-pub(crate) fn batch_norm_grad(ins: [&[f32]; 5], d: NormDims, out: &mut [&mut [f32]]) {
+pub(crate) fn batch_norm_grad<T: Real>(ins: [&[T]; 5], d: NormDims, out: &mut [&mut [T]]) {
     let [x, gamma, mean, invstd, dy] = ins;
     let m = (d.outer * d.inner) as f64;
     for c in 0..d.feat {
@@ -50,34 +53,34 @@ pub(crate) fn batch_norm_grad(ins: [&[f32]; 5], d: NormDims, out: &mut [&mut [f3
             (0..d.outer)
                 .flat_map(move |o| (0..d.inner).map(move |i| (o * d.feat + c) * d.inner + i))
         };
-        let xhat = |i: usize| ((x[i] - mean[c]) * invstd[c]) as f64;
-        let dbeta: f64 = vals().map(|i| dy[i] as f64).sum();
-        let dgamma: f64 = vals().map(|i| dy[i] as f64 * xhat(i)).sum();
-        let k = gamma[c] as f64 * invstd[c] as f64 / m;
+        let xhat = |i: usize| ((x[i] - mean[c]) * invstd[c]).f64();
+        let dbeta: f64 = vals().map(|i| dy[i].f64()).sum();
+        let dgamma: f64 = vals().map(|i| dy[i].f64() * xhat(i)).sum();
+        let k = gamma[c].f64() * invstd[c].f64() / m;
         for i in vals() {
-            out[0][i] = (k * (m * dy[i] as f64 - dbeta - xhat(i) * dgamma)) as f32;
+            out[0][i] = T::of(k * (m * dy[i].f64() - dbeta - xhat(i) * dgamma));
         }
-        out[1][c] = dgamma as f32;
-        out[2][c] = dbeta as f32;
+        out[1][c] = T::of(dgamma);
+        out[2][c] = T::of(dbeta);
     }
 }
 
 /// `layer_norm` over rows of `feat` values.
-pub(crate) fn layer_norm(
-    x: &[f32],
-    gamma: &[f32],
-    beta: &[f32],
-    eps: f32,
+pub(crate) fn layer_norm<T: Real>(
+    x: &[T],
+    gamma: &[T],
+    beta: &[T],
+    eps: f64,
     feat: usize,
-    out: &mut [&mut [f32]],
+    out: &mut [&mut [T]],
 ) {
     let rows = x.len().checked_div(feat).unwrap_or(0);
     for r in 0..rows {
         let row = &x[r * feat..(r + 1) * feat];
-        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / feat as f64;
-        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / feat as f64;
-        let rstd = (1.0 / (var + eps as f64).sqrt()) as f32;
-        let mean = mean as f32;
+        let mean = row.iter().map(|&v| v.f64()).sum::<f64>() / feat as f64;
+        let var = row.iter().map(|&v| (v.f64() - mean).powi(2)).sum::<f64>() / feat as f64;
+        let rstd = T::of(1.0 / (var + T::of(eps).f64()).sqrt());
+        let mean = T::of(mean);
         for (j, &v) in row.iter().enumerate() {
             out[0][r * feat + j] = (v - mean) * rstd * gamma[j] + beta[j];
         }
@@ -88,7 +91,7 @@ pub(crate) fn layer_norm(
 
 /// `layer_norm_grad`: per row, `dx = rstd/D * (D*g - sum g - xhat * sum g*xhat)` with
 /// `g = dy * gamma`; `dgamma`, `dbeta` summed over rows in order.
-pub(crate) fn layer_norm_grad(ins: [&[f32]; 5], feat: usize, out: &mut [&mut [f32]]) {
+pub(crate) fn layer_norm_grad<T: Real>(ins: [&[T]; 5], feat: usize, out: &mut [&mut [T]]) {
     let [x, gamma, mean, rstd, dy] = ins;
     let rows = x.len().checked_div(feat).unwrap_or(0);
     let mut dgamma = vec![0f64; feat];
@@ -96,72 +99,74 @@ pub(crate) fn layer_norm_grad(ins: [&[f32]; 5], feat: usize, out: &mut [&mut [f3
     let dd = feat as f64;
     for r in 0..rows {
         let at = |j: usize| r * feat + j;
-        let xhat = |j: usize| ((x[at(j)] - mean[r]) * rstd[r]) as f64;
-        let g = |j: usize| dy[at(j)] as f64 * gamma[j] as f64;
+        let xhat = |j: usize| ((x[at(j)] - mean[r]) * rstd[r]).f64();
+        let g = |j: usize| dy[at(j)].f64() * gamma[j].f64();
         let sg: f64 = (0..feat).map(g).sum();
         let sgx: f64 = (0..feat).map(|j| g(j) * xhat(j)).sum();
         for j in 0..feat {
-            out[0][at(j)] = (rstd[r] as f64 / dd * (dd * g(j) - sg - xhat(j) * sgx)) as f32;
-            dgamma[j] += dy[at(j)] as f64 * xhat(j);
-            dbeta[j] += dy[at(j)] as f64;
+            out[0][at(j)] = T::of(rstd[r].f64() / dd * (dd * g(j) - sg - xhat(j) * sgx));
+            dgamma[j] += dy[at(j)].f64() * xhat(j);
+            dbeta[j] += dy[at(j)].f64();
         }
     }
     for j in 0..feat {
-        out[1][j] = dgamma[j] as f32;
-        out[2][j] = dbeta[j] as f32;
+        out[1][j] = T::of(dgamma[j]);
+        out[2][j] = T::of(dbeta[j]);
     }
 }
 
 /// `softmax` of `scale * x` over rows of `n`; with `causal`, row `q` of each `n x n`
 /// block keeps keys `0..=q` only (the others get probability 0).
-pub(crate) fn softmax(x: &[f32], y: &mut [f32], n: usize, scale: f32, causal: bool) {
+pub(crate) fn softmax<T: Real>(x: &[T], y: &mut [T], n: usize, scale: f64, causal: bool) {
+    let scale = T::of(scale);
     let rows = x.len().checked_div(n).unwrap_or(0);
     for r in 0..rows {
         let keep = if causal { (r % n) + 1 } else { n };
         let (xr, yr) = (&x[r * n..(r + 1) * n], &mut y[r * n..(r + 1) * n]);
         let max = xr[..keep]
             .iter()
-            .fold(f32::NEG_INFINITY, |m, &v| m.max(scale * v));
+            .fold(T::neg_infinity(), |m, &v| m.max(scale * v));
         let mut sum = 0f64;
         for j in 0..keep {
             let e = (scale * xr[j] - max).exp();
             yr[j] = e;
-            sum += e as f64;
+            sum += e.f64();
         }
-        let inv = (1.0 / sum) as f32;
+        let inv = T::of(1.0 / sum);
         yr[..keep].iter_mut().for_each(|v| *v *= inv);
-        yr[keep..].fill(0.0);
+        yr[keep..].fill(T::zero());
     }
 }
 
 /// `softmax_grad`: `scale * y * (dy - sum(dy * y))` per row.
-pub(crate) fn softmax_grad(y: &[f32], dy: &[f32], dx: &mut [f32], n: usize, scale: f32) {
+pub(crate) fn softmax_grad<T: Real>(y: &[T], dy: &[T], dx: &mut [T], n: usize, scale: f64) {
+    let scale = T::of(scale);
     let rows = y.len().checked_div(n).unwrap_or(0);
     for r in 0..rows {
         let s = r * n..(r + 1) * n;
         let dot: f64 = y[s.clone()]
             .iter()
             .zip(&dy[s.clone()])
-            .map(|(a, b)| (a * b) as f64)
+            .map(|(&a, &b)| (a * b).f64())
             .sum();
         for i in s {
-            dx[i] = scale * y[i] * (dy[i] - dot as f32);
+            dx[i] = scale * y[i] * (dy[i] - T::of(dot));
         }
     }
 }
 
 /// Runs `f` on all three results, the ones `mask` leaves out in scratch buffers.
-fn with_masked(
+fn with_masked<T: Real>(
     mask: [bool; 3],
     sizes: [usize; 3],
-    outs: &mut [&mut [f32]],
-    f: impl FnOnce(&mut [&mut [f32]]),
+    outs: &mut [&mut [T]],
+    f: impl FnOnce(&mut [&mut [T]]),
 ) {
-    let mut scratch: Vec<Vec<f32>> = (0..3)
-        .map(|i| vec![0.0; if mask[i] { 0 } else { sizes[i] }])
+    let mut scratch: Vec<Vec<T>> = (0..3)
+        .map(|i| vec![T::zero(); if mask[i] { 0 } else { sizes[i] }])
         .collect();
     let mut given = outs.iter_mut();
-    let mut all: Vec<&mut [f32]> = Vec::with_capacity(3);
+    let mut all: Vec<&mut [T]> = Vec::with_capacity(3);
     for (i, s) in scratch.iter_mut().enumerate() {
         if mask[i] {
             all.push(given.next().map(|o| &mut **o).unwrap_or(&mut []));
@@ -174,29 +179,29 @@ fn with_masked(
 
 /// `sgc.batch_norm_update_stats`: `var = 1/invstd^2 - eps`, unbiased by
 /// `count/(count-1)`, each statistic moved `momentum` of the way to the batch's.
-pub(crate) fn batch_norm_update_stats(
-    ins: [&[f32]; 4],
-    momentum: f32,
-    eps: f32,
+pub(crate) fn batch_norm_update_stats<T: Real>(
+    ins: [&[T]; 4],
+    momentum: f64,
+    eps: f64,
     count: u64,
-    outs: &mut [&mut [f32]],
+    outs: &mut [&mut [T]],
 ) {
     let [rm, rv, mean, invstd] = ins;
     let unbias = count as f64 / (count as f64 - 1.0);
-    let m = f64::from(momentum);
+    let (m, eps) = (T::of(momentum).f64(), T::of(eps).f64());
     for c in 0..rm.len() {
-        let var = 1.0 / (f64::from(invstd[c]) * f64::from(invstd[c])) - f64::from(eps);
-        outs[0][c] = ((1.0 - m) * f64::from(rm[c]) + m * f64::from(mean[c])) as f32;
-        outs[1][c] = ((1.0 - m) * f64::from(rv[c]) + m * var * unbias) as f32;
+        let var = 1.0 / (invstd[c].f64() * invstd[c].f64()) - eps;
+        outs[0][c] = T::of((1.0 - m) * rm[c].f64() + m * mean[c].f64());
+        outs[1][c] = T::of((1.0 - m) * rv[c].f64() + m * var * unbias);
     }
 }
 
 /// Log-softmax over rows of `n`.
-pub(crate) fn log_softmax(x: &[f32], y: &mut [f32], n: usize) {
+pub(crate) fn log_softmax<T: Real>(x: &[T], y: &mut [T], n: usize) {
     for (xr, yr) in x.chunks(n.max(1)).zip(y.chunks_mut(n.max(1))) {
-        let m = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let s: f64 = xr.iter().map(|&v| f64::from(v - m).exp()).sum();
-        let lse = s.ln() as f32;
+        let m = xr.iter().copied().fold(T::neg_infinity(), T::max);
+        let s: f64 = xr.iter().map(|&v| (v - m).f64().exp()).sum();
+        let lse = T::of(s.ln());
         for (y, &v) in yr.iter_mut().zip(xr) {
             *y = v - m - lse;
         }
@@ -204,21 +209,21 @@ pub(crate) fn log_softmax(x: &[f32], y: &mut [f32], n: usize) {
 }
 
 /// `_log_softmax_backward_data`: `dy - exp(y) * sum(dy)` over rows of `n`.
-pub(crate) fn log_softmax_backward(dy: &[f32], y: &[f32], dx: &mut [f32], n: usize) {
+pub(crate) fn log_softmax_backward<T: Real>(dy: &[T], y: &[T], dx: &mut [T], n: usize) {
     let rows = dy.chunks(n.max(1)).zip(y.chunks(n.max(1)));
     for ((dr, yr), xr) in rows.zip(dx.chunks_mut(n.max(1))) {
-        let s: f64 = dr.iter().map(|&v| f64::from(v)).sum();
+        let s: f64 = dr.iter().map(|&v| v.f64()).sum();
         for ((x, &d), &v) in xr.iter_mut().zip(dr).zip(yr) {
-            *x = d - (f64::from(v).exp() * s) as f32;
+            *x = d - T::of(v.f64().exp() * s);
         }
     }
 }
 
 /// Runs a kernel of the family.
-pub(super) fn run(k: &Norm, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Norm, io: Io<T>) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     let ins_f =
-        |n: usize| -> Result<Vec<&[f32]>, KernelError> { io.ins[..n].iter().map(f).collect() };
+        |n: usize| -> Result<Vec<&[T]>, KernelError> { io.ins[..n].iter().map(f).collect() };
     match k {
         Norm::BatchNorm { eps } => {
             let d = bn_dims(sh(0));
@@ -243,15 +248,14 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
             let [dy, x, gamma, mean, invstd] = five(&ins_f(5)?);
             let d = bn_dims(sh(1));
             let sizes = [x.len(), d.feat, d.feat];
-            let grad =
-                |all: &mut [&mut [f32]]| batch_norm_grad([x, gamma, mean, invstd, dy], d, all);
+            let grad = |all: &mut [&mut [T]]| batch_norm_grad([x, gamma, mean, invstd, dy], d, all);
             with_masked(*mask, sizes, io.outs, grad)
         }
         Norm::LayerNormBackward { mask, axes } => {
             let [dy, x, mean, rstd, gamma] = five(&ins_f(5)?);
             let feat = trailing(sh(1), *axes);
             let grad =
-                |all: &mut [&mut [f32]]| layer_norm_grad([x, gamma, mean, rstd, dy], feat, all);
+                |all: &mut [&mut [T]]| layer_norm_grad([x, gamma, mean, rstd, dy], feat, all);
             with_masked(*mask, [x.len(), feat, feat], io.outs, grad)
         }
         Norm::BatchNormUpdateStats {
@@ -293,32 +297,32 @@ pub(super) fn run(k: &Norm, io: Io) -> R {
 /// `f(inputs, output, c)` of a kernel over the last axis, run over `axis` of operands of
 /// shape `shape`: when `axis` is not last, on copies with it moved last, the result moved
 /// back.
-fn along(
+fn along<T: Real>(
     axis: usize,
     shape: &[usize],
-    ins: &[&[f32]],
-    y: &mut [f32],
-    f: impl Fn(&[&[f32]], &mut [f32], usize),
+    ins: &[&[T]],
+    y: &mut [T],
+    f: impl Fn(&[&[T]], &mut [T], usize),
 ) {
     let Some(perm) = axis_last(axis, shape.len()) else {
         return f(ins, y, last(shape));
     };
-    let moved: Vec<Vec<f32>> = ins
+    let moved: Vec<Vec<T>> = ins
         .iter()
         .map(|x| {
-            let mut m = vec![0.0; x.len()];
+            let mut m = vec![T::zero(); x.len()];
             transpose(x, &mut m, shape, &perm);
             m
         })
         .collect();
-    let views: Vec<&[f32]> = moved.iter().map(Vec::as_slice).collect();
-    let mut out = vec![0.0; y.len()];
+    let views: Vec<&[T]> = moved.iter().map(Vec::as_slice).collect();
+    let mut out = vec![T::zero(); y.len()];
     f(&views, &mut out, shape[axis]);
     let moved_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
     transpose(&out, y, &moved_shape, &inverse(&perm));
 }
 
-fn five<'a>(v: &[&'a [f32]]) -> [&'a [f32]; 5] {
+fn five<'a, T: Real>(v: &[&'a [T]]) -> [&'a [T]; 5] {
     [v[0], v[1], v[2], v[3], v[4]]
 }
 

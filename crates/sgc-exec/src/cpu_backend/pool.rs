@@ -2,10 +2,12 @@
 //! global average) and nearest 2x upsampling over `[N, C, H, W]`.
 
 use super::conv::Window;
-use super::{byte_path, f, idx, CpuBackend, Indices, Io, R};
+use super::{byte_path, f, idx, CpuBackend, Host, Indices, Io, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
 use crate::ops::pool::{adaptive_window, AvgDivisor, Pool};
+use crate::real::Real;
+use sgc_ir::DType;
 
 /// The input positions `(row, column)` of window `(oi, oj)` that lie inside the image.
 pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -15,7 +17,13 @@ pub(crate) fn taps(g: &Window, oi: usize, oj: usize) -> impl Iterator<Item = (us
 }
 
 /// Flat index of the first maximum of window `(plane, oi, oj)`, if any tap is inside.
-pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) -> Option<usize> {
+pub(crate) fn argmax<T: Real>(
+    x: &[T],
+    g: &Window,
+    plane: usize,
+    oi: usize,
+    oj: usize,
+) -> Option<usize> {
     let mut best: Option<usize> = None;
     for ki in 0..g.kh {
         for kj in 0..g.kw {
@@ -31,11 +39,11 @@ pub(crate) fn argmax(x: &[f32], g: &Window, plane: usize, oi: usize, oj: usize) 
 }
 
 /// `max_pool2d` (padding counts as -infinity).
-pub(crate) fn max_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
+pub(crate) fn max_pool2d<T: Real>(x: &[T], y: &mut [T], g: &Window) {
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
-                let v = argmax(x, g, plane, oi, oj).map_or(f32::NEG_INFINITY, |i| x[i]);
+                let v = argmax(x, g, plane, oi, oj).map_or(T::neg_infinity(), |i| x[i]);
                 y[(plane * g.ho + oi) * g.wo + oj] = v;
             }
         }
@@ -43,8 +51,8 @@ pub(crate) fn max_pool2d(x: &[f32], y: &mut [f32], g: &Window) {
 }
 
 /// `max_pool2d_grad`: each window's gradient goes to its first maximum.
-pub(crate) fn max_pool2d_grad(x: &[f32], dy: &[f32], dx: &mut [f32], g: &Window) {
-    dx.fill(0.0);
+pub(crate) fn max_pool2d_grad<T: Real>(x: &[T], dy: &[T], dx: &mut [T], g: &Window) {
+    dx.fill(T::zero());
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
@@ -57,22 +65,22 @@ pub(crate) fn max_pool2d_grad(x: &[f32], dy: &[f32], dx: &mut [f32], g: &Window)
 }
 
 /// `global_avg_pool`: the mean of each `H*W` plane, accumulated in f64.
-pub(crate) fn global_avg_pool(x: &[f32], y: &mut [f32], hw: usize) {
+pub(crate) fn global_avg_pool<T: Real>(x: &[T], y: &mut [T], hw: usize) {
     for (p, y) in y.iter_mut().enumerate() {
-        let s: f64 = x[p * hw..(p + 1) * hw].iter().map(|&v| f64::from(v)).sum();
-        *y = (s / hw as f64) as f32;
+        let s: f64 = x[p * hw..(p + 1) * hw].iter().map(|&v| v.f64()).sum();
+        *y = T::of(s / hw as f64);
     }
 }
 
 /// `global_avg_pool_grad`: `dy / (H*W)` spread over each plane.
-pub(crate) fn global_avg_pool_grad(dy: &[f32], dx: &mut [f32], hw: usize) {
-    for (p, g) in dy.iter().enumerate() {
-        dx[p * hw..(p + 1) * hw].fill(g / hw as f32);
+pub(crate) fn global_avg_pool_grad<T: Real>(dy: &[T], dx: &mut [T], hw: usize) {
+    for (p, &g) in dy.iter().enumerate() {
+        dx[p * hw..(p + 1) * hw].fill(g / T::of(hw as f64));
     }
 }
 
 /// `upsample_nearest2x` of planes `h x w`.
-pub(crate) fn upsample_nearest2x(x: &[f32], y: &mut [f32], h: usize, w: usize) {
+pub(crate) fn upsample_nearest2x<T: Real>(x: &[T], y: &mut [T], h: usize, w: usize) {
     let planes = x.len().checked_div(h * w).unwrap_or(0);
     for p in 0..planes {
         for i in 0..2 * h {
@@ -84,7 +92,7 @@ pub(crate) fn upsample_nearest2x(x: &[f32], y: &mut [f32], h: usize, w: usize) {
 }
 
 /// `upsample_nearest2x_grad`: sum of each 2x2 block, into planes `h x w`.
-pub(crate) fn upsample_nearest2x_grad(dy: &[f32], dx: &mut [f32], h: usize, w: usize) {
+pub(crate) fn upsample_nearest2x_grad<T: Real>(dy: &[T], dx: &mut [T], h: usize, w: usize) {
     let planes = dx.len().checked_div(h * w).unwrap_or(0);
     for p in 0..planes {
         for i in 0..h {
@@ -98,7 +106,7 @@ pub(crate) fn upsample_nearest2x_grad(dy: &[f32], dx: &mut [f32], h: usize, w: u
 
 /// `max_pool2d_with_indices`: each window's maximum (its first, as ATen picks) and the
 /// flat index of that maximum in its `H*W` plane.
-pub(crate) fn max_pool2d_indices(x: &[f32], y: &mut [f32], idx: &mut [i64], g: &Window) {
+pub(crate) fn max_pool2d_indices<T: Real>(x: &[T], y: &mut [T], idx: &mut [i64], g: &Window) {
     let plane_in = g.h * g.w;
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
@@ -110,7 +118,7 @@ pub(crate) fn max_pool2d_indices(x: &[f32], y: &mut [f32], idx: &mut [i64], g: &
                         idx[at] = (i - plane * plane_in) as i64;
                     }
                     None => {
-                        y[at] = f32::NEG_INFINITY;
+                        y[at] = T::neg_infinity();
                         idx[at] = -1;
                     }
                 }
@@ -120,13 +128,13 @@ pub(crate) fn max_pool2d_indices(x: &[f32], y: &mut [f32], idx: &mut [i64], g: &
 }
 
 /// `max_pool2d_with_indices_backward`: each window's gradient added at its index.
-pub(crate) fn max_pool2d_indices_backward(
-    dy: &[f32],
+pub(crate) fn max_pool2d_indices_backward<T: Real>(
+    dy: &[T],
     idx: &Indices,
-    dx: &mut [f32],
+    dx: &mut [T],
     g: &Window,
 ) -> R {
-    dx.fill(0.0);
+    dx.fill(T::zero());
     let plane_in = g.h * g.w;
     let plane_out = g.ho * g.wo;
     for (at, &grad) in dy.iter().enumerate() {
@@ -138,9 +146,9 @@ pub(crate) fn max_pool2d_indices_backward(
 
 /// What window `(oi, oj)`'s sum is divided by (ATen's rule, [`AvgDivisor`]): the extent
 /// of the window clipped to the padded input (`count_pad`), or to the input itself.
-fn avg_divisor(g: &Window, oi: usize, oj: usize, d: AvgDivisor) -> f32 {
+fn avg_divisor<T: Real>(g: &Window, oi: usize, oj: usize, d: AvgDivisor) -> T {
     if let Some(v) = d.value {
-        return v as f32;
+        return T::of(v as f64);
     }
     let extent = |o: usize, k: usize, len: usize, pad: usize| {
         let start = (o * g.stride) as i64 - pad as i64;
@@ -153,15 +161,15 @@ fn avg_divisor(g: &Window, oi: usize, oj: usize, d: AvgDivisor) -> f32 {
     };
     let rows = extent(oi, g.kh, g.h, g.pad[0]);
     let cols = extent(oj, g.kw, g.w, g.pad[1]);
-    (rows * cols).max(1) as f32
+    T::of((rows * cols).max(1) as f64)
 }
 
 /// `avg_pool2d`: each window's sum over its divisor.
-pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window, d: AvgDivisor) {
+pub(crate) fn avg_pool2d<T: Real>(x: &[T], y: &mut [T], g: &Window, d: AvgDivisor) {
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
-                let mut s = 0.0f32;
+                let mut s = T::zero();
                 for (i, j) in taps(g, oi, oj) {
                     s += x[(plane * g.h + i) * g.w + j];
                 }
@@ -172,8 +180,8 @@ pub(crate) fn avg_pool2d(x: &[f32], y: &mut [f32], g: &Window, d: AvgDivisor) {
 }
 
 /// `avg_pool2d_backward`: each window's gradient over its divisor spread on its taps.
-pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window, d: AvgDivisor) {
-    dx.fill(0.0);
+pub(crate) fn avg_pool2d_backward<T: Real>(dy: &[T], dx: &mut [T], g: &Window, d: AvgDivisor) {
+    dx.fill(T::zero());
     for plane in 0..g.n * g.c {
         for oi in 0..g.ho {
             for oj in 0..g.wo {
@@ -189,9 +197,9 @@ pub(crate) fn avg_pool2d_backward(dy: &[f32], dx: &mut [f32], g: &Window, d: Avg
 /// `_adaptive_avg_pool2d`: `x [planes, h, w] -> y [planes, ho, wo]`, each output the mean of
 /// its adaptive window, summed in f32 row by row and divided by the window's height, then
 /// its width, as ATen's CPU kernel does.
-pub(crate) fn adaptive_avg_pool2d(
-    x: &[f32],
-    y: &mut [f32],
+pub(crate) fn adaptive_avg_pool2d<T: Real>(
+    x: &[T],
+    y: &mut [T],
     planes: usize,
     (h, w): (usize, usize),
     (ho, wo): (usize, usize),
@@ -201,13 +209,13 @@ pub(crate) fn adaptive_avg_pool2d(
             let (i0, i1) = adaptive_window(oi, ho, h);
             for oj in 0..wo {
                 let (j0, j1) = adaptive_window(oj, wo, w);
-                let mut s = 0.0f32;
+                let mut s = T::zero();
                 for i in i0..i1 {
                     for j in j0..j1 {
                         s += x[(plane * h + i) * w + j];
                     }
                 }
-                y[(plane * ho + oi) * wo + oj] = s / (i1 - i0) as f32 / (j1 - j0) as f32;
+                y[(plane * ho + oi) * wo + oj] = s / size(i1 - i0) / size(j1 - j0);
             }
         }
     }
@@ -216,20 +224,20 @@ pub(crate) fn adaptive_avg_pool2d(
 /// `_adaptive_avg_pool2d_backward`: each window's gradient, divided by its height then its
 /// width, added to every element of the window (windows overlap where the sizes do not
 /// divide).
-pub(crate) fn adaptive_avg_pool2d_backward(
-    dy: &[f32],
-    dx: &mut [f32],
+pub(crate) fn adaptive_avg_pool2d_backward<T: Real>(
+    dy: &[T],
+    dx: &mut [T],
     planes: usize,
     (h, w): (usize, usize),
     (ho, wo): (usize, usize),
 ) {
-    dx.fill(0.0);
+    dx.fill(T::zero());
     for plane in 0..planes {
         for oi in 0..ho {
             let (i0, i1) = adaptive_window(oi, ho, h);
             for oj in 0..wo {
                 let (j0, j1) = adaptive_window(oj, wo, w);
-                let grad = dy[(plane * ho + oi) * wo + oj] / (i1 - i0) as f32 / (j1 - j0) as f32;
+                let grad = dy[(plane * ho + oi) * wo + oj] / size(i1 - i0) / size(j1 - j0);
                 for i in i0..i1 {
                     for j in j0..j1 {
                         dx[(plane * h + i) * w + j] += grad;
@@ -240,8 +248,13 @@ pub(crate) fn adaptive_avg_pool2d_backward(
     }
 }
 
-/// Runs a kernel of the family on f32 data.
-pub(super) fn run(k: &Pool, io: Io) -> R {
+/// A window's extent as a float.
+fn size<T: Real>(n: usize) -> T {
+    T::of(n as f64)
+}
+
+/// Runs a kernel of the family.
+pub(super) fn run<T: Host>(k: &Pool, io: Io<T>) -> R {
     let x = f(&io.ins[0])?;
     let out = &mut *io.outs[0];
     if let Some(g) = k.window(io.ops_in, io.ops_out) {
@@ -294,14 +307,28 @@ pub(super) fn launch_bytes(
     let (Pool::MaxPool2dIndices { .. }, Some(g)) = (k, k.window(inputs, outputs)) else {
         return Ok(false);
     };
-    let x = be.f32_of(&inputs[0])?;
-    let mut y = vec![0.0f32; outputs[0].numel()];
-    let mut idx = vec![0i64; outputs[1].numel()];
-    max_pool2d_indices(&x, &mut y, &mut idx, &g);
-    let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    be.write_f32(&outputs[0], &y)?;
+    let ib = if inputs[0].dtype == DType::F64 {
+        with_indices::<f64>(be, &inputs[0], &outputs[0], &g)?
+    } else {
+        with_indices::<f32>(be, &inputs[0], &outputs[0], &g)?
+    };
     be.write(outputs[1].buffer, outputs[1].offset, &ib)?;
     Ok(true)
+}
+
+/// `max_pool2d_with_indices` in `T`: writes `y`, returns the indices' bytes.
+fn with_indices<T: Host>(
+    be: &mut CpuBackend,
+    x: &Operand,
+    y: &Operand,
+    g: &Window,
+) -> Result<Vec<u8>, ExecError> {
+    let x = T::read(be, x)?;
+    let mut values = vec![T::zero(); y.numel()];
+    let mut idx = vec![0i64; y.numel()];
+    max_pool2d_indices(&x, &mut values, &mut idx, g);
+    be.write_floats(y, &values)?;
+    Ok(idx.iter().flat_map(|v| v.to_ne_bytes()).collect())
 }
 
 #[cfg(test)]

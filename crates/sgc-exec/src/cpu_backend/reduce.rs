@@ -2,23 +2,22 @@
 //! others after moving the kept axes first (the reduced ones then form one contiguous run,
 //! summed in the same row-major order).
 
-use super::{f, Io, R};
+use super::{f, Host, Io, R};
 use crate::ops::reduce::Reduce;
+use crate::real::Real;
 
 /// Sum (or mean) of `x` viewed as `[outer, red, inner]` over `red`, in f64.
-pub(crate) fn reduce(x: &[f32], y: &mut [f32], red: usize, inner: usize, mean: bool) {
+pub(crate) fn reduce<T: Real>(x: &[T], y: &mut [T], red: usize, inner: usize, mean: bool) {
     for (o, chunk) in y.chunks_mut(inner.max(1)).enumerate() {
         for (i, y) in chunk.iter_mut().enumerate() {
-            let s: f64 = (0..red)
-                .map(|r| f64::from(x[(o * red + r) * inner + i]))
-                .sum();
-            *y = if mean { s / red as f64 } else { s } as f32;
+            let s: f64 = (0..red).map(|r| x[(o * red + r) * inner + i].f64()).sum();
+            *y = T::of(if mean { s / red as f64 } else { s });
         }
     }
 }
 
 /// Runs the family's kernel.
-pub(super) fn run(k: &Reduce, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Reduce, io: Io<T>) -> R {
     let x = io.ops_in[0].shape.as_slice();
     if k.adjacent() {
         let red = x[k.start..k.end].iter().product();
@@ -31,7 +30,7 @@ pub(super) fn run(k: &Reduce, io: Io) -> R {
         .chain(k.axes.iter().copied())
         .collect();
     let data = f(&io.ins[0])?;
-    let mut moved = vec![0.0; data.len()];
+    let mut moved = vec![T::zero(); data.len()];
     super::shape::transpose(data, &mut moved, x, &perm);
     let red = k.axes.iter().map(|&a| x[a]).product();
     reduce(&moved, io.outs[0], red, 1, k.mean);

@@ -6,16 +6,17 @@
 //! padding and a roll go row by row over the last axis: each output row reads one input
 //! row (or none: padding) found axis by axis, and copies it in at most two pieces.
 
-use super::{byte_path, f, CpuBackend, Indices, Io, NAME, R};
+use super::{byte_path, f, CpuBackend, Host, Indices, Io, NAME, R};
 use crate::backend::{Backend, Operand};
 use crate::error::ExecError;
 use crate::error::KernelError;
 use crate::ops::shape::{joins, Shape};
+use crate::real::Real;
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
 /// `reshape` into its own storage (a view needs no kernel: the executor skips it).
-pub(crate) fn reshape(x: &[f32], y: &mut [f32]) {
+pub(crate) fn reshape<T: Real>(x: &[T], y: &mut [T]) {
     y.copy_from_slice(x);
 }
 
@@ -51,7 +52,7 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize) {
 }
 
 /// `concat` along `axis`: operands `(data, shape)`.
-pub(crate) fn concat(xs: &[(&[f32], &[usize])], y: &mut [f32], axis: usize) {
+pub(crate) fn concat<T: Real>(xs: &[(&[T], &[usize])], y: &mut [T], axis: usize) {
     let (outer, inner) = around(xs[0].1, axis);
     let mut at = 0;
     for o in 0..outer {
@@ -99,10 +100,10 @@ pub(crate) fn slice<T: Copy>(x: &[T], y: &mut [T], shape: &[usize], axis: usize,
 }
 
 /// `slice_scatter`: `x [shape]` with `src` written over its slice `span` of `axis`.
-pub(crate) fn slice_scatter(
-    x: &[f32],
-    src: &[f32],
-    y: &mut [f32],
+pub(crate) fn slice_scatter<T: Real>(
+    x: &[T],
+    src: &[T],
+    y: &mut [T],
     shape: &[usize],
     axis: usize,
     span: Span,
@@ -130,13 +131,13 @@ fn each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
 
 /// `constant_pad_nd`: `y [ys]` at index `i` = `x [xs]` at `i - before` where that lies in
 /// `x`, else `value` (a negative `before` crops).
-pub(crate) fn pad(
-    x: &[f32],
-    y: &mut [f32],
+pub(crate) fn pad<T: Real>(
+    x: &[T],
+    y: &mut [T],
     xs: &[usize],
     ys: &[usize],
     before: &[i64],
-    value: f32,
+    value: f64,
 ) {
     let Some((&len, lead)) = ys.split_last() else {
         y.copy_from_slice(x); // rank 0: no axis to pad
@@ -152,7 +153,7 @@ pub(crate) fn pad(
     let hi = (b + xs[r] as i64).clamp(0, len as i64) as usize;
     each_index(lead, |row, index| {
         let out = &mut y[row * len..(row + 1) * len];
-        out.fill(value);
+        out.fill(T::of(value));
         let mut at = 0;
         for (a, &i) in index.iter().enumerate() {
             let src = i as i64 - before[a];
@@ -170,7 +171,7 @@ pub(crate) fn pad(
 
 /// `roll`: `y` at index `i` = `x` at `i - shifts` along each axis of `shape`, wrapping
 /// around.
-pub(crate) fn roll(x: &[f32], y: &mut [f32], shape: &[usize], shifts: &[i64]) {
+pub(crate) fn roll<T: Real>(x: &[T], y: &mut [T], shape: &[usize], shifts: &[i64]) {
     let Some((&len, lead)) = shape.split_last() else {
         y.copy_from_slice(x);
         return;
@@ -194,13 +195,13 @@ pub(crate) fn roll(x: &[f32], y: &mut [f32], shape: &[usize], shifts: &[i64]) {
 }
 
 /// The two operands of a broadcasting binary op, each expanded to the output shape `ys`.
-pub(crate) fn expand_pair(
-    (a, a_shape): (&[f32], &[usize]),
-    (b, b_shape): (&[f32], &[usize]),
+pub(crate) fn expand_pair<T: Real>(
+    (a, a_shape): (&[T], &[usize]),
+    (b, b_shape): (&[T], &[usize]),
     ys: &[usize],
-) -> (Vec<f32>, Vec<f32>) {
+) -> (Vec<T>, Vec<T>) {
     let n = ys.iter().product();
-    let (mut ea, mut eb) = (vec![0.0; n], vec![0.0; n]);
+    let (mut ea, mut eb) = (vec![T::zero(); n], vec![T::zero(); n]);
     expand(a, &mut ea, a_shape, ys);
     expand(b, &mut eb, b_shape, ys);
     (ea, eb)
@@ -230,10 +231,16 @@ pub(crate) fn expand<T: Copy>(x: &[T], y: &mut [T], xs: &[usize], ys: &[usize]) 
 }
 
 /// `select_backward`: zeros of shape `ys` with `x` at index `index` of `axis`.
-pub(crate) fn select_backward(x: &[f32], y: &mut [f32], ys: &[usize], axis: usize, index: usize) {
+pub(crate) fn select_backward<T: Real>(
+    x: &[T],
+    y: &mut [T],
+    ys: &[usize],
+    axis: usize,
+    index: usize,
+) {
     let (outer, inner) = around(ys, axis);
     let row = ys[axis] * inner;
-    y.fill(0.0);
+    y.fill(T::zero());
     for o in 0..outer {
         let at = o * row + index * inner;
         y[at..at + inner].copy_from_slice(&x[o * inner..(o + 1) * inner]);
@@ -258,7 +265,7 @@ pub(crate) fn gather<T: Copy>(
 }
 
 /// Runs a kernel of the family on f32 data.
-pub(super) fn run(k: &Shape, io: Io) -> R {
+pub(super) fn run<T: Host>(k: &Shape, io: Io<T>) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {
         Shape::Reshape => reshape(f(&io.ins[0])?, io.outs[0]),
@@ -360,7 +367,8 @@ pub(super) fn launch_bytes(
     inputs: &[Operand],
     outputs: &[Operand],
 ) -> Result<bool, ExecError> {
-    let wide = inputs[0].dtype == DType::I64;
+    // Elements of 8 bytes move as i64 bits (an f64's included).
+    let wide = matches!(inputs[0].dtype, DType::I64 | DType::F64);
     let (src, dst) = match k {
         Shape::Gather { axis } => {
             gather_any(be, inputs, &outputs[0], *axis)?;
@@ -416,7 +424,7 @@ pub(super) fn launch_bytes(
     Ok(true)
 }
 
-/// `gather` of f32 or i64 data (views materialised), through copies.
+/// `gather` of f32, f64 or i64 data (views materialised; f64 as i64 bits), through copies.
 fn gather_any(
     be: &mut CpuBackend,
     ins: &[Operand],
@@ -438,7 +446,7 @@ fn gather_any(
         kernel: OpKind::AtenGather.name(),
         error: Box::new(error),
     };
-    if ins[0].dtype == DType::I64 {
+    if matches!(ins[0].dtype, DType::I64 | DType::F64) {
         let x = be.i64_of(&ins[0])?;
         let mut out = vec![0i64; y.numel()];
         gather(&x, &index, &mut out, shapes, axis).map_err(fail)?;
@@ -573,7 +581,7 @@ mod tests {
         let mut flat = vec![0.0; 6];
         roll(&iota(6), &mut flat, &[6], &[-2]);
         assert_eq!(flat, [2.0, 3.0, 4.0, 5.0, 0.0, 1.0]);
-        roll(&[], &mut [], &[0, 3], &[1, 1]);
+        roll::<f32>(&[], &mut [], &[0, 3], &[1, 1]);
     }
 
     #[test]

@@ -90,7 +90,7 @@ fn probabilities(d: &Device, z: &Sdpa, (q, k): (u64, u64), lse: u64, fresh: bool
         n(rows),
         n(l),
         n(s),
-        Arg::F32(z.scale),
+        Arg::F32(z.scale_in::<f32>()),
         Arg::I32(i32::from(z.causal)),
         Arg::I32(i32::from(fresh)),
     ];
@@ -136,7 +136,7 @@ fn sdpa_backward(d: &mut Device, z: &Sdpa, io: Io) -> R {
         dp,
     )?;
     let rows = z.batch * l;
-    let args = [Arg::Ptr(p), Arg::Ptr(dp), n(rows), n(s), Arg::F32(z.scale)];
+    let args = [Arg::Ptr(p), Arg::Ptr(dp), n(rows), n(s), Arg::F32(z.scale_in::<f32>())];
     d.launch("sdpa_score_grad", Grid::Rows(rows), &args)?;
     products(
         d,

@@ -300,8 +300,8 @@ fn source(d: &Device, k: &Elementwise, y: u64, len: usize) -> R {
             let args = [
                 Arg::Ptr(y),
                 is_i64,
-                Arg::F32(*start),
-                Arg::F32(*step),
+                Arg::F32(*start as f32),
+                Arg::F32(*step as f32),
                 n(len),
             ];
             d.launch("arange", grid, &args)
@@ -329,19 +329,19 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         E::Gelu => gelu(d, io.ins[0], io.outs[0], numel()),
         E::GeluGrad => gelu_grad(d, io.ins[0], io.ins[1], io.outs[0], numel()),
         E::GeluTanhBackward => gelu_grad(d, io.ins[1], io.ins[0], io.outs[0], numel()),
-        E::LeakyRelu { slope } => leaky_relu(d, io.ins[0], io.outs[0], *slope, numel()),
+        E::LeakyRelu { slope } => leaky_relu(d, io.ins[0], io.outs[0], *slope as f32, numel()),
         E::LeakyReluBackward { slope } => {
-            leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope, numel())
+            leaky_relu_backward(d, io.ins[0], io.ins[1], io.outs[0], *slope as f32, numel())
         }
-        E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr, numel()),
+        E::SgdUpdate { lr } => sgd_update(d, io.ins[0], io.ins[1], *lr as f32, numel()),
         E::AddScalar { value } => {
             let is_i64 = io.ops_in[0].dtype == DType::I64;
             add_scalar(d, x(), y(), *value, is_i64, numel())
         }
-        E::MulScalar { value } => scalar(d, "mul_scalar", x(), y(), *value, numel()),
-        E::DivScalar { value } => scalar(d, "div_scalar", x(), y(), *value, numel()),
+        E::MulScalar { value } => scalar(d, "mul_scalar", x(), y(), *value as f32, numel()),
+        E::DivScalar { value } => scalar(d, "div_scalar", x(), y(), *value as f32, numel()),
         E::ThresholdBackward { threshold } => {
-            threshold_backward(d, io.ins[0], io.ins[1], y(), *threshold, numel())
+            threshold_backward(d, io.ins[0], io.ins[1], y(), *threshold as f32, numel())
         }
         E::Pointwise(u) => {
             let args = [Arg::Ptr(x()), Arg::Ptr(y()), Arg::I32(code(*u)), n(numel())];
@@ -358,9 +358,9 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
             d.launch("pointwise_backward", Grid::Elements(numel()), &args)
         }
         E::Broadcast { op } => broadcast(d, *op, io),
-        E::Fill { value } => fill(d, y(), *value, io.ops_out[0].numel()),
+        E::Fill { value } => fill(d, y(), *value as f32, io.ops_out[0].numel()),
         E::Zeros { .. } => fill(d, y(), 0.0, io.ops_out[0].numel()),
-        E::PowScalar { exponent } => scalar(d, "pow_scalar", x(), y(), *exponent, numel()),
+        E::PowScalar { exponent } => scalar(d, "pow_scalar", x(), y(), *exponent as f32, numel()),
         E::Constant { .. } | E::Arange { .. } | E::Lifted => {
             source(d, k, y(), io.ops_out[0].numel())
         }
@@ -374,11 +374,11 @@ pub(super) fn run(k: &Elementwise, d: &mut Device, io: Io) -> R {
         }
         E::Where => where_select(d, io),
         E::Hardtanh { min, max } => {
-            let args = [Arg::Ptr(x()), Arg::Ptr(y()), Arg::F32(*min), Arg::F32(*max), n(numel())];
+            let args = [Arg::Ptr(x()), Arg::Ptr(y()), Arg::F32(*min as f32), Arg::F32(*max as f32), n(numel())];
             d.launch("hardtanh", Grid::Elements(numel()), &args)
         }
         E::HardtanhBackward { min, max } => {
-            let (lo, hi) = (Arg::F32(*min), Arg::F32(*max));
+            let (lo, hi) = (Arg::F32(*min as f32), Arg::F32(*max as f32));
             let args = with_ptrs(&[io.ins[0], io.ins[1], y()], [lo, hi, n(numel())]);
             d.launch("hardtanh_backward", Grid::Elements(numel()), &args)
         }

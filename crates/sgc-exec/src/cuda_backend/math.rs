@@ -12,7 +12,7 @@ pub(super) fn run(k: &Math, d: &mut Device, io: Io) -> R {
     match *k {
         Math::Of(f) => d.launch("math_of", Grid::Elements(len), &[x, y, Arg::I32(f.index() as i32), n(len)]),
         Math::Clamp { min, max } => {
-            let bound = |b: Option<f32>| [Arg::F32(b.unwrap_or(0.0)), Arg::I32(b.is_some() as i32)];
+            let bound = |b: Option<f64>| [Arg::F32(b.unwrap_or(0.0) as f32), Arg::I32(b.is_some() as i32)];
             let [lo, has_lo] = bound(min);
             let [hi, has_hi] = bound(max);
             let args = [x, y, lo, has_lo, hi, has_hi, n(len)];

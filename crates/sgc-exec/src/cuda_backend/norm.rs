@@ -156,7 +156,7 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
     match k {
         Norm::BatchNorm { eps } => {
             let three = [io.ins[0], io.ins[1], io.ins[2]];
-            batch_norm(d, three, *eps, bn_dims(x), out3(io.outs))
+            batch_norm(d, three, *eps as f32, bn_dims(x), out3(io.outs))
         }
         Norm::BatchNormGrad => batch_norm_grad(d, in5(io.ins), bn_dims(x), out3(io.outs)),
         // Over the last `axes` axes: rows of their product (the operands are contiguous).
@@ -164,14 +164,14 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             let three = [io.ins[0], io.ins[1], io.ins[2]];
             let feat = trailing(x, *axes);
             let rows = io.ops_in[0].numel().checked_div(feat).unwrap_or(0);
-            layer_norm(d, three, *eps, rows, feat, out3(io.outs))
+            layer_norm(d, three, *eps as f32, rows, feat, out3(io.outs))
         }
         Norm::LayerNormGrad => layer_norm_grad(d, in5(io.ins), rows(), last(x), out3(io.outs)),
         Norm::Softmax { scale, causal } => {
-            softmax(d, io.ins[0], io.outs[0], rows(), last(x), *scale, *causal)
+            softmax(d, io.ins[0], io.outs[0], rows(), last(x), *scale as f32, *causal)
         }
         Norm::SoftmaxGrad { scale } => {
-            softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale)
+            softmax_grad(d, io.ins[0], io.ins[1], io.outs[0], rows(), last(x), *scale as f32)
         }
         Norm::BatchNormBackward { mask } => {
             let [dy, x, gamma, mean, invstd] = in5(io.ins);
@@ -197,8 +197,8 @@ pub(super) fn run(k: &Norm, d: &mut Device, io: Io) -> R {
             let args: Vec<Arg> = ptrs(&io.ins[..4])
                 .chain(ptrs(&io.outs[..2]))
                 .chain([
-                    Arg::F32(*momentum),
-                    Arg::F32(*eps),
+                    Arg::F32(*momentum as f32),
+                    Arg::F32(*eps as f32),
                     n(*count as usize),
                     n(c),
                 ])

@@ -56,7 +56,7 @@ pub(super) fn run(k: &Random, d: &mut Device, io: Io) -> R {
         Random::DropoutBackward { scale } => {
             let args = with_ptrs(
                 &[io.ins[0], io.ins[1], io.outs[0]],
-                [Arg::F32(*scale), n(len)],
+                [Arg::F32(*scale as f32), n(len)],
             );
             d.launch("dropout_backward", grid, &args)
         }

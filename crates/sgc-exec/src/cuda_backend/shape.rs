@@ -409,7 +409,7 @@ pub(super) fn run(k: &Shape, d: &mut Device, io: Io) -> R {
             d.launch("slice_scatter_into", Grid::Elements(outer * count * inner), &args)
         }
         Shape::Pad { before, value, .. } => {
-            shifted(d, (io.ins[0], io.outs[0]), (x, y()), before, (*value, false))
+            shifted(d, (io.ins[0], io.outs[0]), (x, y()), before, (*value as f32, false))
         }
         Shape::Roll { shifts, flat } => {
             let flat_shape = [io.ops_in[0].numel()];

@@ -20,6 +20,7 @@ use super::check::{eq, expect};
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
+use crate::real::Real;
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
@@ -34,7 +35,7 @@ kinds! {
 pub struct Attention {
     pub backward: bool,
     /// The scores' scale; `None`: `1 / sqrt(E)` (ATen's default).
-    pub scale: Option<f32>,
+    pub scale: Option<f64>,
     pub causal: bool,
     /// Keys and values have fewer heads than the queries (grouped-query attention).
     pub grouped: bool,
@@ -49,13 +50,23 @@ pub struct Sdpa {
     pub s: usize,
     pub e: usize,
     pub ev: usize,
-    pub scale: f32,
+    /// The scale as given; `None`: `1 / sqrt(e)`, computed in the kernel's type.
+    pub scale: Option<f64>,
     pub causal: bool,
     /// Query heads per key/value head (1 without grouped-query attention).
     pub group: usize,
 }
 
 impl Sdpa {
+    /// The scores' scale in `T`: the given one rounded, or `1 / sqrt(e)` computed in `T`
+    /// (in f32 as ATen's float kernels compute it).
+    pub fn scale_in<T: Real>(&self) -> T {
+        match self.scale {
+            Some(s) => T::of(s),
+            None => T::one() / T::of(self.e as f64).sqrt(),
+        }
+    }
+
     /// Whether query `i` may not see key `j`.
     pub fn masked(&self, i: usize, j: usize) -> bool {
         self.causal && j > i
@@ -74,7 +85,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Attention>, ExecErro
     a.require("attn_mask", Value::is_null, "no mask")?;
     let scale = match a.get("scale") {
         None | Some(Value::Null) => None,
-        Some(_) => Some(a.f32_or("scale", None)?),
+        Some(_) => Some(a.f64_or("scale", None)?),
     };
     let at = usize::from(backward);
     let heads = |i: usize| {
@@ -110,7 +121,7 @@ impl Attention {
             s: k[r - 2],
             e,
             ev: v[r - 1],
-            scale: self.scale.unwrap_or(1.0 / (e as f32).sqrt()),
+            scale: self.scale,
             causal: self.causal,
             group: group.max(1),
         }

@@ -8,6 +8,7 @@ use super::Slot;
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
+use crate::real::{c, Real};
 use sgc_ir::ops::OpKind;
 use sgc_ir::DType;
 
@@ -51,39 +52,39 @@ pub enum Elementwise {
     GeluTanhBackward,
     /// `x` where positive, else `slope * x`.
     LeakyRelu {
-        slope: f32,
+        slope: f64,
     },
     /// `(dy, x) -> dy` where `x` is positive, else `slope * dy` (ATen's operand order).
     LeakyReluBackward {
-        slope: f32,
+        slope: f64,
     },
     /// `x` clamped to `[min, max]` (ReLU6: `[0, 6]`; NaN stays NaN).
     Hardtanh {
-        min: f32,
-        max: f32,
+        min: f64,
+        max: f64,
     },
     /// `(dy, x) -> dy` where `min < x < max`, else 0 (ATen's operand order).
     HardtanhBackward {
-        min: f32,
-        max: f32,
+        min: f64,
+        max: f64,
     },
     /// `param -= lr * grad`, in place; no outputs.
     SgdUpdate {
-        lr: f32,
+        lr: f64,
     },
     /// `x + value`, for f32 and i64 tensors.
     AddScalar {
         value: f64,
     },
     MulScalar {
-        value: f32,
+        value: f64,
     },
     DivScalar {
-        value: f32,
+        value: f64,
     },
     /// `(dy, x) -> dy * (x > threshold)`.
     ThresholdBackward {
-        threshold: f32,
+        threshold: f64,
     },
     /// An element-wise function of one tensor.
     Pointwise(Unary),
@@ -95,7 +96,7 @@ pub enum Elementwise {
     },
     /// Every element `value`.
     Fill {
-        value: f32,
+        value: f64,
     },
     /// A fresh tensor of zeros (`aten.zeros`, `aten.empty`, `new_empty_strided`: ATen
     /// leaves `empty` undefined; zeros is one definition, the same in every run); its
@@ -105,7 +106,7 @@ pub enum Elementwise {
     },
     /// `x ^ exponent` (`x * x` for 2 and `x * x * x` for 3, as ATen computes them).
     PowScalar {
-        exponent: f32,
+        exponent: f64,
     },
     /// A fresh tensor of `value` of `dtype` (`ones`, `scalar_tensor`); no inputs.
     Constant {
@@ -114,8 +115,8 @@ pub enum Elementwise {
     },
     /// `start + i * step` for `i` in `0..len` (computed in f64), of `dtype`; no inputs.
     Arange {
-        start: f32,
-        step: f32,
+        start: f64,
+        step: f64,
         len: usize,
         dtype: DType,
     },
@@ -165,15 +166,13 @@ fn dtype_of(cx: &Cx, allowed: &[DType]) -> Result<DType, ExecError> {
 /// `arange`'s `(start, step, len)`.
 fn arange(cx: &Cx) -> Result<Elementwise, ExecError> {
     let a = &cx.a;
-    let (start, end) = (a.f32_or("start", Some(0.0))?, a.f32_or("end", None)?);
-    let step = a.f32_or("step", Some(1.0))?;
+    let (start, end) = (a.f64_or("start", Some(0.0))?, a.f64_or("end", None)?);
+    let step = a.f64_or("step", Some(1.0))?;
     if step == 0.0 {
         return Err(a.err("`step` must not be 0".into()));
     }
-    let len = ((f64::from(end) - f64::from(start)) / f64::from(step))
-        .ceil()
-        .max(0.0) as usize;
-    let dtype = dtype_of(cx, &[DType::F32, DType::I64])?;
+    let len = ((end - start) / step).ceil().max(0.0) as usize;
+    let dtype = dtype_of(cx, &[DType::F32, DType::F64, DType::I64])?;
     Ok(Elementwise::Arange {
         start,
         step,
@@ -203,10 +202,10 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         K::Gelu => E::Gelu,
         K::GeluGrad => E::GeluGrad,
         K::AtenLeakyRelu => E::LeakyRelu {
-            slope: a.f32_or("negative_slope", Some(0.01))?,
+            slope: a.f64_or("negative_slope", Some(0.01))?,
         },
         K::AtenLeakyReluBackward => {
-            let slope = a.f32_or("negative_slope", Some(0.01))?;
+            let slope = a.f64_or("negative_slope", Some(0.01))?;
             // From the result, `y > 0` is `x > 0` only for a non-negative slope.
             let from_input = |v: &serde_json::Value| v.as_bool() == Some(false) || slope >= 0.0;
             a.require(
@@ -218,8 +217,8 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         }
         K::AtenHardtanh | K::AtenHardtanhBackward => {
             let (min, max) = (
-                a.f32_or("min_val", Some(-1.0))?,
-                a.f32_or("max_val", Some(1.0))?,
+                a.f64_or("min_val", Some(-1.0))?,
+                a.f64_or("max_val", Some(1.0))?,
             );
             if min > max {
                 return Err(a.err(format!("`min_val` {min} is above `max_val` {max}")));
@@ -232,10 +231,10 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         }
         // `param + alpha * grad` is `param - (-alpha) * grad` bit for bit (negation is exact).
         K::AtenAddInPlace => E::SgdUpdate {
-            lr: -a.f32_or("alpha", Some(1.0))?,
+            lr: -a.f64_or("alpha", Some(1.0))?,
         },
         K::SgdUpdate => E::SgdUpdate {
-            lr: a.f32_or("lr", None)?,
+            lr: a.f64_or("lr", None)?,
         },
         K::AtenMulTensor | K::AtenAddTensor | K::AtenSubTensor | K::AtenDivTensor
             if binary && (!same || matches!(kind, K::AtenSubTensor | K::AtenDivTensor)) =>
@@ -262,29 +261,29 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         },
         K::AtenMulTensor if binary => E::Mul,
         K::AtenMulTensor | K::AtenMulScalar => E::MulScalar {
-            value: a.f64_of("other")? as f32,
+            value: a.f64_of("other")?,
         },
         K::AtenDivTensor if cx.inputs() == 1 => E::DivScalar {
-            value: a.f64_of("other")? as f32,
+            value: a.f64_of("other")?,
         },
         K::AtenDivScalar => E::DivScalar {
-            value: a.f64_of("other")? as f32,
+            value: a.f64_of("other")?,
         },
         K::AtenThresholdBackward => E::ThresholdBackward {
-            threshold: a.f64_of("threshold")? as f32,
+            threshold: a.f64_of("threshold")?,
         },
         K::AtenEmptyLike => E::Fill { value: 0.0 },
         K::AtenOnesLike => E::Fill { value: 1.0 },
         K::AtenZerosLike | K::AtenZero => E::Fill { value: 0.0 },
         K::AtenFullLike => E::Fill {
-            value: a.scalar_or("fill_value", None)? as f32,
+            value: a.scalar_or("fill_value", None)?,
         },
         K::AtenFull => E::Constant {
             value: a.scalar_or("fill_value", None)?,
-            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+            dtype: dtype_of(cx, &[DType::F32, DType::F64, DType::I64, DType::Bool])?,
         },
         K::AtenFill => E::Fill {
-            value: a.f64_of("value")? as f32,
+            value: a.f64_of("value")?,
         },
         K::AtenZeros | K::AtenEmpty | K::AtenNewEmptyStrided => E::Zeros {
             inputs: cx.inputs(),
@@ -296,20 +295,20 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Elementwise>, ExecEr
         }
         K::AtenGelu | K::AtenGeluBackward => return gelu(kind == K::AtenGelu, cx).map(Some),
         K::AtenPow => E::PowScalar {
-            exponent: a.f32_or("exponent", None)?,
+            exponent: a.f64_or("exponent", None)?,
         },
         K::AtenOnes => E::Constant {
             value: 1.0,
-            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+            dtype: dtype_of(cx, &[DType::F32, DType::F64, DType::I64, DType::Bool])?,
         },
         K::AtenScalarTensor => E::Constant {
             value: a.scalar_or("s", None)?,
-            dtype: dtype_of(cx, &[DType::F32, DType::I64, DType::Bool])?,
+            dtype: dtype_of(cx, &[DType::F32, DType::F64, DType::I64, DType::Bool])?,
         },
         K::AtenArange => arange(cx)?,
         K::AtenTril => E::Tril {
             diagonal: a.i64_or("diagonal", 0)?,
-            dtype: dtype_of(cx, &[DType::F32, DType::Bool])?,
+            dtype: dtype_of(cx, &[DType::F32, DType::F64, DType::Bool])?,
         },
         K::AtenWhere => E::Where,
         K::AtenEqScalar
@@ -614,45 +613,50 @@ impl Unary {
         matches!(self, Unary::Sigmoid | Unary::Tanh)
     }
 
-    pub fn apply(self, x: f32) -> f32 {
+    pub fn apply<T: Real>(self, x: T) -> T {
+        let one = T::one();
         match self {
-            Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Unary::Sigmoid => one / (one + (-x).exp()),
             Unary::Tanh => x.tanh(),
-            Unary::Silu => x / (1.0 + (-x).exp()),
-            Unary::Hardswish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
-            Unary::Hardsigmoid => (x / 6.0 + 0.5).clamp(0.0, 1.0),
-            Unary::GeluErf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+            Unary::Silu => x / (one + (-x).exp()),
+            Unary::Hardswish => x * (x + c(3.0)).clamp(T::zero(), c(6.0)) / c(6.0),
+            Unary::Hardsigmoid => (x / c(6.0) + c(0.5)).clamp(T::zero(), one),
+            Unary::GeluErf => c::<T>(0.5) * x * (one + (x * T::FRAC_1_SQRT_2()).erf()),
             Unary::Mish => x * x.exp().ln_1p().tanh(),
-            Unary::Softplus if x > 20.0 => x,
+            Unary::Softplus if x > c(20.0) => x,
             Unary::Softplus => x.exp().ln_1p(),
         }
     }
 
     /// `dy * f'`, from the value the backward op reads.
-    pub fn grad(self, dy: f32, v: f32) -> f32 {
+    pub fn grad<T: Real>(self, dy: T, v: T) -> T {
+        let (one, zero) = (T::one(), T::zero());
         match self {
-            Unary::Sigmoid => dy * (1.0 - v) * v,
-            Unary::Tanh => dy * (1.0 - v * v),
+            Unary::Sigmoid => dy * (one - v) * v,
+            Unary::Tanh => dy * (one - v * v),
             Unary::Silu => {
-                let s = 1.0 / (1.0 + (-v).exp());
-                dy * s * (1.0 + v * (1.0 - s))
+                let s = one / (one + (-v).exp());
+                dy * s * (one + v * (one - s))
             }
-            Unary::Hardswish if v < -3.0 => 0.0,
-            Unary::Hardswish if v <= 3.0 => dy * (v / 3.0 + 0.5),
+            Unary::Hardswish if v < c(-3.0) => zero,
+            Unary::Hardswish if v <= c(3.0) => dy * (v / c(3.0) + c(0.5)),
             Unary::Hardswish => dy,
-            Unary::Hardsigmoid if v > -3.0 && v < 3.0 => dy / 6.0,
-            Unary::Hardsigmoid => 0.0,
+            // ATen multiplies by `1.0f / 6.0f`, a float constant in every dtype (in f64
+            // that is 3e-8 from 1/6): the same number here, so both agree in f64 too.
+            Unary::Hardsigmoid if v > c(-3.0) && v < c(3.0) => dy * T::of32(1.0 / 6.0),
+            Unary::Hardsigmoid => zero,
             Unary::GeluErf => {
-                let cdf = 0.5 * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2));
-                let pdf = (-0.5 * v * v).exp() * 0.398_942_3;
+                let cdf = c::<T>(0.5) * (one + (v * T::FRAC_1_SQRT_2()).erf());
+                // 1/sqrt(2 pi); in f32 the same float as the literal 0.398_942_3.
+                let pdf = (c::<T>(-0.5) * v * v).exp() * c(0.398_942_280_401_432_7);
                 dy * (cdf + v * pdf)
             }
             Unary::Mish => {
-                let (t, s) = (v.exp().ln_1p().tanh(), 1.0 / (1.0 + (-v).exp()));
-                dy * (t + v * s * (1.0 - t * t))
+                let (t, s) = (v.exp().ln_1p().tanh(), one / (one + (-v).exp()));
+                dy * (t + v * s * (one - t * t))
             }
-            Unary::Softplus if v > 20.0 => dy,
-            Unary::Softplus => dy / (1.0 + (-v).exp()),
+            Unary::Softplus if v > c(20.0) => dy,
+            Unary::Softplus => dy / (one + (-v).exp()),
         }
     }
 }

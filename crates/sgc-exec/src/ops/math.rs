@@ -15,6 +15,7 @@ use super::check::{broadcasts, eq, expect};
 use super::{Cx, Family};
 use crate::error::{ExecError, KernelError};
 use crate::operand::Operand;
+use crate::real::Real;
 use serde_json::Value;
 use sgc_ir::ops::OpKind;
 
@@ -33,7 +34,7 @@ pub enum Math {
     /// `f(x)` element by element.
     Of(MathFn),
     /// `x` clamped to `[min, max]`, either bound absent.
-    Clamp { min: Option<f32>, max: Option<f32> },
+    Clamp { min: Option<f64>, max: Option<f64> },
     /// `a op b` broadcast to the output (axes aligned on the right).
     Binary(MathBin),
 }
@@ -111,7 +112,7 @@ impl MathFn {
         Self::ALL.iter().position(|&(f, _)| f == self).unwrap_or(0)
     }
 
-    pub fn apply(self, x: f32) -> f32 {
+    pub fn apply<T: Real>(self, x: T) -> T {
         use MathFn as M;
         match self {
             M::Neg => -x,
@@ -123,10 +124,10 @@ impl MathFn {
             M::Log10 => x.log10(),
             M::Log1p => x.ln_1p(),
             M::Sqrt => x.sqrt(),
-            M::Rsqrt => 1.0 / x.sqrt(),
-            M::Reciprocal => 1.0 / x,
+            M::Rsqrt => T::one() / x.sqrt(),
+            M::Reciprocal => T::one() / x,
             M::Abs => x.abs(),
-            M::Sign if x.is_nan() || x == 0.0 => x,
+            M::Sign if x.is_nan() || x == T::zero() => x,
             M::Sign => x.signum(),
             M::Sin => x.sin(),
             M::Cos => x.cos(),
@@ -139,10 +140,10 @@ impl MathFn {
             M::Asinh => x.asinh(),
             M::Acosh => x.acosh(),
             M::Atanh => x.atanh(),
-            M::Erf => libm::erff(x),
+            M::Erf => x.erf(),
             M::Floor => x.floor(),
             M::Ceil => x.ceil(),
-            M::Round => x.round_ties_even(),
+            M::Round => x.round_even(),
             M::Trunc => x.trunc(),
         }
     }
@@ -157,11 +158,11 @@ pub enum MathBin {
 }
 
 impl MathBin {
-    pub fn apply(self, a: f32, b: f32) -> f32 {
+    pub fn apply<T: Real>(self, a: T, b: T) -> T {
         match self {
-            MathBin::Maximum if a.is_nan() || b.is_nan() => f32::NAN,
+            MathBin::Maximum if a.is_nan() || b.is_nan() => T::nan(),
             MathBin::Maximum => a.max(b),
-            MathBin::Minimum if a.is_nan() || b.is_nan() => f32::NAN,
+            MathBin::Minimum if a.is_nan() || b.is_nan() => T::nan(),
             MathBin::Minimum => a.min(b),
             MathBin::Pow => a.powf(b),
         }
@@ -169,13 +170,13 @@ impl MathBin {
 }
 
 /// `x` clamped as ATen does: NaN stays NaN, `min` first, then `max` (so `min > max` gives
-/// `max` everywhere).
-pub fn clamp(x: f32, min: Option<f32>, max: Option<f32>) -> f32 {
+/// `max` everywhere). The bounds are attributes, rounded to `T`.
+pub fn clamp<T: Real>(x: T, min: Option<f64>, max: Option<f64>) -> T {
     if x.is_nan() {
         return x;
     }
-    let x = min.map_or(x, |m| if x < m { m } else { x });
-    max.map_or(x, |m| if x > m { m } else { x })
+    let x = min.map(T::of).map_or(x, |m| if x < m { m } else { x });
+    max.map(T::of).map_or(x, |m| if x > m { m } else { x })
 }
 
 pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Math>, ExecError> {
@@ -204,10 +205,10 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Math>, ExecError> {
 }
 
 /// An optional scalar bound of `clamp`: absent or null is none.
-fn bound(cx: &Cx, key: &str) -> Result<Option<f32>, ExecError> {
+fn bound(cx: &Cx, key: &str) -> Result<Option<f64>, ExecError> {
     match cx.a.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(_) => cx.a.f32_or(key, None).map(Some),
+        Some(_) => cx.a.f64_or(key, None).map(Some),
     }
 }
 

@@ -173,12 +173,14 @@ impl Attrs<'_> {
             .ok_or_else(|| self.err(format!("`{key}` must be a non-negative integer")))
     }
 
-    pub(crate) fn f32_or(&self, key: &str, default: Option<f64>) -> Result<f32, ExecError> {
+    /// A number attribute as written (`default` when absent), finite also in f32, the
+    /// narrowest type a kernel rounds it to.
+    pub(crate) fn f64_or(&self, key: &str, default: Option<f64>) -> Result<f64, ExecError> {
         match self.get(key) {
-            Some(v) => v.as_f64().map(|f| f as f32),
-            None => default.map(|f| f as f32),
+            Some(v) => v.as_f64(),
+            None => default,
         }
-        .filter(|f| f.is_finite())
+        .filter(|f| (*f as f32).is_finite())
         .ok_or_else(|| self.err(format!("`{key}` must be a finite number")))
     }
 

@@ -18,13 +18,13 @@ kinds! {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Norm {
     /// `(x, gamma, beta) -> (y, mean, invstd)`, statistics over every axis but 1.
-    BatchNorm { eps: f32 },
+    BatchNorm { eps: f64 },
     /// `(x, gamma, mean, invstd, dy) -> (dx, dgamma, dbeta)`.
     BatchNormGrad,
     /// `(x, gamma, beta) -> (y, mean, rstd)` over the last `axes` axes (ATen's
     /// `normalized_shape`; gamma and beta have their shape). The CPU backend runs any
     /// count, CUDA one.
-    LayerNorm { eps: f32, axes: usize },
+    LayerNorm { eps: f64, axes: usize },
     /// `(x, gamma, mean, rstd, dy) -> (dx, dgamma, dbeta)`.
     LayerNormGrad,
     /// `aten.native_batch_norm_backward`: `(dy, x, gamma, mean, invstd)` -> the results
@@ -35,11 +35,11 @@ pub enum Norm {
     LayerNormBackward { mask: [bool; 3], axes: usize },
     /// `sgc.batch_norm_update_stats`: `(running_mean, running_var, mean, invstd)` ->
     /// `(lerp(running_mean, mean, momentum), lerp(running_var, unbiased var, momentum))`.
-    BatchNormUpdateStats { momentum: f32, eps: f32, count: u64 },
+    BatchNormUpdateStats { momentum: f64, eps: f64, count: u64 },
     /// Softmax over the last axis of `scale * x`, optionally causally masked.
-    Softmax { scale: f32, causal: bool },
+    Softmax { scale: f64, causal: bool },
     /// `(y, dy) -> scale * y * (dy - sum(dy * y))`.
-    SoftmaxGrad { scale: f32 },
+    SoftmaxGrad { scale: f64 },
     /// `_softmax_backward_data`: `(dy, y) -> y * (dy - sum(dy * y))` over the last axis.
     SoftmaxBackward,
     /// Log-softmax over `axis` (off the last axis: the operands moved to make it last).
@@ -66,7 +66,7 @@ pub fn inverse(perm: &[usize]) -> Vec<usize> {
 pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
     use OpKind as K;
     let a = &cx.a;
-    let eps = || a.f32_or("eps", Some(1e-5));
+    let eps = || a.f64_or("eps", Some(1e-5));
     Ok(Some(match kind {
         K::BatchNorm | K::AtenBatchNorm => Norm::BatchNorm { eps: eps()? },
         K::BatchNormGrad => Norm::BatchNormGrad,
@@ -76,19 +76,19 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Norm>, ExecError> {
         },
         K::LayerNormGrad => Norm::LayerNormGrad,
         K::Softmax => Norm::Softmax {
-            scale: a.f32_or("scale", Some(1.0))?,
+            scale: a.f64_or("scale", Some(1.0))?,
             causal: a.bool_or("causal", false)?,
         },
         K::SoftmaxGrad => Norm::SoftmaxGrad {
-            scale: a.f32_or("scale", Some(1.0))?,
+            scale: a.f64_or("scale", Some(1.0))?,
         },
         K::AtenBatchNormBackward => {
             a.flag("train", true, "training mode")?;
             Norm::BatchNormBackward { mask: a.mask()? }
         }
         K::BatchNormUpdateStats => Norm::BatchNormUpdateStats {
-            momentum: a.f32_or("momentum", None)?,
-            eps: a.f32_or("eps", None)?,
+            momentum: a.f64_or("momentum", None)?,
+            eps: a.f64_or("eps", None)?,
             count: a
                 .get("count")
                 .and_then(Value::as_u64)

@@ -24,7 +24,7 @@ pub enum Random {
     /// probability `1 - p`, drawn like [`Random::Bernoulli`].
     Dropout { p: f64, seed: u64 },
     /// `aten.native_dropout_backward`: `(dy, mask) -> dy * mask * scale`.
-    DropoutBackward { scale: f32 },
+    DropoutBackward { scale: f64 },
     /// `aten.mul.Tensor(x, mask)` with a boolean mask of `x`'s shape: `x * mask` (the
     /// recomputable half of a dropout the exporter split, see `sgc_trace.exporter.trace`).
     MaskMul,
@@ -47,7 +47,7 @@ pub(crate) fn parse(kind: OpKind, cx: &Cx) -> Result<Option<Random>, ExecError> 
             }
         }
         K::AtenDropoutBackward => Random::DropoutBackward {
-            scale: a.f64_of("scale")? as f32,
+            scale: a.f64_of("scale")?,
         },
         K::AtenMulTensor if cx.inputs() == 2 && cx.is_bool(1) && cx.shape(0) == cx.shape(1) => {
             Random::MaskMul

@@ -56,7 +56,7 @@ pub enum Shape {
     Pad {
         before: Vec<i64>,
         after: Vec<i64>,
-        value: f32,
+        value: f64,
     },
     /// `aten.roll`: `y` at index `i` = `x` at `i - shifts` (each axis wrapping around); one
     /// shift per axis, or with `flat` one shift of the flattened tensor.
@@ -293,7 +293,7 @@ fn pad(cx: &Cx) -> Result<Shape, ExecError> {
     for (k, pair) in pad.chunks(2).enumerate() {
         (before[rank - 1 - k], after[rank - 1 - k]) = (pair[0], pair[1]);
     }
-    let value = a.scalar_or("value", Some(0.0))? as f32;
+    let value = a.scalar_or("value", Some(0.0))?;
     Ok(Shape::Pad {
         before,
         after,

@@ -140,7 +140,7 @@ __device__ float unary_grad(int f, float dy, float v) {
         return dy * s * (1.0f + v * (1.0f - s));
     }
     case U_HARDSWISH: return v < -3.0f ? 0.0f : (v <= 3.0f ? dy * (v / 3.0f + 0.5f) : dy);
-    case U_HARDSIGMOID: return (v > -3.0f && v < 3.0f) ? dy / 6.0f : 0.0f;
+    case U_HARDSIGMOID: return (v > -3.0f && v < 3.0f) ? dy * (1.0f / 6.0f) : 0.0f;
     case U_GELU_ERF: {
         float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
         float pdf = expf(-0.5f * v * v) * 0.3989423f;
