@@ -27,7 +27,7 @@ fn dtype(what: String, ok: bool, expected: &'static str, found: DType) -> R {
     })
 }
 
-/// Whether input slot `i` of `k` holds integer indices rather than f32 data.
+/// Whether input slot `i` of `k` holds integer indices rather than float data.
 pub fn is_index_slot(k: &Kernel, i: usize) -> bool {
     k.family().input(i) == Slot::Index
 }

@@ -218,7 +218,7 @@ fn encode(values: impl Iterator<Item = f64>, dtype: DType) -> Vec<u8> {
     }
 }
 
-/// Runs a kernel of the family on f32 data.
+/// Runs a kernel of the family on float data.
 pub(super) fn run<T: Host>(k: &Elementwise, io: Io<T>) -> R {
     use Elementwise as E;
     let sh = |i: usize| io.ops_in[i].shape.as_slice();

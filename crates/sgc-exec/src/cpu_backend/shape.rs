@@ -264,7 +264,7 @@ pub(crate) fn gather<T: Copy>(
     Ok(())
 }
 
-/// Runs a kernel of the family on f32 data.
+/// Runs a kernel of the family on float data.
 pub(super) fn run<T: Host>(k: &Shape, io: Io<T>) -> R {
     let sh = |i: usize| io.ops_in[i].shape.as_slice();
     match k {

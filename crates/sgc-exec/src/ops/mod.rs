@@ -43,7 +43,7 @@ use sgc_ir::{DType, Graph, Op};
 /// What an input slot of a kernel holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Slot {
-    /// f32 data.
+    /// Float data (f32, f64, or f16/bf16 computed in f32).
     Data,
     /// i64 or i32 indices.
     Index,
