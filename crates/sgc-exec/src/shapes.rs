@@ -116,27 +116,28 @@ pub fn check(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     k.family().check_shapes(ins, outs)
 }
 
-/// A kernel computes in f64 when one of its float data operands is f64, and then every
-/// one must be (PyTorch promotes; an f64 graph from PyTorch has no mixed op).
+/// A kernel computes in f64 when one of its float data operands is f64: its other inputs
+/// are promoted (widened exactly, as PyTorch promotes), and its float outputs must be f64,
+/// the promoted type (an f32 output would need a rounding PyTorch's op does not do).
 fn same_width(k: &Kernel, ins: &[Operand], outs: &[Operand]) -> R {
     let data_in = ins
         .iter()
         .enumerate()
         .filter(|(i, _)| k.family().input(*i) == Slot::Data)
-        .map(|(_, o)| o);
-    let data_out = outs
+        .map(|(_, o)| o.dtype);
+    let data_out: Vec<DType> = outs
         .iter()
         .enumerate()
         .filter(|(i, _)| k.family().output_dtype(*i) == DType::F32)
-        .map(|(_, o)| o);
-    let floats: Vec<DType> = data_in
-        .chain(data_out)
-        .map(|o| o.dtype)
+        .map(|(_, o)| o.dtype)
         .filter(|&d| is_float(d))
         .collect();
-    match floats.iter().find(|&&d| d != DType::F64) {
-        Some(&other) if floats.contains(&DType::F64) => Err(KernelError::DType {
-            what: "a float operand beside an f64 one".to_string(),
+    let wide = data_in
+        .chain(data_out.iter().copied())
+        .any(|d| d == DType::F64);
+    match data_out.iter().find(|&&d| d != DType::F64) {
+        Some(&other) if wide => Err(KernelError::DType {
+            what: "a float output beside an f64 operand".to_string(),
             expected: "f64 (a kernel with an f64 operand computes in f64)",
             found: other.as_str(),
         }),

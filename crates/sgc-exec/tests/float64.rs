@@ -5,8 +5,8 @@
 //! Checked here on the tiny zoo graphs and the small real exports, each turned into its
 //! f64 twin (every f32 tensor declared f64): the twin runs from the same starting values
 //! (the f32 ones, widened), its loss is the f32 run's to f32 rounding, every plan of it
-//! gives the unplanned run's loss and gradients bit for bit, a kernel mixing f64 with
-//! another float is refused before the first step, and the coverage check says the CPU
+//! gives the unplanned run's loss and gradients bit for bit, an f32 operand of an f64 op is
+//! promoted exactly, an f64 op writing f32 is refused before the first step, and the coverage check says the CPU
 //! backend runs f64 and the CUDA backend does not. Against PyTorch's own float64 step:
 //! `python/tests/test_float64.py`.
 
@@ -117,18 +117,64 @@ fn every_small_real_export_runs_in_f64() {
     }
 }
 
-/// An op with an f64 operand computes in f64, so every float operand of it must be f64:
-/// an `add` of an f64 and an f32 tensor is refused before the first step, naming the op.
-#[test]
-fn a_kernel_mixing_f64_with_f32_is_refused_before_the_first_step() {
+/// A mixed graph: `add` of an f64 and an f32 tensor (`a`, `b`), `where` picking between
+/// them, `b` broadcast into a product with `a`.
+fn mixed(out: &str) -> Graph {
     let text = r#"{"format": "sgc-graph", "version": 1,
       "tensors": [
-        {"name": "a", "dtype": "f64", "shape": [2], "kind": "input"},
-        {"name": "b", "dtype": "f32", "shape": [2], "kind": "input"},
-        {"name": "c", "dtype": "f64", "shape": [2]}],
-      "ops": [{"name": "mix", "op": "aten.add.Tensor", "inputs": ["a", "b"], "outputs": ["c"]}],
-      "outputs": ["c"]}"#;
-    let g = sgc_ir::format::from_str(text).unwrap();
+        {"name": "a", "dtype": "f64", "shape": [2, 3], "kind": "input"},
+        {"name": "b", "dtype": "f32", "shape": [3], "kind": "input"},
+        {"name": "m", "dtype": "bool", "shape": [2, 3], "kind": "input"},
+        {"name": "c", "dtype": "OUT", "shape": [2, 3]},
+        {"name": "p", "dtype": "f64", "shape": [2, 3]},
+        {"name": "w", "dtype": "f64", "shape": [2, 3]}],
+      "ops": [{"name": "mix", "op": "aten.add.Tensor", "inputs": ["a", "b"], "outputs": ["c"]},
+              {"name": "prod", "op": "aten.mul.Tensor", "inputs": ["b", "a"], "outputs": ["p"]},
+              {"name": "pick", "op": "aten.where.self", "inputs": ["m", "a", "b"], "outputs": ["w"]}],
+      "outputs": ["c", "p", "w"]}"#;
+    sgc_ir::format::from_str(&text.replace("OUT", out)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An op with an f64 operand computes in f64, its f32 operands widened exactly, as
+/// PyTorch promotes them: the sums, products and picks of an f64 and an f32 tensor are
+/// exactly those of the f32 values widened.
+#[test]
+fn an_f32_operand_of_an_f64_op_is_promoted_exactly() {
+    let g = mixed("f64");
+    let mut ex = unplanned(&g, CpuBackend::new()).unwrap();
+    let a = [0.1f64, -2.5, 1.0 / 3.0, 4.0, 1e-20, -0.0];
+    let b = [0.1f32, 3.0, -1.0 / 7.0];
+    let m = [true, false, true, false, true, false];
+    let host = |shape: Vec<usize>, data| HostTensor { shape, data };
+    ex.bind("a", &host(vec![2, 3], sgc_exec::HostData::F64(a.to_vec())))
+        .unwrap();
+    ex.bind("b", &HostTensor::f32(vec![3], b.to_vec())).unwrap();
+    ex.bind("m", &host(vec![2, 3], sgc_exec::HostData::Bool(m.to_vec())))
+        .unwrap();
+    ex.run(1).unwrap();
+    let wide = |i: usize| f64::from(b[i % 3]);
+    let want = |f: &dyn Fn(usize) -> f64| (0..6).map(f).collect::<Vec<f64>>();
+    let read = |ex: &mut Executor<CpuBackend>, n: &str| wide_of(&ex.read(n).unwrap());
+    assert_eq!(read(&mut ex, "c"), want(&|i| a[i] + wide(i)));
+    assert_eq!(read(&mut ex, "p"), want(&|i| wide(i) * a[i]));
+    assert_eq!(
+        read(&mut ex, "w"),
+        want(&|i| if m[i] { a[i] } else { wide(i) })
+    );
+}
+
+fn wide_of(t: &HostTensor) -> Vec<f64> {
+    match &t.data {
+        sgc_exec::HostData::F64(v) => v.clone(),
+        other => panic!("not f64: {other:?}"),
+    }
+}
+
+/// Its float outputs must be f64, the promoted type: an `add` of an f64 and an f32
+/// tensor into an f32 tensor is refused before the first step, naming the op.
+#[test]
+fn an_f64_op_writing_f32_is_refused_before_the_first_step() {
+    let g = mixed("f32");
     let err = match unplanned(&g, CpuBackend::new()) {
         Ok(_) => panic!("a mixed f64/f32 kernel was accepted"),
         Err(e) => e,

@@ -1,8 +1,8 @@
 //! The CPU reference backend: kernels in plain Rust, each written once over f32 and f64
 //! ([`Real`]), matmul through `matrixmultiply` (f64 sums), convolution through im2col and
 //! the same products; f16 and bf16 operands are widened to f32 around each kernel and
-//! rounded back ([`widen`]). A kernel with an f64 operand runs in f64; every float operand
-//! of it must then be f64, as PyTorch promotes.
+//! rounded back ([`widen`]). A kernel with an f64 operand runs in f64, its f32 operands
+//! widened exactly (as PyTorch promotes); its float outputs are f64.
 //!
 //! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
 //! (inside its buffer, aligned for its dtype, written operands overlapping nothing), then
@@ -132,8 +132,12 @@ impl Host for f64 {
         }
     }
 
+    /// An f32 operand promoted (widened exactly).
     fn read(be: &mut CpuBackend, o: &Operand) -> Result<Vec<Self>, ExecError> {
-        be.f64_of(o)
+        match o.dtype {
+            DType::F32 => Ok(be.f32_of(o)?.into_iter().map(f64::from).collect()),
+            _ => be.f64_of(o),
+        }
     }
 
     fn bytes_of(v: &[Self]) -> Vec<u8> {
@@ -411,7 +415,11 @@ impl CpuBackend {
         let copies: Vec<Option<Owned>> = read
             .iter()
             .map(|o| {
-                if let Some(view) = &o.view {
+                if T::DTYPE == DType::F64 && o.dtype == DType::F32 {
+                    // Promoted as ATen promotes: an f32 operand of an f64 op, widened exactly.
+                    let wide = self.f32_of(o)?.into_iter().map(f64::from).collect();
+                    Ok(Some(Owned::F64(wide)))
+                } else if let Some(view) = &o.view {
                     self.owned_view(o, view).map(Some)
                 } else if written.iter().any(|w| w == o) {
                     match self.read_slice(o)? {
