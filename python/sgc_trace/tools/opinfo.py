@@ -15,7 +15,8 @@ PyTorch's float64 run of the same module on the same values:
 - the gradient of every parameter: the op's backward as PyTorch's autograd traces it.
 
 A tensor is held to `max(floor, slack * PyTorch's own float32 error)` (the rule of
-`sgc_trace.tools.execute`), with NaN and infinities required at the same places.
+`sgc_trace.tools.execute`; a float64 sample's too, PyTorch's float32 run of the same values
+measuring how sensitive each tensor is), with NaN and infinities required at the same places.
 
 A sample is `passed`, `failed` (a value out of tolerance, or the executor refusing or
 failing on a graph it accepted at export: both are sgc's bugs) or `skipped` with the
@@ -202,12 +203,16 @@ class Report:
         return "\n".join(lines) + "\n"
 
 
-def _reference(step: SampleStep, x: torch.Tensor, wide: bool) -> dict[str, torch.Tensor]:
-    """The op's floating outputs and every parameter's gradient, computed by PyTorch."""
+def _reference(step: SampleStep, x: torch.Tensor, wide: bool, narrow: bool = False) -> dict[str, torch.Tensor]:
+    """The op's floating outputs and every parameter's gradient, computed by PyTorch (in
+    float64 when `wide`, in float32 when `narrow`, else in the sample's dtype)."""
     m = copy.deepcopy(step)
     if wide:
         m = m.double()
         x = x.double()
+    elif narrow:
+        m = m.float()
+        x = x.float()
     loss = m(x)
     out = {f"out{k}": o for k, o in enumerate(m.outputs)}
     if loss.requires_grad:
@@ -286,7 +291,14 @@ def run_sample(name: str, index: int, op, sample, differentiable: bool, floor: f
         got = run_on_sgc(wide_graph, step, {"x": x})
     except Exception as e:  # noqa: BLE001 - the executor failing on a graph it accepted is a failure
         return result("failed", f"sgc: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-    f32 = _reference(step, x, wide=False)
+    # PyTorch's own error, which sets each tensor's tolerance: in the sample's dtype, or for
+    # a float64 sample in float32 (its float64 run is the reference itself), so a gradient
+    # that is zero analytically, rounding noise on both sides, is held to that noise.
+    double = any(p.dtype == torch.float64 for p in step.parameters())
+    try:
+        f32 = _reference(step, x, wide=False, narrow=double)
+    except Exception:  # noqa: BLE001 - PyTorch refusing the sample in float32: the floor alone
+        f32 = f64
     for key, want in f64.items():
         tensor = kept.get(key, key)
         if tensor not in got:
