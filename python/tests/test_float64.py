@@ -7,8 +7,8 @@ can land on either side in two correct implementations, and move a whole gradien
 torchvision models differ from PyTorch that way: docs/benchmarks.md); in float64 the two
 steps agree to rounding, so a kernel that is wrong, or that computes in f32 where it should
 not, shows as an error far above it. Each case holds the loss, every gradient and every
-replayed ATen op to 1e-9 of its largest magnitude (measured: 1e-13 and below), and a
-sublinear plan's step to the unplanned one bit for bit. About 40 s on 2 cores.
+replayed ATen op to 1e-9 of its largest magnitude (float32 rounding would be 1e-7 and
+above), and a sublinear plan's step to the unplanned one bit for bit. About 20 s on 2 cores.
 """
 
 from __future__ import annotations

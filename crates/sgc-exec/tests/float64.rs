@@ -13,7 +13,7 @@
 mod common;
 
 use common::device::assert_matches;
-use common::{real, strategies, unplanned, REAL_SMALL, TINY};
+use common::{real, seeded_step, strategies, unplanned, REAL_SMALL, TINY};
 use sgc_exec::coverage::{gaps, Target};
 use sgc_exec::{CpuBackend, ExecError, Executor, HostTensor};
 use sgc_ir::{DType, Graph};
@@ -36,17 +36,6 @@ fn twin(g: &Graph) -> Graph {
     sgc_ir::format::from_str(&v.to_string()).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The loss and every output after one step from seeded values.
-fn step(g: &Graph, ex: &mut Executor<CpuBackend>) -> Vec<(String, HostTensor)> {
-    ex.bind_seeded(3).unwrap();
-    ex.run(1).unwrap();
-    g.outputs()
-        .iter()
-        .map(|&t| g.tensor(t).name.clone())
-        .map(|n| (n.clone(), ex.read(&n).unwrap()))
-        .collect()
-}
-
 /// The f64 values of a float tensor.
 fn wide(t: &HostTensor) -> Vec<f64> {
     match &t.data {
@@ -64,8 +53,8 @@ fn f64_twins_compute_what_their_f32_graphs_do_to_f32_rounding() {
             g64.tensors().iter().any(|t| t.dtype == DType::F64),
             "{name}"
         );
-        let narrow = step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
-        let double = step(&g64, &mut unplanned(&g64, CpuBackend::new()).unwrap());
+        let narrow = seeded_step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
+        let double = seeded_step(&g64, &mut unplanned(&g64, CpuBackend::new()).unwrap());
         assert_eq!(narrow.len(), double.len(), "{name}");
         for ((n, a), (_, b)) in narrow.iter().zip(&double) {
             if a.dtype() != DType::F32 {
@@ -81,8 +70,7 @@ fn f64_twins_compute_what_their_f32_graphs_do_to_f32_rounding() {
                 .iter()
                 .zip(&b)
                 .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
-            // Each f32 op rounds to 6e-8; these steps are tens of ops deep (measured: at most
-            // 2.8e-7, tiny_transformer's `h.0.mlp.c_fc` weight gradient).
+            // Each f32 op rounds to 6e-8; these steps are tens of ops deep.
             assert!(
                 diff / scale < 1e-5,
                 "{name}: {n} is {:.1e} off",
@@ -96,10 +84,10 @@ fn f64_twins_compute_what_their_f32_graphs_do_to_f32_rounding() {
 fn every_plan_of_an_f64_twin_gives_the_unplanned_step_bitwise() {
     for name in TINY {
         let g = twin(&common::load(name));
-        let want = step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
+        let want = seeded_step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
         for (strategy, plan) in strategies(&g) {
             let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
-            let got = step(&g, &mut ex);
+            let got = seeded_step(&g, &mut ex);
             assert_matches(&format!("{name} f64 {strategy}"), &want, &got, None);
         }
     }
@@ -109,7 +97,7 @@ fn every_plan_of_an_f64_twin_gives_the_unplanned_step_bitwise() {
 fn every_small_real_export_runs_in_f64() {
     for name in REAL_SMALL {
         let g = twin(&real(name));
-        let out = step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
+        let out = seeded_step(&g, &mut unplanned(&g, CpuBackend::new()).unwrap());
         let loss = g.tensor(g.loss().unwrap()).name.clone();
         let (_, l) = out.iter().find(|(n, _)| *n == loss).unwrap();
         assert_eq!(l.dtype(), DType::F64, "{name}");
@@ -152,22 +140,19 @@ fn an_f32_operand_of_an_f64_op_is_promoted_exactly() {
     ex.bind("m", &host(vec![2, 3], sgc_exec::HostData::Bool(m.to_vec())))
         .unwrap();
     ex.run(1).unwrap();
-    let wide = |i: usize| f64::from(b[i % 3]);
+    let bw = |i: usize| f64::from(b[i % 3]); // `b` broadcast and widened
     let want = |f: &dyn Fn(usize) -> f64| (0..6).map(f).collect::<Vec<f64>>();
-    let read = |ex: &mut Executor<CpuBackend>, n: &str| wide_of(&ex.read(n).unwrap());
-    assert_eq!(read(&mut ex, "c"), want(&|i| a[i] + wide(i)));
-    assert_eq!(read(&mut ex, "p"), want(&|i| wide(i) * a[i]));
+    let read = |ex: &mut Executor<CpuBackend>, n: &str| {
+        let t = ex.read(n).unwrap();
+        assert_eq!(t.dtype(), DType::F64, "{n}");
+        wide(&t)
+    };
+    assert_eq!(read(&mut ex, "c"), want(&|i| a[i] + bw(i)));
+    assert_eq!(read(&mut ex, "p"), want(&|i| bw(i) * a[i]));
     assert_eq!(
         read(&mut ex, "w"),
-        want(&|i| if m[i] { a[i] } else { wide(i) })
+        want(&|i| if m[i] { a[i] } else { bw(i) })
     );
-}
-
-fn wide_of(t: &HostTensor) -> Vec<f64> {
-    match &t.data {
-        sgc_exec::HostData::F64(v) => v.clone(),
-        other => panic!("not f64: {other:?}"),
-    }
 }
 
 /// Its float outputs must be f64, the promoted type: an `add` of an f64 and an f32

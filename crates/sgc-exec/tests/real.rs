@@ -17,21 +17,10 @@
 mod common;
 
 use common::device::assert_matches;
-use common::{real, REAL_SMALL, REAL_SMALL_MORE};
-use sgc_exec::{CpuBackend, Executor, HostTensor};
+use common::{real, seeded_step, REAL_SMALL, REAL_SMALL_MORE};
+use sgc_exec::{CpuBackend, Executor};
 use sgc_ir::Graph;
 use sgc_plan::{Plan, PlanOptions, Strategy};
-
-/// The loss and every gradient after one step.
-fn outputs(g: &Graph, ex: &mut Executor<CpuBackend>) -> Vec<(String, HostTensor)> {
-    ex.bind_seeded(3).unwrap();
-    ex.run(1).unwrap();
-    g.outputs()
-        .iter()
-        .map(|&t| g.tensor(t).name.clone())
-        .map(|n| (n.clone(), ex.read(&n).unwrap()))
-        .collect()
-}
 
 /// Static DTR at the lowest threshold there is (the per-op lower bound, which it raises to
 /// its eviction floor) and no smallest evictee (these small exports' tensors are all below
@@ -54,7 +43,7 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
     for name in REAL_SMALL.into_iter().chain(REAL_SMALL_MORE) {
         let g = real(name);
         let mut base = common::unplanned(&g, CpuBackend::new()).unwrap();
-        let expected = outputs(&g, &mut base);
+        let expected = seeded_step(&g, &mut base);
         assert!(expected.len() > 10, "{name}: loss and gradients");
         for (n, t) in &expected {
             let v = t.as_f32().unwrap();
@@ -80,7 +69,7 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
         plans.push(("dtr at the lower bound".into(), dtr_at_lower_bound(&g)));
         for (strategy, plan) in plans {
             let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
-            let got = outputs(&g, &mut ex);
+            let got = seeded_step(&g, &mut ex);
             assert_matches(&format!("{name} / {strategy}"), &expected, &got, None);
         }
     }

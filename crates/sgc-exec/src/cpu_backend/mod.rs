@@ -81,7 +81,7 @@ impl Indices<'_> {
 }
 
 /// A read operand copied out of its buffer (a materialised view, an in-place input).
-enum Owned {
+pub(crate) enum Owned {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I64(Vec<i64>),
@@ -105,6 +105,9 @@ pub(crate) trait Host: Real {
 
     /// Native-endian bytes of `v`.
     fn bytes_of(v: &[Self]) -> Vec<u8>;
+
+    /// `v` as a read operand's copy.
+    fn owned(v: Vec<Self>) -> Owned;
 }
 
 impl Host for f32 {
@@ -121,6 +124,10 @@ impl Host for f32 {
 
     fn bytes_of(v: &[Self]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    fn owned(v: Vec<Self>) -> Owned {
+        Owned::F32(v)
     }
 }
 
@@ -142,6 +149,10 @@ impl Host for f64 {
 
     fn bytes_of(v: &[Self]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    fn owned(v: Vec<Self>) -> Owned {
+        Owned::F64(v)
     }
 }
 
@@ -416,9 +427,8 @@ impl CpuBackend {
             .iter()
             .map(|o| {
                 if T::DTYPE == DType::F64 && o.dtype == DType::F32 {
-                    // Promoted as ATen promotes: an f32 operand of an f64 op, widened exactly.
-                    let wide = self.f32_of(o)?.into_iter().map(f64::from).collect();
-                    Ok(Some(Owned::F64(wide)))
+                    // An f32 operand of an f64 op, promoted by `Host::read`.
+                    Ok(Some(T::owned(T::read(self, o)?)))
                 } else if let Some(view) = &o.view {
                     self.owned_view(o, view).map(Some)
                 } else if written.iter().any(|w| w == o) {

@@ -22,6 +22,20 @@ pub fn unplanned<B: Backend>(g: &Graph, backend: B) -> Result<Executor<B>, ExecE
     Executor::from_plan(g, &plan, backend)
 }
 
+/// The loss and every other output of `g` after one step of `ex` from seeded values (seed 3).
+pub fn seeded_step<B: Backend>(
+    g: &Graph,
+    ex: &mut Executor<B>,
+) -> Vec<(String, sgc_exec::HostTensor)> {
+    ex.bind_seeded(3).unwrap();
+    ex.run(1).unwrap();
+    g.outputs()
+        .iter()
+        .map(|&t| g.tensor(t).name.clone())
+        .map(|n| (n.clone(), ex.read(&n).unwrap()))
+        .collect()
+}
+
 /// The tiny zoo graphs, executed in tests (the big ones are not).
 pub const TINY: [&str; 3] = ["tiny_mlp", "tiny_cnn", "tiny_transformer"];
 
