@@ -208,4 +208,38 @@ mod tests {
             );
         }
     }
+
+    /// The integer program's linear relaxation holds each stage to this module's argument
+    /// (`optimal::model`, its residency rows), so its optimum is never below the cut bound
+    /// at the same peak.
+    #[cfg(feature = "optimal")]
+    #[test]
+    fn the_relaxation_is_never_below_the_cut_bound() {
+        let mut checked = 0;
+        for rel in [
+            "graphs/tiny_cnn.json",
+            "graphs/mlp.json",
+            "benches/data/checkmate/vgg16_b256_train.json",
+            "benches/data/checkmate/random_layered_n100.json",
+        ] {
+            let g = crate::testing::load(rel);
+            let ctx = Context::new(&g);
+            let unplanned = g.memory_profile().peak;
+            let lb = g.lower_bound().bytes;
+            for q in [0.9, 0.7, 0.5, 0.3] {
+                let peak = lb + ((unplanned - lb) as f64 * q) as u64;
+                let c = cut(&ctx, peak).recompute;
+                let Some(r) = crate::optimal::relaxation(&ctx, peak, 30) else {
+                    continue;
+                };
+                // The relaxation's value comes back lowered by the solver's tolerance.
+                assert!(
+                    r + 1e-5 >= c,
+                    "{rel} at {q}: relaxation {r} below the cut bound {c}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 8, "only {checked} relaxations solved");
+    }
 }

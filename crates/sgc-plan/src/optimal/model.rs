@@ -22,8 +22,11 @@
 //! old copy would be dead: sgc's memory model ends it before the new one starts); graph
 //! outputs are present at the end (one may be freed and made again in between, as in
 //! sgc's memory model); the `A` chain adds the bytes an op
-//! makes and subtracts the bytes freed after the previous op. The objective is the cost of
-//! every run with `i < t`, as a share of one step.
+//! makes and subtracts the bytes freed after the previous op; and, implied at every point
+//! but not in the linear relaxation, each stage's own op runs with at least the storages it
+//! touches and those present at the next stage that were made before it (the residency
+//! rows: they hold the relaxation to the cut bound of [`crate::bound`]). The objective is
+//! the cost of every run with `i < t`, as a share of one step.
 //!
 //! The program's bytes are at least the memory model's at every step (a present value no
 //! op of the stage touches is still counted), and equal for the schedule's own frees, so a
@@ -380,6 +383,7 @@ impl Model {
         self.unit = (cap as f64 / 1e6).max(1.0);
         self.memory_rows(cap as f64 / self.unit);
         self.free_rows();
+        self.residency_rows();
     }
 
     /// An op that runs has each value it reads: made earlier in the stage or present.
@@ -503,6 +507,35 @@ impl Model {
             for (row, hi) in rows {
                 self.push(row, f64::NEG_INFINITY, hi);
             }
+        }
+    }
+
+    /// What is resident while a stage's own op runs, from below: the storages it touches,
+    /// and every storage made before it that is present when the next stage starts (made
+    /// before the op, not freed until after it). At a point of the program these are
+    /// implied (the `A` chain counts at least them), but its linear relaxation may free a
+    /// storage in fractions at several ops of a stage, more than was there, and so count
+    /// too few bytes. With them the relaxation holds each stage to the cut bound's
+    /// argument ([`crate::bound`]): a storage needed later is resident at the op or made
+    /// again after it, so its optimum is at least the cut bound at the cap.
+    fn residency_rows(&mut self) {
+        for t in 0..self.n.saturating_sub(1) {
+            let at = self.runnable[t].len() - 1;
+            let mut row = Lin::default();
+            row.add(Some(Term::Col(self.a_at[t] + at)), 1.0);
+            let mut own: Vec<usize> = self.touches[t].clone();
+            own.extend(&self.makes[t]);
+            own.sort_unstable();
+            own.dedup();
+            let forced: f64 = own.iter().map(|&x| self.weight(x)).sum();
+            for x in 0..self.values.len() {
+                let b = self.weight(x);
+                if b == 0.0 || own.binary_search(&x).is_ok() {
+                    continue;
+                }
+                row.add(self.p(t + 1, x).map(Term::Col), -b);
+            }
+            self.push(row, forced, f64::INFINITY);
         }
     }
 
