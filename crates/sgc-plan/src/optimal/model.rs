@@ -384,6 +384,34 @@ impl Model {
         self.memory_rows(cap as f64 / self.unit);
         self.free_rows();
         self.residency_rows();
+        self.free_once_rows();
+    }
+
+    /// A stage frees a storage at most once, and only one that is there: present at its
+    /// start or made in it.
+    fn free_once_rows(&mut self) {
+        for t in 0..self.n {
+            let mut by_value: Vec<Vec<usize>> = vec![Vec::new(); self.values.len()];
+            for frees in &self.frees[t] {
+                for f in frees {
+                    by_value[f.value].push(f.col);
+                }
+            }
+            for (x, cols) in by_value.into_iter().enumerate() {
+                if cols.is_empty() {
+                    continue;
+                }
+                let mut row = Lin::default();
+                for c in cols {
+                    row.add(Some(Term::Col(c)), 1.0);
+                }
+                row.add(self.p(t, x).map(Term::Col), -1.0);
+                if let Some(p) = self.values[x].producer {
+                    row.add(self.r(t, p), -1.0);
+                }
+                self.push(row, f64::NEG_INFINITY, 0.0);
+            }
+        }
     }
 
     /// An op that runs has each value it reads: made earlier in the stage or present.
