@@ -98,7 +98,7 @@ fn the_optimum_lies_between_every_bound_and_every_other_plan() {
 
 /// HiGHS's parallel tree search runs a fixed number of workers, in parallel or serially
 /// (`optimal::SEARCH_WORKERS`): the search, and so the plan, is the same whatever threads
-/// the planner has. tiny_cnn at 0.82 of its peak branches (19 nodes; a search that took
+/// the planner has. tiny_cnn at 0.78 of its peak branches (18 nodes; a search that took
 /// its workers from the threads would differ here).
 #[cfg(feature = "optimal")]
 #[test]
@@ -106,7 +106,7 @@ fn the_optimal_search_does_not_depend_on_the_threads() {
     use sgc_plan::RunConfig;
     let g = load("graphs/tiny_cnn.json");
     let options = PlanOptions {
-        budget: Some((g.memory_profile().peak as f64 * 0.82) as u64),
+        budget: Some((g.memory_profile().peak as f64 * 0.78) as u64),
         ..at_peak(Strategy::Optimal, 0)
     };
     let on = |workers| {
@@ -114,7 +114,7 @@ fn the_optimal_search_does_not_depend_on_the_threads() {
             workers: Some(workers),
             ..RunConfig::default()
         };
-        let (plan, stats) = plan_with_stats(&g, &options, &run).expect("tiny_cnn at 0.82 plans");
+        let (plan, stats) = plan_with_stats(&g, &options, &run).expect("tiny_cnn at 0.78 plans");
         let solver = stats.optimal.expect("optimal reports its solver");
         assert!(solver.proven, "on {workers} threads: not proven");
         (plan, solver.nodes)
