@@ -27,9 +27,9 @@ fn at_peak(strategy: Strategy, peak: u64) -> PlanOptions {
 
 /// Graphs and budgets (shares of the way from the per-op lower bound to the unplanned peak)
 /// at which HiGHS proves the optimum, or that there is none, within seconds (release: 0.2 s
-/// to 2.6 s each). At other budgets the same graphs can take it minutes: tiny_cnn at 0.95
-/// 22 s, tiny_mlp at 0.9 more than 60 s; tiny_mlp at 0.8 gives neither a plan nor a proof
-/// that none fits within 120 s, and at 0.7 proving that none fits takes more than 60 s
+/// to 2.6 s each). At other budgets the same graphs take longer (release, with another
+/// build beside it on the two cores): tiny_cnn at 0.95 15 s, tiny_mlp at 0.9 more than
+/// 60 s; at 0.8 and 0.7 HiGHS proves in about 20 s that no schedule fits tiny_mlp
 /// (docs/benchmarks.md, "How far from optimal").
 #[cfg(feature = "optimal")]
 const SMALL: &[(&str, &[f64])] = &[
