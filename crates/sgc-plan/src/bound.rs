@@ -159,6 +159,12 @@ mod tests {
     use super::*;
     use crate::options::{BudgetOf, PlanOptions, Strategy};
 
+    /// The peak a share `q` of the way from `g`'s per-op lower bound to its unplanned peak.
+    fn of_the_way(g: &sgc_ir::Graph, q: f64) -> u64 {
+        let lb = g.lower_bound().bytes;
+        lb + ((g.memory_profile().peak - lb) as f64 * q) as u64
+    }
+
     /// The bound is never above a plan's own recompute, at the plan's own peak, and it is
     /// positive below the unplanned peak where something must be recomputed.
     #[test]
@@ -174,11 +180,10 @@ mod tests {
             let g = crate::testing::load(rel);
             let ctx = Context::new(&g);
             let unplanned = g.memory_profile().peak;
-            let lb = g.lower_bound().bytes;
             let (mut positive, mut recomputing) = (0, 0);
             for strategy in [Strategy::Sublinear, Strategy::Dtr] {
                 for q in [0.9, 0.7, 0.5, 0.3] {
-                    let budget = lb + ((unplanned - lb) as f64 * q) as u64;
+                    let budget = of_the_way(&g, q);
                     let options = PlanOptions {
                         strategy,
                         budget: Some(budget),
@@ -224,10 +229,8 @@ mod tests {
         ] {
             let g = crate::testing::load(rel);
             let ctx = Context::new(&g);
-            let unplanned = g.memory_profile().peak;
-            let lb = g.lower_bound().bytes;
             for q in [0.9, 0.7, 0.5, 0.3] {
-                let peak = lb + ((unplanned - lb) as f64 * q) as u64;
+                let peak = of_the_way(&g, q);
                 let c = cut(&ctx, peak).recompute;
                 let Some(r) = crate::optimal::relaxation(&ctx, peak, 30) else {
                     continue;

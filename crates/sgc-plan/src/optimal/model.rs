@@ -25,8 +25,9 @@
 //! makes and subtracts the bytes freed after the previous op; and, implied at every point
 //! but not in the linear relaxation, each stage's own op runs with at least the storages it
 //! touches and those present at the next stage that were made before it (the residency
-//! rows: they hold the relaxation to the cut bound of [`crate::bound`]). The objective is
-//! the cost of every run with `i < t`, as a share of one step.
+//! rows: they hold the relaxation to the cut bound of [`crate::bound`]), and a stage frees a
+//! storage at most once, and only one present at its start or made in it (the free-once
+//! rows). The objective is the cost of every run with `i < t`, as a share of one step.
 //!
 //! The program's bytes are at least the memory model's at every step (a present value no
 //! op of the stage touches is still counted), and equal for the schedule's own frees, so a
