@@ -2,7 +2,8 @@
 //! MobileNetV3-Large, EfficientNet-B0, the LSTM LM, the transformer LM, ViT-B/16, the
 //! U-Net) on the CUDA backend: one step unplanned and one under the sublinear plan, each
 //! loss and gradient within 1e-5 of its largest magnitude (counted as at least 1e-3 of the
-//! step's largest, [`NOISE_FLOOR`]) of the CPU backend's step, and the planned step bit for
+//! step's largest, [`NOISE_FLOOR`]) of the CPU backend's step, or within what rounding
+//! alone moves that tensor ([`within_rounding`]), and the planned step bit for
 //! bit the unplanned one; `SGC_CORPUS_CUDA_EXTRA=a.json.gz,b.json.gz` adds graphs. The CPU backend's products sum in f32
 //! here, as cuBLAS's do ([`Products::F32`]): at these sizes (batch 2, 64x64 images) batch
 //! norm runs over as few as two values per channel in the last stages, where its input
@@ -19,10 +20,12 @@ use sgc_exec::{Backend, CpuBackend, CudaBackend, Executor, HostTensor, Products}
 use sgc_ir::Graph;
 
 fn main() {
-    device::run(on_device!(CudaBackend:
+    let mut trials = on_device!(CudaBackend:
         the_coverage_check_agrees_with_a_run_on_the_device,
         the_small_corpus_matches_the_cpu_backend,
-    ))
+    );
+    trials.extend(on_device!(CpuBackend: the_rounding_bound_tells_rounding_from_a_bug));
+    device::run(trials)
 }
 
 /// Loss and every gradient after one step from seeded values.
@@ -66,12 +69,81 @@ fn the_small_corpus_matches_the_cpu_backend<D: Device>() {
         );
         let (worst, at) = worst_relative(&want, &unplanned);
         println!("{name}: unplanned within {worst:.1e} of the CPU backend (at `{at}`), sublinear bitwise");
-        assert!(
-            worst <= 1e-5,
-            "{name} / unplanned: `{at}` is {worst:.2e} of its largest magnitude from the CPU backend's"
-        );
+        if worst > TOLERANCE {
+            // Only a GPU gets here (the emulated device sums as the CPU backend does).
+            let exact = step(&g, &mut common::unplanned(&g, CpuBackend::new()).unwrap());
+            if let Err(e) = within_rounding(&want, &unplanned, &exact) {
+                panic!("{name} / unplanned: {e}");
+            }
+        }
     }
 }
+
+/// The bound holds for a step against itself, and for the exact-sum step against the f32
+/// one; it fails for that step with one gradient off by 1e-3 of its largest magnitude.
+fn the_rounding_bound_tells_rounding_from_a_bug<D: Device>() {
+    let g = real(REAL_SMALL[0]);
+    let f32_sums = CpuBackend::with_products(Products::F32);
+    let want = step(&g, &mut common::unplanned(&g, f32_sums).unwrap());
+    let exact = step(&g, &mut common::unplanned(&g, CpuBackend::new()).unwrap());
+    within_rounding(&want, &want, &exact).unwrap();
+    within_rounding(&want, &exact, &exact).unwrap();
+    let (worst, at) = worst_relative(&want, &exact);
+    assert!(
+        worst > TOLERANCE,
+        "the fixed bound alone would pass: {worst:.1e} at `{at}`"
+    );
+    let mut wrong = exact.clone();
+    let (name, t) = wrong
+        .iter_mut()
+        .find(|(n, _)| n.ends_with(".weight.grad"))
+        .unwrap();
+    let v = t.as_f32().unwrap();
+    let bump = 1e-3 * v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let mut v = v.to_vec();
+    v[0] += bump;
+    *t = HostTensor::f32(t.shape.clone(), v);
+    let name = name.clone();
+    let e = within_rounding(&want, &wrong, &exact).unwrap_err();
+    assert!(e.contains(name.as_str()), "{e}");
+}
+
+/// The fixed bound on a device's difference from the CPU backend's f32 step, as a share of
+/// each tensor's largest magnitude.
+const TOLERANCE: f32 = 1e-5;
+
+/// How far the device's step may be from the CPU backend's f32 step where rounding is that
+/// tensor's own: [`ROUNDING_SLACK`] times the distance between the CPU backend's f32 step
+/// and its exact-sum step (products summed in f64), or [`TOLERANCE`] if that is more. The
+/// two CPU steps differ only in how products sum, so their distance is what one change of
+/// summation order moves that tensor; a device summing in another order (cuBLAS's blocked
+/// and split sums, tree reductions) is as far from the exact sums, so at most about twice
+/// that from the f32 step. Measured on the H200 (2026-11-30): ResNet-18's
+/// `layer4.1.conv2.weight.grad` 5.67e-5 from the f32 step, which is 3.37e-5 from the exact
+/// one (that gradient sums through batch norm over two values per channel).
+fn within_rounding(
+    want: &[(String, HostTensor)],
+    got: &[(String, HostTensor)],
+    exact: &[(String, HostTensor)],
+) -> Result<(), String> {
+    for (((n, a), (_, b)), (_, c)) in want.iter().zip(got).zip(exact) {
+        let one =
+            |x: &HostTensor| worst_relative(&[(n.clone(), a.clone())], &[(n.clone(), x.clone())]).0;
+        let (device, rounding) = (one(b), one(c));
+        let bound = TOLERANCE.max(ROUNDING_SLACK * rounding);
+        if device > bound || device.is_nan() {
+            return Err(format!(
+                "`{n}` is {device:.2e} of its largest magnitude from the CPU backend's f32 step, \
+                 over {bound:.2e} ({ROUNDING_SLACK} times its distance from the exact-sum step, \
+                 {rounding:.2e}, or {TOLERANCE:.0e})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// See [`within_rounding`].
+const ROUNDING_SLACK: f32 = 4.0;
 
 /// The largest difference of any tensor, over that tensor's largest magnitude, and where.
 /// A tensor's magnitude counts as at least [`NOISE_FLOOR`] of the step's largest, so a

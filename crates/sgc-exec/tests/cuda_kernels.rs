@@ -8,7 +8,8 @@
 //! (`$SGC_NVRTC`, else the `nvidia-cuda-nvrtc-cu12` wheel found through `python3`), ptxas is
 //! `$SGC_PTXAS`, else the `nvidia-cuda-nvcc-cu12` wheel's, else `ptxas` on `PATH`. Without
 //! them the compile test is skipped with the reason and counted as ignored, unless
-//! `SGC_REQUIRE_CUDA_TOOLS=1` (CI), where the run fails.
+//! `SGC_REQUIRE_CUDA_TOOLS=1` (CI), where the run fails. `SGC_EXPECT_NVRTC=12.6` (CI) also
+//! pins NVRTC's version; on a GPU machine the toolkit's own NVRTC compiles.
 
 mod skip;
 
@@ -60,6 +61,18 @@ fn every_cpu_kernel_name_has_a_cuda_kernel_or_is_cublas() {
             "op type `{op}` has no CUDA kernel"
         );
     }
+}
+
+/// The NVRTC version `SGC_EXPECT_NVRTC=MAJOR.MINOR` pins (CI: 12.6), if any.
+fn expected_nvrtc() -> Option<(i32, i32)> {
+    let v = std::env::var("SGC_EXPECT_NVRTC").ok()?;
+    let (major, minor) = v.split_once('.')?;
+    let parse = |x: &str| {
+        x.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("SGC_EXPECT_NVRTC={v}: write MAJOR.MINOR, as 12.6"))
+    };
+    Some((parse(major), parse(minor)))
 }
 
 fn required() -> bool {
@@ -271,13 +284,15 @@ fn every_kernel_compiles_to_ptx_and_assembles_for_sm80_and_sm90() {
     };
     let nvrtc = Nvrtc::open(&nvrtc_path).unwrap_or_else(|e| panic!("{e}"));
     println!("NVRTC {:?} at {}", nvrtc.version(), nvrtc_path.display());
-    if required() {
-        // CI compiles with the NVRTC the backend loads: cudarc's bindings are CUDA 12.6
-        // (`cuda-12060`), the version scripts/install-cuda-tools.sh pins.
+    if let Some(want) = expected_nvrtc() {
+        // CI compiles with the NVRTC that scripts/install-cuda-tools.sh pins, the version of
+        // cudarc's bindings (`cuda-12060`); a GPU machine compiles with its own toolkit's.
         assert_eq!(
             nvrtc.version(),
-            (12, 6),
-            "CI must compile kernels with NVRTC 12.6"
+            want,
+            "SGC_EXPECT_NVRTC asks for NVRTC {}.{}",
+            want.0,
+            want.1
         );
     }
     println!("ptxas at {}: {}", ptxas.display(), ptxas_version(&ptxas));
