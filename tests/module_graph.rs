@@ -307,7 +307,8 @@ const FORMAT_LAYERS: &[&[&str]] = &[
 ];
 
 /// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
-/// per-graph context, the arena, the methods, the choice under a budget, the strategies
+/// per-graph context, the arena, the methods, the exchange refinement of a split plan, the
+/// choice under a budget, the strategies
 /// (one file each, behind one trait), the entry points, and the batch fit on top. (The plan itself and its
 /// verifier are sgc-plan-format's, below all of them.)
 const PLAN_LAYERS: &[&[&str]] = &[
@@ -317,6 +318,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["arena", "schedule", "bound"],
     &["device", "dtr"],
     &["sublinear"],
+    &["exchange"],
     &["partition", "budget", "optimal"],
     &["offload_search"],
     &["strategies"],

@@ -26,6 +26,12 @@
 //!    plan is recorded with strategy `dtr` (the verifier's rules for eviction: an op may
 //!    run more than twice). They are made once per candidate set, when a budget is first
 //!    selected, and compete with the split plans on recompute like any other candidate.
+//! 4. exchange refinements ([`crate::exchange`]) at [`EXCHANGE_LEVELS`] peak levels,
+//!    geometrically spaced like the ladder: at each level the cheapest plan under it (the
+//!    front's, or the one the level below ended with) trades recomputations for cheaper
+//!    ones, single ops and single reads at a time, with the level as its cap. The split
+//!    plans choose whole blocks; on Checkmate's graphs the optimum differs from them in a
+//!    few single ops, and this reaches it (docs/benchmarks.md).
 //!
 //! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
 //! With `--budget-of peak` the budget bounds the memory model's peak instead (what
@@ -45,6 +51,10 @@ use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
 pub(crate) const LADDER: u32 = 16;
+/// Peak levels of the exchange refinement.
+pub(crate) const EXCHANGE_LEVELS: u32 = 64;
+/// Steps the exchange refinements replay in all (moves tried times schedule length).
+pub(crate) const EXCHANGE_WORK: u64 = 10_000_000;
 /// Eviction thresholds tried.
 pub(crate) const DTR_LEVELS: u32 = 16;
 /// How many of the lowest-peak candidates a refusal places to report the lowest device
@@ -98,6 +108,7 @@ pub(crate) fn candidates(
             crate::sublinear::fixed_peak::refine_under(ev, &start, level);
         }
     }
+    let exchanged = exchanged(ev, lowest);
     // The front ranks by the memory model's peak; the unbudgeted pick and Chen's plan join
     // it by name, so that a budget at their own device bytes is always met.
     let named = [pick.clone(), crate::sublinear::chen::best(ctx)];
@@ -112,12 +123,46 @@ pub(crate) fn candidates(
             source: Source::Split(g),
             fitness,
         })
+        .chain(exchanged)
         .collect();
     Candidates {
         split,
         evictions: std::sync::OnceLock::new(),
         opts: opts.clone(),
     }
+}
+
+/// Exchange refinements ([`crate::exchange`]) at [`EXCHANGE_LEVELS`] peak levels from
+/// `lowest` up, each from the cheapest plan under its level: the front's, or the one the
+/// level below ended with.
+fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
+    let ctx = ev.ctx;
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut last: Option<(Vec<(OpId, bool)>, u64)> = None;
+    for level in levels(lowest, ctx.unplanned_peak, EXCHANGE_LEVELS) {
+        let front = ev
+            .front
+            .cheapest_under(level)
+            .filter(|m| {
+                last.as_ref()
+                    .is_none_or(|(_, units)| m.fitness.cost < *units)
+            })
+            .and_then(|m| schedule(ctx, &m.genome));
+        let Some(start) = front.or_else(|| last.as_ref().map(|(s, _)| s.clone())) else {
+            continue;
+        };
+        let budget = EXCHANGE_WORK / u64::from(EXCHANGE_LEVELS);
+        if let Some(r) = crate::exchange::refine(ctx, ev.pool, &start, level, budget) {
+            last = Some((r.steps.clone(), r.units));
+            out.push(Candidate::of_steps(
+                r.steps,
+                r.peak,
+                r.units,
+                Strategy::Sublinear,
+            ));
+        }
+    }
+    out
 }
 
 /// The candidate set: split plans, and eviction plans made when first needed.

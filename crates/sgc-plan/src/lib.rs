@@ -52,6 +52,7 @@ mod context;
 mod device;
 mod dtr;
 mod error;
+mod exchange;
 pub mod fit;
 mod maxflow;
 pub mod offload;

@@ -73,7 +73,7 @@ const PARALLEL_PRINTS: usize = 64;
 
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
-    pool: &'a rayon::ThreadPool,
+    pub pool: &'a rayon::ThreadPool,
     /// Fitness by genome fingerprint.
     cache: HashMap<Fingerprint, Fitness>,
     /// Outcomes by discard-plan fingerprint ([`discard::key`]).
