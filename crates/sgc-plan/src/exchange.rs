@@ -19,9 +19,10 @@
 //! non-recomputable op has already written when it runs ([`Context::root_hazard`]'s rule,
 //! as the split plans' walk applies it).
 //!
-//! **Best improvement, deterministically.** Each round lists every move, sorts them by the
-//! cost they save (then by position), replays them in that order in fixed-size chunks
-//! evaluated in parallel, and takes the first that passes: the move saving most. The
+//! **Best improvement, deterministically.** Each round lists the moves by the cost they save
+//! (then by position), as many as the remaining budget can replay, replays them in that
+//! order in fixed-size chunks evaluated in parallel, and takes the first that passes: the
+//! move saving most. The
 //! chunk size does not depend on the number of workers, so neither does the plan. The
 //! rounds stop when no move passes or after the caller's budget of replayed steps (moves
 //! tried times schedule length).
@@ -52,8 +53,8 @@ struct Move {
 }
 
 /// The schedule after exchanges that each lower the recompute cost with the peak within
-/// `cap`, replaying at most `budget` steps, with its peak and recompute units; `None` when no exchange helps (or `steps`
-/// does not replay within the cap).
+/// `cap`, replaying at most `budget` steps, with its peak and recompute units; `None` when
+/// no exchange helps (or `steps` does not replay within the cap).
 pub(crate) fn refine(
     ctx: &Context<'_>,
     pool: &rayon::ThreadPool,
