@@ -308,9 +308,9 @@ const FORMAT_LAYERS: &[&[&str]] = &[
 
 /// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
 /// per-graph context, the arena, the methods, the exchange refinement of a split plan, the
-/// choice under a budget, the strategies
-/// (one file each, behind one trait), the entry points, and the batch fit on top. (The plan itself and its
-/// verifier are sgc-plan-format's, below all of them.)
+/// choice under a budget, the strategies (one file each, behind one trait), the entry
+/// points, and the batch fit on top. (The plan itself and its verifier are
+/// sgc-plan-format's, below all of them.)
 const PLAN_LAYERS: &[&[&str]] = &[
     &["alloc", "maxflow", "options"],
     &["error"],

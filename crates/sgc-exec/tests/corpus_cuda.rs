@@ -126,10 +126,9 @@ fn within_rounding(
     got: &[(String, HostTensor)],
     exact: &[(String, HostTensor)],
 ) -> Result<(), String> {
-    for (((n, a), (_, b)), (_, c)) in want.iter().zip(got).zip(exact) {
-        let one =
-            |x: &HostTensor| worst_relative(&[(n.clone(), a.clone())], &[(n.clone(), x.clone())]).0;
-        let (device, rounding) = (one(b), one(c));
+    let device = relative(want, got);
+    let rounding = relative(want, exact);
+    for (((n, _), device), rounding) in want.iter().zip(device).zip(rounding) {
         let bound = TOLERANCE.max(ROUNDING_SLACK * rounding);
         if device > bound || device.is_nan() {
             return Err(format!(
@@ -145,34 +144,42 @@ fn within_rounding(
 /// See [`within_rounding`].
 const ROUNDING_SLACK: f32 = 4.0;
 
-/// The largest difference of any tensor, over that tensor's largest magnitude, and where.
-/// A tensor's magnitude counts as at least [`NOISE_FLOOR`] of the step's largest, so a
-/// difference below 1e-8 of the step's largest (a twelfth of f32's epsilon at that scale)
-/// always passes: a gradient that is zero analytically is rounding noise on both backends
-/// (Swin's relative-position bias table, whose position index binds as zeros here, so
-/// each softmax row's gradient sums into one entry, and to zero: about 1e-9 against a
-/// step whose largest value is 6.8).
+/// The largest difference of any tensor, over that tensor's largest magnitude, and where
+/// ([`relative`]).
 fn worst_relative(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -> (f32, String) {
-    let largest = |v: &[f32]| v.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
-    let step = want
-        .iter()
-        .map(|(_, a)| largest(a.as_f32().unwrap()))
-        .fold(0.0f32, f32::max);
     let mut worst = (0.0f32, String::new());
-    for ((n, a), (_, b)) in want.iter().zip(got) {
-        let (a, b) = (a.as_f32().unwrap(), b.as_f32().unwrap());
-        let scale = largest(a).max(NOISE_FLOOR * step);
-        let d = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0f32, f32::max)
-            / scale;
+    for ((n, _), d) in want.iter().zip(relative(want, got)) {
         if d > worst.0 || d.is_nan() {
             worst = (d, n.clone());
         }
     }
     worst
+}
+
+/// Per tensor, its largest difference over its largest magnitude. A tensor's magnitude
+/// counts as at least [`NOISE_FLOOR`] of the step's largest, so a difference below 1e-8 of
+/// the step's largest (a twelfth of f32's epsilon at that scale) always passes: a gradient
+/// that is zero analytically is rounding noise on both backends (Swin's relative-position
+/// bias table, whose position index binds as zeros here, so each softmax row's gradient
+/// sums into one entry, and to zero: about 1e-9 against a step whose largest value is 6.8).
+fn relative(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -> Vec<f32> {
+    let largest = |v: &[f32]| v.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
+    let step = want
+        .iter()
+        .map(|(_, a)| largest(a.as_f32().unwrap()))
+        .fold(0.0f32, f32::max);
+    want.iter()
+        .zip(got)
+        .map(|((_, a), (_, b))| {
+            let (a, b) = (a.as_f32().unwrap(), b.as_f32().unwrap());
+            let scale = largest(a).max(NOISE_FLOOR * step);
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max)
+                / scale
+        })
+        .collect()
 }
 
 /// The smallest magnitude a tensor is compared at, as a share of the step's largest.

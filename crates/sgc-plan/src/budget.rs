@@ -137,29 +137,26 @@ pub(crate) fn candidates(
 /// level below ended with.
 fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
     let ctx = ev.ctx;
+    let budget = EXCHANGE_WORK / u64::from(EXCHANGE_LEVELS);
     let mut out: Vec<Candidate> = Vec::new();
-    let mut last: Option<(Vec<(OpId, bool)>, u64)> = None;
     for level in levels(lowest, ctx.unplanned_peak, EXCHANGE_LEVELS) {
+        let below = out.last().and_then(|c| match &c.source {
+            Source::Steps(steps, _) => Some((steps, c.fitness.cost)),
+            Source::Split(_) => None,
+        });
         let front = ev
             .front
             .cheapest_under(level)
-            .filter(|m| {
-                last.as_ref()
-                    .is_none_or(|(_, units)| m.fitness.cost < *units)
-            })
+            .filter(|m| below.is_none_or(|(_, cost)| m.fitness.cost < cost))
             .and_then(|m| schedule(ctx, &m.genome));
-        let Some(start) = front.or_else(|| last.as_ref().map(|(s, _)| s.clone())) else {
+        let Some(start) = front.or_else(|| below.map(|(s, _)| s.clone())) else {
             continue;
         };
-        let budget = EXCHANGE_WORK / u64::from(EXCHANGE_LEVELS);
         if let Some(r) = crate::exchange::refine(ctx, ev.pool, &start, level, budget) {
-            last = Some((r.steps.clone(), r.units));
-            out.push(Candidate::of_steps(
-                r.steps,
-                r.peak,
-                r.units,
-                Strategy::Sublinear,
-            ));
+            out.push(Candidate {
+                source: Source::Steps(r.steps, Strategy::Sublinear),
+                fitness: r.fitness,
+            });
         }
     }
     out

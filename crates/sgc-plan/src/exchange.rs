@@ -28,6 +28,7 @@
 //! tried times schedule length).
 
 use crate::context::Context;
+use crate::sublinear::evaluate::{fitness_of, Fitness};
 use rayon::prelude::*;
 use sgc_ir::OpId;
 
@@ -37,11 +38,10 @@ const CHUNK: usize = 256;
 /// A schedule: `(op, recomputed?)` per step.
 type Steps = Vec<(OpId, bool)>;
 
-/// A refined schedule with its peak and recompute cost units.
+/// A refined schedule and its fitness (peak and recompute cost units).
 pub(crate) struct Refined {
     pub steps: Steps,
-    pub peak: u64,
-    pub units: u64,
+    pub fitness: Fitness,
 }
 
 /// One move: remove the recomputation at `drop`, and insert a recomputation of `insert.0`
@@ -53,7 +53,7 @@ struct Move {
 }
 
 /// The schedule after exchanges that each lower the recompute cost with the peak within
-/// `cap`, replaying at most `budget` steps, with its peak and recompute units; `None` when
+/// `cap`, replaying at most `budget` steps, with its fitness; `None` when
 /// no exchange helps (or `steps` does not replay within the cap).
 pub(crate) fn refine(
     ctx: &Context<'_>,
@@ -62,33 +62,30 @@ pub(crate) fn refine(
     cap: u64,
     budget: u64,
 ) -> Option<Refined> {
-    peak(ctx, steps).filter(|&p| p <= cap)?;
+    within(ctx, steps, cap)?;
     let mut s = steps.to_vec();
     let mut work = 0u64;
     let mut improved = None;
     while work < budget {
         let left = budget - work;
         let moves = moves(ctx, &s, (left / s.len().max(1) as u64) as usize + 1);
-        let Some((next, peak, spent)) = first_passing(ctx, pool, &s, &moves, cap, left) else {
+        let Some((next, fitness, spent)) = first_passing(ctx, pool, &s, &moves, cap, left) else {
             break;
         };
         work += spent;
         s = next;
-        improved = Some(peak);
+        improved = Some(fitness);
     }
-    let peak = improved?;
-    let units = crate::sublinear::evaluate::recompute_units(ctx, &s);
     Some(Refined {
         steps: s,
-        peak,
-        units,
+        fitness: improved?,
     })
 }
 
-/// The peak of `steps` under the IR's memory model, if they replay.
-fn peak(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> Option<u64> {
-    let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
-    sgc_ir::simulate(ctx.g, &ops).ok().map(|p| p.peak)
+/// The fitness of `steps` under the IR's memory model if they replay with the peak within
+/// `cap`.
+fn within(ctx: &Context<'_>, steps: &[(OpId, bool)], cap: u64) -> Option<Fitness> {
+    Some(fitness_of(ctx, steps, 0)).filter(|f| f.feasible && f.peak <= cap)
 }
 
 /// `s` with move `m` applied.
@@ -180,8 +177,8 @@ fn inserts(ctx: &Context<'_>, s: &[(OpId, bool)]) -> Vec<(OpId, usize)> {
     out
 }
 
-/// The first of `moves` (in order) whose schedule replays within `cap`, with its peak and
-/// the steps replayed to find it; `None` when none does within `budget` replayed steps.
+/// The first of `moves` (in order) whose schedule replays within `cap`, with its fitness
+/// and the steps replayed to find it; `None` when none does within `budget` replayed steps.
 fn first_passing(
     ctx: &Context<'_>,
     pool: &rayon::ThreadPool,
@@ -189,7 +186,7 @@ fn first_passing(
     moves: &[Move],
     cap: u64,
     budget: u64,
-) -> Option<(Steps, u64, u64)> {
+) -> Option<(Steps, Fitness, u64)> {
     let per = s.len() as u64;
     let mut spent = 0u64;
     for chunk in moves.chunks(CHUNK) {
@@ -202,12 +199,12 @@ fn first_passing(
                 .par_iter()
                 .map(|&m| {
                     let next = apply(s, m);
-                    peak(ctx, &next).filter(|&p| p <= cap).map(|p| (next, p))
+                    within(ctx, &next, cap).map(|f| (next, f))
                 })
                 .collect::<Vec<_>>()
         });
-        if let Some((next, p)) = passed.into_iter().flatten().next() {
-            return Some((next, p, spent));
+        if let Some((next, f)) = passed.into_iter().flatten().next() {
+            return Some((next, f, spent));
         }
     }
     None
@@ -218,7 +215,7 @@ mod tests {
     use super::*;
     use crate::options::{BudgetOf, PlanOptions, Strategy};
     use crate::sublinear::evaluate::{recompute_units, schedule};
-    use crate::sublinear::genome::{Genome, Rules};
+    use crate::sublinear::genome::{random_splits, Rules};
     use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
 
@@ -242,26 +239,31 @@ mod tests {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let mut genome =
-                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let mut genome = random_splits(&mut rng, ctx.n);
             genome.rules = Rules::all()[rng.index(8)];
             let Some(start) = schedule(&ctx, &genome) else {
                 continue;
             };
-            let Some(own) = peak(&ctx, &start) else {
+            let own = fitness_of(&ctx, &start, 0);
+            if !own.feasible {
                 continue;
-            };
+            }
+            let own = own.peak;
             for cap in [own, own + (ctx.unplanned_peak().saturating_sub(own)) / 2] {
                 let Some(r) = refine(&ctx, &two, &start, cap, BUDGET) else {
                     continue;
                 };
                 refined += 1;
-                assert!(r.peak <= cap, "seed {seed}: peak {} over {cap}", r.peak);
-                assert_eq!(Some(r.peak), peak(&ctx, &r.steps), "seed {seed}");
-                assert!(r.units < recompute_units(&ctx, &start), "seed {seed}");
-                assert_eq!(r.units, recompute_units(&ctx, &r.steps), "seed {seed}");
                 let ops: Vec<OpId> = r.steps.iter().map(|s| s.0).collect();
+                let f = r.fitness;
+                assert!(f.peak <= cap, "seed {seed}: peak {} over {cap}", f.peak);
+                assert_eq!(
+                    f.peak,
+                    sgc_ir::simulate(&g, &ops).unwrap().peak,
+                    "seed {seed}"
+                );
+                assert!(f.cost < recompute_units(&ctx, &start), "seed {seed}");
+                assert_eq!(f.cost, recompute_units(&ctx, &r.steps), "seed {seed}");
                 let options = PlanOptions {
                     strategy: Strategy::Sublinear,
                     arena: false,

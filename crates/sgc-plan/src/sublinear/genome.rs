@@ -122,3 +122,11 @@ impl Genome {
         }
     }
 }
+
+/// A genome for tests: 1 to 6 split points drawn anywhere among `n` positions, MegEngine's
+/// rules.
+#[cfg(test)]
+pub(crate) fn random_splits(rng: &mut sgc_ir::testgen::SplitMix64, n: usize) -> Genome {
+    let k = 1 + rng.index(6);
+    Genome::from_splits((0..k).map(|_| rng.index(n.max(1)) as u32).collect())
+}

@@ -366,7 +366,7 @@ fn best_by(pop: &[Member], obj: Objective) -> Member {
 mod tests {
     use super::*;
     use crate::context::Context;
-    use crate::sublinear::genome::Rules;
+    use crate::sublinear::genome::{random_splits, Rules};
     use crate::sublinear::search::pool;
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
 
@@ -381,9 +381,7 @@ mod tests {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let mut genome =
-                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let mut genome = random_splits(&mut rng, ctx.n);
             genome.rules = Rules::all()[rng.index(8)];
             let mut ev = Evaluator::new(&ctx, &pool, None);
             let fit = ev.eval(&genome);
@@ -463,9 +461,7 @@ mod tests {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
             let mut rng = SplitMix64::new(seed);
-            let k = 1 + rng.index(6);
-            let genome =
-                Genome::from_splits((0..k).map(|_| rng.index(ctx.n.max(1)) as u32).collect());
+            let genome = random_splits(&mut rng, ctx.n);
             let built = |stop: Option<usize>| {
                 let mut ev = Evaluator::new(&ctx, &pool, None);
                 let fit = ev.eval(&genome);
