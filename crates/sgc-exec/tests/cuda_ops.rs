@@ -776,12 +776,45 @@ fn window_indices(
 fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
     use sgc_exec::kernel::{Conv::*, Pool::*};
     transposed_and_padded_cases(v, out);
-    let (stride, padding) = (2, [1, 1]);
-    for (groups, bias) in [(1, true), (3, false), (6, true)] {
-        let (x, w, y) = ([2, 6, 7, 6], [6, 6 / groups, 3, 3], [2, 6, 4, 3]);
+    // Groups of one channel (depthwise, also with two outputs per channel and a 5x5
+    // window) and of two run the direct kernels; 32 channels per group with a 3x3 window
+    // (288 taps) the im2col path per group.
+    for (groups, bias, x, w, y, stride, padding) in [
+        (1, true, [2, 6, 7, 6], [6, 6, 3, 3], [2, 6, 4, 3], 2, [1, 1]),
+        (
+            3,
+            false,
+            [2, 6, 7, 6],
+            [6, 2, 3, 3],
+            [2, 6, 4, 3],
+            2,
+            [1, 1],
+        ),
+        (6, true, [2, 6, 7, 6], [6, 1, 3, 3], [2, 6, 4, 3], 2, [1, 1]),
+        (4, true, [2, 4, 7, 6], [8, 1, 3, 3], [2, 8, 4, 3], 2, [1, 1]),
+        (
+            3,
+            false,
+            [2, 3, 6, 5],
+            [3, 1, 5, 5],
+            [2, 3, 6, 5],
+            1,
+            [2, 2],
+        ),
+        (
+            2,
+            true,
+            [1, 64, 4, 4],
+            [4, 32, 3, 3],
+            [1, 4, 4, 4],
+            1,
+            [1, 1],
+        ),
+    ] {
+        let o = w[0];
         let mut ins = vec![v.f32(&x), v.f32(&w)];
         if bias {
-            ins.push(v.f32(&[6]));
+            ins.push(v.f32(&[o]));
         }
         let k = ConvGrouped {
             stride,
@@ -789,15 +822,16 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
             groups,
             bias,
         };
+        let shape = format!("{x:?} by {w:?}");
         out.push(case(
-            &format!("convolution groups {groups} bias {bias}"),
+            &format!("convolution groups {groups} bias {bias} {shape}"),
             k,
             ins,
             &[&y],
         ));
         for mask in [[true; 3], [false, true, false]] {
             let ins = vec![v.f32(&y), v.f32(&x), v.f32(&w)];
-            let shapes: [&[usize]; 3] = [&x, &w, &[6]];
+            let shapes: [&[usize]; 3] = [&x, &w, &[o]];
             let outs: Vec<&[usize]> = (0..3).filter(|&i| mask[i]).map(|i| shapes[i]).collect();
             let k = ConvBackward {
                 stride,
@@ -806,7 +840,7 @@ fn exporter_conv_cases(v: &mut Values, out: &mut Vec<Case>) {
                 mask,
             };
             out.push(case(
-                &format!("convolution_backward groups {groups} {mask:?}"),
+                &format!("convolution_backward groups {groups} {mask:?} {shape}"),
                 k,
                 ins,
                 &outs,

@@ -5,9 +5,15 @@
 //! [`SCRATCH_FLOATS`] (or one image when that is more); `conv2d` and `conv2d_grad_input`
 //! run one strided-batched SGEMM per chunk (the weight shared, stride 0),
 //! `conv2d_grad_weight` one SGEMM per image accumulating in image order, as the CPU does.
-//! The exporter's grouped (depthwise) convolutions and their backward run these per group,
-//! each group's channels gathered into staging buffers and placed back; a bias is added
-//! (and its gradient summed) by the element-wise family's kernels.
+//! The exporter's grouped convolutions and their backward run in one of two ways. Groups of
+//! few taps (at most [`DIRECT_TAPS`] input channels x window taps per output: depthwise
+//! convolutions, the small groups of RegNet and ResNeXt) run direct kernels, one launch for
+//! all groups, each output (or input or weight gradient element) summing its taps itself;
+//! per group, the products would be too small for cuBLAS to fill the device, and the
+//! gathers, im2col and placements around them are a handful of launches per group (a
+//! MobileNet step made thousands). Larger groups run the im2col path per group, each
+//! group's channels gathered into staging buffers and placed back. A bias is added (and its
+//! gradient summed) by the element-wise family's kernels.
 
 use super::device::{n, Arg, Device, Gemm, Grid, R};
 use super::elementwise::{bias_add, bias_add_grad};
@@ -19,6 +25,22 @@ use crate::window::Groups;
 
 /// Workspace target of the im2col chunks, in floats (64 MiB).
 const SCRATCH_FLOATS: usize = 16 << 20;
+
+/// The most taps (a group's input channels times the window's) a grouped convolution runs
+/// with the direct kernels: a 3x3 window over up to 28 channels per group.
+const DIRECT_TAPS: usize = 256;
+
+/// Whether grouped convolution `p` runs the direct kernels (see the module doc).
+fn direct(p: &Groups) -> bool {
+    p.groups > 1 && p.cg * p.g.kh * p.g.kw <= DIRECT_TAPS
+}
+
+/// Launches direct kernel `name` (`conv_direct*`) with pointers `ptrs` over `grid`.
+fn launch_direct(d: &Device, name: &'static str, ptrs: [u64; 3], grid: Grid, p: &Groups) -> R {
+    let mut args = with_ptrs(&ptrs, p.g.args(p.g.n));
+    args.extend([n(p.o), n(p.groups)]);
+    d.launch(name, grid, &args)
+}
 
 use crate::window::Window;
 
@@ -266,6 +288,9 @@ fn conv_grouped(d: &mut Device, x: u64, w: u64, bias: Option<u64>, y: u64, p: &G
     let g = &p.g;
     if p.groups == 1 {
         conv2d(d, x, w, y, g, p.o)?;
+    } else if direct(p) {
+        let outputs = g.n * p.o * p.pout;
+        launch_direct(d, "conv_direct", [x, w, y], Grid::Elements(outputs), p)?;
     } else {
         for grp in 0..p.groups {
             let xs = gather(d, x, 0, (g.n, g.c, p.pin), p.cg, grp)?;
@@ -295,6 +320,9 @@ fn conv_backward(
     if let Some(dx) = next(mask[0]) {
         if p.groups == 1 {
             conv2d_grad_input(d, dy, w, dx, g, o)?;
+        } else if direct(p) {
+            let inputs = g.n * g.image();
+            launch_direct(d, "conv_direct_grad_input", [dy, w, dx], Grid::Elements(inputs), p)?;
         } else {
             for grp in 0..p.groups {
                 let dys = gather(d, dy, 0, (g.n, o, p.pout), p.og, grp)?;
@@ -307,6 +335,9 @@ fn conv_backward(
     if let Some(dw) = next(mask[1]) {
         if p.groups == 1 {
             conv2d_grad_weight(d, x, dy, dw, g, o)?;
+        } else if direct(p) {
+            let weights = o * p.cg * g.kh * g.kw;
+            launch_direct(d, "conv_direct_grad_weight", [x, dy, dw], Grid::Rows(weights), p)?;
         } else {
             for grp in 0..p.groups {
                 let xs = gather(d, x, 0, (g.n, g.c, p.pin), p.cg, grp)?;
@@ -318,5 +349,47 @@ fn conv_backward(
     match next(mask[2]) {
         Some(db) => bias_add_grad(d, dy, db, &[g.n, o, p.pout], 1),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Launches of a grouped convolution's forward and backward (input and weight
+    /// gradients) over `[2, c, 8, 8]` in groups of `cg` channels, 3x3, on the emulated device.
+    fn launches(c: usize, cg: usize) -> u64 {
+        let mut d = Device::emulated(0).expect("the emulated device opens");
+        let g = Window::conv(&[2, c, 8, 8], &[c, cg, 3, 3], &[2, c, 8, 8], 1, [1, 1]);
+        let p = Groups::of(&g, c, c / cg);
+        let mut buffer = |floats: usize| {
+            let bytes: Vec<u8> = (0..floats).flat_map(|i| (i as f32 * 0.01).to_ne_bytes()).collect();
+            let at = d.engine().alloc(4 * floats, false).expect("alloc");
+            d.engine().write(at, &bytes).expect("write");
+            at
+        };
+        let (x, w, y, dx, dw) = (
+            buffer(2 * c * 64),
+            buffer(c * cg * 9),
+            buffer(2 * c * 64),
+            buffer(2 * c * 64),
+            buffer(c * cg * 9),
+        );
+        let before = d.launched();
+        conv_grouped(&mut d, x, w, None, y, &p).expect("forward");
+        conv_backward(&mut d, [y, x, w], &[dx, dw], [true, true, false], &p).expect("backward");
+        d.engine().synchronize().expect("the queued work ends");
+        d.launched() - before
+    }
+
+    /// Depthwise and small-group convolutions take one launch per direction whatever the
+    /// number of groups; the im2col path takes launches per group.
+    #[test]
+    fn small_groups_launch_once_for_all_groups() {
+        assert_eq!(launches(8, 1), 3);
+        assert_eq!(launches(64, 1), 3);
+        assert_eq!(launches(64, 2), 3);
+        let large = DIRECT_TAPS / 9 + 1;
+        assert!(launches(4 * large, large) > launches(2 * large, large));
     }
 }

@@ -206,13 +206,20 @@ pub(crate) struct Device {
     /// Runs so far of each random op (by its seed): the stream position of its next draw.
     pub(crate) draws: HashMap<u64, u64>,
     flag: u64,
+    /// Kernels and products queued so far (a launch that covers no block is not counted).
+    launched: std::sync::atomic::AtomicU64,
 }
 
 impl Device {
     /// Opens device `ordinal` on the engine `SGC_CUDA` selects: a real one (the libraries
     /// checked loadable first, the kernels compiled for it), or the emulated one.
     pub(crate) fn open(ordinal: usize) -> Result<Device, ExecError> {
-        let (mut engine, label): (Box<dyn Engine>, String) = if emulated_requested()? {
+        Self::open_on(ordinal, emulated_requested()?)
+    }
+
+    /// Opens device `ordinal`, emulated or real.
+    fn open_on(ordinal: usize, emulated: bool) -> Result<Device, ExecError> {
+        let (mut engine, label): (Box<dyn Engine>, String) = if emulated {
             let e = emu::Emu::new(ordinal)?;
             let label = format!("cuda:{ordinal} ({}, SGC_CUDA=emulate)", e.describe());
             (Box::new(e), label)
@@ -231,7 +238,25 @@ impl Device {
             staging: HashMap::new(),
             draws: HashMap::new(),
             flag,
+            launched: Default::default(),
         })
+    }
+
+    /// The emulated device `ordinal`, whatever `SGC_CUDA` says (for the crate's tests).
+    #[cfg(test)]
+    pub(crate) fn emulated(ordinal: usize) -> Result<Device, ExecError> {
+        Self::open_on(ordinal, true)
+    }
+
+    /// Kernels and products queued so far.
+    #[cfg(test)]
+    pub(crate) fn launched(&self) -> u64 {
+        self.launched.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn count_launch(&self) {
+        self.launched
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Bytes of the offloads' host pool (0 before it is made).
@@ -276,6 +301,7 @@ impl Device {
                 sources::signature(name)
             )));
         }
+        self.count_launch();
         self.engine.launch(name, blocks as u32, args)
     }
 
@@ -294,6 +320,7 @@ impl Device {
             return Ok(());
         }
         let (m, nn, k) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?);
+        self.count_launch();
         self.engine.sgemm(&Sgemm {
             trans_a: g.trans_b,
             trans_b: g.trans_a,
