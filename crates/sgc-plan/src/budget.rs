@@ -139,6 +139,7 @@ fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
     let ctx = ev.ctx;
     let budget = EXCHANGE_WORK / u64::from(EXCHANGE_LEVELS);
     let mut out: Vec<Candidate> = Vec::new();
+    let mut memo = crate::exchange::Memo::default();
     for level in levels(lowest, ctx.unplanned_peak, EXCHANGE_LEVELS) {
         let below = out.last().and_then(|c| match &c.source {
             Source::Steps(steps, _) => Some((steps, c.fitness.cost)),
@@ -152,7 +153,7 @@ fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
         let Some(start) = front.or_else(|| below.map(|(s, _)| s.clone())) else {
             continue;
         };
-        if let Some(r) = crate::exchange::refine(ctx, ev.pool, &start, level, budget) {
+        if let Some(r) = crate::exchange::refine(ctx, ev.pool, &start, (level, budget), &mut memo) {
             out.push(Candidate {
                 source: Source::Steps(r.steps, Strategy::Sublinear),
                 fitness: r.fitness,

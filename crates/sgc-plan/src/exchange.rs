@@ -26,6 +26,13 @@
 //! chunk size does not depend on the number of workers, so neither does the plan. The
 //! rounds stop when no move passes or after the caller's budget of replayed steps (moves
 //! tried times schedule length).
+//!
+//! **Replays remembered.** A move's replay gives the moved schedule's peak and cost whatever
+//! the cap; [`Memo`] keeps them for the schedule they were replayed from. The caller refines
+//! at rising caps, often from the schedule the last cap ended with, whose moves all failed
+//! that lower cap; with the memo those moves are judged against the new cap without being
+//! replayed again. A remembered move is counted in the budget as if replayed, so the memo
+//! changes the time a refinement takes, never its result.
 
 use crate::context::Context;
 use crate::sublinear::evaluate::{fitness_of, Fitness};
@@ -46,21 +53,41 @@ pub(crate) struct Refined {
 
 /// One move: remove the recomputation at `drop`, and insert a recomputation of `insert.0`
 /// before the step now at `insert.1` (positions in the schedule after the removal).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Move {
     drop: usize,
     insert: Option<(OpId, usize)>,
 }
 
+/// The replays of moves from one schedule: each move's fitness where its schedule replays
+/// (`None` where it does not), whatever the cap (see the module doc).
+#[derive(Default)]
+pub(crate) struct Memo {
+    from: Steps,
+    replayed: std::collections::HashMap<Move, Option<Fitness>>,
+}
+
+impl Memo {
+    /// The memo of `s`: this one if it was made from `s`, else emptied for `s`.
+    fn of(&mut self, s: &[(OpId, bool)]) -> &mut Self {
+        if self.from != s {
+            self.from = s.to_vec();
+            self.replayed.clear();
+        }
+        self
+    }
+}
+
 /// The schedule after exchanges that each lower the recompute cost with the peak within
 /// `cap`, replaying at most `budget` steps, with its fitness; `None` when
-/// no exchange helps (or `steps` does not replay within the cap).
+/// no exchange helps (or `steps` does not replay within the cap). `memo` holds the replays
+/// of the schedule the last refinement ended with, and is left with this one's.
 pub(crate) fn refine(
     ctx: &Context<'_>,
     pool: &rayon::ThreadPool,
     steps: &[(OpId, bool)],
-    cap: u64,
-    budget: u64,
+    (cap, budget): (u64, u64),
+    memo: &mut Memo,
 ) -> Option<Refined> {
     within(ctx, steps, cap)?;
     let mut s = steps.to_vec();
@@ -69,7 +96,9 @@ pub(crate) fn refine(
     while work < budget {
         let left = budget - work;
         let moves = moves(ctx, &s, (left / s.len().max(1) as u64) as usize + 1);
-        let Some((next, fitness, spent)) = first_passing(ctx, pool, &s, &moves, cap, left) else {
+        let memo = memo.of(&s);
+        let Some((next, fitness, spent)) = first_passing(ctx, pool, memo, &moves, (cap, left))
+        else {
             break;
         };
         work += spent;
@@ -177,16 +206,17 @@ fn inserts(ctx: &Context<'_>, s: &[(OpId, bool)]) -> Vec<(OpId, usize)> {
     out
 }
 
-/// The first of `moves` (in order) whose schedule replays within `cap`, with its fitness
-/// and the steps replayed to find it; `None` when none does within `budget` replayed steps.
+/// The first of `moves` (in order) from `memo`'s schedule whose schedule replays within
+/// `cap`, with its fitness and the steps replayed to find it (a remembered replay counted
+/// as one); `None` when none does within `budget` replayed steps. Every replay joins `memo`.
 fn first_passing(
     ctx: &Context<'_>,
     pool: &rayon::ThreadPool,
-    s: &[(OpId, bool)],
+    memo: &mut Memo,
     moves: &[Move],
-    cap: u64,
-    budget: u64,
+    (cap, budget): (u64, u64),
 ) -> Option<(Steps, Fitness, u64)> {
+    let s = &memo.from;
     let per = s.len() as u64;
     let mut spent = 0u64;
     for chunk in moves.chunks(CHUNK) {
@@ -194,16 +224,23 @@ fn first_passing(
             return None;
         }
         spent += per * chunk.len() as u64;
-        let passed = pool.install(|| {
-            chunk
+        let fresh: Vec<Move> = chunk
+            .iter()
+            .copied()
+            .filter(|m| !memo.replayed.contains_key(m))
+            .collect();
+        let replays = pool.install(|| {
+            fresh
                 .par_iter()
-                .map(|&m| {
-                    let next = apply(s, m);
-                    within(ctx, &next, cap).map(|f| (next, f))
-                })
+                .map(|&m| Some(fitness_of(ctx, &apply(s, m), 0)).filter(|f| f.feasible))
                 .collect::<Vec<_>>()
         });
-        if let Some((next, f)) = passed.into_iter().flatten().next() {
+        memo.replayed.extend(fresh.into_iter().zip(replays));
+        let passing = chunk.iter().find_map(|m| {
+            let f = memo.replayed[m].filter(|f| f.peak <= cap)?;
+            Some((apply(&memo.from, *m), f))
+        });
+        if let Some((next, f)) = passing {
             return Some((next, f, spent));
         }
     }
@@ -250,7 +287,8 @@ mod tests {
             }
             let own = own.peak;
             for cap in [own, own + (ctx.unplanned_peak().saturating_sub(own)) / 2] {
-                let Some(r) = refine(&ctx, &two, &start, cap, BUDGET) else {
+                let Some(r) = refine(&ctx, &two, &start, (cap, BUDGET), &mut Memo::default())
+                else {
                     continue;
                 };
                 refined += 1;
@@ -271,11 +309,56 @@ mod tests {
                 };
                 crate::plan_schedule(&g, &options, &ops)
                     .unwrap_or_else(|e| panic!("seed {seed}, cap {cap}: {e}"));
-                let again = refine(&ctx, &one, &start, cap, BUDGET).unwrap();
+                let again = refine(&ctx, &one, &start, (cap, BUDGET), &mut Memo::default());
+                let again = again.unwrap();
                 assert_eq!(again.steps, r.steps, "seed {seed}: one worker differs");
             }
         }
         assert!(refined >= 20, "only {refined} refinements moved");
+    }
+
+    /// Refining at rising caps, each from where the last ended, gives the same schedules
+    /// with the memo carried from cap to cap as with a fresh one at each, and the carried
+    /// memo holds the replays of the schedule the next cap starts from.
+    #[test]
+    fn the_memo_changes_no_refinement() {
+        let pool = pool();
+        let mut carried_from = 0;
+        for seed in 0..80 {
+            let g = random_graph(seed, &GenConfig::small());
+            let ctx = Context::new(&g);
+            let mut rng = SplitMix64::new(seed);
+            let Some(start) = schedule(&ctx, &random_splits(&mut rng, ctx.n)) else {
+                continue;
+            };
+            let own = fitness_of(&ctx, &start, 0);
+            if !own.feasible {
+                continue;
+            }
+            let gap = ctx.unplanned_peak().saturating_sub(own.peak);
+            let (mut with, mut without) = (start.clone(), start.clone());
+            let mut memo = Memo::default();
+            for k in 0..6 {
+                let cap = own.peak + gap * k / 5;
+                let fresh = refine(&ctx, &pool, &without, (cap, BUDGET), &mut Memo::default());
+                let kept = refine(&ctx, &pool, &with, (cap, BUDGET), &mut memo);
+                assert_eq!(
+                    kept.as_ref().map(|r| &r.steps),
+                    fresh.as_ref().map(|r| &r.steps),
+                    "seed {seed}, cap {cap}"
+                );
+                if let (Some(a), Some(b)) = (kept, fresh) {
+                    (with, without) = (a.steps, b.steps);
+                }
+                if memo.from == with && !memo.replayed.is_empty() {
+                    carried_from += 1;
+                }
+            }
+        }
+        assert!(
+            carried_from >= 20,
+            "the memo was ready for the next cap {carried_from} times"
+        );
     }
 
     /// Checkmate's random layered graph of 100 ops at 0.8 of its peak: the default plan
