@@ -25,13 +25,13 @@ extern "C" __global__ void col2im(const float* col, float* dx, i64 images, i64 c
         i64 j = e % w, i = (e / w) % h, ch = (e / (w * h)) % c, img = e / (w * h * c);
         float s = 0.0f;
         for (i64 ki = 0; ki < kh; ki++) {
-            i64 ti = i + pad_h - ki;
-            if (ti < 0 || ti % stride != 0 || ti / stride >= ho) continue;
+            i64 oi = window_dst(i, ki, stride, pad_h, ho);
+            if (oi < 0) continue;
             for (i64 kj = 0; kj < kw; kj++) {
-                i64 tj = j + pad_w - kj;
-                if (tj < 0 || tj % stride != 0 || tj / stride >= wo) continue;
+                i64 oj = window_dst(j, kj, stride, pad_w, wo);
+                if (oj < 0) continue;
                 i64 row = (ch * kh + ki) * kw + kj;
-                s += col[(img * rows + row) * cols + (ti / stride) * wo + tj / stride];
+                s += col[(img * rows + row) * cols + oi * wo + oj];
             }
         }
         dx[e] = s;
@@ -85,12 +85,12 @@ extern "C" __global__ void conv_direct_grad_input(const float* dy, const float* 
             const float* dys = dy + (img * o + oc) * ho * wo;
             const float* ws = wt + (oc * cg + ci) * kh * kw;
             for (i64 ki = 0; ki < kh; ki++) {
-                i64 ti = i + pad_h - ki;
-                if (ti < 0 || ti % stride != 0 || ti / stride >= ho) continue;
+                i64 oi = window_dst(i, ki, stride, pad_h, ho);
+                if (oi < 0) continue;
                 for (i64 kj = 0; kj < kw; kj++) {
-                    i64 tj = j + pad_w - kj;
-                    if (tj < 0 || tj % stride != 0 || tj / stride >= wo) continue;
-                    s += (double)dys[(ti / stride) * wo + tj / stride] * (double)ws[ki * kw + kj];
+                    i64 oj = window_dst(j, kj, stride, pad_w, wo);
+                    if (oj < 0) continue;
+                    s += (double)dys[oi * wo + oj] * (double)ws[ki * kw + kj];
                 }
             }
         }

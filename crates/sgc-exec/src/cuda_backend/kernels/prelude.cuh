@@ -66,3 +66,10 @@ __device__ i64 window_src(i64 o, i64 k, i64 stride, i64 pad, i64 len) {
     i64 i = o * stride + k - pad;
     return (i >= 0 && i < len) ? i : -1;
 }
+
+// The inverse: the output row/column (of `len_out`) whose tap `k` reads input position `i`,
+// or -1 when no output's does.
+__device__ i64 window_dst(i64 i, i64 k, i64 stride, i64 pad, i64 len_out) {
+    i64 t = i + pad - k;
+    return (t >= 0 && t % stride == 0 && t / stride < len_out) ? t / stride : -1;
+}
