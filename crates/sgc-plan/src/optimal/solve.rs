@@ -2,7 +2,8 @@
 //! with [`super::SEARCH_WORKERS`] workers (run serially on fewer threads), a fixed seed, the
 //! relative gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed
 //! as a first incumbent.
-//! `SGC_HIGHS_LOG=1` prints HiGHS's own log.
+//! `SGC_HIGHS_LOG=1` prints HiGHS's own log; `SGC_HIGHS_MPS=FILE` writes the program HiGHS
+//! is given (its objective scaled by [`SCALE`]) as an MPS file, for another solver to read.
 
 use super::model::Model;
 use super::{Effort, OptimalStats, SEARCH_WORKERS};
@@ -48,7 +49,26 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     model.set_option("random_seed", 0);
     model.set_option("mip_rel_gap", super::GAP);
     model.set_option("mip_abs_gap", super::ABS_GAP * SCALE);
+    if let Some(path) = std::env::var_os("SGC_HIGHS_MPS") {
+        write_model(&mut model, &path);
+    }
     model
+}
+
+/// Writes the program to `path` (MPS, or LP by the name's extension), or says why not on
+/// stderr: a debugging aid, which never changes the plan.
+fn write_model(model: &mut highs::Model, path: &std::ffi::OsStr) {
+    let written = std::ffi::CString::new(path.as_encoded_bytes()).is_ok_and(|c| {
+        // SAFETY: `model` owns a live HiGHS instance and `c` is a NUL-terminated path.
+        let status = unsafe { highs_sys::Highs_writeModel(model.as_mut_ptr(), c.as_ptr()) };
+        status == highs_sys::STATUS_OK
+    });
+    if !written {
+        eprintln!(
+            "SGC_HIGHS_MPS: HiGHS could not write {}",
+            path.to_string_lossy()
+        );
+    }
 }
 
 /// The optimum of a relaxed program (`None` unless HiGHS proves it within the time).
