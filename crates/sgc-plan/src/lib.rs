@@ -54,6 +54,7 @@ mod dtr;
 mod error;
 mod exchange;
 pub mod fit;
+mod least_peak;
 mod maxflow;
 pub mod offload;
 mod offload_search;

@@ -108,6 +108,16 @@ pub(crate) fn solve(
             ctx.n
         )),
     })?;
+    let floor = crate::least_peak::least_peak(ctx);
+    if peak < floor {
+        return Err(PlanError::Solver(format!(
+            "sgc proved that no schedule that keeps or recomputes (without offloading) fits a \
+             peak of {peak} B: every one peaks at {floor} B or more (the least-peak lower \
+             bound: what must be resident together when each op runs and when its inputs were \
+             made; the per-op lower bound is {}); raise the budget",
+            ctx.lower_bound.bytes
+        )));
+    }
     let warm = starts
         .iter()
         .filter_map(|s| Some((s, m.point_of(s)?)))
