@@ -307,10 +307,10 @@ const FORMAT_LAYERS: &[&[&str]] = &[
 ];
 
 /// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
-/// per-graph context, the arena, the methods, the exchange refinement of a split plan, the
-/// choice under a budget, the strategies (one file each, behind one trait), the entry
-/// points, and the batch fit on top. (The plan itself and its verifier are
-/// sgc-plan-format's, below all of them.)
+/// per-graph context, the arena, the methods, the exchange refinement of a split plan and the
+/// least-peak bound (its tests plan with the methods), the choice under a budget, the
+/// strategies (one file each, behind one trait), the entry points, and the batch fit on top.
+/// (The plan itself and its verifier are sgc-plan-format's, below all of them.)
 const PLAN_LAYERS: &[&[&str]] = &[
     &["alloc", "maxflow", "options"],
     &["error"],
@@ -318,7 +318,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["arena", "schedule", "bound"],
     &["device", "dtr"],
     &["sublinear"],
-    &["exchange"],
+    &["exchange", "least_peak"],
     &["partition", "budget", "optimal"],
     &["offload_search"],
     &["strategies"],
