@@ -32,11 +32,11 @@ use sgc_ir::TensorId;
 use std::collections::HashMap;
 
 /// How many runs back the recursion follows.
-pub(crate) const DEPTH: u32 = 3;
+const DEPTH: u32 = 3;
 
 /// Sets with more storages than this are not expanded further (the cost of one level is
 /// the set's size times the work of the next).
-pub(crate) const MAX_SET: usize = 64;
+const MAX_SET: usize = 64;
 
 /// The least peak, persistent bytes included, of any recompute-only schedule of the graph
 /// (a lower bound on it).

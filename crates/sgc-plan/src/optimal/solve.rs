@@ -3,7 +3,9 @@
 //! relative gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed
 //! as a first incumbent.
 //! `SGC_HIGHS_LOG=1` prints HiGHS's own log; `SGC_HIGHS_MPS=FILE` writes the program HiGHS
-//! is given (its objective scaled by [`SCALE`]) as an MPS file, for another solver to read.
+//! is given (its objective scaled by [`SCALE`]) as an MPS file, for another solver to read
+//! (`scripts/cpsat-solve.py`); where one command solves more than one (`--bound`'s
+//! relaxation, then `optimal`'s program), the file holds the last.
 
 use super::model::Model;
 use super::{Effort, OptimalStats, SEARCH_WORKERS};
