@@ -318,7 +318,7 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["arena", "schedule", "bound"],
     &["device", "dtr"],
     &["sublinear"],
-    &["exchange", "least_peak"],
+    &["exchange", "least_peak", "squeeze"],
     &["partition", "budget", "optimal"],
     &["offload_search"],
     &["strategies"],

@@ -63,6 +63,7 @@ mod options;
 mod partition;
 mod planner;
 mod schedule;
+mod squeeze;
 pub mod strategies;
 mod sublinear;
 

@@ -51,10 +51,37 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
     model.set_option("random_seed", 0);
     model.set_option("mip_rel_gap", super::GAP);
     model.set_option("mip_abs_gap", super::ABS_GAP * SCALE);
+    if let Some(options) = std::env::var_os("SGC_HIGHS_OPTIONS") {
+        set_options(&mut model, &options.to_string_lossy());
+    }
     if let Some(path) = std::env::var_os("SGC_HIGHS_MPS") {
         write_model(&mut model, &path);
     }
     model
+}
+
+/// Sets HiGHS options from `name=value` pairs separated by commas (HiGHS parses each value
+/// by its option's type), or says on stderr which it refused: an aid for trying solver
+/// settings, which changes the search and so may change the plan.
+fn set_options(model: &mut highs::Model, options: &str) {
+    for pair in options.split(',').filter(|p| !p.trim().is_empty()) {
+        let set = pair.split_once('=').is_some_and(|(name, value)| {
+            let (Ok(name), Ok(value)) = (
+                std::ffi::CString::new(name.trim()),
+                std::ffi::CString::new(value.trim()),
+            ) else {
+                return false;
+            };
+            // SAFETY: `model` owns a live HiGHS instance; both strings are NUL-terminated.
+            let status = unsafe {
+                highs_sys::Highs_setOptionValue(model.as_mut_ptr(), name.as_ptr(), value.as_ptr())
+            };
+            status == highs_sys::STATUS_OK
+        });
+        if !set {
+            eprintln!("SGC_HIGHS_OPTIONS: HiGHS refused {pair:?} (expected name=value)");
+        }
+    }
 }
 
 /// Writes the program to `path` (MPS, or LP by the name's extension), or says why not on

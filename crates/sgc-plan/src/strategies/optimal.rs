@@ -48,7 +48,8 @@ impl Strategy for Optimal {
 
 /// The `optimal` strategy ([`crate::optimal`]): the least recompute whose peak (or device
 /// bytes) fits the budget, started from the sublinear, the static DTR or the partition plan
-/// at the same peak, whichever recomputes least. For device bytes the program bounds the
+/// at the same peak or a squeezed schedule ([`squeezed_starts`]), whichever recomputes
+/// least. For device bytes the program bounds the
 /// peak, so when the arena of its plan comes out above the budget the peak cap is lowered
 /// by the excess and the program solved again (up to four times); the proof is then about
 /// the peak cap it ran at. Its plans keep or recompute; they never offload (a host link is
@@ -80,6 +81,7 @@ fn plan(
             .collect();
         starts.extend(evicting_starts(ctx, &heuristic, cap));
         starts.extend(partition_start(ctx, &heuristic, run));
+        starts = squeezed_starts(ctx, &heuristic, cap, starts);
         let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, effort)?;
         if options.budget_of != BudgetOf::Device {
             return Ok((steps, stats));
@@ -110,6 +112,37 @@ fn partition_start(
         .schedule(ctx, &options, run)
         .ok()?;
     s.offloads.is_empty().then_some(s.steps)
+}
+
+/// The starts, each squeezed ([`crate::squeeze`]: a start within the cap loses the
+/// recomputations it does not need), and what the squeeze makes of the traced order and of
+/// static DTR evicting anything down to the per-op lower bound (above the cap, both: they
+/// end in different local optima). On random_layered_n100 of the Checkmate graphs at 0.7 of
+/// its peak, where no heuristic plan fits, DTR's squeezed schedule does.
+fn squeezed_starts(
+    ctx: &Context<'_>,
+    options: &PlanOptions,
+    cap: u64,
+    starts: Vec<Vec<(OpId, bool)>>,
+) -> Vec<Vec<(OpId, bool)>> {
+    if cap < crate::least_peak::least_peak(ctx) {
+        // No schedule fits: `optimal::solve` says so, without a search first.
+        return starts;
+    }
+    let traced = (0..ctx.n).map(|i| (OpId::new(i), false)).collect();
+    let evicting = PlanOptions {
+        strategy: Name::Dtr,
+        eviction_threshold: Some(ctx.lower_bound.bytes),
+        evictee_min_size: 0,
+        ..options.clone()
+    };
+    let dtr = super::dtr::static_dtr(ctx, &evicting).0;
+    let squeezed: Vec<_> = std::iter::once(traced)
+        .chain(starts.iter().cloned())
+        .chain(std::iter::once(dtr))
+        .filter_map(|s| crate::squeeze::squeeze(ctx, cap, s, crate::squeeze::MAX_EVALUATIONS))
+        .collect();
+    starts.into_iter().chain(squeezed).collect()
 }
 
 /// Static DTR schedules whose peak is within `cap`, for the `optimal` strategy to start
