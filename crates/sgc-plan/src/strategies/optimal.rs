@@ -81,7 +81,10 @@ fn plan(
             .collect();
         starts.extend(evicting_starts(ctx, &heuristic, cap));
         starts.extend(partition_start(ctx, &heuristic, run));
-        starts = squeezed_starts(ctx, &heuristic, cap, starts);
+        if cfg!(feature = "optimal") {
+            // Without the solver `optimal::solve` only says so: no search before it.
+            starts = squeezed_starts(ctx, &heuristic, cap, starts);
+        }
         let (steps, stats) = crate::optimal::solve(ctx, cap, &starts, effort)?;
         if options.budget_of != BudgetOf::Device {
             return Ok((steps, stats));
@@ -136,7 +139,10 @@ fn squeezed_starts(
     from.extend(starts.iter().cloned());
     for k in 0..DTR_SQUEEZES {
         let params = crate::dtr::DtrParams {
-            threshold: lb + (cap.max(lb) - lb) * k / (DTR_SQUEEZES - 1),
+            // In u128: a budget may be near u64::MAX.
+            threshold: lb
+                + ((cap.max(lb) - lb) as u128 * u128::from(k) / u128::from(DTR_SQUEEZES - 1))
+                    as u64,
             min_size: 0,
             sqrt_sampling: false,
             seed: options.seed,
