@@ -9,8 +9,8 @@
 //! profile and moves on it.
 //!
 //! **The search.** It starts from a schedule (the traced order, or a heuristic's schedule
-//! above the cap: different starts end in different local optima) and measures the *overflow*: the sum,
-//! over the steps, of the resident bytes above the cap. A move takes a storage that is
+//! above the cap: different starts end in different local optima) and measures the
+//! *overflow*: the sum, over the steps, of the resident bytes above the cap. A move takes a storage that is
 //! resident, untouched, across some overflowing steps (between two accesses `u` and `w`),
 //! and runs its producer again at a later position `q` (right after the last overflowing
 //! step of that gap, or just before `w`): the storage's instance then ends at `u` and a new
@@ -36,8 +36,8 @@ use sgc_ir::{OpId, TensorId};
 
 /// The most schedules one search scores (each is one pass of the memory model over the
 /// schedule): a bound on its time that does not depend on the machine, so the result does
-/// not either. Random_layered_n250 of the Checkmate graphs at 0.8 of its peak fits after
-/// about 3,000.
+/// not either. On random_layered_n250 of the Checkmate graphs (250 ops) a search that uses
+/// them all takes about one second on this project's 2-core machine.
 pub(crate) const MAX_EVALUATIONS: usize = 40_000;
 
 /// The depths of the recomputation chains a move tries (`usize::MAX`: every freed input
