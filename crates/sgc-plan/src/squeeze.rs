@@ -10,9 +10,9 @@
 //!
 //! **The search.** It starts from a schedule (the traced order, or a heuristic's schedule
 //! above the cap: different starts end in different local optima) and measures the
-//! *overflow*: the sum, over the steps, of the resident bytes above the cap. A move takes a storage that is
-//! resident, untouched, across some overflowing steps (between two accesses `u` and `w`),
-//! and runs its producer again at a later position `q` (right after the last overflowing
+//! *overflow*: the sum, over the steps, of the resident bytes above the cap. A move takes a
+//! storage that is resident, untouched, across some overflowing steps (between two accesses
+//! `u` and `w`), and runs its producer again at a later position `q` (right after the last overflowing
 //! step of that gap, or just before `w`): the storage's instance then ends at `u` and a new
 //! one starts at `q`. The producer's inputs must be there at `q`: one still resident is
 //! read as it is; one already freed is either read from its last instance (which then lives
@@ -25,8 +25,8 @@
 //! within the cap (then drops every recomputation the cap does not need, last first) or
 //! when no move removes overflow, or after [`MAX_EVALUATIONS`] schedules scored.
 //!
-//! **What may move.** Only a storage made by an op that may run again ([`Context::rerunnable`]),
-//! before a non-recomputable op writes state it reads ([`Context::dirty_at`]), with no views
+//! **What may move.** Only a storage made by an op that may run again
+//! ([`Context::rerunnable`]), before a non-recomputable op writes state it reads ([`Context::dirty_at`]), with no views
 //! (a view would be stale after its storage is made again), and not a graph input or a
 //! storage kept to the end. No randomness and no threads: the same graph and cap give the
 //! same schedule.
