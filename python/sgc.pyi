@@ -135,8 +135,8 @@ def plan(
     `sgc plan --no-offload`);
     world_size, shard (none or fsdp2) and optimizer (none, sgd, momentum or adam): plan
     one rank's graph, as `sgc plan --world-size --shard --optimizer` (summary["per_rank"]
-    has its terms); time_limit_s: strategy optimal, the seconds the solver may run (None:
-    60), as `sgc plan --time-limit`."""
+    has its terms); time_limit_s: strategy optimal, the seconds it may take, its starts and
+    the solver together (None: 60), as `sgc plan --time-limit`."""
 
 def plan_schedule(
     graph: _GraphLike,

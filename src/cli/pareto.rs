@@ -23,7 +23,7 @@ pub struct Args {
     /// Seed of every random choice.
     #[arg(long, default_value_t = defaults::seed(), allow_negative_numbers = true, value_parser = super::whole::<u64>())]
     seed: u64,
-    /// optimal: seconds the solver may run at each budget.
+    /// optimal: seconds the strategy may take at each budget (its starts included).
     #[arg(long, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     time_limit: Option<u64>,
     /// Skip the lower bound beside each plan.

@@ -100,8 +100,9 @@ pub struct Args {
     /// Offload: the most pinned host memory the plan may hold at once (default: unbounded).
     #[arg(long, value_parser = parse_size, conflicts_with = "no_offload")]
     host_memory: Option<u64>,
-    /// optimal: seconds the solver may run; stopped by it, the plan is the best found and
-    /// the report gives the proven bound next to it.
+    /// optimal: seconds the strategy may take (its heuristic starts, then the solver with
+    /// what is left); stopped by it, the plan is the best found and the report gives the
+    /// proven bound next to it.
     #[arg(long, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     time_limit: Option<u64>,
     /// Also prove how far from optimal the plan can be: a lower bound on the recompute of

@@ -215,12 +215,12 @@ impl<'a> PlanReport<'a> {
                     seconds: o.seconds,
                     nodes: o.nodes,
                 });
-                let solver = crate::plan::Bound {
+                let proven = crate::plan::Bound {
                     recompute: o.bound,
-                    method: crate::plan::BoundMethod::Solver,
-                    at_op: None,
+                    method: o.bound_method,
+                    at_op: o.bound_at,
                 };
-                report.with_bound(graph, &solver);
+                report.with_bound(graph, &proven);
             }
         }
         report

@@ -166,8 +166,9 @@ pub struct PlanOptions {
     /// Offload: the most pinned host bytes a plan may hold at once (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<u64>,
-    /// `optimal`: seconds the solver may run (`None`: 60). A solver stopped by it returns
-    /// its best plan and bound, so the plan then depends on the machine's speed.
+    /// `optimal`: seconds the strategy may take, its heuristic starts and the solver
+    /// together (`None`: 60). A solver stopped by it returns its best plan and bound, so
+    /// the plan then depends on the machine's speed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<u64>,
 }

@@ -59,12 +59,18 @@ pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
 /// compares one, two and four.
 pub const SEARCH_WORKERS: usize = 2;
 
-/// How the solver may run: how long, and on how many threads. Neither changes the program
+/// HiGHS's time when the deadline has passed before it starts (the starts took it all):
+/// long enough to read the warm start as its incumbent and report a bound, in seconds.
+pub const LEAST_SOLVER_S: f64 = 1.0;
+
+/// How the solver may run: until when, and on how many threads. Neither changes the program
 /// it solves, and the threads do not change its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Effort {
-    /// Seconds before HiGHS stops with the best plan and bound found so far.
-    pub time_limit_s: u64,
+    /// When HiGHS stops with the best plan and bound found so far: the strategy's start
+    /// plus its time limit, so that the heuristic starts and building the program count
+    /// against it (HiGHS gets what is left, at least [`LEAST_SOLVER_S`]).
+    pub deadline: std::time::Instant,
     /// Threads the planner may use; below [`SEARCH_WORKERS`] the search runs serially.
     pub threads: usize,
 }
@@ -74,8 +80,15 @@ pub struct Effort {
 pub struct OptimalStats {
     /// Recompute cost of the plan, as a share of one step.
     pub recompute: f64,
-    /// The proven lower bound on any stage-form plan's recompute within the cap.
+    /// The proven lower bound on any stage-form plan's recompute within the cap: the larger
+    /// of HiGHS's dual bound and the cut bound ([`crate::bound`]) at the cap, which is the
+    /// higher where HiGHS's root does not finish (random_layered_n250 of the Checkmate
+    /// graphs).
     pub bound: f64,
+    /// Which of the two `bound` is.
+    pub bound_method: crate::bound::BoundMethod,
+    /// The op at whose first run the cut bound is reached (`None`: the bound is HiGHS's).
+    pub bound_at: Option<OpId>,
     /// Whether the solver proved the plan optimal (within the relative gap [`GAP`]).
     pub proven: bool,
     /// The heuristic plan it started from, its recompute (`None`: none fitted the cap).
@@ -124,7 +137,7 @@ pub(crate) fn solve(
         .filter(|(_, x)| m.violated(x, 1e-6).is_empty())
         .min_by(|a, b| m.objective(&a.1).total_cmp(&m.objective(&b.1)));
     let Some((start, x)) = warm else {
-        return run_solver(&m, None, effort);
+        return run_solver(&m, None, effort).map(|solved| with_cut(ctx, peak, solved));
     };
     // No op dearer than the whole start is worth recomputing: the program without those
     // runs has the same optimum and is smaller (MobileNet of the Checkmate graphs at 0.6 of
@@ -137,10 +150,26 @@ pub(crate) fn solve(
             let y = b.point_of(start)?;
             b.violated(&y, 1e-6).is_empty().then_some((b, y))
         });
-    match below {
+    let solved = match below {
         Some((b, y)) => run_solver(&b, Some(y), effort),
         None => run_solver(&m, Some(x), effort),
+    };
+    solved.map(|solved| with_cut(ctx, peak, solved))
+}
+
+/// The solver's answer with the cut bound at `peak` as its bound where that is higher.
+fn with_cut(
+    ctx: &Context<'_>,
+    peak: u64,
+    (steps, mut stats): (Vec<(OpId, bool)>, OptimalStats),
+) -> (Vec<(OpId, bool)>, OptimalStats) {
+    let cut = crate::bound::cut(ctx, peak);
+    if cut.recompute > stats.bound {
+        stats.bound = cut.recompute;
+        stats.bound_method = cut.method;
+        stats.bound_at = cut.at_op;
     }
+    (steps, stats)
 }
 
 /// The optimum of the program's linear relaxation at `peak`: a lower bound on the recompute
@@ -185,4 +214,48 @@ fn run_solver(
          source: needs cmake and libclang): cargo build --release --features optimal"
             .into(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bound::BoundMethod;
+
+    fn stats(bound: f64) -> OptimalStats {
+        OptimalStats {
+            recompute: 0.05,
+            bound,
+            bound_method: BoundMethod::Solver,
+            bound_at: None,
+            proven: false,
+            warm_start: Some(0.05),
+            columns: 0,
+            rows: 0,
+            seconds: 0.0,
+            nodes: 0,
+        }
+    }
+
+    /// Where HiGHS's root does not finish its dual bound is 0 (random_layered_n250 of the
+    /// Checkmate graphs at 0.9 of its peak); the strategy then reports the cut bound at the
+    /// cap, and HiGHS's where that is the higher.
+    #[test]
+    fn optimal_reports_the_higher_of_its_two_bounds() {
+        let g = crate::testing::load("benches/data/checkmate/random_layered_n250.json");
+        let ctx = Context::new(&g);
+        let peak = ctx.unplanned_peak * 9 / 10;
+        let cut = crate::bound::cut(&ctx, peak);
+        assert!(
+            cut.recompute > 0.0,
+            "the cut bound is 0 here: nothing to compare"
+        );
+        let (_, low) = with_cut(&ctx, peak, (Vec::new(), stats(0.0)));
+        assert_eq!(low.bound, cut.recompute);
+        assert_eq!(low.bound_method, BoundMethod::Cut);
+        assert_eq!(low.bound_at, cut.at_op);
+        let (_, high) = with_cut(&ctx, peak, (Vec::new(), stats(cut.recompute * 2.0)));
+        assert_eq!(high.bound, cut.recompute * 2.0);
+        assert_eq!(high.bound_method, BoundMethod::Solver);
+        assert_eq!(high.bound_at, None);
+    }
 }

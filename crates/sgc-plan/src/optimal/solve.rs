@@ -1,7 +1,7 @@
 //! The program of [`super::model`] solved by HiGHS: its deterministic parallel tree search
 //! with [`super::SEARCH_WORKERS`] workers (run serially on fewer threads), a fixed seed, the
-//! relative gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), the warm start passed
-//! as a first incumbent.
+//! relative gap [`super::GAP`] (and the absolute [`super::ABS_GAP`]), presolve only for
+//! small programs ([`PRESOLVE_BELOW_COLUMNS`]), the warm start passed as a first incumbent.
 //! `SGC_HIGHS_LOG=1` prints HiGHS's own log; `SGC_HIGHS_MPS=FILE` writes the program HiGHS
 //! is given (its objective scaled by [`SCALE`]) as an MPS file, for another solver to read
 //! (`scripts/cpsat-solve.py`); where one command solves more than one (`--bound`'s
@@ -9,6 +9,7 @@
 
 use super::model::Model;
 use super::{Effort, OptimalStats, SEARCH_WORKERS};
+use crate::bound::BoundMethod;
 use crate::error::PlanError;
 use highs::{HighsModelStatus, RowProblem, Sense};
 use sgc_ir::OpId;
@@ -26,9 +27,20 @@ const TOLERANCE: f64 = 1e-6;
 /// solve times: docs/benchmarks.md, "How far from optimal".
 const SCALE: f64 = 1e4;
 
-/// The program as HiGHS's, its options set. HiGHS's threads are the same number on every
-/// call (its scheduler, one per calling thread, is made once with that many).
-fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
+/// HiGHS presolves the integer program only when it has fewer columns than this. On the
+/// Checkmate graphs' programs (14,000 to 220,000 columns) presolve takes much of the minute
+/// and finds little: 4 to 5 s on random_layered_n100's (where it removes a third of the rows),
+/// 13 s on MobileNet's at 0.7 of its peak (3.5% of them), 27 s on random_layered_n250's; and
+/// without it every pair HiGHS proves is proven sooner (docs/benchmarks.md, "How far from
+/// optimal"). On small programs it is quick and the search after it is shorter: the tests'
+/// random graphs, and tiny_cnn at 0.78 of its peak (2,723 columns: 11 s with it, 16 s
+/// without).
+pub(super) const PRESOLVE_BELOW_COLUMNS: usize = 10_000;
+
+/// The program as HiGHS's, its options set, with or without HiGHS's presolve. HiGHS's
+/// threads are the same number on every call (its scheduler, one per calling thread, is
+/// made once with that many).
+fn highs_model(m: &Model, time_limit_s: f64, presolve: bool) -> highs::Model {
     let mut pb = RowProblem::default();
     let cols: Vec<highs::Col> = m
         .columns
@@ -46,11 +58,12 @@ fn highs_model(m: &Model, time_limit_s: u64) -> highs::Model {
         model.set_option("output_flag", true);
         model.set_option("log_to_console", true);
     }
-    model.set_option("time_limit", time_limit_s as f64);
+    model.set_option("time_limit", time_limit_s);
     model.set_option("threads", SEARCH_WORKERS as i32);
     model.set_option("random_seed", 0);
     model.set_option("mip_rel_gap", super::GAP);
     model.set_option("mip_abs_gap", super::ABS_GAP * SCALE);
+    model.set_option("presolve", if presolve { "on" } else { "off" });
     if let Some(options) = std::env::var_os("SGC_HIGHS_OPTIONS") {
         set_options(&mut model, &options.to_string_lossy());
     }
@@ -102,7 +115,7 @@ fn write_model(model: &mut highs::Model, path: &std::ffi::OsStr) {
 
 /// The optimum of a relaxed program (`None` unless HiGHS proves it within the time).
 pub(super) fn relaxation(m: &Model, time_limit_s: u64) -> Option<f64> {
-    let solved = highs_model(m, time_limit_s).try_solve().ok()?;
+    let solved = highs_model(m, time_limit_s as f64, true).try_solve().ok()?;
     (solved.status() == HighsModelStatus::Optimal)
         .then(|| (solved.objective_value() / SCALE - TOLERANCE).max(0.0))
 }
@@ -112,7 +125,12 @@ pub(super) fn solve(
     warm: Option<Vec<f64>>,
     effort: Effort,
 ) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
-    let mut model = highs_model(m, effort.time_limit_s);
+    let left = effort
+        .deadline
+        .saturating_duration_since(std::time::Instant::now())
+        .as_secs_f64();
+    let presolve = m.columns.len() < PRESOLVE_BELOW_COLUMNS;
+    let mut model = highs_model(m, left.max(super::LEAST_SOLVER_S), presolve);
     model.set_option("parallel", "on");
     model.set_option(
         "mip_search_simulate_concurrency",
@@ -142,20 +160,22 @@ pub(super) fn solve(
                 .into(),
         ));
     }
-    if !feasible {
-        return Err(PlanError::Solver(format!(
-            "HiGHS stopped ({status:?}) after {seconds:.1} s without a schedule within the \
-             budget, and no heuristic plan fitted it to start from; raise --time-limit or \
-             the budget"
-        )));
-    }
     // Within its gaps HiGHS may return a schedule a little worse than the start it was
     // given (a pointless recomputation of an op costing 1e-9 of a step); the start is then
-    // the better answer, and every bound below still holds.
-    let found = solved.get_solution().columns().to_vec();
-    let x = match warm {
-        Some(w) if m.objective(&w) <= m.objective(&found) => w,
-        _ => found,
+    // the better answer, and every bound below still holds. Stopped before it read the
+    // start (a deadline the starts used up), HiGHS has none: the start is the answer.
+    let found = feasible.then(|| solved.get_solution().columns().to_vec());
+    let x = match (warm, found) {
+        (Some(w), Some(f)) if m.objective(&w) > m.objective(&f) => f,
+        (Some(w), _) => w,
+        (None, Some(f)) => f,
+        (None, None) => {
+            return Err(PlanError::Solver(format!(
+                "HiGHS stopped ({status:?}) after {seconds:.1} s without a schedule within the \
+                 budget, and no heuristic plan fitted it to start from; raise --time-limit or \
+                 the budget"
+            )))
+        }
     };
     // The program may leave out runs dearer than the start, so its dual bound holds for
     // the schedules that recompute no more than the start; every other one recomputes
@@ -170,6 +190,8 @@ pub(super) fn solve(
         OptimalStats {
             recompute,
             bound: if proven { bound.min(recompute) } else { bound },
+            bound_method: BoundMethod::Solver,
+            bound_at: None,
             proven,
             warm_start: warm_objective,
             columns: m.columns.len(),

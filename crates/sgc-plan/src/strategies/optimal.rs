@@ -51,18 +51,26 @@ impl Strategy for Optimal {
 /// at the same peak or a squeezed schedule ([`squeezed_starts`]), whichever recomputes
 /// least. For device bytes the program bounds the peak, so when the arena of its plan comes
 /// out above the budget the peak cap is lowered by the excess and the program solved again
-/// (up to four times); the proof is then about the peak cap it ran at. Its plans keep or recompute; they never offload (a host link is
-/// ignored).
+/// (up to four times); the proof is then about the peak cap it ran at. Its plans keep or
+/// recompute; they never offload (a host link is ignored). The time limit is the whole
+/// strategy's: the starts (bounded by their work, not by time: up to about 15 s on the
+/// largest program it builds) and every solve count against it, and HiGHS gets what is
+/// left ([`crate::optimal::Effort`]).
 fn plan(
     ctx: &Context<'_>,
     options: &PlanOptions,
     run: &RunConfig<'_>,
 ) -> Result<(Vec<(OpId, bool)>, crate::optimal::OptimalStats), PlanError> {
     let budget = super::needed_budget(options)?;
+    let limit = options
+        .time_limit_s
+        .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S);
+    let now = std::time::Instant::now();
     let effort = crate::optimal::Effort {
-        time_limit_s: options
-            .time_limit_s
-            .unwrap_or(crate::optimal::DEFAULT_TIME_LIMIT_S),
+        // A limit past what the clock can hold is a century: no limit.
+        deadline: now
+            .checked_add(std::time::Duration::from_secs(limit))
+            .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400)),
         threads: run.threads(),
     };
     let mut cap = budget;
@@ -211,5 +219,31 @@ mod tests {
                 assert!(sgc_ir::simulate(&g, &ops).unwrap().peak <= cap);
             }
         }
+    }
+
+    /// A time limit the starts use up still gives a plan: HiGHS gets
+    /// [`crate::optimal::LEAST_SOLVER_S`], and the start is the answer if it stops before
+    /// reading it.
+    #[cfg(feature = "optimal")]
+    #[test]
+    fn a_time_limit_spent_on_the_starts_still_plans() {
+        let g = crate::testing::load("graphs/tiny_cnn.json");
+        let budget = g.memory_profile().peak * 9 / 10;
+        let options = PlanOptions {
+            strategy: Name::Optimal,
+            budget: Some(budget),
+            budget_of: BudgetOf::Peak,
+            time_limit_s: Some(0),
+            ..PlanOptions::default()
+        };
+        let (plan, stats) =
+            crate::plan_with_stats(&g, &options, &RunConfig::default()).expect("a plan");
+        assert!(plan.summary.planned_peak <= budget);
+        let solver = stats.optimal.expect("optimal reports its solver");
+        let start = solver
+            .warm_start
+            .expect("a heuristic plan fits 0.9 of the peak");
+        assert!(solver.recompute <= start);
+        assert!(solver.bound <= solver.recompute + 1e-12);
     }
 }
