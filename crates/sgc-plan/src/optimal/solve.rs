@@ -29,10 +29,11 @@ const SCALE: f64 = 1e4;
 
 /// HiGHS presolves the integer program only when it has fewer columns than this. On the
 /// Checkmate graphs' programs (14,000 to 220,000 columns) presolve takes much of the minute
-/// and finds little: 4 to 5 s on random_layered_n100's (where it removes a third of the rows),
-/// 13 s on MobileNet's at 0.7 of its peak (3.5% of them), 27 s on random_layered_n250's; and
-/// without it every pair HiGHS proves is proven sooner (docs/benchmarks.md, "How far from
-/// optimal"). On small programs it is quick and the search after it is shorter: the tests'
+/// and finds little: 3.8 to 5.2 s on random_layered_n100's (removing 6.5% to 29% of the rows),
+/// 13 s on MobileNet's at 0.7 of its peak (3.5% of them), 27 s on random_layered_n250's.
+/// Without it MobileNet at 0.9 to 0.7 and n100 at 0.9 and 0.8 are proven 4 to 17 s sooner,
+/// and the other pairs change within the machine's run-to-run noise (docs/benchmarks.md,
+/// "How far from optimal"). On small programs it is quick and the search after it is shorter: the tests'
 /// random graphs, and tiny_cnn at 0.78 of its peak (2,723 columns: 11 s with it, 16 s
 /// without).
 pub(super) const PRESOLVE_BELOW_COLUMNS: usize = 10_000;
