@@ -3,9 +3,9 @@
 //! the unplanned peak (the memory model's, `--budget-of peak`, as Checkmate counts).
 //!
 //! Per (graph, budget): the `optimal` strategy's recompute, whether HiGHS proved it (relative
-//! gap within `sgc_plan::optimal::GAP`, 1e-3) within its time limit, the bound it proves (HiGHS's dual bound, or the cut bound at the
-//! budget where that is higher, marked "cut"), and its time (the starts included: the time
-//! limit is the strategy's); the default
+//! gap within `sgc_plan::optimal::GAP`, 1e-3) within its time limit, the bound it proves
+//! (HiGHS's dual bound, or the cut bound at the budget where that is higher, marked "cut"),
+//! and its time (the starts included: the time limit is the strategy's); the default
 //! strategy (`sublinear`, 20 generations) at the same budget, its excess over the optimum,
 //! and what `sgc plan --bound` proves at its peak (the cut bound, or the integer program's
 //! linear relaxation where it solves within 5 s and is higher). Budgets below the
@@ -79,9 +79,9 @@ fn row(g: &sgc_ir::Graph, name: &str, q: f64, budget: u64, limit: u64) {
             (
                 Some(p.summary.recompute_share),
                 if s.proven { "yes" } else { "time limit" },
-                match s.bound_method {
-                    sgc_plan::BoundMethod::Cut => format!("{} (cut)", pct(s.bound)),
-                    _ => pct(s.bound),
+                match s.bound.method {
+                    sgc_plan::BoundMethod::Cut => format!("{} (cut)", pct(s.bound.recompute)),
+                    _ => pct(s.bound.recompute),
                 },
             )
         }

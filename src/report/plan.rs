@@ -215,12 +215,7 @@ impl<'a> PlanReport<'a> {
                     seconds: o.seconds,
                     nodes: o.nodes,
                 });
-                let proven = crate::plan::Bound {
-                    recompute: o.bound,
-                    method: o.bound_method,
-                    at_op: o.bound_at,
-                };
-                report.with_bound(graph, &proven);
+                report.with_bound(graph, &o.bound);
             }
         }
         report

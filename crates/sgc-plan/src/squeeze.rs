@@ -8,28 +8,26 @@
 //! a point of its program within its time limit. The search here sees the whole memory
 //! profile and moves on it.
 //!
-//! **The search.** It starts from a schedule (the traced order, or a heuristic's schedule
-//! above the cap: different starts end in different local optima) and measures the
-//! *overflow*: the sum, over the steps, of the resident bytes above the cap. A move takes a
-//! storage that is resident, untouched, across some overflowing steps (between two accesses
-//! `u` and `w`), and runs its producer again at a later position `q` (right after the last overflowing
-//! step of that gap, or just before `w`): the storage's instance then ends at `u` and a new
-//! one starts at `q`. The producer's inputs must be there at `q`: one still resident is
-//! read as it is; one already freed is either read from its last instance (which then lives
-//! on to `q`) or made again first, recursively, up to a depth (0, 1, 2 or unlimited: the
-//! four variants of each move). Each stage's recomputations are kept in traced order and
-//! without repeats, so the result is a schedule in the stage form of the `optimal`
-//! program ([`crate::optimal`]). Every move is scored by the memory model on the whole
-//! schedule; the move taken is the one that adds the least recompute cost per byte of
-//! overflow removed, and only moves that remove overflow count. It stops when the peak is
-//! within the cap (then drops every recomputation the cap does not need, last first) or
-//! when no move removes overflow, or after [`MAX_EVALUATIONS`] schedules scored.
+//! **The search.** It starts from a schedule (the traced order, or a heuristic's schedule above the
+//! cap: different starts end in different local optima) and measures the *overflow*: the sum, over
+//! the steps, of the resident bytes above the cap. A move takes a storage that is resident,
+//! untouched, across some overflowing steps (between two accesses `u` and `w`), and runs its
+//! producer again at a later position `q` (right after the last overflowing step of that gap, or
+//! just before `w`): the storage's instance then ends at `u` and a new one starts at `q`. The
+//! producer's inputs must be there at `q`: one still resident is read as it is; one already freed
+//! is either read from its last instance (which then lives on to `q`) or made again first,
+//! recursively, up to a depth (0, 1, 2 or unlimited: the four variants of each move). Each stage's
+//! recomputations are kept in traced order and without repeats, so the result is a schedule in the
+//! stage form of the `optimal` program ([`crate::optimal`]). Every move is scored by the memory
+//! model on the whole schedule; the move taken is the one that adds the least recompute cost per
+//! byte of overflow removed, and only moves that remove overflow count. It stops when the peak is
+//! within the cap (then drops every recomputation the cap does not need, last first) or when no
+//! move removes overflow, or after [`MAX_EVALUATIONS`] schedules scored.
 //!
-//! **What may move.** Only a storage made by an op that may run again
-//! ([`Context::rerunnable`]), before a non-recomputable op writes state it reads ([`Context::dirty_at`]), with no views
-//! (a view would be stale after its storage is made again), and not a graph input or a
-//! storage kept to the end. No randomness and no threads: the same graph and cap give the
-//! same schedule.
+//! **What may move.** Only a storage made by an op that may run again ([`Context::rerunnable`]),
+//! before a non-recomputable op writes state it reads ([`Context::dirty_at`]), with no views (a
+//! view would be stale after its storage is made again), and not a graph input or a storage kept to
+//! the end. No randomness and no threads: the same graph and cap give the same schedule.
 
 use crate::context::{Context, NO_HAZARD};
 use sgc_ir::{OpId, TensorId};

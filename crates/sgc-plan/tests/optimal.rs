@@ -75,7 +75,7 @@ fn the_optimum_lies_between_every_bound_and_every_other_plan() {
             assert!(opt.summary.planned_peak <= budget, "{rel} at {q}");
             let optimum = opt.summary.recompute_share;
             assert!((solver.recompute - optimum).abs() < 1e-9, "{rel} at {q}");
-            assert!(solver.bound <= optimum + 1e-12, "{rel} at {q}");
+            assert!(solver.bound.recompute <= optimum + 1e-12, "{rel} at {q}");
             let cut = sgc_plan::bound(&g, &opt).unwrap();
             assert!(
                 cut.recompute <= optimum + 1e-9,
@@ -257,7 +257,7 @@ mod random {
         if s.proven {
             prop_assert!(cut <= opt.summary.recompute_share + 1e-9);
         }
-        prop_assert!(s.bound <= opt.summary.recompute_share + 1e-9);
+        prop_assert!(s.bound.recompute <= opt.summary.recompute_share + 1e-9);
         Ok(())
     }
 
@@ -399,9 +399,9 @@ mod exhaustive {
                             "seed {seed} at {q}: optimal recomputes {got}, the least listed {b}"
                         );
                         assert!(
-                            s.bound <= b + 1e-9,
+                            s.bound.recompute <= b + 1e-9,
                             "seed {seed} at {q}: bound {} above {b}",
-                            s.bound
+                            s.bound.recompute
                         );
                         compared += 1;
                         recomputing += usize::from(b > 0.0);

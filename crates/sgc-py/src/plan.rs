@@ -174,7 +174,8 @@ fn file_of(graph: &Graph) -> (String, Option<String>) {
 
 /// Plans checkpointing (and the arena) for a graph and verifies the plan; the options and
 /// defaults are those of `sgc plan`. Sizes take ints or strings such as `"10GiB"`;
-/// `time_limit_s` is `--time-limit` (strategy `optimal`: the seconds it may take, its starts and the solver together; None: 60).
+/// `time_limit_s` is `--time-limit` (strategy `optimal`: the seconds it may take, its starts
+/// and the solver together; None: 60).
 #[pyfunction]
 #[pyo3(signature = (
     graph, strategy="sublinear", genetic_iters=defaults::GENETIC_ITERS, budget=None,

@@ -59,8 +59,9 @@ pub const DEFAULT_TIME_LIMIT_S: u64 = 60;
 /// compares one, two and four.
 pub const SEARCH_WORKERS: usize = 2;
 
-/// HiGHS's time when the deadline has passed before it starts (the starts took it all):
-/// long enough to read the warm start as its incumbent and report a bound, in seconds.
+/// HiGHS's time when the deadline has passed before it starts (the starts took it all), in
+/// seconds: a floor, so that it still runs; stopped before it reads the warm start, the
+/// start is the answer.
 pub const LEAST_SOLVER_S: f64 = 1.0;
 
 /// How the solver may run: until when, and on how many threads. Neither changes the program
@@ -80,15 +81,11 @@ pub struct Effort {
 pub struct OptimalStats {
     /// Recompute cost of the plan, as a share of one step.
     pub recompute: f64,
-    /// The proven lower bound on any stage-form plan's recompute within the cap: the larger
-    /// of HiGHS's dual bound and the cut bound ([`crate::bound`]) at the cap, which is the
-    /// higher where HiGHS's root does not finish (random_layered_n250 of the Checkmate
-    /// graphs).
-    pub bound: f64,
-    /// Which of the two `bound` is.
-    pub bound_method: crate::bound::BoundMethod,
-    /// The op at whose first run the cut bound is reached (`None`: the bound is HiGHS's).
-    pub bound_at: Option<OpId>,
+    /// The proven lower bound on any stage-form plan's recompute within the cap, and how it
+    /// was proven: the larger of HiGHS's dual bound and the cut bound ([`crate::bound`]) at
+    /// the cap, which is the higher where HiGHS's root does not finish
+    /// (random_layered_n250 of the Checkmate graphs).
+    pub bound: crate::bound::Bound,
     /// Whether the solver proved the plan optimal (within the relative gap [`GAP`]).
     pub proven: bool,
     /// The heuristic plan it started from, its recompute (`None`: none fitted the cap).
@@ -107,6 +104,16 @@ pub struct OptimalStats {
 /// included) is at most `peak`, starting from the best of `starts` (heuristic schedules)
 /// that is a point of the program within the cap.
 pub(crate) fn solve(
+    ctx: &Context<'_>,
+    peak: u64,
+    starts: &[Vec<(OpId, bool)>],
+    effort: Effort,
+) -> Result<(Vec<(OpId, bool)>, OptimalStats), PlanError> {
+    search(ctx, peak, starts, effort).map(|solved| with_cut(ctx, peak, solved))
+}
+
+/// [`solve`], with HiGHS's dual bound as the bound.
+fn search(
     ctx: &Context<'_>,
     peak: u64,
     starts: &[Vec<(OpId, bool)>],
@@ -137,7 +144,7 @@ pub(crate) fn solve(
         .filter(|(_, x)| m.violated(x, 1e-6).is_empty())
         .min_by(|a, b| m.objective(&a.1).total_cmp(&m.objective(&b.1)));
     let Some((start, x)) = warm else {
-        return run_solver(&m, None, effort).map(|solved| with_cut(ctx, peak, solved));
+        return run_solver(&m, None, effort);
     };
     // No op dearer than the whole start is worth recomputing: the program without those
     // runs has the same optimum and is smaller (MobileNet of the Checkmate graphs at 0.6 of
@@ -150,11 +157,10 @@ pub(crate) fn solve(
             let y = b.point_of(start)?;
             b.violated(&y, 1e-6).is_empty().then_some((b, y))
         });
-    let solved = match below {
+    match below {
         Some((b, y)) => run_solver(&b, Some(y), effort),
         None => run_solver(&m, Some(x), effort),
-    };
-    solved.map(|solved| with_cut(ctx, peak, solved))
+    }
 }
 
 /// The solver's answer with the cut bound at `peak` as its bound where that is higher.
@@ -164,10 +170,8 @@ fn with_cut(
     (steps, mut stats): (Vec<(OpId, bool)>, OptimalStats),
 ) -> (Vec<(OpId, bool)>, OptimalStats) {
     let cut = crate::bound::cut(ctx, peak);
-    if cut.recompute > stats.bound {
-        stats.bound = cut.recompute;
-        stats.bound_method = cut.method;
-        stats.bound_at = cut.at_op;
+    if cut.recompute > stats.bound.recompute {
+        stats.bound = cut;
     }
     (steps, stats)
 }
@@ -224,9 +228,11 @@ mod tests {
     fn stats(bound: f64) -> OptimalStats {
         OptimalStats {
             recompute: 0.05,
-            bound,
-            bound_method: BoundMethod::Solver,
-            bound_at: None,
+            bound: crate::bound::Bound {
+                recompute: bound,
+                method: BoundMethod::Solver,
+                at_op: None,
+            },
             proven: false,
             warm_start: Some(0.05),
             columns: 0,
@@ -250,12 +256,12 @@ mod tests {
             "the cut bound is 0 here: nothing to compare"
         );
         let (_, low) = with_cut(&ctx, peak, (Vec::new(), stats(0.0)));
-        assert_eq!(low.bound, cut.recompute);
-        assert_eq!(low.bound_method, BoundMethod::Cut);
-        assert_eq!(low.bound_at, cut.at_op);
+        assert_eq!(low.bound.recompute, cut.recompute);
+        assert_eq!(low.bound.method, BoundMethod::Cut);
+        assert_eq!(low.bound.at_op, cut.at_op);
         let (_, high) = with_cut(&ctx, peak, (Vec::new(), stats(cut.recompute * 2.0)));
-        assert_eq!(high.bound, cut.recompute * 2.0);
-        assert_eq!(high.bound_method, BoundMethod::Solver);
-        assert_eq!(high.bound_at, None);
+        assert_eq!(high.bound.recompute, cut.recompute * 2.0);
+        assert_eq!(high.bound.method, BoundMethod::Solver);
+        assert_eq!(high.bound.at_op, None);
     }
 }

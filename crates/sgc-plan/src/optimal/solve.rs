@@ -9,7 +9,7 @@
 
 use super::model::Model;
 use super::{Effort, OptimalStats, SEARCH_WORKERS};
-use crate::bound::BoundMethod;
+use crate::bound::{Bound, BoundMethod};
 use crate::error::PlanError;
 use highs::{HighsModelStatus, RowProblem, Sense};
 use sgc_ir::OpId;
@@ -29,13 +29,13 @@ const SCALE: f64 = 1e4;
 
 /// HiGHS presolves the integer program only when it has fewer columns than this. On the
 /// Checkmate graphs' programs (14,000 to 220,000 columns) presolve takes much of the minute
-/// and finds little: 3.8 to 5.2 s on random_layered_n100's (removing 6.5% to 29% of the rows),
-/// 13 s on MobileNet's at 0.7 of its peak (3.5% of them), 27 s on random_layered_n250's.
-/// Without it MobileNet at 0.9 to 0.7 and n100 at 0.9 and 0.8 are proven 4 to 17 s sooner,
-/// and the other pairs change within the machine's run-to-run noise (docs/benchmarks.md,
-/// "How far from optimal"). On small programs it is quick and the search after it is shorter: the tests'
-/// random graphs, and tiny_cnn at 0.78 of its peak (2,723 columns: 11 s with it, 16 s
-/// without).
+/// and finds little: 3.8 to 5.2 s on random_layered_n100's (removing 6.5% to 29% of the
+/// rows), 13 s on MobileNet's at 0.7 of its peak (3.5% of them), 27 s on
+/// random_layered_n250's. Without it MobileNet at 0.9 to 0.7 and n100 at 0.9 and 0.8 are
+/// proven 4 to 17 s sooner, and the other pairs change within the machine's run-to-run noise
+/// (docs/benchmarks.md, "How far from optimal"). On small programs it is quick and the
+/// search after it is shorter: the tests' random graphs, and tiny_cnn at 0.78 of its peak
+/// (2,723 columns: 11 s with it, 16 s without).
 pub(super) const PRESOLVE_BELOW_COLUMNS: usize = 10_000;
 
 /// The program as HiGHS's, its options set, with or without HiGHS's presolve. HiGHS's
@@ -190,9 +190,11 @@ pub(super) fn solve(
         steps,
         OptimalStats {
             recompute,
-            bound: if proven { bound.min(recompute) } else { bound },
-            bound_method: BoundMethod::Solver,
-            bound_at: None,
+            bound: Bound {
+                recompute: if proven { bound.min(recompute) } else { bound },
+                method: BoundMethod::Solver,
+                at_op: None,
+            },
             proven,
             warm_start: warm_objective,
             columns: m.columns.len(),
