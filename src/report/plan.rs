@@ -489,7 +489,9 @@ fn render(r: &PlanReport<'_>) -> String {
                     crate::plan::optimal::GAP
                 )
             } else {
-                "stopped by its time limit: the best plan found".to_string()
+                "not proven optimal (stopped by its time limit, or by SGC_HIGHS_OPTIONS): the best \
+                 plan found"
+                    .to_string()
             }
         );
     }

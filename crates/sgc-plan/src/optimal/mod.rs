@@ -100,9 +100,31 @@ pub struct OptimalStats {
     pub nodes: u64,
 }
 
+/// The least-peak lower bound ([`crate::least_peak`]) of `ctx`'s graph, for
+/// [`fits_floor`]: computed once per plan, as it does not depend on the cap.
+pub(crate) fn floor(ctx: &Context<'_>) -> u64 {
+    crate::least_peak::least_peak(ctx)
+}
+
+/// Refuses a `peak` below the least-peak lower bound `floor` (from [`floor`]): no schedule
+/// that keeps or recomputes fits it, proven, so neither the heuristic starts nor the
+/// solver need to run.
+pub(crate) fn fits_floor(ctx: &Context<'_>, peak: u64, floor: u64) -> Result<(), PlanError> {
+    if peak >= floor {
+        return Ok(());
+    }
+    Err(PlanError::Solver(format!(
+        "sgc proved that no schedule that keeps or recomputes (without offloading) fits a \
+         peak of {peak} B: every one peaks at {floor} B or more (the least-peak lower \
+         bound: what must be resident together when each op runs and when its inputs were \
+         made; the per-op lower bound is {}); raise the budget",
+        ctx.lower_bound.bytes
+    )))
+}
+
 /// The least-recompute stage-form schedule whose memory-model peak (persistent bytes
 /// included) is at most `peak`, starting from the best of `starts` (heuristic schedules)
-/// that is a point of the program within the cap.
+/// that is a point of the program within the cap. `peak` has passed [`fits_floor`].
 pub(crate) fn solve(
     ctx: &Context<'_>,
     peak: u64,
@@ -128,16 +150,6 @@ fn search(
             ctx.n
         )),
     })?;
-    let floor = crate::least_peak::least_peak(ctx);
-    if peak < floor {
-        return Err(PlanError::Solver(format!(
-            "sgc proved that no schedule that keeps or recomputes (without offloading) fits a \
-             peak of {peak} B: every one peaks at {floor} B or more (the least-peak lower \
-             bound: what must be resident together when each op runs and when its inputs were \
-             made; the per-op lower bound is {}); raise the budget",
-            ctx.lower_bound.bytes
-        )));
-    }
     let warm = starts
         .iter()
         .filter_map(|s| Some((s, m.point_of(s)?)))

@@ -73,8 +73,10 @@ fn plan(
             .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400)),
         threads: run.threads(),
     };
+    let floor = crate::optimal::floor(ctx);
     let mut cap = budget;
     for _ in 0..4 {
+        crate::optimal::fits_floor(ctx, cap, floor)?;
         let heuristic = PlanOptions {
             strategy: Name::Sublinear,
             budget: Some(cap),
@@ -136,10 +138,6 @@ fn squeezed_starts(
     cap: u64,
     starts: Vec<Vec<(OpId, bool)>>,
 ) -> Vec<Vec<(OpId, bool)>> {
-    if cap < crate::least_peak::least_peak(ctx) {
-        // No schedule fits: `optimal::solve` says so, without a search first.
-        return starts;
-    }
     let lb = ctx.lower_bound.bytes;
     let mut from: Vec<Vec<(OpId, bool)>> =
         vec![(0..ctx.n).map(|i| (OpId::new(i), false)).collect()];
