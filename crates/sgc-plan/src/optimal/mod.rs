@@ -100,15 +100,9 @@ pub struct OptimalStats {
     pub nodes: u64,
 }
 
-/// The least-peak lower bound ([`crate::least_peak`]) of `ctx`'s graph, for
-/// [`fits_floor`]: computed once per plan, as it does not depend on the cap.
-pub(crate) fn floor(ctx: &Context<'_>) -> u64 {
-    crate::least_peak::least_peak(ctx)
-}
-
-/// Refuses a `peak` below the least-peak lower bound `floor` (from [`floor`]): no schedule
-/// that keeps or recomputes fits it, proven, so neither the heuristic starts nor the
-/// solver need to run.
+/// Refuses a `peak` below `floor`, the least-peak lower bound ([`crate::least_peak`],
+/// computed once per plan: it does not depend on the cap): no schedule that keeps or
+/// recomputes fits it, proven, so neither the heuristic starts nor the solver need to run.
 pub(crate) fn fits_floor(ctx: &Context<'_>, peak: u64, floor: u64) -> Result<(), PlanError> {
     if peak >= floor {
         return Ok(());

@@ -73,7 +73,7 @@ fn plan(
             .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400)),
         threads: run.threads(),
     };
-    let floor = crate::optimal::floor(ctx);
+    let floor = crate::least_peak::least_peak(ctx);
     let mut cap = budget;
     for _ in 0..4 {
         crate::optimal::fits_floor(ctx, cap, floor)?;
