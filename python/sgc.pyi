@@ -29,12 +29,14 @@ class PlanError(SgcError):
     """No plan could be made, read or accepted."""
 
 class BudgetNotMet(PlanError):
-    """No plan fits the budget (or it is below the per-op lower bound)."""
+    """No plan fits the budget (or it is below a lower bound: the per-op one, or the
+    least-peak one, below which no plan that keeps or recomputes fits)."""
 
     budget: int
     best_device: int | None
     best_peak: int | None
     lower_bound: int
+    """The best lower bound sgc proved, in the budget's terms."""
 
 class GraphMismatch(PlanError):
     """A plan was made for another graph (its fingerprint differs)."""

@@ -240,6 +240,9 @@ fn short(e: &PlanError) -> String {
             "does not fit (lowest {})",
             human_bytes(best_device.unwrap_or(*best_peak))
         ),
+        PlanError::BudgetBelowLowerBound { lower_bound, .. } => {
+            format!("below the lower bound {}", human_bytes(*lower_bound))
+        }
         e => e.to_string(),
     }
 }

@@ -2,9 +2,10 @@
 //! bytes set its layer count, batch, width and skip, tie and dead branch probabilities, a
 //! hash of the rest seeds it), planned with every strategy under every budget of
 //! `crates/sgc-exec/tests/support/plan_check.rs`: each plan verifies, its peak is the
-//! replay's, it keeps its budget, and its CPU run is bitwise the unplanned run; a budget
-//! refused is above the best plan found. The proptest `crates/sgc-exec/tests/plan_fuzz.rs`
-//! runs the same check in CI.
+//! replay's, it keeps its budget, it peaks at or above the least-peak lower bound (without
+//! offloads), and its CPU run is bitwise the unplanned run; a budget refused is above the
+//! best plan found, or below the bound it names. The proptest
+//! `crates/sgc-exec/tests/plan_fuzz.rs` runs the same check in CI.
 #![no_main]
 
 #[path = "../../crates/sgc-exec/tests/support/plan_check.rs"]

@@ -42,7 +42,7 @@
 use crate::context::Context;
 use crate::device::device_bytes;
 use crate::dtr;
-use crate::error::{PlanError, Retry};
+use crate::error::{LowerBoundKind, PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, Strategy};
 use crate::sublinear::evaluate::{fitness_of, schedule, Fitness};
 use crate::sublinear::genome::Genome;
@@ -304,7 +304,7 @@ fn cheapest(
 /// writes an output over a dying input saves at most that output's bytes, at its own step
 /// only (elsewhere the two never overlap in time), so device bytes are at least the peak
 /// minus the largest such saving of one op. Candidates are screened by it.
-fn in_place_slack(ctx: &Context<'_>) -> u64 {
+pub(crate) fn in_place_slack(ctx: &Context<'_>) -> u64 {
     let g = ctx.g;
     g.op_ids()
         .map(|op| {
@@ -344,6 +344,7 @@ fn refusal(
         best_peak: lowest_peak,
         best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,
+        bound: LowerBoundKind::PerOp,
         offload: None,
         // The planner names the refusing strategy's own options (PlanError::retrying).
         retry: Retry::Strategy,

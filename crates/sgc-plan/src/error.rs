@@ -8,13 +8,17 @@ use thiserror::Error;
 /// Why a plan could not be made, read or accepted.
 #[derive(Debug, Error)]
 pub enum PlanError {
-    #[error("budget {} is below the per-op lower bound {} (set by op `{op}`): no schedule of this graph fits; raise the budget to at least the bound", bytes(*.budget), bytes(*.lower_bound))]
+    #[error("{}", below(*.budget, *.lower_bound, .op, *.kind))]
     BudgetBelowLowerBound {
         budget: u64,
+        /// The bound, in the budget's terms.
         lower_bound: u64,
+        /// The op that sets it.
         op: String,
+        /// Which bound, and so which plans it rules out.
+        kind: LowerBoundKind,
     },
-    #[error("no plan fits the budget of {} {}; {}{}; the per-op lower bound is {}: raise the budget, or {retry}", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), offloaded(.offload.as_ref(), *.budget), bytes(*.lower_bound))]
+    #[error("no plan fits the budget of {} {}; {}{}; {}: raise the budget, or {retry}", bytes(*.budget), unit(*.of), reached(*.best_device, *.best_peak), offloaded(.offload.as_ref(), *.budget), bound_is(*.lower_bound, *.bound))]
     BudgetNotMet {
         budget: u64,
         /// What the budget bounds.
@@ -23,7 +27,10 @@ pub enum PlanError {
         best_peak: u64,
         /// The lowest device bytes of the lowest-peak plans placed (when any was).
         best_device: Option<u64>,
+        /// The best lower bound on the budget's figure sgc proved, in the budget's terms.
         lower_bound: u64,
+        /// Which bound that is.
+        bound: LowerBoundKind,
         /// What schedules made to fit by offloads reached, when a host link was given.
         offload: Option<OffloadReach>,
         /// What to try besides a larger budget.
@@ -87,6 +94,62 @@ impl PlanError {
             *r = retry;
         }
         self
+    }
+
+    /// A refusal with the least-peak bound (`floor`, in the budget's terms) as its bound
+    /// where that is the higher: no plan that keeps or recomputes goes below it.
+    pub(crate) fn bounded_by(mut self, floor: Option<sgc_ir::LowerBound>) -> Self {
+        if let (
+            PlanError::BudgetNotMet {
+                lower_bound, bound, ..
+            },
+            Some(f),
+        ) = (&mut self, floor)
+        {
+            if f.bytes > *lower_bound {
+                *lower_bound = f.bytes;
+                *bound = LowerBoundKind::LeastPeak;
+            }
+        }
+        self
+    }
+}
+
+/// Which lower bound a budget fell below ([`PlanError::BudgetBelowLowerBound`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LowerBoundKind {
+    /// The per-op lower bound: what one op's inputs and outputs hold; no schedule fits.
+    PerOp,
+    /// The least-peak bound ([`crate::least_peak`]): what must be resident together when an
+    /// op runs and when its inputs were made; no schedule that keeps or recomputes fits,
+    /// whichever strategy made it (offloading to host memory is not bounded by it).
+    LeastPeak,
+}
+
+/// The bound beside a refusal.
+fn bound_is(bound: u64, kind: LowerBoundKind) -> String {
+    match kind {
+        LowerBoundKind::PerOp => format!("the per-op lower bound is {}", bytes(bound)),
+        LowerBoundKind::LeastPeak => format!(
+            "no plan that keeps or recomputes goes below {} (the least-peak lower bound)",
+            bytes(bound)
+        ),
+    }
+}
+
+/// The refusal of a budget below a bound set by op `op`.
+fn below(budget: u64, bound: u64, op: &str, kind: LowerBoundKind) -> String {
+    match kind {
+        LowerBoundKind::PerOp => format!(
+            "budget {} is below the per-op lower bound {} (set by op `{op}`): no schedule of this graph fits; raise the budget to at least the bound",
+            bytes(budget),
+            bytes(bound)
+        ),
+        LowerBoundKind::LeastPeak => format!(
+            "budget {} is below the least-peak lower bound {} (set at op `{op}`: what must be resident together when it runs and when its inputs were made): no schedule that keeps or recomputes fits, whatever the strategy; raise the budget to at least the bound, or give a --host-link so that a strategy that offloads may move tensors to host memory",
+            bytes(budget),
+            bytes(bound)
+        ),
     }
 }
 

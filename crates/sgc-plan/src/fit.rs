@@ -30,7 +30,7 @@
 //! are deterministic (same graph, options and seed give the same plan), so each batch is
 //! planned once per strategy.
 
-use crate::error::PlanError;
+use crate::error::{LowerBoundKind, PlanError};
 use crate::options::{ArenaEffort, PlanOptions, RunConfig};
 use serde::Serialize;
 use sgc_ir::rescale::{self, RescaleError};
@@ -292,7 +292,16 @@ pub fn probe(
             p.plan_seconds = t0.elapsed().as_secs_f64();
             return Ok(p);
         }
-        Err(PlanError::BudgetBelowLowerBound { .. }) => {
+        Err(PlanError::BudgetBelowLowerBound {
+            lower_bound, kind, ..
+        }) => {
+            p.peak = lower_bound;
+            p.note = Some(match kind {
+                LowerBoundKind::PerOp => "the per-op lower bound exceeds the limit",
+                LowerBoundKind::LeastPeak => {
+                    "the least-peak lower bound exceeds the limit (no plan that keeps or recomputes fits)"
+                }
+            }.into());
             p.plan_seconds = t0.elapsed().as_secs_f64();
             return Ok(p);
         }

@@ -28,7 +28,8 @@
 //! 46,319 B), which proves half the peak out of reach.
 
 use crate::context::Context;
-use sgc_ir::TensorId;
+use crate::error::{LowerBoundKind, PlanError};
+use sgc_ir::{LowerBound, OpId, TensorId};
 use std::collections::HashMap;
 
 /// How many runs back the recursion follows.
@@ -39,13 +40,13 @@ const DEPTH: u32 = 3;
 const MAX_SET: usize = 64;
 
 /// The least peak, persistent bytes included, of any recompute-only schedule of the graph
-/// (a lower bound on it).
-pub(crate) fn least_peak(ctx: &Context<'_>) -> u64 {
+/// (a lower bound on it), and the op whose run sets it.
+pub(crate) fn least_peak(ctx: &Context<'_>) -> LowerBound {
     let mut walk = Walk {
         ctx,
         memo: HashMap::new(),
     };
-    let mut best = 0u64;
+    let mut best = (0u64, None);
     for v in 0..ctx.n {
         let at_v = walk.weight(ctx.in_roots[v].iter().chain(&ctx.out_roots[v]));
         let before: Vec<TensorId> = ctx.in_roots[v]
@@ -53,9 +54,34 @@ pub(crate) fn least_peak(ctx: &Context<'_>) -> u64 {
             .copied()
             .filter(|&r| !walk.makes(v, r))
             .collect();
-        best = best.max(at_v).max(walk.bound(before, DEPTH));
+        let here = at_v.max(walk.bound(before, DEPTH));
+        if here > best.0 {
+            best = (here, Some(OpId::new(v)));
+        }
     }
-    ctx.persistent_bytes.saturating_add(best)
+    LowerBound {
+        bytes: ctx.persistent_bytes.saturating_add(best.0),
+        op: best.1,
+    }
+}
+
+/// A budget below the least-peak bound `floor` (in the budget's terms; `None` where the
+/// bound does not cover the plan), refused: no plan that keeps or recomputes meets it,
+/// proven. The planner checks it before any strategy runs.
+pub(crate) fn below_floor(
+    ctx: &Context<'_>,
+    budget: u64,
+    floor: Option<LowerBound>,
+) -> Result<(), PlanError> {
+    match floor {
+        Some(f) if budget < f.bytes => Err(PlanError::BudgetBelowLowerBound {
+            budget,
+            lower_bound: f.bytes,
+            op: f.op.map(|o| ctx.g.op(o).name.clone()).unwrap_or_default(),
+            kind: LowerBoundKind::LeastPeak,
+        }),
+        _ => Ok(()),
+    }
 }
 
 struct Walk<'c, 'g> {
@@ -130,7 +156,7 @@ mod tests {
         for seed in 0..200u64 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
-            let floor = least_peak(&ctx);
+            let floor = least_peak(&ctx).bytes;
             assert!(floor >= ctx.lower_bound.bytes, "seed {seed}");
             assert!(floor <= ctx.unplanned_peak, "seed {seed}");
             above_per_op += usize::from(floor > ctx.lower_bound.bytes);
@@ -183,7 +209,7 @@ mod tests {
     fn half_of_random_layered_n100_is_out_of_reach() {
         let g = crate::testing::load("benches/data/checkmate/random_layered_n100.json");
         let ctx = Context::new(&g);
-        let floor = least_peak(&ctx);
+        let floor = least_peak(&ctx).bytes;
         assert_eq!((ctx.lower_bound.bytes, floor), (20_020, 25_050));
         assert!(2 * floor > ctx.unplanned_peak);
     }

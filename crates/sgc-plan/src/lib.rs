@@ -67,7 +67,7 @@ mod squeeze;
 pub mod strategies;
 mod sublinear;
 
-pub use error::{OffloadReach, PlanError, Retry};
+pub use error::{LowerBoundKind, OffloadReach, PlanError, Retry};
 // The plan format and its verifier (`sgc-plan-format`): what this crate makes.
 pub use bound::{Bound, BoundMethod};
 pub use optimal::OptimalStats;
@@ -77,8 +77,8 @@ pub use options::{
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
-    bound, plan, plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded, plan_with_stats,
-    PlanStats,
+    bound, least_peak, plan, plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded,
+    plan_with_stats, PlanStats,
 };
 pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};

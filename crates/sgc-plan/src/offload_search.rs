@@ -120,6 +120,7 @@ fn best(
             best_peak,
             best_device,
             lower_bound,
+            bound,
             offload: None,
             retry,
         }) => Err(PlanError::BudgetNotMet {
@@ -128,6 +129,7 @@ fn best(
             best_peak,
             best_device,
             lower_bound,
+            bound,
             offload: search.closest,
             retry,
         }),

@@ -106,15 +106,17 @@ pub fn plan_by(
     let mut stats = PlanStats::default();
     let start = std::time::Instant::now();
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
-    if let Some(budget) = options
+    let budget = options
         .budget
-        .filter(|_| options.budget_of != BudgetOf::Saved)
-    {
+        .filter(|_| options.budget_of != BudgetOf::Saved);
+    let floor = budget.and_then(|_| floor(&ctx, strategy, options));
+    if let Some(budget) = budget {
         below_bound(&ctx, budget)?;
+        crate::least_peak::below_floor(&ctx, budget, floor)?;
     }
     let made = strategy
         .schedule(&ctx, options, run)
-        .map_err(|e| e.retrying(strategy.when_refused(options)))?;
+        .map_err(|e| e.retrying(strategy.when_refused(options)).bounded_by(floor))?;
     stats.search = made.search;
     stats.fallback = made.fallback;
     stats.optimal = made.optimal;
@@ -122,7 +124,8 @@ pub fn plan_by(
     let strategy = made.follows.unwrap_or(options.strategy);
     let (steps, offloads) = (made.steps, made.offloads);
     stats.schedule_secs = start.elapsed().as_secs_f64();
-    let plan = finish_plan(&ctx, options, strategy, &steps, &offloads, &mut stats)?;
+    let plan = finish_plan(&ctx, options, strategy, &steps, &offloads, &mut stats)
+        .map_err(|e| e.bounded_by(floor))?;
     Ok((plan, stats))
 }
 
@@ -147,6 +150,7 @@ pub fn plan_budgets(
     }
     let ctx = Context::with_profile(graph, options.device_profile.as_ref());
     let cands = strategies::sublinear_candidates(&ctx, options, run)?;
+    let floor = floor(&ctx, strategies::of(options.strategy), options);
     Ok(budgets
         .iter()
         .map(|&b| {
@@ -155,9 +159,10 @@ pub fn plan_budgets(
                 ..options.clone()
             };
             below_bound(&ctx, b)?;
+            crate::least_peak::below_floor(&ctx, b, floor)?;
             let choose = |level: u64| budget::choose(&ctx, &o, &cands, level);
             let (chosen, offloads) = offload_search::choose_with_offloads(&ctx, &o, choose, b)
-                .map_err(|e| e.retrying(strategies::when_refused(&o)))?;
+                .map_err(|e| e.retrying(strategies::when_refused(&o)).bounded_by(floor))?;
             finish_plan(
                 &ctx,
                 &o,
@@ -166,6 +171,7 @@ pub fn plan_budgets(
                 &offloads,
                 &mut PlanStats::default(),
             )
+            .map_err(|e| e.bounded_by(floor))
         })
         .collect())
 }
@@ -213,9 +219,41 @@ pub(crate) fn below_bound(ctx: &Context<'_>, budget: u64) -> Result<(), PlanErro
             budget,
             lower_bound: lb.bytes,
             op: lb.op.map(|o| ctx.g.op(o).name.clone()).unwrap_or_default(),
+            kind: crate::error::LowerBoundKind::PerOp,
         });
     }
     Ok(())
+}
+
+/// The least-peak lower bound of `graph` ([`crate::least_peak`]), persistent bytes
+/// included, and the op that sets it: no plan that keeps or recomputes (without offloads)
+/// peaks below it under the memory model. A budget below it is refused before any strategy
+/// runs.
+pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
+    crate::least_peak::least_peak(&Context::with_profile(graph, None))
+}
+
+/// The least-peak lower bound ([`crate::least_peak`]) in the terms of `options`' budget,
+/// where it bounds every plan `strategy` can make: `None` when its plans may offload (a host
+/// link given to a strategy that offloads), which the bound does not cover, or for a budget
+/// of saved bytes. A device budget bounds the arena plus persistent bytes, which is at least
+/// the memory-model peak less the largest in-place saving of one op
+/// ([`budget::in_place_slack`]), so that much comes off.
+fn floor(
+    ctx: &Context<'_>,
+    strategy: &dyn strategies::Strategy,
+    options: &PlanOptions,
+) -> Option<sgc_ir::LowerBound> {
+    if options.host_link.is_some() && strategy.can_offload() {
+        return None;
+    }
+    let least = crate::least_peak::least_peak(ctx);
+    let bytes = match options.budget_of {
+        BudgetOf::Peak => least.bytes,
+        BudgetOf::Device => least.bytes.saturating_sub(budget::in_place_slack(ctx)),
+        BudgetOf::Saved => return None,
+    };
+    Some(sgc_ir::LowerBound { bytes, ..least })
 }
 
 /// The plan of a chosen schedule: summary, arena (checked against the budget in device
@@ -265,6 +303,7 @@ fn finish_plan(
                 // would read as the figure held against it.
                 best_device: (options.budget_of == BudgetOf::Device).then_some(device),
                 lower_bound: ctx.lower_bound.bytes,
+                bound: crate::error::LowerBoundKind::PerOp,
                 offload: None,
                 retry: crate::strategies::when_refused(options),
             });

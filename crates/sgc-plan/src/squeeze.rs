@@ -331,7 +331,7 @@ fn stage_at(steps: &[(OpId, bool)], pos: usize) -> Option<usize> {
 
 /// `steps` with each stage's recomputations in traced order and each op recomputed at most
 /// once per stage.
-fn in_stage_form(steps: Vec<(OpId, bool)>) -> Vec<(OpId, bool)> {
+pub(crate) fn in_stage_form(steps: Vec<(OpId, bool)>) -> Vec<(OpId, bool)> {
     let mut out = Vec::with_capacity(steps.len());
     let mut pending: Vec<OpId> = Vec::new();
     for (op, again) in steps {
@@ -367,7 +367,7 @@ mod tests {
         for seed in 0..120u64 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
-            let floor = crate::least_peak::least_peak(&ctx);
+            let floor = crate::least_peak::least_peak(&ctx).bytes;
             for k in 1..=4u64 {
                 let cap = floor + (ctx.unplanned_peak - floor) * k / 5;
                 asked += 1;

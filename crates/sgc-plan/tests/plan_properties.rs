@@ -49,6 +49,15 @@ fn check(g: &sgc_ir::Graph, o: &PlanOptions) -> Result<Option<sgc_plan::Plan>, T
             prop_assert!(best_device.map_or(best_peak > budget, |d| d > budget));
             Ok(None)
         }
+        // Below a proven lower bound: refused before planning.
+        Err(PlanError::BudgetBelowLowerBound {
+            budget,
+            lower_bound,
+            ..
+        }) => {
+            prop_assert!(budget < lower_bound);
+            Ok(None)
+        }
         // A graph with no backward op has nothing to partition.
         Err(PlanError::Partition(_)) if o.strategy == Strategy::Partition && !has_backward(g) => {
             Ok(None)

@@ -327,7 +327,8 @@ fn a_budget_is_met_or_refused_with_the_lowest_peak() {
                 "{name}: budget plan costs more"
             );
         }
-        // At the lower bound: met or refused naming the lowest device bytes reached.
+        // At the per-op lower bound: met, refused naming the lowest device bytes reached,
+        // or refused as below the least-peak bound, which no plan made here goes below.
         let o = PlanOptions {
             budget: Some(s.lower_bound),
             ..with_arena
@@ -339,6 +340,10 @@ fn a_budget_is_met_or_refused_with_the_lowest_peak() {
                 best_device,
                 ..
             }) => assert!(best_device.map_or(best_peak, |d| d) > s.lower_bound),
+            Err(PlanError::BudgetBelowLowerBound { lower_bound, .. }) => {
+                assert!(lower_bound > s.lower_bound, "{name}");
+                assert!(lower_bound <= sgc_plan::least_peak(&g).bytes, "{name}");
+            }
             Err(e) => panic!("{name}: {e}"),
         }
     }

@@ -11,13 +11,18 @@
 //! - one step run on the CPU backend from the same seeded inputs and parameters gives
 //!   every graph output (the loss, every gradient) and every updated parameter bit for bit
 //!   as the unplanned run does;
-//! - a budget refused (`BudgetNotMet`) is one that the best plan found really exceeds.
+//! - a plan that does not offload peaks at or above the least-peak lower bound
+//!   (`sgc_plan::least_peak`), which the planner refuses budgets below before planning;
+//! - a budget refused (`BudgetNotMet`) is one that the best plan found really exceeds, and
+//!   one refused as below a lower bound (`BudgetBelowLowerBound`) is below it.
 //!
 //! Any other planner or executor error fails the check.
 
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::{Graph, TensorKind};
-use sgc_plan::{plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig, Strategy};
+use sgc_plan::{
+    least_peak, plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig, Strategy,
+};
 
 /// What [`check_step`] did with one graph.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,9 +96,27 @@ fn check_one(
                 false => Err(format!("refused, yet the best plan found has {best}")),
             };
         }
+        Err(PlanError::BudgetBelowLowerBound {
+            budget: b,
+            lower_bound,
+            ..
+        }) => {
+            tally.refused += 1;
+            return match b < lower_bound {
+                true => Ok(()),
+                false => Err(format!("refused as below the bound {lower_bound}")),
+            };
+        }
         Err(e) => return Err(e.to_string()),
     };
     let verified = verify(g, &p).map_err(|e| format!("the verifier rejects the plan: {e:?}"))?;
+    let floor = least_peak(g).bytes;
+    if p.offloads.is_empty() && p.summary.planned_peak < floor {
+        return Err(format!(
+            "the plan peaks at {}, below the least-peak lower bound {floor}",
+            p.summary.planned_peak
+        ));
+    }
     if verified.peak_bytes != p.summary.planned_peak {
         return Err(format!(
             "the plan's peak {} is not the replay's {}",

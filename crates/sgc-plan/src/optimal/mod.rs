@@ -103,17 +103,14 @@ pub struct OptimalStats {
 /// Refuses a `peak` below `floor`, the least-peak lower bound ([`crate::least_peak`],
 /// computed once per plan: it does not depend on the cap): no schedule that keeps or
 /// recomputes fits it, proven, so neither the heuristic starts nor the solver need to run.
-pub(crate) fn fits_floor(ctx: &Context<'_>, peak: u64, floor: u64) -> Result<(), PlanError> {
-    if peak >= floor {
-        return Ok(());
-    }
-    Err(PlanError::Solver(format!(
-        "sgc proved that no schedule that keeps or recomputes (without offloading) fits a \
-         peak of {peak} B: every one peaks at {floor} B or more (the least-peak lower \
-         bound: what must be resident together when each op runs and when its inputs were \
-         made; the per-op lower bound is {}); raise the budget",
-        ctx.lower_bound.bytes
-    )))
+/// The planner refuses a budget below it before any strategy runs; this holds the lower
+/// peak caps a device budget leads to.
+pub(crate) fn fits_floor(
+    ctx: &Context<'_>,
+    peak: u64,
+    floor: sgc_ir::LowerBound,
+) -> Result<(), PlanError> {
+    crate::least_peak::below_floor(ctx, peak, Some(floor))
 }
 
 /// The least-recompute stage-form schedule whose memory-model peak (persistent bytes

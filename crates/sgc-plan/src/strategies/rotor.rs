@@ -55,7 +55,7 @@
 use super::{Name, Scheduled, Strategy};
 use crate::context::Context;
 use crate::device;
-use crate::error::{PlanError, Retry};
+use crate::error::{LowerBoundKind, PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
 use sgc_ir::{OpId, TensorId};
 use std::collections::BTreeSet;
@@ -229,6 +229,7 @@ fn choose(
         best_peak: lowest,
         best_device: None,
         lower_bound: ctx.lower_bound.bytes,
+        bound: LowerBoundKind::PerOp,
         offload: None,
         retry: Retry::Strategy,
     })
