@@ -159,10 +159,19 @@ def test_saved_budget_below_the_least_kept_carries_it():
 def test_budget_not_met_above_the_bound_carries_its_figures():
     g = sgc.load(RESNET18)
     lb = sgc.plan(g, strategy="none").summary["lower_bound"]
+    # Between the per-op bound and the least-peak bound: refused before any plan is made,
+    # the least-peak bound as its lower_bound.
     with pytest.raises(sgc.BudgetNotMet) as e:
         sgc.plan(g, strategy="chen-sqrt", budget=lb)
-    assert e.value.budget == lb and e.value.lower_bound == lb
-    assert e.value.best_device is None or e.value.best_device > lb
+    floor = e.value.lower_bound
+    assert e.value.budget == lb and floor > lb and e.value.best_device is None
+    assert "least-peak lower bound" in str(e.value) and "host_link" in str(e.value)
+    # At that bound chen-sqrt plans and misses it: the figures of the lowest plan it made.
+    with pytest.raises(sgc.BudgetNotMet) as e:
+        sgc.plan(g, strategy="chen-sqrt", budget=floor)
+    assert e.value.budget == floor and e.value.lower_bound == floor
+    assert e.value.best_device is None or e.value.best_device > floor
+    assert e.value.best_peak > floor
 
 
 def test_malformed_graph_names_line_and_column():

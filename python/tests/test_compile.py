@@ -333,12 +333,24 @@ def test_a_budget_not_met_is_the_native_modules_typed_error():
     model, loss_fn, batch = _case("cnn")
     un = sgc_trace.compile(fresh(model), loss_fn, batch, strategy="none")
     low = un.plan["summary"]["lower_bound"]
-    for budget, reached in ((1000, False), (low + 1, True)):
+
+    def refusal(budget):
         with pytest.raises(sgc.BudgetNotMet) as caught:
             sgc_trace.compile(fresh(model), loss_fn, batch, budget=budget)
         e = caught.value
         assert isinstance(e, sgc_trace.PlanError) and isinstance(e, sgc.SgcError)
-        assert e.budget == budget and e.lower_bound == low
-        assert (e.best_device is not None) == reached, (budget, e.best_device)
         # Python's argument names, not the command line's options.
         assert "--" not in str(e), str(e)
+        return e
+
+    # Below the per-op bound, and between it and the least-peak bound: refused before any
+    # plan is made, each bound as lower_bound.
+    e = refusal(1000)
+    assert (e.budget, e.lower_bound, e.best_device) == (1000, low, None)
+    e = refusal(low + 1)
+    floor = e.lower_bound
+    assert e.budget == low + 1 and floor > low and e.best_device is None
+    # At the least-peak bound the planner searches and reports how low it got.
+    e = refusal(floor)
+    assert (e.budget, e.lower_bound) == (floor, floor)
+    assert e.best_device is not None and e.best_device > floor
