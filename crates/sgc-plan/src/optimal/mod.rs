@@ -100,22 +100,10 @@ pub struct OptimalStats {
     pub nodes: u64,
 }
 
-/// Refuses a `peak` below `floor`, the least-peak lower bound ([`crate::least_peak`],
-/// computed once per plan: it does not depend on the cap): no schedule that keeps or
-/// recomputes fits it, proven, so neither the heuristic starts nor the solver need to run.
-/// The planner refuses a budget below it before any strategy runs; this holds the lower
-/// peak caps a device budget leads to.
-pub(crate) fn fits_floor(
-    ctx: &Context<'_>,
-    peak: u64,
-    floor: sgc_ir::LowerBound,
-) -> Result<(), PlanError> {
-    crate::least_peak::below_floor(ctx, peak, Some(floor))
-}
-
 /// The least-recompute stage-form schedule whose memory-model peak (persistent bytes
 /// included) is at most `peak`, starting from the best of `starts` (heuristic schedules)
-/// that is a point of the program within the cap. `peak` has passed [`fits_floor`].
+/// that is a point of the program within the cap. `peak` is at or above the least-peak
+/// bound ([`crate::least_peak::below_floor`]).
 pub(crate) fn solve(
     ctx: &Context<'_>,
     peak: u64,

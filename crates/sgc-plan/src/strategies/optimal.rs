@@ -77,7 +77,8 @@ fn plan(
     let pool = super::pool(run)?;
     let mut cap = budget;
     for _ in 0..4 {
-        crate::optimal::fits_floor(ctx, cap, floor)?;
+        // The planner checked the budget; a device budget lowers the cap below it.
+        crate::least_peak::below_floor(ctx, cap, Some(floor))?;
         let heuristic = PlanOptions {
             strategy: Name::Sublinear,
             budget: Some(cap),
