@@ -13,10 +13,11 @@
 //! Beside each plan, the best lower bound sgc proves on the recompute of any plan within
 //! its peak ([`crate::plan::bound`]: the cut bound, and for small graphs the integer
 //! program's linear relaxation): the gap between a point and its bound is how far from
-//! optimal that plan can be.
+//! optimal that plan can be. Below every plan, the least-peak lower bound in device bytes
+//! ([`crate::plan::least_device_bytes`]): how far left the front could reach at all.
 //!
 //! [`markdown`] prints the table; [`svg`] draws every strategy's points as a line against
-//! device bytes, the bounds beside them.
+//! device bytes, the bounds beside them and the least-peak bound as a dotted line.
 //!
 //! [`Strategy::searches_budget`]: crate::plan::strategies::Strategy::searches_budget
 
@@ -85,6 +86,9 @@ pub struct Front {
     pub unplanned_peak: u64,
     /// The per-op lower bound on any plan's peak.
     pub lower_bound: u64,
+    /// The least-peak lower bound in device bytes ([`crate::plan::least_device_bytes`]):
+    /// no plan that keeps or recomputes, as every plan here does, needs fewer.
+    pub least_device: u64,
     pub persistent_bytes: u64,
     pub cost_source: String,
     pub budgets: Vec<u64>,
@@ -121,6 +125,7 @@ pub fn sweep(graph: &Graph, o: &ParetoOptions) -> Result<Front, PlanError> {
         unplanned_device: device_bytes(graph, &unplanned),
         unplanned_peak: unplanned.summary.unplanned_peak,
         lower_bound: unplanned.summary.lower_bound,
+        least_device: crate::plan::least_device_bytes(graph).bytes,
         persistent_bytes: graph.persistent_bytes(),
         cost_source: unplanned.summary.cost_source.clone(),
         budgets: budgets.clone(),
@@ -256,11 +261,12 @@ pub fn markdown(f: &Front) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{}: unplanned {} device bytes (peak {}), per-op lower bound {}, persistent {}; op costs: {}\n",
+        "{}: unplanned {} device bytes (peak {}), per-op lower bound {}, least-peak lower bound {} in device bytes (no plan that keeps or recomputes needs less), persistent {}; op costs: {}\n",
         f.graph,
         human_bytes(f.unplanned_device),
         human_bytes(f.unplanned_peak),
         human_bytes(f.lower_bound),
+        human_bytes(f.least_device),
         human_bytes(f.persistent_bytes),
         f.cost_source
     );
@@ -333,7 +339,12 @@ pub fn svg(f: &Front) -> String {
         escape(&f.graph)
     );
     let xs = f.points.iter().map(|p| p.device_bytes);
-    let xmin = xs.clone().min().unwrap_or(0).min(f.unplanned_device);
+    let xmin = xs
+        .clone()
+        .min()
+        .unwrap_or(0)
+        .min(f.unplanned_device)
+        .min(f.least_device);
     let xmax = xs.max().unwrap_or(1).max(f.unplanned_device);
     let ymax = f
         .points
@@ -351,6 +362,12 @@ pub fn svg(f: &Front) -> String {
     let _ = write!(
         o,
         r##"<line x1="{ux:.1}" y1="{TOP}" x2="{ux:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="4 3"/>"##,
+        TOP + PANEL_H
+    );
+    let lx = x(f.least_device);
+    let _ = write!(
+        o,
+        r##"<line x1="{lx:.1}" y1="{TOP}" x2="{lx:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="1 3"/>"##,
         TOP + PANEL_H
     );
     let mut keys: Vec<(&str, String)> = Vec::new();
@@ -391,7 +408,7 @@ pub fn svg(f: &Front) -> String {
     }
     let _ = write!(
         o,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">device bytes (arena + persistent); dashed: unplanned</text>"##,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">device bytes (arena + persistent); dashed: unplanned; dotted: the least-peak lower bound</text>"##,
         LEFT + (W - LEFT - RIGHT) / 2.0,
         TOP + PANEL_H + 40.0
     );

@@ -1,6 +1,7 @@
 //! `sgc::fit`: the reported batch fits and the next one does not (probed afresh, same
 //! options), no strategy passes the lower-bound limit, memory below the persistent bytes
-//! fits nothing, the CLI prints the same answer as JSON, and a recompute limit caps the
+//! fits nothing, the least-peak bound's batch is where that bound crosses the limit and no
+//! strategy passes it either, the CLI prints the same answer as JSON, and a recompute limit caps the
 //! batch at the plans that recompute at most that share of a step.
 
 use sgc::fit::{fit, lower_bound_limit, probe, FitOptions, FitReport};
@@ -63,7 +64,30 @@ fn assert_monotone_answer(g: &Graph, opts: &FitOptions, report: &FitReport, what
             sf.strategy,
             b + 1
         );
-        assert!(b <= report.lower_bound_batch, "{what}: past the bound");
+        assert!(
+            b <= report.least_peak_batch,
+            "{what}: past the least-peak bound"
+        );
+    }
+    assert!(
+        report.least_peak_batch <= report.lower_bound_batch,
+        "{what}"
+    );
+    assert_least_peak_limit(g, opts.limit(), report, what);
+}
+
+/// The least-peak batch is where the bound, in device bytes, crosses the limit, computed
+/// afresh on the rescaled graphs; the figure reported above it is above the limit.
+fn assert_least_peak_limit(g: &Graph, limit: u64, report: &FitReport, what: &str) {
+    let b = report.least_peak_batch;
+    let at = |b: u64| sgc::plan::least_device_bytes(&rescale::rescale(g, b).unwrap()).bytes;
+    if b > 0 {
+        assert!(at(b) <= limit, "{what}: batch {b} above the bound");
+    }
+    assert!(report.least_peak_next > limit, "{what}");
+    if b < report.lower_bound_batch {
+        assert!(at(b + 1) > limit, "{what}: batch {} under it too", b + 1);
+        assert_eq!(report.least_peak_next, at(b + 1), "{what}");
     }
 }
 
@@ -156,6 +180,15 @@ fn sublinear_fits_three_times_the_batch_of_the_real_resnet50_on_11_gb() {
     assert!(none > 0 && sub >= 3 * none, "none {none}, sublinear {sub}");
     let at = probe(&g, sub, &strategies[1], &opts).unwrap();
     assert!(at.fits && at.arena + at.persistent <= opts.limit());
+    // Here the least-peak bound is the tighter one (batch 911 against the per-op 1215,
+    // README): it stops below the per-op batch and above every strategy's.
+    assert!(
+        sub <= report.least_peak_batch && report.least_peak_batch < report.lower_bound_batch,
+        "{sub} <= {} < {}",
+        report.least_peak_batch,
+        report.lower_bound_batch
+    );
+    assert_least_peak_limit(&g, opts.limit(), &report, "resnet50");
 }
 
 #[test]
@@ -303,6 +336,28 @@ fn the_cli_fails_when_no_batch_fits_and_says_why() {
     assert!(
         out.contains("a batch fits when its arena plus the persistent bytes"),
         "{out}"
+    );
+    // Between the two bounds at batch 1 (the real ResNet-18, whose least-peak bound is the
+    // higher), the least-peak bound is the reason.
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/real/resnet18.json.gz");
+    let one = rescale::rescale(&sgc::ir::load_any(&path).unwrap(), 1).unwrap();
+    let (per_op, least) = (
+        one.lower_bound().bytes,
+        sgc::plan::least_device_bytes(&one).bytes,
+    );
+    assert!(per_op < least, "{per_op} against {least}");
+    let run = Command::new(env!("CARGO_BIN_EXE_sgc"))
+        .args(["fit", "-q", "--strategy", "sublinear", "--memory"])
+        .arg(((per_op + least) / 2).to_string())
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    let why = "no batch fits: at batch 1 no plan that keeps or recomputes needs less than";
+    assert!(
+        err.contains(why) && err.contains("(the least-peak lower bound;"),
+        "{err}"
     );
 }
 

@@ -52,6 +52,42 @@ fn checkmate_peaks_and_bounds_equal_the_readme() {
     }
 }
 
+/// The least-peak bound `inspect` prints is the one the planner holds budgets against: at
+/// least the per-op bound, at most the unplanned peak, a peak budget one byte below it is
+/// refused before planning and one at it is not refused by a bound (n100: 25,050 B against
+/// the per-op 20,020 B; n250: equal to the per-op bound).
+#[test]
+fn the_least_peak_bound_is_the_one_budgets_are_refused_by() {
+    for (file, least) in [
+        ("random_layered_n100.json", 25_050u64),
+        ("random_layered_n250.json", 87_600),
+    ] {
+        let out = inspect(&["--json"], &checkmate(file));
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got = r["least_peak_bytes"].as_u64().unwrap();
+        assert_eq!(got, least, "{file}");
+        assert!(r["lower_bound_bytes"].as_u64().unwrap() <= got, "{file}");
+        assert!(got <= r["unplanned_peak_bytes"].as_u64().unwrap(), "{file}");
+        assert!(r["least_peak_op"].is_string(), "{file}");
+        let plan = |budget: u64| {
+            let out = Command::new(env!("CARGO_BIN_EXE_sgc"))
+                .args(["plan", "-q", "--budget-of", "peak", "--budget"])
+                .arg(budget.to_string())
+                .arg(checkmate(file))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let below = plan(got - 1);
+        assert!(
+            below.contains(&format!("lower bound {got} B")),
+            "{file}: {below}"
+        );
+        let at = plan(got);
+        assert!(!at.contains("is below the"), "{file}: {at}");
+    }
+}
+
 #[test]
 fn text_report_shows_exact_bytes_and_the_bound() {
     let out = inspect(&[], &checkmate("vgg16_b256_train.json"));
@@ -59,6 +95,7 @@ fn text_report_shows_exact_bytes_and_the_bound() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("(15825108992 B)"), "{text}");
     assert!(text.contains("per-op lower bound"), "{text}");
+    assert!(text.contains("least-peak bound"), "{text}");
     assert!(text.contains("GiB"), "{text}");
     assert!(text.contains("largest tensors"), "{text}");
 }

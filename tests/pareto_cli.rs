@@ -33,8 +33,13 @@ fn every_point_fits_its_budget_and_lies_above_its_bound() {
             assert!(strategies.contains(&s), "{file}: no {s} point");
         }
         let unplanned = f["unplanned_device"].as_u64().unwrap();
+        let least = f["least_device"].as_u64().unwrap();
         for p in points {
             let device = p["device_bytes"].as_u64().unwrap();
+            assert!(
+                least <= device,
+                "{file}: below the least-peak bound {least}: {p}"
+            );
             let recompute = p["recompute_share"].as_f64().unwrap();
             if let Some(b) = p["budget"].as_u64() {
                 assert!(device <= b, "{file}: {p}");

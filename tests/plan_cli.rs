@@ -452,6 +452,20 @@ fn bound_and_optimal_say_what_they_prove_or_need() {
     let gap = report["bound"]["gap"].as_f64().unwrap();
     let share = report["recompute_share"].as_f64().unwrap();
     assert!((0.0..=share).contains(&gap), "gap {gap}, recompute {share}");
+    // Beside it, the least-peak bound: between the per-op bound and the plan's peak.
+    let least = report["peak_bound"]["bytes"].as_u64().unwrap();
+    let peak = report["planned_peak_bytes"].as_u64().unwrap();
+    let per_op = report["lower_bound_bytes"].as_u64().unwrap();
+    assert!(
+        per_op <= least && least <= peak,
+        "{per_op} <= {least} <= {peak}"
+    );
+    assert_eq!(report["peak_bound"]["method"], "least-peak");
+    assert!(
+        text.contains("peak bound ")
+            && text.contains("no plan that keeps or recomputes peaks lower"),
+        "{text}"
+    );
     let out = sgc(&["plan", &cnn, "--strategy", "optimal", "-q"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -145,10 +145,15 @@ fn nothing_fits(r: &FitReport) -> Option<String> {
             "no batch fits: at batch 1 the per-op lower bound alone is {} (limit {limit}); give --memory at least that",
             human_bytes(r.lower_bound_next)
         )
+    } else if r.least_peak_batch == 0 {
+        format!(
+            "no batch fits: at batch 1 no plan that keeps or recomputes needs less than {} (the least-peak lower bound; limit {limit}); give --memory at least that",
+            human_bytes(r.least_peak_next)
+        )
     } else {
         format!(
-            "no strategy fits batch 1 within the limit {limit} (the per-op lower bound would allow batch {}; every plan tried needs more, or recomputes more than --max-recompute): give more --memory, a larger --max-recompute, or another --strategy",
-            r.lower_bound_batch
+            "no strategy fits batch 1 within the limit {limit} (the lower bounds would allow batch {}; every plan tried needs more, or recomputes more than --max-recompute): give more --memory, a larger --max-recompute, or another --strategy",
+            r.least_peak_batch
         )
     })
 }
@@ -278,7 +283,22 @@ fn table(file: &str, r: &FitReport) -> String {
         r.lower_bound_batch + 1,
         human_bytes(r.lower_bound_next)
     );
+    s += &least_peak_line(r);
     s
+}
+
+/// What the least-peak lower bound allows, where it is tighter than the per-op one.
+fn least_peak_line(r: &FitReport) -> String {
+    if r.least_peak_batch == r.lower_bound_batch {
+        return "least-peak lower bound: the same batch (no plan that keeps or recomputes needs less)\n"
+            .into();
+    }
+    format!(
+        "least-peak lower bound: batch {} at most; at batch {} no plan that keeps or recomputes needs less than {} (> limit)\n",
+        r.least_peak_batch,
+        r.least_peak_batch + 1,
+        human_bytes(r.least_peak_next)
+    )
 }
 
 /// Per strategy whose recompute changes with the batch (the budget-aware ones), every

@@ -1,6 +1,6 @@
 //! The report of a graph, as `sgc inspect` prints it and as the Python bindings return it
 //! (`sgc.inspect`): ops per phase, tensors, persistent bytes, the unplanned peak next to
-//! the per-op lower bound, the unplanned arena, the step's cost and its source, and the
+//! the per-op and least-peak lower bounds, the unplanned arena, the step's cost and its source, and the
 //! largest tensors. With a device profile, ops without `time_us` are costed by their
 //! roofline estimate and the report gives the share of estimated time in memory-bound ops.
 //! With a backend ([`InspectReport::with_coverage`]), the ops it cannot run, from the
@@ -30,6 +30,10 @@ pub struct InspectReport {
     pub lower_bound_bytes: u64,
     pub lower_bound_op: Option<String>,
     pub peak_over_lower_bound: f64,
+    /// The least-peak lower bound (`sgc_plan::least_peak`): no schedule that keeps or
+    /// recomputes, without offloading, peaks below it; at least the per-op bound.
+    pub least_peak_bytes: u64,
+    pub least_peak_op: Option<String>,
     /// The traced order's lifetimes placed in one arena by the same allocator as plans.
     pub unplanned_arena: Option<ArenaRow>,
     /// One unplanned step: every op's cost, from `cost_source`.
@@ -212,6 +216,7 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
     }
     let profile = g.memory_profile();
     let lb = g.lower_bound();
+    let least = crate::plan::least_peak(g);
     let op_name = |s: usize| g.ops()[s].name.clone();
     InspectReport {
         file: file.to_string(),
@@ -227,6 +232,8 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
         lower_bound_bytes: lb.bytes,
         lower_bound_op: lb.op.map(|o| op_name(o.index())),
         peak_over_lower_bound: ratio(profile.peak, lb.bytes),
+        least_peak_bytes: least.bytes,
+        least_peak_op: least.op.map(|o| op_name(o.index())),
         unplanned_arena: None,
         total_cost,
         cost_source: sources.describe(device),
@@ -370,6 +377,12 @@ fn render(r: &InspectReport) -> String {
         at(&r.lower_bound_op)
     );
     let _ = writeln!(s, "peak / lower bound {:>11.2}x", r.peak_over_lower_bound);
+    let _ = writeln!(
+        s,
+        "least-peak bound   {}{}  (no plan that keeps or recomputes peaks lower; offloading can)",
+        bytes(r.least_peak_bytes),
+        at(&r.least_peak_op)
+    );
     if let Some(a) = &r.unplanned_arena {
         let _ = writeln!(
             s,

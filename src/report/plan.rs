@@ -56,6 +56,9 @@ pub struct PlanReport<'a> {
     /// How far from optimal the plan can be: a proven lower bound on the recompute of any
     /// plan within its peak (`--bound`, and always for `optimal`).
     pub bound: Option<BoundReport>,
+    /// How far below its peak any plan of the graph can go: the least-peak lower bound
+    /// (`--bound`, for plans without offloads).
+    pub peak_bound: Option<PeakBoundReport>,
     /// What the `optimal` strategy's solver did.
     pub solver: Option<SolverReport>,
     pub verified: bool,
@@ -74,6 +77,22 @@ pub struct BoundReport {
     pub gap: f64,
     pub method: &'static str,
     /// The op at whose first run the cut bound is reached.
+    pub at_op: Option<String>,
+}
+
+/// A proven lower bound on the peak of any plan that keeps or recomputes, next to the
+/// plan's peak.
+#[derive(Serialize)]
+pub struct PeakBoundReport {
+    /// No plan that keeps or recomputes (without offloads) peaks below this, persistent
+    /// bytes included.
+    pub bytes: u64,
+    /// `planned_peak_bytes / bytes`: at most this factor of the plan's peak can be saved by
+    /// recomputing.
+    pub planned_over_bound: f64,
+    /// `least-peak` (`sgc_plan::least_peak`).
+    pub method: &'static str,
+    /// The op whose run sets it.
     pub at_op: Option<String>,
 }
 
@@ -106,6 +125,19 @@ impl<'a> PlanReport<'a> {
             gap: self.recompute_share - b.recompute,
             method: b.method.as_str(),
             at_op: b.at_op.map(|o| graph.op(o).name.clone()),
+        });
+    }
+}
+
+impl PlanReport<'_> {
+    /// Adds the least-peak lower bound of `graph` (the plan's graph).
+    pub fn with_peak_bound(&mut self, graph: &Graph) {
+        let b = sgc_plan::least_peak(graph);
+        self.peak_bound = Some(PeakBoundReport {
+            bytes: b.bytes,
+            planned_over_bound: ratio(self.planned_peak_bytes, b.bytes),
+            method: "least-peak",
+            at_op: b.op.map(|o| graph.op(o).name.clone()),
         });
     }
 }
@@ -282,6 +314,7 @@ fn build<'a>(
         fallback: None,
         met_by_eviction: false,
         bound: None,
+        peak_bound: None,
         solver: None,
         verified: true,
         written_to,
@@ -505,6 +538,19 @@ fn render(r: &PlanReport<'_>) -> String {
             "optimality         within {:.3}% of a step of optimal: no plan in the traced order within this peak recomputes less than {:.3}% ({}{at})",
             100.0 * b.gap.max(0.0),
             100.0 * b.recompute_share,
+            b.method
+        );
+    }
+    if let Some(b) = &r.peak_bound {
+        let at = b
+            .at_op
+            .as_ref()
+            .map_or(String::new(), |o| format!(" at op `{o}`"));
+        let _ = writeln!(
+            s,
+            "peak bound         {}  (planned/bound {:.3}x): no plan that keeps or recomputes peaks lower ({} bound{at})",
+            bytes(b.bytes),
+            b.planned_over_bound,
             b.method
         );
     }

@@ -20,6 +20,13 @@
 //! of terms linear in it), so a bisection finds the largest batch whose bound fits: no
 //! strategy can report more, and the search never probes past it + 1.
 //!
+//! A tighter bound covers the plans that keep or recompute (every strategy without a host
+//! link): the least-peak lower bound ([`crate::least_peak`]) in device bytes, less the
+//! largest in-place saving of one op, as the planner holds a device budget against it. It
+//! too grows with the batch (a max and min of sums of storages), so the same bisection,
+//! below the per-op bound's batch, finds the largest batch it lets through
+//! ([`FitReport::least_peak_batch`]).
+//!
 //! # Search
 //! Per strategy (in the order given), a galloping search from a start batch (the previous
 //! strategy's answer, else 1): double while the batch fits, halve while it does not, then
@@ -154,6 +161,11 @@ pub struct FitReport {
     pub lower_bound_batch: u64,
     /// The lower bound at `lower_bound_batch + 1` (above the limit).
     pub lower_bound_next: u64,
+    /// The largest batch whose least-peak lower bound, in device bytes, fits: no plan that
+    /// keeps or recomputes (without offloading) passes it; at most `lower_bound_batch`.
+    pub least_peak_batch: u64,
+    /// The larger of the two bounds at `least_peak_batch + 1` (above the limit).
+    pub least_peak_next: u64,
     pub strategies: Vec<StrategyFit>,
 }
 
@@ -174,6 +186,8 @@ pub fn fit(
         });
     }
     let (lower_bound_batch, lower_bound_next) = lower_bound_limit(graph, opts.limit())?;
+    let (least_peak_batch, least_peak_next) =
+        least_peak_limit(graph, opts.limit(), lower_bound_batch, lower_bound_next)?;
     let mut start = 1;
     let mut results = Vec::new();
     for plan_opts in strategies {
@@ -198,6 +212,8 @@ pub fn fit(
         persistent_bytes: persistent,
         lower_bound_batch,
         lower_bound_next,
+        least_peak_batch,
+        least_peak_next,
         strategies: results,
     })
 }
@@ -230,6 +246,48 @@ pub fn lower_bound_limit(graph: &Graph, limit: u64) -> Result<(u64, u64), FitErr
         }
     }
     Ok((lo, bound(lo + 1)?.unwrap_or(u64::MAX)))
+}
+
+/// The largest batch whose least-peak lower bound in device bytes
+/// ([`crate::planner::least_device_bytes`]) is at most `limit` (0 if none), and that bound
+/// one batch above it, given the per-op bound's answer (`per_op_batch`, `per_op_next`):
+/// the least-peak bound is at least the per-op one, so the answer is at most
+/// `per_op_batch`, which is tried first (on most graphs the two agree).
+pub fn least_peak_limit(
+    graph: &Graph,
+    limit: u64,
+    per_op_batch: u64,
+    per_op_next: u64,
+) -> Result<(u64, u64), FitError> {
+    let bound = |b: u64| -> Result<u64, FitError> {
+        Ok(crate::planner::least_device_bytes(&rescale::rescale(graph, b)?).bytes)
+    };
+    if per_op_batch == 0 {
+        return Ok((0, per_op_next));
+    }
+    let at_most = bound(per_op_batch)?;
+    if at_most <= limit {
+        let next = match rescale::rescale(graph, per_op_batch + 1) {
+            Ok(g) => crate::planner::least_device_bytes(&g)
+                .bytes
+                .max(per_op_next),
+            Err(RescaleError::Overflow { .. }) => u64::MAX,
+            Err(e) => return Err(e.into()),
+        };
+        return Ok((per_op_batch, next));
+    }
+    // bound(lo) <= limit < bound(hi), or lo = 0.
+    let (mut lo, mut hi, mut hi_bound) = (0u64, per_op_batch, at_most);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let b = bound(mid)?;
+        if b <= limit {
+            lo = mid;
+        } else {
+            (hi, hi_bound) = (mid, b);
+        }
+    }
+    Ok((lo, hi_bound))
 }
 
 /// Plans `graph` at `batch` under `plan_opts` (budget: the limit) and packs the arena.

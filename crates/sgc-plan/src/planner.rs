@@ -233,6 +233,19 @@ pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
     crate::least_peak::least_peak(&Context::with_profile(graph, None))
 }
 
+/// The least-peak lower bound ([`crate::least_peak`]) in device bytes (arena plus
+/// persistent bytes, as `sgc fit` and a device budget count them): the bound less the
+/// largest in-place saving of one op ([`budget::in_place_slack`]). No plan that keeps or
+/// recomputes needs fewer device bytes.
+pub fn least_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
+    let ctx = Context::with_profile(graph, None);
+    let least = crate::least_peak::least_peak(&ctx);
+    sgc_ir::LowerBound {
+        bytes: least.bytes.saturating_sub(budget::in_place_slack(&ctx)),
+        ..least
+    }
+}
+
 /// The least-peak lower bound ([`crate::least_peak`]) in the terms of `options`' budget,
 /// where it bounds every plan `strategy` can make: `None` when its plans may offload (a host
 /// link given to a strategy that offloads), which the bound does not cover, or for a budget
