@@ -489,6 +489,7 @@ fn bound_and_optimal_say_what_they_prove_or_need() {
             out.status.success() && text.contains("proven optimal"),
             "{err}{text}"
         );
+        assert!(text.contains("peak bound "), "{text}");
     } else {
         let want = "cargo build --release --features optimal";
         assert!(!out.status.success() && err.contains(want), "{err}");

@@ -166,6 +166,9 @@ def test_budget_not_met_above_the_bound_carries_its_figures():
     floor = e.value.lower_bound
     assert e.value.budget == lb and floor > lb and e.value.best_device is None
     assert "least-peak lower bound" in str(e.value) and "host_link" in str(e.value)
+    # The bound sgc.inspect reports (ResNet-18 has no in-place saving, so its device and
+    # peak terms agree).
+    assert floor == sgc.inspect(RESNET18)["least_peak_bytes"]
     # At that bound chen-sqrt plans and misses it: the figures of the lowest plan it made.
     with pytest.raises(sgc.BudgetNotMet) as e:
         sgc.plan(g, strategy="chen-sqrt", budget=floor)
@@ -280,6 +283,8 @@ def test_fit_below_the_persistent_bytes_raises_naming_memory():
 
 def test_inspect_and_fit_are_the_cli_json():
     assert sgc.inspect(RESNET18) == json.loads(cli("inspect", RESNET18, "--json").stdout)
+    r = sgc.inspect(RESNET18)
+    assert r["lower_bound_bytes"] < r["least_peak_bytes"] < r["unplanned_peak_bytes"]
     assert sgc.inspect(RESNET18, top=3, device_profile="h100") == json.loads(
         cli("inspect", RESNET18, "--json", "--top", "3", "--device-profile", "h100").stdout
     )

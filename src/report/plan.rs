@@ -1,5 +1,6 @@
 //! The report of a plan, as `sgc plan` prints it and as the Python bindings return it:
-//! unplanned vs planned peak, the per-op lower bound, the bytes kept from the forward for
+//! unplanned vs planned peak, the per-op lower bound (and, with `--bound`, the least-peak
+//! one and the bound on recompute), the bytes kept from the forward for
 //! the backward against the traced order's, the arena against its aligned live peak,
 //! recompute share and its cost source, and what the search did. One implementation
 //! for the command line (text and `--json`) and for `sgc.Plan.report()` in Python.
@@ -57,7 +58,7 @@ pub struct PlanReport<'a> {
     /// plan within its peak (`--bound`, and always for `optimal`).
     pub bound: Option<BoundReport>,
     /// How far below its peak any plan of the graph can go: the least-peak lower bound
-    /// (`--bound`, for plans without offloads).
+    /// (`--bound`, for plans without offloads, and always for `optimal`).
     pub peak_bound: Option<PeakBoundReport>,
     /// What the `optimal` strategy's solver did.
     pub solver: Option<SolverReport>,
@@ -248,6 +249,7 @@ impl<'a> PlanReport<'a> {
                     nodes: o.nodes,
                 });
                 report.with_bound(graph, &o.bound);
+                report.with_peak_bound(graph);
             }
         }
         report
