@@ -239,10 +239,15 @@ pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
 /// recomputes needs fewer device bytes.
 pub fn least_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
     let ctx = Context::with_profile(graph, None);
-    let least = crate::least_peak::least_peak(&ctx);
+    in_device_terms(&ctx, crate::least_peak::least_peak(&ctx))
+}
+
+/// A lower bound on the memory-model peak as one on device bytes: less the largest
+/// in-place saving of one op, which the arena may pack below the peak.
+fn in_device_terms(ctx: &Context<'_>, peak: sgc_ir::LowerBound) -> sgc_ir::LowerBound {
     sgc_ir::LowerBound {
-        bytes: least.bytes.saturating_sub(budget::in_place_slack(&ctx)),
-        ..least
+        bytes: peak.bytes.saturating_sub(budget::in_place_slack(ctx)),
+        ..peak
     }
 }
 
@@ -260,13 +265,12 @@ fn floor(
     if options.host_link.is_some() && strategy.can_offload() {
         return None;
     }
-    let least = crate::least_peak::least_peak(ctx);
-    let bytes = match options.budget_of {
-        BudgetOf::Peak => least.bytes,
-        BudgetOf::Device => least.bytes.saturating_sub(budget::in_place_slack(ctx)),
-        BudgetOf::Saved => return None,
-    };
-    Some(sgc_ir::LowerBound { bytes, ..least })
+    let least = || crate::least_peak::least_peak(ctx);
+    match options.budget_of {
+        BudgetOf::Peak => Some(least()),
+        BudgetOf::Device => Some(in_device_terms(ctx, least())),
+        BudgetOf::Saved => None,
+    }
 }
 
 /// The plan of a chosen schedule: summary, arena (checked against the budget in device
