@@ -88,8 +88,7 @@ pub struct PeakBoundReport {
     /// No plan that keeps or recomputes (without offloads) peaks below this, persistent
     /// bytes included.
     pub bytes: u64,
-    /// `planned_peak_bytes / bytes`: at most this factor of the plan's peak can be saved by
-    /// recomputing.
+    /// `planned_peak_bytes / bytes`: how far above the bound the plan peaks.
     pub planned_over_bound: f64,
     /// `least-peak` (`sgc_plan::least_peak`).
     pub method: &'static str,
@@ -259,6 +258,12 @@ impl<'a> PlanReport<'a> {
     pub fn render(&self) -> String {
         render(self)
     }
+}
+
+/// ` at op `NAME`` for a bound set at an op, else nothing.
+fn at_op(op: &Option<String>) -> String {
+    op.as_ref()
+        .map_or(String::new(), |o| format!(" at op `{o}`"))
 }
 
 /// `a / b`, 1 when `b` is 0.
@@ -531,10 +536,7 @@ fn render(r: &PlanReport<'_>) -> String {
         );
     }
     if let Some(b) = &r.bound {
-        let at = b
-            .at_op
-            .as_ref()
-            .map_or(String::new(), |o| format!(" at op `{o}`"));
+        let at = at_op(&b.at_op);
         let _ = writeln!(
             s,
             "optimality         within {:.3}% of a step of optimal: no plan in the traced order within this peak recomputes less than {:.3}% ({}{at})",
@@ -544,10 +546,7 @@ fn render(r: &PlanReport<'_>) -> String {
         );
     }
     if let Some(b) = &r.peak_bound {
-        let at = b
-            .at_op
-            .as_ref()
-            .map_or(String::new(), |o| format!(" at op `{o}`"));
+        let at = at_op(&b.at_op);
         let _ = writeln!(
             s,
             "peak bound         {}  (planned/bound {:.3}x): no plan that keeps or recomputes peaks lower ({} bound{at})",
