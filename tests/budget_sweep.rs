@@ -209,3 +209,44 @@ fn a_longer_arena_search_shrinks_the_real_mobilenet_arena() {
     check(&g, &full).unwrap();
     assert!(full.to_json().contains("\"arena_effort\": \"default\""));
 }
+
+/// `--strategy dtr` under a budget: one greedy pass whose threshold is lowered until the
+/// device bytes fit. On real ResNet-50, at 101 budgets from the per-op lower bound to the
+/// unplanned peak, no budget is refused above one that was met, and every plan is within
+/// its budget and verifies. (Lowered by the arena's overshoot alone, twice at most, the
+/// threshold left 90%, 35%, 26% and 23% of the peak refused while lower budgets fitted.)
+#[test]
+fn dtr_budgets_on_real_resnet50_are_monotone() {
+    let rel = "graphs/real/resnet50.json.gz";
+    let g = graph(rel);
+    let lb = g.lower_bound().bytes;
+    let top = sgc::ir::simulate(&g, &g.op_ids().collect::<Vec<_>>())
+        .unwrap()
+        .peak;
+    let run = RunConfig::default();
+    let mut met_below = None;
+    for i in 0..POINTS {
+        let b = lb + (top - lb) / (POINTS - 1) * i;
+        let o = PlanOptions {
+            strategy: sgc::plan::Strategy::Dtr,
+            budget: Some(b),
+            ..PlanOptions::default()
+        };
+        match plan(&g, &o, &run) {
+            Ok(p) => {
+                let d = device(&g, &p);
+                assert!(d <= b, "{rel}: dtr at budget {b}: the plan needs {d} B");
+                check(&g, &p).unwrap_or_else(|e| panic!("{rel}: dtr at budget {b}: {e}"));
+                met_below.get_or_insert(b);
+            }
+            Err(e @ (PlanError::BudgetNotMet { .. } | PlanError::BudgetBelowLowerBound { .. })) => {
+                assert!(
+                    met_below.is_none(),
+                    "{rel}: dtr refused budget {b} above the budget {met_below:?} that was met: {e}"
+                );
+            }
+            Err(e) => panic!("{rel}: dtr at budget {b}: {e}"),
+        }
+    }
+    assert!(met_below.is_some(), "{rel}: dtr met no budget");
+}
