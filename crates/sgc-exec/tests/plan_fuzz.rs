@@ -26,18 +26,31 @@ proptest! {
 }
 
 /// The check runs plans that recompute, and refuses budgets, on the generator's graphs:
-/// over 16 seeds, some of each (else the property above would check little).
+/// over 16 seeds, some of each (else the property above would check little), and rotor
+/// plans some chains with dropout in their forward (ops that may not run again).
 #[test]
 fn the_check_sees_recomputation_and_refusals() {
     let mut total = Tally::default();
+    // Rotor's plans of graphs with an op that may not run again (dropout) in the forward.
+    let mut rotor_fixed = 0;
     for seed in 0..16 {
-        let t = check_step(&random_train_graph(seed, &TrainGenConfig::default())).unwrap();
+        let g = random_train_graph(seed, &TrainGenConfig::default());
+        let t = check_step(&g).unwrap();
         total.ran += t.ran;
         total.recomputing += t.recomputing;
         total.refused += t.refused;
+        total.rotor += t.rotor;
+        let fixed = g
+            .op_ids()
+            .any(|o| g.phase(o) == Some(Phase::Forward) && !g.op(o).recomputable);
+        rotor_fixed += if fixed { t.rotor } else { 0 };
     }
-    println!("seeds 0..16: {total:?}");
+    println!("seeds 0..16: {total:?}; rotor on graphs with dropout: {rotor_fixed}");
     assert!(total.recomputing > 0 && total.refused > 0, "{total:?}");
+    assert!(
+        rotor_fixed > 0,
+        "rotor planned no chain with dropout: {total:?}"
+    );
 }
 
 /// Over 64 seeds the generator makes every feature the property is about: views,

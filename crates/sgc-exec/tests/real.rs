@@ -74,3 +74,37 @@ fn planned_runs_of_real_exports_equal_the_unplanned_run_bitwise() {
         }
     }
 }
+
+/// Rotor on real exports whose forward has ops that may not run again: batch norm's
+/// running statistics written back in place (all three), dropout (MobileNetV3), stochastic
+/// depth (EfficientNet-B0's `bernoulli`). At a peak budget it meets with recomputation (a
+/// share of the unplanned peak: these small exports' peaks are mostly weights and
+/// gradients), the verifier accepts its plan, and the step gives the loss and every
+/// gradient bit for bit as the unplanned run: a stage run again repeats only the ops that
+/// remake what is read after it, never the state writes or the random draws, whose outputs
+/// stay resident.
+#[test]
+fn rotor_plans_of_real_exports_with_state_and_dropout_run_like_the_unplanned_run() {
+    for (name, percent) in [
+        ("mobilenet_v3_large", 95),
+        ("efficientnet_b0", 90),
+        ("densenet121", 97),
+    ] {
+        let g = real(name);
+        let options = PlanOptions {
+            strategy: Strategy::Rotor,
+            budget: Some(g.memory_profile().peak * percent / 100),
+            budget_of: sgc_plan::BudgetOf::Peak,
+            ..Default::default()
+        };
+        let plan = sgc_plan::plan(&g, &options, &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        sgc_plan::verify(&g, &plan).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert!(plan.steps.iter().any(|s| s.recompute), "{name}: recomputes");
+        let mut base = common::unplanned(&g, CpuBackend::new()).unwrap();
+        let expected = seeded_step(&g, &mut base);
+        let mut ex = Executor::from_plan(&g, &plan, CpuBackend::new()).unwrap();
+        let got = seeded_step(&g, &mut ex);
+        assert_matches(&format!("{name} / rotor"), &expected, &got, None);
+    }
+}

@@ -5,7 +5,7 @@
 //!
 //! **Stages.** The forward ops (a prefix of the traced order) are cut after position `i`
 //! when exactly one activation root made by the current stage is read by a later forward
-//! op (or none is): every later forward op depends on what came before only through that
+//! op (or none is; roots that stay resident, below, do not count): every later forward op depends on what came before only through that
 //! root, the stage's output `x_i`. A stage's forward therefore reads only the previous
 //! stage's output, graph inputs and parameters (a skip connection inside the forward makes
 //! one stage of everything it spans). Each backward op is given to the latest stage `k`
@@ -13,6 +13,18 @@
 //! one that reads no activation goes with the op before it. The graph is a chain when
 //! every backward op has such a stage and the stages' backward groups come in reverse
 //! stage order along the traced order; otherwise [`NotAChain`] says why.
+//!
+//! **Ops that may not run again.** A forward op that draws random numbers (dropout) or
+//! writes state (batch norm's running statistics copied back in place) runs once: the roots
+//! it makes stay resident from that run to their last read and count with the bytes outside
+//! the chain. A stage run again after its first run repeats only the ops that remake what
+//! is read after the stage (its output, what its backward group reads, views of them), and
+//! the ops those depend on within the stage; so not the op that may not run again, nor one
+//! whose outputs only such an op reads (the statistics update before the copy). Views that
+//! later stages took of the stage's roots are taken again after it (a view is stale once its
+//! storage is made again), except where they would be taken again before anything reads
+//! them. A schedule that would still run an op again after a state write it depends on
+//! (the verifier's rule, [`Context::dirty_at`]) is not a candidate.
 //!
 //! **The program.** `C(s, t, m)` is the least forward cost that runs the backward groups
 //! of stages `t` down to `s`, given `x_{s-1}` held and `m` memory slots for everything
@@ -29,8 +41,9 @@
 //! optimum takes this shape on VGG16 (it keeps a convolution's output and recomputes the
 //! pooling before it), and without it Rotor recomputes more there. The first sweep of the
 //! forward is the same recursion over stages not yet run (`fresh`), where the leaf always
-//! runs its stage. Stage costs are the sums of their ops' costs ([`Context::cost_units`],
-//! exact integers), so the program's cost is the plan's recompute exactly.
+//! runs its stage. A stage's cost is the sum of the costs of the ops a run after its first
+//! repeats ([`Context::cost_units`], exact integers). Every stage's first run is in every
+//! schedule, so the program's cost is the plan's recompute plus the same constant for all.
 //!
 //! **Memory.** Every figure the program checks is measured with sgc's memory model: a
 //! stage's forward peak (its activations alive at each of its ops, freed at their last
@@ -53,7 +66,7 @@
 //! chains, down to [`MIN_SLOTS`]).
 
 use super::{Name, Scheduled, Strategy};
-use crate::context::Context;
+use crate::context::{Context, NO_HAZARD};
 use crate::device;
 use crate::error::{LowerBoundKind, PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
@@ -77,8 +90,6 @@ pub enum NotAChain {
     NoBackward,
     /// A non-forward op comes before a forward op in the traced order.
     Interleaved { op: String, before: String },
-    /// A forward op may not run again (its outputs cannot be recomputed).
-    NotRerunnable { op: String },
     /// A forward op before the last stage makes a graph output.
     OutputMidChain { op: String },
     /// A backward op reads activations of two stages that are not one stage and its input.
@@ -94,7 +105,6 @@ impl std::fmt::Display for NotAChain {
         match self {
             NotAChain::NoBackward => write!(f, "the traced order does not start with forward ops followed by backward ones"),
             NotAChain::Interleaved { op, before } => write!(f, "op `{op}` is not a forward op and comes before forward op `{before}`"),
-            NotAChain::NotRerunnable { op } => write!(f, "forward op `{op}` may not run again"),
             NotAChain::OutputMidChain { op } => write!(f, "forward op `{op}` makes a graph output before the last stage"),
             NotAChain::ReadsTwoStages { op, a, b } => write!(f, "backward op `{op}` reads `{a}` and `{b}`, activations of stages that are not one stage and its input (a skip connection or a branch)"),
             NotAChain::OutOfOrder { op } => write!(f, "backward op `{op}` reads a later stage's activations after an earlier stage's backward"),
@@ -135,10 +145,15 @@ struct Stage {
     bwd: u64,
 }
 
-/// A chain: stages in forward order and each stage's backward group (traced positions).
+/// A chain: stages in forward order, each stage's backward group (traced positions), and
+/// the ops each stage runs again (module doc, "Ops that may not run again").
 struct Chain {
     stages: Vec<Stage>,
     groups: Vec<Range<usize>>,
+    reruns: Vec<Vec<usize>>,
+    /// Per stage: the later forward ops that take views of its roots, run again after it
+    /// is (a view is stale once its storage is made again).
+    views: Vec<Vec<usize>>,
 }
 
 /// A schedule: ops in order, with whether each run is a recomputation.
@@ -209,16 +224,26 @@ fn choose(
     let mut best: Option<(u64, u64, Steps)> = None;
     let mut seen = BTreeSet::new();
     let mut lowest = ctx.unplanned_peak;
+    // The least device bytes of a schedule whose peak fits (the others' are above the budget).
+    let mut lowest_device: Option<u64> = None;
     for m in (0..=slots).rev() {
         let Some(cost) = table.cost(m) else {
             continue;
         };
         let steps = steps_of(ctx, chain, &table.actions(m));
-        if best.as_ref().is_some_and(|b| b.0 < cost) || !seen.insert(steps.clone()) {
+        if best.as_ref().is_some_and(|b| b.0 < cost)
+            || !seen.insert(steps.clone())
+            || !safe(ctx, &steps)
+        {
             continue;
         }
-        let (peak, fits) = fits(ctx, options, &steps, budget)?;
+        let (peak, device) = measured(ctx, options, &steps, budget)?;
+        let fits = peak <= budget && device.is_none_or(|d| d <= budget);
         lowest = lowest.min(peak);
+        lowest_device = match (lowest_device, device) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if fits && best.as_ref().is_none_or(|b| (cost, peak) < (b.0, b.1)) {
             best = Some((cost, peak, steps));
         }
@@ -227,7 +252,7 @@ fn choose(
         budget,
         of: options.budget_of,
         best_peak: lowest,
-        best_device: None,
+        best_device: lowest_device,
         lower_bound: ctx.lower_bound.bytes,
         bound: LowerBoundKind::PerOp,
         offload: None,
@@ -235,27 +260,29 @@ fn choose(
     })
 }
 
-/// The peak of `steps`, and whether it fits the budget (device bytes too, for a device
-/// budget).
-fn fits(
+/// The peak of `steps`, and for a device budget its device bytes when the peak is within
+/// the budget (else they are above it too, and not placed).
+fn measured(
     ctx: &Context<'_>,
     options: &PlanOptions,
     steps: &[(OpId, bool)],
     budget: u64,
-) -> Result<(u64, bool), PlanError> {
+) -> Result<(u64, Option<u64>), PlanError> {
     let ops: Vec<OpId> = steps.iter().map(|s| s.0).collect();
     let peak = sgc_ir::simulate(ctx.g, &ops)?.peak;
-    let fits = peak <= budget
-        && (options.budget_of != BudgetOf::Device
-            || device::device_bytes(ctx, options, steps)? <= budget);
-    Ok((peak, fits))
+    let device = match options.budget_of == BudgetOf::Device && peak <= budget {
+        true => Some(device::device_bytes(ctx, options, steps)?),
+        false => None,
+    };
+    Ok((peak, device))
 }
 
 /// The chain of `ctx`'s graph in Rotor's sense (module doc), or why it is not one.
 fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
     let nf = forward_len(ctx)?;
-    let stage_of_op = cut_stages(ctx, nf);
-    let mut stages = stage_ranges(ctx, &stage_of_op);
+    let chained = chained_roots(ctx, nf);
+    let stage_of_op = cut_stages(ctx, nf, &chained);
+    let mut stages = stage_ranges(ctx, &stage_of_op, &chained);
     if stages.len() > MAX_STAGES {
         return Err(NotAChain::TooLong {
             stages: stages.len(),
@@ -264,8 +291,9 @@ fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
     let mut stage_of: StageOf = vec![None; ctx.g.num_tensors()];
     for (k, s) in stages.iter().enumerate() {
         for i in s.ops.clone() {
+            // The roots the op makes: a view op's roots are made elsewhere.
             for &r in &ctx.out_roots[i] {
-                if ctx.freeable[r.index()] {
+                if chained[r.index()] && ctx.g.producer(r) == Some(OpId::new(i)) {
                     stage_of[r.index()] = Some(k);
                 }
             }
@@ -273,11 +301,101 @@ fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
     }
     let group_of = backward_groups(ctx, nf, &stages, &stage_of)?;
     let groups = group_ranges(ctx.n, nf, stages.len(), &group_of);
-    measure(ctx, &mut stages, &groups, &stage_of);
-    Ok(Chain { stages, groups })
+    let reruns = rerun_ops(ctx, &stages);
+    let views = later_views(ctx, nf, &stages, &stage_of);
+    measure(ctx, &mut stages, &groups, &stage_of, &reruns);
+    Ok(Chain {
+        stages,
+        groups,
+        reruns,
+        views,
+    })
 }
 
-/// The length of the forward prefix; every forward op may run again.
+/// Per stage: the forward ops after it that only take views of its roots (every output a
+/// view, of a storage the stage makes), in traced order.
+fn later_views(
+    ctx: &Context<'_>,
+    nf: usize,
+    stages: &[Stage],
+    stage_of: &StageOf,
+) -> Vec<Vec<usize>> {
+    let g = ctx.g;
+    let mut views = vec![Vec::new(); stages.len()];
+    for (j, op) in g.ops().iter().enumerate().take(nf) {
+        let only_views =
+            !op.outputs.is_empty() && op.outputs.iter().all(|&t| g.tensor(t).alias_of.is_some());
+        if !(only_views && ctx.rerunnable[j]) {
+            continue;
+        }
+        let of = op
+            .outputs
+            .iter()
+            .find_map(|&t| stage_of[g.storage_root(t).index()]);
+        if let Some(k) = of.filter(|&k| j >= stages[k].ops.end) {
+            views[k].push(j);
+        }
+    }
+    views
+}
+
+/// Per tensor: whether it is a root of the chain, one a schedule may free and make again:
+/// freeable, and made by an op that may run again. A root made by a forward op that may
+/// not (it draws random numbers, or writes state) stays resident from its one run to its
+/// last read, with the bytes outside the chain.
+fn chained_roots(ctx: &Context<'_>, nf: usize) -> Vec<bool> {
+    let mut chained = ctx.freeable.clone();
+    for i in (0..nf).filter(|&i| !ctx.rerunnable[i]) {
+        for &r in &ctx.out_roots[i] {
+            chained[r.index()] = false;
+        }
+    }
+    chained
+}
+
+/// Per stage: the ops a run after its first repeats, in traced order. A later run remakes
+/// what is read after the stage (its output, the roots its backward group reads, views of
+/// them), so it repeats the ops those depend on within the stage, and not the others: not
+/// an op that may not run again (its outputs stayed resident), nor one whose outputs only
+/// such ops read (the running statistics a batch norm writes back).
+fn rerun_ops(ctx: &Context<'_>, stages: &[Stage]) -> Vec<Vec<usize>> {
+    let g = ctx.g;
+    // Per tensor: the last traced position that reads it.
+    let mut last_read = vec![None; g.num_tensors()];
+    for (i, op) in g.ops().iter().enumerate() {
+        for &t in &op.inputs {
+            last_read[t.index()] = Some(i);
+        }
+    }
+    let mut needed = vec![false; g.num_tensors()];
+    stages
+        .iter()
+        .map(|s| {
+            let mut ops: Vec<usize> = s
+                .ops
+                .clone()
+                .rev()
+                .filter(|&i| {
+                    let op = g.op(OpId::new(i));
+                    let used = |t: &TensorId| {
+                        needed[t.index()] || last_read[t.index()].is_some_and(|r| r >= s.ops.end)
+                    };
+                    let again = ctx.rerunnable[i] && op.outputs.iter().any(used);
+                    if again {
+                        for &t in &op.inputs {
+                            needed[t.index()] = true;
+                        }
+                    }
+                    again
+                })
+                .collect();
+            ops.reverse();
+            ops
+        })
+        .collect()
+}
+
+/// The length of the forward prefix.
 fn forward_len(ctx: &Context<'_>) -> Result<usize, NotAChain> {
     let nf = ctx.forward.iter().take_while(|&&f| f).count();
     if nf == 0 || nf == ctx.n {
@@ -289,17 +407,12 @@ fn forward_len(ctx: &Context<'_>) -> Result<usize, NotAChain> {
             before: ctx.g.op(OpId::new(i)).name.clone(),
         });
     }
-    match (0..nf).find(|&i| !ctx.rerunnable[i]) {
-        Some(i) => Err(NotAChain::NotRerunnable {
-            op: ctx.g.op(OpId::new(i)).name.clone(),
-        }),
-        None => Ok(nf),
-    }
+    Ok(nf)
 }
 
 /// Per forward op, its stage: a cut after op `i` where at most one root made since the
 /// last cut, and no earlier root, is read by a later forward op.
-fn cut_stages(ctx: &Context<'_>, nf: usize) -> Vec<usize> {
+fn cut_stages(ctx: &Context<'_>, nf: usize, chained: &[bool]) -> Vec<usize> {
     let last = last_forward_read(ctx, nf);
     let mut open: BTreeSet<(usize, TensorId)> = BTreeSet::new();
     let mut stage = Vec::with_capacity(nf);
@@ -307,7 +420,7 @@ fn cut_stages(ctx: &Context<'_>, nf: usize) -> Vec<usize> {
     for i in 0..nf {
         stage.push(k);
         for &r in &ctx.out_roots[i] {
-            if ctx.freeable[r.index()] && last[r.index()] > i {
+            if chained[r.index()] && last[r.index()] > i {
                 open.insert((last[r.index()], r));
             }
         }
@@ -337,7 +450,7 @@ fn last_forward_read(ctx: &Context<'_>, nf: usize) -> Vec<usize> {
 }
 
 /// The stages' op ranges, costs and outputs; a graph output is allowed in the last only.
-fn stage_ranges(ctx: &Context<'_>, stage_of_op: &[usize]) -> Vec<Stage> {
+fn stage_ranges(ctx: &Context<'_>, stage_of_op: &[usize], chained: &[bool]) -> Vec<Stage> {
     let count = stage_of_op.last().map_or(0, |&k| k + 1);
     let mut stages: Vec<Stage> = vec![Stage::default(); count];
     for (i, &k) in stage_of_op.iter().enumerate() {
@@ -346,7 +459,6 @@ fn stage_ranges(ctx: &Context<'_>, stage_of_op: &[usize]) -> Vec<Stage> {
             s.ops = i..i;
         }
         s.ops.end = i + 1;
-        s.units += ctx.cost_units[i];
     }
     let last = last_forward_read(ctx, stage_of_op.len());
     for s in &mut stages {
@@ -354,7 +466,7 @@ fn stage_ranges(ctx: &Context<'_>, stage_of_op: &[usize]) -> Vec<Stage> {
             .ops
             .clone()
             .flat_map(|i| ctx.out_roots[i].iter().copied())
-            .find(|r| ctx.freeable[r.index()] && last[r.index()] >= s.ops.end);
+            .find(|r| chained[r.index()] && last[r.index()] >= s.ops.end);
     }
     stages
 }
@@ -444,7 +556,13 @@ fn group_ranges(n: usize, nf: usize, stages: usize, group_of: &[usize]) -> Vec<R
 }
 
 /// Fills in each stage's bytes (module doc, "Memory"), from the traced order's profile.
-fn measure(ctx: &Context<'_>, stages: &mut [Stage], groups: &[Range<usize>], stage_of: &StageOf) {
+fn measure(
+    ctx: &Context<'_>,
+    stages: &mut [Stage],
+    groups: &[Range<usize>],
+    stage_of: &StageOf,
+    reruns: &[Vec<usize>],
+) {
     let order: Vec<OpId> = (0..ctx.n).map(OpId::new).collect();
     let profile = sgc_ir::simulate(ctx.g, &order).expect("the traced order runs");
     let mut other = vec![0i64; ctx.n + 1];
@@ -476,6 +594,7 @@ fn measure(ctx: &Context<'_>, stages: &mut [Stage], groups: &[Range<usize>], sta
     for (k, s) in stages.iter_mut().enumerate() {
         let kept: Vec<TensorId> = read_by_group[k].iter().copied().collect();
         s.need = !kept.is_empty();
+        s.units = reruns[k].iter().map(|&i| ctx.cost_units[i]).sum();
         s.keep = kept.iter().map(|&r| ctx.size(r)).sum();
         s.a = s.out.map_or(0, |r| ctx.size(r));
         s.abar = kept
@@ -484,8 +603,8 @@ fn measure(ctx: &Context<'_>, stages: &mut [Stage], groups: &[Range<usize>], sta
             .map(|&r| ctx.size(r))
             .sum::<u64>()
             + s.a;
-        s.fwd_excl = forward_peak(ctx, s, None, &[]);
-        s.fwd_all = forward_peak(ctx, s, None, &kept);
+        s.fwd_excl = forward_peak(ctx, s, stage_of, None, &[]);
+        s.fwd_all = forward_peak(ctx, s, stage_of, None, &kept);
         s.bg = crossing(groups[k].start.min(ctx.n - 1));
         s.bwd = groups[k]
             .clone()
@@ -510,9 +629,9 @@ fn measure(ctx: &Context<'_>, stages: &mut [Stage], groups: &[Range<usize>], sta
                 || groups[k].clone().any(|p| ctx.in_roots[p].contains(&x))
         };
         stages[k].input_free = input.filter(|&x| !read(x)).map_or(0, |x| ctx.size(x));
-        stages[k].fwd_incl = forward_peak(ctx, &stages[k], input, &[]);
+        stages[k].fwd_incl = forward_peak(ctx, &stages[k], stage_of, input, &[]);
         let kept: Vec<TensorId> = read_by_group[k].iter().copied().collect();
-        stages[k].fwd_all_incl = forward_peak(ctx, &stages[k], input, &kept);
+        stages[k].fwd_all_incl = forward_peak(ctx, &stages[k], stage_of, input, &kept);
     }
 }
 
@@ -537,7 +656,13 @@ fn group_reads(
 
 /// The peak of a stage's chain bytes while it runs: its input (when given) until its last
 /// read, each root it makes until its last forward read, its output and `kept` to the end.
-fn forward_peak(ctx: &Context<'_>, s: &Stage, input: Option<TensorId>, kept: &[TensorId]) -> u64 {
+fn forward_peak(
+    ctx: &Context<'_>,
+    s: &Stage,
+    stage_of: &StageOf,
+    input: Option<TensorId>,
+    kept: &[TensorId],
+) -> u64 {
     let last = |r: TensorId| {
         s.ops
             .clone()
@@ -549,7 +674,10 @@ fn forward_peak(ctx: &Context<'_>, s: &Stage, input: Option<TensorId>, kept: &[T
         live.push((s.ops.start, last(x).unwrap_or(s.ops.start), ctx.size(x)));
     }
     for i in s.ops.clone() {
-        for &r in ctx.out_roots[i].iter().filter(|r| ctx.freeable[r.index()]) {
+        for &r in ctx.out_roots[i]
+            .iter()
+            .filter(|r| stage_of[r.index()].is_some())
+        {
             let end = if Some(r) == s.out || kept.contains(&r) {
                 s.ops.end
             } else {
@@ -841,21 +969,73 @@ fn add(a: u64, b: u64) -> u64 {
     }
 }
 
-/// The schedule of a solution: each stage's forward ops, or its backward group, in
-/// traced order; every run of an op after its first is a recomputation.
+/// The schedule of a solution: a stage's forward ops (all of them the first time, its
+/// [`Chain::reruns`] after that) or its backward group, in traced order; every run of an
+/// op after its first is a recomputation.
 fn steps_of(ctx: &Context<'_>, chain: &Chain, actions: &[Action]) -> Vec<(OpId, bool)> {
     let mut seen = vec![false; ctx.n];
     let mut steps = Vec::with_capacity(ctx.n * 2);
     for a in actions {
-        let ops = match *a {
-            Action::Forward(k) => chain.stages[k].ops.clone(),
-            Action::Backward(k) => chain.groups[k].clone(),
+        let ops: Vec<usize> = match *a {
+            Action::Forward(k) if seen[chain.stages[k].ops.start] => {
+                let later = chain.views[k].iter().filter(|&&j| seen[j]);
+                chain.reruns[k].iter().chain(later).copied().collect()
+            }
+            Action::Forward(k) => chain.stages[k].ops.clone().collect(),
+            Action::Backward(k) => chain.groups[k].clone().collect(),
         };
         for i in ops {
             steps.push((OpId::new(i), std::mem::replace(&mut seen[i], true)));
         }
     }
+    without_unread_views(ctx, chain, steps)
+}
+
+/// `steps` without the runs of later views ([`Chain::views`]) that run again before
+/// anything reads them (their stage ran again before the stage that takes them did).
+fn without_unread_views(ctx: &Context<'_>, chain: &Chain, steps: Steps) -> Steps {
+    let g = ctx.g;
+    let mut view = vec![false; ctx.n];
+    for &j in chain.views.iter().flatten() {
+        view[j] = true;
+    }
+    // Per op: it runs again later, and nothing reads its outputs before that.
+    let mut remade = vec![false; ctx.n];
+    let mut keep = vec![true; steps.len()];
+    for (p, &(op, again)) in steps.iter().enumerate().rev() {
+        let i = op.index();
+        if again && view[i] && remade[i] {
+            keep[p] = false;
+            continue;
+        }
+        for &t in &g.op(op).inputs {
+            if let Some(q) = g.producer(t) {
+                remade[q.index()] = false;
+            }
+        }
+        remade[i] = true;
+    }
     steps
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(s, k)| k.then_some(s))
+        .collect()
+}
+
+/// Whether no recomputation in `steps` comes after the first run of an op that writes
+/// state it reads ([`Context::dirty_at`], the verifier's rule). First runs follow the
+/// traced order, so that op has run once any op at or after its position has.
+fn safe(ctx: &Context<'_>, steps: &[(OpId, bool)]) -> bool {
+    let mut reached = None;
+    steps.iter().all(|&(op, again)| {
+        let i = op.index();
+        if !again {
+            reached = reached.max(Some(i));
+            return true;
+        }
+        let h = ctx.dirty_at[i];
+        h == NO_HAZARD || reached.is_none_or(|r| r < h as usize)
+    })
 }
 
 #[cfg(test)]
