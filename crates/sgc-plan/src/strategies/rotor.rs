@@ -5,10 +5,11 @@
 //!
 //! **Stages.** The forward ops (a prefix of the traced order) are cut after position `i`
 //! when exactly one activation root made by the current stage is read by a later forward
-//! op (or none is; roots that stay resident, below, do not count): every later forward op depends on what came before only through that
-//! root, the stage's output `x_i`. A stage's forward therefore reads only the previous
-//! stage's output, graph inputs and parameters (a skip connection inside the forward makes
-//! one stage of everything it spans). Each backward op is given to the latest stage `k`
+//! op (or none is; roots that stay resident, below, do not count): every later forward op
+//! depends on what came before only through that root, the stage's output `x_i`. A
+//! stage's forward therefore reads only the previous stage's output, graph inputs and
+//! parameters (a skip connection inside the forward makes one stage of everything it
+//! spans). Each backward op is given to the latest stage `k`
 //! such that everything it reads of the forward was made by stage `k` or is `x_{k-1}`;
 //! one that reads no activation goes with the op before it. The graph is a chain when
 //! every backward op has such a stage and the stages' backward groups come in reverse
