@@ -61,8 +61,8 @@ const BY_OVERSHOOT: u32 = 2;
 /// ([`LOWERINGS`] times at most): by the arena's overshoot, and from the third lowering on by
 /// at least a growing share of the room above the per-op lower bound. One pass of DTR is
 /// greedy, so a lower threshold can overshoot again by about as much: lowered by the
-/// overshoot alone, ResNet-50 (graphs/real) was refused at 90%, 35%, 26% and 23% of its peak
-/// while every budget from 21% up to 89% but those fitted.
+/// overshoot alone, ResNet-50 (graphs/real) was refused at `--budget` 90%, 35%, 26% and
+/// 23% (of its unplanned device bytes) while every other budget from 21% up fitted.
 pub(crate) fn budgeted(ctx: &Context<'_>, options: &PlanOptions) -> Result<Outcome, PlanError> {
     let mut out = static_dtr(ctx, options);
     let Some(limit) = options.budget else {
