@@ -200,7 +200,7 @@ fn plans_of(
         let result = crate::plan::plan(graph, &o, run);
         let stop = matches!(
             result,
-            Err(PlanError::Solver(_) | PlanError::InvalidOption(_))
+            Err(PlanError::Solver(_) | PlanError::InvalidOption(_) | PlanError::NotAChain(_))
         );
         out.push((Some(b), result));
         if stop {

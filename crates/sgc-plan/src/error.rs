@@ -46,6 +46,9 @@ pub enum PlanError {
     NotAPlan(String),
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// `--strategy rotor` on a graph that is not a chain in Rotor's sense.
+    #[error("--strategy rotor plans chains only: {0}; use --strategy sublinear")]
+    NotAChain(NotAChain),
     #[error("cannot start {workers} worker threads: {message}")]
     Workers { workers: usize, message: String },
     #[error("internal error: the {strategy} planner made a schedule the memory model rejects: {message}")]
@@ -224,5 +227,35 @@ fn reached(device: Option<u64>, peak: u64) -> String {
             bytes(peak)
         ),
         None => format!("the lowest memory-model peak reached was {}", bytes(peak)),
+    }
+}
+
+/// Why a graph is not a chain in the sense of Rotor's program (`--strategy rotor`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotAChain {
+    /// The traced order is not forward ops followed by backward ones.
+    NoBackward,
+    /// A non-forward op comes before a forward op in the traced order.
+    Interleaved { op: String, before: String },
+    /// A forward op before the last stage makes a graph output.
+    OutputMidChain { op: String },
+    /// A backward op reads activations of two stages that are not one stage and its input.
+    ReadsTwoStages { op: String, a: String, b: String },
+    /// A backward op reads a stage's activations after the backward of an earlier stage.
+    OutOfOrder { op: String },
+    /// The chain has more stages than Rotor's program takes (`most`).
+    TooLong { stages: usize, most: usize },
+}
+
+impl std::fmt::Display for NotAChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotAChain::NoBackward => write!(f, "the traced order does not start with forward ops followed by backward ones"),
+            NotAChain::Interleaved { op, before } => write!(f, "op `{op}` is not a forward op and comes before forward op `{before}`"),
+            NotAChain::OutputMidChain { op } => write!(f, "forward op `{op}` makes a graph output before the last stage"),
+            NotAChain::ReadsTwoStages { op, a, b } => write!(f, "backward op `{op}` reads `{a}` and `{b}`, activations of stages that are not one stage and its input (a skip connection or a branch)"),
+            NotAChain::OutOfOrder { op } => write!(f, "backward op `{op}` reads a later stage's activations after an earlier stage's backward"),
+            NotAChain::TooLong { stages, most } => write!(f, "its {stages} stages are more than the program takes ({most})"),
+        }
     }
 }

@@ -67,7 +67,7 @@ mod squeeze;
 pub mod strategies;
 mod sublinear;
 
-pub use error::{LowerBoundKind, OffloadReach, PlanError, Retry};
+pub use error::{LowerBoundKind, NotAChain, OffloadReach, PlanError, Retry};
 // The plan format and its verifier (`sgc-plan-format`): what this crate makes.
 pub use bound::{Bound, BoundMethod};
 pub use optimal::OptimalStats;

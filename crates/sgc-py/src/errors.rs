@@ -173,7 +173,10 @@ pub fn plan_error(py: Python<'_>, e: RustPlanError, file: Option<&str>) -> PyErr
             rejected(py, message, list)
         }
         RustPlanError::GraphMismatch { .. } => GraphMismatch::new_err(message),
-        RustPlanError::InvalidOption(_) => PyValueError::new_err(message),
+        // A strategy that does not apply to this graph is a wrong argument, like a bad option.
+        RustPlanError::InvalidOption(_) | RustPlanError::NotAChain(_) => {
+            PyValueError::new_err(message)
+        }
         _ => PlanError::new_err(message),
     }
 }

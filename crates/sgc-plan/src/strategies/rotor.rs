@@ -69,7 +69,7 @@
 use super::{Name, Scheduled, Strategy};
 use crate::context::{Context, NO_HAZARD};
 use crate::device;
-use crate::error::{LowerBoundKind, PlanError, Retry};
+use crate::error::{LowerBoundKind, NotAChain, PlanError, Retry};
 use crate::options::{BudgetOf, PlanOptions, RunConfig};
 use sgc_ir::{OpId, TensorId};
 use std::collections::BTreeSet;
@@ -83,36 +83,6 @@ pub const MIN_SLOTS: u64 = 32;
 pub const MAX_CELLS: u64 = 1 << 22;
 /// The most stages of a chain the program takes (its time grows as the cube).
 pub const MAX_STAGES: usize = 200;
-
-/// Why a graph is not a chain in Rotor's sense.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NotAChain {
-    /// The traced order is not forward ops followed by backward ones.
-    NoBackward,
-    /// A non-forward op comes before a forward op in the traced order.
-    Interleaved { op: String, before: String },
-    /// A forward op before the last stage makes a graph output.
-    OutputMidChain { op: String },
-    /// A backward op reads activations of two stages that are not one stage and its input.
-    ReadsTwoStages { op: String, a: String, b: String },
-    /// A backward op reads a stage's activations after the backward of an earlier stage.
-    OutOfOrder { op: String },
-    /// The chain is too long for the program's table.
-    TooLong { stages: usize },
-}
-
-impl std::fmt::Display for NotAChain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotAChain::NoBackward => write!(f, "the traced order does not start with forward ops followed by backward ones"),
-            NotAChain::Interleaved { op, before } => write!(f, "op `{op}` is not a forward op and comes before forward op `{before}`"),
-            NotAChain::OutputMidChain { op } => write!(f, "forward op `{op}` makes a graph output before the last stage"),
-            NotAChain::ReadsTwoStages { op, a, b } => write!(f, "backward op `{op}` reads `{a}` and `{b}`, activations of stages that are not one stage and its input (a skip connection or a branch)"),
-            NotAChain::OutOfOrder { op } => write!(f, "backward op `{op}` reads a later stage's activations after an earlier stage's backward"),
-            NotAChain::TooLong { stages } => write!(f, "its {stages} stages are more than the program takes ({MAX_STAGES}, and at least {MIN_SLOTS} memory slots within {MAX_CELLS} cells)"),
-        }
-    }
-}
 
 /// One stage: a range of forward ops and what the program needs of it, in bytes.
 #[derive(Clone, Debug, Default)]
@@ -196,11 +166,7 @@ impl Strategy for Rotor {
 /// device bytes, per `options.budget_of`) fits `options.budget`.
 fn schedule(ctx: &Context<'_>, options: &PlanOptions) -> Result<Vec<(OpId, bool)>, PlanError> {
     let budget = super::needed_budget(options)?;
-    let chain = chain_of(ctx).map_err(|e| {
-        PlanError::InvalidOption(format!(
-            "--strategy rotor plans chains only: {e}; use --strategy sublinear"
-        ))
-    })?;
+    let chain = chain_of(ctx).map_err(PlanError::NotAChain)?;
     // The program's estimate errs high (non-chain bytes of a later group while a stage
     // runs forward), so its slot counts run to twice the larger of budget and unplanned peak.
     let top = 2 * budget
@@ -287,6 +253,7 @@ fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
     if stages.len() > MAX_STAGES {
         return Err(NotAChain::TooLong {
             stages: stages.len(),
+            most: most_stages(),
         });
     }
     let mut stage_of: StageOf = vec![None; ctx.g.num_tensors()];
@@ -706,12 +673,10 @@ fn slot_bytes(stages: &[Stage], top: u64) -> Result<u64, PlanError> {
     let l = stages.len() as u64;
     let slots = (MAX_CELLS / (2 * l * l + l).max(1)).min(MAX_SLOTS);
     if slots < MIN_SLOTS {
-        return Err(PlanError::InvalidOption(format!(
-            "--strategy rotor plans chains only: {}; use --strategy sublinear",
-            NotAChain::TooLong {
-                stages: stages.len()
-            }
-        )));
+        return Err(PlanError::NotAChain(NotAChain::TooLong {
+            stages: stages.len(),
+            most: most_stages(),
+        }));
     }
     let g = stages
         .iter()
@@ -728,6 +693,16 @@ fn slot_bytes(stages: &[Stage], top: u64) -> Result<u64, PlanError> {
     } else {
         top.div_ceil(slots).max(1)
     })
+}
+
+/// The most stages the program takes: [`MAX_STAGES`], and at least [`MIN_SLOTS`] slots
+/// within [`MAX_CELLS`] cells.
+fn most_stages() -> usize {
+    let fits = |l: u64| (2 * l * l + l) * MIN_SLOTS <= MAX_CELLS;
+    (1..=MAX_STAGES)
+        .take_while(|&l| fits(l as u64))
+        .last()
+        .unwrap_or(0)
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
