@@ -32,7 +32,7 @@ fi
 start=$(date +%s)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-python3 -m pytest -ra tests "$@" 2>&1 | tee "$log"
+python3 -m pytest -ra --durations=25 tests "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 echo "python tests: $(( $(date +%s) - start )) s"
 # In CI a skipped test tested nothing (a corpus made with another torch, a missing binary).
