@@ -83,6 +83,11 @@ pub const MIN_SLOTS: u64 = 32;
 pub const MAX_CELLS: u64 = 1 << 22;
 /// The most stages of a chain the program takes (its time grows as the cube).
 pub const MAX_STAGES: usize = 200;
+// A chain of at most MAX_STAGES stages gets at least MIN_SLOTS slots within MAX_CELLS.
+const _: () = {
+    let l = MAX_STAGES as u64;
+    assert!((2 * l * l + l) * MIN_SLOTS <= MAX_CELLS);
+};
 
 /// One stage: a range of forward ops and what the program needs of it, in bytes.
 #[derive(Clone, Debug, Default)]
@@ -172,7 +177,7 @@ fn schedule(ctx: &Context<'_>, options: &PlanOptions) -> Result<Vec<(OpId, bool)
     let top = 2 * budget
         .max(ctx.unplanned_peak)
         .saturating_sub(ctx.persistent_bytes);
-    let q = slot_bytes(&chain.stages, top)?;
+    let q = slot_bytes(&chain.stages, top);
     let table = Table::solve(&slotted(&chain.stages, q), top / q);
     choose(ctx, options, &chain, &table, top / q, budget)
 }
@@ -253,7 +258,7 @@ fn chain_of(ctx: &Context<'_>) -> Result<Chain, NotAChain> {
     if stages.len() > MAX_STAGES {
         return Err(NotAChain::TooLong {
             stages: stages.len(),
-            most: most_stages(),
+            most: MAX_STAGES,
         });
     }
     let mut stage_of: StageOf = vec![None; ctx.g.num_tensors()];
@@ -669,15 +674,9 @@ fn forward_peak(
 /// The slot size: the greatest common divisor of every figure when that gives at most
 /// [`MAX_SLOTS`] slots up to `top` bytes, else `top / MAX_SLOTS` rounded up; fewer slots
 /// for a long chain ([`MAX_CELLS`]).
-fn slot_bytes(stages: &[Stage], top: u64) -> Result<u64, PlanError> {
+fn slot_bytes(stages: &[Stage], top: u64) -> u64 {
     let l = stages.len() as u64;
     let slots = (MAX_CELLS / (2 * l * l + l).max(1)).min(MAX_SLOTS);
-    if slots < MIN_SLOTS {
-        return Err(PlanError::NotAChain(NotAChain::TooLong {
-            stages: stages.len(),
-            most: most_stages(),
-        }));
-    }
     let g = stages
         .iter()
         .flat_map(|s| {
@@ -688,21 +687,11 @@ fn slot_bytes(stages: &[Stage], top: u64) -> Result<u64, PlanError> {
         })
         .fold(0, gcd)
         .max(1);
-    Ok(if top / g <= slots {
+    if top / g <= slots {
         g
     } else {
         top.div_ceil(slots).max(1)
-    })
-}
-
-/// The most stages the program takes: [`MAX_STAGES`], and at least [`MIN_SLOTS`] slots
-/// within [`MAX_CELLS`] cells.
-fn most_stages() -> usize {
-    let fits = |l: u64| (2 * l * l + l) * MIN_SLOTS <= MAX_CELLS;
-    (1..=MAX_STAGES)
-        .take_while(|&l| fits(l as u64))
-        .last()
-        .unwrap_or(0)
+    }
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
