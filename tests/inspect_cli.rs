@@ -88,6 +88,44 @@ fn the_least_peak_bound_is_the_one_budgets_are_refused_by() {
     }
 }
 
+/// Where the graph outputs made before an op (gradients done so far) raise it, `inspect`
+/// prints the kept-outputs bound, and the default strategy, whose plans keep those outputs,
+/// refuses a peak budget one byte below it before planning and plans (or misses) at it.
+/// tiny_transformer: 61,316 B against the least-peak bound's 41,216 B.
+#[test]
+fn the_kept_outputs_bound_is_printed_and_refuses_budgets() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_transformer.json");
+    let out = inspect(&["--json"], &file);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (least, kept) = (
+        r["least_peak_bytes"].as_u64().unwrap(),
+        r["kept_outputs_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!((least, kept), (41_216, 61_316));
+    assert!(kept <= r["unplanned_peak_bytes"].as_u64().unwrap());
+    let text = String::from_utf8(inspect(&[], &file).stdout).unwrap();
+    assert!(
+        text.contains("kept-outputs bound    59.88 KiB (61316 B)"),
+        "{text}"
+    );
+    let plan = |budget: u64| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sgc"))
+            .args(["plan", "-q", "--budget-of", "peak", "--budget"])
+            .arg(budget.to_string())
+            .arg(&file)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let below = plan(kept - 1);
+    assert!(
+        below.contains("is below the kept-outputs lower bound 61316 B"),
+        "{below}"
+    );
+    let at = plan(kept);
+    assert!(!at.contains("is below the"), "{at}");
+}
+
 #[test]
 fn text_report_shows_exact_bytes_and_the_bound() {
     let out = inspect(&[], &checkmate("vgg16_b256_train.json"));

@@ -343,14 +343,15 @@ def test_a_budget_not_met_is_the_native_modules_typed_error():
         assert "--" not in str(e), str(e)
         return e
 
-    # Below the per-op bound, and between it and the least-peak bound: refused before any
+    # Below the per-op bound, and between it and the kept-outputs bound (the least-peak
+    # bound, or more where the gradients done so far raise it): refused before any
     # plan is made, each bound as lower_bound.
     e = refusal(1000)
     assert (e.budget, e.lower_bound, e.best_device) == (1000, low, None)
     e = refusal(low + 1)
     floor = e.lower_bound
     assert e.budget == low + 1 and floor > low and e.best_device is None
-    # At the least-peak bound the planner searches and reports how low it got.
+    # At that bound the planner searches and reports how low it got.
     e = refusal(floor)
     assert (e.budget, e.lower_bound) == (floor, floor)
     assert e.best_device is not None and e.best_device > floor

@@ -204,7 +204,7 @@ pub fn run(args: Args) -> CliResult {
     if args.bound {
         let b = sgc::plan::bound(&graph, &plan).map_err(|e| format!("{file}: {e}"))?;
         report.with_bound(&graph, &b);
-        report.with_peak_bound(&graph);
+        report.with_peak_bound(&graph, plan.options.strategy);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -34,6 +34,12 @@ pub struct InspectReport {
     /// recomputes, without offloading, peaks below it; at least the per-op bound.
     pub least_peak_bytes: u64,
     pub least_peak_op: Option<String>,
+    /// The kept-outputs lower bound (`sgc_plan::kept_outputs_peak`): no such schedule that
+    /// also keeps each graph output from when it is made (every strategy's but `optimal`'s)
+    /// peaks below it; at least the least-peak bound, and equal to it (same op) where the
+    /// graph outputs made before an op do not raise it.
+    pub kept_outputs_bytes: u64,
+    pub kept_outputs_op: Option<String>,
     /// The traced order's lifetimes placed in one arena by the same allocator as plans.
     pub unplanned_arena: Option<ArenaRow>,
     /// One unplanned step: every op's cost, from `cost_source`.
@@ -217,6 +223,7 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
     let profile = g.memory_profile();
     let lb = g.lower_bound();
     let least = crate::plan::least_peak(g);
+    let (kept, _) = crate::plan::kept_outputs_peak(g);
     let op_name = |s: usize| g.ops()[s].name.clone();
     InspectReport {
         file: file.to_string(),
@@ -234,6 +241,8 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
         peak_over_lower_bound: ratio(profile.peak, lb.bytes),
         least_peak_bytes: least.bytes,
         least_peak_op: least.op.map(|o| op_name(o.index())),
+        kept_outputs_bytes: kept.bytes,
+        kept_outputs_op: kept.op.map(|o| op_name(o.index())),
         unplanned_arena: None,
         total_cost,
         cost_source: sources.describe(device),
@@ -383,6 +392,14 @@ fn render(r: &InspectReport) -> String {
         bytes(r.least_peak_bytes),
         at(&r.least_peak_op)
     );
+    if r.kept_outputs_bytes > r.least_peak_bytes {
+        let _ = writeln!(
+            s,
+            "kept-outputs bound {}{}  (no plan that also keeps each graph output, such as a gradient, from when it is made peaks lower: every strategy's but optimal's)",
+            bytes(r.kept_outputs_bytes),
+            at(&r.kept_outputs_op)
+        );
+    }
     if let Some(a) = &r.unplanned_arena {
         let _ = writeln!(
             s,

@@ -6,7 +6,7 @@
 //! for the command line (text and `--json`) and for `sgc.Plan.report()` in Python.
 
 use crate::ir::{Graph, OpId};
-use crate::plan::{Plan, PlanOptions, PlanStats, SearchStats};
+use crate::plan::{LowerBoundKind, Plan, PlanOptions, PlanStats, SearchStats};
 use crate::units::human_bytes;
 use serde::Serialize;
 
@@ -85,12 +85,13 @@ pub struct BoundReport {
 /// plan's peak.
 #[derive(Serialize)]
 pub struct PeakBoundReport {
-    /// No plan that keeps or recomputes (without offloads) peaks below this, persistent
-    /// bytes included.
+    /// No plan that keeps or recomputes (without offloads), and for `kept-outputs` keeps
+    /// each graph output from when it is made, peaks below this, persistent bytes included.
     pub bytes: u64,
     /// `planned_peak_bytes / bytes`: how far above the bound the plan peaks.
     pub planned_over_bound: f64,
-    /// `least-peak` (`sgc_plan::least_peak`).
+    /// `least-peak` (`sgc_plan::least_peak`) or `kept-outputs` (`sgc_plan::kept_outputs_peak`,
+    /// for every strategy's plans but `optimal`'s).
     pub method: &'static str,
     /// The op whose run sets it.
     pub at_op: Option<String>,
@@ -130,13 +131,22 @@ impl<'a> PlanReport<'a> {
 }
 
 impl PlanReport<'_> {
-    /// Adds the least-peak lower bound of `graph` (the plan's graph).
-    pub fn with_peak_bound(&mut self, graph: &Graph) {
-        let b = sgc_plan::least_peak(graph);
+    /// Adds the lower bound on the peak of any plan `strategy` (the plan's) can make of
+    /// `graph` (the plan's graph): the kept-outputs bound for a strategy that keeps graph
+    /// outputs once made, else the least-peak bound.
+    pub fn with_peak_bound(&mut self, graph: &Graph, strategy: crate::plan::Strategy) {
+        let (b, kind) = if crate::plan::strategies::of(strategy).keeps_outputs() {
+            crate::plan::kept_outputs_peak(graph)
+        } else {
+            (crate::plan::least_peak(graph), LowerBoundKind::LeastPeak)
+        };
         self.peak_bound = Some(PeakBoundReport {
             bytes: b.bytes,
             planned_over_bound: ratio(self.planned_peak_bytes, b.bytes),
-            method: "least-peak",
+            method: match kind {
+                LowerBoundKind::KeptOutputs => "kept-outputs",
+                _ => "least-peak",
+            },
             at_op: b.op.map(|o| graph.op(o).name.clone()),
         });
     }
@@ -248,7 +258,7 @@ impl<'a> PlanReport<'a> {
                     nodes: o.nodes,
                 });
                 report.with_bound(graph, &o.bound);
-                report.with_peak_bound(graph);
+                report.with_peak_bound(graph, plan.options.strategy);
             }
         }
         report
@@ -549,9 +559,14 @@ fn render(r: &PlanReport<'_>) -> String {
         let at = at_op(&b.at_op);
         let _ = writeln!(
             s,
-            "peak bound         {}  (planned/bound {:.3}x): no plan that keeps or recomputes peaks lower ({} bound{at})",
+            "peak bound         {}  (planned/bound {:.3}x): no plan that keeps or recomputes{} peaks lower ({} bound{at})",
             bytes(b.bytes),
             b.planned_over_bound,
+            if b.method == "kept-outputs" {
+                " and keeps each graph output from when it is made"
+            } else {
+                ""
+            },
             b.method
         );
     }

@@ -99,9 +99,9 @@ impl PlanError {
         self
     }
 
-    /// A refusal with the least-peak bound (`floor`, in the budget's terms) as its bound
-    /// where that is the higher: no plan that keeps or recomputes goes below it.
-    pub(crate) fn bounded_by(mut self, floor: Option<sgc_ir::LowerBound>) -> Self {
+    /// A refusal with `floor` (a peak bound in the budget's terms) as its bound where that
+    /// is the higher: no plan the strategy can make goes below it.
+    pub(crate) fn bounded_by(mut self, floor: Option<Floor>) -> Self {
         if let (
             PlanError::BudgetNotMet {
                 lower_bound, bound, ..
@@ -109,13 +109,21 @@ impl PlanError {
             Some(f),
         ) = (&mut self, floor)
         {
-            if f.bytes > *lower_bound {
-                *lower_bound = f.bytes;
-                *bound = LowerBoundKind::LeastPeak;
+            if f.bound.bytes > *lower_bound {
+                *lower_bound = f.bound.bytes;
+                *bound = f.kind;
             }
         }
         self
     }
+}
+
+/// A lower bound on the peak of the plans one strategy can make, in a budget's terms, and
+/// which bound it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Floor {
+    pub bound: sgc_ir::LowerBound,
+    pub kind: LowerBoundKind,
 }
 
 /// Which lower bound a budget fell below ([`PlanError::BudgetBelowLowerBound`]).
@@ -127,6 +135,11 @@ pub enum LowerBoundKind {
     /// op runs and when its inputs were made; no schedule that keeps or recomputes fits,
     /// whichever strategy made it (offloading to host memory is not bounded by it).
     LeastPeak,
+    /// The kept-outputs bound ([`crate::least_peak::kept_outputs_peak`]): the least-peak
+    /// bound, or more where graph outputs made before an op stay resident when it runs; no
+    /// schedule that keeps every graph output once made (every strategy's but `optimal`'s)
+    /// fits.
+    KeptOutputs,
 }
 
 /// The bound beside a refusal.
@@ -135,6 +148,10 @@ fn bound_is(bound: u64, kind: LowerBoundKind) -> String {
         LowerBoundKind::PerOp => format!("the per-op lower bound is {}", bytes(bound)),
         LowerBoundKind::LeastPeak => format!(
             "no plan that keeps or recomputes goes below {} (the least-peak lower bound)",
+            bytes(bound)
+        ),
+        LowerBoundKind::KeptOutputs => format!(
+            "no plan that keeps each graph output (the gradients, the loss) from when it is made goes below {} (the kept-outputs lower bound)",
             bytes(bound)
         ),
     }
@@ -150,6 +167,11 @@ fn below(budget: u64, bound: u64, op: &str, kind: LowerBoundKind) -> String {
         ),
         LowerBoundKind::LeastPeak => format!(
             "budget {} is below the least-peak lower bound {} (set at op `{op}`: what must be resident together when it runs and when its inputs were made): no schedule that keeps or recomputes fits, whatever the strategy; raise the budget to at least the bound, or give a --host-link so that a strategy that offloads may move tensors to host memory",
+            bytes(budget),
+            bytes(bound)
+        ),
+        LowerBoundKind::KeptOutputs => format!(
+            "budget {} is below the kept-outputs lower bound {} (set at op `{op}`: what must be resident when it runs, with every graph output made before it, such as the gradients done so far): no plan that keeps each graph output from when it is made fits, and this strategy's plans do; raise the budget to at least the bound, or give a --host-link so that a strategy that offloads may move tensors to host memory",
             bytes(budget),
             bytes(bound)
         ),

@@ -390,6 +390,9 @@ pub fn probe(
                 LowerBoundKind::LeastPeak => {
                     "the least-peak lower bound exceeds the limit (no plan that keeps or recomputes fits)"
                 }
+                LowerBoundKind::KeptOutputs => {
+                    "the kept-outputs lower bound exceeds the limit (no plan that keeps or recomputes and keeps the graph outputs fits)"
+                }
             }.into());
             p.plan_seconds = t0.elapsed().as_secs_f64();
             return Ok(p);

@@ -7,7 +7,7 @@ use crate::bound::{Bound, BoundMethod};
 use crate::budget;
 use crate::context::Context;
 use crate::device;
-use crate::error::PlanError;
+use crate::error::{Floor, LowerBoundKind, PlanError};
 use crate::offload;
 use crate::offload_search;
 use crate::options::{BudgetOf, PlanOptions, RunConfig, Strategy};
@@ -233,6 +233,14 @@ pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
     crate::least_peak::least_peak(&Context::with_profile(graph, None))
 }
 
+/// The peak bound of plans that keep each graph output from when it is made, as every
+/// strategy but `optimal` does ([`crate::least_peak::kept_outputs_peak`]), persistent bytes
+/// included, and which bound it is: the kept-outputs bound where graph outputs made before
+/// an op (the gradients done so far) raise it above the least-peak bound, else that bound.
+pub fn kept_outputs_peak(graph: &Graph) -> (sgc_ir::LowerBound, LowerBoundKind) {
+    crate::least_peak::kept_outputs_peak(&Context::with_profile(graph, None))
+}
+
 /// The least-peak lower bound ([`crate::least_peak`]) in device bytes (arena plus
 /// persistent bytes, as `sgc fit` and a device budget count them): the bound less the
 /// largest in-place saving of one op ([`budget::in_place_slack`]). No plan that keeps or
@@ -251,26 +259,35 @@ fn in_device_terms(ctx: &Context<'_>, peak: sgc_ir::LowerBound) -> sgc_ir::Lower
     }
 }
 
-/// The least-peak lower bound ([`crate::least_peak`]) in the terms of `options`' budget,
-/// where it bounds every plan `strategy` can make: `None` when its plans may offload (a host
-/// link given to a strategy that offloads), which the bound does not cover, or for a budget
-/// of saved bytes. A device budget bounds the arena plus persistent bytes, which is at least
-/// the memory-model peak less the largest in-place saving of one op
-/// ([`budget::in_place_slack`]), so that much comes off.
+/// The lower bound on the peak of every plan `strategy` can make, in the terms of
+/// `options`' budget: the kept-outputs bound ([`crate::least_peak::kept_outputs_peak`]) for
+/// a strategy that keeps graph outputs once made, else the least-peak bound; `None` when
+/// its plans may offload (a host link given to a strategy that offloads), which neither
+/// bound covers, or for a budget of saved bytes. A device budget bounds the arena plus
+/// persistent bytes, which is at least the memory-model peak less the largest in-place
+/// saving of one op ([`budget::in_place_slack`]), so that much comes off.
 fn floor(
     ctx: &Context<'_>,
     strategy: &dyn strategies::Strategy,
     options: &PlanOptions,
-) -> Option<sgc_ir::LowerBound> {
+) -> Option<Floor> {
     if options.host_link.is_some() && strategy.can_offload() {
         return None;
     }
-    let least = || crate::least_peak::least_peak(ctx);
-    match options.budget_of {
-        BudgetOf::Peak => Some(least()),
-        BudgetOf::Device => Some(in_device_terms(ctx, least())),
-        BudgetOf::Saved => None,
-    }
+    let (bound, kind) = if strategy.keeps_outputs() {
+        crate::least_peak::kept_outputs_peak(ctx)
+    } else {
+        (
+            crate::least_peak::least_peak(ctx),
+            LowerBoundKind::LeastPeak,
+        )
+    };
+    let bound = match options.budget_of {
+        BudgetOf::Peak => bound,
+        BudgetOf::Device => in_device_terms(ctx, bound),
+        BudgetOf::Saved => return None,
+    };
+    Some(Floor { bound, kind })
 }
 
 /// The plan of a chosen schedule: summary, arena (checked against the budget in device

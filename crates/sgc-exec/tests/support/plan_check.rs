@@ -12,7 +12,10 @@
 //!   every graph output (the loss, every gradient) and every updated parameter bit for bit
 //!   as the unplanned run does;
 //! - a plan that does not offload peaks at or above the least-peak lower bound
-//!   (`sgc_plan::least_peak`), which the planner refuses budgets below before planning;
+//!   (`sgc_plan::least_peak`), and one of a strategy that keeps graph outputs once made
+//!   (every one but `optimal`) at or above the kept-outputs bound
+//!   (`sgc_plan::kept_outputs_peak`): the bounds the planner refuses budgets below before
+//!   planning;
 //! - a budget refused (`BudgetNotMet`) is one that the best plan found really exceeds, and
 //!   one refused as below a lower bound (`BudgetBelowLowerBound`) is below it.
 //!
@@ -21,7 +24,8 @@
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::{Graph, TensorKind};
 use sgc_plan::{
-    least_peak, plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig, Strategy,
+    kept_outputs_peak, least_peak, plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig,
+    Strategy,
 };
 
 /// What [`check_step`] did with one graph.
@@ -46,7 +50,10 @@ pub fn check_step(g: &Graph) -> Result<Tally, String> {
     let unplanned =
         plan_with(g, Strategy::None, None).map_err(|e| format!("the unplanned plan: {e}"))?;
     let want = run(g, &unplanned).map_err(|e| format!("the unplanned run: {e}"))?;
-    let floor = least_peak(g).bytes;
+    let floor = Floors {
+        least_peak: least_peak(g).bytes,
+        kept_outputs: kept_outputs_peak(g).0.bytes,
+    };
     let mut tally = Tally::default();
     for strategy in Strategy::ALL {
         for budget in budgets(g, &unplanned) {
@@ -80,12 +87,20 @@ pub fn budgets(g: &Graph, unplanned: &Plan) -> Vec<Option<(u64, BudgetOf)>> {
     all
 }
 
-/// One plan checked; `floor` is the graph's least-peak lower bound.
+/// The graph's peak bounds: of every plan that keeps or recomputes, and of those that also
+/// keep each graph output from when it is made.
+#[derive(Clone, Copy)]
+struct Floors {
+    least_peak: u64,
+    kept_outputs: u64,
+}
+
+/// One plan checked against the graph's bounds (`floor`).
 fn check_one(
     g: &Graph,
     strategy: Strategy,
     budget: Option<(u64, BudgetOf)>,
-    floor: u64,
+    floor: Floors,
     want: &[(String, HostTensor)],
     tally: &mut Tally,
 ) -> Result<(), String> {
@@ -123,9 +138,17 @@ fn check_one(
         Err(e) => return Err(e.to_string()),
     };
     let verified = verify(g, &p).map_err(|e| format!("the verifier rejects the plan: {e:?}"))?;
-    if p.offloads.is_empty() && p.summary.planned_peak < floor {
+    let keeps = sgc_plan::strategies::of(p.options.strategy).keeps_outputs();
+    if keeps {
+        runs_once_what_it_keeps(g, &p)?;
+    }
+    let (bound, name) = match keeps {
+        true => (floor.kept_outputs, "kept-outputs"),
+        false => (floor.least_peak, "least-peak"),
+    };
+    if p.offloads.is_empty() && p.summary.planned_peak < bound {
         return Err(format!(
-            "the plan peaks at {}, below the least-peak lower bound {floor}",
+            "the plan peaks at {}, below the {name} lower bound {bound}",
             p.summary.planned_peak
         ));
     }
@@ -141,6 +164,33 @@ fn check_one(
     tally.ran += 1;
     tally.recomputing += usize::from(p.steps.iter().any(|s| s.recompute));
     tally.rotor += usize::from(strategy == Strategy::Rotor);
+    Ok(())
+}
+
+/// The kept-outputs bound's premise: a plan of a strategy that keeps graph outputs runs no
+/// op twice whose every output is a graph output (or a view of one).
+fn runs_once_what_it_keeps(g: &Graph, p: &Plan) -> Result<(), String> {
+    let kept: std::collections::HashSet<_> =
+        g.outputs().iter().map(|&t| g.storage_root(t)).collect();
+    let mut runs = vec![0u32; g.num_ops()];
+    for s in &p.steps {
+        runs[s.op.index()] += 1;
+    }
+    for v in g.op_ids().filter(|&v| runs[v.index()] > 1) {
+        let outputs = &g.op(v).outputs;
+        let roots = outputs.iter().map(|&t| g.storage_root(t));
+        if roots
+            .clone()
+            .all(|r| g.is_persistent(r) || kept.contains(&r))
+            && roots.clone().any(|r| !g.is_persistent(r))
+        {
+            return Err(format!(
+                "op `{}` runs {} times, yet it makes only graph outputs",
+                g.op(v).name,
+                runs[v.index()]
+            ));
+        }
+    }
     Ok(())
 }
 

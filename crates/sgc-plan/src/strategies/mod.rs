@@ -64,6 +64,13 @@ pub trait Strategy: Sync {
     fn can_offload(&self) -> bool {
         false
     }
+    /// Whether its plans keep every graph output from its op's first run to the end of the
+    /// step: no op whose storages are all graph outputs runs again. Then the kept-outputs
+    /// bound ([`crate::least_peak::kept_outputs_peak`]) bounds its plans, and a budget below
+    /// it is refused before it plans.
+    fn keeps_outputs(&self) -> bool {
+        true
+    }
     /// What to try, besides a larger budget, when none of its plans fits one: the options
     /// of its own that reach lower, else another strategy.
     fn when_refused(&self, _options: &PlanOptions) -> Retry {

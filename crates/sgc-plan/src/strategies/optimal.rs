@@ -32,6 +32,11 @@ impl Strategy for Optimal {
         true
     }
 
+    /// Its program may free a graph output and make it again before the end.
+    fn keeps_outputs(&self) -> bool {
+        false
+    }
+
     fn schedule(
         &self,
         ctx: &Context<'_>,
@@ -73,7 +78,10 @@ fn plan(
             .unwrap_or_else(|| now + std::time::Duration::from_secs(100 * 365 * 86_400)),
         threads: run.threads(),
     };
-    let floor = crate::least_peak::least_peak(ctx);
+    let floor = crate::error::Floor {
+        bound: crate::least_peak::least_peak(ctx),
+        kind: crate::error::LowerBoundKind::LeastPeak,
+    };
     let pool = super::pool(run)?;
     let mut cap = budget;
     for _ in 0..4 {
