@@ -135,11 +135,7 @@ impl PlanReport<'_> {
     /// `graph` (the plan's graph): the kept-outputs bound for a strategy that keeps graph
     /// outputs once made, else the least-peak bound.
     pub fn with_peak_bound(&mut self, graph: &Graph, strategy: crate::plan::Strategy) {
-        let (b, kind) = if crate::plan::strategies::of(strategy).keeps_outputs() {
-            crate::plan::kept_outputs_peak(graph)
-        } else {
-            (crate::plan::least_peak(graph), LowerBoundKind::LeastPeak)
-        };
+        let (b, kind) = crate::plan::peak_bound_of(graph, strategy);
         self.peak_bound = Some(PeakBoundReport {
             bytes: b.bytes,
             planned_over_bound: ratio(self.planned_peak_bytes, b.bytes),

@@ -241,6 +241,32 @@ pub fn kept_outputs_peak(graph: &Graph) -> (sgc_ir::LowerBound, LowerBoundKind) 
     crate::least_peak::kept_outputs_peak(&Context::with_profile(graph, None))
 }
 
+/// The lower bound on the peak of every plan `strategy` can make of `graph` without
+/// offloads, persistent bytes included, and which bound it is: [`kept_outputs_peak`] for a
+/// strategy that keeps graph outputs once made (every one but `optimal`), else
+/// [`least_peak`]. The bound `sgc plan --bound` prints beside a plan's peak.
+pub fn peak_bound_of(graph: &Graph, strategy: Strategy) -> (sgc_ir::LowerBound, LowerBoundKind) {
+    peak_floor(
+        &Context::with_profile(graph, None),
+        strategies::of(strategy),
+    )
+}
+
+/// [`peak_bound_of`] on a context.
+fn peak_floor(
+    ctx: &Context<'_>,
+    strategy: &dyn strategies::Strategy,
+) -> (sgc_ir::LowerBound, LowerBoundKind) {
+    if strategy.keeps_outputs() {
+        crate::least_peak::kept_outputs_peak(ctx)
+    } else {
+        (
+            crate::least_peak::least_peak(ctx),
+            LowerBoundKind::LeastPeak,
+        )
+    }
+}
+
 /// The least-peak lower bound ([`crate::least_peak`]) in device bytes (arena plus
 /// persistent bytes, as `sgc fit` and a device budget count them): the bound less the
 /// largest in-place saving of one op ([`budget::in_place_slack`]). No plan that keeps or
@@ -274,14 +300,7 @@ fn floor(
     if options.host_link.is_some() && strategy.can_offload() {
         return None;
     }
-    let (bound, kind) = if strategy.keeps_outputs() {
-        crate::least_peak::kept_outputs_peak(ctx)
-    } else {
-        (
-            crate::least_peak::least_peak(ctx),
-            LowerBoundKind::LeastPeak,
-        )
-    };
+    let (bound, kind) = peak_floor(ctx, strategy);
     let bound = match options.budget_of {
         BudgetOf::Peak => bound,
         BudgetOf::Device => in_device_terms(ctx, bound),
