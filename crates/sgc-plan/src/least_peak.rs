@@ -126,8 +126,12 @@ fn with_kept_outputs(ctx: &Context<'_>) -> LowerBound {
 
 /// Whether sgc's heuristics never run op `v` again: it may not run again (a random or
 /// state-writing op), or every storage it outputs is a graph output, which they never free,
-/// so a run would remake nothing they need. They recompute only to remake a freed storage;
-/// the kept-outputs bound rests on this, and its test checks it on every schedule it makes.
+/// so a run would remake nothing they need. The kept-outputs bound rests on this. The split
+/// search and static DTR hold to it by construction (they remake only storages they freed,
+/// and a graph output is never one); the exchange refinement and rotor rerun ops by other
+/// rules (an inserted recomputation before a read; a stage's forward), which could in
+/// principle remake a graph output read later, so the planner's fuzz check tests it on every
+/// plan, as this module's test does on every schedule it makes.
 pub(crate) fn keeps_what_it_makes(ctx: &Context<'_>, v: usize) -> bool {
     !ctx.rerunnable[v] || ctx.out_roots[v].iter().all(|r| ctx.kept[r.index()])
 }
