@@ -34,7 +34,7 @@ pub struct InspectReport {
     /// recomputes, without offloading, peaks below it; at least the per-op bound.
     pub least_peak_bytes: u64,
     pub least_peak_op: Option<String>,
-    /// The kept-outputs lower bound (`sgc_plan::kept_outputs_peak`): no such schedule that
+    /// The kept-outputs lower bound (`sgc_plan::peak_bounds`): no such schedule that
     /// also keeps each graph output from when it is made (every strategy's but `optimal`'s)
     /// peaks below it; at least the least-peak bound, and equal to it (same op) where the
     /// graph outputs made before an op do not raise it.
@@ -222,8 +222,7 @@ fn build(g: &Graph, file: &str, top: usize, device: Option<&DeviceProfile>) -> I
     }
     let profile = g.memory_profile();
     let lb = g.lower_bound();
-    let least = crate::plan::least_peak(g);
-    let (kept, _) = crate::plan::kept_outputs_peak(g);
+    let (least, kept) = crate::plan::peak_bounds(g);
     let op_name = |s: usize| g.ops()[s].name.clone();
     InspectReport {
         file: file.to_string(),

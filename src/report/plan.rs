@@ -90,7 +90,7 @@ pub struct PeakBoundReport {
     pub bytes: u64,
     /// `planned_peak_bytes / bytes`: how far above the bound the plan peaks.
     pub planned_over_bound: f64,
-    /// `least-peak` (`sgc_plan::least_peak`) or `kept-outputs` (`sgc_plan::kept_outputs_peak`,
+    /// `least-peak` (`sgc_plan::least_peak`) or `kept-outputs` (`sgc_plan::peak_bounds`,
     /// for every strategy's plans but `optimal`'s).
     pub method: &'static str,
     /// The op whose run sets it.

@@ -72,11 +72,13 @@ pub(crate) fn least_peak(ctx: &Context<'_>) -> LowerBound {
 /// First runs are in the traced order, so when op `v` first runs, every such storage made
 /// by an op before `v` is resident beside `v`'s own inputs and outputs (graph inputs that
 /// are outputs are resident throughout). The bound is the larger of that, over the ops, and
-/// [`least_peak`], with the kind of the larger (the least-peak bound where it is not
-/// raised). A schedule that drops a graph output and makes it again later (the `optimal`
-/// program allows it) can peak lower.
-pub(crate) fn kept_outputs_peak(ctx: &Context<'_>) -> (LowerBound, LowerBoundKind) {
-    let least = least_peak(ctx);
+/// `least`, the graph's [`least_peak`], with the kind of the larger (the least-peak bound
+/// where it is not raised). A schedule that drops a graph output and makes it again later
+/// (the `optimal` program allows it) can peak lower.
+pub(crate) fn kept_outputs_peak(
+    ctx: &Context<'_>,
+    least: LowerBound,
+) -> (LowerBound, LowerBoundKind) {
     let kept = with_kept_outputs(ctx);
     if kept.bytes > least.bytes {
         (kept, LowerBoundKind::KeptOutputs)
@@ -175,10 +177,7 @@ struct Walk<'c, 'g> {
 impl Walk<'_, '_> {
     /// Bytes of the distinct storages among `roots`.
     fn weight<'a>(&self, roots: impl Iterator<Item = &'a TensorId>) -> u64 {
-        let mut v: Vec<TensorId> = roots.copied().collect();
-        v.sort_unstable();
-        v.dedup();
-        v.iter().map(|r| self.ctx.bytes[r.index()]).sum()
+        distinct(roots).map(|r| self.ctx.bytes[r.index()]).sum()
     }
 
     /// Whether a run of op `p` starts an instance of storage `r` (`p` produces its root).
@@ -227,6 +226,37 @@ mod tests {
     use sgc_ir::testgen::{random_graph, GenConfig, SplitMix64};
     use sgc_ir::OpId;
 
+    /// Calls `check` with each of the schedules sgc's heuristics make of `ctx`'s graph that
+    /// the tests hold to the bounds (the lowest peaks they reach): 24 split plans under
+    /// random rule sets, and static DTR evicting anything at 9 thresholds from the per-op
+    /// lower bound to the unplanned peak.
+    fn each_heuristic_schedule(
+        ctx: &Context<'_>,
+        seed: u64,
+        check: &mut impl FnMut(&[(OpId, bool)], &str),
+    ) {
+        let mut rng = SplitMix64::new(seed);
+        for _ in 0..24 {
+            let mut genome = random_splits(&mut rng, ctx.n);
+            genome.rules = Rules::all()[rng.index(8)];
+            if let Some(steps) = schedule(ctx, &genome) {
+                check(&steps, "a split plan");
+            }
+        }
+        let lb = ctx.lower_bound.bytes;
+        for k in 0..=8u64 {
+            let params = DtrParams {
+                threshold: lb + (ctx.unplanned_peak - lb) * k / 8,
+                min_size: 0,
+                sqrt_sampling: false,
+                seed,
+            };
+            if let Ok(steps) = dtr_schedule(ctx, &params) {
+                check(&steps, "static DTR");
+            }
+        }
+    }
+
     /// On random graphs, no recompute-only schedule peaks below the bound: split plans
     /// under every rule set, and static DTR evicting anything at thresholds down to the
     /// per-op lower bound (the lowest peaks sgc's heuristics reach). The bound lies between
@@ -243,7 +273,6 @@ mod tests {
             assert!(floor >= ctx.lower_bound.bytes, "seed {seed}");
             assert!(floor <= ctx.unplanned_peak, "seed {seed}");
             above_per_op += usize::from(floor > ctx.lower_bound.bytes);
-            let mut rng = SplitMix64::new(seed);
             let mut lowest = u64::MAX;
             let mut check = |steps: &[(OpId, bool)], what: &str| {
                 let f = fitness_of(&ctx, steps, 0);
@@ -256,25 +285,7 @@ mod tests {
                     lowest = lowest.min(f.peak);
                 }
             };
-            for _ in 0..24 {
-                let mut genome = random_splits(&mut rng, ctx.n);
-                genome.rules = Rules::all()[rng.index(8)];
-                if let Some(steps) = schedule(&ctx, &genome) {
-                    check(&steps, "a split plan");
-                }
-            }
-            let lb = ctx.lower_bound.bytes;
-            for k in 0..=8u64 {
-                let params = DtrParams {
-                    threshold: lb + (ctx.unplanned_peak - lb) * k / 8,
-                    min_size: 0,
-                    sqrt_sampling: false,
-                    seed,
-                };
-                if let Ok(steps) = dtr_schedule(&ctx, &params) {
-                    check(&steps, "static DTR");
-                }
-            }
+            each_heuristic_schedule(&ctx, seed, &mut check);
             tight += usize::from(lowest == floor);
         }
         assert!(
@@ -297,12 +308,12 @@ mod tests {
         for seed in 0..200u64 {
             let g = random_graph(seed, &GenConfig::small());
             let ctx = Context::new(&g);
-            let (floor, kind) = kept_outputs_peak(&ctx);
-            let least = least_peak(&ctx).bytes;
+            let least = least_peak(&ctx);
+            let (floor, kind) = kept_outputs_peak(&ctx, least);
+            let least = least.bytes;
             assert!(floor.bytes >= least, "seed {seed}");
             assert_eq!(kind == LowerBoundKind::KeptOutputs, floor.bytes > least);
             raised += usize::from(floor.bytes > least);
-            let mut rng = SplitMix64::new(seed);
             let mut lowest = u64::MAX;
             let mut check = |steps: &[(OpId, bool)], what: &str| {
                 let mut runs = vec![0u32; ctx.n];
@@ -326,25 +337,7 @@ mod tests {
                     lowest = lowest.min(f.peak);
                 }
             };
-            for _ in 0..24 {
-                let mut genome = random_splits(&mut rng, ctx.n);
-                genome.rules = Rules::all()[rng.index(8)];
-                if let Some(steps) = schedule(&ctx, &genome) {
-                    check(&steps, "a split plan");
-                }
-            }
-            let lb = ctx.lower_bound.bytes;
-            for k in 0..=8u64 {
-                let params = DtrParams {
-                    threshold: lb + (ctx.unplanned_peak - lb) * k / 8,
-                    min_size: 0,
-                    sqrt_sampling: false,
-                    seed,
-                };
-                if let Ok(steps) = dtr_schedule(&ctx, &params) {
-                    check(&steps, "static DTR");
-                }
-            }
+            each_heuristic_schedule(&ctx, seed, &mut check);
             tight += usize::from(lowest == floor.bytes && floor.bytes > least);
         }
         assert!(

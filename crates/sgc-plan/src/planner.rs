@@ -233,16 +233,19 @@ pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
     crate::least_peak::least_peak(&Context::with_profile(graph, None))
 }
 
-/// The peak bound of plans that keep each graph output from when it is made, as every
-/// strategy but `optimal` does ([`crate::least_peak::kept_outputs_peak`]), persistent bytes
-/// included, and which bound it is: the kept-outputs bound where graph outputs made before
-/// an op (the gradients done so far) raise it above the least-peak bound, else that bound.
-pub fn kept_outputs_peak(graph: &Graph) -> (sgc_ir::LowerBound, LowerBoundKind) {
-    crate::least_peak::kept_outputs_peak(&Context::with_profile(graph, None))
+/// The graph's two peak bounds, persistent bytes included: the least-peak bound
+/// ([`least_peak`]), and the kept-outputs bound of plans that keep each graph output from
+/// when it is made, as every strategy but `optimal` does
+/// ([`crate::least_peak::kept_outputs_peak`]): the least-peak bound, or more where graph
+/// outputs made before an op (the gradients done so far) raise it.
+pub fn peak_bounds(graph: &Graph) -> (sgc_ir::LowerBound, sgc_ir::LowerBound) {
+    let ctx = Context::with_profile(graph, None);
+    let least = crate::least_peak::least_peak(&ctx);
+    (least, crate::least_peak::kept_outputs_peak(&ctx, least).0)
 }
 
 /// The lower bound on the peak of every plan `strategy` can make of `graph` without
-/// offloads, persistent bytes included, and which bound it is: [`kept_outputs_peak`] for a
+/// offloads, persistent bytes included, and which bound it is: the kept-outputs bound for a
 /// strategy that keeps graph outputs once made (every one but `optimal`), else
 /// [`least_peak`]. The bound `sgc plan --bound` prints beside a plan's peak.
 pub fn peak_bound_of(graph: &Graph, strategy: Strategy) -> (sgc_ir::LowerBound, LowerBoundKind) {
@@ -257,13 +260,11 @@ fn peak_floor(
     ctx: &Context<'_>,
     strategy: &dyn strategies::Strategy,
 ) -> (sgc_ir::LowerBound, LowerBoundKind) {
+    let least = crate::least_peak::least_peak(ctx);
     if strategy.keeps_outputs() {
-        crate::least_peak::kept_outputs_peak(ctx)
+        crate::least_peak::kept_outputs_peak(ctx, least)
     } else {
-        (
-            crate::least_peak::least_peak(ctx),
-            LowerBoundKind::LeastPeak,
-        )
+        (least, LowerBoundKind::LeastPeak)
     }
 }
 

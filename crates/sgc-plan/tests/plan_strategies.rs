@@ -343,10 +343,7 @@ fn a_budget_is_met_or_refused_with_the_lowest_peak() {
             }) => assert!(best_device.map_or(best_peak, |d| d) > s.lower_bound),
             Err(PlanError::BudgetBelowLowerBound { lower_bound, .. }) => {
                 assert!(lower_bound > s.lower_bound, "{name}");
-                assert!(
-                    lower_bound <= sgc_plan::kept_outputs_peak(&g).0.bytes,
-                    "{name}"
-                );
+                assert!(lower_bound <= sgc_plan::peak_bounds(&g).1.bytes, "{name}");
             }
             Err(e) => panic!("{name}: {e}"),
         }

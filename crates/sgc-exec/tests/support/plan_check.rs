@@ -14,7 +14,7 @@
 //! - a plan that does not offload peaks at or above the least-peak lower bound
 //!   (`sgc_plan::least_peak`), and one of a strategy that keeps graph outputs once made
 //!   (every one but `optimal`) at or above the kept-outputs bound
-//!   (`sgc_plan::kept_outputs_peak`): the bounds the planner refuses budgets below before
+//!   (`sgc_plan::peak_bounds`): the bounds the planner refuses budgets below before
 //!   planning;
 //! - a budget refused (`BudgetNotMet`) is one that the best plan found really exceeds, and
 //!   one refused as below a lower bound (`BudgetBelowLowerBound`) is below it.
@@ -24,8 +24,7 @@
 use sgc_exec::{CpuBackend, Executor, HostTensor};
 use sgc_ir::{Graph, TensorKind};
 use sgc_plan::{
-    kept_outputs_peak, least_peak, plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig,
-    Strategy,
+    peak_bounds, plan, verify, BudgetOf, Plan, PlanError, PlanOptions, RunConfig, Strategy,
 };
 
 /// What [`check_step`] did with one graph.
@@ -50,9 +49,10 @@ pub fn check_step(g: &Graph) -> Result<Tally, String> {
     let unplanned =
         plan_with(g, Strategy::None, None).map_err(|e| format!("the unplanned plan: {e}"))?;
     let want = run(g, &unplanned).map_err(|e| format!("the unplanned run: {e}"))?;
+    let (least_peak, kept_outputs) = peak_bounds(g);
     let floor = Floors {
-        least_peak: least_peak(g).bytes,
-        kept_outputs: kept_outputs_peak(g).0.bytes,
+        least_peak: least_peak.bytes,
+        kept_outputs: kept_outputs.bytes,
     };
     let mut tally = Tally::default();
     for strategy in Strategy::ALL {
