@@ -121,6 +121,19 @@ impl<'g> Context<'g> {
         self.rerunnable[op.index()]
     }
 
+    /// Whether a schedule that keeps its graph outputs runs `op` once only: it may not run
+    /// again (it draws random numbers or writes state), or every storage it outputs is a
+    /// graph output, so a run after the first would remake only what is already kept. A
+    /// strategy whose [`crate::strategies::Strategy::keeps_outputs`] is true runs no such op twice (the
+    /// kept-outputs bound rests on it). The built-in ones hold to it by construction: the
+    /// split search and static DTR remake only storages they freed, and a graph output never
+    /// is one; the exchange refinement inserts no recomputation of such an op, and rotor's
+    /// later runs of a stage skip them. The planner's fuzz check tests it on every plan.
+    pub fn keeps_what_it_makes(&self, op: OpId) -> bool {
+        let v = op.index();
+        !self.rerunnable[v] || self.out_roots[v].iter().all(|r| self.kept[r.index()])
+    }
+
     /// The peak of the traced order, every storage freed after its last use.
     pub fn unplanned_peak(&self) -> u64 {
         self.unplanned_peak

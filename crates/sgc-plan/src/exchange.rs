@@ -14,7 +14,9 @@
 //! lowers the recompute cost, the schedule still replays under the IR's memory model
 //! (`sgc_ir::simulate`: every read finds an instance, no view is read stale) and the peak
 //! stays within the cap. An inserted op must be one that may run again
-//! ([`Context::rerunnable`]), may not run a third time (the split strategies' promise,
+//! ([`Context::rerunnable`]) to remake a storage that is not a graph output (a graph output
+//! stays resident from its first run to the end: [`Context::keeps_what_it_makes`], the
+//! premise of the kept-outputs bound), may not run a third time (the split strategies' promise,
 //! which the verifier holds their plans to), and may not read persistent state that a
 //! non-recomputable op has already written when it runs ([`Context::root_hazard`]'s rule,
 //! as the split plans' walk applies it).
@@ -193,7 +195,7 @@ fn inserts(ctx: &Context<'_>, s: &[(OpId, bool)]) -> Vec<(OpId, usize)> {
             let dirty = frontier.is_some_and(|f| ctx.root_hazard(r) <= f);
             // Reading what the step right before made gains nothing.
             let adjacent = j > 0 && s[j - 1].0 == p;
-            if ctx.rerunnable(p) && !dirty && !adjacent {
+            if !ctx.keeps_what_it_makes(p) && !dirty && !adjacent {
                 out.push((p, j));
             }
         }

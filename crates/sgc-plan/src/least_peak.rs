@@ -67,7 +67,7 @@ pub(crate) fn least_peak(ctx: &Context<'_>) -> LowerBound {
 
 /// A lower bound on the peak of the schedules sgc's heuristics make (every strategy's but
 /// `optimal`'s, without offloads), which keep what they compute for the step's result: no
-/// op of [`keeps_what_it_makes`] runs again, so each graph output such an op makes (a
+/// op of [`Context::keeps_what_it_makes`] runs again, so each graph output such an op makes (a
 /// weight's gradient, the loss) is resident from the op's first run to the end of the step.
 /// First runs are in the traced order, so when op `v` first runs, every such storage made
 /// by an op before `v` is resident beside `v`'s own inputs and outputs (graph inputs that
@@ -112,7 +112,7 @@ fn with_kept_outputs(ctx: &Context<'_>) -> LowerBound {
         if here > best.0 {
             best = (here, Some(OpId::new(v)));
         }
-        if keeps_what_it_makes(ctx, v) {
+        if ctx.keeps_what_it_makes(OpId::new(v)) {
             for &r in &ctx.out_roots[v] {
                 if ctx.kept[r.index()] && ctx.g.producer(r).map(|o| o.index()) == Some(v) {
                     now = hold(r, &mut held);
@@ -124,18 +124,6 @@ fn with_kept_outputs(ctx: &Context<'_>) -> LowerBound {
         bytes: ctx.persistent_bytes.saturating_add(best.0),
         op: best.1,
     }
-}
-
-/// Whether sgc's heuristics never run op `v` again: it may not run again (a random or
-/// state-writing op), or every storage it outputs is a graph output, which they never free,
-/// so a run would remake nothing they need. The kept-outputs bound rests on this. The split
-/// search and static DTR hold to it by construction (they remake only storages they freed,
-/// and a graph output is never one); the exchange refinement and rotor rerun ops by other
-/// rules (an inserted recomputation before a read; a stage's forward), which could in
-/// principle remake a graph output read later, so the planner's fuzz check tests it on every
-/// plan, as this module's test does on every schedule it makes.
-pub(crate) fn keeps_what_it_makes(ctx: &Context<'_>, v: usize) -> bool {
-    !ctx.rerunnable[v] || ctx.out_roots[v].iter().all(|r| ctx.kept[r.index()])
 }
 
 /// The distinct roots among `roots`, in order.
@@ -299,7 +287,7 @@ mod tests {
 
     /// On random graphs, no schedule of sgc's heuristics peaks below the kept-outputs
     /// bound: split plans under every rule set and static DTR evicting anything, as above.
-    /// Each keeps what it makes (no op of [`keeps_what_it_makes`] runs twice: the bound's
+    /// Each keeps what it makes (no op of [`Context::keeps_what_it_makes`] runs twice: the bound's
     /// premise, checked). The bound rises above the least-peak bound on some graphs, and
     /// some schedule meets it on some (or the test would pass with a weaker bound).
     #[test]
@@ -322,7 +310,7 @@ mod tests {
                 }
                 for (v, &r) in runs.iter().enumerate() {
                     assert!(
-                        r <= 1 || !keeps_what_it_makes(&ctx, v),
+                        r <= 1 || !ctx.keeps_what_it_makes(OpId::new(v)),
                         "seed {seed}: {what} runs op {v} again, which keeps what it makes"
                     );
                 }

@@ -329,8 +329,9 @@ fn chained_roots(ctx: &Context<'_>, nf: usize) -> Vec<bool> {
 /// Per stage: the ops a run after its first repeats, in traced order. A later run remakes
 /// what is read after the stage (its output, the roots its backward group reads, views of
 /// them), so it repeats the ops those depend on within the stage, and not the others: not
-/// an op that may not run again (its outputs stayed resident), nor one whose outputs only
-/// such ops read (the running statistics a batch norm writes back).
+/// an op that may not run again or makes only graph outputs (its outputs stayed resident:
+/// [`Context::keeps_what_it_makes`]), nor one whose outputs only such ops read (the running
+/// statistics a batch norm writes back).
 fn rerun_ops(ctx: &Context<'_>, stages: &[Stage]) -> Vec<Vec<usize>> {
     let g = ctx.g;
     // Per tensor: the last traced position that reads it.
@@ -353,7 +354,8 @@ fn rerun_ops(ctx: &Context<'_>, stages: &[Stage]) -> Vec<Vec<usize>> {
                     let used = |t: &TensorId| {
                         needed[t.index()] || last_read[t.index()].is_some_and(|r| r >= s.ops.end)
                     };
-                    let again = ctx.rerunnable[i] && op.outputs.iter().any(used);
+                    let again =
+                        !ctx.keeps_what_it_makes(OpId::new(i)) && op.outputs.iter().any(used);
                     if again {
                         for &t in &op.inputs {
                             needed[t.index()] = true;
