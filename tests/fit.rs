@@ -64,30 +64,50 @@ fn assert_monotone_answer(g: &Graph, opts: &FitOptions, report: &FitReport, what
             sf.strategy,
             b + 1
         );
+        // Every strategy here keeps its graph outputs, so the tightest bound covers it.
         assert!(
-            b <= report.least_peak_batch,
-            "{what}: past the least-peak bound"
+            b <= report.kept_outputs_batch,
+            "{what}: past the kept-outputs bound"
         );
     }
     assert!(
-        report.least_peak_batch <= report.lower_bound_batch,
+        report.kept_outputs_batch <= report.least_peak_batch
+            && report.least_peak_batch <= report.lower_bound_batch,
         "{what}"
     );
-    assert_least_peak_limit(g, opts.limit(), report, what);
+    assert_bound_limits(g, opts.limit(), report, what);
 }
 
-/// The least-peak batch is where the bound, in device bytes, crosses the limit, computed
-/// afresh on the rescaled graphs; the figure reported above it is above the limit.
-fn assert_least_peak_limit(g: &Graph, limit: u64, report: &FitReport, what: &str) {
-    let b = report.least_peak_batch;
-    let at = |b: u64| sgc::plan::least_device_bytes(&rescale::rescale(g, b).unwrap()).bytes;
-    if b > 0 {
-        assert!(at(b) <= limit, "{what}: batch {b} above the bound");
-    }
-    assert!(report.least_peak_next > limit, "{what}");
-    if b < report.lower_bound_batch {
-        assert!(at(b + 1) > limit, "{what}: batch {} under it too", b + 1);
-        assert_eq!(report.least_peak_next, at(b + 1), "{what}");
+/// The least-peak and kept-outputs batches are where those bounds, in device bytes, cross
+/// the limit, computed afresh on the rescaled graphs; the figures reported above them are
+/// above the limit.
+fn assert_bound_limits(g: &Graph, limit: u64, r: &FitReport, what: &str) {
+    let least = |g: &Graph| sgc::plan::least_device_bytes(g).bytes;
+    let kept = |g: &Graph| sgc::plan::kept_device_bytes(g).bytes;
+    for (name, bound, (b, next), looser) in [
+        (
+            "least-peak",
+            &least as &dyn Fn(&Graph) -> u64,
+            (r.least_peak_batch, r.least_peak_next),
+            r.lower_bound_batch,
+        ),
+        (
+            "kept-outputs",
+            &kept,
+            (r.kept_outputs_batch, r.kept_outputs_next),
+            r.least_peak_batch,
+        ),
+    ] {
+        let what = format!("{what}, {name}");
+        let at = |b: u64| bound(&rescale::rescale(g, b).unwrap());
+        if b > 0 {
+            assert!(at(b) <= limit, "{what}: batch {b} above the bound");
+        }
+        assert!(next > limit, "{what}");
+        if b < looser {
+            assert!(at(b + 1) > limit, "{what}: batch {} under it too", b + 1);
+            assert_eq!(next, at(b + 1), "{what}");
+        }
     }
 }
 
@@ -188,7 +208,7 @@ fn sublinear_fits_three_times_the_batch_of_the_real_resnet50_on_11_gb() {
         report.least_peak_batch,
         report.lower_bound_batch
     );
-    assert_least_peak_limit(&g, opts.limit(), &report, "resnet50");
+    assert_bound_limits(&g, opts.limit(), &report, "resnet50");
 }
 
 #[test]
@@ -314,6 +334,48 @@ fn the_cli_limits_recompute_to_a_third_by_default_and_shows_the_trade() {
     };
     let row = text.lines().find(|l| l.starts_with("sublinear ")).unwrap();
     assert!(share(row) <= 33.3, "{row}");
+}
+
+/// On tiny_transformer the weight gradients weigh beside one sample's activations, so the
+/// kept-outputs bound stops below the least-peak one: the report and the CLI say where, and
+/// where it alone refuses batch 1, the CLI fails naming it.
+#[test]
+fn the_kept_outputs_bound_stops_the_batch_below_the_least_peak_bound() {
+    let g = zoo_file("tiny_transformer");
+    let opts = FitOptions::new(70_000);
+    let report = run_fit(&g, &opts);
+    assert!(
+        report.kept_outputs_batch > 0 && report.kept_outputs_batch < report.least_peak_batch,
+        "kept {} least {}",
+        report.kept_outputs_batch,
+        report.least_peak_batch
+    );
+    assert_monotone_answer(&g, &opts, &report, "tiny_transformer");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("graphs/tiny_transformer.json");
+    let fit_cli = |memory: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sgc"))
+            .args(["fit", "-q", "--genetic-iters", "2", "--memory", memory])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let run = fit_cli("70000");
+    let out = String::from_utf8_lossy(&run.stdout);
+    let line = format!(
+        "kept-outputs lower bound: batch {} at most; at batch {} no plan that keeps or recomputes and keeps each graph output",
+        report.kept_outputs_batch,
+        report.kept_outputs_batch + 1
+    );
+    assert!(out.contains(&line), "{out}");
+    // At batch 1 the kept-outputs bound is 55.88 KiB in device bytes, the least-peak one
+    // 30.75 KiB.
+    let run = fit_cli("50KiB");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("at batch 1 no plan that keeps or recomputes and keeps each graph output from when it is made (every strategy's but optimal's) needs less than 55.88 KiB (the kept-outputs lower bound; limit 50.00 KiB)"),
+        "{err}"
+    );
 }
 
 /// `sgc fit` where nothing fits prints its table and then fails, saying why: the per-op

@@ -150,10 +150,15 @@ fn nothing_fits(r: &FitReport) -> Option<String> {
             "no batch fits: at batch 1 no plan that keeps or recomputes needs less than {} (the least-peak lower bound; limit {limit}); give --memory at least that",
             human_bytes(r.least_peak_next)
         )
+    } else if r.kept_outputs_batch == 0 {
+        format!(
+            "no batch fits: at batch 1 no plan that keeps or recomputes and keeps each graph output from when it is made (every strategy's but optimal's) needs less than {} (the kept-outputs lower bound; limit {limit}); give --memory at least that",
+            human_bytes(r.kept_outputs_next)
+        )
     } else {
         format!(
             "no strategy fits batch 1 within the limit {limit} (the lower bounds would allow batch {}; every plan tried needs more, or recomputes more than --max-recompute): give more --memory, a larger --max-recompute, or another --strategy",
-            r.least_peak_batch
+            r.kept_outputs_batch
         )
     })
 }
@@ -284,6 +289,7 @@ fn table(file: &str, r: &FitReport) -> String {
         human_bytes(r.lower_bound_next)
     );
     s += &least_peak_line(r);
+    s += &kept_outputs_line(r);
     s
 }
 
@@ -294,11 +300,34 @@ fn least_peak_line(r: &FitReport) -> String {
             .into();
     }
     format!(
-        "least-peak lower bound: batch {} at most; at batch {} no plan that keeps or recomputes needs less than {} (> limit)\n",
-        r.least_peak_batch,
+        "least-peak lower bound: {}; at batch {} no plan that keeps or recomputes needs less than {} (> limit)\n",
+        at_most(r.least_peak_batch),
         r.least_peak_batch + 1,
         human_bytes(r.least_peak_next)
     )
+}
+
+/// What the kept-outputs lower bound allows, where it is tighter than the least-peak one.
+fn kept_outputs_line(r: &FitReport) -> String {
+    if r.kept_outputs_batch == r.least_peak_batch {
+        return "kept-outputs lower bound: the same batch (no plan that keeps each graph output from when it is made needs less)\n"
+            .into();
+    }
+    format!(
+        "kept-outputs lower bound: {}; at batch {} no plan that keeps or recomputes and keeps each graph output from when it is made (every strategy's but optimal's) needs less than {} (> limit)\n",
+        at_most(r.kept_outputs_batch),
+        r.kept_outputs_batch + 1,
+        human_bytes(r.kept_outputs_next)
+    )
+}
+
+/// "batch B at most", or "no batch" for 0.
+fn at_most(batch: u64) -> String {
+    if batch == 0 {
+        "no batch".into()
+    } else {
+        format!("batch {batch} at most")
+    }
 }
 
 /// Per strategy whose recompute changes with the batch (the budget-aware ones), every

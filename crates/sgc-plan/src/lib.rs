@@ -77,8 +77,8 @@ pub use options::{
 };
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
-    bound, least_device_bytes, least_peak, peak_bound_of, peak_bounds, plan, plan_budgets, plan_by,
-    plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
+    bound, kept_device_bytes, least_device_bytes, least_peak, peak_bound_of, peak_bounds, plan,
+    plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
 };
 pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};

@@ -277,6 +277,16 @@ pub fn least_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
     in_device_terms(&ctx, crate::least_peak::least_peak(&ctx))
 }
 
+/// The kept-outputs lower bound ([`crate::least_peak::kept_outputs_peak`]) in device bytes,
+/// as [`least_device_bytes`] gives the least-peak one: no plan that keeps or recomputes and
+/// keeps each graph output from when it is made (every strategy's but `optimal`'s, without
+/// offloads) needs fewer device bytes.
+pub fn kept_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
+    let ctx = Context::with_profile(graph, None);
+    let least = crate::least_peak::least_peak(&ctx);
+    in_device_terms(&ctx, crate::least_peak::kept_outputs_peak(&ctx, least).0)
+}
+
 /// A lower bound on the memory-model peak as one on device bytes: less the largest
 /// in-place saving of one op, which the arena may pack below the peak.
 fn in_device_terms(ctx: &Context<'_>, peak: sgc_ir::LowerBound) -> sgc_ir::LowerBound {
