@@ -24,8 +24,16 @@
 //!    eviction floor (or the per-op lower bound) up to the unplanned peak: eviction
 //!    reaches below what split points can, and at many memories recomputes less. Such a
 //!    plan is recorded with strategy `dtr` (the verifier's rules for eviction: an op may
-//!    run more than twice). They are made once per candidate set, when a budget is first
-//!    selected, and compete with the split plans on recompute like any other candidate.
+//!    run more than twice). They compete with the split plans on recompute like any other
+//!    candidate.
+//! 5. exchange refinements of those eviction plans at [`EVICTION_EXCHANGE_LEVELS`] peak
+//!    levels, geometrically spaced from the lowest eviction plan's peak to the unplanned
+//!    peak (and at that lowest peak itself): at each level the cheapest eviction plan under
+//!    it (or the one the level below ended with) drops the recomputations the level leaves
+//!    room for and trades others for cheaper ones, as in 4. Below the lowest split plan only
+//!    eviction reaches, and there the thresholds are far apart: on ResNet-50 at batch 585
+//!    the eviction plans went from 11.02 GiB at 23.6% of a step straight to 8.39 GiB at
+//!    47.7%, so a budget of 11 GiB paid 47.7%; the refinement fills that range.
 //! 4. exchange refinements ([`crate::exchange`]) at [`EXCHANGE_LEVELS`] peak levels,
 //!    geometrically spaced like the ladder: at each level the cheapest plan under it (the
 //!    front's, or the one the level below ended with) trades recomputations for cheaper
@@ -47,6 +55,7 @@ use crate::options::{BudgetOf, PlanOptions, Strategy};
 use crate::sublinear::evaluate::{fitness_of, schedule, Fitness};
 use crate::sublinear::genome::Genome;
 use crate::sublinear::search::Evaluator;
+use rayon::prelude::*;
 use sgc_ir::OpId;
 
 /// Peak levels of the refinement ladder.
@@ -57,6 +66,12 @@ pub(crate) const EXCHANGE_LEVELS: u32 = 64;
 pub(crate) const EXCHANGE_WORK: u64 = 10_000_000;
 /// Eviction thresholds tried.
 pub(crate) const DTR_LEVELS: u32 = 16;
+/// Eviction thresholds tried besides, in the front's cliffs ([`cliffs`]).
+pub(crate) const CLIFF_THRESHOLDS: usize = 16;
+/// Cliff thresholds tried per round (in parallel; the rounds do not depend on the workers).
+const CLIFF_ROUND: usize = 4;
+/// Peak levels of the exchange refinement of the eviction plans.
+pub(crate) const EVICTION_EXCHANGE_LEVELS: u32 = 16;
 /// How many of the lowest-peak candidates a refusal places to report the lowest device
 /// bytes reached.
 const REFUSAL_PLACED: usize = 4;
@@ -127,8 +142,7 @@ pub(crate) fn candidates(
         .collect();
     Candidates {
         split,
-        evictions: std::sync::OnceLock::new(),
-        opts: opts.clone(),
+        evictions: evictions(ctx, ev.pool, opts),
     }
 }
 
@@ -163,42 +177,138 @@ fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
     out
 }
 
-/// The candidate set: split plans, and eviction plans made when first needed.
+/// The candidate set: split plans, and eviction plans.
 pub(crate) struct Candidates {
     split: Vec<Candidate>,
-    evictions: std::sync::OnceLock<Vec<Candidate>>,
-    opts: PlanOptions,
+    evictions: Vec<Candidate>,
 }
 
-impl Candidates {
-    fn evictions(&self, ctx: &Context<'_>) -> &[Candidate] {
-        self.evictions.get_or_init(|| evictions(ctx, &self.opts))
+/// Static DTR at thresholds from its eviction floor up to the unplanned peak, and their
+/// exchange refinements.
+fn evictions(ctx: &Context<'_>, pool: &rayon::ThreadPool, opts: &PlanOptions) -> Vec<Candidate> {
+    let plans = eviction_plans(ctx, pool, opts);
+    let refined = exchanged_evictions(ctx, pool, &plans);
+    plans.into_iter().chain(refined).collect()
+}
+
+/// Exchange refinements ([`crate::exchange`]) of the eviction plans `plans` at
+/// [`EVICTION_EXCHANGE_LEVELS`] peak levels from their lowest peak up (that peak
+/// included), each from the cheapest of them under its level or the one the level below
+/// ended with, whichever recomputes less. Each follows eviction's rules, as its start does.
+fn exchanged_evictions(
+    ctx: &Context<'_>,
+    pool: &rayon::ThreadPool,
+    plans: &[Candidate],
+) -> Vec<Candidate> {
+    let Some(lowest) = plans.iter().map(|c| c.fitness.peak).min() else {
+        return Vec::new();
+    };
+    let budget = EXCHANGE_WORK / u64::from(EXCHANGE_LEVELS);
+    let mut memo = crate::exchange::Memo::default();
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut caps = vec![lowest];
+    caps.extend(levels(lowest, ctx.unplanned_peak, EVICTION_EXCHANGE_LEVELS));
+    caps.dedup();
+    for level in caps {
+        let start = plans
+            .iter()
+            .chain(out.last())
+            .filter(|c| c.fitness.peak <= level)
+            .min_by_key(|c| (c.fitness.cost, c.fitness.peak));
+        let Some(Candidate {
+            source: Source::Steps(steps, _),
+            ..
+        }) = start
+        else {
+            continue;
+        };
+        if let Some(r) = crate::exchange::refine(ctx, pool, steps, (level, budget), &mut memo) {
+            out.push(Candidate {
+                source: Source::Steps(r.steps, Strategy::Dtr),
+                fitness: r.fitness,
+            });
+        }
     }
+    out
 }
 
-/// Static DTR at thresholds from its eviction floor up to the unplanned peak.
-fn evictions(ctx: &Context<'_>, opts: &PlanOptions) -> Vec<Candidate> {
+/// Static DTR at thresholds from its eviction floor up to the unplanned peak: [`DTR_LEVELS`]
+/// geometric levels, then [`CLIFF_THRESHOLDS`] more where the recompute falls most
+/// between two neighbouring thresholds ([`cliffs`]).
+fn eviction_plans(
+    ctx: &Context<'_>,
+    pool: &rayon::ThreadPool,
+    opts: &PlanOptions,
+) -> Vec<Candidate> {
     let lb = ctx.lower_bound.bytes.max(dtr::eviction_floor(ctx));
     let mut thresholds = vec![lb];
     thresholds.extend(levels(lb, ctx.unplanned_peak, DTR_LEVELS));
+    thresholds.sort_unstable();
     thresholds.dedup();
-    thresholds
-        .into_iter()
-        .filter_map(|threshold| {
-            let params = dtr::DtrParams {
-                threshold,
-                min_size: opts.evictee_min_size,
-                sqrt_sampling: opts.sqrt_sampling,
-                seed: opts.seed,
-            };
-            let steps = dtr::schedule(ctx, &params).ok()?;
-            let fitness = fitness_of(ctx, &steps, 0);
-            fitness.feasible.then_some(Candidate {
-                source: Source::Steps(steps, Strategy::Dtr),
-                fitness,
+    let mut tried = evict_at(ctx, pool, opts, &thresholds);
+    let mut added = 0;
+    while added < CLIFF_THRESHOLDS {
+        let next = cliffs(&tried, CLIFF_ROUND.min(CLIFF_THRESHOLDS - added));
+        if next.is_empty() {
+            break;
+        }
+        added += next.len();
+        tried.extend(evict_at(ctx, pool, opts, &next));
+        tried.sort_by_key(|&(t, _)| t);
+    }
+    tried.into_iter().filter_map(|(_, c)| c).collect()
+}
+
+/// Static DTR's plan at each of `thresholds` (in parallel, in order), `None` where it
+/// finds none.
+fn evict_at(
+    ctx: &Context<'_>,
+    pool: &rayon::ThreadPool,
+    opts: &PlanOptions,
+    thresholds: &[u64],
+) -> Vec<(u64, Option<Candidate>)> {
+    pool.install(|| {
+        thresholds
+            .par_iter()
+            .map(|&threshold| {
+                let params = dtr::DtrParams {
+                    threshold,
+                    min_size: opts.evictee_min_size,
+                    sqrt_sampling: opts.sqrt_sampling,
+                    seed: opts.seed,
+                };
+                let plan = dtr::schedule(ctx, &params).ok().and_then(|steps| {
+                    let fitness = fitness_of(ctx, &steps, 0);
+                    fitness.feasible.then_some(Candidate {
+                        source: Source::Steps(steps, Strategy::Dtr),
+                        fitness,
+                    })
+                });
+                (threshold, plan)
             })
+            .collect()
+    })
+}
+
+/// Up to `n` thresholds to try next: the midpoints of the `n` neighbouring pairs of `tried`
+/// (sorted by threshold) across which the recompute falls most, where both have a plan
+/// and a threshold fits between them. Eviction is greedy, so its recompute can fall
+/// steeply between two thresholds (a cliff in the memory/recompute front), and a budget
+/// inside the cliff pays for the plan below it; the midpoints fill it. Which pairs depends
+/// on the plans only, so the set stays the same whatever the budget.
+fn cliffs(tried: &[(u64, Option<Candidate>)], n: usize) -> Vec<u64> {
+    let mut falls: Vec<(u64, u64)> = tried
+        .windows(2)
+        .filter_map(|w| {
+            let ((lo, Some(a)), (hi, Some(b))) = (&w[0], &w[1]) else {
+                return None;
+            };
+            let fall = a.fitness.cost.saturating_sub(b.fitness.cost);
+            (fall > 0 && hi - lo > 1).then_some((fall, lo + (hi - lo) / 2))
         })
-        .collect()
+        .collect();
+    falls.sort_unstable_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+    falls.into_iter().take(n).map(|(_, mid)| mid).collect()
 }
 
 impl Candidate {
@@ -244,7 +354,7 @@ pub(crate) fn choose(
     select(
         ctx,
         opts,
-        cands.split.iter().chain(cands.evictions(ctx)).collect(),
+        cands.split.iter().chain(&cands.evictions).collect(),
         budget,
     )
 }
@@ -353,7 +463,79 @@ fn refusal(
 
 #[cfg(test)]
 mod tests {
-    use super::levels;
+    use super::*;
+    use crate::sublinear::search::pool;
+
+    fn plan_at(peak: u64, cost: u64) -> Option<Candidate> {
+        Some(Candidate::of_steps(Vec::new(), peak, cost, Strategy::Dtr))
+    }
+
+    /// The midpoints of the steepest falls in recompute, steepest first; none across a pair
+    /// without a plan, without a fall, or without a threshold between them.
+    #[test]
+    fn cliffs_split_the_steepest_falls_first() {
+        let tried = vec![
+            (100, plan_at(100, 90)),
+            (200, plan_at(190, 50)),
+            (300, plan_at(290, 45)),
+            (301, plan_at(300, 10)),
+            (400, None),
+            (500, plan_at(480, 0)),
+            (600, plan_at(590, 0)),
+        ];
+        assert_eq!(cliffs(&tried, 4), vec![150, 250]);
+        assert_eq!(cliffs(&tried, 1), vec![150]);
+        assert!(cliffs(&tried[4..], 4).is_empty());
+    }
+
+    /// The cheapest of `cands` whose peak is within `budget`.
+    fn cheapest_within(cands: &[Candidate], budget: u64) -> u64 {
+        let costs = cands.iter().filter(|c| c.fitness.peak <= budget);
+        costs
+            .map(|c| c.fitness.cost)
+            .min()
+            .expect("a plan within the budget")
+    }
+
+    fn zoo(name: &str) -> sgc_ir::Graph {
+        let m = sgc_ir::zoo::models().into_iter().find(|m| m.name == name);
+        (m.expect("a zoo model").build)()
+    }
+
+    /// Each of the two additions to the eviction plans fills a cliff of the front below the
+    /// split plans: at 40% of the peak, the thresholds added in the cliffs give the zoo's
+    /// ResNet-50 a plan recomputing less than any at the geometric thresholds alone, and the
+    /// exchange refinement gives the zoo's U-Net one recomputing less than any eviction plan.
+    #[test]
+    fn cliff_thresholds_and_exchanges_fill_the_front_below_the_split_plans() {
+        let (opts, pool) = (PlanOptions::default(), pool());
+        let g = zoo("resnet50");
+        let ctx = Context::new(&g);
+        let budget = ctx.unplanned_peak * 2 / 5;
+        let lb = ctx.lower_bound.bytes.max(dtr::eviction_floor(&ctx));
+        let mut geometric = vec![lb];
+        geometric.extend(levels(lb, ctx.unplanned_peak, DTR_LEVELS));
+        geometric.sort_unstable();
+        geometric.dedup();
+        let plain: Vec<Candidate> = evict_at(&ctx, &pool, &opts, &geometric)
+            .into_iter()
+            .filter_map(|(_, c)| c)
+            .collect();
+        let (before, after) = (
+            cheapest_within(&plain, budget),
+            cheapest_within(&eviction_plans(&ctx, &pool, &opts), budget),
+        );
+        assert!(after < before, "resnet50 cliffs: {after} against {before}");
+
+        let g = zoo("unet");
+        let ctx = Context::new(&g);
+        let budget = ctx.unplanned_peak * 2 / 5;
+        let (before, after) = (
+            cheapest_within(&eviction_plans(&ctx, &pool, &opts), budget),
+            cheapest_within(&evictions(&ctx, &pool, &opts), budget),
+        );
+        assert!(after < before, "unet exchanges: {after} against {before}");
+    }
 
     #[test]
     fn levels_rise_geometrically_to_the_top() {
