@@ -24,22 +24,25 @@
 //!    eviction floor (or the per-op lower bound) up to the unplanned peak: eviction
 //!    reaches below what split points can, and at many memories recomputes less. Such a
 //!    plan is recorded with strategy `dtr` (the verifier's rules for eviction: an op may
-//!    run more than twice). They compete with the split plans on recompute like any other
+//!    run more than twice). Eviction is greedy, so its recompute can fall steeply between
+//!    two neighbouring thresholds (ResNet-50 at batch 585: from 23.6% of a step at 11.02 GiB
+//!    to 47.7% at 8.39 GiB, with no plan between), and a budget inside such a cliff pays
+//!    for the plan below it: [`CLIFF_THRESHOLDS`] more thresholds go to the steepest falls
+//!    ([`cliffs`]). They compete with the split plans on recompute like any other
 //!    candidate.
-//! 5. exchange refinements of those eviction plans at [`EVICTION_EXCHANGE_LEVELS`] peak
-//!    levels, geometrically spaced from the lowest eviction plan's peak to the unplanned
-//!    peak (and at that lowest peak itself): at each level the cheapest eviction plan under
-//!    it (or the one the level below ended with) drops the recomputations the level leaves
-//!    room for and trades others for cheaper ones, as in 4. Below the lowest split plan only
-//!    eviction reaches, and there the thresholds are far apart: on ResNet-50 at batch 585
-//!    the eviction plans went from 11.02 GiB at 23.6% of a step straight to 8.39 GiB at
-//!    47.7%, so a budget of 11 GiB paid 47.7%; the refinement fills that range.
 //! 4. exchange refinements ([`crate::exchange`]) at [`EXCHANGE_LEVELS`] peak levels,
 //!    geometrically spaced like the ladder: at each level the cheapest plan under it (the
 //!    front's, or the one the level below ended with) trades recomputations for cheaper
 //!    ones, single ops and single reads at a time, with the level as its cap. The split
 //!    plans choose whole blocks; on Checkmate's graphs the optimum differs from them in a
 //!    few single ops, and this reaches it (docs/benchmarks.md).
+//! 5. the same exchange refinements of the eviction plans, at [`EVICTION_EXCHANGE_LEVELS`]
+//!    peak levels geometrically spaced from the lowest eviction plan's peak to the
+//!    unplanned peak (and at that lowest peak itself): at each level the cheapest eviction
+//!    plan under it (or the one the level below ended with) drops the recomputations the
+//!    level leaves room for and trades others for cheaper ones. Each is recorded as `dtr`,
+//!    as its start is. Below the lowest split plan these are the only plans that fill the
+//!    cliffs between eviction thresholds by single ops.
 //!
 //! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
 //! With `--budget-of peak` the budget bounds the memory model's peak instead (what
