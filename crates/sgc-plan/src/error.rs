@@ -135,7 +135,7 @@ pub enum LowerBoundKind {
     /// op runs and when its inputs were made; no schedule that keeps or recomputes fits,
     /// whichever strategy made it (offloading to host memory is not bounded by it).
     LeastPeak,
-    /// The kept-outputs bound ([`crate::least_peak::kept_outputs_peak`]): the least-peak
+    /// The kept-outputs bound (`least_peak.rs`, docs/method.md): the least-peak
     /// bound, or more where graph outputs made before an op stay resident when it runs; no
     /// schedule that keeps every graph output once made (every strategy's but `optimal`'s)
     /// fits.

@@ -27,7 +27,7 @@
 //! per-op bound's batch finds the largest batch it lets through
 //! ([`FitReport::least_peak_batch`]): an interpolation search, since each evaluation is a
 //! least-peak computation (up to a fifth of a second) where the per-op bound's is a sum.
-//! The kept-outputs lower bound ([`crate::least_peak::kept_outputs_peak`]) is at least the
+//! The kept-outputs lower bound (`least_peak.rs`, docs/method.md) is at least the
 //! least-peak one and covers the plans that also keep each graph output from when it is
 //! made (every strategy's but `optimal`'s): the same search below the least-peak batch
 //! finds the largest batch it lets through ([`FitReport::kept_outputs_batch`]). The weight
@@ -279,7 +279,7 @@ pub fn lower_bound_limit(graph: &Graph, limit: u64) -> Result<(u64, u64), FitErr
 /// it, given the answer of a looser bound (`looser`: its batch and its bound one above):
 /// the bound is at least the looser one, so the answer is at most the looser batch, which
 /// is tried first (on most graphs the two agree); below it, an interpolation search
-/// ([`interpolate`]).
+/// (`interpolate`).
 pub fn bound_limit(
     graph: &Graph,
     limit: u64,

@@ -236,7 +236,7 @@ pub fn least_peak(graph: &Graph) -> sgc_ir::LowerBound {
 /// The graph's two peak bounds, persistent bytes included: the least-peak bound
 /// ([`least_peak`]), and the kept-outputs bound of plans that keep each graph output from
 /// when it is made, as every strategy but `optimal` does
-/// ([`crate::least_peak::kept_outputs_peak`]): the least-peak bound, or more where graph
+/// (`least_peak.rs`, docs/method.md): the least-peak bound, or more where graph
 /// outputs made before an op (the gradients done so far) raise it.
 pub fn peak_bounds(graph: &Graph) -> (sgc_ir::LowerBound, sgc_ir::LowerBound) {
     let ctx = Context::with_profile(graph, None);
@@ -277,7 +277,7 @@ pub fn least_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
     in_device_terms(&ctx, crate::least_peak::least_peak(&ctx))
 }
 
-/// The kept-outputs lower bound ([`crate::least_peak::kept_outputs_peak`]) in device bytes,
+/// The kept-outputs lower bound (`least_peak.rs`, docs/method.md) in device bytes,
 /// as [`least_device_bytes`] gives the least-peak one: no plan that keeps or recomputes and
 /// keeps each graph output from when it is made (every strategy's but `optimal`'s, without
 /// offloads) needs fewer device bytes.
@@ -297,7 +297,7 @@ fn in_device_terms(ctx: &Context<'_>, peak: sgc_ir::LowerBound) -> sgc_ir::Lower
 }
 
 /// The lower bound on the peak of every plan `strategy` can make, in the terms of
-/// `options`' budget: the kept-outputs bound ([`crate::least_peak::kept_outputs_peak`]) for
+/// `options`' budget: the kept-outputs bound (`least_peak.rs`, docs/method.md) for
 /// a strategy that keeps graph outputs once made, else the least-peak bound; `None` when
 /// its plans may offload (a host link given to a strategy that offloads), which neither
 /// bound covers, or for a budget of saved bytes. A device budget bounds the arena plus

@@ -66,7 +66,7 @@ pub trait Strategy: Sync {
     }
     /// Whether its plans keep every graph output from its op's first run to the end of the
     /// step: no op whose storages are all graph outputs runs again. Then the kept-outputs
-    /// bound ([`crate::least_peak::kept_outputs_peak`]) bounds its plans, and a budget below
+    /// bound (`least_peak.rs`, docs/method.md) bounds its plans, and a budget below
     /// it is refused before it plans.
     fn keeps_outputs(&self) -> bool {
         true
