@@ -3,12 +3,14 @@
 //!
 //! Candidates are evaluated in batches on a rayon pool; results are merged in the order
 //! the candidates were generated, so the outcome does not depend on the number of worker
-//! threads. Fitness values are cached by genome: re-proposed candidates (common once the
-//! population converges) cost nothing. Below that, outcomes (peak and recompute cost) are
-//! cached by discard plan ([`super::discard::key`]), the only thing a schedule depends on:
-//! many genomes differ only in split points that change no discard (a split moved within
-//! a stretch where no chosen gap starts or ends, a split after the forward pass), so they
-//! are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
+//! threads. A batch with one schedule to build, or few words to fingerprint, runs on the
+//! calling thread: on a graph of a few hundred ops a schedule takes about 10 µs, no more
+//! than waking the workers does. Fitness values are cached by genome: re-proposed
+//! candidates (common once the population converges) cost nothing. Below that, outcomes
+//! (peak and recompute cost) are cached by discard plan ([`super::discard::key`]), the
+//! only thing a schedule depends on: many genomes differ only in split points that change
+//! no discard (a split moved within a stretch where no chosen gap starts or ends, a split
+//! after the forward pass), so they are not walked or profiled again. Both caches hold 128-bit fingerprints of their keys
 //! ([`super::fingerprint`]), not the keys: a key is O(n) words on a graph of n ops, and the
 //! caches live as long as the search.
 
@@ -68,8 +70,9 @@ impl Traded {
 /// schedules the larger the graph, and its time stays bounded.
 pub(crate) const PHASE_WALK: usize = 16_000_000;
 
-/// Batches of at least this many genomes are fingerprinted in parallel.
-const PARALLEL_PRINTS: usize = 64;
+/// Batches whose genomes hold at least this many split points and kept roots in all are
+/// fingerprinted in parallel; smaller ones take less time than waking the workers.
+const PARALLEL_PRINTS: usize = 16_384;
 
 pub(crate) struct Evaluator<'a> {
     pub ctx: &'a Context<'a>,
@@ -207,7 +210,8 @@ impl<'a> Evaluator<'a> {
         let ctx = self.ctx;
         // A genome's fingerprint reads all its split points and kept roots (a thousand
         // and more on long recurrent graphs): large batches take them in parallel.
-        let prints: Vec<Fingerprint> = if genomes.len() >= PARALLEL_PRINTS {
+        let words: usize = genomes.iter().map(|g| g.splits.len() + g.keep.len()).sum();
+        let prints: Vec<Fingerprint> = if words >= PARALLEL_PRINTS {
             self.pool
                 .install(|| genomes.par_iter().map(Genome::fingerprint).collect())
         } else {
@@ -223,16 +227,17 @@ impl<'a> Evaluator<'a> {
         // Each fresh genome's discard plan and its key, in parallel; a plan whose outcome
         // is cached is dropped by the worker that made it.
         let outcomes = &self.outcomes;
-        let planned: Vec<(Fingerprint, Option<Vec<discard::Discard>>)> = self.pool.install(|| {
-            fresh
-                .par_iter()
-                .map(|&i| {
-                    let plan = discard::plan(ctx, &genomes[i]);
-                    let key = discard::key(&genomes[i], &plan);
-                    (key, (!outcomes.contains_key(&key)).then_some(plan))
-                })
-                .collect()
-        });
+        let plan_one = |&i: &usize| {
+            let plan = discard::plan(ctx, &genomes[i]);
+            let key = discard::key(&genomes[i], &plan);
+            (key, (!outcomes.contains_key(&key)).then_some(plan))
+        };
+        let planned: Vec<(Fingerprint, Option<Vec<discard::Discard>>)> = if fresh.len() > 1 {
+            self.pool
+                .install(|| fresh.par_iter().map(plan_one).collect())
+        } else {
+            fresh.iter().map(plan_one).collect()
+        };
         // Distinct new plans, each evaluated once.
         let mut todo: Vec<(usize, Vec<discard::Discard>)> = Vec::new();
         let mut new_keys = HashSet::default();
@@ -246,16 +251,18 @@ impl<'a> Evaluator<'a> {
             }
         }
         let scratch = &self.scratch;
-        let results: Vec<(usize, Outcome)> = self.pool.install(|| {
-            todo.into_par_iter()
-                .map(|(j, plan)| {
-                    let mut s = scratch.take();
-                    let r = outcome_in(ctx, &genomes[fresh[j]], &plan, &mut s);
-                    scratch.give(s);
-                    (j, r)
-                })
-                .collect()
-        });
+        let evaluate = |(j, plan): (usize, Vec<discard::Discard>)| {
+            let mut s = scratch.take();
+            let r = outcome_in(ctx, &genomes[fresh[j]], &plan, &mut s);
+            scratch.give(s);
+            (j, r)
+        };
+        let results: Vec<(usize, Outcome)> = if todo.len() > 1 {
+            self.pool
+                .install(|| todo.into_par_iter().map(evaluate).collect())
+        } else {
+            todo.into_iter().map(evaluate).collect()
+        };
         self.stats.evaluated += results.len();
         for (j, r) in results {
             self.outcomes.insert(keys[j], r);
