@@ -2,16 +2,18 @@
 //! any plan could go.
 //!
 //! Budgets are spread evenly in device bytes from the lowest the default planner reaches
-//! (the `sublinear` plan of the lowest peak) to the unplanned step's device bytes. Each
-//! strategy that answers a budget ([`Strategy::searches_budget`]) is planned at every
-//! budget (`sublinear` from one search: [`crate::plan::plan_budgets`]); the others give
-//! the one plan they make. Every plan is an ordinary verified plan, placed in its arena;
+//! under a budget to the unplanned step's device bytes. That low end is the least device
+//! bytes of `sublinear`'s budget candidates ([`BudgetSweep::lowest_device_bytes`]): below
+//! its unbudgeted plan only static DTR's eviction plans fit, and the front there is where a
+//! budget that the unbudgeted plan misses lands. Each strategy that answers a budget
+//! ([`Strategy::searches_budget`]) is planned at every budget (`sublinear` from that one
+//! search: [`BudgetSweep`]); the others give the one plan they make. Every plan is an ordinary verified plan, placed in its arena;
 //! its point is its device bytes (arena plus persistent bytes, what `sgc run` allocates)
 //! and its recompute as a share of one step. Plans keep or recompute; the front does not
 //! offload (no host link).
 //!
 //! Beside each plan, the best lower bound sgc proves on the recompute of any plan within
-//! its peak ([`crate::plan::bound`]: the cut bound, and for small graphs the integer
+//! its peak ([`crate::plan::bound()`]: the cut bound, and for small graphs the integer
 //! program's linear relaxation): the gap between a point and its bound is how far from
 //! optimal that plan can be. Below every plan, the least-peak lower bound in device bytes
 //! ([`crate::plan::least_device_bytes`]): how far left the front could reach at all.
@@ -20,10 +22,12 @@
 //! device bytes, the bounds beside them and the least-peak bound as a dotted line.
 //!
 //! [`Strategy::searches_budget`]: crate::plan::strategies::Strategy::searches_budget
+//! [`BudgetSweep`]: crate::plan::BudgetSweep
+//! [`BudgetSweep::lowest_device_bytes`]: crate::plan::BudgetSweep::lowest_device_bytes
 
 use crate::chart::{escape, legend, line, panel, points, LEFT, PANEL_H, RIGHT, TOP, W};
 use crate::ir::{DeviceProfile, Graph};
-use crate::plan::{strategies, Plan, PlanError, PlanOptions, RunConfig, Strategy};
+use crate::plan::{strategies, BudgetSweep, Plan, PlanError, PlanOptions, RunConfig, Strategy};
 use crate::units::human_bytes;
 use serde::Serialize;
 use std::fmt::Write;
@@ -114,12 +118,10 @@ pub fn sweep(graph: &Graph, o: &ParetoOptions) -> Result<Front, PlanError> {
         ..base.clone()
     };
     let unplanned = crate::plan::plan(graph, &with(Strategy::None), &run)?;
-    let lowest = crate::plan::plan(graph, &with(Strategy::Sublinear), &run)?;
-    let budgets = spread(
-        device_bytes(graph, &lowest),
-        device_bytes(graph, &unplanned),
-        o.budgets,
-    );
+    let sublinear = BudgetSweep::new(graph, &with(Strategy::Sublinear), &run)?;
+    let high = device_bytes(graph, &unplanned);
+    let low = sublinear.lowest_device_bytes().unwrap_or(high);
+    let budgets = spread(low, high, o.budgets);
     let mut front = Front {
         graph: graph.name().unwrap_or("graph").to_string(),
         unplanned_device: device_bytes(graph, &unplanned),
@@ -133,7 +135,7 @@ pub fn sweep(graph: &Graph, o: &ParetoOptions) -> Result<Front, PlanError> {
         refused: Vec::new(),
     };
     for &s in &o.strategies {
-        let plans = plans_of(graph, &with(s), &budgets, &run)?;
+        let plans = plans_of(graph, &with(s), &budgets, &sublinear, &run)?;
         for (budget, result) in plans {
             match result {
                 Ok(p) => {
@@ -174,13 +176,15 @@ fn device_bytes(graph: &Graph, p: &Plan) -> u64 {
 
 type Planned = Vec<(Option<u64>, Result<Plan, PlanError>)>;
 
-/// The plans of one strategy: at every budget when it answers one, else its one plan. A
-/// strategy that cannot run at all here (its solver not built, the graph too large for it)
-/// is one refusal, not one per budget.
+/// The plans of one strategy: at every budget when it answers one, else its one plan
+/// (`sublinear`'s from its candidate set, `sublinear`). A strategy that cannot run at all
+/// here (its solver not built, the graph too large for it) is one refusal, not one per
+/// budget.
 fn plans_of(
     graph: &Graph,
     options: &PlanOptions,
     budgets: &[u64],
+    sublinear: &BudgetSweep<'_>,
     run: &RunConfig<'_>,
 ) -> Result<Planned, PlanError> {
     let s = strategies::of(options.strategy);
@@ -188,8 +192,10 @@ fn plans_of(
         return Ok(vec![(None, crate::plan::plan(graph, options, run))]);
     }
     if options.strategy == Strategy::Sublinear {
-        let plans = crate::plan::plan_budgets(graph, options, budgets, run)?;
-        return Ok(budgets.iter().copied().map(Some).zip(plans).collect());
+        return Ok(budgets
+            .iter()
+            .map(|&b| (Some(b), sublinear.plan(b)))
+            .collect());
     }
     let mut out = Vec::new();
     for &b in budgets {

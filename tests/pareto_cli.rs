@@ -2,7 +2,9 @@
 //! - every point fits its budget, and its bound is at most its recompute;
 //! - `sublinear`'s recompute never rises as its budget grows (one search, many budgets);
 //! - the SVG is one self-contained image, and the table names every strategy;
-//! - a strategy that cannot plan at some budget is reported, not an error.
+//! - a strategy that cannot plan at some budget is reported, not an error;
+//! - the sweep starts at the least device bytes any budget is met with, below the
+//!   unbudgeted plan's where eviction plans reach lower.
 
 use std::process::Command;
 
@@ -66,6 +68,56 @@ fn every_point_fits_its_budget_and_lies_above_its_bound() {
             "{file}: {sub:?}"
         );
     }
+}
+
+/// The zoo's U-Net: static DTR's eviction plans reach below the unbudgeted sublinear
+/// plan's device bytes. The front starts at the least device bytes of any plan a budget can
+/// select: that budget is met, one byte less is refused, and the unbudgeted plan needs more.
+#[test]
+fn the_front_starts_at_the_lowest_plan_a_budget_can_get() {
+    let file = "graphs/unet.json";
+    let f = json(&[
+        "pareto",
+        file,
+        "--strategy",
+        "sublinear",
+        "--budgets",
+        "2",
+        "--genetic-iters",
+        "2",
+        "--no-bound",
+    ]);
+    let low = f["budgets"][0].as_u64().unwrap();
+    let first = &f["points"][0];
+    assert_eq!(first["budget"].as_u64(), Some(low), "{f}");
+    assert!(first["device_bytes"].as_u64().unwrap() <= low, "{f}");
+    let dir = std::env::temp_dir().join(format!("sgc-pareto-low-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("plan.json");
+    let plan = |budget: Option<u64>| {
+        let mut c = sgc();
+        c.args(["plan", file, "--genetic-iters", "2", "-o"])
+            .arg(&out);
+        if let Some(b) = budget {
+            c.args(["--budget", &b.to_string()]);
+        }
+        c.output().unwrap()
+    };
+    let below = plan(Some(low - 1));
+    assert!(
+        !below.status.success(),
+        "a budget of {} B is met below the front's start",
+        low - 1
+    );
+    let unbudgeted = plan(None);
+    assert!(unbudgeted.status.success());
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let device = p["arena"]["size"].as_u64().unwrap() + f["persistent_bytes"].as_u64().unwrap();
+    assert!(
+        low < device,
+        "the front starts at {low} B, the unbudgeted plan needs {device} B"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

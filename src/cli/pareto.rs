@@ -13,8 +13,9 @@ pub struct Args {
     /// optimal and a small graph).
     #[arg(long, value_delimiter = ',', default_values_t = sgc::plan::Strategy::ALL, value_parser = super::strategy_parser())]
     strategy: Vec<sgc::plan::Strategy>,
-    /// Budgets, evenly spaced in device bytes from the lowest the default planner reaches
-    /// to the unplanned step's.
+    /// Budgets, evenly spaced in device bytes from the least any budget is met with (the
+    /// default planner's budget candidates, eviction plans included) to the unplanned
+    /// step's.
     #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = super::positive::<u64>())]
     budgets: u64,
     /// sublinear: generations of genetic refinement.

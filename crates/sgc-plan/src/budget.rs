@@ -433,6 +433,44 @@ pub(crate) fn in_place_slack(ctx: &Context<'_>) -> u64 {
         .unwrap_or(0)
 }
 
+/// The least device bytes of the candidates a device budget can select: the least among
+/// the [`REFUSAL_PLACED`] of lowest peak (sorted so in `sorted`), placed. A budget of these
+/// bytes is met.
+fn lowest_placed(ctx: &Context<'_>, opts: &PlanOptions, sorted: &[&Candidate]) -> Option<u64> {
+    sorted
+        .iter()
+        .take(REFUSAL_PLACED)
+        .filter_map(|c| c.chosen(ctx))
+        .filter_map(|c| device_bytes(ctx, opts, &c.steps).ok())
+        .min()
+}
+
+/// The least device bytes of any candidate (`None` when none can be placed): each is
+/// placed by increasing peak until the peak, less the in-place slack ([`in_place_slack`]),
+/// exceeds the least found, since no later one can place below that.
+pub(crate) fn lowest_device(
+    ctx: &Context<'_>,
+    opts: &PlanOptions,
+    cands: &Candidates,
+) -> Option<u64> {
+    let mut all: Vec<&Candidate> = cands.split.iter().chain(&cands.evictions).collect();
+    all.sort_by_key(|c| (c.fitness.peak, c.fitness.cost));
+    let slack = in_place_slack(ctx);
+    let mut least: Option<u64> = None;
+    for c in all {
+        if least.is_some_and(|l| c.fitness.peak.saturating_sub(slack) > l) {
+            break;
+        }
+        let Some(chosen) = c.chosen(ctx) else {
+            continue;
+        };
+        if let Ok(d) = device_bytes(ctx, opts, &chosen.steps) {
+            least = Some(least.map_or(d, |l| l.min(d)));
+        }
+    }
+    least
+}
+
 /// The error for a budget no candidate meets: the lowest device bytes among the
 /// lowest-peak candidates, and the bound.
 fn refusal(
@@ -444,13 +482,9 @@ fn refusal(
     cands.sort_by_key(|c| (c.fitness.peak, c.fitness.cost));
     let lowest_peak = cands.first().map_or(ctx.unplanned_peak, |c| c.fitness.peak);
     let by_peak = opts.budget_of == BudgetOf::Peak;
-    let lowest_device = cands
-        .iter()
-        .filter(|_| !by_peak)
-        .take(REFUSAL_PLACED)
-        .filter_map(|c| c.chosen(ctx))
-        .filter_map(|c| device_bytes(ctx, opts, &c.steps).ok())
-        .min();
+    let lowest_device = (!by_peak)
+        .then(|| lowest_placed(ctx, opts, &cands))
+        .flatten();
     PlanError::BudgetNotMet {
         budget,
         of: opts.budget_of,

@@ -6,9 +6,9 @@
 //!
 //! This file is the front door: docs and re-exports. The work lives in modules named after
 //! the stages, from the entry points down:
-//! - `planner`: [`plan()`], [`plan_with_stats`], [`plan_budgets`], [`plan_schedule`]: check
-//!   the options, run a strategy, and make the plan of its schedule (summary, arena,
-//!   verifier);
+//! - `planner`: [`plan()`], [`plan_with_stats`], [`plan_budgets`] ([`BudgetSweep`]),
+//!   [`plan_schedule`]: check the options, run a strategy, and make the plan of its
+//!   schedule (summary, arena, verifier);
 //! - [`strategies`]: one file per strategy behind one trait ([`strategies::Strategy`]: its
 //!   name, the options it reads, what it needs, its schedule), listed once in
 //!   [`strategies::REGISTRY`]; with a budget, the choice among candidates (`budget`); with a
@@ -78,7 +78,8 @@ pub use options::{
 pub use plan::{ArenaLayout, GraphRef, Lifetime, Plan, Step, Summary};
 pub use planner::{
     bound, kept_device_bytes, least_device_bytes, least_peak, peak_bound_of, peak_bounds, plan,
-    plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded, plan_with_stats, PlanStats,
+    plan_budgets, plan_by, plan_schedule, plan_schedule_offloaded, plan_with_stats, BudgetSweep,
+    PlanStats,
 };
 pub use sgc_plan_format::{plan, streams, verify, FormatError};
 pub use sublinear::search::{SearchStats, Traded};

@@ -130,54 +130,89 @@ pub fn plan_by(
 }
 
 /// Plans for every budget in `budgets` (`options.budget` is ignored): the plan
-/// [`plan()`] makes with that budget, or why there is none. Only `sublinear` takes a
-/// budget this way: its candidate set does not depend on the budget (see `budget.rs`), so
-/// it is built once and every budget selects from it: the plans are those of separate
-/// [`plan()`] calls, recompute never rises as the budget grows, and a sweep of many budgets
-/// costs one search plus the arenas.
+/// [`plan()`] makes with that budget, or why there is none ([`BudgetSweep`]: one search,
+/// then an arena per budget).
 pub fn plan_budgets(
     graph: &Graph,
     options: &PlanOptions,
     budgets: &[u64],
     run: &RunConfig<'_>,
 ) -> Result<Vec<Result<Plan, PlanError>>, PlanError> {
-    check_options(strategies::of(options.strategy), options)?;
-    if options.strategy != Strategy::Sublinear {
-        return Err(PlanError::InvalidOption(format!(
-            "a sweep of budgets plans with sublinear, not {}",
-            options.strategy
-        )));
-    }
-    let ctx = Context::with_profile(graph, options.device_profile.as_ref());
-    let cands = strategies::sublinear_candidates(&ctx, options, run)?;
-    let floor = floor(&ctx, strategies::of(options.strategy), options);
-    Ok(budgets
-        .iter()
-        .map(|&b| {
-            let o = PlanOptions {
-                budget: Some(b),
-                ..options.clone()
-            };
-            below_bound(&ctx, b)?;
-            crate::least_peak::below_floor(&ctx, b, floor)?;
-            let choose = |level: u64| budget::choose(&ctx, &o, &cands, level);
-            let (chosen, offloads) = offload_search::choose_with_offloads(&ctx, &o, choose, b)
-                .map_err(|e| e.retrying(strategies::when_refused(&o)).bounded_by(floor))?;
-            finish_plan(
-                &ctx,
-                &o,
-                chosen.strategy,
-                &chosen.steps,
-                &offloads,
-                &mut PlanStats::default(),
-            )
-            .map_err(|e| e.bounded_by(floor))
+    let sweep = BudgetSweep::new(graph, options, run)?;
+    Ok(budgets.iter().map(|&b| sweep.plan(b)).collect())
+}
+
+/// `sublinear`'s candidate set, built once and planned at any number of budgets. Only
+/// `sublinear` takes budgets this way: its candidate set does not depend on the budget
+/// (see `budget.rs`), so every budget selects from the same set: the plans are those of
+/// separate [`plan()`] calls, recompute never rises as the budget grows, and a sweep of
+/// many budgets costs one search plus the arenas.
+pub struct BudgetSweep<'g> {
+    ctx: Context<'g>,
+    options: PlanOptions,
+    cands: budget::Candidates,
+    floor: Option<Floor>,
+}
+
+impl<'g> BudgetSweep<'g> {
+    /// The search of `options` (`options.budget` is ignored), for budgets to come.
+    pub fn new(
+        graph: &'g Graph,
+        options: &PlanOptions,
+        run: &RunConfig<'_>,
+    ) -> Result<Self, PlanError> {
+        check_options(strategies::of(options.strategy), options)?;
+        if options.strategy != Strategy::Sublinear {
+            return Err(PlanError::InvalidOption(format!(
+                "a sweep of budgets plans with sublinear, not {}",
+                options.strategy
+            )));
+        }
+        let ctx = Context::with_profile(graph, options.device_profile.as_ref());
+        let cands = strategies::sublinear_candidates(&ctx, options, run)?;
+        let floor = floor(&ctx, strategies::of(options.strategy), options);
+        Ok(BudgetSweep {
+            ctx,
+            options: options.clone(),
+            cands,
+            floor,
         })
-        .collect())
+    }
+
+    /// The plan [`plan()`] makes with `budget` (in the terms of `options.budget_of`), or
+    /// why there is none.
+    pub fn plan(&self, budget: u64) -> Result<Plan, PlanError> {
+        let (ctx, floor) = (&self.ctx, self.floor);
+        let o = PlanOptions {
+            budget: Some(budget),
+            ..self.options.clone()
+        };
+        below_bound(ctx, budget)?;
+        crate::least_peak::below_floor(ctx, budget, floor)?;
+        let choose = |level: u64| budget::choose(ctx, &o, &self.cands, level);
+        let (chosen, offloads) = offload_search::choose_with_offloads(ctx, &o, choose, budget)
+            .map_err(|e| e.retrying(strategies::when_refused(&o)).bounded_by(floor))?;
+        finish_plan(
+            ctx,
+            &o,
+            chosen.strategy,
+            &chosen.steps,
+            &offloads,
+            &mut PlanStats::default(),
+        )
+        .map_err(|e| e.bounded_by(floor))
+    }
+
+    /// The least device bytes (arena plus persistent) of the plans the set holds, without
+    /// offloads: the least among its plans of lowest peak, placed. A device budget of these
+    /// bytes is met; `None` when no plan could be placed.
+    pub fn lowest_device_bytes(&self) -> Option<u64> {
+        budget::lowest_device(&self.ctx, &self.options, &self.cands)
+    }
 }
 
 /// The best lower bound sgc can prove on the recompute of any plan of `graph` within the
-/// peak of `plan` (ops costed as in it): the cut bound ([`crate::bound`]) and, for a graph
+/// peak of `plan` (ops costed as in it): the cut bound ([`crate::bound`](mod@crate::bound)) and, for a graph
 /// small enough for the `optimal` strategy's program (and with its solver built), that
 /// program's linear relaxation, solved within 5 s; the larger. It covers plans that keep
 /// or recompute with first runs in the traced order, which is every plan sgc makes without
@@ -270,7 +305,7 @@ fn peak_floor(
 
 /// The least-peak lower bound ([`crate::least_peak`]) in device bytes (arena plus
 /// persistent bytes, as `sgc fit` and a device budget count them): the bound less the
-/// largest in-place saving of one op ([`budget::in_place_slack`]). No plan that keeps or
+/// largest in-place saving of one op (`budget::in_place_slack`). No plan that keeps or
 /// recomputes needs fewer device bytes.
 pub fn least_device_bytes(graph: &Graph) -> sgc_ir::LowerBound {
     let ctx = Context::with_profile(graph, None);
