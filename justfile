@@ -15,10 +15,11 @@ proptest-sweep CASES="2000":
     PROPTEST_CASES={{CASES}} cargo test --release -p sgc-exec --test plan_fuzz
     PROPTEST_CASES={{CASES}} cargo test --release -p sgc-ir --test loader_props
 
-# Format and lint.
+# Format and lint (the public docs too: no broken or private links).
 lint:
     cargo fmt --all
     cargo clippy --workspace --all-targets -- -D warnings
+    RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # Rewrite graphs/ from the built-in model zoo (a test fails when they differ).
 zoo:

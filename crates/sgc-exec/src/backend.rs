@@ -110,7 +110,7 @@ pub trait Backend {
 
     /// Runs `kernel`, reading `inputs` and writing `outputs` (operands in the op's order),
     /// after checking that the operands do not overlap ([`check_disjoint`]); a product of a
-    /// transposed stored matrix runs on the stored matrix ([`fold_transpose`]).
+    /// transposed stored matrix runs on the stored matrix (`fold_transpose`).
     fn launch(
         &mut self,
         kernel: &Kernel,

@@ -24,7 +24,7 @@
 //! `sgd_update` writes the parameter in place, so parameters carry over from one step to
 //! the next.
 //!
-//! A plan's offloads ([`crate::offload`]) add one host allocation, the pool, at the plan's
+//! A plan's offloads (`crate::offload`) add one host allocation, the pool, at the plan's
 //! host size, and copies between steps: each offloaded storage is copied to the pool after
 //! `copy_after` and back after `fetch_after` into its second instance, where the resolver
 //! has its readers from `fetch_after + 1` on.

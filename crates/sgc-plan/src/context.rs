@@ -283,7 +283,7 @@ impl<'g> Context<'g> {
         &self.io[b as usize..c as usize]
     }
 
-    /// The roots of op `i`'s inputs ([`Context::in_roots`], flat).
+    /// The roots of op `i`'s inputs (`Context::in_roots`, flat).
     pub fn read_roots(&self, i: usize) -> &[TensorId] {
         let (_, _, c, d) = self.io_at[i];
         &self.io[c as usize..d as usize]

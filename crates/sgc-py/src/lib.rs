@@ -4,7 +4,7 @@
 //! This crate only converts: Python arguments into the library's types (graphs, plans,
 //! sizes, names, with the command line's defaults from `sgc::defaults`), the library's
 //! results into Python objects (serde data through the `json` module, so a dict is the JSON
-//! the CLI writes), and its errors into the exceptions of [`errors`]. Planning, checking,
+//! the CLI writes), and its errors into the exceptions of `errors`. Planning, checking,
 //! reports and fitting are the library's (`sgc::plan`, `sgc::report`, `sgc::fit`), the same
 //! functions `sgc plan`, `sgc inspect` and `sgc fit` call; long work runs with the GIL
 //! released.

@@ -1,7 +1,7 @@
 //! The CPU reference backend: kernels in plain Rust, each written once over f32 and f64
 //! ([`Real`]), matmul through `matrixmultiply` (f64 sums), convolution through im2col and
 //! the same products; f16 and bf16 operands are widened to f32 around each kernel and
-//! rounded back ([`widen`]). A kernel with an f64 operand runs in f64, its f32 operands
+//! rounded back (`widen`). A kernel with an f64 operand runs in f64, its f32 operands
 //! widened exactly (as PyTorch promotes); its float outputs are f64.
 //!
 //! Buffers are 8-byte aligned host allocations. [`Backend::launch`] checks every operand
@@ -283,7 +283,7 @@ impl Backend for CpuBackend {
         true
     }
 
-    /// Also f16 and bf16 (widened to f32 around each kernel: [`crate::widening`]), and f64.
+    /// Also f16 and bf16 (widened to f32 around each kernel: `crate::widening`), and f64.
     fn holds(&self, dtype: DType) -> bool {
         crate::backend::BASE_DTYPES.contains(&dtype) || is_half(dtype) || dtype == DType::F64
     }

@@ -4,7 +4,7 @@
 //! the exporter's `copy`/`copy_`.
 //!
 //! Slices follow Python's: negative bounds count from the end and both are clamped to the
-//! axis ([`slice_bounds`]); a step takes every `step`-th element from `start`. A padding
+//! axis (`slice_bounds`); a step takes every `step`-th element from `start`. A padding
 //! or a roll is a map from output to input positions, axis by axis (a negative pad crops;
 //! a roll's shifts wrap around), run row by row over the last axis.
 

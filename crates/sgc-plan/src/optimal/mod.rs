@@ -1,7 +1,7 @@
 //! The `optimal` strategy: the least recompute under a memory cap, proven, for graphs small
 //! enough for an integer program.
 //!
-//! [`model`] writes Checkmate's stage model over sgc's memory model (every schedule whose
+//! `model` writes Checkmate's stage model over sgc's memory model (every schedule whose
 //! first runs follow the traced order, each stage's recomputations in traced order before
 //! its own op) as a mixed-integer program; `solve` hands it to HiGHS (the `optimal` feature),
 //! warm-started from the best heuristic schedule at the same cap (sublinear, static DTR or
@@ -82,7 +82,7 @@ pub struct OptimalStats {
     /// Recompute cost of the plan, as a share of one step.
     pub recompute: f64,
     /// The proven lower bound on any stage-form plan's recompute within the cap, and how it
-    /// was proven: the larger of HiGHS's dual bound and the cut bound ([`crate::bound`]) at
+    /// was proven: the larger of HiGHS's dual bound and the cut bound ([`crate::bound`](mod@crate::bound)) at
     /// the cap, which is the higher where HiGHS's root does not finish
     /// (random_layered_n250 of the Checkmate graphs).
     pub bound: crate::bound::Bound,

@@ -2,7 +2,7 @@
 //! [`REGISTRY`].
 //!
 //! A strategy turns the per-graph [`Context`] and the options into a schedule (steps of op
-//! and recomputation flag, and the storages it offloads); [`crate::planner`] makes the plan
+//! and recomputation flag, and the storages it offloads); `planner` makes the plan
 //! of it (summary, arena, verifier) the same way for every strategy. Beside its schedule a
 //! strategy states what the rest of sgc needs to know of it, so that nothing else matches
 //! on strategy names:
