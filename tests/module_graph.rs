@@ -308,8 +308,9 @@ const FORMAT_LAYERS: &[&[&str]] = &[
 
 /// sgc-plan's top-level modules, bottom layer first: the allocator and run options, the
 /// per-graph context, the arena, the methods, the exchange refinement of a split plan and the
-/// least-peak bound (its tests plan with the methods), the choice under a budget, the
-/// strategies (one file each, behind one trait), the entry points, and the batch fit on top.
+/// least-peak bound (its tests plan with the methods), the partition's kept sets, the choice
+/// under a budget (among the other methods' plans and the partition's), the strategies (one
+/// file each, behind one trait), the entry points, and the batch fit on top.
 /// (The plan itself and its verifier are sgc-plan-format's, below all of them.)
 const PLAN_LAYERS: &[&[&str]] = &[
     &["alloc", "maxflow", "options"],
@@ -319,7 +320,8 @@ const PLAN_LAYERS: &[&[&str]] = &[
     &["device", "dtr"],
     &["sublinear"],
     &["exchange", "least_peak", "squeeze"],
-    &["partition", "budget", "optimal"],
+    &["partition"],
+    &["budget", "optimal"],
     &["offload_search"],
     &["strategies"],
     &["planner"],

@@ -52,8 +52,9 @@ pub struct PlanReport<'a> {
     pub search: Option<SearchReport>,
     /// Why the strategy gave up and the plan is the traced order (`dtr` only).
     pub fallback: Option<String>,
-    /// A `sublinear` budget was met by an eviction plan (strategy `dtr`).
-    pub met_by_eviction: bool,
+    /// The strategy whose candidate met a `sublinear` budget, when another's: `dtr` (an
+    /// eviction plan) or `partition` (a kept set); the plan's strategy is then that one.
+    pub met_by: Option<String>,
     /// How far from optimal the plan can be: a proven lower bound on the recompute of any
     /// plan within its peak (`--bound`, and always for `optimal`).
     pub bound: Option<BoundReport>,
@@ -243,7 +244,7 @@ impl<'a> PlanReport<'a> {
             report.schedule_time_s = stats.schedule_secs;
             report.arena_time_s = stats.arena_secs;
             report.fallback = stats.fallback.clone();
-            report.met_by_eviction = stats.met_by_eviction;
+            report.met_by = stats.met_by.map(|m| m.to_string());
             if let Some(o) = &stats.optimal {
                 report.solver = Some(SolverReport {
                     proven: o.proven,
@@ -325,7 +326,7 @@ fn build<'a>(
         arena_time_s: 0.0,
         search: None,
         fallback: None,
-        met_by_eviction: false,
+        met_by: None,
         bound: None,
         peak_bound: None,
         solver: None,
@@ -506,10 +507,15 @@ fn render(r: &PlanReport<'_>) -> String {
             r.strategy
         );
     }
-    if r.met_by_eviction {
+    if let Some(by) = &r.met_by {
+        let what = match by.as_str() {
+            "dtr" => "static DTR (eviction)",
+            "partition" => "a forward/backward partition (partition's kept set)",
+            other => other,
+        };
         let _ = writeln!(
             s,
-            "budget             met by static DTR (eviction): it recomputes least of the plans whose device bytes fit"
+            "budget             met by {what}: it recomputes least of the plans whose device bytes fit"
         );
     }
     if let Some(x) = &r.solver {

@@ -43,6 +43,13 @@
 //!    level leaves room for and trades others for cheaper ones. Each is recorded as `dtr`,
 //!    as its start is. Below the lowest split plan these are the only plans that fill the
 //!    cliffs between eviction thresholds by single ops.
+//! 6. `partition`'s kept sets ([`crate::partition`]: the forward runs once, a set of its
+//!    tensors is kept, the rest is recomputed right before the backward reads it; the sets
+//!    from parametric minimum cuts over bytes kept and recompute cost, and the walks between
+//!    them), recorded as `partition`, and their exchange refinements as in 5, recorded as
+//!    `sublinear` (an op still runs at most twice). Between the lowest split plan and the
+//!    unplanned peak they are often the cheapest: a minimum cut prices every tensor's
+//!    recompute exactly, where the split search chooses whole blocks (docs/benchmarks.md).
 //!
 //! Candidates are tried by increasing recompute; the first whose device bytes fit wins.
 //! With `--budget-of peak` the budget bounds the memory model's peak instead (what
@@ -146,6 +153,7 @@ pub(crate) fn candidates(
     Candidates {
         split,
         evictions: evictions(ctx, ev.pool, opts),
+        partitions: partitions(ctx, ev.pool),
     }
 }
 
@@ -180,28 +188,55 @@ fn exchanged(ev: &Evaluator<'_>, lowest: u64) -> Vec<Candidate> {
     out
 }
 
-/// The candidate set: split plans, and eviction plans.
+/// The candidate set: split plans, eviction plans and partition plans.
 pub(crate) struct Candidates {
     split: Vec<Candidate>,
     evictions: Vec<Candidate>,
+    partitions: Vec<Candidate>,
+}
+
+impl Candidates {
+    fn all(&self) -> impl Iterator<Item = &Candidate> {
+        self.split
+            .iter()
+            .chain(&self.evictions)
+            .chain(&self.partitions)
+    }
 }
 
 /// Static DTR at thresholds from its eviction floor up to the unplanned peak, and their
-/// exchange refinements.
+/// exchange refinements (each follows eviction's rules, as its start does).
 fn evictions(ctx: &Context<'_>, pool: &rayon::ThreadPool, opts: &PlanOptions) -> Vec<Candidate> {
     let plans = eviction_plans(ctx, pool, opts);
-    let refined = exchanged_evictions(ctx, pool, &plans);
+    let refined = exchanged_from(ctx, pool, &plans, Strategy::Dtr);
     plans.into_iter().chain(refined).collect()
 }
 
-/// Exchange refinements ([`crate::exchange`]) of the eviction plans `plans` at
+/// `partition`'s kept sets ([`crate::partition`]: parametric minimum cuts and the walks
+/// between them), each a schedule that follows partition's rules, and their exchange
+/// refinements (which follow the split plans' rules: an op runs at most twice); none when
+/// the graph has no backward to partition.
+fn partitions(ctx: &Context<'_>, pool: &rayon::ThreadPool) -> Vec<Candidate> {
+    let Ok(kept_sets) = crate::partition::candidates(ctx, pool) else {
+        return Vec::new();
+    };
+    let plans: Vec<Candidate> = kept_sets
+        .into_iter()
+        .map(|c| Candidate::of_steps(c.steps, c.peak, c.units, Strategy::Partition))
+        .collect();
+    let refined = exchanged_from(ctx, pool, &plans, Strategy::Sublinear);
+    plans.into_iter().chain(refined).collect()
+}
+
+/// Exchange refinements ([`crate::exchange`]) of the whole schedules `plans` at
 /// [`EVICTION_EXCHANGE_LEVELS`] peak levels from their lowest peak up (that peak
 /// included), each from the cheapest of them under its level or the one the level below
-/// ended with, whichever recomputes less. Each follows eviction's rules, as its start does.
-fn exchanged_evictions(
+/// ended with, whichever recomputes less; recorded as following `strategy`'s rules.
+fn exchanged_from(
     ctx: &Context<'_>,
     pool: &rayon::ThreadPool,
     plans: &[Candidate],
+    strategy: Strategy,
 ) -> Vec<Candidate> {
     let Some(lowest) = plans.iter().map(|c| c.fitness.peak).min() else {
         return Vec::new();
@@ -227,7 +262,7 @@ fn exchanged_evictions(
         };
         if let Some(r) = crate::exchange::refine(ctx, pool, steps, (level, budget), &mut memo) {
             out.push(Candidate {
-                source: Source::Steps(r.steps, Strategy::Dtr),
+                source: Source::Steps(r.steps, strategy),
                 fitness: r.fitness,
             });
         }
@@ -354,12 +389,7 @@ pub(crate) fn choose(
     cands: &Candidates,
     budget: u64,
 ) -> Result<Chosen, PlanError> {
-    select(
-        ctx,
-        opts,
-        cands.split.iter().chain(&cands.evictions).collect(),
-        budget,
-    )
+    select(ctx, opts, cands.all().collect(), budget)
 }
 
 /// The candidate of another strategy's set recomputing least whose device bytes (or peak)
@@ -453,7 +483,7 @@ pub(crate) fn lowest_device(
     opts: &PlanOptions,
     cands: &Candidates,
 ) -> Option<u64> {
-    let mut all: Vec<&Candidate> = cands.split.iter().chain(&cands.evictions).collect();
+    let mut all: Vec<&Candidate> = cands.all().collect();
     all.sort_by_key(|c| (c.fitness.peak, c.fitness.cost));
     let slack = in_place_slack(ctx);
     let mut least: Option<u64> = None;

@@ -74,9 +74,10 @@ pub struct PlanStats {
     pub arena_secs: f64,
     /// Why the strategy fell back to the traced order, when it did (`dtr` only).
     pub fallback: Option<String>,
-    /// A `sublinear` budget was met by a static DTR plan, the candidate recomputing least
-    /// whose device bytes fit (the plan's strategy is then `dtr`).
-    pub met_by_eviction: bool,
+    /// The strategy whose candidate met a `sublinear` budget when it is another's: static
+    /// DTR's eviction plan (`dtr`) or partition's kept set (`partition`), the candidate
+    /// recomputing least whose device bytes fit (the plan's strategy is then that one).
+    pub met_by: Option<Strategy>,
     /// What the solver proved (`optimal` only).
     pub optimal: Option<crate::optimal::OptimalStats>,
 }
@@ -120,7 +121,7 @@ pub fn plan_by(
     stats.search = made.search;
     stats.fallback = made.fallback;
     stats.optimal = made.optimal;
-    stats.met_by_eviction = made.follows == Some(Strategy::Dtr);
+    stats.met_by = made.follows;
     let strategy = made.follows.unwrap_or(options.strategy);
     let (steps, offloads) = (made.steps, made.offloads);
     stats.schedule_secs = start.elapsed().as_secs_f64();
