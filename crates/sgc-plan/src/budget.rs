@@ -463,9 +463,9 @@ pub(crate) fn in_place_slack(ctx: &Context<'_>) -> u64 {
         .unwrap_or(0)
 }
 
-/// The least device bytes of the candidates a device budget can select: the least among
-/// the [`REFUSAL_PLACED`] of lowest peak (sorted so in `sorted`), placed. A budget of these
-/// bytes is met.
+/// What a refusal reports as reached: the least device bytes among the [`REFUSAL_PLACED`]
+/// candidates of lowest peak (`sorted` by peak), placed. A budget of these bytes is met;
+/// `lowest_device` gives the least of all candidates.
 fn lowest_placed(ctx: &Context<'_>, opts: &PlanOptions, sorted: &[&Candidate]) -> Option<u64> {
     sorted
         .iter()
