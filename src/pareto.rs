@@ -4,13 +4,14 @@
 //! Budgets are spread evenly in device bytes from the lowest the default planner reaches
 //! under a budget to the unplanned step's device bytes. That low end is the least device
 //! bytes of `sublinear`'s budget candidates ([`BudgetSweep::lowest_device_bytes`]): below
-//! its unbudgeted plan only static DTR's eviction plans fit, and the front there is where a
-//! budget that the unbudgeted plan misses lands. Each strategy that answers a budget
-//! ([`Strategy::searches_budget`]) is planned at every budget (`sublinear` from that one
-//! search: [`BudgetSweep`]); the others give the one plan they make. Every plan is an ordinary verified plan, placed in its arena;
-//! its point is its device bytes (arena plus persistent bytes, what `sgc run` allocates)
-//! and its recompute as a share of one step. Plans keep or recompute; the front does not
-//! offload (no host link).
+//! its unbudgeted plan only eviction plans (and on some graphs partition's kept sets) fit,
+//! and the front there is where a budget that the unbudgeted plan misses lands. Each
+//! strategy that answers a budget ([`Strategy::searches_budget`]) is planned at every
+//! budget (`sublinear` from that one search: [`BudgetSweep`]); the others give the one plan
+//! they make. Every plan is an ordinary verified plan, placed in its arena; its point is
+//! its device bytes (arena plus persistent bytes, what `sgc run` allocates) and its
+//! recompute as a share of one step. Plans keep or recompute; the front does not offload
+//! (no host link).
 //!
 //! Beside each plan, the best lower bound sgc proves on the recompute of any plan within
 //! its peak ([`crate::plan::bound()`]: the cut bound, and for small graphs the integer
@@ -176,8 +177,8 @@ fn device_bytes(graph: &Graph, p: &Plan) -> u64 {
 
 type Planned = Vec<(Option<u64>, Result<Plan, PlanError>)>;
 
-/// The plans of one strategy: at every budget when it answers one, else its one plan
-/// (`sublinear`'s from its candidate set, `sublinear`). A strategy that cannot run at all
+/// The plans of one strategy: at every budget when it answers one (`sublinear`'s from its
+/// candidate set, built once), else its one plan. A strategy that cannot run at all
 /// here (its solver not built, the graph too large for it) is one refusal, not one per
 /// budget.
 fn plans_of(

@@ -205,17 +205,18 @@ impl<'g> BudgetSweep<'g> {
     }
 
     /// The least device bytes (arena plus persistent) of the plans the set holds, without
-    /// offloads: the least among its plans of lowest peak, placed. A device budget of these
-    /// bytes is met; `None` when no plan could be placed.
+    /// offloads: plans placed by increasing peak until one's peak, less the largest
+    /// in-place saving, exceeds the least found. A device budget of these bytes is met;
+    /// `None` when no plan could be placed.
     pub fn lowest_device_bytes(&self) -> Option<u64> {
         budget::lowest_device(&self.ctx, &self.options, &self.cands)
     }
 }
 
 /// The best lower bound sgc can prove on the recompute of any plan of `graph` within the
-/// peak of `plan` (ops costed as in it): the cut bound ([`crate::bound`](mod@crate::bound)) and, for a graph
-/// small enough for the `optimal` strategy's program (and with its solver built), that
-/// program's linear relaxation, solved within 5 s; the larger. It covers plans that keep
+/// peak of `plan` (ops costed as in it): the cut bound ([`crate::bound`](mod@crate::bound))
+/// and, for a graph small enough for the `optimal` strategy's program (and with its solver
+/// built), that program's linear relaxation, solved within 5 s; the larger. It covers plans that keep
 /// or recompute with first runs in the traced order, which is every plan sgc makes without
 /// offloads; a plan with offloads or another order is refused.
 pub fn bound(graph: &Graph, plan: &Plan) -> Result<Bound, PlanError> {
